@@ -1,0 +1,140 @@
+// Package testdb gives tests a real PostgreSQL: the database named by
+// ARBOR_DATABASE_URL (which `make test` sets to a throwaway server it
+// starts), a migrated schema of their own, and nothing else. It never drops
+// anything but the schemas it created.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/arborhq/arbor/migrations"
+)
+
+// EnvURL names the variable that holds the database URL.
+const EnvURL = "ARBOR_DATABASE_URL"
+
+var (
+	mu     sync.Mutex
+	shared struct {
+		pool   *pgxpool.Pool
+		schema string
+	}
+)
+
+// URL returns the database URL, or fails the test with what to do.
+func URL(tb testing.TB) string {
+	tb.Helper()
+	url := os.Getenv(EnvURL)
+	if url == "" {
+		tb.Fatalf("%s is not set: run the tests with `make test`, which starts a throwaway PostgreSQL, or set %s to a database the tests may create schemas in", EnvURL, EnvURL)
+	}
+	return url
+}
+
+// Main runs a test package's tests and drops the shared schema afterwards.
+// Use it from TestMain: os.Exit(testdb.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	mu.Lock()
+	defer mu.Unlock()
+	if shared.pool != nil {
+		dropSchema(shared.pool, shared.schema)
+		shared.pool.Close()
+	}
+	return code
+}
+
+// Shared returns the package's pool and a migrated schema it shares with the
+// package's other tests. Tests isolate themselves by using conversations of
+// their own (see Conversation).
+func Shared(tb testing.TB) (*pgxpool.Pool, string) {
+	tb.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if shared.pool == nil {
+		pool, err := openPool(URL(tb))
+		if err != nil {
+			tb.Fatalf("connect: %v", err)
+		}
+		schema := Name("arbor_test")
+		if err := migrate(pool, schema); err != nil {
+			pool.Close()
+			tb.Fatalf("migrate %s: %v", schema, err)
+		}
+		shared.pool, shared.schema = pool, schema
+	}
+	return shared.pool, shared.schema
+}
+
+// Fresh returns a pool and a schema of the test's own, migrated, dropped when
+// the test ends. For tests that run background goroutines, River clients or
+// LISTEN/NOTIFY, whose effects must not reach other tests.
+func Fresh(tb testing.TB) (*pgxpool.Pool, string) {
+	tb.Helper()
+	pool := NewPool(tb)
+	schema := Name("arbor_test")
+	if err := migrate(pool, schema); err != nil {
+		tb.Fatalf("migrate %s: %v", schema, err)
+	}
+	tb.Cleanup(func() { dropSchema(pool, schema) })
+	return pool, schema
+}
+
+// NewPool opens a pool on the test database, closed when the test ends.
+func NewPool(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	pool, err := openPool(URL(tb))
+	if err != nil {
+		tb.Fatalf("connect: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+func openPool(url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", EnvURL, err)
+	}
+	cfg.MaxConns = 30
+	return pgxpool.NewWithConfig(context.Background(), cfg)
+}
+
+// Name returns a fresh identifier starting with prefix.
+func Name(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s_%s", prefix, hex.EncodeToString(b))
+}
+
+// Conversation returns a conversation id no other test uses.
+func Conversation(tb testing.TB) string {
+	return Name("conv")
+}
+
+func migrate(pool *pgxpool.Pool, schema string) error {
+	m, err := migrations.New(pool, schema, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err = m.Up(ctx)
+	return err
+}
+
+func dropSchema(pool *pgxpool.Pool, schema string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+}

@@ -1,0 +1,15 @@
+// Package migrations creates and upgrades arbor's tables in a schema the user
+// chooses (default "arbor"), and River's tables beside them in the same schema
+// so that a wake-up job can be inserted in the same transaction as the task
+// change that needs it.
+//
+// The SQL lives in numbered files embedded from sql/. Each up file has a
+// down twin. arbor records what it applied in its own table,
+// <schema>.arbor_migrations; River keeps its own (river_migration). All of
+// one [Migrator.Up] or [Migrator.Down] runs in one transaction under an
+// advisory lock, so two processes migrating at once apply each step once and
+// a failed step leaves nothing behind.
+//
+// Code that uses the schema calls [Check] first and refuses to run against a
+// version it does not know.
+package migrations

@@ -1,0 +1,55 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Conversation is one row of the conversations table.
+type Conversation struct {
+	ID string
+	// Owner is the machine holding the conversation's lease; "" when free.
+	Owner          string
+	Epoch          int64
+	LeaseExpiresAt *time.Time
+	CreatedAt      time.Time
+}
+
+const conversationColumns = `id, coalesce(owner, ''), epoch, lease_expires_at, created_at`
+
+var (
+	qEnsureConversation = define(`INSERT INTO {schema}.conversations (id) VALUES ($1) ON CONFLICT (id) DO NOTHING`)
+	qLockConversation   = define(`SELECT ` + conversationColumns + ` FROM {schema}.conversations WHERE id = $1 FOR NO KEY UPDATE`)
+	qGetConversation    = define(`SELECT ` + conversationColumns + ` FROM {schema}.conversations WHERE id = $1`)
+)
+
+func scanConversation(row interface{ Scan(...any) error }) (Conversation, error) {
+	var c Conversation
+	err := row.Scan(&c.ID, &c.Owner, &c.Epoch, &c.LeaseExpiresAt, &c.CreatedAt)
+	return c, err
+}
+
+// LockConversation locks a conversation's row until the transaction ends:
+// the first lock of every transaction that can change more than one task
+// (DESIGN §5). ErrNoRows when it does not exist.
+func (s *Store) LockConversation(ctx context.Context, db DB, id string) (Conversation, error) {
+	return scanConversation(db.QueryRow(ctx, s.sql[qLockConversation], id))
+}
+
+// EnsureAndLockConversation creates the conversation if it does not exist
+// yet, then locks it.
+func (s *Store) EnsureAndLockConversation(ctx context.Context, db DB, id string) (Conversation, error) {
+	c, err := s.LockConversation(ctx, db, id)
+	if !IsNoRows(err) {
+		return c, err
+	}
+	if _, err := db.Exec(ctx, s.sql[qEnsureConversation], id); err != nil {
+		return Conversation{}, err
+	}
+	return s.LockConversation(ctx, db, id)
+}
+
+// GetConversation reads a conversation without locking it.
+func (s *Store) GetConversation(ctx context.Context, db DB, id string) (Conversation, error) {
+	return scanConversation(db.QueryRow(ctx, s.sql[qGetConversation], id))
+}
