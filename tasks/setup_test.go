@@ -1,0 +1,100 @@
+package tasks_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/internal/testdb"
+	"github.com/arborhq/arbor/tasks"
+)
+
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+
+type bundle struct {
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	schema string
+	engine *tasks.Engine
+	conv   string
+}
+
+// setup returns an engine on the package's shared schema and a conversation
+// no other test uses.
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	pool, schema := testdb.Shared(t)
+	return newBundle(t, pool, schema)
+}
+
+func newBundle(t *testing.T, pool *pgxpool.Pool, schema string) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema})
+	require.NoError(t, err)
+	b := &bundle{ctx: ctx, pool: pool, schema: schema, engine: engine, conv: testdb.Conversation(t)}
+	t.Cleanup(func() { b.requireInvariants(t) })
+	return b
+}
+
+// requireInvariants runs the invariant checker over the test's conversation.
+func (b *bundle) requireInvariants(t *testing.T) {
+	t.Helper()
+	vs, err := b.engine.Check(context.Background(), b.conv)
+	require.NoError(t, err)
+	require.Empty(t, vs, "invariant violations")
+}
+
+func (b *bundle) root(t *testing.T, kind string) tasks.Task {
+	t.Helper()
+	task, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: kind})
+	require.NoError(t, err)
+	require.True(t, created)
+	return task
+}
+
+func (b *bundle) child(t *testing.T, owner int64, kind string) tasks.Task {
+	t.Helper()
+	task, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: owner, Kind: kind})
+	require.NoError(t, err)
+	require.True(t, created)
+	return task
+}
+
+func (b *bundle) background(t *testing.T, owner int64, kind string) tasks.Task {
+	t.Helper()
+	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: owner, Kind: kind, Background: true})
+	require.NoError(t, err)
+	return task
+}
+
+func (b *bundle) start(t *testing.T, id int64) tasks.Task {
+	t.Helper()
+	task, err := b.engine.Start(b.ctx, id)
+	require.NoError(t, err)
+	return task
+}
+
+func (b *bundle) get(t *testing.T, id int64) tasks.Task {
+	t.Helper()
+	task, err := b.engine.Get(b.ctx, id)
+	require.NoError(t, err)
+	return task
+}
+
+// snapshot returns every row of the conversation, and the conversation row,
+// as JSON text: two equal snapshots mean nothing was written.
+func (b *bundle) snapshot(t *testing.T) string {
+	t.Helper()
+	var s string
+	err := b.pool.QueryRow(b.ctx, `SELECT coalesce((SELECT json_agg(t ORDER BY id)::text FROM `+b.schema+`.tasks t WHERE conversation_id = $1), '')
+		|| coalesce((SELECT row_to_json(c)::text FROM `+b.schema+`.conversations c WHERE id = $1), '')`, b.conv).Scan(&s)
+	require.NoError(t, err)
+	return s
+}
+
+func js(s string) json.RawMessage { return json.RawMessage(s) }
