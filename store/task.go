@@ -132,10 +132,17 @@ var (
 	qLiveChildren      = define(`SELECT {task_columns} FROM {schema}.tasks
 		WHERE owner_task_id = $1 AND status IN ('pending', 'running', 'waiting', 'sleeping', 'completing')
 		ORDER BY id`)
-	qChildren            = define(`SELECT {task_columns} FROM {schema}.tasks WHERE owner_task_id = $1 ORDER BY id`)
-	qCountLiveForeground = define(`SELECT count(*) FROM {schema}.tasks
+	qChildren = define(`SELECT {task_columns} FROM {schema}.tasks WHERE owner_task_id = $1 ORDER BY id`)
+	// The first live foreground child is found by the live-children index
+	// and EXISTS stops there, so this costs the same with 1 or 10,000 children.
+	qHasLiveForeground = define(`SELECT EXISTS (SELECT 1 FROM {schema}.tasks
 		WHERE owner_task_id = $1 AND NOT background
-		  AND status IN ('pending', 'running', 'waiting', 'sleeping', 'completing')`)
+		  AND status IN ('pending', 'running', 'waiting', 'sleeping', 'completing'))`)
+	// "id + 0" keeps the planner on the live-children index: probing the
+	// primary key for every waited id would cost as many probes as children.
+	qHasLiveWaited = define(`SELECT EXISTS (SELECT 1 FROM {schema}.tasks
+		WHERE owner_task_id = $1 AND id + 0 = ANY($2)
+		  AND status IN ('pending', 'running', 'waiting', 'sleeping', 'completing'))`)
 	qTaskByKey = define(`SELECT {task_columns} FROM {schema}.tasks WHERE conversation_id = $1 AND idempotency_key = $2`)
 )
 
@@ -186,11 +193,20 @@ func (s *Store) Children(ctx context.Context, db DB, ownerID int64) ([]Task, err
 	return collectTasks(db.Query(ctx, s.sql[qChildren], ownerID))
 }
 
-// CountLiveForegroundChildren counts the live, non-background children of owner.
-func (s *Store) CountLiveForegroundChildren(ctx context.Context, db DB, ownerID int64) (int, error) {
-	var n int
-	err := db.QueryRow(ctx, s.sql[qCountLiveForeground], ownerID).Scan(&n)
-	return n, err
+// HasLiveForegroundChildren reports whether owner has a live, non-background
+// child, at a cost that does not grow with the number of children.
+func (s *Store) HasLiveForegroundChildren(ctx context.Context, db DB, ownerID int64) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, s.sql[qHasLiveForeground], ownerID).Scan(&ok)
+	return ok, err
+}
+
+// HasLiveWaitedChildren reports whether any of owner's children among
+// waitIDs is live.
+func (s *Store) HasLiveWaitedChildren(ctx context.Context, db DB, ownerID int64, waitIDs []int64) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, s.sql[qHasLiveWaited], ownerID, waitIDs).Scan(&ok)
+	return ok, err
 }
 
 // TaskByIdempotencyKey reads the task of a conversation created with key.

@@ -40,7 +40,7 @@ func bigTree(tb testing.TB, b *bundle, fanout []int, bgDepth int) (tasks.Task, i
 		token = nextval('%[1]s.task_token_seq'), lease_expires_at = now() + interval '1 hour'
 		WHERE conversation_id = $1 AND (id %% 3 = 0 OR id = $2)`, b.schema), b.conv, root.ID)
 	require.NoError(tb, err)
-	return b.get(tb.(*testing.T), root.ID), total
+	return b.get(tb, root.ID), total
 }
 
 // TestAbortTenThousandTasks: a tree of depth 10 with about 10,000 tasks,

@@ -56,11 +56,11 @@ func (e *Engine) complete(ctx context.Context, tx pgx.Tx, taskID int64, token *i
 		// its result and completes when its last foreground child settles.
 		return Task{}, errorf("complete", taskID, transitionError(taskID, t.Status, fsm.Complete))
 	}
-	live, err := e.store.CountLiveForegroundChildren(ctx, tx, t.ID)
+	live, err := e.store.HasLiveForegroundChildren(ctx, tx, t.ID)
 	if err != nil {
 		return Task{}, errorf("complete", taskID, err)
 	}
-	if live > 0 {
+	if live {
 		to, err := fsm.Transition(t.Status, fsm.Hold)
 		if err != nil {
 			return Task{}, errorf("complete", taskID, transitionError(taskID, t.Status, fsm.Hold))

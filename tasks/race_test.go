@@ -150,7 +150,10 @@ func TestRaceAbortOwnerVsChildCompleting(t *testing.T) {
 			owner := b.start(t, b.root(t, "turn").ID)
 			child := b.start(t, b.child(t, owner.ID, "tool").ID)
 			abort := func(e *tasks.Engine) error { _, err := e.Abort(b.ctx, owner.ID); return err }
-			complete := func(e *tasks.Engine) error { _, err := e.Complete(b.ctx, child.ID, child.Token, js(`"done"`)); return err }
+			complete := func(e *tasks.Engine) error {
+				_, err := e.Complete(b.ctx, child.ID, child.Token, js(`"done"`))
+				return err
+			}
 			r.hold()
 			if childFirst {
 				r.queue(complete)

@@ -25,13 +25,13 @@ type bundle struct {
 
 // setup returns an engine on the package's shared schema and a conversation
 // no other test uses.
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	pool, schema := testdb.Shared(t)
 	return newBundle(t, pool, schema)
 }
 
-func newBundle(t *testing.T, pool *pgxpool.Pool, schema string) *bundle {
+func newBundle(t testing.TB, pool *pgxpool.Pool, schema string) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema})
@@ -42,14 +42,14 @@ func newBundle(t *testing.T, pool *pgxpool.Pool, schema string) *bundle {
 }
 
 // requireInvariants runs the invariant checker over the test's conversation.
-func (b *bundle) requireInvariants(t *testing.T) {
+func (b *bundle) requireInvariants(t testing.TB) {
 	t.Helper()
 	vs, err := b.engine.Check(context.Background(), b.conv)
 	require.NoError(t, err)
 	require.Empty(t, vs, "invariant violations")
 }
 
-func (b *bundle) root(t *testing.T, kind string) tasks.Task {
+func (b *bundle) root(t testing.TB, kind string) tasks.Task {
 	t.Helper()
 	task, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: kind})
 	require.NoError(t, err)
@@ -57,7 +57,7 @@ func (b *bundle) root(t *testing.T, kind string) tasks.Task {
 	return task
 }
 
-func (b *bundle) child(t *testing.T, owner int64, kind string) tasks.Task {
+func (b *bundle) child(t testing.TB, owner int64, kind string) tasks.Task {
 	t.Helper()
 	task, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: owner, Kind: kind})
 	require.NoError(t, err)
@@ -65,21 +65,21 @@ func (b *bundle) child(t *testing.T, owner int64, kind string) tasks.Task {
 	return task
 }
 
-func (b *bundle) background(t *testing.T, owner int64, kind string) tasks.Task {
+func (b *bundle) background(t testing.TB, owner int64, kind string) tasks.Task {
 	t.Helper()
 	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: owner, Kind: kind, Background: true})
 	require.NoError(t, err)
 	return task
 }
 
-func (b *bundle) start(t *testing.T, id int64) tasks.Task {
+func (b *bundle) start(t testing.TB, id int64) tasks.Task {
 	t.Helper()
 	task, err := b.engine.Start(b.ctx, id)
 	require.NoError(t, err)
 	return task
 }
 
-func (b *bundle) get(t *testing.T, id int64) tasks.Task {
+func (b *bundle) get(t testing.TB, id int64) tasks.Task {
 	t.Helper()
 	task, err := b.engine.Get(b.ctx, id)
 	require.NoError(t, err)
@@ -88,7 +88,7 @@ func (b *bundle) get(t *testing.T, id int64) tasks.Task {
 
 // snapshot returns every row of the conversation, and the conversation row,
 // as JSON text: two equal snapshots mean nothing was written.
-func (b *bundle) snapshot(t *testing.T) string {
+func (b *bundle) snapshot(t testing.TB) string {
 	t.Helper()
 	var s string
 	err := b.pool.QueryRow(b.ctx, `SELECT coalesce((SELECT json_agg(t ORDER BY id)::text FROM `+b.schema+`.tasks t WHERE conversation_id = $1), '')

@@ -67,14 +67,14 @@ func (e *Engine) reconcileOwner(ctx context.Context, tx pgx.Tx, child Task) erro
 			if !slices.Contains(owner.WaitIDs, child.ID) {
 				return nil
 			}
-			_, err := e.applyWait(ctx, tx, owner)
+			_, err := e.applyWait(ctx, tx, owner, &child)
 			return err
 		case fsm.Completing:
 			if child.Background {
 				return nil
 			}
-			n, err := e.store.CountLiveForegroundChildren(ctx, tx, owner.ID)
-			if err != nil || n > 0 {
+			live, err := e.store.HasLiveForegroundChildren(ctx, tx, owner.ID)
+			if err != nil || live {
 				return err
 			}
 			to, err := fsm.Transition(owner.Status, fsm.Complete)
@@ -127,17 +127,37 @@ func seqOf(children []Task, id int64) int64 {
 // applies it: under fail_fast the live waited children are aborted
 // (bottom-up) when one did not complete, and the owner is woken when the
 // wait is satisfied. It reports whether the owner was woken.
-func (e *Engine) applyWait(ctx context.Context, tx pgx.Tx, owner Task) (bool, error) {
-	children, err := e.store.GetTasks(ctx, tx, owner.WaitIDs)
-	if err != nil {
-		return false, err
+//
+// settled is the waited child whose settling prompted this, or nil to
+// evaluate the whole wait from scratch (recovery). With a child, the cost
+// does not grow with the number of children: a waiting owner was not
+// satisfied before this child settled, so under fail_fast only this child
+// can have tripped it, and otherwise only "is any waited child still live?"
+// is left to ask.
+func (e *Engine) applyWait(ctx context.Context, tx pgx.Tx, owner Task, settled *Task) (bool, error) {
+	tripped := false
+	if settled != nil {
+		tripped = owner.WaitPolicy == FailFast && settled.Status != fsm.Completed
+		if !tripped {
+			live, err := e.store.HasLiveWaitedChildren(ctx, tx, owner.ID, owner.WaitIDs)
+			if err != nil || live {
+				return false, err
+			}
+		}
+	} else {
+		children, err := e.store.GetTasks(ctx, tx, owner.WaitIDs)
+		if err != nil {
+			return false, err
+		}
+		out := evaluateWait(owner.WaitPolicy, children)
+		if !out.satisfied {
+			return false, nil
+		}
+		tripped = out.failFastBy != 0
 	}
-	out := evaluateWait(owner.WaitPolicy, children)
-	if !out.satisfied {
-		return false, nil
-	}
-	if out.failFastBy != 0 && len(out.live) > 0 {
-		if _, err := e.abortSubtrees(ctx, tx, out.live); err != nil {
+	if tripped {
+		// LockLiveSubtrees takes the live ones among the waited ids.
+		if _, err := e.abortSubtrees(ctx, tx, owner.WaitIDs); err != nil {
 			return false, err
 		}
 	}
