@@ -17,18 +17,30 @@
 //
 //  1. the conversation row (FOR NO KEY UPDATE). The task's conversation is
 //     read first without a lock; it never changes, so this is safe;
-//  2. task rows, ancestors before descendants (the task an operation is
-//     about, then the owner it reconciles is already covered by 1, see below);
-//  3. among tasks of the same depth, ascending id.
+//  2. task rows. Bulk locks (the subtree of an abort, a conversation's live
+//     tasks) are taken in one statement in ascending id order, which is
+//     ancestor-first: the tasks table checks that an owner's id is smaller
+//     than its children's. A single task is locked before the rows its
+//     change reaches; when settling a task climbs the tree (a waiting owner
+//     woken, a completing owner completed, and so on up), each owner is
+//     locked as the climb reaches it.
 //
-// Because every multi-task transaction of a conversation first takes that
-// conversation's row lock, two of them never interleave: the conversation
-// lock serialises them, and the task locks they take after it can never
-// form a cycle. Self-only writes (start, claim, checkpoint, heartbeat) lock
-// only their own task row, and hold no other lock while waiting for it, so
-// they cannot close a cycle either: at worst they wait for a multi-task
+// The conversation lock is what makes deadlock impossible by construction:
+// two multi-task transactions of one conversation never run at once, so
+// the task locks they take after it cannot form a cycle, whatever their
+// order. Self-only writes (start, claim, checkpoint, heartbeat) lock only
+// their own task row and hold no other lock while waiting for it, so they
+// cannot close a cycle either: at worst they wait for a multi-task
 // transaction to finish, and then see its result (a task aborted while its
-// checkpoint waited gets ErrAborted, and nothing is written).
+// checkpoint waited gets ErrAborted, and nothing is written). Claims skip
+// locked rows instead of waiting.
+//
+// One caveat for the …Tx forms: a caller's transaction that does a
+// self-only write (CheckpointTx) and then a multi-task one (CreateTx) holds
+// a task row while it waits for the conversation lock, and can deadlock
+// with a multi-task transaction that holds the conversation and wants that
+// row. PostgreSQL detects it and aborts one of the two; the pool forms
+// retry. Do the multi-task operation first in such a transaction.
 //
 // This is also what makes wake-ups impossible to lose (DESIGN §3.4): a
 // parent entering a wait and a child settling both hold the conversation
