@@ -1,11 +1,18 @@
 // Command arbor migrates, inspects and steers arbor's task trees from a
 // terminal, and runs the demo.
 //
-//	arbor migrate up|down|version
+//	arbor migrate up|down TARGET|version
+//	arbor ls [--status S]
+//	arbor tree CONVERSATION [--json] [--watch]
+//	arbor show TASK [--json]
+//	arbor abort TASK | cancel TASK | wake TASK
+//	arbor check [CONVERSATION]
 //	arbor demo
 //
 // The database URL comes from --database-url or ARBOR_DATABASE_URL, the
-// schema from --schema (default "arbor").
+// schema from --schema (default "arbor"). Every command prints its help and
+// an example with --help. Errors are one line on stderr and a non-zero exit
+// status; check exits 1 when it finds violations and 2 when it cannot check.
 package main
 
 import (
@@ -16,28 +23,77 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strings"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "arbor:", err)
+	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// runMain runs the command and turns its outcome into an exit status, with
+// any error as one line on stderr. A panic is a bug of arbor's: it is
+// reported in one line too (the stack only with ARBOR_DEBUG=1), never as a
+// crash dump in the operator's terminal.
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "arbor: internal error (a bug, please report it): %v\n", r)
+			if os.Getenv("ARBOR_DEBUG") == "1" {
+				stderr.Write(debug.Stack())
+			}
+			code = 2
 		}
-		os.Exit(1)
+	}()
+	err := run(ctx, args, stdout, stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
 	}
+	// pgx joins the errors of several connection attempts with newlines.
+	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+	fmt.Fprintln(stderr, "arbor:", msg)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
 }
 
 const usage = `arbor keeps the task trees of conversations in PostgreSQL.
 
 Usage:
-  arbor migrate up|down|version   apply or revert arbor's (and River's) migrations
-  arbor demo                      run the end-to-end demo
+  arbor migrate up|down TARGET|version   apply or revert arbor's (and River's) migrations
+  arbor ls [--status S]                  conversations with live work, their holder and lease
+  arbor tree CONVERSATION                a conversation's task tree (--json, --watch)
+  arbor show TASK                        everything about one task (--json)
+  arbor abort TASK                       abort a task and its subtree, leaves first
+  arbor cancel TASK                      cancel a task (its children are aborted)
+  arbor wake TASK                        wake a waiting or sleeping task now
+  arbor check [CONVERSATION]             run the invariant checker (exit 1 on violations)
+  arbor demo                             run the end-to-end demo
 
 Every command takes --database-url (default $ARBOR_DATABASE_URL) and
---schema (default "arbor"). Run "arbor COMMAND --help" for its flags.
+--schema (default "arbor"). Run "arbor COMMAND --help" for its flags and an
+example.
 `
+
+type command func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+var commands = map[string]command{
+	"migrate": cmdMigrate,
+	"ls":      cmdLs,
+	"tree":    cmdTree,
+	"show":    cmdShow,
+	"abort":   cmdAbort,
+	"cancel":  cmdCancel,
+	"wake":    cmdWake,
+	"check":   cmdCheck,
+	"demo":    cmdDemo,
+}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -45,14 +101,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New("no command given")
 	}
 	switch args[0] {
-	case "migrate":
-		return cmdMigrate(ctx, args[1:], stdout, stderr)
-	case "demo":
-		return cmdDemo(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "--help":
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			if cmd, ok := commands[args[1]]; ok {
+				return cmd(ctx, []string{"--help"}, stdout, stderr)
+			}
+			return fmt.Errorf("help: unknown command %q (run arbor help)", args[1])
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
+	if cmd, ok := commands[args[0]]; ok {
+		return cmd(ctx, args[1:], stdout, stderr)
+	}
+	return fmt.Errorf("unknown command %q (run arbor help for the list)", args[0])
 }

@@ -16,6 +16,7 @@ and River table) arbor's migrations and River's, in the schema given.
 
 Example:
   arbor migrate up --schema arbor
+  arbor migrate version
   arbor migrate down 1
 `
 
@@ -23,24 +24,23 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("migrate", migrateHelp, stderr)
 	var db dbFlags
 	db.register(fs)
-	if len(args) == 0 {
-		fs.Usage()
-		return fmt.Errorf("migrate: say up, down TARGET or version")
-	}
-	verb, rest := args[0], args[1:]
-	target := -1
-	if verb == "down" {
-		if len(rest) == 0 {
-			return fmt.Errorf("migrate down: give the target version (0 removes everything)")
-		}
-		v, err := strconv.Atoi(rest[0])
-		if err != nil {
-			return fmt.Errorf("migrate down: target %q is not a number", rest[0])
-		}
-		target, rest = v, rest[1:]
-	}
-	if err := fs.Parse(rest); err != nil {
+	pos, err := parseArgs(fs, args, 1, 2, "the verb: up, down TARGET or version")
+	if err != nil {
 		return err
+	}
+	verb := pos[0]
+	target := -1
+	switch {
+	case verb == "down" && len(pos) < 2:
+		return fmt.Errorf("migrate down: give the target version (0 removes everything)")
+	case verb == "down":
+		if target, err = strconv.Atoi(pos[1]); err != nil {
+			return fmt.Errorf("migrate down: target %q is not a number", pos[1])
+		}
+	case verb != "up" && verb != "version":
+		return fmt.Errorf("migrate: unknown verb %q: say up, down TARGET or version", verb)
+	case len(pos) > 1:
+		return fmt.Errorf("migrate %s: unexpected argument %q", verb, pos[1])
 	}
 	pool, err := db.connect(ctx)
 	if err != nil {
@@ -70,9 +70,6 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		fmt.Fprintf(stdout, "schema %s: version %d (this build knows up to %d)\n", db.schema, v, migrations.Latest())
-	default:
-		fs.Usage()
-		return fmt.Errorf("migrate: unknown verb %q", verb)
 	}
 	return nil
 }

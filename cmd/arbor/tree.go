@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -10,9 +13,154 @@ import (
 	"github.com/arborhq/arbor/tasks"
 )
 
+const treeHelp = `Usage: arbor tree CONVERSATION [flags]
+
+Draws a conversation's task tree, one task a line: id, kind, status, phase,
+attempt and age; what a waiting task waits on (its policy and the children
+it names), what a completing task still waits for, when a sleeping task
+wakes; background tasks are marked, and a settled task's error is shown.
+
+--json prints the tree as nested JSON objects with every column of each
+task (children under "children"). --watch keeps redrawing until Ctrl-C:
+on a terminal the screen is redrawn every --interval; otherwise a new tree
+(or, with --json, a new one-line JSON document) is written each time the
+tree changes.
+
+Example:
+  arbor tree chat-42
+  arbor tree chat-42 --watch --interval 500ms
+  arbor tree chat-42 --json | jq '.tasks[0].status'
+`
+
+func cmdTree(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("tree", treeHelp, stderr)
+	var db dbFlags
+	db.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON instead of a drawing")
+	watch := fs.Bool("watch", false, "redraw as the tree changes, until Ctrl-C")
+	interval := fs.Duration("interval", time.Second, "how often --watch polls the database")
+	noAge := fs.Bool("no-age", false, "leave the age column out (stable output, for diffs and tests)")
+	pos, err := parseArgs(fs, args, 1, 1, "the conversation id")
+	if err != nil {
+		return err
+	}
+	if *interval < 10*time.Millisecond {
+		return fmt.Errorf("tree: --interval %s is below 10ms", *interval)
+	}
+	conv := pos[0]
+	engine, err := db.engine(ctx)
+	if err != nil {
+		return err
+	}
+	defer engine.Pool().Close()
+	if _, err := requireConversation(ctx, engine, conv); err != nil {
+		return err
+	}
+	draw := func(w io.Writer, compact bool) error {
+		all, err := engine.ConversationTasks(ctx, conv)
+		if err != nil {
+			return fmt.Errorf("read conversation %q: %w", conv, err)
+		}
+		if *asJSON {
+			return writeJSON(w, treeJSON(conv, all), compact)
+		}
+		now := time.Now()
+		if *noAge {
+			now = time.Time{}
+		}
+		renderTree(w, conv, all, now)
+		return nil
+	}
+	if !*watch {
+		return draw(stdout, false)
+	}
+	return watchTree(ctx, stdout, stderr, *interval, draw)
+}
+
+// watchTree redraws until ctx ends (Ctrl-C), which is a normal end. On a
+// terminal it clears the screen and draws every interval, so that ages
+// advance; otherwise it writes a frame only when it differs from the last
+// one, so that a pipe or a log gets one entry per change. A failed read
+// after the first is reported and retried at the next tick: a watch
+// survives a database restart.
+func watchTree(ctx context.Context, stdout, stderr io.Writer, interval time.Duration, draw func(io.Writer, bool) error) error {
+	terminal := isTerminal(stdout)
+	var last []byte
+	first := true
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		var frame bytes.Buffer
+		err := draw(&frame, !terminal)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil && first:
+			return err
+		case err != nil:
+			fmt.Fprintf(stderr, "arbor: %v (retrying every %s)\n", err, interval)
+		case terminal:
+			fmt.Fprint(stdout, "\x1b[H\x1b[2J")
+			stdout.Write(frame.Bytes())
+			fmt.Fprintf(stdout, "\nevery %s, %s; Ctrl-C to stop\n", interval, time.Now().Format("15:04:05"))
+		case !bytes.Equal(frame.Bytes(), last):
+			stdout.Write(frame.Bytes())
+			last = frame.Bytes()
+		}
+		first = false
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+type treeDoc struct {
+	Conversation string     `json:"conversation"`
+	Tasks        []taskJSON `json:"tasks"`
+}
+
+// treeJSON nests a conversation's tasks (ascending id, so owners first)
+// under their owners.
+func treeJSON(conv string, all []tasks.Task) treeDoc {
+	children := map[int64][]tasks.Task{}
+	var roots []tasks.Task
+	for _, t := range all {
+		if t.OwnerID == 0 {
+			roots = append(roots, t)
+		} else {
+			children[t.OwnerID] = append(children[t.OwnerID], t)
+		}
+	}
+	var nest func(t tasks.Task) taskJSON
+	nest = func(t tasks.Task) taskJSON {
+		j := toJSON(t)
+		for _, c := range children[t.ID] {
+			j.Children = append(j.Children, nest(c))
+		}
+		return j
+	}
+	doc := treeDoc{Conversation: conv, Tasks: []taskJSON{}}
+	for _, r := range roots {
+		doc.Tasks = append(doc.Tasks, nest(r))
+	}
+	return doc
+}
+
 // renderTree draws a conversation's tasks as a tree, one task a line: id,
-// kind, status, phase, attempt and age, what a waiting task waits on, and a
-// mark on background tasks.
+// kind, status, phase, attempt and age (relative to now; a zero now leaves
+// the age out, for output that does not change while nothing happens), what
+// a waiting task waits on, and a mark on background tasks.
 func renderTree(w io.Writer, conv string, all []tasks.Task, now time.Time) {
 	fmt.Fprintf(w, "conversation %s\n", conv)
 	children := map[int64][]tasks.Task{}
@@ -24,14 +172,17 @@ func renderTree(w io.Writer, conv string, all []tasks.Task, now time.Time) {
 			children[t.OwnerID] = append(children[t.OwnerID], t)
 		}
 	}
+	if len(roots) == 0 {
+		fmt.Fprintln(w, "└── (no tasks)")
+	}
 	var walk func(t tasks.Task, prefix string, last bool)
 	walk = func(t tasks.Task, prefix string, last bool) {
 		branch, next := "├── ", "│   "
 		if last {
 			branch, next = "└── ", "    "
 		}
-		fmt.Fprintf(w, "%s%s%s\n", prefix, branch, describe(t, now))
 		kids := children[t.ID]
+		fmt.Fprintf(w, "%s%s%s\n", prefix, branch, describe(t, kids, now))
 		for i, c := range kids {
 			walk(c, prefix+next, i == len(kids)-1)
 		}
@@ -41,24 +192,54 @@ func renderTree(w io.Writer, conv string, all []tasks.Task, now time.Time) {
 	}
 }
 
-func describe(t tasks.Task, now time.Time) string {
+// describe is one task's line of the tree; kids are its children.
+func describe(t tasks.Task, kids []tasks.Task, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "#%d %s [%s]", t.ID, t.Kind, t.Status)
 	if t.Phase != "" {
 		fmt.Fprintf(&b, " phase=%s", t.Phase)
 	}
 	fmt.Fprintf(&b, " attempt=%d", t.Attempt)
-	if age := now.Sub(t.CreatedAt); age >= 0 {
-		fmt.Fprintf(&b, " age=%s", age.Round(time.Millisecond))
+	if t.MaxRetries > 0 {
+		fmt.Fprintf(&b, " retries=%d/%d", t.Retries, t.MaxRetries)
 	}
-	if t.Status == fsm.Waiting {
-		fmt.Fprintf(&b, " waits(%s)=%v", t.WaitPolicy, t.WaitIDs)
+	if !now.IsZero() {
+		fmt.Fprintf(&b, " age=%s", humanDuration(now.Sub(t.CreatedAt)))
+	}
+	switch t.Status {
+	case fsm.Waiting:
+		fmt.Fprintf(&b, " waits %s on %s", t.WaitPolicy, idList(t.WaitIDs))
+	case fsm.Completing:
+		var live []int64
+		for _, c := range kids {
+			if c.Status.Live() && !c.Background {
+				live = append(live, c.ID)
+			}
+		}
+		fmt.Fprintf(&b, " holds its result, waits on %s", idList(live))
+	case fsm.Sleeping:
+		fmt.Fprintf(&b, " wakes at %s", formatTime(t.WakeAt))
 	}
 	if t.Background {
 		b.WriteString(" (background)")
+	}
+	if t.AbortRequested && t.Status.Live() {
+		b.WriteString(" (abort requested)")
 	}
 	if t.Error != nil && t.Status.Settled() {
 		fmt.Fprintf(&b, " error=%q", t.Error.Message)
 	}
 	return b.String()
+}
+
+// idList writes ids as "#2 #3 #4", or "(none)".
+func idList(ids []int64) string {
+	if len(ids) == 0 {
+		return "(none)"
+	}
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = fmt.Sprintf("#%d", id)
+	}
+	return strings.Join(parts, " ")
 }

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/internal/testdb"
+)
+
+// TestErrorsAreOneLine runs what an operator gets wrong: each must exit
+// non-zero with one line that names the problem, never a stack trace or
+// the whole usage text.
+func TestErrorsAreOneLine(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.sampleTree(t)
+	url := testdb.URL(t)
+	unreachable := "postgres://arbor@/postgres?host=/nonexistent-arbor-dir&sslmode=disable"
+	unmigrated := testdb.Name("arbor_unmigrated") // never created
+
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown command", nil, []string{"frobnicate"}, 1, `unknown command "frobnicate"`},
+		{"help for unknown command", nil, []string{"help", "frobnicate"}, 1, `help: unknown command "frobnicate"`},
+		{"unknown task", nil, []string{"show", "999999", "--database-url", url, "--schema", b.schema}, 1, "task 999999 not found"},
+		{"abort unknown task", nil, []string{"abort", "999999", "--database-url", url, "--schema", b.schema}, 1, "task 999999 not found"},
+		{"cancel unknown task", nil, []string{"cancel", "999999", "--database-url", url, "--schema", b.schema}, 1, "task 999999 not found"},
+		{"wake unknown task", nil, []string{"wake", "999999", "--database-url", url, "--schema", b.schema}, 1, "task 999999 not found"},
+		{"not a task id", nil, []string{"show", "abc"}, 1, `"abc" is not a task id`},
+		{"zero task id", nil, []string{"abort", "0"}, 1, `"0" is not a task id`},
+		{"missing task id", nil, []string{"show"}, 1, "show: missing the task id"},
+		{"extra argument", nil, []string{"tree", "a", "b"}, 1, `tree: unexpected argument "b"`},
+		{"unknown conversation", nil, []string{"tree", "nope", "--database-url", url, "--schema", b.schema}, 1, `conversation "nope" not found`},
+		{"no database", nil, []string{"tree", b.conv}, 1, "no database: pass --database-url or set ARBOR_DATABASE_URL"},
+		{"no database, ls", nil, []string{"ls"}, 1, "no database"},
+		{"empty env", []string{"ARBOR_DATABASE_URL="}, []string{"show", "1"}, 1, "no database"},
+		{"unreachable", nil, []string{"show", "1", "--database-url", unreachable}, 1, "cannot reach the database"},
+		{"bad URL", nil, []string{"ls", "--database-url", "postgres://%zz"}, 1, "database URL"},
+		{"unmigrated schema", nil, []string{"tree", b.conv, "--database-url", url, "--schema", unmigrated}, 1,
+			`arbor schema "` + unmigrated + `" is not migrated (version 0; this build needs version 2): run ` + "`arbor migrate up`"},
+		{"bad schema name", nil, []string{"ls", "--database-url", url, "--schema", "Bad-Name"}, 1, `schema "Bad-Name": must be a lower-case identifier`},
+		{"watch interval", nil, []string{"tree", b.conv, "--watch", "--interval", "1ms"}, 1, "--interval 1ms is below 10ms"},
+		{"migrate without verb", nil, []string{"migrate"}, 1, "migrate: missing the verb"},
+		{"migrate unknown verb", nil, []string{"migrate", "sideways"}, 1, `migrate: unknown verb "sideways"`},
+		{"migrate down without target", nil, []string{"migrate", "down", "--database-url", url, "--schema", b.schema}, 1, "migrate down: give the target version"},
+		{"migrate down bad target", nil, []string{"migrate", "down", "x"}, 1, `target "x" is not a number`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := runArbor(t, tc.env, tc.args...)
+			r.fails(t, tc.code, tc.want)
+			require.Empty(t, r.stdout)
+			require.NotContains(t, r.stderr, "goroutine")
+		})
+	}
+	// None of it changed anything.
+	b.requireInvariants(t)
+	require.Equal(t, "waiting", string(b.get(t, 1).Status))
+}
+
+// TestUsageErrors: the flag package prints the usage for a flag it does
+// not know, and a bare arbor prints it too; the last line is arbor's,
+// naming what is wrong.
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	r := runArbor(t, nil, "tree", "c", "--frob")
+	require.Equal(t, 1, r.code)
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	require.Equal(t, "arbor: flag provided but not defined: -frob", lines[len(lines)-1])
+
+	// No command at all: the usage, then the line saying what is missing.
+	r = runArbor(t, nil)
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "arbor tree CONVERSATION")
+	require.True(t, strings.HasSuffix(r.stderr, "\narbor: no command given\n"), r.stderr)
+}
+
+// TestHelp: every command has --help with an example, exits 0, and needs
+// no database.
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for name := range commands {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			for _, args := range [][]string{{name, "--help"}, {name, "-h"}, {"help", name}} {
+				r := runArbor(t, nil, args...)
+				require.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
+				require.Contains(t, r.stderr, "Usage: arbor "+name)
+				require.Contains(t, r.stderr, "Example:")
+				require.Contains(t, r.stderr, "-database-url")
+			}
+		})
+	}
+	r := runArbor(t, nil, "help").ok(t)
+	for name := range commands {
+		require.Contains(t, r.stdout, "\n  arbor "+name+" ")
+	}
+}
+
+// TestDatabaseURLFromEnvironment: without --database-url the command reads
+// ARBOR_DATABASE_URL.
+func TestDatabaseURLFromEnvironment(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.sampleTree(t)
+	r := runArbor(t, []string{"ARBOR_DATABASE_URL=" + testdb.URL(t)}, "tree", b.conv, "--schema", b.schema, "--no-age").ok(t)
+	require.Contains(t, r.stdout, "#1 chat_turn [waiting]")
+}
+
+// TestMigrate takes a schema from nothing to the latest version and back,
+// and shows that tree refuses it while it is not migrated.
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	pool := testdb.NewPool(t)
+	schema := testdb.Name("arbor_cli_migrate")
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	})
+	url := testdb.URL(t)
+	db := []string{"--database-url", url, "--schema", schema}
+	run := func(args ...string) result { return runArbor(t, nil, append(args, db...)...) }
+
+	require.Equal(t, "schema "+schema+": version 0 (this build knows up to 2)\n", run("migrate", "version").ok(t).stdout)
+	run("ls").fails(t, 1, "is not migrated")
+	require.Equal(t, "schema "+schema+": applied [1 2], now at version 2\n", run("migrate", "up").ok(t).stdout)
+	require.Equal(t, "schema "+schema+": applied [], now at version 2\n", run("migrate", "up").ok(t).stdout)
+	require.Equal(t, "no conversation has live work\n", run("ls").ok(t).stdout)
+	require.Equal(t, "schema "+schema+": reverted [2], now at version 1\n", run("migrate", "down", "1").ok(t).stdout)
+	run("ls").fails(t, 1, `is at version 1; this build needs version 2: run `+"`arbor migrate up`")
+	require.Equal(t, "schema "+schema+": reverted [1], now at version 0\n", run("migrate", "down", "0").ok(t).stdout)
+	run("migrate", "down", "7").fails(t, 1, "target 7 is outside 0..2")
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/tasks"
+)
+
+const showHelp = `Usage: arbor show TASK [flags]
+
+Shows everything arbor records about one task: its conversation and owner,
+status, phase, attempt against restart_limit, retries, its wait or wake time,
+the run that holds it (fencing token and lease deadline) and the machine
+that holds its conversation, its timestamps, its input, state, result and
+error, and its children.
+
+arbor keeps a task's last error, not a history of them: a retried task's
+earlier errors are gone once it fails again.
+
+Example:
+  arbor show 42
+  arbor show 42 --json | jq .task.state
+`
+
+// showDoc is what show --json prints.
+type showDoc struct {
+	Task         taskJSON         `json:"task"`
+	Owner        *taskJSON        `json:"owner,omitempty"`
+	Conversation conversationJSON `json:"conversation"`
+}
+
+type conversationJSON struct {
+	ID string `json:"id"`
+	// Holder is the machine holding the conversation's lease; "" when none.
+	Holder         string     `json:"holder"`
+	Epoch          int64      `json:"epoch"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+}
+
+func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("show", showHelp, stderr)
+	var db dbFlags
+	db.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parseArgs(fs, args, 1, 1, "the task id")
+	if err != nil {
+		return err
+	}
+	id, err := parseTaskID(pos[0])
+	if err != nil {
+		return err
+	}
+	engine, err := db.engine(ctx)
+	if err != nil {
+		return err
+	}
+	defer engine.Pool().Close()
+
+	t, err := engine.Get(ctx, id)
+	if err != nil {
+		return taskErr("show", id, err)
+	}
+	children, err := engine.Children(ctx, id)
+	if err != nil {
+		return taskErr("show", id, err)
+	}
+	var owner *tasks.Task
+	if t.OwnerID != 0 {
+		o, err := engine.Get(ctx, t.OwnerID)
+		if err != nil {
+			return taskErr("show", t.OwnerID, err)
+		}
+		owner = &o
+	}
+	conv, err := requireConversation(ctx, engine, t.ConversationID)
+	if err != nil {
+		return err
+	}
+
+	if *asJSON {
+		doc := showDoc{Task: toJSON(t), Conversation: conversationJSON{
+			ID: conv.ID, Holder: conv.Owner, Epoch: conv.Epoch, LeaseExpiresAt: conv.LeaseExpiresAt}}
+		doc.Task.Children = []taskJSON{}
+		for _, c := range children {
+			doc.Task.Children = append(doc.Task.Children, toJSON(c))
+		}
+		if owner != nil {
+			o := toJSON(*owner)
+			doc.Owner = &o
+		}
+		return writeJSON(stdout, doc, false)
+	}
+	return renderShow(stdout, t, owner, children, conv, time.Now())
+}
+
+func renderShow(w io.Writer, t tasks.Task, owner *tasks.Task, children []tasks.Task, conv store.Conversation, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
+
+	fmt.Fprintf(tw, "task #%d %s\n", t.ID, t.Kind)
+	row("conversation", "%s", t.ConversationID)
+	if owner != nil {
+		row("owner", "#%d %s [%s]", owner.ID, owner.Kind, owner.Status)
+	} else {
+		row("owner", "none (a root task)")
+	}
+	status := string(t.Status)
+	if t.AbortRequested {
+		status += " (abort requested)"
+	}
+	row("status", "%s", status)
+	row("background", "%s", yesNo(t.Background))
+	row("phase", "%s", orDash(t.Phase))
+	row("attempt", "%d of restart_limit %d", t.Attempt, t.RestartLimit)
+	row("retries", "%d of max_retries %d", t.Retries, t.MaxRetries)
+	row("abandon_on_restart", "%s", yesNo(t.AbandonOnRestart))
+	switch {
+	case t.WaitPolicy != "" && t.Status == fsm.Waiting:
+		row("wait", "%s on %s", t.WaitPolicy, idList(t.WaitIDs))
+	case t.WaitPolicy != "":
+		row("wait", "none (its last wait: %s on %s)", t.WaitPolicy, idList(t.WaitIDs))
+	default:
+		row("wait", "none")
+	}
+	row("wake at", "%s", formatTime(t.WakeAt))
+	if t.Token != 0 {
+		row("run", "token %d, lease deadline %s", t.Token, formatTime(t.LeaseExpiresAt))
+	} else {
+		row("run", "none (not running)")
+	}
+	if conv.Owner != "" {
+		state := "held"
+		if conv.LeaseExpiresAt != nil && conv.LeaseExpiresAt.Before(now) {
+			state = "expired"
+		}
+		row("holder", "%s (epoch %d, lease until %s, %s)", conv.Owner, conv.Epoch, formatTime(conv.LeaseExpiresAt), state)
+	} else {
+		row("holder", "none: no machine holds the conversation")
+	}
+	row("idempotency key", "%s", orDash(t.IdempotencyKey))
+	row("created", "%s", formatTime(&t.CreatedAt))
+	row("started", "%s", formatTime(t.StartedAt))
+	row("updated", "%s", formatTime(&t.UpdatedAt))
+	row("settled", "%s", formatTime(t.SettledAt))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	doc := func(name string, raw json.RawMessage) {
+		if len(raw) == 0 {
+			fmt.Fprintf(w, "%s: -\n", name)
+			return
+		}
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, raw, "  ", "  "); err != nil {
+			buf.Reset()
+			buf.Write(raw)
+		}
+		fmt.Fprintf(w, "%s:\n  %s\n", name, buf.String())
+	}
+	doc("input", t.Input)
+	doc("state", t.State)
+	doc("result", t.Result)
+	if t.Error != nil {
+		fmt.Fprintln(w, "error:")
+		if t.Error.Code != "" {
+			fmt.Fprintf(w, "  code: %s\n", t.Error.Code)
+		}
+		fmt.Fprintf(w, "  message: %s\n", strings.ReplaceAll(t.Error.Message, "\n", "\n    "))
+		if len(t.Error.Detail) > 0 {
+			doc("  detail", t.Error.Detail)
+		}
+	} else {
+		fmt.Fprintln(w, "error: -")
+	}
+	if len(children) == 0 {
+		fmt.Fprintln(w, "children: none")
+		return nil
+	}
+	fmt.Fprintf(w, "children (%d):\n", len(children))
+	for _, c := range children {
+		line := fmt.Sprintf("  #%d %s [%s]", c.ID, c.Kind, c.Status)
+		if c.Background {
+			line += " (background)"
+		}
+		fmt.Fprintln(w, line)
+	}
+	return nil
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

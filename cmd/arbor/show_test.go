@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestShow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.sampleTree(t)
+	summary := b.get(t, 5)
+
+	// Timestamps vary; everything else is exact.
+	stamp := regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
+	out := stamp.ReplaceAllString(b.arbor(t, "show", "1").ok(t).stdout, "TIME")
+	require.Equal(t, fmt.Sprintf(`task #1 chat_turn
+conversation        %s
+owner               none (a root task)
+status              waiting
+background          no
+phase               gathering
+attempt             0 of restart_limit 5
+retries             0 of max_retries 0
+abandon_on_restart  no
+wait                all_settled on #2 #3 #4
+wake at             -
+run                 none (not running)
+holder              none: no machine holds the conversation
+idempotency key     -
+created             TIME
+started             TIME
+updated             TIME
+settled             -
+input:
+  {
+    "kind": "chat_turn"
+  }
+state:
+  {
+    "waiting_for": 3
+  }
+result: -
+error: -
+children (4):
+  #2 search_web [completed]
+  #3 read_docs [failed]
+  #4 ask_approval [pending]
+  #5 summarize_history [running] (background)
+`, b.conv), out)
+
+	out = stamp.ReplaceAllString(b.arbor(t, "show", "5").ok(t).stdout, "TIME")
+	require.Contains(t, out, "owner               #1 chat_turn [waiting]\n")
+	require.Contains(t, out, "background          yes\n")
+	require.Contains(t, out, fmt.Sprintf("run                 token %d, lease deadline TIME\n", summary.Token))
+	require.Contains(t, out, "children: none\n")
+
+	out = b.arbor(t, "show", "3").ok(t).stdout
+	require.Contains(t, out, "error:\n  message: docs server returned 503\n")
+
+	var doc struct {
+		Task struct {
+			ID       int64  `json:"id"`
+			Status   string `json:"status"`
+			Token    int64  `json:"token"`
+			Children []struct {
+				ID int64 `json:"id"`
+			} `json:"children"`
+		} `json:"task"`
+		Owner *struct {
+			ID int64 `json:"id"`
+		} `json:"owner"`
+		Conversation struct {
+			ID     string `json:"id"`
+			Holder string `json:"holder"`
+		} `json:"conversation"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(b.arbor(t, "show", "7", "--json").ok(t).stdout), &doc))
+	require.Equal(t, int64(7), doc.Task.ID)
+	require.Equal(t, "completing", doc.Task.Status)
+	require.Len(t, doc.Task.Children, 1)
+	require.Equal(t, int64(8), doc.Task.Children[0].ID)
+	require.Equal(t, int64(6), doc.Owner.ID)
+	require.Equal(t, b.conv, doc.Conversation.ID)
+	require.Empty(t, doc.Conversation.Holder)
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/internal/testdb"
+)
+
+func TestTreeDrawsTheConversation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.sampleTree(t)
+
+	// --no-age makes the drawing exact; the flag may stand before or after
+	// the conversation.
+	want := fmt.Sprintf(`conversation %s
+├── #1 chat_turn [waiting] phase=gathering attempt=0 waits all_settled on #2 #3 #4
+│   ├── #2 search_web [completed] attempt=0
+│   ├── #3 read_docs [failed] attempt=0 error="docs server returned 503"
+│   ├── #4 ask_approval [pending] attempt=0
+│   └── #5 summarize_history [running] attempt=0 (background)
+└── #6 chat_turn [running] attempt=0
+    └── #7 sub_agent [completing] attempt=0 holds its result, waits on #8
+        └── #8 browse [pending] attempt=0
+`, b.conv)
+	require.Equal(t, want, b.arbor(t, "tree", b.conv, "--no-age").ok(t).stdout)
+	require.Equal(t, want, b.arbor(t, "tree", "--no-age", b.conv).ok(t).stdout)
+
+	// Without --no-age every line carries an age; masked, it is the same tree.
+	aged := b.arbor(t, "tree", b.conv).ok(t).stdout
+	ageRE := regexp.MustCompile(` age=[0-9.]+(ms|s|m[0-9]{2}s)`)
+	require.Len(t, ageRE.FindAllString(aged, -1), 8, aged)
+	require.Equal(t, want, ageRE.ReplaceAllString(aged, ""))
+}
+
+func TestTreeEmptyAndUnknownConversation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.arbor(t, "tree", b.conv).fails(t, 1, fmt.Sprintf("conversation %q not found", b.conv))
+}
+
+// treeNode is the part of tree --json this test reads back.
+type treeNode struct {
+	ID         int64           `json:"id"`
+	OwnerID    int64           `json:"owner_id"`
+	Kind       string          `json:"kind"`
+	Status     string          `json:"status"`
+	Background bool            `json:"background"`
+	Phase      string          `json:"phase"`
+	WaitPolicy string          `json:"wait_policy"`
+	WaitIDs    []int64         `json:"wait_ids"`
+	Input      json.RawMessage `json:"input"`
+	State      json.RawMessage `json:"state"`
+	Result     json.RawMessage `json:"result"`
+	Token      int64           `json:"token"`
+	Error      *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+	CreatedAt time.Time  `json:"created_at"`
+	Children  []treeNode `json:"children"`
+}
+
+func TestTreeJSON(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.sampleTree(t)
+
+	out := b.arbor(t, "tree", b.conv, "--json").ok(t).stdout
+	var doc struct {
+		Conversation string     `json:"conversation"`
+		Tasks        []treeNode `json:"tasks"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+	require.Equal(t, b.conv, doc.Conversation)
+
+	// The shape: two roots, children nested under their owners.
+	var shape func(n treeNode) string
+	shape = func(n treeNode) string {
+		s := fmt.Sprintf("%d:%s:%s", n.ID, n.Kind, n.Status)
+		if len(n.Children) > 0 {
+			var kids []string
+			for _, c := range n.Children {
+				kids = append(kids, shape(c))
+			}
+			s += "(" + strings.Join(kids, " ") + ")"
+		}
+		return s
+	}
+	require.Len(t, doc.Tasks, 2)
+	require.Equal(t, "1:chat_turn:waiting(2:search_web:completed 3:read_docs:failed 4:ask_approval:pending 5:summarize_history:running)",
+		shape(doc.Tasks[0]))
+	require.Equal(t, "6:chat_turn:running(7:sub_agent:completing(8:browse:pending))", shape(doc.Tasks[1]))
+
+	// The columns, as the database holds them.
+	root := doc.Tasks[0]
+	require.Equal(t, "gathering", root.Phase)
+	require.Equal(t, "all_settled", root.WaitPolicy)
+	require.Equal(t, []int64{2, 3, 4}, root.WaitIDs)
+	require.JSONEq(t, `{"waiting_for": 3}`, string(root.State))
+	require.JSONEq(t, `{"kind": "chat_turn"}`, string(root.Input))
+	require.Equal(t, b.get(t, 1).CreatedAt.UTC(), root.CreatedAt.UTC())
+	require.JSONEq(t, `{"hits": 3}`, string(root.Children[0].Result))
+	require.Equal(t, "docs server returned 503", root.Children[1].Error.Message)
+	require.True(t, root.Children[3].Background)
+	require.Equal(t, b.get(t, 5).Token, root.Children[3].Token)
+	require.NotZero(t, root.Children[3].Token)
+	require.Equal(t, int64(1), root.Children[0].OwnerID)
+}
+
+// TestTreeWatch runs tree --watch, changes the tree underneath it, and
+// stops it with Ctrl-C (SIGINT), which is a normal end.
+func TestTreeWatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.sampleTree(t)
+
+	cmd := exec.Command(arborBin, "tree", b.conv, "--watch", "--interval", "20ms", "--no-age",
+		"--database-url", testdb.URL(t), "--schema", b.schema)
+	cmd.Env = environWithout("ARBOR_DATABASE_URL")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	lines := make(chan string, 1000)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var seen []string
+	waitFor := func(want string) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case l, ok := <-lines:
+				require.True(t, ok, "arbor ended before %q; output:\n%s\nstderr: %s", want, strings.Join(seen, "\n"), stderr.String())
+				seen = append(seen, l)
+				if strings.Contains(l, want) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no %q within 30s; output:\n%s", want, strings.Join(seen, "\n"))
+			}
+		}
+	}
+
+	waitFor("#1 chat_turn [waiting]")
+	waitFor("#8 browse [pending]") // the frame's last line
+	// Polls with no change write nothing more: stdout is not a terminal.
+	time.Sleep(200 * time.Millisecond)
+	require.Empty(t, lines, "a frame was written without a change")
+
+	_, err = b.engine.Abort(b.ctx, 1)
+	require.NoError(t, err)
+	waitFor("#1 chat_turn [aborted]")
+	waitFor("#4 ask_approval [orphaned]")
+
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, cmd.Wait(), "stderr: %s", stderr.String())
+	require.Empty(t, stderr.String())
+	// Two frames: the first tree and the one after the abort.
+	require.Equal(t, 2, strings.Count(strings.Join(seen, "\n")+"\n"+drain(lines), "conversation "+b.conv))
+}
+
+func drain(lines <-chan string) string {
+	var rest []string
+	for l := range lines {
+		rest = append(rest, l)
+	}
+	return strings.Join(rest, "\n")
+}
