@@ -180,8 +180,19 @@ func (e *Engine) scheduleWake(ctx context.Context, tx pgx.Tx, t Task) (Task, err
 	if t.WakeAt == nil {
 		return Task{}, fmt.Errorf("sleeping task %d has no wake time", t.ID)
 	}
-	res, err := e.wakeJobs.InsertTx(ctx, tx, WakeArgs{TaskID: t.ID, SleepSeq: t.SleepSeq, ConversationID: t.ConversationID},
-		&river.InsertOpts{ScheduledAt: *t.WakeAt})
+	// River inserts any job with a ScheduledAt as scheduled, even one in
+	// the past, and only its scheduler (every ~5 s) makes it available. A
+	// sleep that is already due is inserted available instead, which River
+	// announces to its workers at once.
+	due, _, err := e.store.DueNow(ctx, tx, *t.WakeAt)
+	if err != nil {
+		return Task{}, err
+	}
+	opts := &river.InsertOpts{ScheduledAt: *t.WakeAt}
+	if due {
+		opts.ScheduledAt = time.Time{}
+	}
+	res, err := e.wakeJobs.InsertTx(ctx, tx, WakeArgs{TaskID: t.ID, SleepSeq: t.SleepSeq, ConversationID: t.ConversationID}, opts)
 	if err != nil {
 		return Task{}, fmt.Errorf("insert wake job: %w", err)
 	}
