@@ -15,8 +15,8 @@ import (
 // deletes of River's job table (river_job, migrated into the same schema)
 // that keep a sleeping task and its wake job in step. River's own API
 // inserts and completes those jobs; the engine deletes them with one
-// statement of its own because River's bulk delete skips locked rows, and
-// a wake job skipped that way would be left behind.
+// statement of its own, for any number of tasks at once and skipping the
+// rows River's scheduler holds (see DeleteWakeJobs).
 
 // WakeJobKind is the River job kind of the jobs that wake sleeping tasks.
 const WakeJobKind = "arbor_wake"
@@ -85,8 +85,10 @@ var (
 
 	qDueNow = define(`SELECT $1::timestamptz <= clock_timestamp(), clock_timestamp()`)
 
-	qDeleteWakeJobs = define(`DELETE FROM {schema}.river_job
-		WHERE id = ANY($1) AND kind = '` + WakeJobKind + `' AND state <> 'running'`)
+	qDeleteWakeJobs = define(`DELETE FROM {schema}.river_job WHERE id IN (
+		SELECT id FROM {schema}.river_job
+		WHERE id = ANY($1) AND kind = '` + WakeJobKind + `' AND state <> 'running'
+		FOR UPDATE SKIP LOCKED)`)
 
 	qSleepingDue = define(`SELECT id, conversation_id, sleep_seq, wake_at FROM {schema}.tasks
 		WHERE status = 'sleeping' AND wake_at <= $1
@@ -192,10 +194,13 @@ func (s *Store) DueNow(ctx context.Context, db DB, at time.Time) (bool, time.Tim
 	return due, now, err
 }
 
-// DeleteWakeJobs deletes the wake jobs among jobIDs that are not running,
-// waiting for any lock on them: a job a River producer is fetching at that
-// moment becomes running, and is left to its worker, which finds its task no
-// longer sleeping from that sleep and does nothing.
+// DeleteWakeJobs deletes the wake jobs among jobIDs that are not running
+// and that no other transaction holds. A job left out is one River is
+// moving at that moment: its scheduler making it available, or a producer
+// fetching it to run. Waiting for it would stall every wake behind River's
+// scheduler (whose transaction locks all the jobs due in the next 5 s, for
+// hundreds of milliseconds under load); left alone, it runs, finds its
+// sleep over and does nothing.
 func (s *Store) DeleteWakeJobs(ctx context.Context, db DB, jobIDs []int64) (int64, error) {
 	if len(jobIDs) == 0 {
 		return 0, nil

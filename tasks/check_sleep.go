@@ -16,12 +16,14 @@ import (
 //   - a sleeping task has a wake time, and exactly one live wake job (one
 //     River has not completed, cancelled or discarded) for its current
 //     sleep, and that job is the one the task records (wake_job_id);
-//   - from the other side, no wake job waiting to run (scheduled,
-//     available, pending or retryable) is left for a sleep that is over:
-//     early wakes, cancels and aborts remove it in their transaction. A
-//     running wake job of a finished sleep is not a violation: it is the
-//     worker that is waking (or just woke) the task, or one that will find
-//     the sleep over and do nothing;
+//   - from the other side, no wake job waiting for its time (scheduled,
+//     pending or retryable) is left for a sleep that is over: wakes,
+//     cancels and aborts remove it in their transaction. An available or
+//     running wake job of a finished sleep is not a violation: it is one
+//     River was promoting or fetching when the sleep ended (the engine
+//     does not wait for River's locks, see store.DeleteWakeJobs), or the
+//     worker that is waking (or just woke) the task; it finds the sleep
+//     over and does nothing;
 //   - a task has not been retried more often than its max_retries.
 //
 // Tasks and jobs are read in one repeatable-read snapshot, so the check can
@@ -84,7 +86,7 @@ func sleepViolations(ts []Task, jobs []store.WakeJob) []string {
 		switch {
 		case !ok:
 			out = append(out, fmt.Sprintf("wake job %d (%s) names task %d, which is not in this conversation", j.ID, j.State, j.TaskID))
-		case j.State != "running" && !(t.Status == fsm.Sleeping && t.SleepSeq == j.SleepSeq):
+		case j.State != "running" && j.State != "available" && !(t.Status == fsm.Sleeping && t.SleepSeq == j.SleepSeq):
 			out = append(out, fmt.Sprintf("task %d: wake job %d (%s) is left for sleep %d, but the task is %s at sleep %d",
 				t.ID, j.ID, j.State, j.SleepSeq, t.Status, t.SleepSeq))
 		}

@@ -331,9 +331,10 @@ func (e *Engine) wakeLocked(ctx context.Context, tx pgx.Tx, t Task) (Task, error
 // dropWakeJobs removes the wake jobs of the sleeping tasks among ts, which
 // are locked and about to leave their sleep (woken, cancelled, aborted) in
 // this transaction. It is the hook that keeps invariant 5 of DESIGN §4
-// from the other side: no task that left its sleep keeps a live job for it.
-// A running job is left alone; its worker finds the sleep over and does
-// nothing.
+// from the other side: no task that left its sleep keeps a job waiting for
+// it. A job River is running, or moving at that moment (its scheduler or a
+// producer holds the row), is left alone rather than waited for: it runs,
+// finds the sleep over and does nothing.
 func (e *Engine) dropWakeJobs(ctx context.Context, tx pgx.Tx, ts ...Task) error {
 	var ids []int64
 	for _, t := range ts {
