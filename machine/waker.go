@@ -163,6 +163,9 @@ type Waker struct {
 	wg      sync.WaitGroup
 }
 
+// offsetSampleMaxRTT is the slowest clock read whose offset is trusted.
+const offsetSampleMaxRTT = 20 * time.Millisecond
+
 // wakeTimeout bounds one timer's wake transaction.
 const wakeTimeout = 30 * time.Second
 
@@ -342,16 +345,27 @@ func (w *Waker) pollLoop(ctx context.Context) {
 
 func (w *Waker) poll(ctx context.Context) error {
 	started := time.Now()
-	dbNow, err := w.store.DatabaseNow(ctx, w.engine.Pool())
+	conn, err := w.engine.Pool().Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	rtt := time.Since(started)
-	w.offset.Store(int64(dbNow.Sub(started.Add(rtt / 2))))
-	due, err := w.store.SleepingDue(ctx, w.engine.Pool(), dbNow.Add(w.cfg.Horizon), w.cfg.PollLimit)
+	defer conn.Release()
+	// Time the clock read alone (not the wait for a connection): the
+	// offset is known to within half the round trip, so a slow sample is
+	// not taken.
+	asked := time.Now()
+	dbNow, err := w.store.DatabaseNow(ctx, conn)
 	if err != nil {
 		return err
 	}
+	if rtt := time.Since(asked); rtt <= offsetSampleMaxRTT {
+		w.offset.Store(int64(dbNow.Sub(asked.Add(rtt / 2))))
+	}
+	due, err := w.store.SleepingDue(ctx, conn, dbNow.Add(w.cfg.Horizon), w.cfg.PollLimit)
+	if err != nil {
+		return err
+	}
+	conn.Release()
 	seen := make(map[sleepKey]bool, len(due))
 	for _, st := range due {
 		seen[sleepKey{st.TaskID, st.SleepSeq}] = true
