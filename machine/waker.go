@@ -224,7 +224,7 @@ func (w *Waker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.running || w.stopped {
-		return errors.New("machine: Waker.Start: already started")
+		return errors.New("machine: Waker.Start: a waker starts once (it was already started or stopped)")
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	if err := w.river.Start(runCtx); err != nil {
