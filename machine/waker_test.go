@@ -403,3 +403,32 @@ func TestWakerConfigIsValidated(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Stop(context.Background()), "stopping a waker never started is a no-op")
 }
+
+// TestTimersSurviveALostListenConnection kills the waker's LISTEN
+// connection: it reconnects, and its timers still wake the sleeps that
+// came meanwhile (by the poll that follows every reconnection).
+func TestTimersSurviveALostListenConnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, rec := b.startWaker(t, true)
+	listening := func() (pids []int32) {
+		rows, err := b.pool.Query(b.ctx, `SELECT pid FROM pg_stat_activity WHERE query = $1`,
+			"LISTEN "+pgx.Identifier{b.engine.Store().SleepChannel()}.Sanitize())
+		require.NoError(t, err)
+		pids, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+		require.NoError(t, err)
+		return pids
+	}
+	require.Eventually(t, func() bool { return len(listening()) == 1 }, eventually, 10*time.Millisecond)
+	old := listening()[0]
+	_, err := b.pool.Exec(b.ctx, `SELECT pg_terminate_backend($1)`, old)
+	require.NoError(t, err)
+
+	task := b.sleeper(t, 0, time.Now().Add(time.Second))
+	b.waitStatus(t, task.ID, fsm.Pending)
+	require.Eventually(t, func() bool { return len(rec.of(task.ID)) == 1 }, eventually, 10*time.Millisecond)
+	require.Equal(t, machine.WokenByTimer, rec.of(task.ID)[0].By)
+	pids := listening()
+	require.Len(t, pids, 1, "listening again")
+	require.NotEqual(t, old, pids[0])
+}
