@@ -245,9 +245,9 @@ func (e *Engine) wakeNow(ctx context.Context, tx pgx.Tx, taskID int64) (Task, er
 
 // WakeSleeping wakes taskID (sleeping → pending) if it is still sleeping
 // from sleep sleepSeq and that sleep's wake time has come by the
-// database's clock, removing the sleep's wake job unless that job is
-// running (a running wake job is the caller's own, or another worker's that
-// will find the task awake and do nothing). It is the one path of every
+// database's clock, removing the sleep's wake job unless River is running
+// or moving it (then it is the caller's own, or one that will find the task
+// awake and do nothing; see dropWakeJobs). It is the one path of every
 // timed wake, the River worker's and the local timers', and it is
 // idempotent: a task already woken, cancelled, aborted or sleeping again
 // (a later sleep_seq) is not an error, woken is false and nothing is
