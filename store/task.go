@@ -31,6 +31,9 @@ type TaskError struct {
 	Message string `json:"message"`
 	// Detail is optional JSON the handler attached.
 	Detail json.RawMessage `json:"detail,omitempty"`
+	// NonRetryable makes a failure final even when the task has retries
+	// left (see tasks.NonRetryable).
+	NonRetryable bool `json:"non_retryable,omitempty"`
 }
 
 // Task is one row of the tasks table.
@@ -57,6 +60,14 @@ type Task struct {
 	SleepSeq         int64
 	MaxRetries       int
 	Retries          int
+	// WakeJobID is the River job that wakes the task from its current (or
+	// last) sleep; 0 if it never slept.
+	WakeJobID int64
+	// RetryBackoffBase and RetryBackoffCap are the task's backoff policy.
+	RetryBackoffBase time.Duration
+	RetryBackoffCap  time.Duration
+	// ErrorHistory holds the task's failed runs, oldest first, bounded.
+	ErrorHistory []FailedTry
 	// Token is the fencing token of the current run of a running task; 0
 	// when it is not running.
 	Token          int64
@@ -74,19 +85,20 @@ const taskColumns = `id, conversation_id, coalesce(owner_task_id, 0), kind, stat
 	phase, state, result, error, attempt, restart_limit, abandon_on_restart, abort_requested,
 	coalesce(wait_policy, ''), wait_ids, wake_at, sleep_seq, max_retries, retries, coalesce(token, 0),
 	lease_expires_at, coalesce(idempotency_key, ''), coalesce(settle_seq, 0), created_at, updated_at,
-	started_at, settled_at`
+	started_at, settled_at, coalesce(wake_job_id, 0), retry_backoff_base, retry_backoff_cap, error_history`
 
 func scanTask(row pgx.Row, extra ...any) (Task, error) {
 	var (
-		t      Task
-		status string
-		errRaw []byte
+		t       Task
+		status  string
+		errRaw  []byte
+		histRaw []byte
 	)
 	err := row.Scan(append([]any{&t.ID, &t.ConversationID, &t.OwnerID, &t.Kind, &status, &t.Background, &t.Input,
 		&t.Phase, &t.State, &t.Result, &errRaw, &t.Attempt, &t.RestartLimit, &t.AbandonOnRestart, &t.AbortRequested,
 		&t.WaitPolicy, &t.WaitIDs, &t.WakeAt, &t.SleepSeq, &t.MaxRetries, &t.Retries, &t.Token,
 		&t.LeaseExpiresAt, &t.IdempotencyKey, &t.SettleSeq, &t.CreatedAt, &t.UpdatedAt,
-		&t.StartedAt, &t.SettledAt}, extra...)...)
+		&t.StartedAt, &t.SettledAt, &t.WakeJobID, &t.RetryBackoffBase, &t.RetryBackoffCap, &histRaw}, extra...)...)
 	if err != nil {
 		return Task{}, err
 	}
@@ -94,6 +106,11 @@ func scanTask(row pgx.Row, extra ...any) (Task, error) {
 	if len(errRaw) > 0 {
 		t.Error = new(TaskError)
 		if err := json.Unmarshal(errRaw, t.Error); err != nil {
+			return Task{}, err
+		}
+	}
+	if len(histRaw) > 0 {
+		if err := json.Unmarshal(histRaw, &t.ErrorHistory); err != nil {
 			return Task{}, err
 		}
 	}

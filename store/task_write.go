@@ -21,14 +21,17 @@ type InsertParams struct {
 	RestartLimit     int
 	AbandonOnRestart bool
 	MaxRetries       int
+	RetryBackoffBase time.Duration
+	RetryBackoffCap  time.Duration
 	IdempotencyKey   string // "" for none
 }
 
 var (
 	qInsertTask = define(`INSERT INTO {schema}.tasks
 		(conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
-		 max_retries, idempotency_key)
-		VALUES ($1, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''))
+		 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap)
+		VALUES ($1, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''),
+		        $10 * interval '1 microsecond', $11 * interval '1 microsecond')
 		RETURNING {task_columns}`)
 
 	qStartTask = define(`UPDATE {schema}.tasks
@@ -116,7 +119,8 @@ func marshalError(e *TaskError) ([]byte, error) {
 // InsertTask creates a pending task.
 func (s *Store) InsertTask(ctx context.Context, db DB, p InsertParams) (Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qInsertTask], p.ConversationID, p.OwnerID, p.Kind, p.Background,
-		nullJSON(p.Input), p.RestartLimit, p.AbandonOnRestart, p.MaxRetries, p.IdempotencyKey))
+		nullJSON(p.Input), p.RestartLimit, p.AbandonOnRestart, p.MaxRetries, p.IdempotencyKey,
+		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap)))
 }
 
 // StartTask moves a pending task that is not abort-requested to `to`

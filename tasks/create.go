@@ -1,9 +1,11 @@
 package tasks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -40,6 +42,11 @@ type CreateParams struct {
 	// MaxRetries is how many times a failed run is retried.
 	// 0 means no retry.
 	MaxRetries int
+	// RetryBackoffBase and RetryBackoffCap are the task's backoff between
+	// retries (see Config.RetryBackoffBase); 0 means the engine's. They are
+	// stored with the task, so every node retries it alike.
+	RetryBackoffBase time.Duration
+	RetryBackoffCap  time.Duration
 	// IdempotencyKey, unique per conversation, makes a repeated Create
 	// return the task the first one created (created=false). At most 200
 	// bytes; empty for none.
@@ -154,6 +161,13 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 	if p.MaxRetries < 0 {
 		return store.InsertParams{}, fmt.Errorf("max retries %d is negative: %w", p.MaxRetries, ErrInvalidArgument)
 	}
+	base, ceiling := cmp.Or(p.RetryBackoffBase, e.cfg.RetryBackoffBase), cmp.Or(p.RetryBackoffCap, e.cfg.RetryBackoffCap)
+	if p.RetryBackoffCap == 0 {
+		ceiling = max(ceiling, base)
+	}
+	if err := validateBackoff(base, ceiling); err != nil {
+		return store.InsertParams{}, err
+	}
 	limit := p.RestartLimit
 	switch {
 	case limit == 0:
@@ -172,6 +186,8 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 		RestartLimit:     limit,
 		AbandonOnRestart: p.AbandonOnRestart,
 		MaxRetries:       p.MaxRetries,
+		RetryBackoffBase: base,
+		RetryBackoffCap:  ceiling,
 		IdempotencyKey:   p.IdempotencyKey,
 	}, nil
 }

@@ -1,5 +1,5 @@
 // Package tasks is arbor's engine: every operation of DESIGN §3 (create,
-// start and claim, checkpoint and heartbeat, wait, complete, fail, cancel,
+// start and claim, checkpoint and heartbeat, wait, sleep and wake, complete, fail, cancel,
 // abort, transition) as one PostgreSQL transaction over package store, with
 // every status write checked by package fsm first.
 //
@@ -12,7 +12,7 @@
 // # Locking order
 //
 // Every transaction that can change more than one task (create a child,
-// complete, fail, cancel, abort, wait, wake, transition) takes its locks in
+// complete, fail, cancel, abort, wait, sleep, wake, transition) takes its locks in
 // this order, and only in this order:
 //
 //  1. the conversation row (FOR NO KEY UPDATE). The task's conversation is

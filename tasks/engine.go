@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/migrations"
@@ -37,6 +38,9 @@ const (
 	MaxErrorMessageBytesDefault = 8 << 10 // 8 KiB
 	RestartLimitDefault         = 5
 	TxRetriesDefault            = 5
+	RetryBackoffBaseDefault     = time.Second
+	RetryBackoffCapDefault      = 5 * time.Minute
+	ErrorHistoryLimitDefault    = 10
 	maxTextBytes                = 200 // conversation ids, kinds, phases, idempotency keys
 )
 
@@ -62,6 +66,17 @@ type Config struct {
 	// TxRetries is how many times a pool-form operation is retried after a
 	// serialization failure or a deadlock. Default TxRetriesDefault (5).
 	TxRetries int
+	// RetryBackoffBase is the first retry's backoff for tasks created
+	// without one (CreateParams.RetryBackoffBase): retry n (from 0) waits
+	// min(cap, base·2^n), jittered into its upper half. Default
+	// RetryBackoffBaseDefault (1 s).
+	RetryBackoffBase time.Duration
+	// RetryBackoffCap bounds every backoff of tasks created without one.
+	// Default RetryBackoffCapDefault (5 min).
+	RetryBackoffCap time.Duration
+	// ErrorHistoryLimit is how many failed runs a task's error history keeps
+	// (the newest). Default ErrorHistoryLimitDefault (10).
+	ErrorHistoryLimit int
 	// Logger receives the engine's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -90,6 +105,15 @@ func (c *Config) WithDefaults() *Config {
 	if out.TxRetries == 0 {
 		out.TxRetries = TxRetriesDefault
 	}
+	if out.RetryBackoffBase == 0 {
+		out.RetryBackoffBase = RetryBackoffBaseDefault
+	}
+	if out.RetryBackoffCap == 0 {
+		out.RetryBackoffCap = max(RetryBackoffCapDefault, out.RetryBackoffBase)
+	}
+	if out.ErrorHistoryLimit == 0 {
+		out.ErrorHistoryLimit = ErrorHistoryLimitDefault
+	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -115,6 +139,12 @@ func (c *Config) validate() error {
 	if c.TxRetries < 0 {
 		return fmt.Errorf("Config.TxRetries: %d is negative", c.TxRetries)
 	}
+	if err := validateBackoff(c.RetryBackoffBase, c.RetryBackoffCap); err != nil {
+		return fmt.Errorf("Config.RetryBackoffBase/RetryBackoffCap: %w", err)
+	}
+	if c.ErrorHistoryLimit < 1 {
+		return fmt.Errorf("Config.ErrorHistoryLimit: %d is below 1", c.ErrorHistoryLimit)
+	}
 	return nil
 }
 
@@ -125,6 +155,9 @@ type Engine struct {
 	store  *store.Store
 	cfg    *Config
 	logger *slog.Logger
+	// wakeJobs inserts and finds the River jobs that wake sleeping tasks;
+	// an insert-only client, never started (see sleep.go).
+	wakeJobs *river.Client[pgx.Tx]
 }
 
 // New returns an Engine on pool. It refuses a schema that is not at the
@@ -142,7 +175,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Engine, error) 
 	if err != nil {
 		return nil, fmt.Errorf("tasks.New: %w", err)
 	}
-	return &Engine{pool: pool, store: st, cfg: cfg, logger: cfg.Logger}, nil
+	wakeJobs, err := newWakeJobClient(pool, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("tasks.New: %w", err)
+	}
+	return &Engine{pool: pool, store: st, cfg: cfg, logger: cfg.Logger, wakeJobs: wakeJobs}, nil
 }
 
 // Config returns the engine's configuration with defaults filled in.

@@ -11,9 +11,14 @@ import (
 // Fail ends the run holding token with a failure: the task becomes failed
 // with taskErr recorded (its message truncated to
 // Config.MaxErrorMessageBytes, its detail JSON checked against
-// Config.MaxPayloadBytes), its live foreground children are aborted first
-// (bottom-up), and its owner is reconciled (fail_fast or all_settled) in the
-// same transaction.
+// Config.MaxPayloadBytes) and added to its error history, its live
+// foreground children are aborted first (bottom-up), and its owner is
+// reconciled (fail_fast or all_settled) in the same transaction.
+//
+// A task with retries left (CreateParams.MaxRetries) whose taskErr is not
+// NonRetryable is not failed: it sleeps until its backoff time (see
+// retry.go), with retries + 1 and taskErr recorded, and is woken like any
+// sleep.
 //
 // Fenced like Checkpoint: ErrLeaseLost, ErrNotRunning or ErrAborted, and
 // nothing is written.
@@ -50,6 +55,15 @@ func (e *Engine) fail(ctx context.Context, tx pgx.Tx, taskID int64, token *int64
 	}
 	if _, err := fsm.Transition(t.Status, fsm.Fail); err != nil {
 		return Task{}, errorf("fail", taskID, transitionError(taskID, t.Status, fsm.Fail))
+	}
+	if retried, ok, err := e.retryIfAllowed(ctx, tx, t, token != nil, recorded); ok || err != nil {
+		if err != nil {
+			return Task{}, errorf("fail", taskID, err)
+		}
+		return retried, nil
+	}
+	if err := e.recordFailure(ctx, tx, t, recorded); err != nil {
+		return Task{}, errorf("fail", taskID, err)
 	}
 	if err := e.abortForegroundChildren(ctx, tx, t); err != nil {
 		return Task{}, errorf("fail", taskID, err)

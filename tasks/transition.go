@@ -57,9 +57,9 @@ func (e *Engine) transition(ctx context.Context, tx pgx.Tx, taskID int64, event 
 	case fsm.Start:
 		return e.start(ctx, tx, taskID)
 	case fsm.Wake:
-		woken, err := e.store.WakeTask(ctx, tx, taskID, to)
+		woken, err := e.wakeLocked(ctx, tx, t)
 		if err != nil {
-			return Task{}, errorf("wake", taskID, mapDBError(err))
+			return Task{}, errorf("wake", taskID, err)
 		}
 		return woken, nil
 	case fsm.Recover:

@@ -39,6 +39,9 @@ func (e *Engine) settle(ctx context.Context, tx pgx.Tx, t Task, event fsm.Event,
 	if err != nil {
 		return Task{}, transitionError(t.ID, t.Status, event)
 	}
+	if err := e.dropWakeJobs(ctx, tx, t); err != nil {
+		return Task{}, err
+	}
 	settled, err := e.store.SettleTask(ctx, tx, t.ID, to, result, taskErr)
 	if err != nil {
 		return Task{}, mapDBError(err)
@@ -190,6 +193,9 @@ func (e *Engine) abortSubtrees(ctx context.Context, tx pgx.Tx, rootIDs []int64) 
 // first, in descending id order: an owner's id is always smaller than its
 // children's.
 func (e *Engine) abortLocked(ctx context.Context, tx pgx.Tx, nodes []Task) ([]Task, error) {
+	if err := e.dropWakeJobs(ctx, tx, nodes...); err != nil {
+		return nil, err
+	}
 	ids := make([]int64, 0, len(nodes))
 	statuses := make([]fsm.Status, 0, len(nodes))
 	for i := len(nodes) - 1; i >= 0; i-- {

@@ -58,5 +58,5 @@ func (e *Engine) boundedError(taskErr TaskError) (*TaskError, error) {
 	if err := checkText("error code", taskErr.Code, false); err != nil {
 		return nil, err
 	}
-	return &TaskError{Code: taskErr.Code, Message: msg, Detail: taskErr.Detail}, nil
+	return &TaskError{Code: taskErr.Code, Message: msg, Detail: taskErr.Detail, NonRetryable: taskErr.NonRetryable}, nil
 }

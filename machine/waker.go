@@ -1,0 +1,473 @@
+package machine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// Defaults of WakerConfig.
+const (
+	// WakeHorizonDefault: timers are armed for sleeps due within this.
+	WakeHorizonDefault = 30 * time.Second
+	// WakePollIntervalDefault: how often sleeping tasks are re-read.
+	WakePollIntervalDefault = 5 * time.Second
+	// WakePollLimitDefault: the most sleeps one poll arms.
+	WakePollLimitDefault = 10_000
+	// WakeWorkersDefault: River workers of the wake queue.
+	WakeWorkersDefault = 10
+	// WakeFetchPollIntervalDefault: River's fetch poll of the wake queue
+	// (River's own default).
+	WakeFetchPollIntervalDefault = river.FetchPollIntervalDefault
+)
+
+// WakeSource says which path woke a task.
+type WakeSource string
+
+const (
+	WokenByTimer WakeSource = "timer"
+	WokenByRiver WakeSource = "river"
+)
+
+// WakeEvent reports a wake that a Waker committed.
+type WakeEvent struct {
+	TaskID         int64
+	SleepSeq       int64
+	ConversationID string
+	By             WakeSource
+}
+
+// WakerConfig configures a Waker. The zero value of every field means its
+// default.
+type WakerConfig struct {
+	// DisableTimers turns the local timers off: sleeps are then woken by
+	// River alone, which promotes scheduled jobs only every ~5 s. For tests,
+	// benchmarks, and processes that should work the wake queue without
+	// keeping timers. Default false (timers on).
+	DisableTimers bool
+	// Horizon is how far ahead timers are armed: a sleep due later is armed
+	// by a later poll. Must exceed PollInterval. Default WakeHorizonDefault
+	// (30 s).
+	Horizon time.Duration
+	// PollInterval is how often the waker re-reads the sleeping tasks due
+	// within Horizon, catching sleeps whose notification it missed (it was
+	// not running, or its LISTEN connection dropped). Default
+	// WakePollIntervalDefault (5 s).
+	PollInterval time.Duration
+	// PollLimit bounds the sleeps one poll arms (soonest first); the rest
+	// are left to River and later polls. Default WakePollLimitDefault.
+	PollLimit int
+	// Workers is the River wake queue's MaxWorkers. Default
+	// WakeWorkersDefault (10).
+	Workers int
+	// FetchPollInterval is River's fetch poll interval for the wake queue.
+	// Default WakeFetchPollIntervalDefault (River's default, 1 s).
+	FetchPollInterval time.Duration
+	// Filter, if not nil, limits timers to the sleeps of conversations for
+	// which it returns true (a runner passes the conversations it holds).
+	// River's worker wakes every conversation's sleeps regardless. Default:
+	// every conversation.
+	Filter func(conversationID string) bool
+	// OnWake, if not nil, is called after each wake this waker committed,
+	// by a timer or by its River worker, from the goroutine that woke it.
+	OnWake func(WakeEvent)
+	// RiverTestOnly sets River's Config.TestOnly (no staggered start of its
+	// maintenance services). For tests only. Default false.
+	RiverTestOnly bool
+	// Logger receives the waker's logs and River's. Default: the engine's.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c *WakerConfig) WithDefaults() *WakerConfig {
+	out := WakerConfig{}
+	if c != nil {
+		out = *c
+	}
+	if out.Horizon == 0 {
+		out.Horizon = WakeHorizonDefault
+	}
+	if out.PollInterval == 0 {
+		out.PollInterval = WakePollIntervalDefault
+	}
+	if out.PollLimit == 0 {
+		out.PollLimit = WakePollLimitDefault
+	}
+	if out.Workers == 0 {
+		out.Workers = WakeWorkersDefault
+	}
+	if out.FetchPollInterval == 0 {
+		out.FetchPollInterval = WakeFetchPollIntervalDefault
+	}
+	return &out
+}
+
+func (c *WakerConfig) validate() error {
+	switch {
+	case c.PollInterval < time.Millisecond:
+		return fmt.Errorf("WakerConfig.PollInterval: %s is below 1ms", c.PollInterval)
+	case c.Horizon <= c.PollInterval:
+		return fmt.Errorf("WakerConfig.Horizon: %s must exceed PollInterval %s", c.Horizon, c.PollInterval)
+	case c.PollLimit < 1:
+		return fmt.Errorf("WakerConfig.PollLimit: %d is below 1", c.PollLimit)
+	case c.Workers < 1:
+		return fmt.Errorf("WakerConfig.Workers: %d is below 1", c.Workers)
+	case c.FetchPollInterval < river.FetchPollIntervalMin:
+		return fmt.Errorf("WakerConfig.FetchPollInterval: %s is below River's minimum %s", c.FetchPollInterval, river.FetchPollIntervalMin)
+	}
+	return nil
+}
+
+// Waker ends sleeps on time. It starts the River client that works
+// tasks.WakeQueue with a WakeWorker (the durable path: an insert-only
+// client never promotes scheduled jobs), and, unless timers are disabled,
+// keeps an in-process timer for every sleep due within its horizon. It
+// learns of sleeps from the notification each sleep's transaction sends
+// (LISTEN) and from a periodic poll of sleeping tasks; a timer that fires
+// wakes its sleep through tasks.Engine.WakeSleeping, the same idempotent
+// path as River's worker, so a sleep woken by both, or by two wakers, wakes
+// once.
+//
+// Start it once and Stop it once. It needs one pool connection for LISTEN
+// while it runs (so, unlike the rest of arbor, it does not work through
+// PgBouncer in transaction mode; set DisableTimers there).
+type Waker struct {
+	engine *tasks.Engine
+	store  *store.Store
+	cfg    *WakerConfig
+	logger *slog.Logger
+	river  *river.Client[pgx.Tx]
+
+	// offset is the database's clock minus ours (ns), measured at each
+	// poll, so that timers fire by the database's clock.
+	offset atomic.Int64
+	kick   chan struct{}
+
+	mu      sync.Mutex
+	timers  map[sleepKey]*timerEntry
+	running bool
+	stopped bool
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// offsetSampleMaxRTT is the slowest clock read whose offset is trusted.
+const offsetSampleMaxRTT = 20 * time.Millisecond
+
+// wakeTimeout bounds one timer's wake transaction.
+const wakeTimeout = 30 * time.Second
+
+type sleepKey struct{ taskID, sleepSeq int64 }
+
+type timerEntry struct {
+	timer *time.Timer
+	// touched is when the entry was armed or last fired: a poll whose
+	// snapshot is older cannot prune it.
+	touched time.Time
+	// failed marks a timer whose wake failed; the next poll re-arms it.
+	failed bool
+}
+
+// NewWaker returns a Waker for engine's schema. It does not start anything.
+func NewWaker(engine *tasks.Engine, cfg *WakerConfig) (*Waker, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("machine.NewWaker: %w", err)
+	}
+	engineCfg := engine.Config()
+	if cfg.Logger == nil {
+		cfg.Logger = engineCfg.Logger
+	}
+	w := &Waker{
+		engine: engine,
+		store:  engine.Store(),
+		cfg:    cfg,
+		logger: cfg.Logger,
+		kick:   make(chan struct{}, 1),
+		timers: map[sleepKey]*timerEntry{},
+	}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, NewWakeWorker(engine, cfg.OnWake, cfg.Logger)); err != nil {
+		return nil, fmt.Errorf("machine.NewWaker: %w", err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(engine.Pool()), &river.Config{
+		Schema:            engineCfg.Schema,
+		Queues:            map[string]river.QueueConfig{tasks.WakeQueue: {MaxWorkers: cfg.Workers}},
+		Workers:           workers,
+		FetchPollInterval: cfg.FetchPollInterval,
+		FetchCooldown:     min(river.FetchCooldownDefault, cfg.FetchPollInterval),
+		Logger:            cfg.Logger,
+		TestOnly:          cfg.RiverTestOnly,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("machine.NewWaker: river client: %w", err)
+	}
+	w.river = client
+	return w, nil
+}
+
+// Start starts River's client and, unless timers are disabled, the LISTEN
+// and poll loops. ctx bounds the start only; Stop ends the waker.
+func (w *Waker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.running || w.stopped {
+		return errors.New("machine: Waker.Start: a waker starts once (it was already started or stopped)")
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if err := w.river.Start(runCtx); err != nil {
+		cancel()
+		return fmt.Errorf("machine: Waker.Start: river: %w", err)
+	}
+	w.running, w.cancel = true, cancel
+	if !w.cfg.DisableTimers {
+		w.wg.Add(2)
+		go w.listenLoop(runCtx)
+		go w.pollLoop(runCtx)
+	}
+	return nil
+}
+
+// Stop stops the timers and the loops, waits for wakes in flight, and stops
+// River's client (which finishes the jobs it is working and resigns its
+// leadership, so another node's client takes over promptly). Sleeps that
+// were armed here are left to River and to other wakers. ctx bounds the wait
+// for River.
+func (w *Waker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.running {
+		w.mu.Unlock()
+		return nil
+	}
+	w.running, w.stopped = false, true
+	w.cancel()
+	for k, e := range w.timers {
+		e.timer.Stop()
+		delete(w.timers, k)
+	}
+	w.mu.Unlock()
+	w.wg.Wait()
+	if err := w.river.Stop(ctx); err != nil {
+		return fmt.Errorf("machine: Waker.Stop: river: %w", err)
+	}
+	return nil
+}
+
+// listenLoop keeps a connection LISTENing on the schema's sleep channel and
+// arms a timer for each announced sleep within the horizon. After every
+// (re)subscription it asks for a poll, which covers what it missed.
+func (w *Waker) listenLoop(ctx context.Context) {
+	defer w.wg.Done()
+	channel := pgx.Identifier{w.store.SleepChannel()}.Sanitize()
+	retry := 10 * time.Millisecond
+	for ctx.Err() == nil {
+		err := w.listenOnce(ctx, channel)
+		if ctx.Err() != nil {
+			return
+		}
+		w.logger.WarnContext(ctx, "arbor: waker lost its LISTEN connection; retrying", slog.String("error", fmt.Sprint(err)))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
+		retry = min(2*retry, 5*time.Second)
+	}
+}
+
+func (w *Waker) listenOnce(ctx context.Context, channel string) error {
+	conn, err := w.engine.Pool().Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A connection that LISTENed must not go back to the pool as it is:
+	// close it, and the pool replaces it.
+	defer func() {
+		_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		conn.Release()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		return err
+	}
+	w.pollSoon()
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		var notice store.SleepNotice
+		if err := json.Unmarshal([]byte(n.Payload), &notice); err != nil {
+			w.logger.WarnContext(ctx, "arbor: waker got a malformed sleep notification", slog.String("payload", n.Payload))
+			continue
+		}
+		w.consider(ctx, store.SleepingTask{TaskID: notice.TaskID, ConversationID: notice.ConversationID,
+			SleepSeq: notice.SleepSeq, WakeAt: notice.WakeAt}, time.Now())
+	}
+}
+
+func (w *Waker) pollSoon() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// pollLoop re-reads the sleeping tasks due within the horizon every
+// PollInterval, and when the LISTEN loop asks.
+func (w *Waker) pollLoop(ctx context.Context) {
+	defer w.wg.Done()
+	ticker := time.NewTicker(w.cfg.PollInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-w.kick:
+		}
+		if err := w.poll(ctx); err != nil && ctx.Err() == nil {
+			w.logger.WarnContext(ctx, "arbor: waker poll failed", slog.String("error", err.Error()))
+		}
+	}
+}
+
+func (w *Waker) poll(ctx context.Context) error {
+	started := time.Now()
+	conn, err := w.engine.Pool().Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	// Time the clock read alone (not the wait for a connection): the
+	// offset is known to within half the round trip, so a slow sample is
+	// not taken.
+	asked := time.Now()
+	dbNow, err := w.store.DatabaseNow(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if rtt := time.Since(asked); rtt <= offsetSampleMaxRTT {
+		w.offset.Store(int64(dbNow.Sub(asked.Add(rtt / 2))))
+	}
+	due, err := w.store.SleepingDue(ctx, conn, dbNow.Add(w.cfg.Horizon), w.cfg.PollLimit)
+	if err != nil {
+		return err
+	}
+	conn.Release()
+	seen := make(map[sleepKey]bool, len(due))
+	for _, st := range due {
+		seen[sleepKey{st.TaskID, st.SleepSeq}] = true
+		w.consider(ctx, st, started)
+	}
+	if len(due) == w.cfg.PollLimit {
+		return nil // a partial view: prune nothing
+	}
+	// Forget the timers of sleeps that are over, unless they were armed or
+	// fired after this poll's snapshot was taken.
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, e := range w.timers {
+		if !seen[k] && e.touched.Before(started) {
+			e.timer.Stop()
+			delete(w.timers, k)
+		}
+	}
+	return nil
+}
+
+// consider arms a timer for st if it is within the horizon, passes the
+// filter and has no timer yet (or its last wake failed). seenAt is when the
+// caller's view of st was read.
+func (w *Waker) consider(ctx context.Context, st store.SleepingTask, seenAt time.Time) {
+	if w.cfg.Filter != nil && !w.cfg.Filter(st.ConversationID) {
+		return
+	}
+	delay := w.untilDB(st.WakeAt)
+	if delay > w.cfg.Horizon {
+		return
+	}
+	key := sleepKey{st.TaskID, st.SleepSeq}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.running {
+		return
+	}
+	if e, ok := w.timers[key]; ok && !(e.failed && e.touched.Before(seenAt)) {
+		return
+	}
+	w.armLocked(ctx, key, st.ConversationID, delay)
+}
+
+// untilDB is how long until t by the database's clock.
+func (w *Waker) untilDB(t time.Time) time.Duration {
+	return time.Until(t) - time.Duration(w.offset.Load())
+}
+
+func (w *Waker) armLocked(ctx context.Context, key sleepKey, conversationID string, delay time.Duration) {
+	e := &timerEntry{touched: time.Now()}
+	e.timer = time.AfterFunc(max(delay, 0), func() { w.fire(ctx, key, conversationID, e) })
+	w.timers[key] = e
+}
+
+// fire wakes a timer's sleep. It runs on the timer's goroutine; Stop waits
+// for it.
+func (w *Waker) fire(ctx context.Context, key sleepKey, conversationID string, e *timerEntry) {
+	w.mu.Lock()
+	if !w.running || w.timers[key] != e {
+		w.mu.Unlock()
+		return
+	}
+	w.wg.Add(1)
+	w.mu.Unlock()
+	defer w.wg.Done()
+
+	// A wake that started finishes even if Stop comes meanwhile: cancelling
+	// it mid-commit would only make its outcome ambiguous.
+	wakeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeTimeout)
+	woken, err := w.engine.WakeSleeping(wakeCtx, key.taskID, key.sleepSeq)
+	cancel()
+	var notDue *tasks.NotDueError
+	w.mu.Lock()
+	switch {
+	case errors.As(err, &notDue):
+		// Our clock ran ahead of the database's: try again when it is due.
+		if w.running && w.timers[key] == e {
+			w.armLocked(ctx, key, conversationID, notDue.Remaining()+time.Millisecond)
+		}
+		w.mu.Unlock()
+		return
+	case err != nil:
+		e.failed, e.touched = true, time.Now()
+		w.mu.Unlock()
+		if ctx.Err() == nil {
+			w.logger.WarnContext(ctx, "arbor: timer wake failed; River or the next poll will retry",
+				slog.Int64("task_id", key.taskID), slog.Int64("sleep_seq", key.sleepSeq), slog.String("error", err.Error()))
+		}
+		return
+	}
+	e.touched = time.Now()
+	w.mu.Unlock()
+	if woken && w.cfg.OnWake != nil {
+		w.cfg.OnWake(WakeEvent{TaskID: key.taskID, SleepSeq: key.sleepSeq, ConversationID: conversationID, By: WokenByTimer})
+	}
+}
+
+// Armed returns how many sleeps have a timer (armed, or fired and not yet
+// forgotten). For tests and metrics.
+func (w *Waker) Armed() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.timers)
+}

@@ -1,0 +1,255 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/arborhq/arbor/fsm"
+)
+
+// Sleep, wake and retry queries (DESIGN §3.5, §3.7), and the few reads and
+// deletes of River's job table (river_job, migrated into the same schema)
+// that keep a sleeping task and its wake job in step. River's own API
+// inserts and completes those jobs; the engine deletes them with one
+// statement of its own, for any number of tasks at once and skipping the
+// rows River's scheduler holds (see DeleteWakeJobs).
+
+// WakeJobKind is the River job kind of the jobs that wake sleeping tasks.
+const WakeJobKind = "arbor_wake"
+
+// FailedTry is one entry of a task's error history: a run that failed.
+type FailedTry struct {
+	// Try is the run that failed, from 1: retries + 1 at the time.
+	Try int `json:"try"`
+	// At is when the failure was recorded, by the database's clock.
+	At           time.Time `json:"at"`
+	Code         string    `json:"code,omitempty"`
+	Message      string    `json:"message"`
+	NonRetryable bool      `json:"non_retryable,omitempty"`
+}
+
+// SleepingTask is what a waker needs to arm a timer for a sleep.
+type SleepingTask struct {
+	TaskID         int64
+	ConversationID string
+	SleepSeq       int64
+	WakeAt         time.Time
+}
+
+// WakeJob is a live (not finalized) wake job, as the invariant check sees it.
+type WakeJob struct {
+	ID       int64
+	State    string
+	TaskID   int64
+	SleepSeq int64
+}
+
+// historyAppend appends the entry $entry (code, message, non_retryable)
+// stamped with the run number and the database time to error_history,
+// keeping the newest $limit entries in order.
+const historyAppend = `error_history = (
+		SELECT coalesce(jsonb_agg(h.e ORDER BY h.n), '[]'::jsonb) FROM (
+			SELECT e, n FROM jsonb_array_elements(error_history || jsonb_build_array(
+				$%[1]d::jsonb || jsonb_build_object('try', retries + 1, 'at', now())))
+				WITH ORDINALITY AS a(e, n)
+			ORDER BY n DESC LIMIT $%[2]d) h)`
+
+var (
+	qSleepTask = define(`UPDATE {schema}.tasks
+		SET status = $2, phase = $3, state = $4, wake_at = $5, sleep_seq = sleep_seq + 1,
+		    wake_job_id = NULL, token = NULL, lease_expires_at = NULL, updated_at = now()
+		WHERE id = $1
+		RETURNING {task_columns}`)
+
+	qRetryTask = define(`UPDATE {schema}.tasks
+		SET status = $2, error = $3, retries = retries + 1,
+		    wake_at = now() + $4 * interval '1 microsecond', sleep_seq = sleep_seq + 1,
+		    wake_job_id = NULL, token = NULL, lease_expires_at = NULL, updated_at = now(),
+		    ` + fmt.Sprintf(historyAppend, 5, 6) + `
+		WHERE id = $1
+		RETURNING {task_columns}`)
+
+	qAppendErrorHistory = define(`UPDATE {schema}.tasks
+		SET updated_at = now(), ` + fmt.Sprintf(historyAppend, 2, 3) + `
+		WHERE id = $1`)
+
+	qSetWakeJob = define(`UPDATE {schema}.tasks SET wake_job_id = $2
+		WHERE id = $1 AND status = 'sleeping'
+		RETURNING {task_columns}`)
+
+	qNotifySleep = define(`SELECT pg_notify($1, $2)`)
+
+	qDueNow = define(`SELECT $1::timestamptz <= clock_timestamp(), clock_timestamp()`)
+
+	qDeleteWakeJobs = define(`DELETE FROM {schema}.river_job WHERE id IN (
+		SELECT id FROM {schema}.river_job
+		WHERE id = ANY($1) AND kind = '` + WakeJobKind + `' AND state <> 'running'
+		FOR UPDATE SKIP LOCKED)`)
+
+	qSleepingDue = define(`SELECT id, conversation_id, sleep_seq, wake_at FROM {schema}.tasks
+		WHERE status = 'sleeping' AND wake_at <= $1
+		ORDER BY wake_at, id LIMIT $2`)
+
+	qDatabaseNow = define(`SELECT clock_timestamp()`)
+
+	qLiveWakeJobs = define(`SELECT id, state::text, coalesce((args->>'task_id')::bigint, 0),
+		    coalesce((args->>'sleep_seq')::bigint, 0)
+		FROM {schema}.river_job
+		WHERE kind = '` + WakeJobKind + `' AND args @> jsonb_build_object('conversation_id', $1::text)
+		  AND state NOT IN ('completed', 'cancelled', 'discarded')
+		ORDER BY id`)
+)
+
+// SleepTask parks a running task until wakeAt with phase and state saved,
+// as sleep number sleep_seq + 1; its wake job is set by SetWakeJob.
+func (s *Store) SleepTask(ctx context.Context, db DB, id int64, to fsm.Status, phase string, state json.RawMessage, wakeAt time.Time) (Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qSleepTask], id, string(to), phase, nullJSON(state), wakeAt))
+}
+
+// RetryTask parks a running task that failed until now() + delay (database
+// clock), recording taskErr as its error and in its error history (newest
+// historyLimit entries kept), with retries + 1 and sleep number sleep_seq + 1.
+func (s *Store) RetryTask(ctx context.Context, db DB, id int64, to fsm.Status, taskErr *TaskError, delay time.Duration, historyLimit int) (Task, error) {
+	errJSON, err := marshalError(taskErr)
+	if err != nil {
+		return Task{}, err
+	}
+	entry, err := historyEntry(taskErr)
+	if err != nil {
+		return Task{}, err
+	}
+	return scanTask(db.QueryRow(ctx, s.sql[qRetryTask], id, string(to), nullJSON(errJSON), micros(delay), entry, historyLimit))
+}
+
+// AppendErrorHistory records taskErr in a live task's error history, keeping
+// the newest historyLimit entries. The engine calls it before the settle of
+// a failure: a settled task can no longer be written.
+func (s *Store) AppendErrorHistory(ctx context.Context, db DB, id int64, taskErr *TaskError, historyLimit int) error {
+	entry, err := historyEntry(taskErr)
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec(ctx, s.sql[qAppendErrorHistory], id, entry, historyLimit)
+	return err
+}
+
+func historyEntry(taskErr *TaskError) (string, error) {
+	if taskErr == nil {
+		taskErr = &TaskError{}
+	}
+	// try and at are stamped by the database; the detail is left out to
+	// keep the history small (the latest error keeps it).
+	b, err := json.Marshal(struct {
+		Code         string `json:"code,omitempty"`
+		Message      string `json:"message"`
+		NonRetryable bool   `json:"non_retryable,omitempty"`
+	}{taskErr.Code, taskErr.Message, taskErr.NonRetryable})
+	return string(b), err
+}
+
+// SetWakeJob records the River job that wakes a sleeping task.
+func (s *Store) SetWakeJob(ctx context.Context, db DB, id, jobID int64) (Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qSetWakeJob], id, jobID))
+}
+
+// SleepChannel is the LISTEN/NOTIFY channel on which the engine announces
+// new sleeps of this schema. It is derived from the schema's name (hashed:
+// a channel name is limited to 63 bytes), so wakers of different schemas of
+// one database do not hear each other.
+func (s *Store) SleepChannel() string {
+	sum := sha256.Sum256([]byte(s.schema))
+	return "arbor_sleep_" + hex.EncodeToString(sum[:8])
+}
+
+// SleepNotice is the payload of a notification on SleepChannel.
+type SleepNotice struct {
+	TaskID         int64     `json:"task_id"`
+	ConversationID string    `json:"conversation_id"`
+	SleepSeq       int64     `json:"sleep_seq"`
+	WakeAt         time.Time `json:"wake_at"`
+}
+
+// NotifySleep announces a new sleep on SleepChannel; the notification is
+// delivered when the transaction commits, and not at all if it rolls back.
+func (s *Store) NotifySleep(ctx context.Context, db DB, n SleepNotice) error {
+	payload, err := json.Marshal(n)
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec(ctx, s.sql[qNotifySleep], s.SleepChannel(), string(payload))
+	return err
+}
+
+// DueNow reports whether at has come by the database's clock, and that clock.
+func (s *Store) DueNow(ctx context.Context, db DB, at time.Time) (bool, time.Time, error) {
+	var (
+		due bool
+		now time.Time
+	)
+	err := db.QueryRow(ctx, s.sql[qDueNow], at).Scan(&due, &now)
+	return due, now, err
+}
+
+// DeleteWakeJobs deletes the wake jobs among jobIDs that are not running
+// and that no other transaction holds. A job left out is one River is
+// moving at that moment: its scheduler making it available, or a producer
+// fetching it to run. Waiting for it would stall every wake behind River's
+// scheduler (whose transaction locks all the jobs due in the next 5 s, for
+// hundreds of milliseconds under load); left alone, it runs, finds its
+// sleep over and does nothing.
+func (s *Store) DeleteWakeJobs(ctx context.Context, db DB, jobIDs []int64) (int64, error) {
+	if len(jobIDs) == 0 {
+		return 0, nil
+	}
+	tag, err := db.Exec(ctx, s.sql[qDeleteWakeJobs], jobIDs)
+	return tag.RowsAffected(), err
+}
+
+// SleepingDue lists sleeping tasks of every conversation whose wake time is
+// at or before until, soonest first, at most limit of them.
+func (s *Store) SleepingDue(ctx context.Context, db DB, until time.Time, limit int) ([]SleepingTask, error) {
+	rows, err := db.Query(ctx, s.sql[qSleepingDue], until, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []SleepingTask
+	for rows.Next() {
+		var st SleepingTask
+		if err := rows.Scan(&st.TaskID, &st.ConversationID, &st.SleepSeq, &st.WakeAt); err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, rows.Err()
+}
+
+// DatabaseNow returns the database's clock.
+func (s *Store) DatabaseNow(ctx context.Context, db DB) (time.Time, error) {
+	var now time.Time
+	err := db.QueryRow(ctx, s.sql[qDatabaseNow]).Scan(&now)
+	return now, err
+}
+
+// LiveWakeJobs lists the wake jobs of a conversation that River has not
+// finalized (not completed, cancelled or discarded), in id order.
+func (s *Store) LiveWakeJobs(ctx context.Context, db DB, conversationID string) ([]WakeJob, error) {
+	rows, err := db.Query(ctx, s.sql[qLiveWakeJobs], conversationID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []WakeJob
+	for rows.Next() {
+		var j WakeJob
+		if err := rows.Scan(&j.ID, &j.State, &j.TaskID, &j.SleepSeq); err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
