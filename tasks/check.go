@@ -39,7 +39,8 @@ func (v Violation) String() string {
 //     foreground child of a settled owner, the child settled first;
 //  3. a completed task has no live foreground child;
 //  4. a waiting task's wait names only its own children and is unsatisfied;
-//  5. a sleeping task has a wake time (the wake job is checked by CheckSleeping);
+//  5. a sleeping task has a wake time and exactly one live wake job for that
+//     sleep, and no wake job waits for a sleep that is over (see CheckSleeping);
 //  6. no live foreground child has a settled owner;
 //  7. an owner is in the child's conversation and has a smaller id (the
 //     ownership graph is a forest);
@@ -141,10 +142,6 @@ func (e *Engine) checkConversation(ctx context.Context, tx pgx.Tx, conv string) 
 		if t.Status.Live() && t.AbortRequested {
 			add(0, t.ID, "live (%s) but abort_requested: an abort left it unsettled", t.Status)
 		}
-		// 5 (the wake time; the wake job is CheckSleeping's).
-		if t.Status == fsm.Sleeping && t.WakeAt == nil {
-			add(5, t.ID, "sleeping without a wake time")
-		}
 
 		var liveForeground []int64
 		for _, c := range children[t.ID] {
@@ -198,6 +195,12 @@ func (e *Engine) checkConversation(ctx context.Context, tx pgx.Tx, conv string) 
 			}
 		}
 	}
+	// 5. exactly one live wake job per sleep, none left for a finished one.
+	jobs, err := e.store.LiveWakeJobs(ctx, tx, conv)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, sleepViolations(conv, all, jobs)...)
 	slices.SortStableFunc(out, func(a, b Violation) int { return int(a.TaskID - b.TaskID) })
 	return out, nil
 }

@@ -44,10 +44,16 @@ func (e *Engine) CheckSleeping(ctx context.Context, conversationID string) ([]st
 	if err != nil {
 		return nil, fmt.Errorf("check sleeping tasks of conversation %q: %w", conversationID, err)
 	}
-	return sleepViolations(ts, jobs), nil
+	var out []string
+	for _, v := range sleepViolations(conversationID, ts, jobs) {
+		out = append(out, v.Message)
+	}
+	return out, nil
 }
 
-func sleepViolations(ts []Task, jobs []store.WakeJob) []string {
+// sleepViolations is invariant 5 (and the retry bound) over one
+// conversation's tasks and live wake jobs; Check reports them too.
+func sleepViolations(conv string, ts []Task, jobs []store.WakeJob) []Violation {
 	type sleep struct{ task, seq int64 }
 	jobsOf := map[sleep][]store.WakeJob{}
 	for _, j := range jobs {
@@ -55,39 +61,42 @@ func sleepViolations(ts []Task, jobs []store.WakeJob) []string {
 		jobsOf[k] = append(jobsOf[k], j)
 	}
 	byID := make(map[int64]Task, len(ts))
-	var out []string
+	var out []Violation
+	add := func(inv int, id int64, msg string) {
+		out = append(out, Violation{Invariant: inv, ConversationID: conv, TaskID: id, Message: msg})
+	}
 	for _, t := range ts {
 		byID[t.ID] = t
 		if t.Retries > t.MaxRetries {
-			out = append(out, fmt.Sprintf("task %d was retried %d times, over its max_retries %d", t.ID, t.Retries, t.MaxRetries))
+			add(0, t.ID, fmt.Sprintf("task %d was retried %d times, over its max_retries %d", t.ID, t.Retries, t.MaxRetries))
 		}
 		if t.Status != fsm.Sleeping {
 			continue
 		}
 		if t.WakeAt == nil {
-			out = append(out, fmt.Sprintf("task %d is sleeping (sleep %d) without a wake time", t.ID, t.SleepSeq))
+			add(5, t.ID, fmt.Sprintf("task %d is sleeping (sleep %d) without a wake time", t.ID, t.SleepSeq))
 		}
 		live := jobsOf[sleep{t.ID, t.SleepSeq}]
 		switch {
 		case len(live) == 0:
-			out = append(out, fmt.Sprintf("task %d is sleeping (sleep %d) without a live wake job (wake_job_id %d)", t.ID, t.SleepSeq, t.WakeJobID))
+			add(5, t.ID, fmt.Sprintf("task %d is sleeping (sleep %d) without a live wake job (wake_job_id %d)", t.ID, t.SleepSeq, t.WakeJobID))
 		case len(live) > 1:
 			ids := make([]int64, len(live))
 			for i, j := range live {
 				ids[i] = j.ID
 			}
-			out = append(out, fmt.Sprintf("task %d is sleeping (sleep %d) with %d live wake jobs %v, not one", t.ID, t.SleepSeq, len(live), ids))
+			add(5, t.ID, fmt.Sprintf("task %d is sleeping (sleep %d) with %d live wake jobs %v, not one", t.ID, t.SleepSeq, len(live), ids))
 		case live[0].ID != t.WakeJobID:
-			out = append(out, fmt.Sprintf("task %d is sleeping (sleep %d) with live wake job %d, but records wake_job_id %d", t.ID, t.SleepSeq, live[0].ID, t.WakeJobID))
+			add(5, t.ID, fmt.Sprintf("task %d is sleeping (sleep %d) with live wake job %d, but records wake_job_id %d", t.ID, t.SleepSeq, live[0].ID, t.WakeJobID))
 		}
 	}
 	for _, j := range jobs {
 		t, ok := byID[j.TaskID]
 		switch {
 		case !ok:
-			out = append(out, fmt.Sprintf("wake job %d (%s) names task %d, which is not in this conversation", j.ID, j.State, j.TaskID))
+			add(5, j.TaskID, fmt.Sprintf("wake job %d (%s) names task %d, which is not in this conversation", j.ID, j.State, j.TaskID))
 		case j.State != "running" && j.State != "available" && !(t.Status == fsm.Sleeping && t.SleepSeq == j.SleepSeq):
-			out = append(out, fmt.Sprintf("task %d: wake job %d (%s) is left for sleep %d, but the task is %s at sleep %d",
+			add(5, t.ID, fmt.Sprintf("task %d: wake job %d (%s) is left for sleep %d, but the task is %s at sleep %d",
 				t.ID, j.ID, j.State, j.SleepSeq, t.Status, t.SleepSeq))
 		}
 	}

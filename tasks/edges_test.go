@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
@@ -79,13 +80,12 @@ func reach(t *testing.T, b *bundle, status fsm.Status, started bool) subject {
 	return subject{}
 }
 
-// sleep parks a running task in sleeping.
+// sleep parks a running task in sleeping for an hour.
 func sleep(t *testing.T, b *bundle, run tasks.Task) tasks.Task {
 	t.Helper()
-	_, err := b.pool.Exec(b.ctx, `UPDATE `+b.schema+`.tasks SET status = 'sleeping', wake_at = now() + interval '1 hour',
-		token = NULL, lease_expires_at = NULL WHERE id = $1`, run.ID)
+	slept, err := b.engine.SleepUntil(b.ctx, run.ID, run.Token, time.Now().Add(time.Hour), "napping", nil)
 	require.NoError(t, err)
-	return b.get(t, run.ID)
+	return slept
 }
 
 // apply moves s along edge through the operation that owns the edge.
@@ -101,8 +101,10 @@ func apply(t *testing.T, b *bundle, s subject, e fsm.Edge) {
 	case e.Event == fsm.Wait:
 		child := b.child(t, id, "child")
 		_, err = b.engine.WaitForChildren(b.ctx, id, token, tasks.WaitParams{ChildIDs: []int64{child.ID}, Policy: tasks.FailFast})
-	case e.Event == fsm.Sleep || e.Event == fsm.Retry:
+	case e.Event == fsm.Sleep:
 		sleep(t, b, s.task)
+	case e.Event == fsm.Retry:
+		_, err = b.engine.Fail(b.ctx, id, token, tasks.TaskError{Message: "try again"})
 	case e.Event == fsm.Hold:
 		b.child(t, id, "child")
 		_, err = b.engine.Complete(b.ctx, id, token, js(`"held"`))
@@ -139,6 +141,9 @@ func TestEveryAllowedEdge(t *testing.T) {
 		t.Run(fmt.Sprintf("%s_%s_%s", e.From, e.Event, e.To), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
+			if e.Event == fsm.Retry {
+				b.retries = 1 // a failure with a retry left sleeps until its backoff
+			}
 			s := reach(t, b, e.From, e.Event == fsm.Abort && e.From == fsm.Pending)
 			require.Equal(t, e.From, s.task.Status)
 			apply(t, b, s, e)

@@ -21,6 +21,8 @@ type bundle struct {
 	schema string
 	engine *tasks.Engine
 	conv   string
+	// retries is the MaxRetries of the tasks root() creates.
+	retries int
 }
 
 // setup returns an engine on the package's shared schema and a conversation
@@ -51,7 +53,7 @@ func (b *bundle) requireInvariants(t testing.TB) {
 
 func (b *bundle) root(t testing.TB, kind string) tasks.Task {
 	t.Helper()
-	task, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: kind})
+	task, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: kind, MaxRetries: b.retries})
 	require.NoError(t, err)
 	require.True(t, created)
 	return task

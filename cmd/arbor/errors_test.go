@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/internal/testdb"
+	"github.com/arborhq/arbor/migrations"
 )
 
 // TestErrorsAreOneLine runs what an operator gets wrong: each must exit
@@ -46,7 +48,7 @@ func TestErrorsAreOneLine(t *testing.T) {
 		{"unreachable", nil, []string{"show", "1", "--database-url", unreachable}, 1, "cannot reach the database"},
 		{"bad URL", nil, []string{"ls", "--database-url", "postgres://%zz"}, 1, "database URL"},
 		{"unmigrated schema", nil, []string{"tree", b.conv, "--database-url", url, "--schema", unmigrated}, 1,
-			`arbor schema "` + unmigrated + `" is not migrated (version 0; this build needs version 2): run ` + "`arbor migrate up`"},
+			`arbor schema "` + unmigrated + `" is not migrated (version 0; this build needs version ` + fmt.Sprint(migrations.Latest()) + `): run ` + "`arbor migrate up`"},
 		{"bad schema name", nil, []string{"ls", "--database-url", url, "--schema", "Bad-Name"}, 1, `schema "Bad-Name": must be a lower-case identifier`},
 		{"watch interval", nil, []string{"tree", b.conv, "--watch", "--interval", "1ms"}, 1, "--interval 1ms is below 10ms"},
 		{"migrate without verb", nil, []string{"migrate"}, 1, "migrate: missing the verb"},
@@ -129,13 +131,26 @@ func TestMigrate(t *testing.T) {
 	db := []string{"--database-url", url, "--schema", schema}
 	run := func(args ...string) result { return runArbor(t, nil, append(args, db...)...) }
 
-	require.Equal(t, "schema "+schema+": version 0 (this build knows up to 2)\n", run("migrate", "version").ok(t).stdout)
+	latest := migrations.Latest()
+	all := make([]int, latest)
+	for i := range all {
+		all[i] = i + 1
+	}
+	require.Equal(t, fmt.Sprintf("schema %s: version 0 (this build knows up to %d)\n", schema, latest), run("migrate", "version").ok(t).stdout)
 	run("ls").fails(t, 1, "is not migrated")
-	require.Equal(t, "schema "+schema+": applied [1 2], now at version 2\n", run("migrate", "up").ok(t).stdout)
-	require.Equal(t, "schema "+schema+": applied [], now at version 2\n", run("migrate", "up").ok(t).stdout)
+	require.Equal(t, fmt.Sprintf("schema %s: applied %v, now at version %d\n", schema, all, latest), run("migrate", "up").ok(t).stdout)
+	require.Equal(t, fmt.Sprintf("schema %s: applied [], now at version %d\n", schema, latest), run("migrate", "up").ok(t).stdout)
 	require.Equal(t, "no conversation has live work\n", run("ls").ok(t).stdout)
-	require.Equal(t, "schema "+schema+": reverted [2], now at version 1\n", run("migrate", "down", "1").ok(t).stdout)
-	run("ls").fails(t, 1, `is at version 1; this build needs version 2: run `+"`arbor migrate up`")
-	require.Equal(t, "schema "+schema+": reverted [1], now at version 0\n", run("migrate", "down", "0").ok(t).stdout)
-	run("migrate", "down", "7").fails(t, 1, "target 7 is outside 0..2")
+	require.Equal(t, fmt.Sprintf("schema %s: reverted [%d], now at version %d\n", schema, latest, latest-1), run("migrate", "down", fmt.Sprint(latest-1)).ok(t).stdout)
+	run("ls").fails(t, 1, fmt.Sprintf("is at version %d; this build needs version %d: run `arbor migrate up`", latest-1, latest))
+	require.Equal(t, "schema "+schema+": reverted "+fmt.Sprint(reversedInts(all[:latest-1]))+", now at version 0\n", run("migrate", "down", "0").ok(t).stdout)
+	run("migrate", "down", "99").fails(t, 1, fmt.Sprintf("target 99 is outside 0..%d", latest))
+}
+
+func reversedInts(v []int) []int {
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[len(v)-1-i] = x
+	}
+	return out
 }

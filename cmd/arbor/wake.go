@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/tasks"
 )
 
 const wakeHelp = `Usage: arbor wake TASK [flags]
@@ -40,7 +41,15 @@ func cmdWake(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	woken, err := engine.Transition(ctx, id, fsm.Wake)
+	// A sleep ends through WakeNow (the user's early wake, which also removes
+	// its River job); a wait has no early-wake operation of its own, so it
+	// takes the operator's wake edge.
+	var woken tasks.Task
+	if t.Status == fsm.Sleeping {
+		woken, err = engine.WakeNow(ctx, id)
+	} else {
+		woken, err = engine.Transition(ctx, id, fsm.Wake)
+	}
 	if err != nil {
 		return taskErr("wake", id, err)
 	}
