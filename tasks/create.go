@@ -47,6 +47,11 @@ type CreateParams struct {
 	// stored with the task, so every node retries it alike.
 	RetryBackoffBase time.Duration
 	RetryBackoffCap  time.Duration
+	// OwnerToken, when not 0, fences the create by the owner's run: the
+	// owner must be running with this token (a handler spawning children
+	// passes its own), so a runner that lost the task cannot add children
+	// to it (ErrLeaseLost, ErrNotRunning or ErrAborted).
+	OwnerToken int64
 	// IdempotencyKey, unique per conversation, makes a repeated Create
 	// return the task the first one created (created=false). At most 200
 	// bytes; empty for none.
@@ -117,6 +122,11 @@ func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams) (Task, b
 		}
 		if err := ownerCanSpawn(owner); err != nil {
 			return Task{}, false, fmt.Errorf("create task: %w", err)
+		}
+		if p.OwnerToken != 0 {
+			if err := checkHolder(owner, p.OwnerToken); err != nil {
+				return Task{}, false, fmt.Errorf("create task: owner %d: %w", owner.ID, err)
+			}
 		}
 	}
 	task, err := e.store.InsertTask(ctx, tx, params)
