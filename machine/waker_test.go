@@ -3,7 +3,6 @@ package machine_test
 import (
 	"context"
 	"errors"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +17,7 @@ import (
 	"github.com/arborhq/arbor/tasks"
 )
 
-func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
+
 
 // eventually is the bound on waiting for something that must happen; it is
 // a deadline for a broken test, not a measurement: River alone may take a

@@ -1,0 +1,527 @@
+package machine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/reconcile"
+	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// Defaults of RunnerConfig.
+const (
+	CapacityDefault         = 1000
+	WorkersDefault          = 16
+	ConvLeaseDefault        = 15 * time.Second
+	PollIntervalDefault     = time.Second
+	IdleReleaseDefault      = 5 * time.Second
+	ShutdownGraceDefault    = 10 * time.Second
+	UnknownKindGraceDefault = 10 * time.Minute
+)
+
+// RunnerConfig configures a Runner. The zero value of every field means its
+// default.
+type RunnerConfig struct {
+	// NodeID names this runner as the holder of the conversations it runs.
+	// It must be unique among live runners. Default: hostname, pid and a
+	// random suffix.
+	NodeID string
+	// Capacity is the most conversations this runner holds at once.
+	// Default CapacityDefault (1000).
+	Capacity int
+	// Workers is the most handlers running at once on this node, over all
+	// its conversations. Default WorkersDefault (16).
+	Workers int
+	// LeaseDuration is the conversation lease: a runner that stops renewing
+	// (it died, or is paused) loses its conversations this long after its
+	// last renewal, and only then can another runner take them over. Renewed
+	// every third of it. Default ConvLeaseDefault (15 s).
+	LeaseDuration time.Duration
+	// PollInterval is the slow poll that covers missed notifications: the
+	// claim loop's and each machine's re-read. Default PollIntervalDefault (1 s).
+	PollInterval time.Duration
+	// IdleRelease is how long a machine with nothing to run keeps its
+	// conversation before releasing it. Default IdleReleaseDefault (5 s).
+	IdleRelease time.Duration
+	// ShutdownGrace is how long Stop lets running handlers finish before
+	// cancelling their contexts. Default ShutdownGraceDefault (10 s).
+	ShutdownGrace time.Duration
+	// UnknownKindGrace is how long a task whose kind no runner has a handler
+	// for stays pending (a rolling deploy) before it is failed with code
+	// "unknown_kind". Every runner must know every kind once a deploy is
+	// done. Default UnknownKindGraceDefault (10 min).
+	UnknownKindGrace time.Duration
+	// GenerationKinds are the root task kinds that are generations (turns):
+	// at most one runs at a time per conversation, oldest first. Default
+	// (nil): every root task is a generation.
+	GenerationKinds []string
+	// Waker configures the wake service the runner starts (the River client
+	// that works wake jobs, and local timers for the sleeps of the
+	// conversations it holds). Default: WakerConfig's defaults.
+	Waker *WakerConfig
+	// OnReconcile, if not nil, receives the report of every take-over.
+	OnReconcile func(reconcile.Report)
+	// Logger receives the runner's logs. Default: the engine's.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c *RunnerConfig) WithDefaults() *RunnerConfig {
+	out := RunnerConfig{}
+	if c != nil {
+		out = *c
+	}
+	if out.NodeID == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		out.NodeID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+	}
+	if out.Capacity == 0 {
+		out.Capacity = CapacityDefault
+	}
+	if out.Workers == 0 {
+		out.Workers = WorkersDefault
+	}
+	if out.LeaseDuration == 0 {
+		out.LeaseDuration = ConvLeaseDefault
+	}
+	if out.PollInterval == 0 {
+		out.PollInterval = PollIntervalDefault
+	}
+	if out.IdleRelease == 0 {
+		out.IdleRelease = IdleReleaseDefault
+	}
+	if out.ShutdownGrace == 0 {
+		out.ShutdownGrace = ShutdownGraceDefault
+	}
+	if out.UnknownKindGrace == 0 {
+		out.UnknownKindGrace = UnknownKindGraceDefault
+	}
+	return &out
+}
+
+func (c *RunnerConfig) validate() error {
+	switch {
+	case len(c.NodeID) > 200:
+		return errors.New("RunnerConfig.NodeID: over 200 bytes")
+	case c.Capacity < 1:
+		return fmt.Errorf("RunnerConfig.Capacity: %d is below 1", c.Capacity)
+	case c.Workers < 1:
+		return fmt.Errorf("RunnerConfig.Workers: %d is below 1", c.Workers)
+	case c.LeaseDuration < 100*time.Millisecond:
+		return fmt.Errorf("RunnerConfig.LeaseDuration: %s is below 100ms", c.LeaseDuration)
+	case c.PollInterval < time.Millisecond:
+		return fmt.Errorf("RunnerConfig.PollInterval: %s is below 1ms", c.PollInterval)
+	case c.IdleRelease < 0 || c.ShutdownGrace < 0 || c.UnknownKindGrace < 0:
+		return errors.New("RunnerConfig: IdleRelease, ShutdownGrace and UnknownKindGrace must not be negative")
+	}
+	return nil
+}
+
+// Runner is the node's claim loop and worker pool (see the package doc).
+type Runner struct {
+	engine   *tasks.Engine
+	store    *store.Store
+	cfg      *RunnerConfig
+	logger   *slog.Logger
+	handlers map[string]Handler
+	kinds    []string
+	isGen    func(string) bool
+	waker    *Waker
+	slots    chan struct{}
+
+	mu        sync.Mutex
+	machines  map[string]*machine
+	started   bool
+	stopping  bool
+	runCtx    context.Context
+	cancelRun context.CancelCauseFunc
+	loops     sync.WaitGroup
+	claimKick chan struct{}
+}
+
+// NewRunner returns a runner with a handler per task kind. It does not start
+// anything.
+func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerConfig) (*Runner, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("machine.NewRunner: %w", err)
+	}
+	if len(handlers) == 0 {
+		return nil, errors.New("machine.NewRunner: no handlers")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = engine.Config().Logger
+	}
+	r := &Runner{
+		engine:    engine,
+		store:     engine.Store(),
+		cfg:       cfg,
+		logger:    cfg.Logger.With(slog.String("node", cfg.NodeID)),
+		handlers:  handlers,
+		slots:     make(chan struct{}, cfg.Workers),
+		machines:  map[string]*machine{},
+		claimKick: make(chan struct{}, 1),
+	}
+	for kind, h := range handlers {
+		if kind == "" || h == nil {
+			return nil, fmt.Errorf("machine.NewRunner: handler for kind %q is empty", kind)
+		}
+		r.kinds = append(r.kinds, kind)
+	}
+	slices.Sort(r.kinds)
+	if cfg.GenerationKinds != nil {
+		gen := map[string]bool{}
+		for _, k := range cfg.GenerationKinds {
+			gen[k] = true
+		}
+		r.isGen = func(kind string) bool { return gen[kind] }
+	}
+	wcfg := cfg.Waker.WithDefaults()
+	if wcfg.Logger == nil {
+		wcfg.Logger = cfg.Logger
+	}
+	waker, err := NewWaker(engine, wcfg)
+	if err != nil {
+		return nil, fmt.Errorf("machine.NewRunner: %w", err)
+	}
+	r.waker = waker
+	return r, nil
+}
+
+// NodeID returns the name this runner holds conversations under.
+func (r *Runner) NodeID() string { return r.cfg.NodeID }
+
+// Start starts the wake service, the claim loop, the lease renewal and the
+// notification listener. ctx bounds the start only; Stop ends the runner.
+func (r *Runner) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started {
+		return errors.New("machine: Runner.Start: a runner starts once")
+	}
+	if err := r.waker.Start(ctx); err != nil {
+		return fmt.Errorf("machine: Runner.Start: %w", err)
+	}
+	r.started = true
+	r.runCtx, r.cancelRun = context.WithCancelCause(context.WithoutCancel(ctx))
+	r.loops.Add(4)
+	go r.claimLoop()
+	go r.renewLoop()
+	go r.listenLoop()
+	go r.maintenanceLoop()
+	r.kickClaim()
+	return nil
+}
+
+// Stop stops claiming, lets running handlers finish for ShutdownGrace, then
+// cancels the rest, releases every conversation and stops the wake service.
+// ctx bounds the whole stop; when it ends first, handlers are cancelled at
+// once.
+func (r *Runner) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.started || r.stopping {
+		r.mu.Unlock()
+		return nil
+	}
+	r.stopping = true
+	ms := r.held()
+	r.mu.Unlock()
+
+	for _, m := range ms {
+		m.poke()
+	}
+	grace := time.NewTimer(r.cfg.ShutdownGrace)
+	defer grace.Stop()
+	drained := make(chan struct{})
+	go func() {
+		for _, m := range ms {
+			<-m.done
+		}
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-grace.C:
+		r.logger.WarnContext(ctx, "arbor: shutdown grace over; cancelling running handlers")
+		for _, m := range ms {
+			m.cancel(ErrShutdown)
+		}
+		<-drained
+	case <-ctx.Done():
+		for _, m := range ms {
+			m.cancel(ErrShutdown)
+		}
+		<-drained
+	}
+	r.cancelRun(ErrShutdown)
+	r.loops.Wait()
+	return r.waker.Stop(ctx)
+}
+
+// Held returns the conversations this runner holds now.
+func (r *Runner) Held() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.machines))
+	for id := range r.machines {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (r *Runner) held() []*machine {
+	out := make([]*machine, 0, len(r.machines))
+	for _, m := range r.machines {
+		out = append(out, m)
+	}
+	return out
+}
+
+func (r *Runner) kickClaim() {
+	select {
+	case r.claimKick <- struct{}{}:
+	default:
+	}
+}
+
+// claimLoop takes conversations with runnable work and no live holder.
+func (r *Runner) claimLoop() {
+	defer r.loops.Done()
+	tick := time.NewTicker(r.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.runCtx.Done():
+			return
+		case <-tick.C:
+		case <-r.claimKick:
+		}
+		if err := r.claimConversations(r.runCtx); err != nil && r.runCtx.Err() == nil {
+			r.logger.WarnContext(r.runCtx, "arbor: claiming conversations failed", slog.String("error", err.Error()))
+		}
+	}
+}
+
+func (r *Runner) claimConversations(ctx context.Context) error {
+	r.mu.Lock()
+	free := r.cfg.Capacity - len(r.machines)
+	stopping := r.stopping
+	r.mu.Unlock()
+	if stopping || free <= 0 {
+		return nil
+	}
+	ids, err := r.store.ClaimableConversations(ctx, r.engine.Pool(), r.kinds, free)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		r.mu.Lock()
+		_, held := r.machines[id]
+		r.mu.Unlock()
+		if held {
+			continue
+		}
+		if err := r.open(ctx, id); err != nil && !errors.Is(err, errHeld) {
+			return err
+		}
+	}
+	return nil
+}
+
+var errHeld = errors.New("conversation is held by a live lease")
+
+// open takes a conversation's lease and runs reconcile_on_open in the same
+// transaction, then starts its machine.
+func (r *Runner) open(ctx context.Context, id string) error {
+	var (
+		conv store.Conversation
+		rep  reconcile.Report
+	)
+	err := pgx.BeginFunc(ctx, r.engine.Pool(), func(tx pgx.Tx) error {
+		var err error
+		conv, err = r.store.TakeConversation(ctx, tx, id, r.cfg.NodeID, r.cfg.LeaseDuration)
+		if store.IsNoRows(err) {
+			return errHeld
+		}
+		if err != nil {
+			return err
+		}
+		rep, err = reconcile.OnOpen(ctx, r.engine, tx, id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("open conversation %q: %w", id, err)
+	}
+	if !rep.Empty() {
+		r.logger.InfoContext(ctx, "arbor: conversation recovered", slog.Any("report", rep), slog.Int64("epoch", conv.Epoch))
+	}
+	if r.cfg.OnReconcile != nil {
+		r.cfg.OnReconcile(rep)
+	}
+	m := newMachine(r, tasks.Fence{ConversationID: id, Owner: r.cfg.NodeID, Epoch: conv.Epoch})
+	r.mu.Lock()
+	if r.stopping {
+		r.mu.Unlock()
+		_, _ = r.store.ReleaseConversation(context.WithoutCancel(ctx), r.engine.Pool(), id, r.cfg.NodeID, conv.Epoch)
+		return nil
+	}
+	r.machines[id] = m
+	r.mu.Unlock()
+	go m.loop()
+	return nil
+}
+
+// forget drops a machine that ended.
+func (r *Runner) forget(m *machine) {
+	r.mu.Lock()
+	if r.machines[m.fence.ConversationID] == m {
+		delete(r.machines, m.fence.ConversationID)
+	}
+	r.mu.Unlock()
+	r.kickClaim()
+}
+
+// renewLoop renews every held lease each third of the lease, in one statement.
+func (r *Runner) renewLoop() {
+	defer r.loops.Done()
+	tick := time.NewTicker(r.cfg.LeaseDuration / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.runCtx.Done():
+			return
+		case <-tick.C:
+		}
+		r.mu.Lock()
+		ms := r.held()
+		r.mu.Unlock()
+		if len(ms) == 0 {
+			continue
+		}
+		ids := make([]string, len(ms))
+		epochs := make([]int64, len(ms))
+		for i, m := range ms {
+			ids[i], epochs[i] = m.fence.ConversationID, m.fence.Epoch
+		}
+		renewed, err := r.store.RenewConversations(r.runCtx, r.engine.Pool(), r.cfg.NodeID, ids, epochs, r.cfg.LeaseDuration)
+		if err != nil {
+			if r.runCtx.Err() == nil {
+				r.logger.WarnContext(r.runCtx, "arbor: renewing leases failed", slog.String("error", err.Error()))
+			}
+			continue
+		}
+		for _, m := range ms {
+			if !slices.Contains(renewed, m.fence.ConversationID) {
+				r.logger.WarnContext(r.runCtx, "arbor: conversation lease lost", slog.String("conversation_id", m.fence.ConversationID), slog.Int64("epoch", m.fence.Epoch))
+				m.cancel(errConversationLost)
+			}
+		}
+	}
+}
+
+// listenLoop hears the change channel and pokes the machine holding each
+// announced conversation, or the claim loop when none here does.
+func (r *Runner) listenLoop() {
+	defer r.loops.Done()
+	channel := pgx.Identifier{r.store.ChangeChannel()}.Sanitize()
+	retry := 10 * time.Millisecond
+	for r.runCtx.Err() == nil {
+		err := r.listenOnce(channel)
+		if r.runCtx.Err() != nil {
+			return
+		}
+		r.logger.WarnContext(r.runCtx, "arbor: runner lost its LISTEN connection; retrying", slog.String("error", fmt.Sprint(err)))
+		select {
+		case <-r.runCtx.Done():
+			return
+		case <-time.After(retry):
+		}
+		retry = min(2*retry, 5*time.Second)
+	}
+}
+
+func (r *Runner) listenOnce(channel string) error {
+	ctx := r.runCtx
+	conn, err := r.engine.Pool().Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// A connection that LISTENed does not go back to the pool as it is.
+		_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		conn.Release()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+		return err
+	}
+	// What changed while we were not listening is found by polling now.
+	r.kickClaim()
+	r.pokeAll()
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		m := r.machines[n.Payload]
+		r.mu.Unlock()
+		if m != nil {
+			m.poke()
+		} else {
+			r.kickClaim()
+		}
+	}
+}
+
+func (r *Runner) pokeAll() {
+	r.mu.Lock()
+	ms := r.held()
+	r.mu.Unlock()
+	for _, m := range ms {
+		m.poke()
+	}
+}
+
+// maintenanceLoop fails never-started tasks of kinds no runner claimed
+// within UnknownKindGrace.
+func (r *Runner) maintenanceLoop() {
+	defer r.loops.Done()
+	interval := min(r.cfg.UnknownKindGrace/4, time.Minute)
+	if interval <= 0 {
+		interval = time.Minute
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.runCtx.Done():
+			return
+		case <-tick.C:
+		}
+		ids, err := r.store.StaleUnknownKinds(r.runCtx, r.engine.Pool(), r.kinds, r.cfg.UnknownKindGrace, 100)
+		if err != nil {
+			continue
+		}
+		for _, id := range ids {
+			_, err := r.engine.ForceFail(r.runCtx, id, tasks.TaskError{Code: tasks.CodeUnknownKind,
+				Message: fmt.Sprintf("no runner had a handler for its kind within %s", r.cfg.UnknownKindGrace)})
+			if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) {
+				r.logger.WarnContext(r.runCtx, "arbor: failing a task of unknown kind failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
+			}
+		}
+	}
+}
