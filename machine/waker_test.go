@@ -17,8 +17,6 @@ import (
 	"github.com/arborhq/arbor/tasks"
 )
 
-
-
 // eventually is the bound on waiting for something that must happen; it is
 // a deadline for a broken test, not a measurement: River alone may take a
 // scheduler interval (~5 s) and a fetch poll to run a job.
