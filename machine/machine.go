@@ -28,7 +28,11 @@ type machine struct {
 }
 
 type active struct {
-	run    *Run
+	run *Run
+	// token and kind are copied at the start: the handler's goroutine owns
+	// run.Task and may replace it.
+	token  int64
+	kind   string
 	cancel context.CancelCauseFunc
 	warned bool
 }
@@ -132,7 +136,7 @@ func (m *machine) checkRuns() {
 		if a == nil {
 			continue
 		}
-		if st.Status != fsm.Running || st.Token != a.run.Task.Token {
+		if st.Status != fsm.Running || st.Token != a.token {
 			a.cancel(ErrTaskStopped)
 			continue
 		}
@@ -140,12 +144,12 @@ func (m *machine) checkRuns() {
 		switch {
 		case now.After(deadline.Add(lease)):
 			m.logger().Warn("arbor: handler blocked past twice its lease; cancelling it",
-				slog.Int64("task_id", st.ID), slog.String("kind", a.run.Task.Kind))
+				slog.Int64("task_id", st.ID), slog.String("kind", a.kind))
 			a.cancel(ErrBlocked)
 		case now.After(deadline) && !a.warned:
 			a.warned = true
 			m.logger().Warn("arbor: handler ran past its lease without a checkpoint or heartbeat",
-				slog.Int64("task_id", st.ID), slog.String("kind", a.run.Task.Kind))
+				slog.Int64("task_id", st.ID), slog.String("kind", a.kind))
 		}
 	}
 }
@@ -194,7 +198,7 @@ func (m *machine) start(t tasks.Task) {
 	ctx, cancel := context.WithCancelCause(m.ctx)
 	run := newRun(m.r.engine, t)
 	m.mu.Lock()
-	m.runs[t.ID] = &active{run: run, cancel: cancel}
+	m.runs[t.ID] = &active{run: run, token: t.Token, kind: t.Kind, cancel: cancel}
 	m.mu.Unlock()
 	m.wg.Add(1)
 	go func() {

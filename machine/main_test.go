@@ -68,7 +68,7 @@ func runChild() int {
 func childRunnerConfig(node string) *machine.RunnerConfig {
 	return &machine.RunnerConfig{
 		NodeID:        node,
-		Workers:       8,
+		Workers:       32,
 		LeaseDuration: time.Second,
 		PollInterval:  50 * time.Millisecond,
 		IdleRelease:   300 * time.Millisecond,

@@ -1,0 +1,217 @@
+package machine_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/machine"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// child is a runner in a process of its own: this test binary re-executed.
+type child struct {
+	cmd  *exec.Cmd
+	node string
+}
+
+func startChild(t *testing.T, b *bundle, node string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "ARBOR_CHILD_RUNNER=1", "ARBOR_CHILD_SCHEMA="+b.schema, "ARBOR_CHILD_NODE="+node)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	c := &child{cmd: cmd, node: node}
+	t.Cleanup(func() { c.kill() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "child runner %s did not start", node)
+	require.True(t, strings.HasPrefix(line, "runner started"), line)
+	go func() { _, _ = bufio.NewReader(out).WriteTo(devNull{}) }()
+	return c
+}
+
+type devNull struct{}
+
+func (devNull) Write(p []byte) (int, error) { return len(p), nil }
+
+func (c *child) kill() {
+	if c.cmd.ProcessState == nil {
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		_ = c.cmd.Wait()
+	}
+}
+
+// stop asks the child to shut down gracefully and waits for it.
+func (c *child) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, c.cmd.Wait(), "child %s exits cleanly", c.node)
+}
+
+func createRunLog(t *testing.T, b *bundle) {
+	t.Helper()
+	_, err := b.pool.Exec(b.ctx, fmt.Sprintf(runLogDDL, b.schema))
+	require.NoError(t, err)
+}
+
+func (b *bundle) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(b.ctx, query, args...).Scan(&n))
+	return n
+}
+
+func (b *bundle) liveTasks(t *testing.T) int {
+	return b.count(t, `SELECT count(*) FROM `+b.schema+`.tasks WHERE status IN ('pending','running','waiting','sleeping','completing')`)
+}
+
+// TestCrashRecovery kills a runner process with SIGKILL in the middle of
+// its trees; a new runner takes over once the leases expire. Every task
+// settles, attempts grew where runs were cut, abandon_on_restart tasks were
+// cancelled and never re-run, restart limits held, and the invariant
+// checker finds nothing.
+func TestCrashRecovery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	createRunLog(t, b)
+	var convs []string
+	for i := range 3 {
+		conv := fmt.Sprintf("%s-%d", b.conv, i)
+		convs = append(convs, conv)
+		in, _ := json.Marshal(workInput{Steps: 4, StepMS: 1500, Once: true, Slow: true})
+		_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "root", Input: in})
+		require.NoError(t, err)
+	}
+	a := startChild(t, b, "node-a")
+	// Kill it once every once and slow task and some steps are running.
+	waitUntil(t, "work to be under way in the child", func() bool {
+		return b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log WHERE kind IN ('once', 'slow')`) == 6 &&
+			b.count(t, `SELECT count(*) FROM `+b.schema+`.tasks WHERE status = 'running' AND kind = 'step'`) >= 3
+	})
+	a.kill()
+	killedAt := time.Now()
+	runningAtKill := b.count(t, `SELECT count(*) FROM `+b.schema+`.tasks WHERE status = 'running'`)
+	require.Positive(t, runningAtKill)
+
+	var reports []string
+	pool := b.pool
+	r, err := machine.NewRunner(b.engine, workHandlers(pool, b.schema, "node-b"), childRunnerConfig("node-b"))
+	require.NoError(t, err)
+	_ = reports
+	require.NoError(t, r.Start(b.ctx))
+	t.Cleanup(func() { _ = r.Stop(context.Background()) })
+	waitUntil(t, "every task to settle", func() bool { return b.liveTasks(t) == 0 })
+	t.Logf("recovered and finished %s after the kill (lease 1 s)", time.Since(killedAt).Round(time.Millisecond))
+
+	for _, conv := range convs {
+		all, err := b.engine.ConversationTasks(b.ctx, conv)
+		require.NoError(t, err)
+		for _, task := range all {
+			runs := b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log WHERE task_id = $1`, task.ID)
+			switch task.Kind {
+			case "root":
+				require.Equal(t, fsm.Completed, task.Status, "the turn finished")
+			case "once":
+				require.Equal(t, fsm.Cancelled, task.Status)
+				require.Equal(t, tasks.CodeAbandonedOnRestart, task.Error.Code)
+				require.Equal(t, 1, runs, "an abandon_on_restart task never runs twice")
+			case "slow":
+				require.Equal(t, fsm.Failed, task.Status)
+				require.Equal(t, tasks.CodeRestartLimitExceeded, task.Error.Code)
+				require.Equal(t, 1, runs, "restart limit 0: no second run")
+			case "step":
+				require.Equal(t, fsm.Completed, task.Status)
+				cut := b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log WHERE task_id = $1 AND node = 'node-a' AND ended_at IS NULL`, task.ID)
+				require.Equal(t, cut, task.Attempt, "task %d: attempt counts the runs the crash cut", task.ID)
+			}
+		}
+		vs, err := b.engine.Check(b.ctx, conv)
+		require.NoError(t, err)
+		require.Empty(t, vs)
+	}
+	require.Positive(t, b.count(t, `SELECT count(*) FROM `+b.schema+`.tasks WHERE kind = 'step' AND attempt = 1`), "some steps were recovered")
+}
+
+// TestTwoRunnersNeverOverlap runs two runner processes over a few hundred
+// conversations. Every handler run records (task, token, runner) with its
+// start and end; no task is ever run by two runs at once.
+func TestTwoRunnersNeverOverlap(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	createRunLog(t, b)
+	const conversations = 200
+	in, _ := json.Marshal(workInput{Steps: 2, StepMS: 20})
+	for i := range conversations {
+		_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("%s-%03d", b.conv, i), Kind: "root", Input: in})
+		require.NoError(t, err)
+	}
+	a := startChild(t, b, "node-a")
+	c := startChild(t, b, "node-c")
+	waitUntil(t, "every task to settle", func() bool { return b.liveTasks(t) == 0 })
+	a.stop(t)
+	c.stop(t)
+
+	require.Equal(t, conversations*2, b.count(t, `SELECT count(*) FROM `+b.schema+`.tasks WHERE kind = 'step' AND status = 'completed'`))
+	overlaps := b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log x JOIN `+b.schema+`.run_log y
+		ON x.task_id = y.task_id AND x.id < y.id
+		WHERE x.started_at < coalesce(y.ended_at, y.cancelled_at, 'infinity')
+		  AND y.started_at < coalesce(x.ended_at, x.cancelled_at, 'infinity')`)
+	require.Zero(t, overlaps, "no task was run by two runs at once")
+	perNode := map[string]int{}
+	rows, err := b.pool.Query(b.ctx, `SELECT node, count(*) FROM `+b.schema+`.run_log GROUP BY node`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var node string
+		var n int
+		require.NoError(t, rows.Scan(&node, &n))
+		perNode[node] = n
+	}
+	require.NoError(t, rows.Err())
+	t.Logf("runs per node: %v", perNode)
+	require.Equal(t, conversations*2, perNode["node-a"]+perNode["node-c"], "each step ran once")
+	vs, err := b.engine.CheckAll(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, vs)
+}
+
+// TestAbortFromAnotherProcess: a runner process runs a blocking handler;
+// this process aborts its task. The handler's context is cancelled, and the
+// test measures how long after the abort committed (database clock).
+func TestAbortFromAnotherProcess(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	createRunLog(t, b)
+	startChild(t, b, "node-a")
+	var latencies []time.Duration
+	for i := range 5 {
+		task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("%s-%d", b.conv, i), Kind: "block"})
+		require.NoError(t, err)
+		waitUntil(t, "the handler to start", func() bool {
+			return b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log WHERE task_id = $1`, task.ID) == 1
+		})
+		_, err = b.engine.Abort(b.ctx, task.ID)
+		require.NoError(t, err)
+		var committed time.Time
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&committed))
+		var cancelled time.Time
+		waitUntil(t, "the handler's context to be cancelled", func() bool {
+			err := b.pool.QueryRow(b.ctx, `SELECT cancelled_at FROM `+b.schema+`.run_log WHERE task_id = $1 AND cancelled_at IS NOT NULL`, task.ID).Scan(&cancelled)
+			return err == nil
+		})
+		latencies = append(latencies, cancelled.Sub(committed))
+		require.Equal(t, fsm.Aborted, b.status(t, task.ID))
+	}
+	t.Logf("abort committed → handler context cancelled in the other process: %v", latencies)
+}
