@@ -155,6 +155,7 @@ func Generations(roots []tasks.Task, isGeneration func(kind string) bool) (start
 	case active == nil && next != nil:
 		startable = append(startable, next.ID)
 	}
+	slices.Sort(startable)
 	return startable
 }
 
