@@ -1,23 +1,37 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
 	"time"
 
+	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/migrations"
 	"github.com/arborhq/arbor/tasks"
 )
 
 const demoHelp = `Usage: arbor demo [flags]
 
-Runs arbor end to end against the database: migrates the schema, creates a
-conversation whose turn spawns tool calls, waits on them (all_settled, then
-fail_fast), completes with a background child still running, and aborts a
-second turn with its whole subtree from the leaves up. It prints the tree
-after every step and runs the invariant checker at the end.
+Runs arbor end to end through its runner: it migrates the schema, starts a
+worker process (arbor demo-worker) and sends a conversation three turns:
+  1. a turn that fans out to three tool calls (all_settled), one of which
+     sleeps for a rate limit, then asks three translators at once (fail_fast:
+     one fails, the others are aborted), then answers;
+  2. a research turn whose sub-agent browses until the user presses stop:
+     the whole subtree is aborted, leaves first;
+  3. a long turn during which the demo kills the worker (SIGKILL) and starts
+     another, which takes the conversation over once the lease expires,
+     prints its reconcile report, and finishes the turn.
+It prints the tree each time it changes and runs the invariant checker at
+the end. It takes well under a minute.
 
 Example:
   make demo          (starts a throwaway PostgreSQL for it)
@@ -28,7 +42,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlagSet("demo", demoHelp, stderr)
 	var db dbFlags
 	db.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if _, err := parseArgs(fs, args, 0, 0, ""); err != nil {
 		return err
 	}
 	pool, err := db.connect(ctx)
@@ -47,137 +61,242 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	d := &demo{ctx: ctx, e: engine, w: stdout, conv: fmt.Sprintf("demo-%d", time.Now().UnixNano())}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	d := &demo{ctx: ctx, e: engine, out: stdout, errOut: stderr, conv: fmt.Sprintf("demo-%d", time.Now().UnixNano()),
+		exe: exe, dbArgs: []string{"--database-url", db.url, "--schema", db.schema}, start: time.Now()}
+	defer d.stopWorkers()
 	return d.run()
 }
 
 type demo struct {
-	ctx  context.Context
-	e    *tasks.Engine
-	w    io.Writer
-	conv string
-	err  error
+	ctx    context.Context
+	e      *tasks.Engine
+	out    io.Writer
+	errOut io.Writer
+	conv   string
+	exe    string
+	dbArgs []string
+	start  time.Time
+
+	mu       sync.Mutex
+	lastTree string
+	workers  []*exec.Cmd
 }
 
-func (d *demo) step(title string) {
-	if d.err != nil {
-		return
+func (d *demo) say(format string, args ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	fmt.Fprintf(d.out, format+"\n", args...)
+}
+
+// startWorker starts a demo-worker process and forwards its output.
+func (d *demo) startWorker(node string) (*exec.Cmd, error) {
+	cmd := exec.CommandContext(d.ctx, d.exe, append([]string{"demo-worker", "--node", node}, d.dbArgs...)...)
+	cmd.Stderr = d.errOut
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
 	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	d.workers = append(d.workers, cmd)
+	started := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		first := true
+		for sc.Scan() {
+			d.say("   [%s] %s", node, sc.Text())
+			if first {
+				first = false
+				close(started)
+			}
+		}
+		if first {
+			close(started)
+		}
+	}()
+	select {
+	case <-started:
+	case <-d.ctx.Done():
+		return nil, d.ctx.Err()
+	}
+	return cmd, nil
+}
+
+func (d *demo) stopWorkers() {
+	for _, w := range d.workers {
+		if w.ProcessState == nil {
+			_ = w.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = w.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				_ = w.Process.Kill()
+			}
+		}
+	}
+}
+
+// watch prints the tree whenever it changes, until stop is closed.
+func (d *demo) watch(stop <-chan struct{}) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			d.printTreeIfChanged()
+			select {
+			case <-stop:
+				d.printTreeIfChanged()
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return done
+}
+
+func (d *demo) printTreeIfChanged() {
 	all, err := d.e.ConversationTasks(d.ctx, d.conv)
-	if err != nil {
-		d.err = err
+	if err != nil || len(all) == 0 {
 		return
 	}
-	fmt.Fprintf(d.w, "\n== %s\n", title)
-	renderTree(d.w, d.conv, all, time.Now())
-}
-
-// do runs one library call unless an earlier one failed.
-func do[T any](d *demo, f func() (T, error)) T {
-	var zero T
-	if d.err != nil {
-		return zero
+	var b bytes.Buffer
+	renderTree(&b, d.conv, all, time.Time{})
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b.String() == d.lastTree {
+		return
 	}
-	v, err := f()
-	if err != nil {
-		d.err = err
+	d.lastTree = b.String()
+	fmt.Fprintf(d.out, "-- t=%.1fs\n%s", time.Since(d.start).Seconds(), b.String())
+}
+
+// waitFor polls the conversation until cond holds.
+func (d *demo) waitFor(what string, cond func(all []tasks.Task) bool) error {
+	for {
+		all, err := d.e.ConversationTasks(d.ctx, d.conv)
+		if err != nil {
+			return err
+		}
+		if cond(all) {
+			return nil
+		}
+		select {
+		case <-d.ctx.Done():
+			return fmt.Errorf("demo: gave up waiting for %s: %w", what, d.ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return v
 }
 
-func (d *demo) create(owner int64, kind string, background bool) tasks.Task {
-	return do(d, func() (tasks.Task, error) {
-		t, _, err := d.e.Create(d.ctx, tasks.CreateParams{ConversationID: d.conv, OwnerID: owner, Kind: kind, Background: background,
-			Input: json.RawMessage(fmt.Sprintf(`{"demo": %q}`, kind))})
-		return t, err
-	})
+func statusOf(all []tasks.Task, id int64) fsm.Status {
+	for _, t := range all {
+		if t.ID == id {
+			return t.Status
+		}
+	}
+	return ""
 }
 
-func (d *demo) start(id int64) tasks.Task {
-	return do(d, func() (tasks.Task, error) { return d.e.Start(d.ctx, id) })
+func count(all []tasks.Task, kind string, status fsm.Status) int {
+	n := 0
+	for _, t := range all {
+		if t.Kind == kind && t.Status == status {
+			n++
+		}
+	}
+	return n
 }
 
-func (d *demo) complete(t tasks.Task, result string) tasks.Task {
-	return do(d, func() (tasks.Task, error) { return d.e.Complete(d.ctx, t.ID, t.Token, json.RawMessage(result)) })
+func (d *demo) turn(mode string) (tasks.Task, error) {
+	input, _ := json.Marshal(map[string]string{"mode": mode})
+	t, _, err := d.e.Create(d.ctx, tasks.CreateParams{ConversationID: d.conv, Kind: "chat_turn", Input: input})
+	return t, err
 }
 
 func (d *demo) run() error {
-	fmt.Fprintf(d.w, "arbor demo: conversation %s\n", d.conv)
-
-	turn := d.start(d.create(0, "chat_turn", false).ID)
-	turn = do(d, func() (tasks.Task, error) {
-		return d.e.Checkpoint(d.ctx, turn.ID, turn.Token, "planning", json.RawMessage(`{"plan": ["search", "docs", "approval"]}`))
-	})
-	search := d.create(turn.ID, "search_web", false)
-	docs := d.create(turn.ID, "read_docs", false)
-	approval := d.create(turn.ID, "ask_approval", false)
-	summary := d.create(turn.ID, "summarize_history", true)
-	d.step("a turn spawns three tool calls and a background summary")
-
-	wait := do(d, func() (tasks.WaitResult, error) {
-		return d.e.WaitForChildren(d.ctx, turn.ID, turn.Token, tasks.WaitParams{
-			ChildIDs: []int64{search.ID, docs.ID, approval.ID}, Policy: tasks.AllSettled,
-			Phase: "gathering", State: json.RawMessage(`{"waiting_for": 3}`)})
-	})
-	_ = wait
-	s := d.start(search.ID)
-	dc := d.start(docs.ID)
-	d.start(summary.ID)
-	d.complete(s, `{"hits": 3}`)
-	do(d, func() (tasks.Task, error) {
-		return d.e.Fail(d.ctx, dc.ID, dc.Token, tasks.TaskError{Message: "docs server returned 503"})
-	})
-	d.step("the turn waits (all_settled); search completed, read_docs failed")
-
-	a := d.start(approval.ID)
-	d.complete(a, `{"approved": true}`)
-	d.step("the last waited child settled: the turn is woken (pending)")
-
-	turn = d.start(turn.ID)
-	retry := d.create(turn.ID, "read_docs_mirror", false)
-	flaky := d.create(turn.ID, "call_flaky_api", false)
-	d.start(retry.ID)
-	fl := d.start(flaky.ID)
-	do(d, func() (tasks.WaitResult, error) {
-		return d.e.WaitForChildren(d.ctx, turn.ID, turn.Token, tasks.WaitParams{
-			ChildIDs: []int64{retry.ID, flaky.ID}, Policy: tasks.FailFast, Phase: "retrying"})
-	})
-	do(d, func() (tasks.Task, error) {
-		return d.e.Fail(d.ctx, fl.ID, fl.Token, tasks.TaskError{Message: "rate limited"})
-	})
-	d.step("fail_fast: call_flaky_api failed, its sibling was aborted, the turn woken")
-
-	turn = d.start(turn.ID)
-	d.complete(turn, `{"answer": "here is what I found"}`)
-	d.step("the turn completed; the background summary runs on")
-
-	turn2 := d.start(d.create(0, "chat_turn", false).ID)
-	agent := d.start(d.create(turn2.ID, "sub_agent", false).ID)
-	d.start(d.create(agent.ID, "browse", false).ID)
-	d.create(agent.ID, "browse", false)
-	d.create(turn2.ID, "web_search", false)
-	d.step("a second turn with a sub-agent")
-
-	rep := do(d, func() (tasks.AbortReport, error) { return d.e.Abort(d.ctx, turn2.ID) })
-	if d.err == nil {
-		fmt.Fprintf(d.w, "\n== the user pressed stop: abort settled %d tasks, leaves first:", len(rep.Settled))
-		for _, t := range rep.Settled {
-			fmt.Fprintf(d.w, " #%d(%s)", t.ID, t.Status)
-		}
-		fmt.Fprintln(d.w)
+	d.say("arbor demo: conversation %s", d.conv)
+	if _, err := d.startWorker("worker-1"); err != nil {
+		return err
 	}
-	d.step("after the abort")
+	stop := make(chan struct{})
+	watching := d.watch(stop)
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		<-watching
+	}()
 
-	vs := do(d, func() ([]tasks.Violation, error) { return d.e.Check(d.ctx, d.conv) })
-	if d.err != nil {
-		return d.err
+	d.say("\n== turn 1: three tool calls at once (all_settled); rate_limited_api sleeps 1 s, then\n   three translators at once (fail_fast): translate_fr fails and its siblings are aborted")
+	t1, err := d.turn("")
+	if err != nil {
+		return err
+	}
+	if err := d.waitFor("turn 1 to complete", func(all []tasks.Task) bool { return statusOf(all, t1.ID) == fsm.Completed }); err != nil {
+		return err
+	}
+
+	d.say("\n== turn 2: a sub-agent browses until the user presses stop")
+	t2, err := d.turn("research")
+	if err != nil {
+		return err
+	}
+	if err := d.waitFor("the browsing to start", func(all []tasks.Task) bool { return count(all, "browse", fsm.Running) == 2 }); err != nil {
+		return err
+	}
+	rep, err := d.e.Abort(d.ctx, t2.ID)
+	if err != nil {
+		return err
+	}
+	line := fmt.Sprintf("\n== the user pressed stop: the abort settled %d tasks, leaves first:", len(rep.Settled))
+	for _, t := range rep.Settled {
+		line += fmt.Sprintf(" #%d %s→%s", t.ID, t.Kind, t.Status)
+	}
+	d.say("%s", line)
+
+	d.say("\n== turn 3: long steps; the worker is killed in the middle")
+	t3, err := d.turn("long")
+	if err != nil {
+		return err
+	}
+	if err := d.waitFor("the long steps to run", func(all []tasks.Task) bool { return count(all, "long_step", fsm.Running) == 3 }); err != nil {
+		return err
+	}
+	time.Sleep(500 * time.Millisecond)
+	w1 := d.workers[0]
+	_ = w1.Process.Signal(syscall.SIGKILL)
+	_ = w1.Wait()
+	d.say("\n== crash: worker-1 killed with SIGKILL mid-turn; worker-2 starts and takes the conversation\n   over once worker-1's lease (%s) expires", demoLease)
+	if _, err := d.startWorker("worker-2"); err != nil {
+		return err
+	}
+	if err := d.waitFor("turn 3 to complete", func(all []tasks.Task) bool { return statusOf(all, t3.ID) == fsm.Completed }); err != nil {
+		return err
+	}
+	close(stop)
+	<-watching
+
+	vs, err := d.e.Check(d.ctx, d.conv)
+	if err != nil {
+		return err
 	}
 	if len(vs) > 0 {
 		for _, v := range vs {
-			fmt.Fprintln(d.w, v)
+			d.say("%s", v)
 		}
 		return fmt.Errorf("the invariant checker found %d violations", len(vs))
 	}
-	fmt.Fprintln(d.w, "\ninvariant checker: no violations")
+	d.say("\ninvariant checker: no violations; the demo took %.1fs", time.Since(d.start).Seconds())
+	d.say("inspect it with: arbor tree %s", d.conv)
 	return nil
 }

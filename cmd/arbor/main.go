@@ -25,10 +25,11 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"syscall"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -93,6 +94,9 @@ var commands = map[string]command{
 	"wake":    cmdWake,
 	"check":   cmdCheck,
 	"demo":    cmdDemo,
+	// demo-worker is the runner process the demo starts (and kills); it is
+	// not listed in the usage.
+	"demo-worker": cmdDemoWorker,
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/arborhq/arbor/machine"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// demoHandlers are the demo's task kinds: a chat turn and what it calls.
+//
+// A "chat_turn" runs in phases, resuming from its saved phase each time it is
+// woken: it fans out three tool calls and waits for all of them
+// (all_settled), one of which sleeps for a rate limit; then it asks three
+// translators at once and gives up on the others at the first failure
+// (fail_fast); then it answers. A "research" turn runs a sub-agent that
+// browses until the user stops it. A "long" turn runs steps that take a
+// while, so that the demo can kill its worker in the middle.
+func demoHandlers() map[string]machine.Handler {
+	work := func(d time.Duration) machine.Handler {
+		return func(ctx context.Context, run *machine.Run) error {
+			if err := busy(ctx, run, d); err != nil {
+				return err
+			}
+			return run.Complete(ctx, json.RawMessage(fmt.Sprintf(`{"took_ms": %d}`, d.Milliseconds())))
+		}
+	}
+	return map[string]machine.Handler{
+		"chat_turn":    chatTurn,
+		"search_web":   work(300 * time.Millisecond),
+		"read_docs":    work(500 * time.Millisecond),
+		"translate_en": work(200 * time.Millisecond),
+		"translate_de": work(10 * time.Second), // aborted by fail_fast long before
+		"long_step":    work(2 * time.Second),
+		"browse":       work(time.Minute), // stopped by the user
+		"translate_fr": func(ctx context.Context, run *machine.Run) error {
+			if err := busy(ctx, run, 300*time.Millisecond); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: translation service rejected the text", tasks.ErrNonRetryable)
+		},
+		"rate_limited_api": func(ctx context.Context, run *machine.Run) error {
+			if run.Task.Phase == "backoff" {
+				return run.Complete(ctx, json.RawMessage(`{"weather": "sunny"}`))
+			}
+			// 429: come back in a second. The task sleeps; a River job and a
+			// local timer wake it.
+			return run.SleepUntil(ctx, time.Now().Add(time.Second), "backoff", nil)
+		},
+		"research_agent": func(ctx context.Context, run *machine.Run) error {
+			ids, err := spawnAll(ctx, run, "browse", "browse")
+			if err != nil {
+				return err
+			}
+			_, err = run.Wait(ctx, ids, tasks.AllSettled, "browsing", nil)
+			return err
+		},
+	}
+}
+
+func chatTurn(ctx context.Context, run *machine.Run) error {
+	var in struct {
+		Mode string `json:"mode"`
+	}
+	_ = json.Unmarshal(run.Task.Input, &in)
+	switch {
+	case in.Mode == "research" && run.Task.Phase == "":
+		ids, err := spawnAll(ctx, run, "research_agent")
+		if err != nil {
+			return err
+		}
+		_, err = run.Wait(ctx, ids, tasks.AllSettled, "researching", nil)
+		return err
+	case in.Mode == "long" && run.Task.Phase == "":
+		ids, err := spawnAll(ctx, run, "long_step", "long_step", "long_step")
+		if err != nil {
+			return err
+		}
+		_, err = run.Wait(ctx, ids, tasks.AllSettled, "working", nil)
+		return err
+	case in.Mode == "long", in.Mode == "research":
+		return run.Complete(ctx, json.RawMessage(`{"answer": "done"}`))
+	}
+	switch run.Task.Phase {
+	case "":
+		if err := run.Checkpoint(ctx, "planning", json.RawMessage(`{"plan": ["search", "docs", "weather"]}`)); err != nil {
+			return err
+		}
+		ids, err := spawnAll(ctx, run, "search_web", "read_docs", "rate_limited_api")
+		if err != nil {
+			return err
+		}
+		_, err = run.Wait(ctx, ids, tasks.AllSettled, "tools", nil)
+		return err
+	case "tools":
+		ids, err := spawnAll(ctx, run, "translate_en", "translate_fr", "translate_de")
+		if err != nil {
+			return err
+		}
+		_, err = run.Wait(ctx, ids, tasks.FailFast, "translating", nil)
+		return err
+	case "translating":
+		waited, err := run.Waited(ctx)
+		if err != nil {
+			return err
+		}
+		done := 0
+		for _, t := range waited {
+			if t.Status == "completed" {
+				done++
+			}
+		}
+		return run.Complete(ctx, json.RawMessage(fmt.Sprintf(`{"answer": "here is what I found", "translations": %d}`, done)))
+	}
+	return fmt.Errorf("%w: unknown phase %q", tasks.ErrNonRetryable, run.Task.Phase)
+}
+
+// spawnAll creates one child per kind, each with an idempotency key so a
+// re-run after a crash finds the children the first run made.
+func spawnAll(ctx context.Context, run *machine.Run, kinds ...string) ([]int64, error) {
+	var ids []int64
+	for i, kind := range kinds {
+		c, err := run.Spawn(ctx, machine.SpawnParams{Kind: kind,
+			IdempotencyKey: fmt.Sprintf("%d/%s/%s/%d", run.Task.ID, run.Task.Phase, kind, i)})
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, c.ID)
+	}
+	return ids, nil
+}
+
+// busy works for d, heartbeating, and stops early when the task is stopped.
+func busy(ctx context.Context, run *machine.Run, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(min(200*time.Millisecond, time.Until(deadline))):
+		}
+		if err := run.Heartbeat(ctx); err != nil {
+			if errors.Is(err, tasks.ErrAborted) || errors.Is(err, tasks.ErrNotRunning) {
+				return err
+			}
+		}
+	}
+	return nil
+}
