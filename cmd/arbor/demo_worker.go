@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/arborhq/arbor/machine"
