@@ -338,3 +338,24 @@ func snapshot(t *testing.T, b *bundle) string {
 		|| (SELECT row_to_json(c)::text FROM `+b.schema+`.conversations c WHERE id = $1)`, b.conv).Scan(&s))
 	return s
 }
+
+func TestRunnerWatchdogCancelsBlockedHandler(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	engine, err := tasks.New(b.ctx, b.pool, &tasks.Config{Schema: b.schema, LeaseDuration: 150 * time.Millisecond})
+	require.NoError(t, err)
+	b.engine = engine
+	stopped := make(chan error, 1)
+	fastRunner(t, b, map[string]machine.Handler{
+		"stuck": func(ctx context.Context, run *machine.Run) error {
+			<-ctx.Done() // never checkpoints, never heartbeats
+			stopped <- context.Cause(ctx)
+			return ctx.Err()
+		},
+	}, nil)
+	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "stuck"})
+	require.NoError(t, err)
+	require.ErrorIs(t, <-stopped, machine.ErrBlocked)
+	waitUntil(t, "the blocked run to be failed", func() bool { return b.status(t, task.ID) == fsm.Failed })
+	b.requireClean(t)
+}

@@ -15,9 +15,14 @@ import (
 // every fence a former holder writes with fails.
 
 var (
+	// SKIP LOCKED: a conversation another runner is taking over right now
+	// (or that a transaction is working on) is skipped, not waited for; the
+	// claim loop comes back to it.
 	qTakeConversation = define(`UPDATE {schema}.conversations
 		SET owner = $2, epoch = epoch + 1, lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
-		WHERE id = $1 AND (owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < now())
+		WHERE id = (SELECT id FROM {schema}.conversations
+			WHERE id = $1 AND (owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < now())
+			FOR NO KEY UPDATE SKIP LOCKED)
 		RETURNING ` + conversationColumns)
 
 	qRenewConversations = define(`UPDATE {schema}.conversations c
@@ -79,7 +84,8 @@ var (
 
 // TakeConversation gives the conversation to owner with a fresh epoch and a
 // lease of ttl, if it is free or its lease expired. ErrNoRows when another
-// holder's lease is live (or the conversation does not exist). The row stays
+// holder's lease is live, when another transaction holds the row right now
+// (skipped, not waited for), or when the conversation does not exist. The row stays
 // locked until the transaction ends: reconcile_on_open runs under it.
 func (s *Store) TakeConversation(ctx context.Context, db DB, id, owner string, ttl time.Duration) (Conversation, error) {
 	return scanConversation(db.QueryRow(ctx, s.sql[qTakeConversation], id, owner, micros(ttl)))
