@@ -17,6 +17,9 @@ const demoWorkerHelp = `Usage: arbor demo-worker --node NAME [flags]
 The runner process that "arbor demo" starts, and kills: it runs the demo's
 handlers until it is stopped (SIGINT, SIGTERM) or killed, and prints each
 take-over's reconcile report.
+
+Example:
+  arbor demo-worker --node worker-1 --schema arbor
 `
 
 // demoLease is short so that the demo's crash is recovered quickly.

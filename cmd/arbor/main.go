@@ -76,6 +76,7 @@ Usage:
   arbor wake TASK                        wake a waiting or sleeping task now
   arbor check [CONVERSATION]             run the invariant checker (exit 1 on violations)
   arbor demo                             run the end-to-end demo
+  arbor demo-worker --node NAME          the demo's worker process (arbor demo starts it)
 
 Every command takes --database-url (default $ARBOR_DATABASE_URL) and
 --schema (default "arbor"). Run "arbor COMMAND --help" for its flags and an
@@ -94,8 +95,7 @@ var commands = map[string]command{
 	"wake":    cmdWake,
 	"check":   cmdCheck,
 	"demo":    cmdDemo,
-	// demo-worker is the runner process the demo starts (and kills); it is
-	// not listed in the usage.
+	// demo-worker is the runner process the demo starts (and kills).
 	"demo-worker": cmdDemoWorker,
 }
 
