@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/arborhq/arbor/reconcile"
 	"github.com/arborhq/arbor/store"
@@ -434,57 +435,25 @@ func (r *Runner) renewLoop() {
 }
 
 // listenLoop hears the change channel and pokes the machine holding each
-// announced conversation, or the claim loop when none here does.
+// announced conversation, or the claim loop when none here does. What
+// changed while it was not listening is found by polling at once.
 func (r *Runner) listenLoop() {
 	defer r.loops.Done()
-	channel := pgx.Identifier{r.store.ChangeChannel()}.Sanitize()
-	retry := 10 * time.Millisecond
-	for r.runCtx.Err() == nil {
-		err := r.listenOnce(channel)
-		if r.runCtx.Err() != nil {
-			return
-		}
-		r.logger.WarnContext(r.runCtx, "arbor: runner lost its LISTEN connection; retrying", slog.String("error", fmt.Sprint(err)))
-		select {
-		case <-r.runCtx.Done():
-			return
-		case <-time.After(retry):
-		}
-		retry = min(2*retry, 5*time.Second)
-	}
-}
-
-func (r *Runner) listenOnce(channel string) error {
-	ctx := r.runCtx
-	conn, err := r.engine.Pool().Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		// A connection that LISTENed does not go back to the pool as it is.
-		_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		conn.Release()
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
-		return err
-	}
-	// What changed while we were not listening is found by polling now.
-	r.kickClaim()
-	r.pokeAll()
-	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		r.mu.Lock()
-		m := r.machines[n.Payload]
-		r.mu.Unlock()
-		if m != nil {
-			m.poke()
-		} else {
+	listen(r.runCtx, r.engine.Pool(), r.store.ChangeChannel(), r.logger, "runner",
+		func() {
 			r.kickClaim()
-		}
-	}
+			r.pokeAll()
+		},
+		func(n *pgconn.Notification) {
+			r.mu.Lock()
+			m := r.machines[n.Payload]
+			r.mu.Unlock()
+			if m != nil {
+				m.poke()
+			} else {
+				r.kickClaim()
+			}
+		})
 }
 
 func (r *Runner) pokeAll() {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -270,51 +271,15 @@ func (w *Waker) Stop(ctx context.Context) error {
 // (re)subscription it asks for a poll, which covers what it missed.
 func (w *Waker) listenLoop(ctx context.Context) {
 	defer w.wg.Done()
-	channel := pgx.Identifier{w.store.SleepChannel()}.Sanitize()
-	retry := 10 * time.Millisecond
-	for ctx.Err() == nil {
-		err := w.listenOnce(ctx, channel)
-		if ctx.Err() != nil {
-			return
-		}
-		w.logger.WarnContext(ctx, "arbor: waker lost its LISTEN connection; retrying", slog.String("error", fmt.Sprint(err)))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(retry):
-		}
-		retry = min(2*retry, 5*time.Second)
-	}
-}
-
-func (w *Waker) listenOnce(ctx context.Context, channel string) error {
-	conn, err := w.engine.Pool().Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	// A connection that LISTENed must not go back to the pool as it is:
-	// close it, and the pool replaces it.
-	defer func() {
-		_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		conn.Release()
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
-		return err
-	}
-	w.pollSoon()
-	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
+	listen(ctx, w.engine.Pool(), w.store.SleepChannel(), w.logger, "waker", w.pollSoon, func(n *pgconn.Notification) {
 		var notice store.SleepNotice
 		if err := json.Unmarshal([]byte(n.Payload), &notice); err != nil {
 			w.logger.WarnContext(ctx, "arbor: waker got a malformed sleep notification", slog.String("payload", n.Payload))
-			continue
+			return
 		}
 		w.consider(ctx, store.SleepingTask{TaskID: notice.TaskID, ConversationID: notice.ConversationID,
 			SleepSeq: notice.SleepSeq, WakeAt: notice.WakeAt}, time.Now())
-	}
+	})
 }
 
 func (w *Waker) pollSoon() {

@@ -95,20 +95,7 @@ func (s *Store) TakeConversation(ctx context.Context, db DB, id, owner string, t
 // given, same index) and returns the ids it renewed: a missing one was taken
 // over.
 func (s *Store) RenewConversations(ctx context.Context, db DB, owner string, ids []string, epochs []int64, ttl time.Duration) ([]string, error) {
-	rows, err := db.Query(ctx, s.sql[qRenewConversations], ids, epochs, micros(ttl), owner)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
+	return collect[string](db.Query(ctx, s.sql[qRenewConversations], ids, epochs, micros(ttl), owner))
 }
 
 // ReleaseConversation frees a conversation owner holds at epoch. It reports
@@ -129,20 +116,7 @@ func (s *Store) FenceConversation(ctx context.Context, db DB, id, owner string, 
 // that have work for a node knowing kinds: a pending task of one of those
 // kinds, or a running task left by a dead holder.
 func (s *Store) ClaimableConversations(ctx context.Context, db DB, kinds []string, limit int) ([]string, error) {
-	rows, err := db.Query(ctx, s.sql[qClaimableConversations], kinds, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
+	return collect[string](db.Query(ctx, s.sql[qClaimableConversations], kinds, limit))
 }
 
 // LiveRoots reads a conversation's live root tasks in id order.
@@ -201,20 +175,7 @@ func (s *Store) RunStates(ctx context.Context, db DB, ids []int64) ([]RunState, 
 // StaleUnknownKinds lists up to limit pending tasks that never ran, whose
 // kind is not among kinds, created longer than grace ago.
 func (s *Store) StaleUnknownKinds(ctx context.Context, db DB, kinds []string, grace time.Duration, limit int) ([]int64, error) {
-	rows, err := db.Query(ctx, s.sql[qStaleUnknownKinds], kinds, micros(grace), limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
+	return collect[int64](db.Query(ctx, s.sql[qStaleUnknownKinds], kinds, micros(grace), limit))
 }
 
 // ChangeChannel is the LISTEN/NOTIFY channel on which every transaction that

@@ -133,6 +133,14 @@ func collectTasks(rows pgx.Rows, err error) ([]Task, error) {
 	return out, rows.Err()
 }
 
+// collect reads a one-column result into a slice.
+func collect[T any](rows pgx.Rows, err error) ([]T, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[T])
+}
+
 // ErrNoRows is returned by the single-row functions when no row matched.
 var ErrNoRows = pgx.ErrNoRows
 

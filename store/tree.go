@@ -54,21 +54,8 @@ func (s *Store) AbortMany(ctx context.Context, db DB, ids []int64, statuses []fs
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := db.Query(ctx, s.sql[qNextSettleSeqs], len(ids))
+	seqs, err := collect[int64](db.Query(ctx, s.sql[qNextSettleSeqs], len(ids)))
 	if err != nil {
-		return err
-	}
-	seqs := make([]int64, 0, len(ids))
-	for rows.Next() {
-		var v int64
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return err
-		}
-		seqs = append(seqs, v)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	// One session's nextval calls increase; sort anyway so the order given
