@@ -235,8 +235,12 @@ func (m *machine) execute(ctx context.Context, run *Run) {
 		}
 		return
 	}
-	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, ErrTaskStopped) {
-		return // aborted or cancelled elsewhere: nothing to write
+	if cause := context.Cause(ctx); cause != nil &&
+		(errors.Is(cause, ErrTaskStopped) || errors.Is(cause, ErrShutdown) || errors.Is(cause, tasks.ErrLeaseLost)) {
+		// Aborted or cancelled elsewhere: nothing to write. Cut by a
+		// shutdown or a lost lease: not the handler's failure; the task
+		// stays running and the conversation's next holder recovers it.
+		return
 	}
 	if _, ferr := m.r.engine.Fail(wctx, t.ID, t.Token, failure(err)); ferr != nil &&
 		!errors.Is(ferr, tasks.ErrAborted) && !errors.Is(ferr, tasks.ErrNotRunning) && !errors.Is(ferr, tasks.ErrLeaseLost) {

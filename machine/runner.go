@@ -253,23 +253,44 @@ func (r *Runner) Stop(ctx context.Context) error {
 		}
 		close(drained)
 	}()
+	cancelAll := func() {
+		for _, m := range ms {
+			m.cancel(ErrShutdown)
+		}
+	}
+	var stuck error
 	select {
 	case <-drained:
 	case <-grace.C:
 		r.logger.WarnContext(ctx, "arbor: shutdown grace over; cancelling running handlers")
-		for _, m := range ms {
-			m.cancel(ErrShutdown)
-		}
-		<-drained
+		cancelAll()
 	case <-ctx.Done():
-		for _, m := range ms {
-			m.cancel(ErrShutdown)
+		cancelAll()
+	}
+	// Cancelled handlers get a moment to return even when ctx is over.
+	late := time.NewTimer(time.Second)
+	defer late.Stop()
+	select {
+	case <-drained:
+	case <-late.C:
+		select {
+		case <-drained:
+		case <-ctx.Done():
 		}
-		<-drained
+	}
+	select {
+	case <-drained:
+	default:
+		// Handlers that ignore their context: leave them; their leases
+		// expire and another runner recovers their tasks.
+		stuck = fmt.Errorf("machine: Runner.Stop: handlers did not return before %w; their conversations' leases will expire", ctx.Err())
 	}
 	r.cancelRun(ErrShutdown)
 	r.loops.Wait()
-	return r.waker.Stop(ctx)
+	if err := r.waker.Stop(ctx); err != nil {
+		return err
+	}
+	return stuck
 }
 
 // Held returns the conversations this runner holds now.

@@ -359,3 +359,41 @@ func TestRunnerWatchdogCancelsBlockedHandler(t *testing.T) {
 	waitUntil(t, "the blocked run to be failed", func() bool { return b.status(t, task.ID) == fsm.Failed })
 	b.requireClean(t)
 }
+
+func TestRunnerStopCancelsAfterGraceAndIsRecovered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan struct{})
+	causes := make(chan error, 1)
+	r, err := machine.NewRunner(b.engine, map[string]machine.Handler{
+		"long": func(ctx context.Context, run *machine.Run) error {
+			close(started)
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		},
+	}, &machine.RunnerConfig{LeaseDuration: time.Second, PollInterval: 50 * time.Millisecond, ShutdownGrace: 100 * time.Millisecond,
+		Waker: &machine.WakerConfig{RiverTestOnly: true}})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(b.ctx))
+	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "long"})
+	require.NoError(t, err)
+	<-started
+	require.NoError(t, r.Stop(b.ctx))
+	require.ErrorIs(t, <-causes, machine.ErrShutdown)
+	conv, err := b.engine.Store().GetConversation(b.ctx, b.pool, b.conv)
+	require.NoError(t, err)
+	require.Empty(t, conv.Owner, "released")
+
+	// The next runner recovers the cut run at once: the lease was released.
+	done := make(chan int, 1)
+	fastRunner(t, b, map[string]machine.Handler{
+		"long": func(ctx context.Context, run *machine.Run) error {
+			done <- run.Task.Attempt
+			return nil
+		},
+	}, nil)
+	require.Equal(t, 1, <-done, "recovered with attempt + 1")
+	waitUntil(t, "the task to complete", func() bool { return b.status(t, task.ID) == fsm.Completed })
+	b.requireClean(t)
+}
