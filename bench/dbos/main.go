@@ -22,6 +22,8 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,12 +36,18 @@ import (
 // result is what the harness reads; its field names match the harness's
 // Measurement JSON where they mean the same.
 type result struct {
-	ElapsedNS   int64  `json:"elapsed_ns"`
-	Tasks       int    `json:"tasks"`
-	Statements  int64  `json:"statements"`
-	WriteTxs    int64  `json:"write_txs"`
-	WALBytes    int64  `json:"wal_bytes"`
+	ElapsedNS  int64 `json:"elapsed_ns"`
+	Tasks      int   `json:"tasks"`
+	Statements int64 `json:"statements"`
+	XIDs       int64 `json:"xids"`
+	WALBytes   int64 `json:"wal_bytes"`
+	// WALStartLSN and WALEndLSN bound the workload's WAL (insert position
+	// before, flush position after), for the harness to count its commits.
+	WALStartLSN string `json:"wal_start_lsn"`
+	WALEndLSN   string `json:"wal_end_lsn"`
 	DBOSVersion string `json:"dbos_version"`
+	// PeakRSSBytes is this process's peak resident memory (VmHWM).
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
 }
 
 func main() {
@@ -165,22 +173,47 @@ func run(ctx context.Context, url, schema string, parents, children, conns int) 
 		return nil, fmt.Errorf("verify: %d workflows succeeded, want %d", succeeded, want)
 	}
 	return &result{
-		ElapsedNS:   elapsed.Nanoseconds(),
-		Tasks:       succeeded,
-		Statements:  stmts,
-		WriteTxs:    after[0] - before[0],
-		WALBytes:    after[1] - before[1],
-		DBOSVersion: dbosVersion(),
+		ElapsedNS:    elapsed.Nanoseconds(),
+		Tasks:        succeeded,
+		Statements:   stmts,
+		XIDs:         after.nextXID - before.nextXID,
+		WALBytes:     after.walBytes - before.walBytes,
+		WALStartLSN:  before.insertLSN,
+		WALEndLSN:    after.flushLSN,
+		DBOSVersion:  dbosVersion(),
+		PeakRSSBytes: peakRSS(),
 	}, nil
 }
 
-// serverCounters returns the next transaction id and the WAL position, as
-// the harness reads them.
-func serverCounters(ctx context.Context, pool *pgxpool.Pool) ([2]int64, error) {
-	var c [2]int64
+type counters struct {
+	nextXID, walBytes   int64
+	insertLSN, flushLSN string
+}
+
+// serverCounters reads the next transaction id and the WAL positions, as
+// the harness does.
+func serverCounters(ctx context.Context, pool *pgxpool.Pool) (counters, error) {
+	var c counters
 	err := pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
-		pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint`).Scan(&c[0], &c[1])
+		pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint,
+		pg_current_wal_insert_lsn()::text, pg_current_wal_flush_lsn()::text`).Scan(&c.nextXID, &c.walBytes, &c.insertLSN, &c.flushLSN)
 	return c, err
+}
+
+// peakRSS returns VmHWM from /proc/self/status in bytes, 0 if unknown. (Not
+// getrusage: Linux carries the parent's high-water mark across exec.)
+func peakRSS() int64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 func dbosVersion() string {

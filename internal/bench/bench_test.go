@@ -53,11 +53,12 @@ func TestRunTiny(t *testing.T) {
 				require.Equal(t, sr.Size.Tasks, r.Measurement.Tasks)
 				require.Positive(t, r.TasksPerSec)
 				require.Positive(t, r.Measurement.Statements, "%s %s: statements counted", s.Key, r.Key)
-				require.Positive(t, r.Measurement.WriteTxs, "%s %s: write transactions counted", s.Key, r.Key)
+				require.Positive(t, r.Measurement.XIDs, "%s %s: transaction ids counted", s.Key, r.Key)
+				require.Positive(t, r.Measurement.Commits, "%s %s: commits counted", s.Key, r.Key)
 			}
 		}
 		if base := s.Sizes[0].Subjects[1]; base.Unavailable == "" {
-			require.Positive(t, base.ArborRatio, "%s: ratio against the first baseline", s.Key)
+			require.Positive(t, s.Sizes[0].Subjects[0].Ratios[base.Key], "%s: ratio against the first baseline", s.Key)
 		}
 	}
 	require.Positive(t, rep.PeakRSSBytes)

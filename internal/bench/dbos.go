@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -62,29 +61,30 @@ func prepareDBOS(ctx context.Context, dir string, logger *slog.Logger) (*DBOS, s
 func (d *DBOS) Close() { _ = os.RemoveAll(d.tmp) }
 
 // run runs the subprocess for one size and reads its JSON result.
-func (d *DBOS) run(ctx context.Context, url, schema string, conns int, size Size) (Measurement, error) {
-	cmd := exec.CommandContext(ctx, d.bin, "-url", url, "-schema", schema, "-conns", strconv.Itoa(conns),
+func (d *DBOS) run(ctx context.Context, env *Env, schema string, size Size) (Measurement, error) {
+	cmd := exec.CommandContext(ctx, d.bin, "-url", env.URL, "-schema", schema, "-conns", strconv.Itoa(env.Conns),
 		"-parents", strconv.Itoa(size.P), "-children", strconv.Itoa(size.C))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && cmd.ProcessState != nil {
-		d.peakRSS = max(d.peakRSS, ru.Maxrss<<10)
-	}
 	if err != nil {
 		return Measurement{}, fmt.Errorf("dbos subprocess: %v: %s", err, lastLines(stderr.String(), 3))
 	}
 	var res struct {
-		ElapsedNS   int64  `json:"elapsed_ns"`
-		Tasks       int    `json:"tasks"`
-		Statements  int64  `json:"statements"`
-		WriteTxs    int64  `json:"write_txs"`
-		WALBytes    int64  `json:"wal_bytes"`
-		DBOSVersion string `json:"dbos_version"`
+		ElapsedNS    int64  `json:"elapsed_ns"`
+		Tasks        int    `json:"tasks"`
+		Statements   int64  `json:"statements"`
+		XIDs         int64  `json:"xids"`
+		WALBytes     int64  `json:"wal_bytes"`
+		WALStartLSN  string `json:"wal_start_lsn"`
+		WALEndLSN    string `json:"wal_end_lsn"`
+		DBOSVersion  string `json:"dbos_version"`
+		PeakRSSBytes int64  `json:"peak_rss_bytes"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
 		return Measurement{}, fmt.Errorf("dbos subprocess: read its result %q: %w", stdout.String(), err)
 	}
+	d.peakRSS = max(d.peakRSS, res.PeakRSSBytes)
 	if res.Tasks != size.Tasks {
 		return Measurement{}, fmt.Errorf("dbos subprocess: %d workflows succeeded, want %d", res.Tasks, size.Tasks)
 	}
@@ -92,8 +92,10 @@ func (d *DBOS) run(ctx context.Context, url, schema string, conns int, size Size
 		Elapsed:    time.Duration(res.ElapsedNS),
 		Tasks:      res.Tasks,
 		Statements: res.Statements,
-		WriteTxs:   res.WriteTxs,
+		Commits:    env.commitsBetween(ctx, res.WALStartLSN, res.WALEndLSN),
+		XIDs:       res.XIDs,
 		WALBytes:   res.WALBytes,
+		counted:    true,
 		Note:       "DBOS Transact Go " + res.DBOSVersion + ", in a subprocess",
 	}, nil
 }

@@ -30,6 +30,18 @@ const phaseWaiting = "waiting"
 //
 // Time runs from the first parent's create to the last parent's complete.
 func fanoutArborEngine(ctx context.Context, env *Env, size Size) (Measurement, error) {
+	return fanoutArbor(ctx, env, size, false)
+}
+
+// fanoutArborBatched is the what-if variant of fanoutArborEngine: the same
+// engine operations, but the completes of each claimed batch (children, and
+// woken parents) share one transaction (CompleteTx), one commit per batch.
+// Spawning stays one transaction per parent.
+func fanoutArborBatched(ctx context.Context, env *Env, size Size) (Measurement, error) {
+	return fanoutArbor(ctx, env, size, true)
+}
+
+func fanoutArbor(ctx context.Context, env *Env, size Size, batched bool) (Measurement, error) {
 	eng, err := tasks.New(ctx, env.Pool, &tasks.Config{Schema: env.Schema})
 	if err != nil {
 		return Measurement{}, err
@@ -45,32 +57,56 @@ func fanoutArborEngine(ctx context.Context, env *Env, size Size) (Measurement, e
 
 	var parentsDone atomic.Int64
 	done := make(chan struct{})
-	completeParent := func(ctx context.Context, t tasks.Task) error {
-		if _, err := eng.Complete(ctx, t.ID, t.Token, nil); err != nil {
-			return err
-		}
+	parentDone := func() {
 		if parentsDone.Add(1) == int64(size.P) {
 			close(done)
 		}
+	}
+	// complete completes a child or a woken parent, in tx when not nil.
+	complete := func(ctx context.Context, tx pgx.Tx, t tasks.Task) error {
+		var err error
+		if tx == nil {
+			_, err = eng.Complete(ctx, t.ID, t.Token, nil)
+		} else {
+			_, err = eng.CompleteTx(ctx, tx, t.ID, t.Token, nil)
+		}
+		return err
+	}
+	handle := func(ctx context.Context, claimed []tasks.Task) error {
+		var rest []tasks.Task
+		for _, t := range claimed {
+			switch {
+			case t.Kind == "parent" && t.Phase == "":
+				satisfied, err := spawnAndWait(ctx, env, eng, t, size.C)
+				if err != nil {
+					return err
+				}
+				if satisfied {
+					rest = append(rest, t)
+				}
+			case t.Kind == "parent" && t.Phase == phaseWaiting, t.Kind == "child":
+				rest = append(rest, t)
+			default:
+				return fmt.Errorf("task %d: unexpected kind %q, phase %q", t.ID, t.Kind, t.Phase)
+			}
+		}
+		var err error
+		if batched && len(rest) > 0 {
+			err = batchTx(env.Pool, complete)(ctx, rest)
+		} else {
+			err = eachTask(func(ctx context.Context, t tasks.Task) error { return complete(ctx, nil, t) })(ctx, rest)
+		}
+		if err != nil {
+			return err
+		}
+		for _, t := range rest {
+			if t.Kind == "parent" {
+				parentDone()
+			}
+		}
 		return nil
 	}
-	err = engineLoop(ctx, eng, env.Conns, env.ClaimBatch, done, func(ctx context.Context, t tasks.Task) error {
-		switch {
-		case t.Kind == "child":
-			_, err := eng.Complete(ctx, t.ID, t.Token, nil)
-			return err
-		case t.Kind == "parent" && t.Phase == phaseWaiting:
-			return completeParent(ctx, t)
-		case t.Kind == "parent":
-			satisfied, err := spawnAndWait(ctx, env, eng, t, size.C)
-			if err != nil || !satisfied {
-				return err
-			}
-			return completeParent(ctx, t)
-		}
-		return fmt.Errorf("task %d: unexpected kind %q, phase %q", t.ID, t.Kind, t.Phase)
-	})
-	if err != nil {
+	if err := engineLoop(ctx, eng, env.Conns, env.ClaimBatch, done, handle); err != nil {
 		return Measurement{}, fmt.Errorf("run: %w", err)
 	}
 	end := time.Now()
@@ -118,5 +154,5 @@ func fanoutDBOS(ctx context.Context, env *Env, size Size) (Measurement, error) {
 		defer cancel()
 		_, _ = env.Pool.Exec(dropCtx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 	}()
-	return env.DBOS.run(ctx, env.URL, schema, env.Conns, size)
+	return env.DBOS.run(ctx, env, schema, size)
 }

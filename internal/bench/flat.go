@@ -23,15 +23,47 @@ import (
 // each in a transaction of its own. A runner-based variant will be another
 // RunFunc beside this one.
 func flatArborEngine(ctx context.Context, env *Env, size Size) (Measurement, error) {
+	return flatArbor(ctx, env, size, false)
+}
+
+// flatArborBatched is the what-if variant of flatArborEngine: the same
+// engine operations, but the creates of a batch of env.ClaimBatch tasks
+// share one transaction (CreateTx), and so do the completes of each claimed
+// batch (CompleteTx): one commit per batch instead of one per task. It
+// measures what batching commits, as River's completer does, would buy
+// without changing the engine's SQL.
+func flatArborBatched(ctx context.Context, env *Env, size Size) (Measurement, error) {
+	return flatArbor(ctx, env, size, true)
+}
+
+func flatArbor(ctx context.Context, env *Env, size Size, batched bool) (Measurement, error) {
 	eng, err := tasks.New(ctx, env.Pool, &tasks.Config{Schema: env.Schema})
 	if err != nil {
 		return Measurement{}, err
 	}
+	params := func(i int) tasks.CreateParams {
+		return tasks.CreateParams{ConversationID: fmt.Sprintf("flat-%d", i), Kind: "noop"}
+	}
 	start := time.Now()
-	err = parallel(ctx, env.Conns, size.N, func(ctx context.Context, i int) error {
-		_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("flat-%d", i), Kind: "noop"})
-		return err
-	})
+	if batched {
+		batches := splitBatches(size.N, env.ClaimBatch)
+		err = parallel(ctx, env.Conns, len(batches), func(ctx context.Context, b int) error {
+			first := b * env.ClaimBatch
+			return inTx(ctx, env.Pool, func(tx pgx.Tx) error {
+				for i := first; i < first+batches[b]; i++ {
+					if _, _, err := eng.CreateTx(ctx, tx, params(i)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+	} else {
+		err = parallel(ctx, env.Conns, size.N, func(ctx context.Context, i int) error {
+			_, _, err := eng.Create(ctx, params(i))
+			return err
+		})
+	}
 	if err != nil {
 		return Measurement{}, fmt.Errorf("create: %w", err)
 	}
@@ -39,17 +71,33 @@ func flatArborEngine(ctx context.Context, env *Env, size Size) (Measurement, err
 
 	var completed atomic.Int64
 	done := make(chan struct{})
-	err = engineLoop(ctx, eng, env.Conns, env.ClaimBatch, done, func(ctx context.Context, t tasks.Task) error {
-		// The no-op handler: nothing to do but complete.
+	count := func(n int) {
+		if completed.Add(int64(n)) == int64(size.N) {
+			close(done)
+		}
+	}
+	// The no-op handler: nothing to do but complete.
+	handle := eachTask(func(ctx context.Context, t tasks.Task) error {
 		if _, err := eng.Complete(ctx, t.ID, t.Token, nil); err != nil {
 			return err
 		}
-		if completed.Add(1) == int64(size.N) {
-			close(done)
-		}
+		count(1)
 		return nil
 	})
-	if err != nil {
+	if batched {
+		complete := batchTx(env.Pool, func(ctx context.Context, tx pgx.Tx, t tasks.Task) error {
+			_, err := eng.CompleteTx(ctx, tx, t.ID, t.Token, nil)
+			return err
+		})
+		handle = func(ctx context.Context, claimed []tasks.Task) error {
+			if err := complete(ctx, claimed); err != nil {
+				return err
+			}
+			count(len(claimed))
+			return nil
+		}
+	}
+	if err := engineLoop(ctx, eng, env.Conns, env.ClaimBatch, done, handle); err != nil {
 		return Measurement{}, fmt.Errorf("run: %w", err)
 	}
 	end := time.Now()

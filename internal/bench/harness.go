@@ -136,14 +136,19 @@ type Measurement struct {
 	Phases map[string]time.Duration `json:"phases_ns,omitempty"`
 	// Latencies are per-event latencies, for the latency scenarios.
 	Latencies []time.Duration `json:"-"`
-	// Statements, WriteTxs and WALBytes count what the subject cost the
-	// database while Elapsed ran: statements (round trips; a batch or a
-	// COPY is one) sent through the harness's pool, transaction ids
-	// assigned (every transaction that wrote, committed or not) and WAL
-	// bytes written. Zero when not counted (a subprocess).
+	// Statements, Commits, XIDs and WALBytes count what the subject cost
+	// the database while Elapsed ran (see Window): statements (round trips;
+	// a batch or a COPY is one), commit records written to the WAL (each
+	// one a WAL flush with synchronous_commit on; -1 when pg_walinspect is
+	// not available), transaction ids assigned (transactions and
+	// subtransactions that wrote) and WAL bytes.
 	Statements int64 `json:"statements"`
-	WriteTxs   int64 `json:"write_txs"`
+	Commits    int64 `json:"commits"`
+	XIDs       int64 `json:"xids"`
 	WALBytes   int64 `json:"wal_bytes"`
+	// counted is set when the RunFunc counted its own window (Window.End);
+	// otherwise the harness counts the whole run.
+	counted bool
 	// Note says anything a reader must know about this figure.
 	Note string `json:"note,omitempty"`
 }
@@ -151,12 +156,15 @@ type Measurement struct {
 // RunFunc runs one subject of a scenario at one size in env's fresh schema.
 type RunFunc func(ctx context.Context, env *Env, size Size) (Measurement, error)
 
-// Subject is one implementation measured in a scenario: arbor, or a
-// baseline.
+// Subject is one implementation measured in a scenario: arbor (or a
+// variant of arbor), or a baseline.
 type Subject struct {
-	// Key names the subject in the JSON results ("arbor", "ceiling",
-	// "river", "dbos").
+	// Key names the subject in the JSON results and the table ("arbor",
+	// "ceiling", "river", "dbos").
 	Key string
+	// Arbor marks arbor's side; every other subject is a baseline, and the
+	// ratios divide each arbor subject's figure by each baseline's.
+	Arbor bool
 	// Label heads its column in the table.
 	Label string
 	// Run measures it; nil when it cannot run (see Unavailable).
@@ -191,8 +199,7 @@ type Scenario struct {
 	// SizeForm documents the spec form, for --help and errors.
 	SizeForm  string
 	ParseSize func(spec string) (Size, error)
-	// Subjects are measured in this order at each size; the first is arbor,
-	// whose figure the ratios divide.
+	// Subjects are measured in this order at each size.
 	Subjects []Subject
 	// Pending, when not empty, says why the scenario cannot run yet; the
 	// harness prints it instead of a table.
@@ -215,6 +222,9 @@ type Env struct {
 	DBOS *DBOS
 
 	counter *counter
+	// walinspect is the schema of the pg_walinspect extension, which
+	// counts commits; "" when it is not available.
+	walinspect string
 }
 
 // newSchema creates and migrates a fresh schema (arbor's tables and

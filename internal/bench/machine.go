@@ -65,9 +65,15 @@ func procField(path, key string) string {
 	return "unknown"
 }
 
-// peakRSS returns this process's peak resident memory in bytes (Linux
-// reports maxrss in KiB).
+// peakRSS returns this process's peak resident memory in bytes: VmHWM of
+// /proc/self/status, which belongs to this program's own address space.
+// getrusage's maxrss is the fallback: Linux carries the high-water mark of
+// the address space a process had before exec over into it, so for a
+// process started by a Go program it can report the parent's memory.
 func peakRSS() int64 {
+	if kb, err := strconv.ParseInt(strings.TrimSuffix(procField("/proc/self/status", "VmHWM"), " kB"), 10, 64); err == nil {
+		return kb << 10
+	}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

@@ -63,13 +63,16 @@ type SubjectResult struct {
 	// P50Micros and P99Micros are the latency figures.
 	P50Micros float64 `json:"p50_micros,omitempty"`
 	P99Micros float64 `json:"p99_micros,omitempty"`
-	// Per task: statements (round trips), transactions that wrote, WAL bytes.
+	// Per task: statements (round trips), commits (-1: not counted),
+	// transaction ids, WAL bytes.
 	StatementsPerTask float64 `json:"statements_per_task,omitempty"`
-	WriteTxsPerTask   float64 `json:"write_txs_per_task,omitempty"`
+	CommitsPerTask    float64 `json:"commits_per_task,omitempty"`
+	XIDsPerTask       float64 `json:"xids_per_task,omitempty"`
 	WALBytesPerTask   float64 `json:"wal_bytes_per_task,omitempty"`
-	// ArborRatio is arbor's tasks/s divided by this baseline's: above 1,
-	// arbor is faster. Zero for arbor itself and when either is missing.
-	ArborRatio float64 `json:"arbor_ratio,omitempty"`
+	// Ratios, for an arbor subject, are its tasks/s divided by each
+	// baseline's, by the baseline's key: above 1, arbor is faster. A
+	// baseline without a figure has no entry.
+	Ratios map[string]float64 `json:"ratios,omitempty"`
 }
 
 func (r *SubjectResult) fill(metric Metric, m *Measurement) {
@@ -81,7 +84,11 @@ func (r *SubjectResult) fill(metric Metric, m *Measurement) {
 	r.TasksPerSec = n / m.Elapsed.Seconds()
 	r.MicrosPerTask = float64(m.Elapsed.Microseconds()) / n
 	r.StatementsPerTask = float64(m.Statements) / n
-	r.WriteTxsPerTask = float64(m.WriteTxs) / n
+	r.CommitsPerTask = -1
+	if m.Commits >= 0 {
+		r.CommitsPerTask = float64(m.Commits) / n
+	}
+	r.XIDsPerTask = float64(m.XIDs) / n
 	r.WALBytesPerTask = float64(m.WALBytes) / n
 	if metric == Latency && len(m.Latencies) > 0 {
 		r.P50Micros = micros(percentile(m.Latencies, 0.50))
@@ -125,28 +132,12 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 		fmt.Fprintf(w, "    %s\n\n", s.Pending)
 		return
 	}
-	for _, line := range wrap(s.About, 92) {
+	for _, line := range wrap(s.About, 96) {
 		fmt.Fprintf(w, "    %s\n", line)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	var head []string
-	head = append(head, "size", "tasks")
-	unit := "tasks/s"
-	if s.Metric == Latency {
-		unit = "p50/p99 ms"
+	for _, sub := range s.Subjects {
+		fmt.Fprintf(w, "    %s = %s\n", sub.Key, sub.Label)
 	}
-	for i, sub := range s.Subjects {
-		head = append(head, sub.Label+" "+unit)
-		if i > 0 && s.Metric == Throughput {
-			head = append(head, "arbor÷"+sub.Key)
-		}
-	}
-	if s.Metric == Throughput {
-		for _, sub := range s.Subjects {
-			head = append(head, "µs/task "+sub.Key)
-		}
-	}
-	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
 	var notes []string
 	note := func(text string) string {
 		for i, n := range notes {
@@ -157,34 +148,74 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 		notes = append(notes, text)
 		return fmt.Sprintf("[%d]", len(notes))
 	}
+	type pair struct{ a, b string }
+	var pairs []pair
+	for _, a := range s.Subjects {
+		for _, b := range s.Subjects {
+			if a.Arbor && !b.Arbor {
+				pairs = append(pairs, pair{a.Key, b.Key})
+			}
+		}
+	}
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := []string{"size", "tasks"}
+	figure := "tasks/s "
+	if s.Metric == Latency {
+		figure = "p50/p99 ms "
+	}
+	for i, sub := range s.Subjects {
+		if i == 0 {
+			head = append(head, figure+sub.Key)
+		} else {
+			head = append(head, sub.Key)
+		}
+	}
+	if s.Metric == Throughput {
+		for i, sub := range s.Subjects {
+			if i == 0 {
+				head = append(head, "µs/task "+sub.Key)
+			} else {
+				head = append(head, sub.Key)
+			}
+		}
+		for _, p := range pairs {
+			head = append(head, p.a+"÷"+p.b)
+		}
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
 	for _, sr := range res.Sizes {
 		row := []string{sr.Size.Spec, fmt.Sprint(sr.Size.Tasks)}
-		for i, r := range sr.Subjects {
+		for _, r := range sr.Subjects {
 			switch {
 			case r.Unavailable != "":
-				row = append(row, "n/a "+note(r.Key+": "+r.Unavailable))
+				row = append(row, "n/a"+note(r.Key+": "+r.Unavailable))
 			case r.Error != "":
-				row = append(row, "error "+note(r.Key+": "+r.Error))
+				row = append(row, "error"+note(r.Key+": "+r.Error))
+			case r.Measurement == nil:
+				row = append(row, "-")
 			case s.Metric == Latency:
 				row = append(row, fmt.Sprintf("%.1f/%.1f", r.P50Micros/1e3, r.P99Micros/1e3))
 			default:
 				row = append(row, fmt.Sprintf("%.0f", r.TasksPerSec))
 			}
-			if i > 0 && s.Metric == Throughput {
-				if r.ArborRatio > 0 {
-					row = append(row, ratioText(r.ArborRatio))
-				} else {
-					row = append(row, "-")
-				}
-			}
 		}
 		if s.Metric == Throughput {
 			for _, r := range sr.Subjects {
 				if r.MicrosPerTask > 0 {
-					row = append(row, fmt.Sprintf("%.0f", r.MicrosPerTask))
+					row = append(row, fmt.Sprintf("%.1f", r.MicrosPerTask))
 				} else {
 					row = append(row, "-")
 				}
+			}
+			for _, p := range pairs {
+				cell := "-"
+				for _, r := range sr.Subjects {
+					if v, ok := r.Ratios[p.b]; ok && r.Key == p.a {
+						cell = ratioText(v)
+					}
+				}
+				row = append(row, cell)
 			}
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
@@ -194,7 +225,7 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 	// What each subject cost the database, per task: the figures that say
 	// why one is faster than another.
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  per task:\tsize\tstatements\twrite txs\tWAL bytes\tphases\t")
+	fmt.Fprintln(tw, "  per task:\tsize\tstatements\tcommits\txids\tWAL bytes\tphases\t")
 	for _, sub := range s.Subjects {
 		for _, sr := range res.Sizes {
 			for _, r := range sr.Subjects {
@@ -202,19 +233,23 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 					continue
 				}
 				m := r.Measurement
-				stm, wtx := "-", "-"
-				if m.Statements > 0 {
-					stm = fmt.Sprintf("%.2f", r.StatementsPerTask)
+				commits := "?"
+				if r.CommitsPerTask >= 0 {
+					commits = fmt.Sprintf("%.3f", r.CommitsPerTask)
 				}
-				if m.WriteTxs > 0 {
-					wtx = fmt.Sprintf("%.3f", r.WriteTxsPerTask)
-				}
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%.0f\t%s\t\n", sub.Key, sr.Size.Spec, stm, wtx,
-					r.WALBytesPerTask, phasesText(m.Phases))
+				fmt.Fprintf(tw, "  %s\t%s\t%.2f\t%s\t%.3f\t%.0f\t%s\t\n", sub.Key, sr.Size.Spec,
+					r.StatementsPerTask, commits, r.XIDsPerTask, r.WALBytesPerTask, phasesText(m.Phases))
 			}
 		}
 	}
 	_ = tw.Flush()
+	for _, sr := range res.Sizes {
+		for _, r := range sr.Subjects {
+			if r.Measurement != nil && r.Measurement.Note != "" {
+				note(r.Key + ": " + r.Measurement.Note)
+			}
+		}
+	}
 	for i, n := range notes {
 		fmt.Fprintf(w, "  [%d] %s\n", i+1, n)
 	}

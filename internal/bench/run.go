@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -54,6 +52,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 
 	env := &Env{Pool: pool, URL: o.DatabaseURL, Conns: o.Conns, ClaimBatch: o.ClaimBatch,
 		Logger: o.Logger, counter: ctr}
+	var dropWalinspect func()
+	env.walinspect, dropWalinspect = setupWalinspect(ctx, pool)
+	defer dropWalinspect()
+	if env.walinspect == "" {
+		fmt.Fprintf(o.Out, "note: pg_walinspect is not available, so commits are not counted (shown as ?)\n\n")
+	}
 	var dbosWhy string
 	if o.wants("b") {
 		env.DBOS, dbosWhy = prepareDBOS(ctx, o.DBOSDir, o.Logger)
@@ -124,11 +128,18 @@ func runSize(ctx context.Context, o *Options, env *Env, s Scenario, size Size, d
 		}
 		out.Subjects = append(out.Subjects, r)
 	}
-	if len(out.Subjects) > 0 && out.Subjects[0].TasksPerSec > 0 {
-		for i := 1; i < len(out.Subjects); i++ {
-			if b := out.Subjects[i].TasksPerSec; b > 0 {
-				out.Subjects[i].ArborRatio = out.Subjects[0].TasksPerSec / b
+	for i, a := range s.Subjects {
+		if !a.Arbor || out.Subjects[i].TasksPerSec == 0 {
+			continue
+		}
+		for j, b := range s.Subjects {
+			if b.Arbor || out.Subjects[j].TasksPerSec == 0 {
+				continue
 			}
+			if out.Subjects[i].Ratios == nil {
+				out.Subjects[i].Ratios = map[string]float64{}
+			}
+			out.Subjects[i].Ratios[b.Key] = out.Subjects[i].TasksPerSec / out.Subjects[j].TasksPerSec
 		}
 	}
 	return out
@@ -146,115 +157,26 @@ func runOnce(ctx context.Context, o *Options, env *Env, fn RunFunc, size Size) (
 	ctx, cancel := context.WithTimeout(ctx, o.RunTimeout)
 	defer cancel()
 
-	before, err := readServerCounters(ctx, env.Pool)
+	w, err := runEnv.StartWindow(ctx)
 	if err != nil {
 		return Measurement{}, err
 	}
-	stmts0 := env.counter.statements.Load()
 	m, err := fn(ctx, &runEnv, size)
-	stmts1 := env.counter.statements.Load()
 	if err != nil {
 		return Measurement{}, err
 	}
-	after, err := readServerCounters(ctx, env.Pool)
-	if err != nil {
-		return Measurement{}, err
-	}
-	if m.Statements == 0 {
-		m.Statements = stmts1 - stmts0
-	}
-	if m.WriteTxs == 0 {
-		m.WriteTxs = after.nextXID - before.nextXID
-	}
-	if m.WALBytes == 0 {
-		m.WALBytes = after.walBytes - before.walBytes
+	if !m.counted {
+		whole, err := w.End(ctx)
+		if err != nil {
+			return Measurement{}, err
+		}
+		m.Statements, m.Commits, m.XIDs, m.WALBytes = whole.Statements, whole.Commits, whole.XIDs, whole.WALBytes
 	}
 	if m.Tasks == 0 {
 		m.Tasks = size.Tasks
 	}
 	return m, nil
 }
-
-// Window counts what the database did between its start and its end,
-// for a RunFunc whose timed part is only a piece of its run (scenario c
-// builds a tree, then times the abort alone).
-type Window struct {
-	env     *Env
-	before  serverCounters
-	stmts0  int64
-	started time.Time
-}
-
-// StartWindow starts counting.
-func (e *Env) StartWindow(ctx context.Context) (*Window, error) {
-	before, err := readServerCounters(ctx, e.Pool)
-	if err != nil {
-		return nil, err
-	}
-	return &Window{env: e, before: before, stmts0: e.counter.statements.Load(), started: time.Now()}, nil
-}
-
-// End stops the clock and the counters and returns them as a Measurement
-// (Tasks and Phases left for the caller).
-func (w *Window) End(ctx context.Context) (Measurement, error) {
-	elapsed := time.Since(w.started)
-	stmts := w.env.counter.statements.Load() - w.stmts0
-	after, err := readServerCounters(ctx, w.env.Pool)
-	if err != nil {
-		return Measurement{}, err
-	}
-	return Measurement{Elapsed: elapsed, Statements: stmts, WriteTxs: after.nextXID - w.before.nextXID,
-		WALBytes: after.walBytes - w.before.walBytes}, nil
-}
-
-// serverCounters are read from PostgreSQL before and after a run.
-type serverCounters struct {
-	// nextXID is the next transaction id to be assigned: the difference is
-	// the number of transactions that wrote (plus the one read-only
-	// statement of ours, which assigns none).
-	nextXID  int64
-	walBytes int64
-}
-
-func readServerCounters(ctx context.Context, pool *pgxpool.Pool) (serverCounters, error) {
-	var c serverCounters
-	err := pool.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
-		pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint`).Scan(&c.nextXID, &c.walBytes)
-	if err != nil {
-		return c, fmt.Errorf("read server counters: %w", err)
-	}
-	return c, nil
-}
-
-// counter is a pgx tracer that counts the statements sent through the
-// harness's pool: each query is a round trip, and so is each batch and
-// each COPY.
-type counter struct {
-	statements atomic.Int64
-}
-
-func (c *counter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.statements.Add(1)
-	return ctx
-}
-
-func (c *counter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (c *counter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.statements.Add(1)
-	return ctx
-}
-
-func (c *counter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-
-func (c *counter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
-func (c *counter) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {
-	c.statements.Add(1)
-	return ctx
-}
-
-func (c *counter) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {}
 
 func randomName(prefix string) string {
 	b := make([]byte, 6)

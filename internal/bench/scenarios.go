@@ -2,16 +2,18 @@ package bench
 
 import (
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"strings"
 )
 
 // Labels of the subjects, shared by the scenarios.
-const (
-	labelArborEngine = "arbor engine loop"
-	labelCeiling     = "ceiling"
-	labelRiver       = "River"
-	labelDBOS        = "DBOS"
+var (
+	labelArborEngine = "arbor, engine loop (runner pending issue 5): one transaction per operation"
+	labelArborBatch  = "arbor, engine loop, what-if: the same operations as …Tx forms, one transaction (one commit) per claim batch"
+	labelCeiling     = "the Postgres ceiling: plain SQL, batched statements, minimal table"
+	labelRiver       = "River " + riverVersion + ", InsertMany + client with River's benchmark settings"
+	labelDBOS        = "DBOS Transact Go, parent workflows starting child workflows (bench/dbos subprocess)"
 )
 
 // Scenarios returns every scenario of issue 6, in the order they run. The
@@ -36,7 +38,8 @@ func Scenarios() []Scenario {
 			SizeForm:   "N, the number of tasks",
 			ParseSize:  parseN,
 			Subjects: []Subject{
-				{Key: "arbor", Label: labelArborEngine, Run: flatArborEngine},
+				{Key: "arbor", Arbor: true, Label: labelArborEngine, Run: flatArborEngine},
+				{Key: "arbor-batch", Arbor: true, Label: labelArborBatch + " (creates too)", Run: flatArborBatched},
 				{Key: "ceiling", Label: labelCeiling, Run: flatCeiling},
 				{Key: "river", Label: labelRiver, Run: flatRiver},
 			},
@@ -56,7 +59,8 @@ func Scenarios() []Scenario {
 			SizeForm:   "PxC, parents x children per parent",
 			ParseSize:  parsePC,
 			Subjects: []Subject{
-				{Key: "arbor", Label: labelArborEngine, Run: fanoutArborEngine},
+				{Key: "arbor", Arbor: true, Label: labelArborEngine, Run: fanoutArborEngine},
+				{Key: "arbor-batch", Arbor: true, Label: labelArborBatch + " (completes; each spawn is already one)", Run: fanoutArborBatched},
 				{Key: "dbos", Label: labelDBOS, Run: fanoutDBOS},
 			},
 		},
@@ -73,7 +77,7 @@ func Scenarios() []Scenario {
 			SizeForm:   "N, the number of tasks in the tree",
 			ParseSize:  parseN,
 			Subjects: []Subject{
-				{Key: "arbor", Label: "arbor Abort", Run: abortArbor},
+				{Key: "arbor", Arbor: true, Label: "arbor Engine.Abort", Run: abortArbor},
 				{Key: "ceiling", Label: labelCeiling, Run: abortCeiling},
 			},
 		},
@@ -89,7 +93,7 @@ func Scenarios() []Scenario {
 			QuickSizes: []string{"50", "100", "200"},
 			SizeForm:   "N, the number of running tasks",
 			ParseSize:  parseN,
-			Subjects:   []Subject{{Key: "arbor", Label: "arbor reconcile_on_open"}},
+			Subjects:   []Subject{{Key: "arbor", Arbor: true, Label: "arbor reconcile_on_open"}},
 			Pending:    "not yet implemented (issue 5): reconcile_on_open and the machines are not on this branch",
 		},
 		{
@@ -104,7 +108,7 @@ func Scenarios() []Scenario {
 			QuickSizes: []string{"10", "20", "40"},
 			SizeForm:   "N, the number of sleeping tasks",
 			ParseSize:  parseN,
-			Subjects:   []Subject{{Key: "arbor", Label: "arbor wake"}},
+			Subjects:   []Subject{{Key: "arbor", Arbor: true, Label: "arbor wake"}},
 			Pending:    "pending merge of the sleep work (machine.Waker, River wake jobs): not on this branch",
 		},
 		{
@@ -119,11 +123,23 @@ func Scenarios() []Scenario {
 			QuickSizes: []string{"10", "20", "40"},
 			SizeForm:   "N, the number of parents",
 			ParseSize:  parseN,
-			Subjects:   []Subject{{Key: "arbor", Label: "arbor resume"}},
+			Subjects:   []Subject{{Key: "arbor", Arbor: true, Label: "arbor resume"}},
 			Pending:    "not yet implemented (issue 5): needs the node runner, which is not on this branch",
 		},
 	}
 }
+
+// riverVersion is the version of River this binary was built with.
+var riverVersion = func() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/riverqueue/river" {
+				return d.Version
+			}
+		}
+	}
+	return "(version unknown)"
+}()
 
 func parseN(spec string) (Size, error) {
 	n, err := strconv.Atoi(spec)
