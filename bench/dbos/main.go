@@ -45,6 +45,10 @@ type result struct {
 	// before, flush position after), for the harness to count its commits.
 	WALStartLSN string `json:"wal_start_lsn"`
 	WALEndLSN   string `json:"wal_end_lsn"`
+	// ClientCPUNS is this process's CPU time during the workload;
+	// ServerCPUNS the PostgreSQL server's, -1 when it cannot be read.
+	ClientCPUNS int64  `json:"client_cpu_ns"`
+	ServerCPUNS int64  `json:"server_cpu_ns"`
 	DBOSVersion string `json:"dbos_version"`
 	// PeakRSSBytes is this process's peak resident memory (VmHWM).
 	PeakRSSBytes int64 `json:"peak_rss_bytes"`
@@ -135,6 +139,9 @@ func run(ctx context.Context, url, schema string, parents, children, conns int) 
 		return nil, err
 	}
 	stmts0 := ctr.statements.Load()
+	postmaster := findPostmaster(ctx, pool)
+	cpu0 := clientCPU()
+	srv0, srvOK0 := serverCPU(postmaster)
 	start := time.Now()
 	handles := make([]dbos.WorkflowHandle[int], parents)
 	for i := range handles {
@@ -156,6 +163,12 @@ func run(ctx context.Context, url, schema string, parents, children, conns int) 
 	wg.Wait()
 	elapsed := time.Since(start)
 	stmts := ctr.statements.Load() - stmts0
+	cpu := clientCPU() - cpu0
+	srv, srvOK := serverCPU(postmaster)
+	srv -= srv0
+	if !srvOK || !srvOK0 {
+		srv = -1
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -182,6 +195,8 @@ func run(ctx context.Context, url, schema string, parents, children, conns int) 
 		WALEndLSN:    after.flushLSN,
 		DBOSVersion:  dbosVersion(),
 		PeakRSSBytes: peakRSS(),
+		ClientCPUNS:  cpu.Nanoseconds(),
+		ServerCPUNS:  srv.Nanoseconds(),
 	}, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -49,6 +50,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		out     = fs.String("json", bench.JSONPathDefault, "write the results here as JSON ('' for none)")
 		dbosDir = fs.String("dbos-dir", bench.DBOSDirDefault, "the bench/dbos module ('' leaves DBOS out)")
 		verbose = fs.Bool("v", false, "log progress to stderr")
+		cpuProf = fs.String("cpuprofile", "", "write a CPU profile of the harness process (all subjects in it) to this file")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: arborbench [flags]\n\nScenarios:\n")
@@ -87,6 +89,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 			}
 			opts.Sizes[strings.TrimSpace(key)] = strings.Split(list, ",")
 		}
+	}
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

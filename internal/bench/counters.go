@@ -92,10 +92,13 @@ func (e *Env) commitsBetween(ctx context.Context, from, to string) int64 {
 // piece of its run (scenario c builds a tree, then times the abort alone)
 // opens a window of its own around that piece.
 type Window struct {
-	env     *Env
-	before  serverCounters
-	stmts0  int64
-	started time.Time
+	env        *Env
+	before     serverCounters
+	stmts0     int64
+	clientCPU0 time.Duration
+	serverCPU0 time.Duration
+	serverOK   bool
+	started    time.Time
 }
 
 // StartWindow starts the clock and the counters.
@@ -104,7 +107,10 @@ func (e *Env) StartWindow(ctx context.Context) (*Window, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Window{env: e, before: before, stmts0: e.counter.statements.Load(), started: time.Now()}, nil
+	w := &Window{env: e, before: before, stmts0: e.counter.statements.Load(), clientCPU0: clientCPU()}
+	w.serverCPU0, w.serverOK = serverCPU(e.postmaster)
+	w.started = time.Now()
+	return w, nil
 }
 
 // End stops the clock and the counters and returns them as a Measurement
@@ -112,6 +118,12 @@ func (e *Env) StartWindow(ctx context.Context) (*Window, error) {
 func (w *Window) End(ctx context.Context) (Measurement, error) {
 	elapsed := time.Since(w.started)
 	stmts := w.env.counter.statements.Load() - w.stmts0
+	cpu := clientCPU() - w.clientCPU0
+	srv, ok := serverCPU(w.env.postmaster)
+	srv -= w.serverCPU0
+	if !ok || !w.serverOK {
+		srv = -1
+	}
 	after, err := readServerCounters(ctx, w.env.Pool, true)
 	if err != nil {
 		return Measurement{}, err
@@ -122,6 +134,8 @@ func (w *Window) End(ctx context.Context) (Measurement, error) {
 		Commits:    w.env.commitsBetween(ctx, w.before.lsn, after.lsn),
 		XIDs:       after.nextXID - w.before.nextXID,
 		WALBytes:   after.walBytes - w.before.walBytes,
+		ClientCPU:  cpu,
+		ServerCPU:  srv,
 		counted:    true,
 	}, nil
 }

@@ -78,6 +78,8 @@ func (d *DBOS) run(ctx context.Context, env *Env, schema string, size Size) (Mea
 		WALBytes     int64  `json:"wal_bytes"`
 		WALStartLSN  string `json:"wal_start_lsn"`
 		WALEndLSN    string `json:"wal_end_lsn"`
+		ClientCPUNS  int64  `json:"client_cpu_ns"`
+		ServerCPUNS  int64  `json:"server_cpu_ns"`
 		DBOSVersion  string `json:"dbos_version"`
 		PeakRSSBytes int64  `json:"peak_rss_bytes"`
 	}
@@ -95,6 +97,8 @@ func (d *DBOS) run(ctx context.Context, env *Env, schema string, size Size) (Mea
 		Commits:    env.commitsBetween(ctx, res.WALStartLSN, res.WALEndLSN),
 		XIDs:       res.XIDs,
 		WALBytes:   res.WALBytes,
+		ClientCPU:  time.Duration(res.ClientCPUNS),
+		ServerCPU:  time.Duration(res.ServerCPUNS),
 		counted:    true,
 		Note:       "DBOS Transact Go " + res.DBOSVersion + ", in a subprocess",
 	}, nil

@@ -146,6 +146,11 @@ type Measurement struct {
 	Commits    int64 `json:"commits"`
 	XIDs       int64 `json:"xids"`
 	WALBytes   int64 `json:"wal_bytes"`
+	// ClientCPU is the CPU time the client process used (the harness, or
+	// the DBOS subprocess); ServerCPU the PostgreSQL server's, all its
+	// processes, -1 when the server is not on this machine.
+	ClientCPU time.Duration `json:"client_cpu_ns"`
+	ServerCPU time.Duration `json:"server_cpu_ns"`
 	// counted is set when the RunFunc counted its own window (Window.End);
 	// otherwise the harness counts the whole run.
 	counted bool
@@ -225,6 +230,9 @@ type Env struct {
 	// walinspect is the schema of the pg_walinspect extension, which
 	// counts commits; "" when it is not available.
 	walinspect string
+	// postmaster is the server's pid when it runs on this machine, for
+	// its CPU time; 0 otherwise.
+	postmaster int
 }
 
 // newSchema creates and migrates a fresh schema (arbor's tables and

@@ -69,6 +69,10 @@ type SubjectResult struct {
 	CommitsPerTask    float64 `json:"commits_per_task,omitempty"`
 	XIDsPerTask       float64 `json:"xids_per_task,omitempty"`
 	WALBytesPerTask   float64 `json:"wal_bytes_per_task,omitempty"`
+	// CPU per task in microseconds: the client's, the server's (-1: not
+	// measured).
+	ClientCPUMicrosPerTask float64 `json:"client_cpu_micros_per_task,omitempty"`
+	ServerCPUMicrosPerTask float64 `json:"server_cpu_micros_per_task,omitempty"`
 	// Ratios, for an arbor subject, are its tasks/s divided by each
 	// baseline's, by the baseline's key: above 1, arbor is faster. A
 	// baseline without a figure has no entry.
@@ -89,6 +93,11 @@ func (r *SubjectResult) fill(metric Metric, m *Measurement) {
 		r.CommitsPerTask = float64(m.Commits) / n
 	}
 	r.XIDsPerTask = float64(m.XIDs) / n
+	r.ClientCPUMicrosPerTask = micros(m.ClientCPU) / n
+	r.ServerCPUMicrosPerTask = -1
+	if m.ServerCPU >= 0 {
+		r.ServerCPUMicrosPerTask = micros(m.ServerCPU) / n
+	}
 	r.WALBytesPerTask = float64(m.WALBytes) / n
 	if metric == Latency && len(m.Latencies) > 0 {
 		r.P50Micros = micros(percentile(m.Latencies, 0.50))
@@ -225,7 +234,7 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 	// What each subject cost the database, per task: the figures that say
 	// why one is faster than another.
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  per task:\tsize\tstatements\tcommits\txids\tWAL bytes\tphases\t")
+	fmt.Fprintln(tw, "  per task:\tsize\tstatements\tcommits\txids\tWAL bytes\tCPU µs client\tserver\tphases\t")
 	for _, sub := range s.Subjects {
 		for _, sr := range res.Sizes {
 			for _, r := range sr.Subjects {
@@ -237,8 +246,13 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 				if r.CommitsPerTask >= 0 {
 					commits = fmt.Sprintf("%.3f", r.CommitsPerTask)
 				}
-				fmt.Fprintf(tw, "  %s\t%s\t%.2f\t%s\t%.3f\t%.0f\t%s\t\n", sub.Key, sr.Size.Spec,
-					r.StatementsPerTask, commits, r.XIDsPerTask, r.WALBytesPerTask, phasesText(m.Phases))
+				server := "?"
+				if r.ServerCPUMicrosPerTask >= 0 {
+					server = fmt.Sprintf("%.0f", r.ServerCPUMicrosPerTask)
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%.2f\t%s\t%.3f\t%.0f\t%.0f\t%s\t%s\t\n", sub.Key, sr.Size.Spec,
+					r.StatementsPerTask, commits, r.XIDsPerTask, r.WALBytesPerTask, r.ClientCPUMicrosPerTask, server,
+					phasesText(m.Phases))
 			}
 		}
 	}

@@ -52,6 +52,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 
 	env := &Env{Pool: pool, URL: o.DatabaseURL, Conns: o.Conns, ClaimBatch: o.ClaimBatch,
 		Logger: o.Logger, counter: ctr}
+	env.postmaster = findPostmaster(ctx, pool)
 	var dropWalinspect func()
 	env.walinspect, dropWalinspect = setupWalinspect(ctx, pool)
 	defer dropWalinspect()
@@ -171,6 +172,7 @@ func runOnce(ctx context.Context, o *Options, env *Env, fn RunFunc, size Size) (
 			return Measurement{}, err
 		}
 		m.Statements, m.Commits, m.XIDs, m.WALBytes = whole.Statements, whole.Commits, whole.XIDs, whole.WALBytes
+		m.ClientCPU, m.ServerCPU = whole.ClientCPU, whole.ServerCPU
 	}
 	if m.Tasks == 0 {
 		m.Tasks = size.Tasks
