@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,7 +32,8 @@ func TestRunTiny(t *testing.T) {
 			"b": {"2x3", "3x4", "1x10"},
 			"c": {"10", "40", "13"},
 		},
-		Out: &out,
+		Out:    &out,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	require.NoError(t, err)
 
@@ -101,7 +103,7 @@ func TestOptionsRefused(t *testing.T) {
 			require.Error(t, err)
 		})
 	}
-	_, err := bench.Run(context.Background(), bench.Options{DatabaseURL: testdb.URL(t), Only: []string{"c"},
+	_, err := bench.Run(context.Background(), bench.Options{DatabaseURL: "postgres://nowhere.invalid/x", Only: []string{"c"},
 		Sizes: map[string][]string{"c": {"ten"}}})
-	require.ErrorContains(t, err, `size "ten"`)
+	require.ErrorContains(t, err, `size "ten"`, "sizes are read before connecting")
 }

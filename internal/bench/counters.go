@@ -22,7 +22,9 @@ const walinspectSchema = "arbor_bench_walinspect"
 
 // setupWalinspect finds pg_walinspect, or creates it in a schema of its
 // own. It returns the extension's schema ("" when it cannot be had: then
-// commits are not counted) and a function that drops what it created.
+// commits are not counted) and a function that drops what it created. Two
+// harness runs sharing one database may drop it under each other; the
+// other's commits then show as not counted, never as a wrong number.
 func setupWalinspect(ctx context.Context, pool *pgxpool.Pool) (string, func()) {
 	var schema string
 	err := pool.QueryRow(ctx, `SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace

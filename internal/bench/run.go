@@ -23,6 +23,18 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := o.validate(); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
+	// Every size is read before anything is connected or created: a typo
+	// in --sizes costs nothing.
+	sizes := map[string][]Size{}
+	for _, s := range Scenarios() {
+		if o.wants(s.Key) && s.Pending == "" {
+			list, err := o.sizesFor(s)
+			if err != nil {
+				return nil, fmt.Errorf("bench: %w", err)
+			}
+			sizes[s.Key] = list
+		}
+	}
 	started := time.Now()
 
 	ctr := &counter{}
@@ -72,14 +84,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			continue
 		}
 		res := ScenarioResult{Key: s.Key, Title: s.Title, About: s.About, Goal: s.Goal, Pending: s.Pending}
-		if s.Pending == "" {
-			sizes, err := o.sizesFor(s)
-			if err != nil {
-				return nil, fmt.Errorf("bench: %w", err)
-			}
-			for _, size := range sizes {
-				res.Sizes = append(res.Sizes, runSize(ctx, o, env, s, size, dbosWhy))
-			}
+		for _, size := range sizes[s.Key] {
+			res.Sizes = append(res.Sizes, runSize(ctx, o, env, s, size, dbosWhy))
 		}
 		rep.Scenarios = append(rep.Scenarios, res)
 		printScenario(o.Out, s, res)
