@@ -27,6 +27,7 @@ func TestRunTiny(t *testing.T) {
 		DatabaseURL: testdb.URL(t),
 		Conns:       4,
 		ClaimBatch:  7,
+		Reps:        1,
 		Sizes: map[string][]string{
 			"a": {"10", "20", "30"},
 			"b": {"2x3", "3x4", "1x10"},

@@ -19,7 +19,7 @@ import (
 const (
 	ConnsDefault      = 8
 	ClaimBatchDefault = 100
-	RepsDefault       = 1
+	RepsDefault       = 3
 	JSONPathDefault   = "bench-results.json"
 	DBOSDirDefault    = "bench/dbos"
 	RunTimeoutDefault = 5 * time.Minute
@@ -43,8 +43,9 @@ type Options struct {
 	Sizes map[string][]string
 	// Only limits the run to these scenario keys; empty runs all.
 	Only []string
-	// Reps runs every subject this many times at each size and keeps the
-	// fastest (the least disturbed by the machine's noise). Default 1.
+	// Reps runs every subject this many times at each size, the subjects
+	// taking turns, and keeps each one's fastest run (the least disturbed
+	// by the machine's noise). Default RepsDefault (3).
 	Reps int
 	// DBOSDir is the bench/dbos module; "" or a missing directory leaves
 	// DBOS out of the run, saying so in the table. Default DBOSDirDefault

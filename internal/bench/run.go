@@ -103,37 +103,51 @@ func (o *Options) wants(key string) bool {
 	return len(o.Only) == 0 || slices.Contains(o.Only, key)
 }
 
-// runSize measures every subject of s at one size, in the scenario's order,
-// and computes the ratios against the first (arbor).
+// runSize measures every subject of s at one size and computes the ratios
+// of each arbor subject to each baseline. With several repetitions the
+// subjects take turns (arbor, baseline, arbor, baseline, …) so that a slow
+// spell of the machine does not fall on one of them only, and each keeps
+// its fastest run.
 func runSize(ctx context.Context, o *Options, env *Env, s Scenario, size Size, dbosWhy string) SizeResult {
 	out := SizeResult{Size: size}
+	best := make([]*Measurement, len(s.Subjects))
 	for _, sub := range s.Subjects {
 		r := SubjectResult{Key: sub.Key, Label: sub.Label, Unavailable: sub.Unavailable}
 		if sub.Key == "dbos" && env.DBOS == nil && r.Unavailable == "" {
 			r.Unavailable = dbosWhy
 		}
-		if r.Unavailable == "" && sub.Run != nil {
-			var best *Measurement
-			for rep := 0; rep < o.Reps; rep++ {
-				o.Logger.InfoContext(ctx, "bench: running", slog.String("scenario", s.Key),
-					slog.String("subject", sub.Key), slog.String("size", size.Spec), slog.Int("rep", rep+1))
-				m, err := runOnce(ctx, o, env, sub.Run, size)
-				if err != nil {
-					r.Error = err.Error()
-					o.Logger.ErrorContext(ctx, "bench: run failed", slog.String("scenario", s.Key),
-						slog.String("subject", sub.Key), slog.String("size", size.Spec), slog.String("error", err.Error()))
-					best = nil
-					break
-				}
-				if best == nil || m.Elapsed < best.Elapsed {
-					best = &m
-				}
-			}
-			if best != nil {
-				r.fill(s.Metric, best)
-			}
+		if sub.Run == nil && r.Unavailable == "" {
+			r.Unavailable = "no implementation"
 		}
 		out.Subjects = append(out.Subjects, r)
+	}
+	for rep := 0; rep < o.Reps; rep++ {
+		for i, sub := range s.Subjects {
+			r := &out.Subjects[i]
+			if r.Unavailable != "" || r.Error != "" {
+				continue
+			}
+			o.Logger.InfoContext(ctx, "bench: running", slog.String("scenario", s.Key),
+				slog.String("subject", sub.Key), slog.String("size", size.Spec), slog.Int("rep", rep+1))
+			m, err := runOnce(ctx, o, env, sub.Run, size)
+			if err != nil {
+				// A failed run voids the subject's figure at this size:
+				// a best-of that skipped failures would flatter it.
+				r.Error = err.Error()
+				best[i] = nil
+				o.Logger.ErrorContext(ctx, "bench: run failed", slog.String("scenario", s.Key),
+					slog.String("subject", sub.Key), slog.String("size", size.Spec), slog.String("error", err.Error()))
+				continue
+			}
+			if best[i] == nil || m.Elapsed < best[i].Elapsed {
+				best[i] = &m
+			}
+		}
+	}
+	for i := range out.Subjects {
+		if best[i] != nil {
+			out.Subjects[i].fill(s.Metric, best[i])
+		}
 	}
 	for i, a := range s.Subjects {
 		if !a.Arbor || out.Subjects[i].TasksPerSec == 0 {
