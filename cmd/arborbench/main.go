@@ -41,12 +41,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var (
 		url     = fs.String("database-url", os.Getenv("ARBOR_DATABASE_URL"), "PostgreSQL URL (default $ARBOR_DATABASE_URL)")
-		quick   = fs.Bool("quick", false, "run every scenario at its small sizes (a smoke run of seconds)")
+		quick   = fs.Bool("quick", false, "run every scenario at its small sizes (a smoke run of about half a minute)")
 		sizes   = fs.String("sizes", "", "override sizes per scenario, e.g. 'a=1000,5000,20000;b=10x10,20x50,20x200;c=500,1000,2000'")
 		only    = fs.String("only", "", "run only these scenarios, e.g. 'a,c' (default all)")
 		conns   = fs.Int("conns", bench.ConnsDefault, "connections for every subject, and workers of the claim loops")
 		batch   = fs.Int("claim-batch", bench.ClaimBatchDefault, "tasks per claim, for arbor's engine loop and the ceiling")
-		reps    = fs.Int("reps", bench.RepsDefault, "runs of each subject at each size; the fastest is kept")
+		reps    = fs.Int("reps", bench.RepsDefault, "runs of each subject at each size, the subjects taking turns; each keeps its fastest")
 		out     = fs.String("json", bench.JSONPathDefault, "write the results here as JSON ('' for none)")
 		dbosDir = fs.String("dbos-dir", bench.DBOSDirDefault, "the bench/dbos module ('' leaves DBOS out)")
 		verbose = fs.Bool("v", false, "log progress to stderr")
@@ -57,6 +57,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		for _, s := range bench.Scenarios() {
 			fmt.Fprintf(stderr, "  %s  %s\n", s.Key, s.Title)
 			fmt.Fprintf(stderr, "     sizes %s (quick %s); form: %s\n", strings.Join(s.Sizes, ","), strings.Join(s.QuickSizes, ","), s.SizeForm)
+			if s.Pending != "" {
+				fmt.Fprintf(stderr, "     not runnable yet: %s\n", s.Pending)
+			}
 		}
 		fmt.Fprintf(stderr, "\nFlags:\n")
 		fs.PrintDefaults()
