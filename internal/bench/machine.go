@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -25,6 +26,10 @@ type Machine struct {
 	Fsync             string `json:"fsync"`
 	SynchronousCommit string `json:"synchronous_commit"`
 	SharedBuffers     string `json:"shared_buffers"`
+	// Revision is the git commit the run was built from (with "+dirty"
+	// when the work tree had changes), "" when git cannot say: what a
+	// comparison of two result files needs first.
+	Revision string `json:"revision,omitempty"`
 }
 
 func readMachine(ctx context.Context, pool *pgxpool.Pool) (Machine, error) {
@@ -38,6 +43,7 @@ func readMachine(ctx context.Context, pool *pgxpool.Pool) (Machine, error) {
 	if kb, err := strconv.ParseInt(strings.Fields(procField("/proc/meminfo", "MemTotal") + " 0")[0], 10, 64); err == nil {
 		m.MemTotalBytes = kb << 10
 	}
+	m.Revision = gitRevision(ctx)
 	err := pool.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('fsync'),
 		current_setting('synchronous_commit'), current_setting('shared_buffers')`).
 		Scan(&m.PostgresVersion, &m.Fsync, &m.SynchronousCommit, &m.SharedBuffers)
@@ -45,6 +51,20 @@ func readMachine(ctx context.Context, pool *pgxpool.Pool) (Machine, error) {
 		return m, fmt.Errorf("read server settings: %w", err)
 	}
 	return m, nil
+}
+
+// gitRevision returns the current commit of the work tree the harness runs
+// in, or "".
+func gitRevision(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	rev := strings.TrimSpace(string(out))
+	if status, err := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(status) > 0 {
+		rev += "+dirty"
+	}
+	return rev
 }
 
 // procField returns the value of the first "key: value" line of a /proc

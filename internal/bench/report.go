@@ -126,7 +126,11 @@ func (r *Report) WriteJSON(path string) error {
 
 func printMachine(w io.Writer, r *Report) {
 	m := r.Machine
-	fmt.Fprintf(w, "arbor bench — %s\n", r.StartedAt.Format(time.RFC3339))
+	fmt.Fprintf(w, "arbor bench — %s", r.StartedAt.Format(time.RFC3339))
+	if r.Machine.Revision != "" {
+		fmt.Fprintf(w, ", revision %s", r.Machine.Revision)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "machine: %d cores (%s), %s memory, %s/%s, %s\n", m.NumCPU, m.CPUModel,
 		bytesText(m.MemTotalBytes), m.GOOS, m.GOARCH, m.GoVersion)
 	fmt.Fprintf(w, "postgres: %s, fsync=%s, synchronous_commit=%s, shared_buffers=%s\n",
