@@ -11,6 +11,7 @@ import (
 var (
 	labelArborEngine = "arbor, engine loop (runner pending issue 5): one transaction per operation"
 	labelArborBatch  = "arbor, engine loop, what-if: the same operations as …Tx forms, one transaction (one commit) per claim batch"
+	labelSetSQL      = "what-if, NOT arbor: the set-based create/complete SQL NOTES-issue6.md proposes, on arbor's schema (guard trigger, indexes), root tasks only"
 	labelCeiling     = "the Postgres ceiling: plain SQL, batched statements, minimal table"
 	labelRiver       = "River " + riverVersion + ", InsertMany + client with River's benchmark settings"
 	labelDBOS        = "DBOS Transact Go, parent workflows starting child workflows (bench/dbos subprocess)"
@@ -40,6 +41,7 @@ func Scenarios() []Scenario {
 			Subjects: []Subject{
 				{Key: "arbor", Arbor: true, Label: labelArborEngine, Run: flatArborEngine},
 				{Key: "arbor-batch", Arbor: true, Label: labelArborBatch + " (creates too)", Run: flatArborBatched},
+				{Key: "set-sql", Arbor: true, Label: labelSetSQL, Run: flatSetBased},
 				{Key: "ceiling", Label: labelCeiling, Run: flatCeiling},
 				{Key: "river", Label: labelRiver, Run: flatRiver},
 			},
