@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -61,10 +60,17 @@ func TestRunTiny(t *testing.T) {
 				require.Positive(t, r.Measurement.Commits, "%s %s: commits counted", s.Key, r.Key)
 			}
 		}
+		arbor := map[string]bool{}
+		for _, def := range bench.Scenarios() {
+			for _, sub := range def.Subjects {
+				if def.Key == s.Key && sub.Arbor {
+					arbor[sub.Key] = true
+				}
+			}
+		}
 		for _, a := range s.Sizes[0].Subjects {
 			for _, b := range s.Sizes[0].Subjects {
-				isArbor := strings.HasPrefix(a.Key, "arbor")
-				if isArbor && !strings.HasPrefix(b.Key, "arbor") && b.Unavailable == "" {
+				if arbor[a.Key] && !arbor[b.Key] && b.Unavailable == "" {
 					require.Positive(t, a.Ratios[b.Key], "%s: ratio of %s to %s", s.Key, a.Key, b.Key)
 				}
 			}
