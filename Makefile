@@ -1,4 +1,5 @@
-# The two commands a fresh machine needs: `make demo` and `make test`.
+# The two commands a fresh machine needs: `make demo` and `make test`;
+# `make bench` runs the side-by-side benchmarks (docs/performance.md).
 # Each starts a private, throwaway PostgreSQL unless ARBOR_DATABASE_URL is set
 # (see scripts/with-postgres.sh), and removes it when it ends.
 
@@ -12,6 +13,13 @@ test:
 
 demo:
 	$(WITH_PG) $(GO) run ./cmd/arbor demo
+
+# Every scenario at three sizes against the ceiling, River and DBOS, on a
+# throwaway PostgreSQL with fsync on (or ARBOR_DATABASE_URL); writes
+# bench-results.json. BENCHFLAGS=--quick for a smoke run of seconds; see
+# `go run ./cmd/arborbench --help` for sizes and the rest.
+bench:
+	$(WITH_PG) $(GO) run ./cmd/arborbench $(BENCHFLAGS)
 
 generate:
 	$(GO) generate ./...

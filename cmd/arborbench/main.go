@@ -1,0 +1,120 @@
+// Command arborbench runs arbor's side-by-side benchmarks (issue 6): each
+// scenario at three sizes, against the plain-SQL ceiling, River and DBOS
+// Transact Go, measured in the same run on the same PostgreSQL. It prints a
+// table per scenario and the peak memory, and writes the results as JSON.
+//
+//	make bench                      # a throwaway PostgreSQL, fsync on
+//	ARBOR_DATABASE_URL=… go run ./cmd/arborbench --quick
+//
+// Run it from the repository's root, where bench/dbos (the DBOS module) is
+// found, or say where that is with --dbos-dir.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+
+	"github.com/arborhq/arbor/internal/bench"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "arborbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("arborbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		url     = fs.String("database-url", os.Getenv("ARBOR_DATABASE_URL"), "PostgreSQL URL (default $ARBOR_DATABASE_URL)")
+		quick   = fs.Bool("quick", false, "run every scenario at its small sizes (a smoke run of about half a minute)")
+		sizes   = fs.String("sizes", "", "override sizes per scenario, e.g. 'a=1000,5000,20000;b=10x10,20x50,20x200;c=500,1000,2000'")
+		only    = fs.String("only", "", "run only these scenarios, e.g. 'a,c' (default all)")
+		conns   = fs.Int("conns", bench.ConnsDefault, "connections for every subject, and workers of the claim loops")
+		batch   = fs.Int("claim-batch", bench.ClaimBatchDefault, "tasks per claim, for arbor's engine loop and the ceiling")
+		reps    = fs.Int("reps", bench.RepsDefault, "runs of each subject at each size, the subjects taking turns; each keeps its fastest")
+		out     = fs.String("json", bench.JSONPathDefault, "write the results here as JSON ('' for none)")
+		dbosDir = fs.String("dbos-dir", bench.DBOSDirDefault, "the bench/dbos module ('' leaves DBOS out)")
+		verbose = fs.Bool("v", false, "log progress to stderr")
+		cpuProf = fs.String("cpuprofile", "", "write a CPU profile of the harness process (all subjects in it) to this file")
+	)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: arborbench [flags]\n\nScenarios:\n")
+		for _, s := range bench.Scenarios() {
+			fmt.Fprintf(stderr, "  %s  %s\n", s.Key, s.Title)
+			fmt.Fprintf(stderr, "     sizes %s (quick %s); form: %s\n", strings.Join(s.Sizes, ","), strings.Join(s.QuickSizes, ","), s.SizeForm)
+			if s.Pending != "" {
+				fmt.Fprintf(stderr, "     not runnable yet: %s\n", s.Pending)
+			}
+		}
+		fmt.Fprintf(stderr, "\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
+	}
+	if *url == "" {
+		return errors.New("no database: set ARBOR_DATABASE_URL or --database-url, or run `make bench`, which starts a throwaway PostgreSQL")
+	}
+	opts := bench.Options{
+		DatabaseURL: *url, Quick: *quick, Conns: *conns, ClaimBatch: *batch, Reps: *reps,
+		DBOSDir: *dbosDir, Out: stdout,
+	}
+	if *verbose {
+		opts.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	if *only != "" {
+		opts.Only = strings.Split(*only, ",")
+	}
+	if *sizes != "" {
+		opts.Sizes = map[string][]string{}
+		for _, part := range strings.Split(*sizes, ";") {
+			key, list, ok := strings.Cut(part, "=")
+			if !ok || list == "" {
+				return fmt.Errorf("--sizes: %q is not KEY=SIZE,SIZE,…", part)
+			}
+			opts.Sizes[strings.TrimSpace(key)] = strings.Split(list, ",")
+		}
+	}
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if *out != "" {
+		if err := rep.WriteJSON(*out); err != nil {
+			return fmt.Errorf("write %s: %w", *out, err)
+		}
+		fmt.Fprintf(stdout, "results written to %s\n", *out)
+	}
+	return nil
+}

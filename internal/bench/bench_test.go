@@ -1,0 +1,116 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/internal/bench"
+	"github.com/arborhq/arbor/internal/testdb"
+)
+
+// TestRunTiny runs every scenario at tiny sizes against the real database,
+// DBOS left out (building it takes longer than the whole test should): each
+// runnable subject must produce a figure, the pending scenarios must say
+// why, and the JSON must read back.
+func TestRunTiny(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	rep, err := bench.Run(context.Background(), bench.Options{
+		DatabaseURL: testdb.URL(t),
+		Conns:       4,
+		ClaimBatch:  7,
+		Reps:        1,
+		Sizes: map[string][]string{
+			"a": {"10", "20", "30"},
+			"b": {"2x3", "3x4", "1x10"},
+			"c": {"10", "40", "13"},
+		},
+		Out:    &out,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	require.NoError(t, err)
+
+	require.Len(t, rep.Scenarios, len(bench.Scenarios()))
+	for _, s := range rep.Scenarios {
+		if s.Pending != "" {
+			require.Empty(t, s.Sizes, s.Key)
+			require.Contains(t, out.String(), s.Pending)
+			continue
+		}
+		require.Len(t, s.Sizes, 3, s.Key)
+		for _, sr := range s.Sizes {
+			for _, r := range sr.Subjects {
+				if r.Key == "dbos" {
+					require.Contains(t, r.Unavailable, "not run", "DBOS is left out, and says so")
+					continue
+				}
+				require.Empty(t, r.Error, "%s %s %s", s.Key, r.Key, sr.Size.Spec)
+				require.NotNil(t, r.Measurement, "%s %s %s", s.Key, r.Key, sr.Size.Spec)
+				require.Equal(t, sr.Size.Tasks, r.Measurement.Tasks)
+				require.Positive(t, r.TasksPerSec)
+				require.Positive(t, r.Measurement.Statements, "%s %s: statements counted", s.Key, r.Key)
+				require.Positive(t, r.Measurement.XIDs, "%s %s: transaction ids counted", s.Key, r.Key)
+				require.Positive(t, r.Measurement.Commits, "%s %s: commits counted", s.Key, r.Key)
+			}
+		}
+		arbor := map[string]bool{}
+		for _, def := range bench.Scenarios() {
+			for _, sub := range def.Subjects {
+				if def.Key == s.Key && sub.Arbor {
+					arbor[sub.Key] = true
+				}
+			}
+		}
+		for _, a := range s.Sizes[0].Subjects {
+			for _, b := range s.Sizes[0].Subjects {
+				if arbor[a.Key] && !arbor[b.Key] && b.Unavailable == "" {
+					require.Positive(t, a.Ratios[b.Key], "%s: ratio of %s to %s", s.Key, a.Key, b.Key)
+				}
+			}
+		}
+	}
+	require.Positive(t, rep.PeakRSSBytes)
+	require.Contains(t, out.String(), "(a) flat")
+	require.Contains(t, out.String(), "peak memory")
+
+	path := filepath.Join(t.TempDir(), "results.json")
+	require.NoError(t, rep.WriteJSON(path))
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var back bench.Report
+	require.NoError(t, json.Unmarshal(raw, &back))
+	require.Equal(t, rep.Scenarios[0].Sizes[2].Subjects[0].TasksPerSec, back.Scenarios[0].Sizes[2].Subjects[0].TasksPerSec)
+
+	// Every run dropped its schema.
+	pool := testdb.NewPool(t)
+	var left int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'arbor_bench_%' OR nspname LIKE 'dbos_bench_%'`).Scan(&left))
+	require.Zero(t, left, "schemas left behind")
+}
+
+func TestOptionsRefused(t *testing.T) {
+	t.Parallel()
+	for name, o := range map[string]bench.Options{
+		"no url":        {},
+		"unknown only":  {DatabaseURL: "postgres://x", Only: []string{"z"}},
+		"unknown sizes": {DatabaseURL: "postgres://x", Sizes: map[string][]string{"z": {"1"}}},
+		"bad conns":     {DatabaseURL: "postgres://x", Conns: -1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := bench.Run(context.Background(), o)
+			require.Error(t, err)
+		})
+	}
+	_, err := bench.Run(context.Background(), bench.Options{DatabaseURL: "postgres://nowhere.invalid/x", Only: []string{"c"},
+		Sizes: map[string][]string{"c": {"ten"}}})
+	require.ErrorContains(t, err, `size "ten"`, "sizes are read before connecting")
+}

@@ -1,0 +1,25 @@
+// Package bench is arbor's side-by-side benchmark harness (issue 6): it runs
+// each scenario at three sizes against arbor and against baselines measured
+// in the same run on the same PostgreSQL — the plain-SQL ceiling, River, and
+// DBOS Transact Go (a separate module under bench/dbos, run as a subprocess)
+// — and reports arbor's figure, each baseline's, their ratio and the cost
+// per task at each size, as a table and as JSON.
+//
+// A performance claim about arbor counts only as such a ratio: the
+// development machines are too noisy for absolute figures to mean much
+// from one run to the next.
+//
+// Every run of a subject (one implementation at one size) gets a fresh,
+// migrated schema that is dropped afterwards, so no run sees another's rows
+// or bloat. Figures are measured, never computed from assumptions: a
+// subject that cannot run (DBOS not buildable, a feature not merged yet)
+// says so in the table instead of showing a number.
+//
+// Adding a scenario is writing one [RunFunc] per subject and listing it in
+// [Scenarios]; the scenarios that wait for the runner (issue 5) and the sleep
+// work are already listed with the reason they cannot run yet.
+//
+// The harness is test and tooling code: it may run SQL of its own (the
+// ceiling baseline, the bulk tree builder, the counters), which arbor's
+// library packages must not.
+package bench

@@ -1,0 +1,158 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/tasks"
+)
+
+// Scenario (b): P parents, each fanning out to C children and waiting for
+// all of them (all_settled).
+
+// Phases of a fan-out parent, saved with its wait.
+const phaseWaiting = "waiting"
+
+// fanoutArborEngine is scenario (b) through the engine directly (runner
+// pending issue 5). P parents are created, each a turn of a conversation
+// of its own; then the engine loop runs three handlers:
+//   - a parent that has not run: it creates its C children and waits on
+//     them (all_settled) in one transaction, as a handler spawning a batch
+//     of tool calls would (CreateTx and WaitForChildrenTx);
+//   - a child: completes (the last one wakes its parent, in its own
+//     transaction);
+//   - a parent woken from its wait: completes.
+//
+// Time runs from the first parent's create to the last parent's complete.
+func fanoutArborEngine(ctx context.Context, env *Env, size Size) (Measurement, error) {
+	return fanoutArbor(ctx, env, size, false)
+}
+
+// fanoutArborBatched is the what-if variant of fanoutArborEngine: the same
+// engine operations, but the completes of each claimed batch (children, and
+// woken parents) share one transaction (CompleteTx), one commit per batch.
+// Spawning stays one transaction per parent.
+func fanoutArborBatched(ctx context.Context, env *Env, size Size) (Measurement, error) {
+	return fanoutArbor(ctx, env, size, true)
+}
+
+func fanoutArbor(ctx context.Context, env *Env, size Size, batched bool) (Measurement, error) {
+	eng, err := tasks.New(ctx, env.Pool, &tasks.Config{Schema: env.Schema})
+	if err != nil {
+		return Measurement{}, err
+	}
+	start := time.Now()
+	err = parallel(ctx, env.Conns, size.P, func(ctx context.Context, i int) error {
+		_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("fan-%d", i), Kind: "parent"})
+		return err
+	})
+	if err != nil {
+		return Measurement{}, fmt.Errorf("create parents: %w", err)
+	}
+
+	var parentsDone atomic.Int64
+	done := make(chan struct{})
+	parentDone := func() {
+		if parentsDone.Add(1) == int64(size.P) {
+			close(done)
+		}
+	}
+	// complete completes a child or a woken parent, in tx when not nil.
+	complete := func(ctx context.Context, tx pgx.Tx, t tasks.Task) error {
+		var err error
+		if tx == nil {
+			_, err = eng.Complete(ctx, t.ID, t.Token, nil)
+		} else {
+			_, err = eng.CompleteTx(ctx, tx, t.ID, t.Token, nil)
+		}
+		return err
+	}
+	handle := func(ctx context.Context, claimed []tasks.Task) error {
+		var rest []tasks.Task
+		for _, t := range claimed {
+			switch {
+			case t.Kind == "parent" && t.Phase == "":
+				satisfied, err := spawnAndWait(ctx, env, eng, t, size.C)
+				if err != nil {
+					return err
+				}
+				if satisfied {
+					rest = append(rest, t)
+				}
+			case t.Kind == "parent" && t.Phase == phaseWaiting, t.Kind == "child":
+				rest = append(rest, t)
+			default:
+				return fmt.Errorf("task %d: unexpected kind %q, phase %q", t.ID, t.Kind, t.Phase)
+			}
+		}
+		var err error
+		if batched && len(rest) > 0 {
+			err = batchTx(env.Pool, complete)(ctx, rest)
+		} else {
+			err = eachTask(func(ctx context.Context, t tasks.Task) error { return complete(ctx, nil, t) })(ctx, rest)
+		}
+		if err != nil {
+			return err
+		}
+		for _, t := range rest {
+			if t.Kind == "parent" {
+				parentDone()
+			}
+		}
+		return nil
+	}
+	if err := engineLoop(ctx, eng, env.Conns, env.ClaimBatch, done, handle); err != nil {
+		return Measurement{}, fmt.Errorf("run: %w", err)
+	}
+	end := time.Now()
+	if err := expectCount(ctx, env, `SELECT count(*) FROM {schema}.tasks WHERE status = 'completed'`, size.Tasks); err != nil {
+		return Measurement{}, err
+	}
+	return Measurement{Elapsed: end.Sub(start)}, nil
+}
+
+// spawnAndWait creates c children of the running parent t and parks t on
+// them, in one transaction. It reports whether the wait was already
+// satisfied (then t is still running and must complete).
+func spawnAndWait(ctx context.Context, env *Env, eng *tasks.Engine, t tasks.Task, c int) (bool, error) {
+	var satisfied bool
+	err := pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
+		ids := make([]int64, c)
+		for i := range ids {
+			child, _, err := eng.CreateTx(ctx, tx, tasks.CreateParams{
+				ConversationID: t.ConversationID, OwnerID: t.ID, Kind: "child"})
+			if err != nil {
+				return err
+			}
+			ids[i] = child.ID
+		}
+		res, err := eng.WaitForChildrenTx(ctx, tx, t.ID, t.Token, tasks.WaitParams{
+			ChildIDs: ids, Policy: tasks.AllSettled, Phase: phaseWaiting})
+		satisfied = res.Satisfied
+		return err
+	})
+	return satisfied, err
+}
+
+// fanoutDBOS runs the same tree in DBOS Transact Go, in the bench/dbos
+// subprocess: P parent workflows, each starting C child workflows and
+// waiting for their results. The subprocess measures the workload itself
+// (after DBOS has launched and migrated its schema) and counts its
+// statements and the server's counters the way the harness does.
+func fanoutDBOS(ctx context.Context, env *Env, size Size) (Measurement, error) {
+	if env.DBOS == nil {
+		return Measurement{}, fmt.Errorf("DBOS is not available")
+	}
+	schema := strings.Replace(env.Schema, "arbor_bench", "dbos_bench", 1)
+	defer func() {
+		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_, _ = env.Pool.Exec(dropCtx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	}()
+	return env.DBOS.run(ctx, env, schema, size)
+}

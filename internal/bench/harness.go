@@ -1,0 +1,277 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/arborhq/arbor/migrations"
+)
+
+// Defaults of Options.
+const (
+	ConnsDefault      = 8
+	ClaimBatchDefault = 100
+	RepsDefault       = 3
+	JSONPathDefault   = "bench-results.json"
+	DBOSDirDefault    = "bench/dbos"
+	RunTimeoutDefault = 5 * time.Minute
+)
+
+// Options configure a run. The zero value of every field means its default.
+type Options struct {
+	// DatabaseURL is the database every subject runs in. Required.
+	DatabaseURL string
+	// Conns is the number of connections every in-process subject (arbor,
+	// the ceiling, River) and the DBOS subprocess may open, and the number
+	// of workers of the loops that claim work. Default ConnsDefault (8).
+	Conns int
+	// ClaimBatch is how many tasks one claim takes, for arbor's engine loop
+	// and the ceiling alike. Default ClaimBatchDefault (100).
+	ClaimBatch int
+	// Quick runs every scenario at its small sizes (seconds in all).
+	Quick bool
+	// Sizes overrides a scenario's sizes: key → size specs (see each
+	// scenario's Sizes for the form).
+	Sizes map[string][]string
+	// Only limits the run to these scenario keys; empty runs all.
+	Only []string
+	// Reps runs every subject this many times at each size, the subjects
+	// taking turns, and keeps each one's fastest run (the least disturbed
+	// by the machine's noise). Default RepsDefault (3).
+	Reps int
+	// DBOSDir is the bench/dbos module; "" or a missing directory leaves
+	// DBOS out of the run, saying so in the table. Default DBOSDirDefault
+	// when Options come from the command line.
+	DBOSDir string
+	// RunTimeout bounds one subject's run at one size. Default 5 minutes.
+	RunTimeout time.Duration
+	// Out receives the tables. Default io.Discard.
+	Out io.Writer
+	// Logger receives progress. Default: discard.
+	Logger *slog.Logger
+}
+
+func (o *Options) withDefaults() *Options {
+	out := *o
+	if out.Conns == 0 {
+		out.Conns = ConnsDefault
+	}
+	if out.ClaimBatch == 0 {
+		out.ClaimBatch = ClaimBatchDefault
+	}
+	if out.Reps == 0 {
+		out.Reps = RepsDefault
+	}
+	if out.RunTimeout == 0 {
+		out.RunTimeout = RunTimeoutDefault
+	}
+	if out.Out == nil {
+		out.Out = io.Discard
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &out
+}
+
+func (o *Options) validate() error {
+	if o.DatabaseURL == "" {
+		return errors.New("Options.DatabaseURL: required")
+	}
+	if o.Conns < 1 || o.Conns > 100 {
+		return fmt.Errorf("Options.Conns: %d is outside 1..100", o.Conns)
+	}
+	if o.ClaimBatch < 1 || o.ClaimBatch > 10_000 {
+		return fmt.Errorf("Options.ClaimBatch: %d is outside 1..10000", o.ClaimBatch)
+	}
+	if o.Reps < 1 {
+		return fmt.Errorf("Options.Reps: %d is below 1", o.Reps)
+	}
+	known := map[string]bool{}
+	for _, s := range Scenarios() {
+		known[s.Key] = true
+	}
+	for _, k := range o.Only {
+		if !known[k] {
+			return fmt.Errorf("Options.Only: no scenario %q", k)
+		}
+	}
+	for k := range o.Sizes {
+		if !known[k] {
+			return fmt.Errorf("Options.Sizes: no scenario %q", k)
+		}
+	}
+	return nil
+}
+
+// Size is one size a scenario runs at.
+type Size struct {
+	// Spec is the size as written in --sizes, such as "1000" or "10x100".
+	Spec string `json:"spec"`
+	// Tasks is what the figures are divided by: the tasks (or jobs, or
+	// workflows) one run handles.
+	Tasks int `json:"tasks"`
+	// N, P and C are the scenario's own dimensions (N tasks; P parents of
+	// C children each).
+	N int `json:"n,omitempty"`
+	P int `json:"p,omitempty"`
+	C int `json:"c,omitempty"`
+}
+
+// Measurement is what one run of a subject at one size measured.
+type Measurement struct {
+	// Elapsed is the time the scenario's operation took, from its first
+	// statement to the moment the last task was seen settled.
+	Elapsed time.Duration `json:"elapsed_ns"`
+	// Tasks is the number of tasks handled; the figures divide by it.
+	Tasks int `json:"tasks"`
+	// Phases are parts of Elapsed, by name (such as "insert" and "run").
+	Phases map[string]time.Duration `json:"phases_ns,omitempty"`
+	// Latencies are per-event latencies, for the latency scenarios.
+	Latencies []time.Duration `json:"-"`
+	// Statements, Commits, XIDs and WALBytes count what the subject cost
+	// the database while Elapsed ran (see Window): statements (round trips;
+	// a batch or a COPY is one), commit records written to the WAL (each
+	// one a WAL flush with synchronous_commit on; -1 when pg_walinspect is
+	// not available), transaction ids assigned (transactions and
+	// subtransactions that wrote) and WAL bytes.
+	Statements int64 `json:"statements"`
+	Commits    int64 `json:"commits"`
+	XIDs       int64 `json:"xids"`
+	WALBytes   int64 `json:"wal_bytes"`
+	// ClientCPU is the CPU time the client process used (the harness, or
+	// the DBOS subprocess); ServerCPU the PostgreSQL server's, all its
+	// processes, -1 when the server is not on this machine.
+	ClientCPU time.Duration `json:"client_cpu_ns"`
+	ServerCPU time.Duration `json:"server_cpu_ns"`
+	// counted is set when the RunFunc counted its own window (Window.End);
+	// otherwise the harness counts the whole run.
+	counted bool
+	// Note says anything a reader must know about this figure.
+	Note string `json:"note,omitempty"`
+}
+
+// RunFunc runs one subject of a scenario at one size in env's fresh schema.
+type RunFunc func(ctx context.Context, env *Env, size Size) (Measurement, error)
+
+// Subject is one implementation measured in a scenario: arbor (or a
+// variant of arbor), or a baseline.
+type Subject struct {
+	// Key names the subject in the JSON results and the table ("arbor",
+	// "ceiling", "river", "dbos").
+	Key string
+	// Arbor marks arbor's side; every other subject is a baseline, and the
+	// ratios divide each arbor subject's figure by each baseline's.
+	Arbor bool
+	// Label heads its column in the table.
+	Label string
+	// Run measures it; nil when it cannot run (see Unavailable).
+	Run RunFunc
+	// Unavailable, when not empty, says why it cannot run; the table shows
+	// it instead of a figure.
+	Unavailable string
+}
+
+// Metric says what a scenario's figure is.
+type Metric int
+
+const (
+	// Throughput scenarios report tasks per second (higher is better) and
+	// microseconds per task.
+	Throughput Metric = iota
+	// Latency scenarios report the p50 and p99 of Measurement.Latencies.
+	Latency
+)
+
+// Scenario is one benchmark: subjects compared at three sizes.
+type Scenario struct {
+	Key   string // "a", "b", …: the name --only and --sizes use
+	Title string
+	// About says what exactly runs, for the reader of the table.
+	About  string
+	Metric Metric
+	// Goal states the target the issue sets, printed with the table.
+	Goal string
+	// Sizes are the default and the --quick sizes, as specs ParseSize reads.
+	Sizes, QuickSizes []string
+	// SizeForm documents the spec form, for --help and errors.
+	SizeForm  string
+	ParseSize func(spec string) (Size, error)
+	// Subjects are measured in this order at each size.
+	Subjects []Subject
+	// Pending, when not empty, says why the scenario cannot run yet; the
+	// harness prints it instead of a table.
+	Pending string
+}
+
+// Env is what a RunFunc gets: the database, and a fresh schema of its own.
+type Env struct {
+	// Pool is the harness's pool, Conns connections at most, counted by
+	// the statement counter. River's client and arbor's engine use it.
+	Pool *pgxpool.Pool
+	// URL is the database URL, for a subprocess.
+	URL string
+	// Schema is the run's fresh schema, migrated for arbor and River.
+	Schema     string
+	Conns      int
+	ClaimBatch int
+	Logger     *slog.Logger
+	// DBOS runs the DBOS subprocess; nil when it is not available.
+	DBOS *DBOS
+
+	counter *counter
+	// walinspect is the schema of the pg_walinspect extension, which
+	// counts commits; "" when it is not available.
+	walinspect string
+	// postmaster is the server's pid when it runs on this machine, for
+	// its CPU time; 0 otherwise.
+	postmaster int
+}
+
+// newSchema creates and migrates a fresh schema (arbor's tables and
+// River's) and returns a function that drops it.
+func newSchema(ctx context.Context, pool *pgxpool.Pool) (string, func(), error) {
+	schema := randomName("arbor_bench")
+	m, err := migrations.New(pool, schema, nil)
+	if err != nil {
+		return "", nil, err
+	}
+	drop := func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		drop()
+		return "", nil, fmt.Errorf("migrate %s: %w", schema, err)
+	}
+	return schema, drop, nil
+}
+
+// sizesFor returns the sizes scenario s runs at under o.
+func (o *Options) sizesFor(s Scenario) ([]Size, error) {
+	specs := s.Sizes
+	if o.Quick {
+		specs = s.QuickSizes
+	}
+	if override, ok := o.Sizes[s.Key]; ok {
+		specs = override
+	}
+	out := make([]Size, 0, len(specs))
+	for _, spec := range specs {
+		size, err := s.ParseSize(strings.TrimSpace(spec))
+		if err != nil {
+			return nil, fmt.Errorf("scenario %s: size %q: %w (form: %s)", s.Key, spec, err, s.SizeForm)
+		}
+		out = append(out, size)
+	}
+	return out, nil
+}

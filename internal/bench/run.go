@@ -1,0 +1,210 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Run runs the scenarios o selects and returns their results. It prints each
+// scenario's table to o.Out as soon as the scenario ends. A subject that
+// fails is reported in its table cell and in the report, and the run goes
+// on; Run returns an error only when nothing could be measured at all (no
+// database, bad options).
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	// Every size is read before anything is connected or created: a typo
+	// in --sizes costs nothing.
+	sizes := map[string][]Size{}
+	for _, s := range Scenarios() {
+		if o.wants(s.Key) && s.Pending == "" {
+			list, err := o.sizesFor(s)
+			if err != nil {
+				return nil, fmt.Errorf("bench: %w", err)
+			}
+			sizes[s.Key] = list
+		}
+	}
+	started := time.Now()
+
+	ctr := &counter{}
+	cfg, err := pgxpool.ParseConfig(o.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("bench: parse database URL: %w", err)
+	}
+	cfg.MaxConns = int32(o.Conns)
+	cfg.ConnConfig.Tracer = ctr
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect: %w", err)
+	}
+	defer pool.Close()
+
+	machine, err := readMachine(ctx, pool)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	rep := &Report{
+		Machine:   machine,
+		StartedAt: started.UTC(),
+		Options: ReportOptions{Conns: o.Conns, ClaimBatch: o.ClaimBatch, Quick: o.Quick,
+			Reps: o.Reps},
+	}
+	printMachine(o.Out, rep)
+
+	env := &Env{Pool: pool, URL: o.DatabaseURL, Conns: o.Conns, ClaimBatch: o.ClaimBatch,
+		Logger: o.Logger, counter: ctr}
+	env.postmaster = findPostmaster(ctx, pool)
+	var dropWalinspect func()
+	env.walinspect, dropWalinspect = setupWalinspect(ctx, pool)
+	defer dropWalinspect()
+	if env.walinspect == "" {
+		fmt.Fprintf(o.Out, "note: pg_walinspect is not available, so commits are not counted (shown as ?)\n\n")
+	}
+	var dbosWhy string
+	if o.wants("b") {
+		env.DBOS, dbosWhy = prepareDBOS(ctx, o.DBOSDir, o.Logger)
+		if env.DBOS != nil {
+			defer env.DBOS.Close()
+		}
+	}
+
+	for _, s := range Scenarios() {
+		if !o.wants(s.Key) {
+			continue
+		}
+		res := ScenarioResult{Key: s.Key, Title: s.Title, About: s.About, Goal: s.Goal, Pending: s.Pending}
+		for _, size := range sizes[s.Key] {
+			res.Sizes = append(res.Sizes, runSize(ctx, o, env, s, size, dbosWhy))
+		}
+		rep.Scenarios = append(rep.Scenarios, res)
+		printScenario(o.Out, s, res)
+	}
+	rep.Elapsed = time.Since(started)
+	rep.PeakRSSBytes = peakRSS()
+	if env.DBOS != nil {
+		rep.DBOSPeakRSSBytes = env.DBOS.peakRSS
+	}
+	printFooter(o.Out, rep)
+	return rep, nil
+}
+
+func (o *Options) wants(key string) bool {
+	return len(o.Only) == 0 || slices.Contains(o.Only, key)
+}
+
+// runSize measures every subject of s at one size and computes the ratios
+// of each arbor subject to each baseline. With several repetitions the
+// subjects take turns (arbor, baseline, arbor, baseline, …) so that a slow
+// spell of the machine does not fall on one of them only, and each keeps
+// its fastest run.
+func runSize(ctx context.Context, o *Options, env *Env, s Scenario, size Size, dbosWhy string) SizeResult {
+	out := SizeResult{Size: size}
+	best := make([]*Measurement, len(s.Subjects))
+	for _, sub := range s.Subjects {
+		r := SubjectResult{Key: sub.Key, Label: sub.Label, Unavailable: sub.Unavailable}
+		if sub.Key == "dbos" && env.DBOS == nil && r.Unavailable == "" {
+			r.Unavailable = dbosWhy
+		}
+		if sub.Run == nil && r.Unavailable == "" {
+			r.Unavailable = "no implementation"
+		}
+		out.Subjects = append(out.Subjects, r)
+	}
+	for rep := 0; rep < o.Reps; rep++ {
+		for i, sub := range s.Subjects {
+			r := &out.Subjects[i]
+			if r.Unavailable != "" || r.Error != "" {
+				continue
+			}
+			o.Logger.InfoContext(ctx, "bench: running", slog.String("scenario", s.Key),
+				slog.String("subject", sub.Key), slog.String("size", size.Spec), slog.Int("rep", rep+1))
+			m, err := runOnce(ctx, o, env, sub.Run, size)
+			if err != nil {
+				// A failed run voids the subject's figure at this size:
+				// a best-of that skipped failures would flatter it.
+				r.Error = err.Error()
+				best[i] = nil
+				o.Logger.ErrorContext(ctx, "bench: run failed", slog.String("scenario", s.Key),
+					slog.String("subject", sub.Key), slog.String("size", size.Spec), slog.String("error", err.Error()))
+				continue
+			}
+			if best[i] == nil || m.Elapsed < best[i].Elapsed {
+				best[i] = &m
+			}
+		}
+	}
+	for i := range out.Subjects {
+		if best[i] != nil {
+			out.Subjects[i].fill(s.Metric, best[i])
+		}
+	}
+	for i, a := range s.Subjects {
+		if !a.Arbor || out.Subjects[i].TasksPerSec == 0 {
+			continue
+		}
+		for j, b := range s.Subjects {
+			if b.Arbor || out.Subjects[j].TasksPerSec == 0 {
+				continue
+			}
+			if out.Subjects[i].Ratios == nil {
+				out.Subjects[i].Ratios = map[string]float64{}
+			}
+			out.Subjects[i].Ratios[b.Key] = out.Subjects[i].TasksPerSec / out.Subjects[j].TasksPerSec
+		}
+	}
+	return out
+}
+
+// runOnce runs fn in a fresh schema, counting what it cost the database.
+func runOnce(ctx context.Context, o *Options, env *Env, fn RunFunc, size Size) (Measurement, error) {
+	schema, drop, err := newSchema(ctx, env.Pool)
+	if err != nil {
+		return Measurement{}, err
+	}
+	defer drop()
+	runEnv := *env
+	runEnv.Schema = schema
+	ctx, cancel := context.WithTimeout(ctx, o.RunTimeout)
+	defer cancel()
+
+	w, err := runEnv.StartWindow(ctx)
+	if err != nil {
+		return Measurement{}, err
+	}
+	m, err := fn(ctx, &runEnv, size)
+	if err != nil {
+		return Measurement{}, err
+	}
+	if !m.counted {
+		whole, err := w.End(ctx)
+		if err != nil {
+			return Measurement{}, err
+		}
+		m.Statements, m.Commits, m.XIDs, m.WALBytes = whole.Statements, whole.Commits, whole.XIDs, whole.WALBytes
+		m.ClientCPU, m.ServerCPU = whole.ClientCPU, whole.ServerCPU
+	}
+	if m.Tasks == 0 {
+		m.Tasks = size.Tasks
+	}
+	return m, nil
+}
+
+func randomName(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + "_" + hex.EncodeToString(b)
+}
+
+// errUnfinished is returned by a run whose work did not all finish in time.
+var errUnfinished = errors.New("the work did not finish")
