@@ -23,8 +23,8 @@ the run that holds it (fencing token and lease deadline) and the machine
 that holds its conversation, its timestamps, its input, state, result and
 error, and its children.
 
-arbor keeps a task's last error, not a history of them: a retried task's
-earlier errors are gone once it fails again.
+A task that failed more than once (retries) also shows its error history:
+every failed try, newest last, up to the engine's ErrorHistoryLimit.
 
 Example:
   arbor show 42
@@ -181,6 +181,16 @@ func renderShow(w io.Writer, t tasks.Task, owner *tasks.Task, children []tasks.T
 		}
 	} else {
 		fmt.Fprintln(w, "error: -")
+	}
+	if len(t.ErrorHistory) > 1 {
+		fmt.Fprintf(w, "error history (%d tries):\n", len(t.ErrorHistory))
+		for _, f := range t.ErrorHistory {
+			code := ""
+			if f.Code != "" {
+				code = " [" + f.Code + "]"
+			}
+			fmt.Fprintf(w, "  try %d at %s%s: %s\n", f.Try, f.At.UTC().Format(time.RFC3339), code, f.Message)
+		}
 	}
 	if len(children) == 0 {
 		fmt.Fprintln(w, "children: none")

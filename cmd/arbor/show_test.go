@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/tasks"
 )
 
 func TestShow(t *testing.T) {
@@ -87,4 +90,27 @@ children (4):
 	require.Equal(t, int64(6), doc.Owner.ID)
 	require.Equal(t, b.conv, doc.Conversation.ID)
 	require.Empty(t, doc.Conversation.Holder)
+}
+
+func TestShowErrorHistory(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	task, _, err := s.engine.Create(s.ctx, tasks.CreateParams{ConversationID: s.conv, Kind: "flaky", MaxRetries: 1,
+		RetryBackoffBase: time.Millisecond, RetryBackoffCap: time.Millisecond})
+	require.NoError(t, err)
+	run, err := s.engine.Start(s.ctx, task.ID)
+	require.NoError(t, err)
+	_, err = s.engine.Fail(s.ctx, run.ID, run.Token, tasks.TaskError{Message: "first try broke"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		woken, err := s.engine.WakeSleeping(s.ctx, task.ID, 1)
+		return err == nil && woken
+	}, time.Minute, 5*time.Millisecond)
+	run, err = s.engine.Start(s.ctx, task.ID)
+	require.NoError(t, err)
+	_, err = s.engine.Fail(s.ctx, run.ID, run.Token, tasks.TaskError{Message: "second try broke"})
+	require.NoError(t, err)
+	out := s.arbor(t, "show", fmt.Sprint(task.ID)).ok(t).stdout
+	require.Contains(t, out, "error history (2 tries):")
+	require.Regexp(t, `try 1 at \S+: first try broke\n  try 2 at \S+: second try broke`, out)
 }
