@@ -10,8 +10,8 @@ import (
 )
 
 // Transition applies event to a task without a runner's token, as an
-// operator would: it locks the task's row (after its conversation's for
-// every event but start), checks the edge with package fsm and returns
+// operator would: it locks the task's conversation row and then the task's,
+// checks the edge with package fsm and returns
 // ErrNotFound or a *TransitionError when there is none. Events with
 // consequences go through the same code as the operations that own them, so
 // the tree stays consistent:
