@@ -51,6 +51,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		dbosDir = fs.String("dbos-dir", bench.DBOSDirDefault, "the bench/dbos module ('' leaves DBOS out)")
 		verbose = fs.Bool("v", false, "log progress to stderr")
 		cpuProf = fs.String("cpuprofile", "", "write a CPU profile of the harness process (all subjects in it) to this file")
+		timeout = fs.Duration("run-timeout", bench.RunTimeoutDefault, "bound of one subject's run at one size")
+		poll    = fs.Duration("runner-poll", 0, "PollInterval of the machine.Runners of (a) and (f), for diagnosis (default: the runner's own, 1s)")
+		leave   = fs.String("leave", "", "leave these subjects out, as scenario/subject, e.g. 'e/river-only,a/arbor-batch'")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: arborbench [flags]\n\nScenarios:\n")
@@ -75,7 +78,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	opts := bench.Options{
 		DatabaseURL: *url, Quick: *quick, Conns: *conns, ClaimBatch: *batch, Reps: *reps,
-		DBOSDir: *dbosDir, Out: stdout,
+		DBOSDir: *dbosDir, Out: stdout, RunTimeout: *timeout,
+		RunnerPollInterval: *poll,
+	}
+	if *leave != "" {
+		opts.Leave = strings.Split(*leave, ",")
 	}
 	if *verbose {
 		opts.Logger = slog.New(slog.NewTextHandler(stderr, nil))

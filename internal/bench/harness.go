@@ -23,6 +23,7 @@ const (
 	JSONPathDefault   = "bench-results.json"
 	DBOSDirDefault    = "bench/dbos"
 	RunTimeoutDefault = 5 * time.Minute
+	WakeSpreadDefault = 2900 * time.Millisecond
 )
 
 // Options configure a run. The zero value of every field means its default.
@@ -51,6 +52,18 @@ type Options struct {
 	// DBOS out of the run, saying so in the table. Default DBOSDirDefault
 	// when Options come from the command line.
 	DBOSDir string
+	// Leave lists subjects to leave out of the run, as "scenario/subject"
+	// (such as "e/river-only"); the table says they were left out.
+	Leave []string
+	// WakeSpread is the window scenario (e)'s sleeps are spread over (each
+	// due 100 ms + U[0, WakeSpread) after it sleeps). Default
+	// WakeSpreadDefault (2.9 s).
+	WakeSpread time.Duration
+	// RunnerPollInterval, when not 0, is the PollInterval of the
+	// machine.Runners of scenarios (a) and (f). Default 0: the runner's own
+	// default (1 s), as in production. The smoke test shortens it: a machine
+	// that finds every worker slot taken waits for its poll.
+	RunnerPollInterval time.Duration
 	// RunTimeout bounds one subject's run at one size. Default 5 minutes.
 	RunTimeout time.Duration
 	// Out receives the tables. Default io.Discard.
@@ -69,6 +82,9 @@ func (o *Options) withDefaults() *Options {
 	}
 	if out.Reps == 0 {
 		out.Reps = RepsDefault
+	}
+	if out.WakeSpread == 0 {
+		out.WakeSpread = WakeSpreadDefault
 	}
 	if out.RunTimeout == 0 {
 		out.RunTimeout = RunTimeoutDefault
@@ -91,6 +107,9 @@ func (o *Options) validate() error {
 	}
 	if o.ClaimBatch < 1 || o.ClaimBatch > 10_000 {
 		return fmt.Errorf("Options.ClaimBatch: %d is outside 1..10000", o.ClaimBatch)
+	}
+	if o.WakeSpread < 0 {
+		return fmt.Errorf("Options.WakeSpread: %s is negative", o.WakeSpread)
 	}
 	if o.Reps < 1 {
 		return fmt.Errorf("Options.Reps: %d is below 1", o.Reps)
@@ -173,6 +192,11 @@ type Subject struct {
 	Arbor bool
 	// Label heads its column in the table.
 	Label string
+	// Reps, when above 0, caps Options.Reps for this subject, and MaxTasks,
+	// when above 0, leaves it out of sizes of more tasks (saying so): for a
+	// subject so slow that best-of-three at every size would take the run
+	// past its budget.
+	Reps, MaxTasks int
 	// Run measures it; nil when it cannot run (see Unavailable).
 	Run RunFunc
 	// Unavailable, when not empty, says why it cannot run; the table shows
@@ -187,7 +211,8 @@ const (
 	// Throughput scenarios report tasks per second (higher is better) and
 	// microseconds per task.
 	Throughput Metric = iota
-	// Latency scenarios report the p50 and p99 of Measurement.Latencies.
+	// Latency scenarios report the p50, p99 and max of
+	// Measurement.Latencies.
 	Latency
 )
 
@@ -205,6 +230,10 @@ type Scenario struct {
 	// SizeForm documents the spec form, for --help and errors.
 	SizeForm  string
 	ParseSize func(spec string) (Size, error)
+	// Reps, when above 0, caps Options.Reps for this scenario: a latency
+	// scenario runs once, since keeping the fastest run would keep the
+	// luckiest latencies.
+	Reps int
 	// Subjects are measured in this order at each size.
 	Subjects []Subject
 	// Pending, when not empty, says why the scenario cannot run yet; the
@@ -223,7 +252,10 @@ type Env struct {
 	Schema     string
 	Conns      int
 	ClaimBatch int
-	Logger     *slog.Logger
+	WakeSpread time.Duration
+	// RunnerPollInterval is Options.RunnerPollInterval.
+	RunnerPollInterval time.Duration
+	Logger             *slog.Logger
 	// DBOS runs the DBOS subprocess; nil when it is not available.
 	DBOS *DBOS
 

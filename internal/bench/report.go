@@ -63,6 +63,7 @@ type SubjectResult struct {
 	// P50Micros and P99Micros are the latency figures.
 	P50Micros float64 `json:"p50_micros,omitempty"`
 	P99Micros float64 `json:"p99_micros,omitempty"`
+	MaxMicros float64 `json:"max_micros,omitempty"`
 	// Per task: statements (round trips), commits (-1: not counted),
 	// transaction ids, WAL bytes.
 	StatementsPerTask float64 `json:"statements_per_task,omitempty"`
@@ -102,6 +103,7 @@ func (r *SubjectResult) fill(metric Metric, m *Measurement) {
 	if metric == Latency && len(m.Latencies) > 0 {
 		r.P50Micros = micros(percentile(m.Latencies, 0.50))
 		r.P99Micros = micros(percentile(m.Latencies, 0.99))
+		r.MaxMicros = micros(slices.Max(m.Latencies))
 	}
 }
 
@@ -175,7 +177,7 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 	head := []string{"size", "tasks"}
 	figure := "tasks/s "
 	if s.Metric == Latency {
-		figure = "p50/p99 ms "
+		figure = "p50/p99/max ms "
 	}
 	for i, sub := range s.Subjects {
 		if i == 0 {
@@ -208,7 +210,7 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 			case r.Measurement == nil:
 				row = append(row, "-")
 			case s.Metric == Latency:
-				row = append(row, fmt.Sprintf("%.1f/%.1f", r.P50Micros/1e3, r.P99Micros/1e3))
+				row = append(row, fmt.Sprintf("%.1f/%.1f/%.1f", r.P50Micros/1e3, r.P99Micros/1e3, r.MaxMicros/1e3))
 			default:
 				row = append(row, fmt.Sprintf("%.0f", r.TasksPerSec))
 			}

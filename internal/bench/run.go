@@ -62,8 +62,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	printMachine(o.Out, rep)
 
-	env := &Env{Pool: pool, URL: o.DatabaseURL, Conns: o.Conns, ClaimBatch: o.ClaimBatch,
-		Logger: o.Logger, counter: ctr}
+	env := &Env{Pool: pool, URL: o.DatabaseURL, Conns: o.Conns, ClaimBatch: o.ClaimBatch, WakeSpread: o.WakeSpread,
+		RunnerPollInterval: o.RunnerPollInterval,
+		Logger:             o.Logger, counter: ctr}
 	env.postmaster = findPostmaster(ctx, pool)
 	var dropWalinspect func()
 	env.walinspect, dropWalinspect = setupWalinspect(ctx, pool)
@@ -116,15 +117,25 @@ func runSize(ctx context.Context, o *Options, env *Env, s Scenario, size Size, d
 		if sub.Key == "dbos" && env.DBOS == nil && r.Unavailable == "" {
 			r.Unavailable = dbosWhy
 		}
+		if slices.Contains(o.Leave, s.Key+"/"+sub.Key) && r.Unavailable == "" {
+			r.Unavailable = "left out of this run (Options.Leave)"
+		}
+		if sub.MaxTasks > 0 && size.Tasks > sub.MaxTasks && r.Unavailable == "" {
+			r.Unavailable = fmt.Sprintf("left out above %d tasks (too slow for make bench's ten minutes; measure it with --sizes)", sub.MaxTasks)
+		}
 		if sub.Run == nil && r.Unavailable == "" {
 			r.Unavailable = "no implementation"
 		}
 		out.Subjects = append(out.Subjects, r)
 	}
-	for rep := 0; rep < o.Reps; rep++ {
+	reps := o.Reps
+	if s.Reps > 0 {
+		reps = min(reps, s.Reps)
+	}
+	for rep := 0; rep < reps; rep++ {
 		for i, sub := range s.Subjects {
 			r := &out.Subjects[i]
-			if r.Unavailable != "" || r.Error != "" {
+			if r.Unavailable != "" || r.Error != "" || (sub.Reps > 0 && rep >= sub.Reps) {
 				continue
 			}
 			o.Logger.InfoContext(ctx, "bench: running", slog.String("scenario", s.Key),

@@ -9,25 +9,29 @@ import (
 
 // Labels of the subjects, shared by the scenarios.
 var (
-	labelArborEngine = "arbor, engine loop (runner pending issue 5): one transaction per operation"
-	labelArborBatch  = "arbor, engine loop, what-if: the same operations as …Tx forms, one transaction (one commit) per claim batch"
-	labelSetSQL      = "what-if, NOT arbor: the set-based create/complete SQL NOTES-issue6.md proposes, on arbor's schema (guard trigger, indexes), root tasks only"
-	labelCeiling     = "the Postgres ceiling: plain SQL, batched statements, minimal table"
-	labelRiver       = "River " + riverVersion + ", InsertMany + client with River's benchmark settings"
-	labelDBOS        = "DBOS Transact Go, parent workflows starting child workflows (bench/dbos subprocess)"
+	labelArborEngine       = "arbor engine, driven by the harness's own claim loop (not machine.Runner): Engine.Claim in batches, one transaction per operation"
+	labelArborRunner       = "arbor machine.Runner: workers = connections, one conversation per task (a turn each), lease + reconcile_on_open per conversation"
+	labelArborRunnerShared = "arbor machine.Runner: the same, the N roots spread over as many conversations as connections, not generations (GenerationKinds)"
+	labelArborBatch        = "arbor, engine loop, what-if: the same operations as …Tx forms, one transaction (one commit) per claim batch"
+	labelSetSQL            = "what-if, NOT arbor: the set-based create/complete SQL NOTES-issue6.md proposes, on arbor's schema (guard trigger, indexes), root tasks only"
+	labelCeiling           = "the Postgres ceiling: plain SQL, batched statements, minimal table"
+	labelRiver             = "River " + riverVersion + ", InsertMany + client with River's benchmark settings"
+	labelDBOS              = "DBOS Transact Go, parent workflows starting child workflows (bench/dbos subprocess)"
 )
 
-// Scenarios returns every scenario of issue 6, in the order they run. The
-// ones that wait for code not on this branch say so in Pending; making one
-// run is writing its RunFunc, setting it as the subject's Run and clearing
-// Pending.
+// Scenarios returns every scenario of issue 6, in the order they run. A
+// scenario that waits for code not on the branch says so in Pending (none
+// does now); making one run is writing its RunFunc, setting it as the
+// subject's Run and clearing Pending.
 func Scenarios() []Scenario {
 	return []Scenario{
 		{
 			Key:   "a",
 			Title: "flat: N root tasks, no-op handler — created, claimed, run, completed",
-			About: "arbor: engine loop (runner pending issue 5) — N Creates (one conversation per root task, " +
+			About: "arbor: engine loop (the harness's claim loop over the engine, no machine.Runner) — N Creates (one conversation per root task, " +
 				"a turn each), then workers Claim batches and Complete each task, one transaction per Complete. " +
+				"runner: a started machine.Runner (env.Conns workers, IdleRelease 1 ms, other settings default) while the same N " +
+				"Creates run; it opens each conversation (lease + reconcile_on_open), claims its task, runs the no-op handler, Completes. " +
 				"ceiling: plain SQL on a minimal table — batched INSERT, claim with UPDATE … SKIP LOCKED, " +
 				"complete with one UPDATE … WHERE id = ANY(…) per batch. River: InsertMany, then a client " +
 				"with River's benchmark settings (MaxWorkers 2000, FetchCooldown 2 ms, FetchPollInterval 20 ms) " +
@@ -40,6 +44,10 @@ func Scenarios() []Scenario {
 			ParseSize:  parseN,
 			Subjects: []Subject{
 				{Key: "arbor", Arbor: true, Label: labelArborEngine, Run: flatArborEngine},
+				{Key: "runner", Arbor: true, Label: labelArborRunner + "; one run per size", Run: flatRunner,
+					Reps: 1, MaxTasks: 8000},
+				{Key: "runner-shared", Arbor: true, Label: labelArborRunnerShared + "; one run per size", Run: flatRunnerShared,
+					Reps: 1, MaxTasks: 8000},
 				{Key: "arbor-batch", Arbor: true, Label: labelArborBatch + " (creates too)", Run: flatArborBatched},
 				{Key: "set-sql", Arbor: true, Label: labelSetSQL, Run: flatSetBased},
 				{Key: "ceiling", Label: labelCeiling, Run: flatCeiling},
@@ -49,7 +57,7 @@ func Scenarios() []Scenario {
 		{
 			Key:   "b",
 			Title: "fan-out/fan-in: P parents × C children, all_settled",
-			About: "arbor: engine loop (runner pending issue 5) — each parent, when claimed, creates its C children " +
+			About: "arbor: engine loop (the harness's claim loop over the engine, no machine.Runner) — each parent, when claimed, creates its C children " +
 				"and waits on them (all_settled) in one transaction; children are claimed and completed; the last " +
 				"child wakes its parent, which is claimed again and completes. DBOS: P parent workflows, each " +
 				"starting C child workflows and waiting for their results, in a subprocess with the same " +
@@ -84,49 +92,58 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
-			// To implement: a RunFunc that puts N tasks of one conversation
-			// in running (bulk SQL, as treeSQL does), then times the
-			// machine's open of that conversation (reconcile_on_open).
-			Key:        "d",
-			Title:      "reconcile_on_open of a conversation with N running tasks",
+			Key:   "d",
+			Title: "reconcile_on_open of a conversation with N running tasks",
+			About: "A tree of N tasks in one conversation (bulk SQL, fan-out 3), every task running with a token, " +
+				"the conversation without a holder, as a dead node leaves it. arbor: the transaction machine.Runner " +
+				"opens a conversation with — store.TakeConversation + reconcile.OnOpen, one commit; every task must " +
+				"come back pending with attempt 1. ceiling: one plain UPDATE … SET status = 'pending', attempt = attempt + 1 " +
+				"… WHERE conversation_id = $1 AND status = 'running' on the same rows of arbor's table. Time of that " +
+				"transaction only.",
 			Metric:     Throughput,
 			Goal:       "flat cost per task from the smallest to the largest size",
-			Sizes:      []string{"1000", "4000", "16000"},
+			Sizes:      []string{"100", "1000", "5000"},
 			QuickSizes: []string{"50", "100", "200"},
 			SizeForm:   "N, the number of running tasks",
 			ParseSize:  parseN,
-			Subjects:   []Subject{{Key: "arbor", Arbor: true, Label: "arbor reconcile_on_open"}},
-			Pending:    "not yet implemented (issue 5): reconcile_on_open and the machines are not on this branch",
+			Subjects: []Subject{
+				{Key: "arbor", Arbor: true, Label: "arbor: TakeConversation + reconcile.OnOpen, one transaction", Run: reconcileArbor},
+				{Key: "ceiling", Label: "one plain UPDATE of the same rows (no lease, no per-task checks)", Run: reconcileCeiling},
+			},
 		},
 		{
-			// To implement: a RunFunc that puts N tasks to sleep until
-			// staggered times through the runner (with its local timers and
-			// River's wake jobs) and records, per task, how late its handler
-			// ran after its wake time (Measurement.Latencies).
-			Key:        "e",
-			Title:      "wake lateness p50/p99",
+			Key:   "e",
+			Title: "wake lateness p50/p99/max",
+			About: "N root tasks (over 50 conversations) created, started and put to sleep with Engine.SleepUntil on " +
+				"env.Conns goroutines, each due 0.1–3 s after its sleep; a machine.Waker (production settings) wakes them. " +
+				"Lateness per task = the waker's OnWake (called after the wake's commit) minus the wake time. " +
+				"timers: the Waker's local timers and River's wake jobs; river-only: the same Waker with DisableTimers. " +
+				"Run once per size (a best-of would pick the luckiest wakes).",
 			Metric:     Latency,
 			Sizes:      []string{"100", "400", "1600"},
 			QuickSizes: []string{"10", "20", "40"},
 			SizeForm:   "N, the number of sleeping tasks",
 			ParseSize:  parseN,
-			Subjects:   []Subject{{Key: "arbor", Arbor: true, Label: "arbor wake"}},
-			Pending:    "pending merge of the sleep work (machine.Waker, River wake jobs): not on this branch",
+			Reps:       1,
+			Subjects: []Subject{
+				{Key: "timers", Arbor: true, Label: "arbor machine.Waker, timers on (production default)", Run: wakeTimers},
+				{Key: "river-only", Arbor: true, Label: "arbor machine.Waker, DisableTimers: River's wake jobs alone", Run: wakeRiverOnly},
+			},
 		},
 		{
-			// To implement: a RunFunc that runs P parents waiting on children
-			// under the runner and records, per parent, the time from its
-			// last child's settle commit to its handler running again
-			// (Measurement.Latencies).
-			Key:        "f",
-			Title:      "child settles → parent's handler runs again: latency p50/p99",
+			Key:   "f",
+			Title: "child settles → parent's handler runs again: latency p50/p99/max",
+			About: "N parents, one conversation each, through one machine.Runner (env.Conns workers, other settings default): " +
+				"a parent's handler spawns one child and waits on it (all_settled); the child's handler completes. " +
+				"Latency per parent = the parent handler's re-entry minus the return of the child's Complete " +
+				"(after its commit), both noted in memory by the handlers. Run once per size.",
 			Metric:     Latency,
-			Sizes:      []string{"100", "400", "1600"},
+			Sizes:      []string{"50", "200", "500"},
 			QuickSizes: []string{"10", "20", "40"},
 			SizeForm:   "N, the number of parents",
 			ParseSize:  parseN,
-			Subjects:   []Subject{{Key: "arbor", Arbor: true, Label: "arbor resume"}},
-			Pending:    "not yet implemented (issue 5): needs the node runner, which is not on this branch",
+			Reps:       1,
+			Subjects:   []Subject{{Key: "runner", Arbor: true, Label: "arbor machine.Runner, spawn → wait → child completes → parent re-entered", Run: resumeRunner}},
 		},
 	}
 }

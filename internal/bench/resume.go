@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/arborhq/arbor/machine"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// Scenario (f): child settles → parent's handler runs again.
+
+// resumeRunner runs N parents, each the turn of a conversation of its own,
+// through one machine.Runner (env.Conns workers, every other setting
+// production's default). A parent's handler spawns one child and waits on
+// it (all_settled); the child's handler notes the time it calls Complete
+// and completes; the parent's handler, run again, notes the time it was
+// entered and completes. The latency, per parent, is the second time minus
+// the first: the child's settle transaction (which wakes the waiting
+// parent) and its commit, the notification, the machine's claim and the
+// handler's start. The time from the commit itself cannot be noted from the
+// handlers: the parent may be re-entered before the child's Complete has
+// returned; the Note gives the settle transactions' own p50/p99 so that
+// the reader can subtract it. Elapsed runs from the first parent created to the last parent
+// completed.
+func resumeRunner(ctx context.Context, env *Env, size Size) (Measurement, error) {
+	pool, eng, err := machinePool(ctx, env)
+	if err != nil {
+		return Measurement{}, err
+	}
+	defer pool.Close()
+
+	var (
+		mu       sync.Mutex
+		settled  = map[int64]time.Time{} // parent id → its child's handler called Complete
+		settles  []time.Duration         // how long each child's Complete took
+		resumed  = map[int64]time.Time{} // parent id → its handler entered again
+		finished int
+		inline   int // parents whose wait was satisfied at once
+		done     = make(chan struct{})
+	)
+	finish := func() { // under mu
+		finished++
+		if finished == size.N {
+			close(done)
+		}
+	}
+	handlers := map[string]machine.Handler{
+		"parent": func(ctx context.Context, run *machine.Run) error {
+			if run.Task.Phase == "waiting" {
+				now := time.Now()
+				mu.Lock()
+				resumed[run.Task.ID] = now
+				mu.Unlock()
+				if err := completeUncancelled(ctx, run); err != nil {
+					return err
+				}
+				mu.Lock()
+				finish()
+				mu.Unlock()
+				return nil
+			}
+			child, err := run.Spawn(ctx, machine.SpawnParams{Kind: "child"})
+			if err != nil {
+				return err
+			}
+			satisfied, err := run.Wait(ctx, []int64{child.ID}, tasks.AllSettled, "waiting", nil)
+			if err != nil {
+				return err
+			}
+			if satisfied {
+				// The child ran and settled between the Spawn's commit and
+				// the Wait: the parent goes on without a re-entry, so there
+				// is no latency to note.
+				if err := completeUncancelled(ctx, run); err != nil {
+					return err
+				}
+				mu.Lock()
+				inline++
+				finish()
+				mu.Unlock()
+			}
+			return nil
+		},
+		"child": func(ctx context.Context, run *machine.Run) error {
+			// Noted before the call: the parent can be re-entered (on
+			// another goroutine) before Complete has returned here.
+			called := time.Now()
+			mu.Lock()
+			settled[run.Task.OwnerID] = called
+			mu.Unlock()
+			if err := completeUncancelled(ctx, run); err != nil {
+				return err
+			}
+			took := time.Since(called)
+			mu.Lock()
+			settles = append(settles, took)
+			mu.Unlock()
+			return nil
+		},
+	}
+	r, err := machine.NewRunner(eng, handlers, &machine.RunnerConfig{Workers: env.Conns, PollInterval: env.RunnerPollInterval, Logger: env.Logger})
+	if err != nil {
+		return Measurement{}, err
+	}
+	if err := r.Start(ctx); err != nil {
+		return Measurement{}, err
+	}
+	defer stopRunner(ctx, env, r)
+
+	w, err := env.StartWindow(ctx)
+	if err != nil {
+		return Measurement{}, err
+	}
+	start := time.Now()
+	err = parallel(ctx, env.Conns, size.N, func(ctx context.Context, i int) error {
+		_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("resume-%d", i), Kind: "parent"})
+		return err
+	})
+	if err != nil {
+		return Measurement{}, fmt.Errorf("create: %w", err)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		mu.Lock()
+		n := finished
+		mu.Unlock()
+		return Measurement{}, fmt.Errorf("%w: %d of %d parents completed (%s): %w", errUnfinished, n, size.N, leftBehind(ctx, env), ctx.Err())
+	}
+	end := time.Now()
+	m, err := w.End(ctx)
+	if err != nil {
+		return Measurement{}, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for parent, at := range resumed {
+		s, ok := settled[parent]
+		if !ok {
+			return Measurement{}, fmt.Errorf("parent %d ran again with no child settled", parent)
+		}
+		m.Latencies = append(m.Latencies, at.Sub(s))
+	}
+	if len(m.Latencies)+inline != size.N {
+		return Measurement{}, fmt.Errorf("%d parents resumed and %d satisfied at once, want %d", len(m.Latencies), inline, size.N)
+	}
+	if err := expectCount(ctx, env, `SELECT count(*) FROM {schema}.tasks WHERE status = 'completed'`, 2*size.N); err != nil {
+		return Measurement{}, err
+	}
+	var requeued, retried int
+	if err := env.Pool.QueryRow(ctx, env.sql(`SELECT count(*) FILTER (WHERE attempt > 0), count(*) FILTER (WHERE retries > 0)
+		FROM {schema}.tasks`)).Scan(&requeued, &retried); err != nil {
+		return Measurement{}, err
+	}
+	m.Elapsed = end.Sub(start)
+	m.Note = fmt.Sprintf("tasks recovered (attempt > 0): %d, retried: %d; ", requeued, retried) + fmt.Sprintf("%d of %d parents found their child already settled when they waited (no re-entry, no latency); ", inline, size.N) + fmt.Sprintf("latency counted from the child's Complete call; that Complete itself (its transaction and commit) took p50 %.1f ms, p99 %.1f ms at N=%d",
+		micros(percentile(settles, 0.5))/1e3, micros(percentile(settles, 0.99))/1e3, size.N)
+	return m, nil
+}
