@@ -40,7 +40,9 @@ var (
 )
 
 // Run is a handler's view of the task it runs and what it may do with it.
-// Every write is fenced by the run's token.
+// Every write is fenced by the run's token, and runs to its end even if the
+// handler's context is cancelled meanwhile (bounded by 30 s): a write of a
+// run whose task was taken from it is refused by the database anyway.
 type Run struct {
 	// Task is the task as it was claimed: input, phase, state, attempt, the
 	// ids of its last wait (WaitIDs) and the rest.
@@ -52,6 +54,21 @@ type Run struct {
 	mu       sync.Mutex
 	ended    bool
 	deadline time.Time // local estimate of the task lease's end
+}
+
+// writeTimeout bounds one write of a run (see writeCtx).
+const writeTimeout = 30 * time.Second
+
+// writeCtx is the context a run's write runs under: ctx's values, but not
+// its cancellation. A handler's context is cancelled when its task is
+// stopped, and that can happen while the handler's own write is committing
+// (its Complete settles the task, the machine hears of it and cancels the
+// handler): cutting the connection then would turn a committed write into
+// ErrAmbiguous. A write of a run whose task was taken from it is refused by
+// the database (ErrAborted, ErrNotRunning, ErrLeaseLost) whatever its
+// context, so nothing is lost by letting it finish; writeTimeout bounds it.
+func writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 }
 
 func newRun(engine *tasks.Engine, t tasks.Task) *Run {
@@ -92,6 +109,8 @@ func (r *Run) end(err error) {
 // Checkpoint saves phase and state (replacing the last checkpoint) and
 // extends the task's lease.
 func (r *Run) Checkpoint(ctx context.Context, phase string, state json.RawMessage) error {
+	ctx, cancel := writeCtx(ctx)
+	defer cancel()
 	t, err := r.engine.Checkpoint(ctx, r.Task.ID, r.Task.Token, phase, state)
 	if err == nil {
 		r.Task.Phase, r.Task.State = t.Phase, t.State
@@ -102,6 +121,8 @@ func (r *Run) Checkpoint(ctx context.Context, phase string, state json.RawMessag
 
 // Heartbeat extends the task's lease.
 func (r *Run) Heartbeat(ctx context.Context) error {
+	ctx, cancel := writeCtx(ctx)
+	defer cancel()
 	_, err := r.engine.Heartbeat(ctx, r.Task.ID, r.Task.Token)
 	if err == nil {
 		r.extended()
@@ -125,6 +146,8 @@ type SpawnParams struct {
 // Spawn creates a child of the task, fenced by the run's token: a run that
 // lost its task cannot add children to it.
 func (r *Run) Spawn(ctx context.Context, p SpawnParams) (tasks.Task, error) {
+	ctx, cancel := writeCtx(ctx)
+	defer cancel()
 	child, _, err := r.engine.Create(ctx, tasks.CreateParams{
 		ConversationID: r.Task.ConversationID, OwnerID: r.Task.ID, OwnerToken: r.Task.Token,
 		Kind: p.Kind, Input: p.Input, Background: p.Background, AbandonOnRestart: p.AbandonOnRestart,
@@ -150,6 +173,8 @@ func (r *Run) Waited(ctx context.Context) ([]tasks.Task, error) {
 // Complete ends the run with result (completing, if foreground children are
 // still live).
 func (r *Run) Complete(ctx context.Context, result json.RawMessage) error {
+	ctx, cancel := writeCtx(ctx)
+	defer cancel()
 	_, err := r.engine.Complete(ctx, r.Task.ID, r.Task.Token, result)
 	r.end(err)
 	return err
@@ -160,6 +185,8 @@ func (r *Run) Complete(ctx context.Context, result json.RawMessage) error {
 // handler continues, reading Waited). Otherwise the run has ended; the
 // handler returns, and runs again from phase and state when woken.
 func (r *Run) Wait(ctx context.Context, childIDs []int64, policy tasks.WaitPolicy, phase string, state json.RawMessage) (satisfied bool, err error) {
+	ctx, cancel := writeCtx(ctx)
+	defer cancel()
 	res, err := r.engine.WaitForChildren(ctx, r.Task.ID, r.Task.Token, tasks.WaitParams{
 		ChildIDs: childIDs, Policy: policy, Phase: phase, State: state})
 	if err != nil {
@@ -177,6 +204,8 @@ func (r *Run) Wait(ctx context.Context, childIDs []int64, policy tasks.WaitPolic
 
 // SleepUntil parks the task until t, saving phase and state. The run ends.
 func (r *Run) SleepUntil(ctx context.Context, t time.Time, phase string, state json.RawMessage) error {
+	ctx, cancel := writeCtx(ctx)
+	defer cancel()
 	_, err := r.engine.SleepUntil(ctx, r.Task.ID, r.Task.Token, t, phase, state)
 	r.end(err)
 	return err

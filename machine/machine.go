@@ -154,11 +154,17 @@ func (m *machine) checkRuns() {
 	}
 }
 
-// claimAndRun claims as many runnable tasks as there are free worker slots
-// and starts their handlers. It returns how many it started.
+// maxClaim is the most tasks one machine claims at once: a machine holds
+// the slots it claims for while its claim runs, and must not hold all of a
+// busy node's.
+const maxClaim = 32
+
+// claimAndRun claims as many runnable tasks as it can get worker slots for
+// (at most maxClaim) and starts their handlers. It returns how many it
+// started. A machine that gets no slot is poked when one is given back.
 func (m *machine) claimAndRun() (int, error) {
 	free := 0
-	for free < cap(m.r.slots) {
+	for free < maxClaim {
 		select {
 		case m.r.slots <- struct{}{}:
 			free++
@@ -168,22 +174,18 @@ func (m *machine) claimAndRun() (int, error) {
 		break
 	}
 	if free == 0 {
+		m.r.starve(m)
 		return 0, nil
-	}
-	giveBack := func(n int) {
-		for range n {
-			<-m.r.slots
-		}
 	}
 	roots, err := m.r.store.LiveRoots(m.ctx, m.r.engine.Pool(), m.fence.ConversationID)
 	if err != nil {
-		giveBack(free)
+		m.r.releaseSlots(free)
 		return 0, err
 	}
 	startable := reconcile.Generations(roots, m.r.isGen)
 	claimed, err := m.r.engine.ClaimRunnable(m.ctx, tasks.ClaimRunnableParams{
 		Fence: m.fence, Kinds: m.r.kinds, Roots: startable, Limit: free})
-	giveBack(free - len(claimed))
+	m.r.releaseSlots(free - len(claimed))
 	if err != nil {
 		return 0, err
 	}
@@ -203,15 +205,13 @@ func (m *machine) start(t tasks.Task) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		defer func() { <-m.r.slots }()
-		defer m.poke() // what this run ended may make more work runnable
-		defer func() {
-			m.mu.Lock()
-			delete(m.runs, t.ID)
-			m.mu.Unlock()
-			cancel(context.Canceled)
-		}()
 		m.execute(ctx, run)
+		m.mu.Lock()
+		delete(m.runs, t.ID)
+		m.mu.Unlock()
+		cancel(context.Canceled)
+		m.r.releaseSlots(1)
+		m.poke() // what this run ended may make more work runnable
 	}()
 }
 

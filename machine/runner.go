@@ -143,6 +143,11 @@ type Runner struct {
 	waker    *Waker
 	slots    chan struct{}
 
+	// starved are the machines that found no free worker slot; a slot
+	// given back pokes them.
+	starvedMu sync.Mutex
+	starved   map[*machine]struct{}
+
 	mu        sync.Mutex
 	machines  map[string]*machine
 	started   bool
@@ -174,6 +179,7 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		handlers:  handlers,
 		slots:     make(chan struct{}, cfg.Workers),
 		machines:  map[string]*machine{},
+		starved:   map[*machine]struct{}{},
 		claimKick: make(chan struct{}, 1),
 	}
 	for kind, h := range handlers {
@@ -405,6 +411,35 @@ func (r *Runner) open(ctx context.Context, id string) error {
 	r.mu.Unlock()
 	go m.loop()
 	return nil
+}
+
+// releaseSlots gives n worker slots back and pokes the machines that went
+// without one.
+func (r *Runner) releaseSlots(n int) {
+	if n <= 0 {
+		return
+	}
+	for range n {
+		<-r.slots
+	}
+	r.starvedMu.Lock()
+	waiting := r.starved
+	r.starved = map[*machine]struct{}{}
+	r.starvedMu.Unlock()
+	for m := range waiting {
+		m.poke()
+	}
+}
+
+// starve records that m found no free slot. If one was given back
+// meanwhile, m is poked at once, so no wake-up is lost between the two.
+func (r *Runner) starve(m *machine) {
+	r.starvedMu.Lock()
+	r.starved[m] = struct{}{}
+	r.starvedMu.Unlock()
+	if len(r.slots) < cap(r.slots) {
+		m.poke()
+	}
 }
 
 // forget drops a machine that ended.

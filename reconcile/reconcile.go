@@ -58,37 +58,48 @@ func OnOpen(ctx context.Context, engine *tasks.Engine, tx pgx.Tx, conversationID
 	if err != nil {
 		return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
 	}
+	// Tasks that must not simply run again settle first, one by one (an
+	// abandon aborts a subtree and reconciles owners); the rest are
+	// requeued in one statement, which skips any that a settle above
+	// already took out of running.
+	var requeue []int64
 	for _, t := range running {
-		// An earlier abandon in this loop may have aborted t with its
-		// owner's subtree: read it again under its lock.
-		cur, err := engine.GetTx(ctx, tx, t.ID)
-		if err != nil {
-			return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
-		}
-		if cur.Status != fsm.Running {
-			continue
-		}
 		switch {
-		case cur.AbandonOnRestart:
-			if _, err := engine.AbandonTx(ctx, tx, cur.ID); err != nil {
+		case t.AbandonOnRestart:
+			cur, err := engine.GetTx(ctx, tx, t.ID)
+			if err != nil {
 				return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
 			}
-			rep.Abandoned = append(rep.Abandoned, cur.ID)
-		case cur.Attempt+1 > cur.RestartLimit:
-			if _, err := engine.ForceFailTx(ctx, tx, cur.ID, tasks.TaskError{
+			if cur.Status != fsm.Running {
+				continue // aborted with an abandoned owner's subtree
+			}
+			if _, err := engine.AbandonTx(ctx, tx, t.ID); err != nil {
+				return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
+			}
+			rep.Abandoned = append(rep.Abandoned, t.ID)
+		case t.Attempt+1 > t.RestartLimit:
+			cur, err := engine.GetTx(ctx, tx, t.ID)
+			if err != nil {
+				return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
+			}
+			if cur.Status != fsm.Running {
+				continue
+			}
+			if _, err := engine.ForceFailTx(ctx, tx, t.ID, tasks.TaskError{
 				Code:    tasks.CodeRestartLimitExceeded,
-				Message: fmt.Sprintf("recovered %d times, its restart limit is %d", cur.Attempt+1, cur.RestartLimit),
+				Message: fmt.Sprintf("recovered %d times, its restart limit is %d", t.Attempt+1, t.RestartLimit),
 			}); err != nil {
 				return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
 			}
-			rep.LimitExceeded = append(rep.LimitExceeded, cur.ID)
+			rep.LimitExceeded = append(rep.LimitExceeded, t.ID)
 		default:
-			if _, err := engine.RequeueTx(ctx, tx, cur.ID); err != nil {
-				return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
-			}
-			rep.Requeued = append(rep.Requeued, cur.ID)
+			requeue = append(requeue, t.ID)
 		}
 	}
+	if rep.Requeued, err = engine.RequeueManyTx(ctx, tx, requeue); err != nil {
+		return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
+	}
+	slices.Sort(rep.Requeued)
 
 	waiting, err := st.TasksInStatus(ctx, tx, conversationID, fsm.Waiting)
 	if err != nil {

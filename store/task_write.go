@@ -102,6 +102,11 @@ var (
 		WHERE id = $1
 		RETURNING {task_columns}`)
 
+	qRecoverTasks = define(`UPDATE {schema}.tasks
+		SET status = $2, attempt = attempt + 1, token = NULL, lease_expires_at = NULL, updated_at = now()
+		WHERE id = ANY($1) AND status = 'running'
+		RETURNING id`)
+
 	qMarkAbortRequested = define(`UPDATE {schema}.tasks SET abort_requested = true, updated_at = now()
 		WHERE id = ANY($1) AND NOT abort_requested
 		  AND status IN ('pending', 'running', 'waiting', 'sleeping', 'completing')`)
@@ -182,6 +187,12 @@ func (s *Store) WakeTask(ctx context.Context, db DB, id int64, to fsm.Status) (T
 // with attempt + 1.
 func (s *Store) RecoverTask(ctx context.Context, db DB, id int64, to fsm.Status) (Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qRecoverTask], id, string(to)))
+}
+
+// RecoverTasks puts the running tasks among ids back to `to` (pending) with
+// attempt + 1, in one statement, and returns the ids it moved.
+func (s *Store) RecoverTasks(ctx context.Context, db DB, ids []int64, to fsm.Status) ([]int64, error) {
+	return collect[int64](db.Query(ctx, s.sql[qRecoverTasks], ids, string(to)))
 }
 
 // MarkAbortRequested sets abort_requested on the live tasks among ids.

@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -37,6 +38,26 @@ func (e *Engine) RequeueTx(ctx context.Context, tx pgx.Tx, taskID int64) (Task, 
 		return Task{}, errorf("requeue", taskID, mapDBError(err))
 	}
 	return requeued, nil
+}
+
+// RequeueManyTx is RequeueTx for many tasks in one statement: the running
+// ones among ids go back to pending with attempt + 1. It returns the ids it
+// requeued (a task no longer running is left out).
+func (e *Engine) RequeueManyTx(ctx context.Context, tx pgx.Tx, ids []int64) ([]int64, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	// Every row the statement moves is running (its WHERE says so): one
+	// edge, checked once.
+	to, err := fsm.Transition(fsm.Running, fsm.Recover)
+	if err != nil {
+		return nil, err
+	}
+	moved, err := e.store.RecoverTasks(ctx, tx, ids, to)
+	if err != nil {
+		return nil, fmt.Errorf("requeue %d tasks: %w", len(ids), mapDBError(err))
+	}
+	return moved, nil
 }
 
 // AbandonTx settles a task that must never be re-run after a crash
