@@ -143,10 +143,10 @@ type Runner struct {
 	waker    *Waker
 	slots    chan struct{}
 
-	// starved are the machines that found no free worker slot; a slot
-	// given back pokes them.
+	// starved are the machines that found no free worker slot, first come
+	// first served: each slot given back pokes one of them.
 	starvedMu sync.Mutex
-	starved   map[*machine]struct{}
+	starved   []*machine
 
 	mu        sync.Mutex
 	machines  map[string]*machine
@@ -179,7 +179,6 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		handlers:  handlers,
 		slots:     make(chan struct{}, cfg.Workers),
 		machines:  map[string]*machine{},
-		starved:   map[*machine]struct{}{},
 		claimKick: make(chan struct{}, 1),
 	}
 	for kind, h := range handlers {
@@ -413,8 +412,11 @@ func (r *Runner) open(ctx context.Context, id string) error {
 	return nil
 }
 
-// releaseSlots gives n worker slots back and pokes the machines that went
-// without one.
+// releaseSlots gives n worker slots back and pokes as many of the machines
+// that went without one, oldest first. (Poking them all would have every
+// starved machine of a busy node re-read the database for each slot.) A
+// poked machine that finds nothing to run gives its slots back, which pokes
+// the next.
 func (r *Runner) releaseSlots(n int) {
 	if n <= 0 {
 		return
@@ -423,22 +425,31 @@ func (r *Runner) releaseSlots(n int) {
 		<-r.slots
 	}
 	r.starvedMu.Lock()
-	waiting := r.starved
-	r.starved = map[*machine]struct{}{}
+	k := min(n, len(r.starved))
+	next := slices.Clone(r.starved[:k])
+	r.starved = slices.Delete(r.starved, 0, k)
 	r.starvedMu.Unlock()
-	for m := range waiting {
+	for _, m := range next {
 		m.poke()
 	}
 }
 
-// starve records that m found no free slot. If one was given back
-// meanwhile, m is poked at once, so no wake-up is lost between the two.
+// starve queues m, which found no free slot, to be poked when one is given
+// back. If one was given back meanwhile, the head of the queue is poked at
+// once, so no wake-up is lost between the two.
 func (r *Runner) starve(m *machine) {
 	r.starvedMu.Lock()
-	r.starved[m] = struct{}{}
+	if !slices.Contains(r.starved, m) {
+		r.starved = append(r.starved, m)
+	}
+	var head *machine
+	if len(r.slots) < cap(r.slots) && len(r.starved) > 0 {
+		head = r.starved[0]
+		r.starved = r.starved[1:]
+	}
 	r.starvedMu.Unlock()
-	if len(r.slots) < cap(r.slots) {
-		m.poke()
+	if head != nil {
+		head.poke()
 	}
 }
 
