@@ -23,8 +23,10 @@ var (
 	// notification is delivered when the transaction commits (once, however
 	// often it locked), and never if it rolls back, so the machine holding
 	// the conversation hears of every multi-task change at no extra round trip.
-	qLockConversation = define(`SELECT ` + conversationColumns + `, pg_notify($2, id) FROM {schema}.conversations WHERE id = $1 FOR NO KEY UPDATE`)
-	qGetConversation  = define(`SELECT ` + conversationColumns + ` FROM {schema}.conversations WHERE id = $1`)
+	qLockConversation       = define(`SELECT ` + conversationColumns + `, pg_notify($2, id) FROM {schema}.conversations WHERE id = $1 FOR NO KEY UPDATE`)
+	qLockConversationOfTask = define(`SELECT ` + conversationColumns + `, pg_notify($2, id) FROM {schema}.conversations
+		WHERE id = (SELECT conversation_id FROM {schema}.tasks WHERE id = $1) FOR NO KEY UPDATE`)
+	qGetConversation = define(`SELECT ` + conversationColumns + ` FROM {schema}.conversations WHERE id = $1`)
 )
 
 func scanConversation(row interface{ Scan(...any) error }, extra ...any) (Conversation, error) {
@@ -39,6 +41,15 @@ func scanConversation(row interface{ Scan(...any) error }, extra ...any) (Conver
 func (s *Store) LockConversation(ctx context.Context, db DB, id string) (Conversation, error) {
 	var notified any
 	return scanConversation(db.QueryRow(ctx, s.sql[qLockConversation], id, s.ChangeChannel()), &notified)
+}
+
+// LockConversationOfTask locks the conversation of a task (as
+// LockConversation does, announcing it at commit) in one round trip: a
+// task's conversation never changes, so reading it in the same statement is
+// safe. ErrNoRows when the task does not exist.
+func (s *Store) LockConversationOfTask(ctx context.Context, db DB, taskID int64) (Conversation, error) {
+	var notified any
+	return scanConversation(db.QueryRow(ctx, s.sql[qLockConversationOfTask], taskID, s.ChangeChannel()), &notified)
 }
 
 // EnsureAndLockConversation creates the conversation if it does not exist

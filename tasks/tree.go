@@ -19,14 +19,10 @@ import (
 // lockConversationOf locks the conversation of taskID and then the task
 // itself: the first two locks of every multi-task operation.
 func (e *Engine) lockConversationOf(ctx context.Context, tx pgx.Tx, taskID int64) (Task, error) {
-	conv, err := e.store.TaskConversation(ctx, tx, taskID)
-	if store.IsNoRows(err) {
-		return Task{}, ErrNotFound
-	}
-	if err != nil {
-		return Task{}, err
-	}
-	if _, err := e.store.LockConversation(ctx, tx, conv); err != nil {
+	if _, err := e.store.LockConversationOfTask(ctx, tx, taskID); err != nil {
+		if store.IsNoRows(err) {
+			return Task{}, ErrNotFound
+		}
 		return Task{}, err
 	}
 	return e.store.LockTask(ctx, tx, taskID)
