@@ -26,11 +26,7 @@ func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var db dbFlags
 	db.register(fs)
 	result := fs.String("result", "", "JSON recorded as the cancelled task's result (default none)")
-	pos, err := parseArgs(fs, args, 1, 1, "the task id")
-	if err != nil {
-		return err
-	}
-	id, err := parseTaskID(pos[0])
+	id, err := parseTaskArg(fs, args)
 	if err != nil {
 		return err
 	}

@@ -119,6 +119,15 @@ func parseArgs(fs *flag.FlagSet, args []string, least, most int, what string) ([
 }
 
 // parseTaskID reads a task id as the commands accept it: 42 or #42.
+// parseTaskArg parses a command whose one positional argument is a task id.
+func parseTaskArg(fs *flag.FlagSet, args []string) (int64, error) {
+	pos, err := parseArgs(fs, args, 1, 1, "the task id")
+	if err != nil {
+		return 0, err
+	}
+	return parseTaskID(pos[0])
+}
+
 func parseTaskID(s string) (int64, error) {
 	id, err := strconv.ParseInt(strings.TrimPrefix(s, "#"), 10, 64)
 	if err != nil || id <= 0 {

@@ -51,11 +51,7 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var db dbFlags
 	db.register(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseArgs(fs, args, 1, 1, "the task id")
-	if err != nil {
-		return err
-	}
-	id, err := parseTaskID(pos[0])
+	id, err := parseTaskArg(fs, args)
 	if err != nil {
 		return err
 	}

@@ -24,11 +24,7 @@ func cmdWake(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlagSet("wake", wakeHelp, stderr)
 	var db dbFlags
 	db.register(fs)
-	pos, err := parseArgs(fs, args, 1, 1, "the task id")
-	if err != nil {
-		return err
-	}
-	id, err := parseTaskID(pos[0])
+	id, err := parseTaskArg(fs, args)
 	if err != nil {
 		return err
 	}
