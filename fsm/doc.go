@@ -1,5 +1,5 @@
 // Package fsm holds arbor's task state machine: the statuses a task can be
-// in, the events that move it, and the one transition table (DESIGN §2) that
+// in, the events that move it, and the one transition table (docs/design.md §2) that
 // every status write in arbor is validated against.
 //
 // The table is defined once, here, with github.com/looplab/fsm. Everything

@@ -7,42 +7,9 @@ import (
 	"slices"
 
 	lfsm "github.com/looplab/fsm"
+
+	"github.com/arborhq/arbor/arbortype"
 )
-
-// Status is a task's status. A task is live in [Pending], [Running],
-// [Waiting], [Sleeping] and [Completing], and settled in the others.
-type Status string
-
-const (
-	Pending    Status = "pending"
-	Running    Status = "running"
-	Waiting    Status = "waiting"
-	Sleeping   Status = "sleeping"
-	Completing Status = "completing"
-	Completed  Status = "completed"
-	Failed     Status = "failed"
-	Aborted    Status = "aborted"
-	Cancelled  Status = "cancelled"
-	Orphaned   Status = "orphaned"
-)
-
-// Statuses lists every status, live ones first, in a stable order.
-var Statuses = []Status{Pending, Running, Waiting, Sleeping, Completing, Completed, Failed, Aborted, Cancelled, Orphaned}
-
-// Settled reports whether s is terminal. A settled task never changes again.
-func (s Status) Settled() bool {
-	switch s {
-	case Completed, Failed, Aborted, Cancelled, Orphaned:
-		return true
-	}
-	return false
-}
-
-// Live reports whether s is not settled.
-func (s Status) Live() bool { return s.Valid() && !s.Settled() }
-
-// Valid reports whether s is one of [Statuses].
-func (s Status) Valid() bool { return slices.Contains(Statuses, s) }
 
 // Event is what moves a task from one status to another.
 type Event string
@@ -83,19 +50,19 @@ var Events = []Event{Start, Checkpoint, Wait, Sleep, Retry, Hold, Complete, Fail
 
 // table is DESIGN §2, the only definition of arbor's transitions.
 var table = lfsm.Events{
-	{Name: string(Start), Src: []string{string(Pending)}, Dst: string(Running)},
-	{Name: string(Checkpoint), Src: []string{string(Running)}, Dst: string(Running)},
-	{Name: string(Wait), Src: []string{string(Running)}, Dst: string(Waiting)},
-	{Name: string(Sleep), Src: []string{string(Running)}, Dst: string(Sleeping)},
-	{Name: string(Retry), Src: []string{string(Running)}, Dst: string(Sleeping)},
-	{Name: string(Hold), Src: []string{string(Running)}, Dst: string(Completing)},
-	{Name: string(Complete), Src: []string{string(Running), string(Completing)}, Dst: string(Completed)},
-	{Name: string(Fail), Src: []string{string(Pending), string(Running)}, Dst: string(Failed)},
-	{Name: string(Cancel), Src: []string{string(Pending), string(Running), string(Waiting), string(Sleeping)}, Dst: string(Cancelled)},
-	{Name: string(Abort), Src: []string{string(Pending), string(Running), string(Waiting), string(Sleeping), string(Completing)}, Dst: string(Aborted)},
-	{Name: string(Orphan), Src: []string{string(Pending)}, Dst: string(Orphaned)},
-	{Name: string(Recover), Src: []string{string(Running)}, Dst: string(Pending)},
-	{Name: string(Wake), Src: []string{string(Waiting), string(Sleeping)}, Dst: string(Pending)},
+	{Name: string(Start), Src: []string{string(arbortype.StatusPending)}, Dst: string(arbortype.StatusRunning)},
+	{Name: string(Checkpoint), Src: []string{string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusRunning)},
+	{Name: string(Wait), Src: []string{string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusWaiting)},
+	{Name: string(Sleep), Src: []string{string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusSleeping)},
+	{Name: string(Retry), Src: []string{string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusSleeping)},
+	{Name: string(Hold), Src: []string{string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusCompleting)},
+	{Name: string(Complete), Src: []string{string(arbortype.StatusRunning), string(arbortype.StatusCompleting)}, Dst: string(arbortype.StatusCompleted)},
+	{Name: string(Fail), Src: []string{string(arbortype.StatusPending), string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusFailed)},
+	{Name: string(Cancel), Src: []string{string(arbortype.StatusPending), string(arbortype.StatusRunning), string(arbortype.StatusWaiting), string(arbortype.StatusSleeping)}, Dst: string(arbortype.StatusCancelled)},
+	{Name: string(Abort), Src: []string{string(arbortype.StatusPending), string(arbortype.StatusRunning), string(arbortype.StatusWaiting), string(arbortype.StatusSleeping), string(arbortype.StatusCompleting)}, Dst: string(arbortype.StatusAborted)},
+	{Name: string(Orphan), Src: []string{string(arbortype.StatusPending)}, Dst: string(arbortype.StatusOrphaned)},
+	{Name: string(Recover), Src: []string{string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusPending)},
+	{Name: string(Wake), Src: []string{string(arbortype.StatusWaiting), string(arbortype.StatusSleeping)}, Dst: string(arbortype.StatusPending)},
 }
 
 // ErrInvalidTransition is matched (with errors.Is) by every
@@ -106,7 +73,7 @@ var ErrInvalidTransition = errors.New("invalid transition")
 // in by callers that know which task it was about (0 otherwise).
 type TransitionError struct {
 	TaskID int64
-	From   Status
+	From   arbortype.Status
 	Event  Event
 }
 
@@ -124,7 +91,7 @@ func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTra
 // *TransitionError when the table has no such edge. It runs the looplab/fsm
 // machine built from the table, so every status write in arbor is checked by
 // the same definition.
-func Transition(from Status, event Event) (Status, error) {
+func Transition(from arbortype.Status, event Event) (arbortype.Status, error) {
 	if !from.Valid() || !slices.Contains(Events, event) {
 		return "", &TransitionError{From: from, Event: event}
 	}
@@ -138,14 +105,14 @@ func Transition(from Status, event Event) (Status, error) {
 	default:
 		return "", &TransitionError{From: from, Event: event}
 	}
-	return Status(m.Current()), nil
+	return arbortype.Status(m.Current()), nil
 }
 
 // Edge is one row of the transition table.
 type Edge struct {
-	From  Status
+	From  arbortype.Status
 	Event Event
-	To    Status
+	To    arbortype.Status
 }
 
 // Edges returns every (from, event, to) of the table, in table order.
@@ -153,7 +120,7 @@ func Edges() []Edge {
 	var edges []Edge
 	for _, desc := range table {
 		for _, src := range desc.Src {
-			edges = append(edges, Edge{From: Status(src), Event: Event(desc.Name), To: Status(desc.Dst)})
+			edges = append(edges, Edge{From: arbortype.Status(src), Event: Event(desc.Name), To: arbortype.Status(desc.Dst)})
 		}
 	}
 	return edges
@@ -161,19 +128,19 @@ func Edges() []Edge {
 
 // StatusChanges returns the distinct (from, to) pairs with from != to that
 // the table allows, sorted; it is what the database trigger accepts.
-func StatusChanges() [][2]Status {
-	var pairs [][2]Status
+func StatusChanges() [][2]arbortype.Status {
+	var pairs [][2]arbortype.Status
 	for _, e := range Edges() {
-		p := [2]Status{e.From, e.To}
+		p := [2]arbortype.Status{e.From, e.To}
 		if e.From != e.To && !slices.Contains(pairs, p) {
 			pairs = append(pairs, p)
 		}
 	}
-	slices.SortFunc(pairs, func(a, b [2]Status) int {
-		if c := slices.Index(Statuses, a[0]) - slices.Index(Statuses, b[0]); c != 0 {
+	slices.SortFunc(pairs, func(a, b [2]arbortype.Status) int {
+		if c := slices.Index(arbortype.Statuses, a[0]) - slices.Index(arbortype.Statuses, b[0]); c != 0 {
 			return c
 		}
-		return slices.Index(Statuses, a[1]) - slices.Index(Statuses, b[1])
+		return slices.Index(arbortype.Statuses, a[1]) - slices.Index(arbortype.Statuses, b[1])
 	})
 	return pairs
 }

@@ -8,30 +8,31 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
 )
 
-// design is DESIGN §2 written out by hand, row by row, so that a change to
+// design is docs/design.md §2 written out by hand, row by row, so that a change to
 // the table in fsm.go that the contract does not have fails here.
-var design = map[fsm.Status]map[fsm.Event]fsm.Status{
-	fsm.Pending: {
-		fsm.Start: fsm.Running, fsm.Cancel: fsm.Cancelled, fsm.Abort: fsm.Aborted,
-		fsm.Orphan: fsm.Orphaned, fsm.Fail: fsm.Failed,
+var design = map[arbortype.Status]map[fsm.Event]arbortype.Status{
+	arbortype.StatusPending: {
+		fsm.Start: arbortype.StatusRunning, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted,
+		fsm.Orphan: arbortype.StatusOrphaned, fsm.Fail: arbortype.StatusFailed,
 	},
-	fsm.Running: {
-		fsm.Checkpoint: fsm.Running, fsm.Wait: fsm.Waiting, fsm.Sleep: fsm.Sleeping,
-		fsm.Retry: fsm.Sleeping, fsm.Hold: fsm.Completing, fsm.Complete: fsm.Completed,
-		fsm.Fail: fsm.Failed, fsm.Cancel: fsm.Cancelled, fsm.Abort: fsm.Aborted,
-		fsm.Recover: fsm.Pending,
+	arbortype.StatusRunning: {
+		fsm.Checkpoint: arbortype.StatusRunning, fsm.Wait: arbortype.StatusWaiting, fsm.Sleep: arbortype.StatusSleeping,
+		fsm.Retry: arbortype.StatusSleeping, fsm.Hold: arbortype.StatusCompleting, fsm.Complete: arbortype.StatusCompleted,
+		fsm.Fail: arbortype.StatusFailed, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted,
+		fsm.Recover: arbortype.StatusPending,
 	},
-	fsm.Waiting:    {fsm.Wake: fsm.Pending, fsm.Cancel: fsm.Cancelled, fsm.Abort: fsm.Aborted},
-	fsm.Sleeping:   {fsm.Wake: fsm.Pending, fsm.Cancel: fsm.Cancelled, fsm.Abort: fsm.Aborted},
-	fsm.Completing: {fsm.Complete: fsm.Completed, fsm.Abort: fsm.Aborted},
+	arbortype.StatusWaiting:    {fsm.Wake: arbortype.StatusPending, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted},
+	arbortype.StatusSleeping:   {fsm.Wake: arbortype.StatusPending, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted},
+	arbortype.StatusCompleting: {fsm.Complete: arbortype.StatusCompleted, fsm.Abort: arbortype.StatusAborted},
 }
 
 func TestTransitionMatchesDesign(t *testing.T) {
 	t.Parallel()
-	for _, from := range fsm.Statuses {
+	for _, from := range arbortype.Statuses {
 		for _, event := range fsm.Events {
 			want, allowed := design[from][event]
 			got, err := fsm.Transition(from, event)
@@ -59,7 +60,7 @@ func TestTransitionRejectsUnknown(t *testing.T) {
 	t.Parallel()
 	_, err := fsm.Transition("limbo", fsm.Start)
 	require.ErrorIs(t, err, fsm.ErrInvalidTransition)
-	_, err = fsm.Transition(fsm.Pending, "teleport")
+	_, err = fsm.Transition(arbortype.StatusPending, "teleport")
 	require.ErrorIs(t, err, fsm.ErrInvalidTransition)
 }
 
@@ -68,9 +69,9 @@ func TestSettledHasNoEdges(t *testing.T) {
 	for _, e := range fsm.Edges() {
 		require.False(t, e.From.Settled(), "settled status %s has an outgoing edge", e.From)
 	}
-	require.True(t, fsm.Orphaned.Settled())
-	require.True(t, fsm.Completing.Live())
-	require.False(t, fsm.Status("nope").Live())
+	require.True(t, arbortype.StatusOrphaned.Settled())
+	require.True(t, arbortype.StatusCompleting.Live())
+	require.False(t, arbortype.Status("nope").Live())
 }
 
 // TestGeneratedFilesUpToDate fails when fsm.go changed and `go generate

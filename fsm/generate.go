@@ -3,6 +3,8 @@ package fsm
 import (
 	"fmt"
 	"strings"
+
+	"github.com/arborhq/arbor/arbortype"
 )
 
 //go:generate go run ../internal/cmd/fsmgen
@@ -22,7 +24,7 @@ func Mermaid() string {
 	for _, e := range Edges() {
 		fmt.Fprintf(&b, "    %s --> %s: %s\n", e.From, e.To, e.Event)
 	}
-	for _, s := range Statuses {
+	for _, s := range arbortype.Statuses {
 		if s.Settled() {
 			fmt.Fprintf(&b, "    %s --> [*]\n", s)
 		}
@@ -43,7 +45,7 @@ func Mermaid() string {
 
 func statusList(settled bool) string {
 	var names []string
-	for _, s := range Statuses {
+	for _, s := range arbortype.Statuses {
 		if s.Settled() == settled {
 			names = append(names, "`"+string(s)+"`")
 		}
@@ -69,7 +71,7 @@ func GuardSQL() string {
 		pairs = append(pairs, fmt.Sprintf("('%s', '%s')", p[0], p[1]))
 	}
 	var settled []string
-	for _, s := range Statuses {
+	for _, s := range arbortype.Statuses {
 		if s.Settled() {
 			settled = append(settled, "'"+string(s)+"'")
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -60,9 +60,7 @@ func measureLateness(b *testing.B, timers bool, sleeps int) ([]time.Duration, in
 	}
 	b.Cleanup(func() {
 		for _, c := range convs {
-			violations, err := bd.engine.CheckSleeping(context.Background(), c)
-			require.NoError(b, err)
-			require.Empty(b, violations)
+			require.Empty(b, bd.engine.SleepViolations(b, context.Background(), c))
 		}
 	})
 
@@ -79,14 +77,14 @@ func measureLateness(b *testing.B, timers bool, sleeps int) ([]time.Duration, in
 		mu.Unlock()
 	}
 	// Production settings: River's defaults, the waker's defaults.
-	w, err := machine.NewWaker(bd.engine, &machine.WakerConfig{DisableTimers: !timers, OnWake: onWake})
+	w, err := machine.NewWaker(bd.engine.Engine, &machine.WakerConfig{DisableTimers: !timers, OnWake: onWake})
 	require.NoError(b, err)
 	require.NoError(b, w.Start(bd.ctx))
 	defer func() { require.NoError(b, w.Stop(context.Background())) }()
 
 	// Warm up: a due sleep is woken once River's client is working.
 	warm := sleepIn(b, bd, convs[0], -time.Millisecond)
-	require.Eventually(b, func() bool { return bd.status(b, warm.ID) == fsm.Pending }, eventually, 10*time.Millisecond)
+	require.Eventually(b, func() bool { return bd.status(b, warm.ID) == arbortype.StatusPending }, eventually, 10*time.Millisecond)
 
 	b.StartTimer()
 	var wg sync.WaitGroup
@@ -133,7 +131,7 @@ func measureLateness(b *testing.B, timers bool, sleeps int) ([]time.Duration, in
 }
 
 // sleepIn creates and starts a task in conv and puts it to sleep for d.
-func sleepIn(b *testing.B, bd *bundle, conv string, d time.Duration) tasks.Task {
+func sleepIn(b *testing.B, bd *bundle, conv string, d time.Duration) arbortype.Task {
 	task, _, err := bd.engine.Create(bd.ctx, tasks.CreateParams{ConversationID: conv, Kind: "bench"})
 	require.NoError(b, err)
 	task, err = bd.engine.Start(bd.ctx, task.ID)

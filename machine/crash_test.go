@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -107,7 +107,7 @@ func TestCrashRecovery(t *testing.T) {
 
 	var reports []string
 	pool := b.pool
-	r, err := machine.NewRunner(b.engine, workHandlers(pool, b.schema, "node-b"), childRunnerConfig("node-b"))
+	r, err := machine.NewRunner(b.engine.Engine, workHandlers(pool, b.schema, "node-b"), childRunnerConfig("node-b"))
 	require.NoError(t, err)
 	_ = reports
 	require.NoError(t, r.Start(b.ctx))
@@ -122,17 +122,17 @@ func TestCrashRecovery(t *testing.T) {
 			runs := b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log WHERE task_id = $1`, task.ID)
 			switch task.Kind {
 			case "root":
-				require.Equal(t, fsm.Completed, task.Status, "the turn finished")
+				require.Equal(t, arbortype.StatusCompleted, task.Status, "the turn finished")
 			case "once":
-				require.Equal(t, fsm.Cancelled, task.Status)
+				require.Equal(t, arbortype.StatusCancelled, task.Status)
 				require.Equal(t, tasks.CodeAbandonedOnRestart, task.Error.Code)
 				require.Equal(t, 1, runs, "an abandon_on_restart task never runs twice")
 			case "slow":
-				require.Equal(t, fsm.Failed, task.Status)
+				require.Equal(t, arbortype.StatusFailed, task.Status)
 				require.Equal(t, tasks.CodeRestartLimitExceeded, task.Error.Code)
 				require.Equal(t, 1, runs, "restart limit 0: no second run")
 			case "step":
-				require.Equal(t, fsm.Completed, task.Status)
+				require.Equal(t, arbortype.StatusCompleted, task.Status)
 				cut := b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log WHERE task_id = $1 AND node = 'node-a' AND ended_at IS NULL`, task.ID)
 				require.Equal(t, cut, task.Attempt, "task %d: attempt counts the runs the crash cut", task.ID)
 			}
@@ -181,7 +181,7 @@ func TestTwoRunnersNeverOverlap(t *testing.T) {
 	require.NoError(t, rows.Err())
 	t.Logf("runs per node: %v", perNode)
 	require.Equal(t, conversations*2, perNode["node-a"]+perNode["node-c"], "each step ran once")
-	vs, err := b.engine.CheckAll(b.ctx)
+	vs, err := b.engine.Check(b.ctx)
 	require.NoError(t, err)
 	require.Empty(t, vs)
 }
@@ -211,7 +211,7 @@ func TestAbortFromAnotherProcess(t *testing.T) {
 			return err == nil
 		})
 		latencies = append(latencies, cancelled.Sub(committed))
-		require.Equal(t, fsm.Aborted, b.status(t, task.ID))
+		require.Equal(t, arbortype.StatusAborted, b.status(t, task.ID))
 	}
 	t.Logf("abort committed → handler context cancelled in the other process: %v", latencies)
 }

@@ -1,6 +1,6 @@
 // Package machine runs arbor inside a process: the per-conversation
-// machines and the node runner (DESIGN §3.8), and the wake-up service of
-// DESIGN §3.7, [Waker], which starts the River client that works the wake
+// machines and the node runner (docs/design.md §3.8), and the wake-up service of
+// docs/design.md §3.7, [Waker], which starts the River client that works the wake
 // queue and keeps local timers so that sleeps end on time.
 //
 // A machine decides nothing itself about tasks: every change goes through

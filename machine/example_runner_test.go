@@ -3,6 +3,7 @@ package machine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -10,75 +11,187 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/migrations"
 	"github.com/arborhq/arbor/tasks"
 )
 
-// A runner runs a turn that fans out to two tool calls and answers when
-// both are back. The turn's handler runs twice: once to spawn and wait, and
-// again, from its saved phase, when the last child settles.
-func ExampleRunner() {
-	ctx := context.Background()
+// exampleEngine migrates a schema of its own and returns an engine on it,
+// and a function that drops the schema again.
+func exampleEngine(ctx context.Context, schema string) (*tasks.Engine, func()) {
 	pool, err := pgxpool.New(ctx, os.Getenv("ARBOR_DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer pool.Close()
-	const schema = "arbor_example_runner"
-	m, _ := migrations.New(pool, schema, nil)
+	_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	m, err := migrations.New(pool, schema, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	if _, err := m.Up(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
-
 	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema})
 	if err != nil {
 		log.Fatal(err)
 	}
-	runner, err := machine.NewRunner(engine, map[string]machine.Handler{
-		"turn": func(ctx context.Context, run *machine.Run) error {
-			if run.Task.Phase == "gathering" {
-				results, err := run.Waited(ctx)
-				if err != nil {
-					return err
-				}
-				return run.Complete(ctx, json.RawMessage(fmt.Sprintf(`{"sources": %d}`, len(results))))
-			}
-			var ids []int64
-			for _, kind := range []string{"search", "fetch"} {
-				child, err := run.Spawn(ctx, machine.SpawnParams{Kind: kind})
-				if err != nil {
-					return err
-				}
-				ids = append(ids, child.ID)
-			}
-			_, err := run.Wait(ctx, ids, tasks.AllSettled, "gathering", nil)
-			return err
-		},
-		"search": func(ctx context.Context, run *machine.Run) error { return run.Complete(ctx, []byte(`"hits"`)) },
-		"fetch":  func(ctx context.Context, run *machine.Run) error { return run.Complete(ctx, []byte(`"page"`)) },
-	}, &machine.RunnerConfig{PollInterval: 100 * time.Millisecond})
+	return engine, func() {
+		if _, err := pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			log.Print(err)
+		}
+		pool.Close()
+	}
+}
+
+// startRunner starts a runner with the handlers; stop stops it.
+func startRunner(ctx context.Context, engine *tasks.Engine, handlers map[string]machine.Handler) (stop func()) {
+	runner, err := machine.NewRunner(engine, handlers, &machine.RunnerConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	if err := runner.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer runner.Stop(ctx) //nolint:errcheck
+	return func() {
+		if err := runner.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}
+}
+
+// A turn fans out to two tool calls and answers when both are back. The
+// turn's handler runs twice: once to spawn and wait, and again, from the
+// wait's phase, when the children have settled — also when they settled
+// before the wait was written: the handler never goes on after Wait.
+func ExampleRunner() {
+	ctx := context.Background()
+	engine, done := exampleEngine(ctx, "arbor_example_runner")
+	defer done()
+
+	answered := make(chan struct{})
+	stop := startRunner(ctx, engine, map[string]machine.Handler{
+		"turn": func(ctx context.Context, run *machine.Run) error {
+			if run.Task.Phase == "gathering" {
+				results, err := run.Waited(ctx)
+				if err != nil {
+					return err
+				}
+				var found []string
+				for _, r := range results {
+					found = append(found, string(r.Result))
+				}
+				if err := run.Complete(ctx, json.RawMessage(fmt.Sprintf(`{"sources": %d}`, len(found)))); err != nil {
+					return err
+				}
+				close(answered)
+				return nil
+			}
+			search, err := run.Spawn(ctx, machine.SpawnParams{Kind: "search", Input: []byte(`"arbor"`)})
+			if err != nil {
+				return err
+			}
+			fetch, err := run.Spawn(ctx, machine.SpawnParams{Kind: "fetch", Input: []byte(`"https://example.com"`)})
+			if err != nil {
+				return err
+			}
+			return run.Wait(ctx, machine.WaitParams{ChildIDs: []int64{search.ID, fetch.ID},
+				Policy: arbortype.AllSettled, Phase: "gathering"})
+		},
+		"search": func(ctx context.Context, run *machine.Run) error { return run.Complete(ctx, []byte(`"3 hits"`)) },
+		"fetch":  func(ctx context.Context, run *machine.Run) error { return run.Complete(ctx, []byte(`"a page"`)) },
+	})
+	defer stop()
 
 	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-7", Kind: "turn"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	for {
-		t, _ := engine.Get(ctx, turn.ID)
-		if t.Status == fsm.Completed {
-			fmt.Println(t.Status, string(t.Result))
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	<-answered
+	t, err := engine.Get(ctx, turn.ID)
+	if err != nil {
+		log.Fatal(err)
 	}
+	fmt.Println(t.Status, string(t.Result))
 	// Output: completed {"sources": 2}
+}
+
+// Under fail_fast the first child that fails aborts its live siblings and
+// wakes the turn, which reads every outcome and decides: here it answers
+// with what it has.
+func ExampleRun_Wait() {
+	ctx := context.Background()
+	engine, done := exampleEngine(ctx, "arbor_example_failfast")
+	defer done()
+
+	outcomes := make(chan string, 1)
+	stop := startRunner(ctx, engine, map[string]machine.Handler{
+		"turn": func(ctx context.Context, run *machine.Run) error {
+			if run.Task.Phase == "translating" {
+				waited, err := run.Waited(ctx)
+				if err != nil {
+					return err
+				}
+				line := ""
+				for _, w := range waited {
+					line += fmt.Sprintf("%s=%s ", w.Kind, w.Status)
+				}
+				outcomes <- line
+				return run.Complete(ctx, []byte(`"partial answer"`))
+			}
+			var ids []int64
+			for _, kind := range []string{"translate_fr", "translate_slow"} {
+				c, err := run.Spawn(ctx, machine.SpawnParams{Kind: kind})
+				if err != nil {
+					return err
+				}
+				ids = append(ids, c.ID)
+			}
+			return run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.FailFast, Phase: "translating"})
+		},
+		"translate_fr": func(ctx context.Context, run *machine.Run) error {
+			return machine.NonRetryable(errors.New("the service rejected the text"))
+		},
+		"translate_slow": func(ctx context.Context, run *machine.Run) error {
+			<-ctx.Done() // aborted by fail_fast: its context is cancelled
+			return context.Cause(ctx)
+		},
+	})
+	defer stop()
+
+	if _, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-8", Kind: "turn"}); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(<-outcomes)
+	// Output: translate_fr=failed translate_slow=aborted
+}
+
+// A tool that is rate limited sleeps and runs again from the sleep's phase
+// when its time comes (a River job guarantees the wake, the runner's local
+// timer makes it on time).
+func ExampleRun_SleepUntil() {
+	ctx := context.Background()
+	engine, done := exampleEngine(ctx, "arbor_example_sleep")
+	defer done()
+
+	phases := make(chan string, 2)
+	stop := startRunner(ctx, engine, map[string]machine.Handler{
+		"weather": func(ctx context.Context, run *machine.Run) error {
+			phases <- fmt.Sprintf("run in phase %q", run.Task.Phase)
+			if run.Task.Phase == "backoff" {
+				return run.Complete(ctx, []byte(`"sunny"`))
+			}
+			return run.SleepUntil(ctx, time.Now().Add(200*time.Millisecond), "backoff", []byte(`{"reason": "429"}`))
+		},
+	})
+	defer stop()
+
+	if _, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-9", Kind: "weather"}); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(<-phases)
+	fmt.Println(<-phases)
+	// Output:
+	// run in phase ""
+	// run in phase "backoff"
 }

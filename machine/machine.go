@@ -5,22 +5,31 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/arborhq/arbor/fsm"
-	"github.com/arborhq/arbor/reconcile"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/tasks"
 )
 
 // machine runs one conversation while this node holds its lease.
 type machine struct {
 	r     *Runner
-	fence tasks.Fence
+	lease core.Lease
 	kick  chan struct{}
 	done  chan struct{}
 
 	ctx    context.Context // ends when the machine stops
 	cancel context.CancelCauseFunc
+
+	// releasing is set when the machine starts giving its lease up: the
+	// renew loop leaves it alone from then on (a missing renewal is then
+	// the release, not a take-over).
+	releasing   atomic.Bool
+	releaseOnce sync.Once
 
 	mu   sync.Mutex
 	runs map[int64]*active
@@ -37,9 +46,9 @@ type active struct {
 	warned bool
 }
 
-func newMachine(r *Runner, fence tasks.Fence) *machine {
+func newMachine(r *Runner, lease core.Lease) *machine {
 	ctx, cancel := context.WithCancelCause(r.runCtx)
-	return &machine{r: r, fence: fence, kick: make(chan struct{}, 1), done: make(chan struct{}),
+	return &machine{r: r, lease: lease, kick: make(chan struct{}, 1), done: make(chan struct{}),
 		ctx: ctx, cancel: cancel, runs: map[int64]*active{}}
 }
 
@@ -51,11 +60,12 @@ func (m *machine) poke() {
 }
 
 func (m *machine) logger() *slog.Logger {
-	return m.r.logger.With(slog.String("conversation_id", m.fence.ConversationID), slog.Int64("epoch", m.fence.Epoch))
+	return m.r.logger.With(slog.String("conversation_id", m.lease.ConversationID), slog.Int64("epoch", m.lease.Epoch))
 }
 
 // loop claims and runs the conversation's tasks until the conversation is
-// idle for IdleRelease, the lease is lost, or the runner stops.
+// idle for IdleRelease, the lease is lost, or the runner stops. A machine
+// that found work but no free worker slot is not idle: it waits for a slot.
 func (m *machine) loop() {
 	defer close(m.done)
 	defer m.r.forget(m)
@@ -67,18 +77,18 @@ func (m *machine) loop() {
 		m.r.mu.Lock()
 		stopping := m.r.stopping
 		m.r.mu.Unlock()
-		claimed := 0
+		claimed, starved := 0, false
 		if !stopping && m.ctx.Err() == nil {
-			n, err := m.claimAndRun()
+			n, st, err := m.claimAndRun()
 			if errors.Is(err, tasks.ErrLeaseLost) {
 				m.logger().Warn("arbor: conversation taken over; machine stops")
 				m.cancel(errConversationLost)
 			} else if err != nil && m.ctx.Err() == nil {
 				m.logger().Warn("arbor: claiming tasks failed", slog.String("error", err.Error()))
 			}
-			claimed = n
+			claimed, starved = n, st
 		}
-		if m.busy() > 0 || claimed > 0 {
+		if m.busy() > 0 || claimed > 0 || starved {
 			idleSince = time.Now()
 		}
 		if m.ctx.Err() != nil || ((stopping || time.Since(idleSince) >= m.r.cfg.IdleRelease) && m.busy() == 0) {
@@ -100,15 +110,24 @@ func (m *machine) busy() int {
 	return len(m.runs)
 }
 
-// release frees the lease (fenced by the epoch: a lease already taken over
-// is left alone).
+// release frees the lease, once: fenced by the epoch (a lease already taken
+// over is left alone), and recovering any task still running under it in
+// the same transaction, so that no handler of this machine writes after it.
 func (m *machine) release() {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.r.runCtx), 10*time.Second)
-	defer cancel()
-	if _, err := m.r.store.ReleaseConversation(ctx, m.r.engine.Pool(), m.fence.ConversationID, m.fence.Owner, m.fence.Epoch); err != nil {
-		m.logger().Warn("arbor: releasing the conversation failed; its lease will expire", slog.String("error", err.Error()))
-	}
-	m.cancel(context.Canceled)
+	m.releaseOnce.Do(func() {
+		m.releasing.Store(true)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(m.r.runCtx), 10*time.Second)
+		defer cancel()
+		rep, err := release(ctx, m.r.core, m.lease)
+		switch {
+		case errors.Is(err, tasks.ErrLeaseLost):
+		case err != nil:
+			m.logger().Warn("arbor: releasing the conversation failed; its lease will expire", slog.String("error", err.Error()))
+		case !rep.Empty():
+			m.logger().Info("arbor: released the conversation with tasks still running; they were recovered", slog.Any("report", rep))
+		}
+		m.cancel(context.Canceled)
+	})
 }
 
 // checkRuns cancels the handlers whose task is no longer theirs (aborted,
@@ -123,12 +142,12 @@ func (m *machine) checkRuns() {
 	if len(ids) == 0 {
 		return
 	}
-	states, err := m.r.store.RunStates(m.ctx, m.r.engine.Pool(), ids)
+	states, err := m.r.core.Store.RunStates(m.ctx, m.r.core.Pool, ids)
 	if err != nil {
 		return
 	}
 	now := time.Now()
-	lease := m.r.engine.Config().LeaseDuration
+	lease := m.r.core.Cfg.TaskLease
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, st := range states {
@@ -136,19 +155,19 @@ func (m *machine) checkRuns() {
 		if a == nil {
 			continue
 		}
-		if st.Status != fsm.Running || st.Token != a.token {
+		if st.Status != arbortype.StatusRunning || st.Token != a.token {
 			a.cancel(ErrTaskStopped)
 			continue
 		}
 		deadline := a.run.leaseDeadline()
 		switch {
 		case now.After(deadline.Add(lease)):
-			m.logger().Warn("arbor: handler blocked past twice its lease; cancelling it",
+			m.logger().Warn("arbor: handler blocked past twice its task lease; cancelling it",
 				slog.Int64("task_id", st.ID), slog.String("kind", a.kind))
 			a.cancel(ErrBlocked)
 		case now.After(deadline) && !a.warned:
 			a.warned = true
-			m.logger().Warn("arbor: handler ran past its lease without a checkpoint or heartbeat",
+			m.logger().Warn("arbor: handler ran past its task lease without a checkpoint or heartbeat",
 				slog.Int64("task_id", st.ID), slog.String("kind", a.kind))
 		}
 	}
@@ -161,8 +180,9 @@ const maxClaim = 32
 
 // claimAndRun claims as many runnable tasks as it can get worker slots for
 // (at most maxClaim) and starts their handlers. It returns how many it
-// started. A machine that gets no slot is poked when one is given back.
-func (m *machine) claimAndRun() (int, error) {
+// started, and starved when it had no slot to claim with (it is poked when
+// one is given back).
+func (m *machine) claimAndRun() (n int, starved bool, err error) {
 	free := 0
 	for free < maxClaim {
 		select {
@@ -175,30 +195,30 @@ func (m *machine) claimAndRun() (int, error) {
 	}
 	if free == 0 {
 		m.r.starve(m)
-		return 0, nil
+		return 0, true, nil
 	}
-	roots, err := m.r.store.LiveRoots(m.ctx, m.r.engine.Pool(), m.fence.ConversationID)
-	if err != nil {
-		m.r.releaseSlots(free)
-		return 0, err
-	}
-	startable := reconcile.Generations(roots, m.r.isGen)
-	claimed, err := m.r.engine.ClaimRunnable(m.ctx, tasks.ClaimRunnableParams{
-		Fence: m.fence, Kinds: m.r.kinds, Roots: startable, Limit: free})
+	claimed, err := core.Tx(m.ctx, m.r.core, func(tx pgx.Tx) ([]arbortype.Task, error) {
+		roots, err := m.r.core.Store.LiveRoots(m.ctx, tx, m.lease.ConversationID)
+		if err != nil {
+			return nil, err
+		}
+		return m.r.core.Claim(m.ctx, tx, m.lease, core.ClaimParams{
+			Kinds: m.r.kinds, Roots: generations(roots, m.r.isGen), Limit: free})
+	})
 	m.r.releaseSlots(free - len(claimed))
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	for _, t := range claimed {
 		m.start(t)
 	}
-	return len(claimed), nil
+	return len(claimed), false, nil
 }
 
 // start runs a claimed task's handler on a worker slot already taken.
-func (m *machine) start(t tasks.Task) {
+func (m *machine) start(t arbortype.Task) {
 	ctx, cancel := context.WithCancelCause(m.ctx)
-	run := newRun(m.r.engine, t)
+	run := newRun(m.r.core, t)
 	m.mu.Lock()
 	m.runs[t.ID] = &active{run: run, token: t.Token, kind: t.Kind, cancel: cancel}
 	m.mu.Unlock()
@@ -215,35 +235,34 @@ func (m *machine) start(t tasks.Task) {
 	}()
 }
 
+// execute runs the handler and ends its run for it when it did not: nil
+// completes the task with no result, an error of the handler's fails it,
+// and an error that says the run is over (or a context cut by a stop, a
+// shutdown or a lost lease) writes nothing.
 func (m *machine) execute(ctx context.Context, run *Run) {
 	t := run.Task
 	log := m.logger().With(slog.Int64("task_id", t.ID), slog.String("kind", t.Kind), slog.Int("attempt", t.Attempt))
-	h := m.r.handlers[t.Kind]
-	err := callHandler(ctx, h, run)
+	err := callHandler(ctx, m.r.handlers[t.Kind], run)
 	if run.Ended() {
 		return
 	}
-	// The handler left its run open: end it for the handler. Writes use a
-	// context of their own: the handler's may be cancelled (and if the task
-	// was taken from this run, the write is refused anyway).
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
 	if err == nil {
-		err = run.Complete(wctx, nil)
-		if err != nil && !run.Ended() {
-			log.Warn("arbor: completing the task failed", slog.String("error", err.Error()))
+		if cerr := run.Complete(ctx, nil); cerr != nil && !run.Ended() {
+			log.Warn("arbor: completing the task failed", slog.String("error", cerr.Error()))
 		}
+		return
+	}
+	if runOver(err) {
 		return
 	}
 	if cause := context.Cause(ctx); cause != nil &&
 		(errors.Is(cause, ErrTaskStopped) || errors.Is(cause, ErrShutdown) || errors.Is(cause, tasks.ErrLeaseLost)) {
-		// Aborted or cancelled elsewhere: nothing to write. Cut by a
-		// shutdown or a lost lease: not the handler's failure; the task
-		// stays running and the conversation's next holder recovers it.
+		// Stopped elsewhere: nothing to write. Cut by a shutdown or a lost
+		// lease: not the handler's failure; the task stays running and the
+		// conversation's next holder (or this release) recovers it.
 		return
 	}
-	if _, ferr := m.r.engine.Fail(wctx, t.ID, t.Token, failure(err)); ferr != nil &&
-		!errors.Is(ferr, tasks.ErrAborted) && !errors.Is(ferr, tasks.ErrNotRunning) && !errors.Is(ferr, tasks.ErrLeaseLost) {
+	if ferr := run.fail(ctx, err); ferr != nil && !runOver(ferr) {
 		log.Warn("arbor: failing the task failed", slog.String("error", ferr.Error()), slog.String("handler_error", err.Error()))
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
@@ -40,7 +41,7 @@ func runChild() int {
 		return 1
 	}
 	defer pool.Close()
-	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema, LeaseDuration: time.Second})
+	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema, TaskLease: time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -67,13 +68,13 @@ func runChild() int {
 
 func childRunnerConfig(node string) *machine.RunnerConfig {
 	return &machine.RunnerConfig{
-		NodeID:        node,
-		Workers:       32,
-		LeaseDuration: time.Second,
-		PollInterval:  50 * time.Millisecond,
-		IdleRelease:   300 * time.Millisecond,
-		ShutdownGrace: 5 * time.Second,
-		Waker:         &machine.WakerConfig{RiverTestOnly: true},
+		NodeID:            node,
+		Workers:           32,
+		ConversationLease: time.Second,
+		PollInterval:      50 * time.Millisecond,
+		IdleRelease:       300 * time.Millisecond,
+		ShutdownGrace:     5 * time.Second,
+		Waker:             &machine.WakerConfig{RiverTestOnly: true},
 	}
 }
 
@@ -133,7 +134,7 @@ func workHandlers(pool *pgxpool.Pool, schema, node string) map[string]machine.Ha
 			}
 			var in workInput
 			if err := json.Unmarshal(run.Task.Input, &in); err != nil {
-				return fmt.Errorf("%w: %v", tasks.ErrNonRetryable, err)
+				return fmt.Errorf("%w: %v", machine.ErrNonRetryable, err)
 			}
 			var ids []int64
 			spawn := func(p machine.SpawnParams, key string) error {
@@ -158,8 +159,7 @@ func workHandlers(pool *pgxpool.Pool, schema, node string) map[string]machine.Ha
 					return err
 				}
 			}
-			_, err := run.Wait(ctx, ids, tasks.AllSettled, "gathering", nil)
-			return err
+			return run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.AllSettled, Phase: "gathering"})
 		},
 		"step": func(ctx context.Context, run *machine.Run) error {
 			var in workInput

@@ -15,20 +15,21 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/reconcile"
-	"github.com/arborhq/arbor/store"
 	"github.com/arborhq/arbor/tasks"
 )
 
 // Defaults of RunnerConfig.
 const (
-	CapacityDefault         = 1000
-	WorkersDefault          = 16
-	ConvLeaseDefault        = 15 * time.Second
-	PollIntervalDefault     = time.Second
-	IdleReleaseDefault      = 5 * time.Second
-	ShutdownGraceDefault    = 10 * time.Second
-	UnknownKindGraceDefault = 10 * time.Minute
+	CapacityDefault          = 1000
+	WorkersDefault           = 16
+	ConversationLeaseDefault = 15 * time.Second
+	PollIntervalDefault      = time.Second
+	IdleReleaseDefault       = 5 * time.Second
+	ShutdownGraceDefault     = 10 * time.Second
+	UnknownKindGraceDefault  = 10 * time.Minute
 )
 
 // RunnerConfig configures a Runner. The zero value of every field means its
@@ -44,11 +45,14 @@ type RunnerConfig struct {
 	// Workers is the most handlers running at once on this node, over all
 	// its conversations. Default WorkersDefault (16).
 	Workers int
-	// LeaseDuration is the conversation lease: a runner that stops renewing
-	// (it died, or is paused) loses its conversations this long after its
-	// last renewal, and only then can another runner take them over. Renewed
-	// every third of it. Default ConvLeaseDefault (15 s).
-	LeaseDuration time.Duration
+	// ConversationLease is how long this runner's hold on a conversation
+	// lasts without renewal: a runner that stops renewing (it died, or is
+	// paused) loses its conversations this long after its last renewal, and
+	// only then can another runner take them over and recover their tasks.
+	// Renewed every third of it, for all held conversations in one
+	// statement. (Not the task lease, tasks.Config.TaskLease, which only
+	// drives the watchdog.) Default ConversationLeaseDefault (15 s).
+	ConversationLease time.Duration
 	// PollInterval is the slow poll that covers missed notifications: the
 	// claim loop's and each machine's re-read. Default PollIntervalDefault (1 s).
 	PollInterval time.Duration
@@ -95,8 +99,8 @@ func (c *RunnerConfig) WithDefaults() *RunnerConfig {
 	if out.Workers == 0 {
 		out.Workers = WorkersDefault
 	}
-	if out.LeaseDuration == 0 {
-		out.LeaseDuration = ConvLeaseDefault
+	if out.ConversationLease == 0 {
+		out.ConversationLease = ConversationLeaseDefault
 	}
 	if out.PollInterval == 0 {
 		out.PollInterval = PollIntervalDefault
@@ -121,8 +125,8 @@ func (c *RunnerConfig) validate() error {
 		return fmt.Errorf("RunnerConfig.Capacity: %d is below 1", c.Capacity)
 	case c.Workers < 1:
 		return fmt.Errorf("RunnerConfig.Workers: %d is below 1", c.Workers)
-	case c.LeaseDuration < 100*time.Millisecond:
-		return fmt.Errorf("RunnerConfig.LeaseDuration: %s is below 100ms", c.LeaseDuration)
+	case c.ConversationLease < 100*time.Millisecond || c.ConversationLease > 24*time.Hour:
+		return fmt.Errorf("RunnerConfig.ConversationLease: %s is outside 100ms..24h", c.ConversationLease)
 	case c.PollInterval < time.Millisecond:
 		return fmt.Errorf("RunnerConfig.PollInterval: %s is below 1ms", c.PollInterval)
 	case c.IdleRelease < 0 || c.ShutdownGrace < 0 || c.UnknownKindGrace < 0:
@@ -133,8 +137,7 @@ func (c *RunnerConfig) validate() error {
 
 // Runner is the node's claim loop and worker pool (see the package doc).
 type Runner struct {
-	engine   *tasks.Engine
-	store    *store.Store
+	core     *core.Engine
 	cfg      *RunnerConfig
 	logger   *slog.Logger
 	handlers map[string]Handler
@@ -161,19 +164,22 @@ type Runner struct {
 // NewRunner returns a runner with a handler per task kind. It does not start
 // anything.
 func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerConfig) (*Runner, error) {
+	c := core.Of(engine)
+	if c == nil {
+		return nil, fmt.Errorf("machine.NewRunner: engine is nil: %w", tasks.ErrInvalidArgument)
+	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("machine.NewRunner: %w", err)
+		return nil, fmt.Errorf("machine.NewRunner: %w: %w", tasks.ErrInvalidArgument, err)
 	}
 	if len(handlers) == 0 {
-		return nil, errors.New("machine.NewRunner: no handlers")
+		return nil, fmt.Errorf("machine.NewRunner: no handlers: %w", tasks.ErrInvalidArgument)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = engine.Config().Logger
+		cfg.Logger = c.Logger
 	}
 	r := &Runner{
-		engine:    engine,
-		store:     engine.Store(),
+		core:      c,
 		cfg:       cfg,
 		logger:    cfg.Logger.With(slog.String("node", cfg.NodeID)),
 		handlers:  handlers,
@@ -183,7 +189,7 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 	}
 	for kind, h := range handlers {
 		if kind == "" || h == nil {
-			return nil, fmt.Errorf("machine.NewRunner: handler for kind %q is empty", kind)
+			return nil, fmt.Errorf("machine.NewRunner: handler for kind %q is empty: %w", kind, tasks.ErrInvalidArgument)
 		}
 		r.kinds = append(r.kinds, kind)
 	}
@@ -286,9 +292,20 @@ func (r *Runner) Stop(ctx context.Context) error {
 	select {
 	case <-drained:
 	default:
-		// Handlers that ignore their context: leave them; their leases
-		// expire and another runner recovers their tasks.
-		stuck = fmt.Errorf("machine: Runner.Stop: handlers did not return before %w; their conversations' leases will expire", ctx.Err())
+		// Handlers that ignore their context: release their conversations
+		// anyway. The release recovers their tasks (back to pending, their
+		// tokens dead) in its transaction, so nothing these handlers write
+		// from now on lands: a stopped runner writes nothing.
+		var n int
+		for _, m := range ms {
+			select {
+			case <-m.done:
+			default:
+				n++
+				m.release()
+			}
+		}
+		stuck = fmt.Errorf("machine: Runner.Stop: handlers of %d conversations did not return before %w; their conversations were released and their tasks recovered", n, ctx.Err())
 	}
 	r.cancelRun(ErrShutdown)
 	r.loops.Wait()
@@ -351,7 +368,7 @@ func (r *Runner) claimConversations(ctx context.Context) error {
 	if stopping || free <= 0 {
 		return nil
 	}
-	ids, err := r.store.ClaimableConversations(ctx, r.engine.Pool(), r.kinds, free)
+	ids, err := r.core.Store.ClaimableConversations(ctx, r.core.Pool, r.kinds, free)
 	if err != nil {
 		return err
 	}
@@ -362,48 +379,42 @@ func (r *Runner) claimConversations(ctx context.Context) error {
 		if held {
 			continue
 		}
-		if err := r.open(ctx, id); err != nil && !errors.Is(err, errHeld) {
+		if err := r.open(ctx, id); err != nil && !errors.Is(err, tasks.ErrLeaseHeld) {
 			return err
 		}
 	}
 	return nil
 }
 
-var errHeld = errors.New("conversation is held by a live lease")
-
 // open takes a conversation's lease and runs reconcile_on_open in the same
 // transaction, then starts its machine.
 func (r *Runner) open(ctx context.Context, id string) error {
 	var (
-		conv store.Conversation
-		rep  reconcile.Report
+		lease core.Lease
+		rep   reconcile.Report
 	)
-	err := pgx.BeginFunc(ctx, r.engine.Pool(), func(tx pgx.Tx) error {
+	_, err := core.Tx(ctx, r.core, func(tx pgx.Tx) (struct{}, error) {
 		var err error
-		conv, err = r.store.TakeConversation(ctx, tx, id, r.cfg.NodeID, r.cfg.LeaseDuration)
-		if store.IsNoRows(err) {
-			return errHeld
+		if lease, err = r.core.TakeLease(ctx, tx, id, r.cfg.NodeID, r.cfg.ConversationLease); err != nil {
+			return struct{}{}, err
 		}
-		if err != nil {
-			return err
-		}
-		rep, err = reconcile.OnOpen(ctx, r.engine, tx, id)
-		return err
+		rep, err = reconcile.OnOpen(ctx, r.core, tx, id)
+		return struct{}{}, err
 	})
 	if err != nil {
 		return fmt.Errorf("open conversation %q: %w", id, err)
 	}
 	if !rep.Empty() {
-		r.logger.InfoContext(ctx, "arbor: conversation recovered", slog.Any("report", rep), slog.Int64("epoch", conv.Epoch))
+		r.logger.InfoContext(ctx, "arbor: conversation recovered", slog.Any("report", rep), slog.Int64("epoch", lease.Epoch))
 	}
 	if r.cfg.OnReconcile != nil {
 		r.cfg.OnReconcile(rep)
 	}
-	m := newMachine(r, tasks.Fence{ConversationID: id, Owner: r.cfg.NodeID, Epoch: conv.Epoch})
+	m := newMachine(r, lease)
 	r.mu.Lock()
 	if r.stopping {
 		r.mu.Unlock()
-		_, _ = r.store.ReleaseConversation(context.WithoutCancel(ctx), r.engine.Pool(), id, r.cfg.NodeID, conv.Epoch)
+		m.release()
 		return nil
 	}
 	r.machines[id] = m
@@ -456,8 +467,8 @@ func (r *Runner) starve(m *machine) {
 // forget drops a machine that ended.
 func (r *Runner) forget(m *machine) {
 	r.mu.Lock()
-	if r.machines[m.fence.ConversationID] == m {
-		delete(r.machines, m.fence.ConversationID)
+	if r.machines[m.lease.ConversationID] == m {
+		delete(r.machines, m.lease.ConversationID)
 	}
 	r.mu.Unlock()
 	r.kickClaim()
@@ -466,7 +477,7 @@ func (r *Runner) forget(m *machine) {
 // renewLoop renews every held lease each third of the lease, in one statement.
 func (r *Runner) renewLoop() {
 	defer r.loops.Done()
-	tick := time.NewTicker(r.cfg.LeaseDuration / 3)
+	tick := time.NewTicker(r.cfg.ConversationLease / 3)
 	defer tick.Stop()
 	for {
 		select {
@@ -475,7 +486,12 @@ func (r *Runner) renewLoop() {
 		case <-tick.C:
 		}
 		r.mu.Lock()
-		ms := r.held()
+		var ms []*machine
+		for _, m := range r.machines {
+			if !m.releasing.Load() {
+				ms = append(ms, m)
+			}
+		}
 		r.mu.Unlock()
 		if len(ms) == 0 {
 			continue
@@ -483,9 +499,9 @@ func (r *Runner) renewLoop() {
 		ids := make([]string, len(ms))
 		epochs := make([]int64, len(ms))
 		for i, m := range ms {
-			ids[i], epochs[i] = m.fence.ConversationID, m.fence.Epoch
+			ids[i], epochs[i] = m.lease.ConversationID, m.lease.Epoch
 		}
-		renewed, err := r.store.RenewConversations(r.runCtx, r.engine.Pool(), r.cfg.NodeID, ids, epochs, r.cfg.LeaseDuration)
+		renewed, err := r.core.RenewLeases(r.runCtx, r.core.Pool, r.cfg.NodeID, ids, epochs, r.cfg.ConversationLease)
 		if err != nil {
 			if r.runCtx.Err() == nil {
 				r.logger.WarnContext(r.runCtx, "arbor: renewing leases failed", slog.String("error", err.Error()))
@@ -493,8 +509,10 @@ func (r *Runner) renewLoop() {
 			continue
 		}
 		for _, m := range ms {
-			if !slices.Contains(renewed, m.fence.ConversationID) {
-				r.logger.WarnContext(r.runCtx, "arbor: conversation lease lost", slog.String("conversation_id", m.fence.ConversationID), slog.Int64("epoch", m.fence.Epoch))
+			// A machine that began its own release meanwhile is not a
+			// take-over: its release freed the lease.
+			if !slices.Contains(renewed, m.lease.ConversationID) && !m.releasing.Load() {
+				r.logger.WarnContext(r.runCtx, "arbor: conversation lease lost", slog.String("conversation_id", m.lease.ConversationID), slog.Int64("epoch", m.lease.Epoch))
 				m.cancel(errConversationLost)
 			}
 		}
@@ -506,7 +524,7 @@ func (r *Runner) renewLoop() {
 // changed while it was not listening is found by polling at once.
 func (r *Runner) listenLoop() {
 	defer r.loops.Done()
-	listen(r.runCtx, r.engine.Pool(), r.store.ChangeChannel(), r.logger, "runner",
+	listen(r.runCtx, r.core.Pool, r.core.Store.ChangeChannel(), r.logger, "runner",
 		func() {
 			r.kickClaim()
 			r.pokeAll()
@@ -548,13 +566,15 @@ func (r *Runner) maintenanceLoop() {
 			return
 		case <-tick.C:
 		}
-		ids, err := r.store.StaleUnknownKinds(r.runCtx, r.engine.Pool(), r.kinds, r.cfg.UnknownKindGrace, 100)
+		ids, err := r.core.Store.StaleUnknownKinds(r.runCtx, r.core.Pool, r.kinds, r.cfg.UnknownKindGrace, 100)
 		if err != nil {
 			continue
 		}
 		for _, id := range ids {
-			_, err := r.engine.ForceFail(r.runCtx, id, tasks.TaskError{Code: tasks.CodeUnknownKind,
-				Message: fmt.Sprintf("no runner had a handler for its kind within %s", r.cfg.UnknownKindGrace)})
+			_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (arbortype.Task, error) {
+				return r.core.ForceFail(r.runCtx, tx, id, arbortype.TaskError{Code: core.CodeUnknownKind,
+					Message: fmt.Sprintf("no runner had a handler for its kind within %s", r.cfg.UnknownKindGrace)})
+			})
 			if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) {
 				r.logger.WarnContext(r.runCtx, "arbor: failing a task of unknown kind failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
 			}

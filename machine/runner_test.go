@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/reconcile"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -22,16 +21,16 @@ import (
 func fastRunner(t *testing.T, b *bundle, handlers map[string]machine.Handler, tweak func(*machine.RunnerConfig)) *machine.Runner {
 	t.Helper()
 	cfg := &machine.RunnerConfig{
-		LeaseDuration: time.Second,
-		PollInterval:  50 * time.Millisecond,
-		IdleRelease:   200 * time.Millisecond,
-		ShutdownGrace: 2 * time.Second,
-		Waker:         &machine.WakerConfig{RiverTestOnly: true},
+		ConversationLease: time.Second,
+		PollInterval:      50 * time.Millisecond,
+		IdleRelease:       200 * time.Millisecond,
+		ShutdownGrace:     2 * time.Second,
+		Waker:             &machine.WakerConfig{RiverTestOnly: true},
 	}
 	if tweak != nil {
 		tweak(cfg)
 	}
-	r, err := machine.NewRunner(b.engine, handlers, cfg)
+	r, err := machine.NewRunner(b.engine.Engine, handlers, cfg)
 	require.NoError(t, err)
 	require.NoError(t, r.Start(b.ctx))
 	t.Cleanup(func() {
@@ -86,8 +85,7 @@ func TestRunnerRunsATurnWithParallelToolCalls(t *testing.T) {
 				}
 				ids = append(ids, c.ID)
 			}
-			_, err := run.Wait(ctx, ids, tasks.AllSettled, "gathering", nil)
-			return err
+			return run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.AllSettled, Phase: "gathering"})
 		},
 		"tool": func(ctx context.Context, run *machine.Run) error {
 			return run.Complete(ctx, run.Task.Input)
@@ -96,7 +94,7 @@ func TestRunnerRunsATurnWithParallelToolCalls(t *testing.T) {
 	fastRunner(t, b, handlers, nil)
 	root, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
-	waitUntil(t, "the turn to complete", func() bool { return b.status(t, root.ID) == fsm.Completed })
+	waitUntil(t, "the turn to complete", func() bool { return b.status(t, root.ID) == arbortype.StatusCompleted })
 	done, err := b.engine.Get(b.ctx, root.ID)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"tools": 3}`, string(done.Result))
@@ -112,7 +110,7 @@ func TestRunnerPanicIsAFailure(t *testing.T) {
 	}, nil)
 	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "boom"})
 	require.NoError(t, err)
-	waitUntil(t, "the task to fail", func() bool { return b.status(t, task.ID) == fsm.Failed })
+	waitUntil(t, "the task to fail", func() bool { return b.status(t, task.ID) == arbortype.StatusFailed })
 	failed, err := b.engine.Get(b.ctx, task.ID)
 	require.NoError(t, err)
 	require.Equal(t, "panic", failed.Error.Code)
@@ -137,7 +135,7 @@ func TestRunnerErrorRetriesThenFails(t *testing.T) {
 	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "flaky",
 		MaxRetries: 2, RetryBackoffBase: 10 * time.Millisecond, RetryBackoffCap: 20 * time.Millisecond})
 	require.NoError(t, err)
-	waitUntil(t, "the task to fail", func() bool { return b.status(t, task.ID) == fsm.Failed })
+	waitUntil(t, "the task to fail", func() bool { return b.status(t, task.ID) == arbortype.StatusFailed })
 	mu.Lock()
 	require.Equal(t, 3, attempts, "one run and two retries")
 	mu.Unlock()
@@ -168,13 +166,13 @@ func TestRunnerOneGenerationAtATime(t *testing.T) {
 	}, nil)
 	first, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
-	waitUntil(t, "the first turn to start", func() bool { return b.status(t, first.ID) == fsm.Running })
+	waitUntil(t, "the first turn to start", func() bool { return b.status(t, first.ID) == arbortype.StatusRunning })
 	second, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	time.Sleep(300 * time.Millisecond) // several polls and the creation's notification
-	require.Equal(t, fsm.Pending, b.status(t, second.ID), "a second turn waits while the first runs")
+	require.Equal(t, arbortype.StatusPending, b.status(t, second.ID), "a second turn waits while the first runs")
 	close(release)
-	waitUntil(t, "both turns to complete", func() bool { return b.status(t, second.ID) == fsm.Completed })
+	waitUntil(t, "both turns to complete", func() bool { return b.status(t, second.ID) == arbortype.StatusCompleted })
 	require.Equal(t, []int64{first.ID, second.ID}, order)
 	b.requireClean(t)
 }
@@ -202,7 +200,7 @@ func TestRunnerAbortCancelsHandlerContext(t *testing.T) {
 	cause := <-stopped
 	t.Logf("abort → handler context cancelled: %s", time.Since(abortedAt))
 	require.ErrorIs(t, cause, machine.ErrTaskStopped)
-	require.Equal(t, fsm.Aborted, b.status(t, task.ID))
+	require.Equal(t, arbortype.StatusAborted, b.status(t, task.ID))
 	b.requireClean(t)
 }
 
@@ -216,9 +214,9 @@ func TestRunnerNeverClaimsUnknownKinds(t *testing.T) {
 	require.NoError(t, err)
 	known, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv + "-2", Kind: "known"})
 	require.NoError(t, err)
-	waitUntil(t, "the known task to complete", func() bool { return b.status(t, known.ID) == fsm.Completed })
-	require.Equal(t, fsm.Pending, b.status(t, unknown.ID), "not claimed, not failed within the grace period")
-	waitUntil(t, "the unknown kind to fail past its grace", func() bool { return b.status(t, unknown.ID) == fsm.Failed })
+	waitUntil(t, "the known task to complete", func() bool { return b.status(t, known.ID) == arbortype.StatusCompleted })
+	require.Equal(t, arbortype.StatusPending, b.status(t, unknown.ID), "not claimed, not failed within the grace period")
+	waitUntil(t, "the unknown kind to fail past its grace", func() bool { return b.status(t, unknown.ID) == arbortype.StatusFailed })
 	failed, err := b.engine.Get(b.ctx, unknown.ID)
 	require.NoError(t, err)
 	require.Equal(t, tasks.CodeUnknownKind, failed.Error.Code)
@@ -230,13 +228,13 @@ func TestRunnerShutdownDrainsAndReleases(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	started := make(chan struct{})
-	r, err := machine.NewRunner(b.engine, map[string]machine.Handler{
+	r, err := machine.NewRunner(b.engine.Engine, map[string]machine.Handler{
 		"work": func(ctx context.Context, run *machine.Run) error {
 			close(started)
 			time.Sleep(300 * time.Millisecond)
 			return run.Complete(ctx, nil)
 		},
-	}, &machine.RunnerConfig{LeaseDuration: time.Second, PollInterval: 50 * time.Millisecond, IdleRelease: time.Hour,
+	}, &machine.RunnerConfig{ConversationLease: time.Second, PollInterval: 50 * time.Millisecond, IdleRelease: time.Hour,
 		Waker: &machine.WakerConfig{RiverTestOnly: true}})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(b.ctx))
@@ -244,10 +242,10 @@ func TestRunnerShutdownDrainsAndReleases(t *testing.T) {
 	require.NoError(t, err)
 	<-started
 	require.NoError(t, r.Stop(b.ctx))
-	require.Equal(t, fsm.Completed, b.status(t, task.ID), "the running handler was let finish")
-	conv, err := b.engine.Store().GetConversation(b.ctx, b.pool, b.conv)
+	require.Equal(t, arbortype.StatusCompleted, b.status(t, task.ID), "the running handler was let finish")
+	conv, err := b.engine.Conversation(b.ctx, b.conv)
 	require.NoError(t, err)
-	require.Empty(t, conv.Owner, "the lease was released")
+	require.Empty(t, conv.Holder, "the lease was released")
 	require.Empty(t, r.Held())
 	b.requireClean(t)
 }
@@ -259,75 +257,55 @@ func TestRunnerShutdownDrainsAndReleases(t *testing.T) {
 func TestTakenOverMachineCannotWrite(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	st := b.engine.Store()
 	root, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	_, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 
-	take := func(node string) (tasks.Fence, reconcile.Report) {
-		var (
-			fence tasks.Fence
-			rep   reconcile.Report
-		)
-		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-			conv, err := st.TakeConversation(b.ctx, tx, b.conv, node, time.Minute)
-			if err != nil {
-				return err
-			}
-			fence = tasks.Fence{ConversationID: b.conv, Owner: node, Epoch: conv.Epoch}
-			rep, err = reconcile.OnOpen(b.ctx, b.engine, tx, b.conv)
-			return err
-		}))
-		return fence, rep
-	}
-	fenceA, _ := take("node-a")
-	claimed, err := b.engine.ClaimRunnable(b.ctx, tasks.ClaimRunnableParams{Fence: fenceA, Kinds: []string{"turn"}, Roots: []int64{root.ID}, Limit: 10})
+	leaseA, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, &machine.LeaseConfig{Holder: "node-a", Duration: time.Minute})
 	require.NoError(t, err)
-	require.Len(t, claimed, 1)
-	run := claimed[0]
+	runs, err := leaseA.Claim(b.ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, runs, 1, "one generation at a time: the oldest turn")
+	run := runs[0]
+	require.Equal(t, root.ID, run.Task.ID)
 
 	// node-b cannot take a live lease.
-	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := st.TakeConversation(b.ctx, tx, b.conv, "node-b", time.Minute)
-		return err
-	})
-	require.ErrorIs(t, err, pgx.ErrNoRows, "no take-over while the lease is live")
+	_, err = machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, &machine.LeaseConfig{Holder: "node-b"})
+	require.ErrorIs(t, err, tasks.ErrLeaseHeld, "no take-over while the lease is live")
 
 	// node-a pauses past its lease; node-b takes over and recovers the run.
 	_, err = b.pool.Exec(b.ctx, `UPDATE `+b.schema+`.conversations SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, b.conv)
 	require.NoError(t, err)
-	fenceB, rep := take("node-b")
-	require.Equal(t, fenceA.Epoch+1, fenceB.Epoch)
-	require.Equal(t, []int64{run.ID}, rep.Requeued)
+	leaseB, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, &machine.LeaseConfig{Holder: "node-b", Duration: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, leaseA.Epoch()+1, leaseB.Epoch())
+	require.Equal(t, []int64{run.Task.ID}, leaseB.Report().Requeued)
 
 	before := snapshot(t, b)
-	_, err = b.engine.ClaimRunnable(b.ctx, tasks.ClaimRunnableParams{Fence: fenceA, Kinds: []string{"turn"}, Roots: []int64{root.ID}, Limit: 10})
+	_, err = leaseA.Claim(b.ctx, 10)
 	require.ErrorIs(t, err, tasks.ErrLeaseLost)
-	_, err = b.engine.Checkpoint(b.ctx, run.ID, run.Token, "zombie", nil)
+	_, err = leaseA.Start(b.ctx, root.ID)
+	require.ErrorIs(t, err, tasks.ErrLeaseLost)
+	require.ErrorIs(t, run.Checkpoint(b.ctx, "zombie", nil), tasks.ErrNotRunning)
+	_, err = run.Spawn(b.ctx, machine.SpawnParams{Kind: "child"})
 	require.ErrorIs(t, err, tasks.ErrNotRunning)
-	_, err = b.engine.Complete(b.ctx, run.ID, run.Token, nil)
-	require.ErrorIs(t, err, tasks.ErrNotRunning)
-	_, err = b.engine.SleepUntil(b.ctx, run.ID, run.Token, time.Now().Add(time.Hour), "", nil)
-	require.ErrorIs(t, err, tasks.ErrNotRunning)
-	_, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: run.ID, OwnerToken: run.Token, Kind: "child"})
-	require.ErrorIs(t, err, tasks.ErrNotRunning)
-	renewed, err := st.RenewConversations(b.ctx, b.pool, "node-a", []string{b.conv}, []int64{fenceA.Epoch}, time.Minute)
-	require.NoError(t, err)
-	require.Empty(t, renewed)
-	released, err := st.ReleaseConversation(b.ctx, b.pool, b.conv, "node-a", fenceA.Epoch)
-	require.NoError(t, err)
-	require.False(t, released)
+	require.ErrorIs(t, run.SleepUntil(b.ctx, time.Now().Add(time.Hour), "", nil), tasks.ErrNotRunning)
+	require.ErrorIs(t, run.Wait(b.ctx, machine.WaitParams{Policy: arbortype.AllSettled}), tasks.ErrNotRunning)
+	require.ErrorIs(t, run.Complete(b.ctx, nil), tasks.ErrNotRunning)
+	require.ErrorIs(t, leaseA.Renew(b.ctx), tasks.ErrLeaseLost)
+	require.ErrorIs(t, leaseA.Release(b.ctx), tasks.ErrLeaseLost)
 	require.Equal(t, before, snapshot(t, b), "the paused machine wrote nothing")
 
 	// node-b runs the recovered task, with attempt 1, and its own token.
-	again, err := b.engine.ClaimRunnable(b.ctx, tasks.ClaimRunnableParams{Fence: fenceB, Kinds: []string{"turn"}, Roots: []int64{root.ID}, Limit: 10})
+	again, err := leaseB.Claim(b.ctx, 10)
 	require.NoError(t, err)
 	require.Len(t, again, 1)
-	require.Equal(t, 1, again[0].Attempt)
-	require.NotEqual(t, run.Token, again[0].Token)
+	require.Equal(t, 1, again[0].Task.Attempt)
+	require.NotEqual(t, run.Task.Token, again[0].Task.Token)
 	_, err = b.engine.AbortConversation(b.ctx, b.conv)
 	require.NoError(t, err)
+	require.NoError(t, leaseB.Release(b.ctx))
 	b.requireClean(t)
 }
 
@@ -342,9 +320,7 @@ func snapshot(t *testing.T, b *bundle) string {
 func TestRunnerWatchdogCancelsBlockedHandler(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	engine, err := tasks.New(b.ctx, b.pool, &tasks.Config{Schema: b.schema, LeaseDuration: 150 * time.Millisecond})
-	require.NoError(t, err)
-	b.engine = engine
+	b.engine = enginetest.New(t, b.pool, &tasks.Config{Schema: b.schema, TaskLease: 150 * time.Millisecond})
 	stopped := make(chan error, 1)
 	fastRunner(t, b, map[string]machine.Handler{
 		"stuck": func(ctx context.Context, run *machine.Run) error {
@@ -356,7 +332,7 @@ func TestRunnerWatchdogCancelsBlockedHandler(t *testing.T) {
 	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "stuck"})
 	require.NoError(t, err)
 	require.ErrorIs(t, <-stopped, machine.ErrBlocked)
-	waitUntil(t, "the blocked run to be failed", func() bool { return b.status(t, task.ID) == fsm.Failed })
+	waitUntil(t, "the blocked run to be failed", func() bool { return b.status(t, task.ID) == arbortype.StatusFailed })
 	b.requireClean(t)
 }
 
@@ -365,14 +341,14 @@ func TestRunnerStopCancelsAfterGraceAndIsRecovered(t *testing.T) {
 	b := setup(t)
 	started := make(chan struct{})
 	causes := make(chan error, 1)
-	r, err := machine.NewRunner(b.engine, map[string]machine.Handler{
+	r, err := machine.NewRunner(b.engine.Engine, map[string]machine.Handler{
 		"long": func(ctx context.Context, run *machine.Run) error {
 			close(started)
 			<-ctx.Done()
 			causes <- context.Cause(ctx)
 			return ctx.Err()
 		},
-	}, &machine.RunnerConfig{LeaseDuration: time.Second, PollInterval: 50 * time.Millisecond, ShutdownGrace: 100 * time.Millisecond,
+	}, &machine.RunnerConfig{ConversationLease: time.Second, PollInterval: 50 * time.Millisecond, ShutdownGrace: 100 * time.Millisecond,
 		Waker: &machine.WakerConfig{RiverTestOnly: true}})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(b.ctx))
@@ -381,9 +357,9 @@ func TestRunnerStopCancelsAfterGraceAndIsRecovered(t *testing.T) {
 	<-started
 	require.NoError(t, r.Stop(b.ctx))
 	require.ErrorIs(t, <-causes, machine.ErrShutdown)
-	conv, err := b.engine.Store().GetConversation(b.ctx, b.pool, b.conv)
+	conv, err := b.engine.Conversation(b.ctx, b.conv)
 	require.NoError(t, err)
-	require.Empty(t, conv.Owner, "released")
+	require.Empty(t, conv.Holder, "released")
 
 	// The next runner recovers the cut run at once: the lease was released.
 	done := make(chan int, 1)
@@ -394,6 +370,6 @@ func TestRunnerStopCancelsAfterGraceAndIsRecovered(t *testing.T) {
 		},
 	}, nil)
 	require.Equal(t, 1, <-done, "recovered with attempt + 1")
-	waitUntil(t, "the task to complete", func() bool { return b.status(t, task.ID) == fsm.Completed })
+	waitUntil(t, "the task to complete", func() bool { return b.status(t, task.ID) == arbortype.StatusCompleted })
 	b.requireClean(t)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/store"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -132,7 +133,7 @@ func (c *WakerConfig) validate() error {
 }
 
 // Waker ends sleeps on time. It starts the River client that works
-// tasks.WakeQueue with a WakeWorker (the durable path: an insert-only
+// core.WakeQueue with a WakeWorker (the durable path: an insert-only
 // client never promotes scheduled jobs), and, unless timers are disabled,
 // keeps an in-process timer for every sleep due within its horizon. It
 // learns of sleeps from the notification each sleep's transaction sends
@@ -145,8 +146,7 @@ func (c *WakerConfig) validate() error {
 // while it runs (so, unlike the rest of arbor, it does not work through
 // PgBouncer in transaction mode; set DisableTimers there).
 type Waker struct {
-	engine *tasks.Engine
-	store  *store.Store
+	core   *core.Engine
 	cfg    *WakerConfig
 	logger *slog.Logger
 	river  *river.Client[pgx.Tx]
@@ -183,29 +183,31 @@ type timerEntry struct {
 
 // NewWaker returns a Waker for engine's schema. It does not start anything.
 func NewWaker(engine *tasks.Engine, cfg *WakerConfig) (*Waker, error) {
+	c := core.Of(engine)
+	if c == nil {
+		return nil, fmt.Errorf("machine.NewWaker: engine is nil: %w", tasks.ErrInvalidArgument)
+	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("machine.NewWaker: %w", err)
 	}
-	engineCfg := engine.Config()
 	if cfg.Logger == nil {
-		cfg.Logger = engineCfg.Logger
+		cfg.Logger = c.Logger
 	}
 	w := &Waker{
-		engine: engine,
-		store:  engine.Store(),
+		core:   c,
 		cfg:    cfg,
 		logger: cfg.Logger,
 		kick:   make(chan struct{}, 1),
 		timers: map[sleepKey]*timerEntry{},
 	}
 	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, NewWakeWorker(engine, cfg.OnWake, cfg.Logger)); err != nil {
+	if err := river.AddWorkerSafely(workers, newWakeWorker(c, cfg.OnWake, cfg.Logger)); err != nil {
 		return nil, fmt.Errorf("machine.NewWaker: %w", err)
 	}
-	client, err := river.NewClient(riverpgxv5.New(engine.Pool()), &river.Config{
-		Schema:            engineCfg.Schema,
-		Queues:            map[string]river.QueueConfig{tasks.WakeQueue: {MaxWorkers: cfg.Workers}},
+	client, err := river.NewClient(riverpgxv5.New(c.Pool), &river.Config{
+		Schema:            c.Cfg.Schema,
+		Queues:            map[string]river.QueueConfig{core.WakeQueue: {MaxWorkers: cfg.Workers}},
 		Workers:           workers,
 		FetchPollInterval: cfg.FetchPollInterval,
 		FetchCooldown:     min(river.FetchCooldownDefault, cfg.FetchPollInterval),
@@ -271,14 +273,13 @@ func (w *Waker) Stop(ctx context.Context) error {
 // (re)subscription it asks for a poll, which covers what it missed.
 func (w *Waker) listenLoop(ctx context.Context) {
 	defer w.wg.Done()
-	listen(ctx, w.engine.Pool(), w.store.SleepChannel(), w.logger, "waker", w.pollSoon, func(n *pgconn.Notification) {
+	listen(ctx, w.core.Pool, w.core.Store.SleepChannel(), w.logger, "waker", w.pollSoon, func(n *pgconn.Notification) {
 		var notice store.SleepNotice
 		if err := json.Unmarshal([]byte(n.Payload), &notice); err != nil {
 			w.logger.WarnContext(ctx, "arbor: waker got a malformed sleep notification", slog.String("payload", n.Payload))
 			return
 		}
-		w.consider(ctx, store.SleepingTask{TaskID: notice.TaskID, ConversationID: notice.ConversationID,
-			SleepSeq: notice.SleepSeq, WakeAt: notice.WakeAt}, time.Now())
+		w.consider(ctx, store.SleepingTask(notice), time.Now())
 	})
 }
 
@@ -310,7 +311,7 @@ func (w *Waker) pollLoop(ctx context.Context) {
 
 func (w *Waker) poll(ctx context.Context) error {
 	started := time.Now()
-	conn, err := w.engine.Pool().Acquire(ctx)
+	conn, err := w.core.Pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
@@ -319,14 +320,14 @@ func (w *Waker) poll(ctx context.Context) error {
 	// offset is known to within half the round trip, so a slow sample is
 	// not taken.
 	asked := time.Now()
-	dbNow, err := w.store.DatabaseNow(ctx, conn)
+	dbNow, err := w.core.Store.DatabaseNow(ctx, conn)
 	if err != nil {
 		return err
 	}
 	if rtt := time.Since(asked); rtt <= offsetSampleMaxRTT {
 		w.offset.Store(int64(dbNow.Sub(asked.Add(rtt / 2))))
 	}
-	due, err := w.store.SleepingDue(ctx, conn, dbNow.Add(w.cfg.Horizon), w.cfg.PollLimit)
+	due, err := w.core.Store.SleepingDue(ctx, conn, dbNow.Add(w.cfg.Horizon), w.cfg.PollLimit)
 	if err != nil {
 		return err
 	}
@@ -401,9 +402,11 @@ func (w *Waker) fire(ctx context.Context, key sleepKey, conversationID string, e
 	// A wake that started finishes even if Stop comes meanwhile: cancelling
 	// it mid-commit would only make its outcome ambiguous.
 	wakeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeTimeout)
-	woken, err := w.engine.WakeSleeping(wakeCtx, key.taskID, key.sleepSeq)
+	woken, err := core.Tx(wakeCtx, w.core, func(tx pgx.Tx) (bool, error) {
+		return w.core.WakeSleeping(wakeCtx, tx, key.taskID, key.sleepSeq)
+	})
 	cancel()
-	var notDue *tasks.NotDueError
+	var notDue *core.NotDueError
 	w.mu.Lock()
 	switch {
 	case errors.As(err, &notDue):

@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
@@ -26,7 +28,7 @@ type bundle struct {
 	ctx    context.Context
 	pool   *pgxpool.Pool
 	schema string
-	engine *tasks.Engine
+	engine *enginetest.Engine
 	conv   string
 }
 
@@ -36,14 +38,9 @@ type bundle struct {
 func setup(t testing.TB) *bundle {
 	t.Helper()
 	pool, schema := testdb.Fresh(t)
-	e, err := tasks.New(context.Background(), pool, &tasks.Config{Schema: schema})
-	require.NoError(t, err)
-	b := &bundle{ctx: context.Background(), pool: pool, schema: schema, engine: e, conv: testdb.Conversation(t)}
-	t.Cleanup(func() {
-		violations, err := b.engine.CheckSleeping(context.Background(), b.conv)
-		require.NoError(t, err)
-		require.Empty(t, violations)
-	})
+	b := &bundle{ctx: context.Background(), pool: pool, schema: schema,
+		engine: enginetest.New(t, pool, &tasks.Config{Schema: schema}), conv: testdb.Conversation(t)}
+	t.Cleanup(func() { require.Empty(t, b.engine.SleepViolations(t, context.Background(), b.conv)) })
 	return b
 }
 
@@ -85,7 +82,7 @@ func (r *recorder) of(taskID int64) []machine.WakeEvent {
 func (b *bundle) startWaker(t testing.TB, timers bool) (*machine.Waker, *recorder) {
 	t.Helper()
 	rec := &recorder{ch: make(chan machine.WakeEvent, 4096)}
-	w, err := machine.NewWaker(b.engine, &machine.WakerConfig{
+	w, err := machine.NewWaker(b.engine.Engine, &machine.WakerConfig{
 		DisableTimers: !timers,
 		PollInterval:  500 * time.Millisecond,
 		Horizon:       20 * time.Second,
@@ -99,7 +96,7 @@ func (b *bundle) startWaker(t testing.TB, timers bool) (*machine.Waker, *recorde
 }
 
 // sleeper creates a task, starts it and puts it to sleep until wakeAt.
-func (b *bundle) sleeper(t testing.TB, ownerID int64, wakeAt time.Time) tasks.Task {
+func (b *bundle) sleeper(t testing.TB, ownerID int64, wakeAt time.Time) arbortype.Task {
 	t.Helper()
 	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: ownerID, Kind: "sleeper"})
 	require.NoError(t, err)
@@ -110,14 +107,14 @@ func (b *bundle) sleeper(t testing.TB, ownerID int64, wakeAt time.Time) tasks.Ta
 	return task
 }
 
-func (b *bundle) status(t testing.TB, id int64) fsm.Status {
+func (b *bundle) status(t testing.TB, id int64) arbortype.Status {
 	t.Helper()
 	task, err := b.engine.Get(b.ctx, id)
 	require.NoError(t, err)
 	return task.Status
 }
 
-func (b *bundle) waitStatus(t testing.TB, id int64, want fsm.Status) {
+func (b *bundle) waitStatus(t testing.TB, id int64, want arbortype.Status) {
 	t.Helper()
 	require.Eventually(t, func() bool { return b.status(t, id) == want }, eventually, 10*time.Millisecond,
 		"task %d never became %s", id, want)
@@ -140,7 +137,7 @@ func TestRiverAloneWakesASleep(t *testing.T) {
 	_, rec := b.startWaker(t, false)
 	task := b.sleeper(t, 0, time.Now().Add(300*time.Millisecond))
 
-	b.waitStatus(t, task.ID, fsm.Pending)
+	b.waitStatus(t, task.ID, arbortype.StatusPending)
 	require.Eventually(t, func() bool { return len(rec.of(task.ID)) == 1 }, eventually, 10*time.Millisecond)
 	require.Equal(t, machine.WokenByRiver, rec.of(task.ID)[0].By)
 	require.Equal(t, task.SleepSeq, rec.of(task.ID)[0].SleepSeq)
@@ -158,7 +155,7 @@ func TestWakeAfterTheWakerIsReplaced(t *testing.T) {
 			require.NoError(t, first.Stop(b.ctx), "the process that saw the sleep goes away")
 
 			_, secondRec := b.startWaker(t, timers)
-			b.waitStatus(t, task.ID, fsm.Pending)
+			b.waitStatus(t, task.ID, arbortype.StatusPending)
 			require.Eventually(t, func() bool { return len(secondRec.of(task.ID)) == 1 }, eventually, 10*time.Millisecond)
 			require.Empty(t, firstRec.all(), "the stopped waker woke nothing")
 			want := machine.WokenByRiver
@@ -191,10 +188,10 @@ func TestTimerAndRiverRaceWakeOnce(t *testing.T) {
 			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%conversations%'`, b.schema).Scan(&blocked))
 		return blocked >= 2
 	}, eventually, 10*time.Millisecond, "the timer's and River's wakes both wait for the conversation")
-	require.Equal(t, fsm.Sleeping, b.status(t, task.ID))
+	require.Equal(t, arbortype.StatusSleeping, b.status(t, task.ID))
 	require.NoError(t, hold.Rollback(b.ctx))
 
-	b.waitStatus(t, task.ID, fsm.Pending)
+	b.waitStatus(t, task.ID, arbortype.StatusPending)
 	require.Eventually(t, func() bool {
 		states := b.jobStates(t, task.ID)
 		return len(states) == 0 || states[0] == "completed"
@@ -237,7 +234,7 @@ func TestManyDeliveriesWakeOnce(t *testing.T) {
 	}
 	wg.Wait()
 	for _, id := range ids {
-		b.waitStatus(t, id, fsm.Pending)
+		b.waitStatus(t, id, arbortype.StatusPending)
 	}
 	// Let every delivery in flight finish before counting.
 	require.Eventually(t, func() bool {
@@ -296,15 +293,15 @@ func TestLeavingASleepCausesNoWake(t *testing.T) {
 
 			// The sentinel sleeps past the others: once it is woken, their
 			// timers have fired and their jobs would have been due.
-			b.waitStatus(t, sentinel.ID, fsm.Pending)
+			b.waitStatus(t, sentinel.ID, arbortype.StatusPending)
 			require.NoError(t, w.Stop(b.ctx), "wait for every wake in flight")
 			events := rec.all()
 			require.Len(t, events, 1, "only the sentinel was woken: %v", events)
 			require.Equal(t, sentinel.ID, events[0].TaskID)
-			require.Equal(t, fsm.Cancelled, b.status(t, cancelled.ID))
-			require.Equal(t, fsm.Aborted, b.status(t, aborted.ID))
-			require.Equal(t, fsm.Aborted, b.status(t, abortedChild.ID))
-			require.Equal(t, fsm.Pending, b.status(t, wokenNow.ID))
+			require.Equal(t, arbortype.StatusCancelled, b.status(t, cancelled.ID))
+			require.Equal(t, arbortype.StatusAborted, b.status(t, aborted.ID))
+			require.Equal(t, arbortype.StatusAborted, b.status(t, abortedChild.ID))
+			require.Equal(t, arbortype.StatusPending, b.status(t, wokenNow.ID))
 		})
 	}
 }
@@ -319,7 +316,7 @@ func TestPastSleepWakesPromptly(t *testing.T) {
 			later := b.sleeper(t, 0, time.Now().Add(3*time.Second))
 			past := b.sleeper(t, 0, time.Now().Add(-time.Hour))
 
-			b.waitStatus(t, later.ID, fsm.Pending)
+			b.waitStatus(t, later.ID, arbortype.StatusPending)
 			require.Eventually(t, func() bool { return len(rec.all()) == 2 }, eventually, 10*time.Millisecond)
 			events := rec.all()
 			require.Equal(t, past.ID, events[0].TaskID, "the sleep already due woke before one due later, though it began after it")
@@ -343,7 +340,7 @@ func TestSleepingAgainGetsItsOwnJob(t *testing.T) {
 		task, err = b.engine.SleepUntil(b.ctx, task.ID, task.Token, time.Now().Add(-time.Millisecond), "nap", nil)
 		require.NoError(t, err)
 		require.Equal(t, int64(i+1), task.SleepSeq)
-		b.waitStatus(t, task.ID, fsm.Pending)
+		b.waitStatus(t, task.ID, arbortype.StatusPending)
 		require.Eventually(t, func() bool { return len(rec.of(task.ID)) == i+1 }, eventually, 10*time.Millisecond)
 	}
 	require.Eventually(t, func() bool {
@@ -365,16 +362,16 @@ func TestRetriesAreWokenByTheWaker(t *testing.T) {
 		MaxRetries: 2, RetryBackoffBase: 20 * time.Millisecond, RetryBackoffCap: 40 * time.Millisecond})
 	require.NoError(t, err)
 	for try := 1; ; try++ {
-		b.waitStatus(t, task.ID, fsm.Pending)
+		b.waitStatus(t, task.ID, arbortype.StatusPending)
 		task, err = b.engine.Start(b.ctx, task.ID)
 		require.NoError(t, err)
-		task, err = b.engine.Fail(b.ctx, task.ID, task.Token, tasks.NewTaskError(errors.New("upstream 503")))
+		task, err = b.engine.Fail(b.ctx, task.ID, task.Token, core.NewTaskError(errors.New("upstream 503")))
 		require.NoError(t, err)
-		if task.Status == fsm.Failed {
+		if task.Status == arbortype.StatusFailed {
 			require.Equal(t, 3, try)
 			break
 		}
-		require.Equal(t, fsm.Sleeping, task.Status)
+		require.Equal(t, arbortype.StatusSleeping, task.Status)
 	}
 	require.Len(t, task.ErrorHistory, 3)
 	require.NoError(t, w.Stop(b.ctx), "wait for every wake in flight")
@@ -410,7 +407,7 @@ func TestTimersSurviveALostListenConnection(t *testing.T) {
 	_, rec := b.startWaker(t, true)
 	listening := func() (pids []int32) {
 		rows, err := b.pool.Query(b.ctx, `SELECT pid FROM pg_stat_activity WHERE query = $1`,
-			"LISTEN "+pgx.Identifier{b.engine.Store().SleepChannel()}.Sanitize())
+			"LISTEN "+pgx.Identifier{b.engine.C.Store.SleepChannel()}.Sanitize())
 		require.NoError(t, err)
 		pids, err = pgx.CollectRows(rows, pgx.RowTo[int32])
 		require.NoError(t, err)
@@ -422,7 +419,7 @@ func TestTimersSurviveALostListenConnection(t *testing.T) {
 	require.NoError(t, err)
 
 	task := b.sleeper(t, 0, time.Now().Add(time.Second))
-	b.waitStatus(t, task.ID, fsm.Pending)
+	b.waitStatus(t, task.ID, arbortype.StatusPending)
 	require.Eventually(t, func() bool { return len(rec.of(task.ID)) == 1 }, eventually, 10*time.Millisecond)
 	require.Equal(t, machine.WokenByTimer, rec.of(task.ID)[0].By)
 	pids := listening()

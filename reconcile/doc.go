@@ -1,6 +1,11 @@
-// Package reconcile is arbor's recovery (DESIGN §3.8): what happens to a
-// conversation's tasks when a machine takes the conversation over, because
-// the machine that held it died, was partitioned, or released it.
+// Package reconcile is arbor's recovery (docs/design.md §3.8): what happens
+// to a conversation's tasks when a holder takes the conversation over,
+// because the holder before it died, was partitioned, or released it.
+//
+// User code does not call this package: the runner and package machine's
+// leases do, inside the transaction that takes (or releases) a lease. What a
+// user sees of it is [Report], which machine.RunnerConfig.OnReconcile
+// receives for every take-over.
 //
 // [OnOpen] runs inside the transaction that takes the conversation's lease,
 // so a take-over and its recovery commit together or not at all, under the
@@ -29,5 +34,5 @@
 // (its write stands, and is then recovered) or finds its token dead.
 //
 // Package reconcile must not start goroutines, hold state, or talk to
-// PostgreSQL except through package tasks and package store.
+// PostgreSQL except through the engine (internal/core) and package store.
 package reconcile

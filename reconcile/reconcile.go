@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/arborhq/arbor/fsm"
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
 )
 
 // Report says what OnOpen did to a conversation, task by task.
@@ -50,11 +50,25 @@ func (r Report) String() string {
 }
 
 // OnOpen runs reconcile_on_open for a conversation inside tx, which must
-// hold the conversation's row lock (the transaction that takes its lease).
-func OnOpen(ctx context.Context, engine *tasks.Engine, tx pgx.Tx, conversationID string) (Report, error) {
-	st := engine.Store()
+// hold the conversation's row lock (the transaction that takes its lease):
+// RecoverRunning, then the repair of waits and completing tasks.
+func OnOpen(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID string) (Report, error) {
+	rep, err := RecoverRunning(ctx, engine, tx, conversationID)
+	if err != nil {
+		return rep, err
+	}
+	return rep, repair(ctx, engine, tx, &rep)
+}
+
+// RecoverRunning recovers the running tasks of a conversation whose runs
+// are over (their holder died, or is releasing the conversation): each goes
+// back to pending with attempt + 1, or is abandoned (abandon_on_restart) or
+// failed (past its restart limit). tx must hold the conversation's row lock.
+// A release runs it so that no run of the releasing holder can write after
+// the release commits.
+func RecoverRunning(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID string) (Report, error) {
 	rep := Report{ConversationID: conversationID}
-	running, err := st.TasksInStatus(ctx, tx, conversationID, fsm.Running)
+	running, err := engine.Store.TasksInStatus(ctx, tx, conversationID, arbortype.StatusRunning)
 	if err != nil {
 		return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
 	}
@@ -66,27 +80,27 @@ func OnOpen(ctx context.Context, engine *tasks.Engine, tx pgx.Tx, conversationID
 	for _, t := range running {
 		switch {
 		case t.AbandonOnRestart:
-			cur, err := engine.GetTx(ctx, tx, t.ID)
+			cur, err := engine.Get(ctx, tx, t.ID)
 			if err != nil {
 				return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
 			}
-			if cur.Status != fsm.Running {
+			if cur.Status != arbortype.StatusRunning {
 				continue // aborted with an abandoned owner's subtree
 			}
-			if _, err := engine.AbandonTx(ctx, tx, t.ID); err != nil {
+			if _, err := engine.Abandon(ctx, tx, t.ID); err != nil {
 				return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
 			}
 			rep.Abandoned = append(rep.Abandoned, t.ID)
 		case t.Attempt+1 > t.RestartLimit:
-			cur, err := engine.GetTx(ctx, tx, t.ID)
+			cur, err := engine.Get(ctx, tx, t.ID)
 			if err != nil {
 				return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
 			}
-			if cur.Status != fsm.Running {
+			if cur.Status != arbortype.StatusRunning {
 				continue
 			}
-			if _, err := engine.ForceFailTx(ctx, tx, t.ID, tasks.TaskError{
-				Code:    tasks.CodeRestartLimitExceeded,
+			if _, err := engine.ForceFail(ctx, tx, t.ID, arbortype.TaskError{
+				Code:    core.CodeRestartLimitExceeded,
 				Message: fmt.Sprintf("recovered %d times, its restart limit is %d", t.Attempt+1, t.RestartLimit),
 			}); err != nil {
 				return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
@@ -96,100 +110,44 @@ func OnOpen(ctx context.Context, engine *tasks.Engine, tx pgx.Tx, conversationID
 			requeue = append(requeue, t.ID)
 		}
 	}
-	if rep.Requeued, err = engine.RequeueManyTx(ctx, tx, requeue); err != nil {
+	if rep.Requeued, err = engine.RequeueMany(ctx, tx, requeue); err != nil {
 		return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
 	}
 	slices.Sort(rep.Requeued)
+	return rep, nil
+}
 
-	waiting, err := st.TasksInStatus(ctx, tx, conversationID, fsm.Waiting)
+// repair re-checks the conversation's waits and completing tasks.
+func repair(ctx context.Context, engine *core.Engine, tx pgx.Tx, rep *Report) error {
+	conversationID := rep.ConversationID
+	waiting, err := engine.Store.TasksInStatus(ctx, tx, conversationID, arbortype.StatusWaiting)
 	if err != nil {
-		return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
+		return fmt.Errorf("reconcile %q: %w", conversationID, err)
 	}
 	for _, t := range waiting {
-		woken, err := engine.RepairWaitTx(ctx, tx, t.ID)
+		woken, err := engine.RepairWait(ctx, tx, t.ID)
 		if err != nil {
-			return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
+			return fmt.Errorf("reconcile %q: %w", conversationID, err)
 		}
 		if woken {
 			rep.WaitsWoken = append(rep.WaitsWoken, t.ID)
 		}
 	}
 
-	completing, err := st.TasksInStatus(ctx, tx, conversationID, fsm.Completing)
+	completing, err := engine.Store.TasksInStatus(ctx, tx, conversationID, arbortype.StatusCompleting)
 	if err != nil {
-		return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
+		return fmt.Errorf("reconcile %q: %w", conversationID, err)
 	}
 	// Deepest first (descending id): completing a child may complete its
 	// completing owner in the same call, which then reports false.
 	slices.Reverse(completing)
 	for _, t := range completing {
-		done, err := engine.RepairCompletingTx(ctx, tx, t.ID)
+		done, err := engine.RepairCompleting(ctx, tx, t.ID)
 		if err != nil {
-			return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
+			return fmt.Errorf("reconcile %q: %w", conversationID, err)
 		}
 		if done {
 			rep.Completed = append(rep.Completed, t.ID)
-		}
-	}
-	return rep, nil
-}
-
-// Generations applies the rule that at most one live generation of a
-// conversation runs at a time. roots are the conversation's live root tasks
-// (store.LiveRoots); isGeneration says which kinds are generations (nil:
-// every root is one). It returns the roots a machine may start now: every
-// root that is not a generation, and of the generations either the one
-// already under way (started before: woken from a wait or a sleep, or
-// requeued by recovery) or, when none is, the oldest pending one
-// (NextPendingGeneration). A generation that is waiting or sleeping is under
-// way too: the next one waits for it (NextWaitingGeneration names it).
-func Generations(roots []tasks.Task, isGeneration func(kind string) bool) (startable []int64) {
-	var active, next *tasks.Task
-	for i := range roots {
-		r := &roots[i]
-		if isGeneration != nil && !isGeneration(r.Kind) {
-			if r.Status == fsm.Pending {
-				startable = append(startable, r.ID)
-			}
-			continue
-		}
-		if r.StartedAt != nil && active == nil {
-			active = r
-		}
-		if r.Status == fsm.Pending && r.StartedAt == nil && next == nil {
-			next = r
-		}
-	}
-	switch {
-	case active != nil && active.Status == fsm.Pending:
-		startable = append(startable, active.ID)
-	case active == nil && next != nil:
-		startable = append(startable, next.ID)
-	}
-	slices.Sort(startable)
-	return startable
-}
-
-// NextPendingGeneration returns the oldest pending generation that never
-// ran, or nil: the turn a machine starts when no generation is under way.
-func NextPendingGeneration(roots []tasks.Task, isGeneration func(kind string) bool) *tasks.Task {
-	for i := range roots {
-		r := &roots[i]
-		if (isGeneration == nil || isGeneration(r.Kind)) && r.Status == fsm.Pending && r.StartedAt == nil {
-			return r
-		}
-	}
-	return nil
-}
-
-// NextWaitingGeneration returns the oldest generation parked in a wait or a
-// sleep, or nil: the turn under way that a machine leaves parked, and that
-// holds later generations back until it settles.
-func NextWaitingGeneration(roots []tasks.Task, isGeneration func(kind string) bool) *tasks.Task {
-	for i := range roots {
-		r := &roots[i]
-		if (isGeneration == nil || isGeneration(r.Kind)) && (r.Status == fsm.Waiting || r.Status == fsm.Sleeping) {
-			return r
 		}
 	}
 	return nil

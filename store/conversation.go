@@ -2,20 +2,11 @@ package store
 
 import (
 	"context"
-	"time"
+
+	"github.com/arborhq/arbor/arbortype"
 )
 
-// Conversation is one row of the conversations table.
-type Conversation struct {
-	ID string
-	// Owner is the machine holding the conversation's lease; "" when free.
-	Owner          string
-	Epoch          int64
-	LeaseExpiresAt *time.Time
-	CreatedAt      time.Time
-}
-
-const conversationColumns = `id, coalesce(owner, ''), epoch, lease_expires_at, created_at`
+const conversationColumns = `id, coalesce(holder, ''), epoch, lease_expires_at, created_at`
 
 var (
 	qEnsureConversation = define(`INSERT INTO {schema}.conversations (id) VALUES ($1) ON CONFLICT (id) DO NOTHING`)
@@ -29,16 +20,16 @@ var (
 	qGetConversation = define(`SELECT ` + conversationColumns + ` FROM {schema}.conversations WHERE id = $1`)
 )
 
-func scanConversation(row interface{ Scan(...any) error }, extra ...any) (Conversation, error) {
-	var c Conversation
-	err := row.Scan(append([]any{&c.ID, &c.Owner, &c.Epoch, &c.LeaseExpiresAt, &c.CreatedAt}, extra...)...)
+func scanConversation(row interface{ Scan(...any) error }, extra ...any) (arbortype.Conversation, error) {
+	var c arbortype.Conversation
+	err := row.Scan(append([]any{&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &c.CreatedAt}, extra...)...)
 	return c, err
 }
 
 // LockConversation locks a conversation's row until the transaction ends:
 // the first lock of every transaction that can change more than one task
-// (DESIGN §5). ErrNoRows when it does not exist.
-func (s *Store) LockConversation(ctx context.Context, db DB, id string) (Conversation, error) {
+// (docs/design.md §5). ErrNoRows when it does not exist.
+func (s *Store) LockConversation(ctx context.Context, db DB, id string) (arbortype.Conversation, error) {
 	var notified any
 	return scanConversation(db.QueryRow(ctx, s.sql[qLockConversation], id, s.ChangeChannel()), &notified)
 }
@@ -47,25 +38,25 @@ func (s *Store) LockConversation(ctx context.Context, db DB, id string) (Convers
 // LockConversation does, announcing it at commit) in one round trip: a
 // task's conversation never changes, so reading it in the same statement is
 // safe. ErrNoRows when the task does not exist.
-func (s *Store) LockConversationOfTask(ctx context.Context, db DB, taskID int64) (Conversation, error) {
+func (s *Store) LockConversationOfTask(ctx context.Context, db DB, taskID int64) (arbortype.Conversation, error) {
 	var notified any
 	return scanConversation(db.QueryRow(ctx, s.sql[qLockConversationOfTask], taskID, s.ChangeChannel()), &notified)
 }
 
 // EnsureAndLockConversation creates the conversation if it does not exist
 // yet, then locks it.
-func (s *Store) EnsureAndLockConversation(ctx context.Context, db DB, id string) (Conversation, error) {
+func (s *Store) EnsureAndLockConversation(ctx context.Context, db DB, id string) (arbortype.Conversation, error) {
 	c, err := s.LockConversation(ctx, db, id)
 	if !IsNoRows(err) {
 		return c, err
 	}
 	if _, err := db.Exec(ctx, s.sql[qEnsureConversation], id); err != nil {
-		return Conversation{}, err
+		return arbortype.Conversation{}, err
 	}
 	return s.LockConversation(ctx, db, id)
 }
 
 // GetConversation reads a conversation without locking it.
-func (s *Store) GetConversation(ctx context.Context, db DB, id string) (Conversation, error) {
+func (s *Store) GetConversation(ctx context.Context, db DB, id string) (arbortype.Conversation, error) {
 	return scanConversation(db.QueryRow(ctx, s.sql[qGetConversation], id))
 }

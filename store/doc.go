@@ -1,13 +1,19 @@
-// Package store is arbor's only door to PostgreSQL: every SQL statement the
-// library runs is a named query here, rendered once for the configured schema
-// (a validated identifier, never caller input), and every row comes back as a
-// typed value.
+// Package store is arbor's SQL layer: every statement the library runs is a
+// named query here, rendered once for the configured schema (a validated
+// identifier, never caller input), and every row comes back as a type of
+// package arbortype.
 //
-// The store does not decide anything. It does not validate transitions or
-// open transactions: the engine (package tasks) asks package fsm, opens the
-// transaction and calls these functions on it in the order of DESIGN §5
-// (conversation row first, then tasks ancestor-first, then by ascending id).
-// Functions named Lock… take row locks (FOR NO KEY UPDATE, which does not
-// block foreign-key checks of inserts) that last until the caller's
-// transaction ends.
+// User code does not call this package. It is public only because Go needs
+// it to be for arbor's own packages (as River's riverdriver is), its API
+// changes without notice, and no other arbor package names one of its types
+// in a public signature. Use package tasks (your application's operations)
+// and package machine (running handlers) instead.
+//
+// The store decides nothing. It does not validate transitions or open
+// transactions: the engine (internal/core) asks package fsm, opens the
+// transaction and calls these functions on it in the locking order of
+// docs/design.md §5 (conversation rows first, then tasks ancestor-first,
+// then by ascending id). Functions named Lock… take row locks (FOR NO KEY
+// UPDATE, which does not block foreign-key checks of inserts) that last
+// until the caller's transaction ends.
 package store

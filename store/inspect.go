@@ -2,36 +2,23 @@ package store
 
 import (
 	"context"
-	"time"
 
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/arbortype"
 )
 
 // Queries for operators (the arbor command's ls). Unlike the engine's
 // queries they span conversations, so they read only: they take no lock and
 // are never part of an operation's transaction.
 
-// LiveConversation is a conversation with live work, as `arbor ls` lists it.
-type LiveConversation struct {
-	ID string
-	// Owner is the machine holding the conversation's lease; "" when free.
-	Owner          string
-	Epoch          int64
-	LeaseExpiresAt *time.Time
-	// Live counts the conversation's live tasks by status; statuses with
-	// none are absent.
-	Live map[fsm.Status]int
-}
-
 var qLiveConversations = define(`WITH live AS (
 			SELECT conversation_id, status, count(*) AS n FROM {schema}.tasks
-			WHERE status IN ('pending', 'running', 'waiting', 'sleeping', 'completing')
+			WHERE status IN ({live})
 			GROUP BY conversation_id, status),
 		picked AS (
 			SELECT DISTINCT conversation_id FROM live
 			WHERE cardinality($1::text[]) = 0 OR status = ANY($1::text[])
 			ORDER BY conversation_id LIMIT $2)
-		SELECT c.id, coalesce(c.owner, ''), c.epoch, c.lease_expires_at, l.status, l.n
+		SELECT c.id, coalesce(c.holder, ''), c.epoch, c.lease_expires_at, l.status, l.n
 		FROM picked p
 		JOIN {schema}.conversations c ON c.id = p.conversation_id
 		JOIN live l ON l.conversation_id = p.conversation_id
@@ -41,7 +28,7 @@ var qLiveConversations = define(`WITH live AS (
 // order, at most limit of them (0: no limit). With statuses given, only the
 // conversations with a live task in one of them are listed (their counts
 // still cover every live status).
-func (s *Store) LiveConversations(ctx context.Context, db DB, statuses []fsm.Status, limit int) ([]LiveConversation, error) {
+func (s *Store) LiveConversations(ctx context.Context, db DB, statuses []arbortype.Status, limit int) ([]arbortype.ConversationSummary, error) {
 	names := make([]string, len(statuses))
 	for i, st := range statuses {
 		names[i] = string(st)
@@ -55,21 +42,21 @@ func (s *Store) LiveConversations(ctx context.Context, db DB, statuses []fsm.Sta
 		return nil, err
 	}
 	defer rows.Close()
-	var out []LiveConversation
+	var out []arbortype.ConversationSummary
 	for rows.Next() {
 		var (
-			c      LiveConversation
+			c      arbortype.ConversationSummary
 			status string
 			n      int
 		)
-		if err := rows.Scan(&c.ID, &c.Owner, &c.Epoch, &c.LeaseExpiresAt, &status, &n); err != nil {
+		if err := rows.Scan(&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &status, &n); err != nil {
 			return nil, err
 		}
 		if len(out) == 0 || out[len(out)-1].ID != c.ID {
-			c.Live = map[fsm.Status]int{}
+			c.Live = map[arbortype.Status]int{}
 			out = append(out, c)
 		}
-		out[len(out)-1].Live[fsm.Status(status)] = n
+		out[len(out)-1].Live[arbortype.Status(status)] = n
 	}
 	return out, rows.Err()
 }

@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/arbortype"
 )
 
-// Sleep, wake and retry queries (DESIGN §3.5, §3.7), and the few reads and
+// Sleep, wake and retry queries (docs/design.md §3.5, §3.7), and the few reads and
 // deletes of River's job table (river_job, migrated into the same schema)
 // that keep a sleeping task and its wake job in step. River's own API
 // inserts and completes those jobs; the engine deletes them with one
@@ -20,17 +20,6 @@ import (
 
 // WakeJobKind is the River job kind of the jobs that wake sleeping tasks.
 const WakeJobKind = "arbor_wake"
-
-// FailedTry is one entry of a task's error history: a run that failed.
-type FailedTry struct {
-	// Try is the run that failed, from 1: retries + 1 at the time.
-	Try int `json:"try"`
-	// At is when the failure was recorded, by the database's clock.
-	At           time.Time `json:"at"`
-	Code         string    `json:"code,omitempty"`
-	Message      string    `json:"message"`
-	NonRetryable bool      `json:"non_retryable,omitempty"`
-}
 
 // SleepingTask is what a waker needs to arm a timer for a sleep.
 type SleepingTask struct {
@@ -61,14 +50,14 @@ const historyAppend = `error_history = (
 var (
 	qSleepTask = define(`UPDATE {schema}.tasks
 		SET status = $2, phase = $3, state = $4, wake_at = $5, sleep_seq = sleep_seq + 1,
-		    wake_job_id = NULL, token = NULL, lease_expires_at = NULL, updated_at = now()
+		    wake_job_id = NULL, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE id = $1
 		RETURNING {task_columns}`)
 
 	qRetryTask = define(`UPDATE {schema}.tasks
 		SET status = $2, error = $3, retries = retries + 1,
 		    wake_at = now() + $4 * interval '1 microsecond', sleep_seq = sleep_seq + 1,
-		    wake_job_id = NULL, token = NULL, lease_expires_at = NULL, updated_at = now(),
+		    wake_job_id = NULL, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
 		    ` + fmt.Sprintf(historyAppend, 5, 6) + `
 		WHERE id = $1
 		RETURNING {task_columns}`)
@@ -106,21 +95,21 @@ var (
 
 // SleepTask parks a running task until wakeAt with phase and state saved,
 // as sleep number sleep_seq + 1; its wake job is set by SetWakeJob.
-func (s *Store) SleepTask(ctx context.Context, db DB, id int64, to fsm.Status, phase string, state json.RawMessage, wakeAt time.Time) (Task, error) {
+func (s *Store) SleepTask(ctx context.Context, db DB, id int64, to arbortype.Status, phase string, state json.RawMessage, wakeAt time.Time) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qSleepTask], id, string(to), phase, nullJSON(state), wakeAt))
 }
 
 // RetryTask parks a running task that failed until now() + delay (database
 // clock), recording taskErr as its error and in its error history (newest
 // historyLimit entries kept), with retries + 1 and sleep number sleep_seq + 1.
-func (s *Store) RetryTask(ctx context.Context, db DB, id int64, to fsm.Status, taskErr *TaskError, delay time.Duration, historyLimit int) (Task, error) {
+func (s *Store) RetryTask(ctx context.Context, db DB, id int64, to arbortype.Status, taskErr *arbortype.TaskError, delay time.Duration, historyLimit int) (arbortype.Task, error) {
 	errJSON, err := marshalError(taskErr)
 	if err != nil {
-		return Task{}, err
+		return arbortype.Task{}, err
 	}
 	entry, err := historyEntry(taskErr)
 	if err != nil {
-		return Task{}, err
+		return arbortype.Task{}, err
 	}
 	return scanTask(db.QueryRow(ctx, s.sql[qRetryTask], id, string(to), nullJSON(errJSON), micros(delay), entry, historyLimit))
 }
@@ -128,7 +117,7 @@ func (s *Store) RetryTask(ctx context.Context, db DB, id int64, to fsm.Status, t
 // AppendErrorHistory records taskErr in a live task's error history, keeping
 // the newest historyLimit entries. The engine calls it before the settle of
 // a failure: a settled task can no longer be written.
-func (s *Store) AppendErrorHistory(ctx context.Context, db DB, id int64, taskErr *TaskError, historyLimit int) error {
+func (s *Store) AppendErrorHistory(ctx context.Context, db DB, id int64, taskErr *arbortype.TaskError, historyLimit int) error {
 	entry, err := historyEntry(taskErr)
 	if err != nil {
 		return err
@@ -137,9 +126,9 @@ func (s *Store) AppendErrorHistory(ctx context.Context, db DB, id int64, taskErr
 	return err
 }
 
-func historyEntry(taskErr *TaskError) (string, error) {
+func historyEntry(taskErr *arbortype.TaskError) (string, error) {
 	if taskErr == nil {
-		taskErr = &TaskError{}
+		taskErr = &arbortype.TaskError{}
 	}
 	// try and at are stamped by the database; the detail is left out to
 	// keep the history small (the latest error keeps it).
@@ -152,7 +141,7 @@ func historyEntry(taskErr *TaskError) (string, error) {
 }
 
 // SetWakeJob records the River job that wakes a sleeping task.
-func (s *Store) SetWakeJob(ctx context.Context, db DB, id, jobID int64) (Task, error) {
+func (s *Store) SetWakeJob(ctx context.Context, db DB, id, jobID int64) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qSetWakeJob], id, jobID))
 }
 

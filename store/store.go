@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/migrations"
 )
 
@@ -33,13 +34,27 @@ func New(schema string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{schema: schema, sql: make([]string, len(queries))}
-	quoted := pgx.Identifier{schema}.Sanitize()
+	r := strings.NewReplacer(
+		"{task_columns}", taskColumns,
+		"{live}", liveStatusList,
+		"{schema}", pgx.Identifier{schema}.Sanitize(),
+	)
 	for i, sql := range queries {
-		sql = strings.ReplaceAll(sql, "{task_columns}", taskColumns)
-		s.sql[i] = strings.ReplaceAll(sql, "{schema}", quoted)
+		s.sql[i] = r.Replace(sql)
 	}
 	return s, nil
 }
+
+// liveStatusList is the live statuses as an SQL list, for "status IN
+// ({live})": rendered from arbortype.LiveStatuses, so that no query spells
+// them by hand. (The partial indexes of migrations/ spell the same list.)
+var liveStatusList = func() string {
+	quoted := make([]string, len(arbortype.LiveStatuses))
+	for i, st := range arbortype.LiveStatuses {
+		quoted[i] = "'" + string(st) + "'"
+	}
+	return strings.Join(quoted, ", ")
+}()
 
 // Schema returns the schema the store's queries run in.
 func (s *Store) Schema() string { return s.schema }
@@ -50,6 +65,13 @@ type query int
 // queries are all of arbor's SQL, indexed by query. Each file of this package
 // defines the statements of its concept beside their Go wrappers.
 var queries []string
+
+// expand replaces the named parameters of a shared fragment (such as
+// claimSet's $status) with the positional ones of one statement, given as
+// name, position pairs.
+func expand(sql string, pairs ...string) string {
+	return strings.NewReplacer(pairs...).Replace(sql)
+}
 
 func define(sql string) query {
 	queries = append(queries, sql)

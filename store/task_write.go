@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/arbortype"
 )
 
 // Every write here sets the status it is given: the engine computes it with
@@ -34,37 +34,6 @@ var (
 		        $10 * interval '1 microsecond', $11 * interval '1 microsecond')
 		RETURNING {task_columns}`)
 
-	qStartTask = define(`UPDATE {schema}.tasks
-		SET status = $2, token = nextval('{schema}.task_token_seq'::regclass),
-		    started_at = coalesce(started_at, now()),
-		    lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
-		WHERE id = $1 AND status = 'pending' AND NOT abort_requested
-		RETURNING {task_columns}`)
-
-	qClaimTasks = define(`WITH picked AS (
-			SELECT id FROM {schema}.tasks
-			WHERE status = 'pending' AND NOT abort_requested
-			ORDER BY id LIMIT $1
-			FOR NO KEY UPDATE SKIP LOCKED)
-		UPDATE {schema}.tasks
-		SET status = $2, token = nextval('{schema}.task_token_seq'::regclass),
-		    started_at = coalesce(started_at, now()),
-		    lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
-		WHERE id IN (SELECT id FROM picked)
-		RETURNING {task_columns}`)
-
-	qClaimConversationTasks = define(`WITH picked AS (
-			SELECT id FROM {schema}.tasks
-			WHERE conversation_id = $4 AND status = 'pending' AND NOT abort_requested
-			ORDER BY id LIMIT $1
-			FOR NO KEY UPDATE SKIP LOCKED)
-		UPDATE {schema}.tasks
-		SET status = $2, token = nextval('{schema}.task_token_seq'::regclass),
-		    started_at = coalesce(started_at, now()),
-		    lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
-		WHERE id IN (SELECT id FROM picked)
-		RETURNING {task_columns}`)
-
 	qCheckpointTask = define(`UPDATE {schema}.tasks
 		SET phase = $3, state = $4, lease_expires_at = now() + $5 * interval '1 microsecond', updated_at = now()
 		WHERE id = $1 AND token = $2 AND status = 'running' AND NOT abort_requested
@@ -78,18 +47,18 @@ var (
 	qSettleTask = define(`UPDATE {schema}.tasks
 		SET status = $2, result = coalesce($3, result), error = coalesce($4, error),
 		    settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass),
-		    token = NULL, lease_expires_at = NULL, updated_at = now()
+		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE id = $1
 		RETURNING {task_columns}`)
 
 	qHoldTask = define(`UPDATE {schema}.tasks
-		SET status = $2, result = $3, token = NULL, lease_expires_at = NULL, updated_at = now()
+		SET status = $2, result = $3, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE id = $1
 		RETURNING {task_columns}`)
 
 	qWaitTask = define(`UPDATE {schema}.tasks
 		SET status = $2, phase = $3, state = $4, wait_policy = $5, wait_ids = $6,
-		    token = NULL, lease_expires_at = NULL, updated_at = now()
+		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE id = $1
 		RETURNING {task_columns}`)
 
@@ -98,23 +67,20 @@ var (
 		RETURNING {task_columns}`)
 
 	qRecoverTask = define(`UPDATE {schema}.tasks
-		SET status = $2, attempt = attempt + 1, token = NULL, lease_expires_at = NULL, updated_at = now()
+		SET status = $2, attempt = attempt + 1, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE id = $1
 		RETURNING {task_columns}`)
 
 	qRecoverTasks = define(`UPDATE {schema}.tasks
-		SET status = $2, attempt = attempt + 1, token = NULL, lease_expires_at = NULL, updated_at = now()
+		SET status = $2, attempt = attempt + 1, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE id = ANY($1) AND status = 'running'
 		RETURNING id`)
 
-	qMarkAbortRequested = define(`UPDATE {schema}.tasks SET abort_requested = true, updated_at = now()
-		WHERE id = ANY($1) AND NOT abort_requested
-		  AND status IN ('pending', 'running', 'waiting', 'sleeping', 'completing')`)
 )
 
 func micros(d time.Duration) int64 { return d.Microseconds() }
 
-func marshalError(e *TaskError) ([]byte, error) {
+func marshalError(e *arbortype.TaskError) ([]byte, error) {
 	if e == nil {
 		return nil, nil
 	}
@@ -122,83 +88,61 @@ func marshalError(e *TaskError) ([]byte, error) {
 }
 
 // InsertTask creates a pending task.
-func (s *Store) InsertTask(ctx context.Context, db DB, p InsertParams) (Task, error) {
+func (s *Store) InsertTask(ctx context.Context, db DB, p InsertParams) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qInsertTask], p.ConversationID, p.OwnerID, p.Kind, p.Background,
 		nullJSON(p.Input), p.RestartLimit, p.AbandonOnRestart, p.MaxRetries, p.IdempotencyKey,
 		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap)))
 }
 
-// StartTask moves a pending task that is not abort-requested to `to`
-// (running), with a fresh token and a lease of the given length. ErrNoRows
-// means the task was not startable; the caller reads it to say why.
-func (s *Store) StartTask(ctx context.Context, db DB, id int64, to fsm.Status, lease time.Duration) (Task, error) {
-	return scanTask(db.QueryRow(ctx, s.sql[qStartTask], id, string(to), micros(lease)))
-}
-
-// ClaimTasks starts up to limit pending tasks, oldest first, skipping rows
-// another transaction holds; conversationID "" claims from every conversation.
-func (s *Store) ClaimTasks(ctx context.Context, db DB, conversationID string, limit int, to fsm.Status, lease time.Duration) ([]Task, error) {
-	if conversationID == "" {
-		return collectTasks(db.Query(ctx, s.sql[qClaimTasks], limit, string(to), micros(lease)))
-	}
-	return collectTasks(db.Query(ctx, s.sql[qClaimConversationTasks], limit, string(to), micros(lease), conversationID))
-}
-
 // CheckpointTask replaces phase and state of a running task held with token
 // and extends its lease. ErrNoRows means the write was fenced off.
-func (s *Store) CheckpointTask(ctx context.Context, db DB, id, token int64, phase string, state json.RawMessage, lease time.Duration) (Task, error) {
+func (s *Store) CheckpointTask(ctx context.Context, db DB, id, token int64, phase string, state json.RawMessage, lease time.Duration) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qCheckpointTask], id, token, phase, nullJSON(state), micros(lease)))
 }
 
 // HeartbeatTask extends the lease of a running task held with token.
 // ErrNoRows means the write was fenced off.
-func (s *Store) HeartbeatTask(ctx context.Context, db DB, id, token int64, lease time.Duration) (Task, error) {
+func (s *Store) HeartbeatTask(ctx context.Context, db DB, id, token int64, lease time.Duration) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qHeartbeatTask], id, token, micros(lease)))
 }
 
 // SettleTask moves a task to the settled status `to`, recording result and
 // error when they are not nil, and gives it the next settle sequence number.
-func (s *Store) SettleTask(ctx context.Context, db DB, id int64, to fsm.Status, result json.RawMessage, taskErr *TaskError) (Task, error) {
+func (s *Store) SettleTask(ctx context.Context, db DB, id int64, to arbortype.Status, result json.RawMessage, taskErr *arbortype.TaskError) (arbortype.Task, error) {
 	errJSON, err := marshalError(taskErr)
 	if err != nil {
-		return Task{}, err
+		return arbortype.Task{}, err
 	}
 	return scanTask(db.QueryRow(ctx, s.sql[qSettleTask], id, string(to), nullJSON(result), nullJSON(errJSON)))
 }
 
 // HoldTask moves a running task to `to` (completing), holding its result.
-func (s *Store) HoldTask(ctx context.Context, db DB, id int64, to fsm.Status, result json.RawMessage) (Task, error) {
+func (s *Store) HoldTask(ctx context.Context, db DB, id int64, to arbortype.Status, result json.RawMessage) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qHoldTask], id, string(to), nullJSON(result)))
 }
 
 // WaitTask parks a running task on its children with the given policy,
 // saving phase and state.
-func (s *Store) WaitTask(ctx context.Context, db DB, id int64, to fsm.Status, phase string, state json.RawMessage, policy WaitPolicy, childIDs []int64) (Task, error) {
+func (s *Store) WaitTask(ctx context.Context, db DB, id int64, to arbortype.Status, phase string, state json.RawMessage, policy arbortype.WaitPolicy, childIDs []int64) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qWaitTask], id, string(to), phase, nullJSON(state), string(policy), childIDs))
 }
 
 // WakeTask moves a waiting or sleeping task to `to` (pending). Its last
 // wait (policy and ids) and wake time stay recorded.
-func (s *Store) WakeTask(ctx context.Context, db DB, id int64, to fsm.Status) (Task, error) {
+func (s *Store) WakeTask(ctx context.Context, db DB, id int64, to arbortype.Status) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qWakeTask], id, string(to)))
 }
 
 // RecoverTask puts a running task whose holder died back to `to` (pending)
 // with attempt + 1.
-func (s *Store) RecoverTask(ctx context.Context, db DB, id int64, to fsm.Status) (Task, error) {
+func (s *Store) RecoverTask(ctx context.Context, db DB, id int64, to arbortype.Status) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qRecoverTask], id, string(to)))
 }
 
 // RecoverTasks puts the running tasks among ids back to `to` (pending) with
 // attempt + 1, in one statement, and returns the ids it moved.
-func (s *Store) RecoverTasks(ctx context.Context, db DB, ids []int64, to fsm.Status) ([]int64, error) {
+func (s *Store) RecoverTasks(ctx context.Context, db DB, ids []int64, to arbortype.Status) ([]int64, error) {
 	return collect[int64](db.Query(ctx, s.sql[qRecoverTasks], ids, string(to)))
-}
-
-// MarkAbortRequested sets abort_requested on the live tasks among ids.
-func (s *Store) MarkAbortRequested(ctx context.Context, db DB, ids []int64) error {
-	_, err := db.Exec(ctx, s.sql[qMarkAbortRequested], ids)
-	return err
 }
 
 // nullJSON turns an empty document into SQL NULL.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"slices"
 
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/arbortype"
 )
 
 // Tree queries. Owners always have smaller ids than their children (the
@@ -14,22 +14,22 @@ import (
 var (
 	qLockLiveSubtrees = define(`WITH RECURSIVE sub(id) AS (
 			SELECT id FROM {schema}.tasks
-			WHERE id = ANY($1) AND status IN ('pending', 'running', 'waiting', 'sleeping', 'completing')
+			WHERE id = ANY($1) AND status IN ({live})
 			UNION
 			SELECT t.id FROM {schema}.tasks t JOIN sub s ON t.owner_task_id = s.id
-			WHERE t.status IN ('pending', 'running', 'waiting', 'sleeping', 'completing') AND NOT t.background)
+			WHERE t.status IN ({live}) AND NOT t.background)
 		SELECT {task_columns} FROM {schema}.tasks WHERE id IN (SELECT id FROM sub)
 		ORDER BY id FOR NO KEY UPDATE`)
 
 	qLockLiveConversation = define(`SELECT {task_columns} FROM {schema}.tasks
-		WHERE conversation_id = $1 AND status IN ('pending', 'running', 'waiting', 'sleeping', 'completing')
+		WHERE conversation_id = $1 AND status IN ({live})
 		ORDER BY id FOR NO KEY UPDATE`)
 
 	qNextSettleSeqs = define(`SELECT nextval('{schema}.task_settle_seq'::regclass) FROM generate_series(1, $1)`)
 
 	qSettleMany = define(`UPDATE {schema}.tasks t
 		SET status = v.status, settle_seq = v.seq, abort_requested = true,
-		    settled_at = now(), token = NULL, lease_expires_at = NULL, updated_at = now()
+		    settled_at = now(), token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS v(id, status, seq)
 		WHERE t.id = v.id`)
 )
@@ -37,20 +37,20 @@ var (
 // LockLiveSubtrees locks and returns each live task among rootIDs with all
 // its live descendants that are not background (a background child, and
 // everything under it, is left out), in ascending id order.
-func (s *Store) LockLiveSubtrees(ctx context.Context, db DB, rootIDs []int64) ([]Task, error) {
+func (s *Store) LockLiveSubtrees(ctx context.Context, db DB, rootIDs []int64) ([]arbortype.Task, error) {
 	return collectTasks(db.Query(ctx, s.sql[qLockLiveSubtrees], rootIDs))
 }
 
 // LockLiveConversationTasks locks and returns every live task of a
 // conversation, background ones included, in ascending id order.
-func (s *Store) LockLiveConversationTasks(ctx context.Context, db DB, conversationID string) ([]Task, error) {
+func (s *Store) LockLiveConversationTasks(ctx context.Context, db DB, conversationID string) ([]arbortype.Task, error) {
 	return collectTasks(db.Query(ctx, s.sql[qLockLiveConversation], conversationID))
 }
 
 // AbortMany settles every task of ids with the status at the same index,
 // marks them abort_requested, and numbers their settles in the order given:
 // ids[0] settles first. It is the bulk form of SettleTask for aborts.
-func (s *Store) AbortMany(ctx context.Context, db DB, ids []int64, statuses []fsm.Status) error {
+func (s *Store) AbortMany(ctx context.Context, db DB, ids []int64, statuses []arbortype.Status) error {
 	if len(ids) == 0 {
 		return nil
 	}

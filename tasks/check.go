@@ -3,17 +3,13 @@ package tasks
 import (
 	"context"
 	"fmt"
-	"slices"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/arborhq/arbor/fsm"
 )
 
-// Violation is one breach of DESIGN §4 found by the invariant checker.
+// Violation is one breach of the invariants of docs/design.md §4 found by
+// Check.
 type Violation struct {
-	// Invariant is the number of the invariant in DESIGN §4 (1–9); 0 for a
-	// consistency rule of the engine's own (documented in its Message).
+	// Invariant is the number of the invariant in docs/design.md §4 (1–9);
+	// 0 for a consistency rule of the engine's own (its Message says which).
 	Invariant      int
 	ConversationID string
 	TaskID         int64
@@ -24,183 +20,21 @@ func (v Violation) String() string {
 	return fmt.Sprintf("invariant %d: conversation %q task %d: %s", v.Invariant, v.ConversationID, v.TaskID, v.Message)
 }
 
-// Check verifies the invariants of DESIGN §4 over one conversation and
-// returns every violation it finds (none: an empty slice). It reads the
-// conversation in one REPEATABLE READ snapshot, so it sees a consistent state
-// even while the conversation is being worked on.
-//
-// What it checks, per invariant:
-//  1. every status is one of §2's, and the timestamps agree with the history
-//     it implies (started_at for a task that ran, settled_at and a settle
-//     sequence number exactly for settled tasks, none of aborted/orphaned
-//     mixed up). The edges themselves are enforced by the database trigger
-//     generated from fsm/, so an impossible history cannot be written;
-//  2. a settled task has no run (no token, no lease) and, for each settled
-//     foreground child of a settled owner, the child settled first;
-//  3. a completed task has no live foreground child;
-//  4. a waiting task's wait names only its own children and is unsatisfied;
-//  5. a sleeping task has a wake time and exactly one live wake job for that
-//     sleep, and no wake job waits for a sleep that is over (see CheckSleeping);
-//  6. no live foreground child has a settled owner;
-//  7. an owner is in the child's conversation and has a smaller id (the
-//     ownership graph is a forest);
-//  8. a running task has a token and a lease deadline;
-//  9. a live task has attempt ≤ restart_limit; no two tasks hold one token.
-//
-// Also: a completing task has a live foreground child (otherwise it should
-// have completed), and no live task is left abort_requested (an abort settles
-// everything it marks in the same transaction).
-func (e *Engine) Check(ctx context.Context, conversationID string) ([]Violation, error) {
-	var out []Violation
-	err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var err error
-		out, err = e.checkConversation(ctx, tx, conversationID)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("check conversation %q: %w", conversationID, err)
-	}
-	return out, nil
-}
-
-// CheckAll runs Check over every conversation of the schema.
-func (e *Engine) CheckAll(ctx context.Context) ([]Violation, error) {
-	ids, err := e.store.ConversationIDs(ctx, e.pool)
-	if err != nil {
-		return nil, fmt.Errorf("check: %w", err)
-	}
-	var out []Violation
-	for _, id := range ids {
-		vs, err := e.Check(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, vs...)
-	}
-	return out, nil
-}
-
-func (e *Engine) checkConversation(ctx context.Context, tx pgx.Tx, conv string) ([]Violation, error) {
-	all, err := e.store.ConversationTasks(ctx, tx, conv)
+// Check runs the invariant checker over the given conversations, or over
+// every conversation of the schema when none is given, and returns every
+// violation it finds (none: an empty slice), ordered by conversation and
+// task. Each conversation is read in one repeatable-read snapshot, so Check
+// can run while the conversation is busy. docs/design.md §4 lists what is
+// checked. An unknown conversation is ErrNotFound. It has no …Tx form: it
+// reads in snapshots of its own.
+func (e *Engine) Check(ctx context.Context, conversationIDs ...string) ([]Violation, error) {
+	vs, err := e.core.Check(ctx, conversationIDs...)
 	if err != nil {
 		return nil, err
 	}
-	var out []Violation
-	add := func(inv int, id int64, format string, args ...any) {
-		out = append(out, Violation{Invariant: inv, ConversationID: conv, TaskID: id, Message: fmt.Sprintf(format, args...)})
+	out := make([]Violation, len(vs))
+	for i, v := range vs {
+		out[i] = Violation(v)
 	}
-	byID := make(map[int64]*Task, len(all))
-	children := make(map[int64][]*Task)
-	for i := range all {
-		t := &all[i]
-		byID[t.ID] = t
-		if t.OwnerID != 0 {
-			children[t.OwnerID] = append(children[t.OwnerID], t)
-		}
-	}
-
-	for i := range all {
-		t := &all[i]
-		// 1. statuses and the history they imply.
-		if !t.Status.Valid() {
-			add(1, t.ID, "unknown status %q", t.Status)
-			continue
-		}
-		ran := t.Status == fsm.Running || t.Status == fsm.Waiting || t.Status == fsm.Sleeping ||
-			t.Status == fsm.Completing || t.Status == fsm.Completed || t.Status == fsm.Aborted
-		if ran && t.StartedAt == nil {
-			add(1, t.ID, "%s but never started (started_at is null)", t.Status)
-		}
-		if t.Status == fsm.Orphaned && t.StartedAt != nil {
-			add(1, t.ID, "orphaned but it ran (started_at is set): it should be aborted")
-		}
-		if t.Status.Settled() != (t.SettledAt != nil) || t.Status.Settled() != (t.SettleSeq != 0) {
-			add(1, t.ID, "%s with settled_at=%v settle_seq=%d", t.Status, t.SettledAt, t.SettleSeq)
-		}
-		// 2. a settled task holds no run.
-		if t.Status.Settled() && (t.Token != 0 || t.LeaseExpiresAt != nil) {
-			add(2, t.ID, "%s but still holds token %d / a lease", t.Status, t.Token)
-		}
-		// 7. same conversation, forest.
-		if t.OwnerID != 0 {
-			owner, ok := byID[t.OwnerID]
-			switch {
-			case !ok:
-				add(7, t.ID, "owner %d is not in the conversation", t.OwnerID)
-			case owner.ID >= t.ID:
-				add(7, t.ID, "owner %d does not precede it: the ownership graph is not a forest", owner.ID)
-			}
-		}
-		// 8. a running task has a run.
-		if t.Status == fsm.Running && (t.Token == 0 || t.LeaseExpiresAt == nil) {
-			add(8, t.ID, "running without a token or a lease deadline")
-		}
-		// 9. restart limit.
-		if t.Status.Live() && t.Attempt > t.RestartLimit {
-			add(9, t.ID, "live with attempt %d over restart_limit %d", t.Attempt, t.RestartLimit)
-		}
-		if t.Status.Live() && t.AbortRequested {
-			add(0, t.ID, "live (%s) but abort_requested: an abort left it unsettled", t.Status)
-		}
-
-		var liveForeground []int64
-		for _, c := range children[t.ID] {
-			if c.Status.Live() && !c.Background {
-				liveForeground = append(liveForeground, c.ID)
-			}
-			// 2, 6: children settle before their owner.
-			if t.Status.Settled() && !c.Background {
-				switch {
-				case c.Status.Live():
-					add(6, c.ID, "live foreground child of %s owner %d", t.Status, t.ID)
-				case c.SettleSeq > t.SettleSeq:
-					add(2, c.ID, "settled (seq %d) after its owner %d (seq %d)", c.SettleSeq, t.ID, t.SettleSeq)
-				}
-			}
-		}
-		// 3. completed only with every foreground child settled.
-		if t.Status == fsm.Completed && len(liveForeground) > 0 {
-			add(3, t.ID, "completed with live foreground children %v", liveForeground)
-		}
-		if t.Status == fsm.Completing && len(liveForeground) == 0 {
-			add(3, t.ID, "completing with no live foreground child: it should be completed")
-		}
-		// 4. a waiting task's wait is unsatisfied.
-		if t.Status == fsm.Waiting {
-			var waited []Task
-			for _, id := range t.WaitIDs {
-				c, ok := byID[id]
-				if !ok || c.OwnerID != t.ID {
-					add(4, t.ID, "waits on %d, which is not its child", id)
-					continue
-				}
-				waited = append(waited, *c)
-			}
-			if t.WaitPolicy != AllSettled && t.WaitPolicy != FailFast {
-				add(4, t.ID, "waiting with policy %q", t.WaitPolicy)
-			} else if len(t.WaitIDs) == 0 || evaluateWait(t.WaitPolicy, waited).satisfied {
-				add(4, t.ID, "waiting (%s on %v) but the wait is satisfied", t.WaitPolicy, t.WaitIDs)
-			}
-		}
-	}
-	// 9. one token per start.
-	dups, err := e.store.DuplicateTokens(ctx, tx, conv)
-	if err != nil {
-		return nil, err
-	}
-	for _, tok := range dups {
-		for _, t := range all {
-			if t.Token == tok {
-				add(9, t.ID, "token %d is held by more than one task", tok)
-			}
-		}
-	}
-	// 5. exactly one live wake job per sleep, none left for a finished one.
-	jobs, err := e.store.LiveWakeJobs(ctx, tx, conv)
-	if err != nil {
-		return nil, err
-	}
-	out = append(out, sleepViolations(conv, all, jobs)...)
-	slices.SortStableFunc(out, func(a, b Violation) int { return int(a.TaskID - b.TaskID) })
 	return out, nil
 }

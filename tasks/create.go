@@ -1,30 +1,29 @@
 package tasks
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/arborhq/arbor/fsm"
-	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
 )
 
 // RestartLimitNone, as CreateParams.RestartLimit, makes a task that fails
 // with restart_limit_exceeded at its first recovery.
-const RestartLimitNone = -1
+const RestartLimitNone = core.RestartLimitNone
 
 // CreateParams describe a new task.
 type CreateParams struct {
 	// ConversationID groups tasks; its row is created on first use. Required,
-	// at most 200 bytes.
+	// at most 200 bytes of UTF-8 text.
 	ConversationID string
-	// OwnerID is the task creating this one; 0 creates a root task. The owner
-	// must be live, in the same conversation, not completing and not being
-	// aborted.
+	// OwnerID is the task creating this one; 0 creates a root task (a turn).
+	// The owner must be live, in the same conversation, not completing and
+	// not being aborted. (A handler creates its children with
+	// machine.Run.Spawn, which also fences the create by its run.)
 	OwnerID int64
 	// Kind names the handler that runs the task. Required, at most 200 bytes.
 	Kind string
@@ -33,171 +32,64 @@ type CreateParams struct {
 	// Background makes a child that neither holds its owner in completing
 	// nor is reached by its owner's abort. Only for children.
 	Background bool
-	// AbandonOnRestart makes a task that is never re-run after a crash: on
-	// recovery it is settled cancelled instead.
+	// AbandonOnRestart makes a task that is never re-run after a crash (a
+	// non-idempotent call): on recovery it is settled cancelled instead.
 	AbandonOnRestart bool
 	// RestartLimit is how many recoveries the task survives; 0 means
 	// Config.RestartLimit, RestartLimitNone means none.
 	RestartLimit int
-	// MaxRetries is how many times a failed run is retried.
-	// 0 means no retry.
+	// MaxRetries is how many times a failed run is retried (a handler's
+	// error not marked machine.NonRetryable). 0 means no retry.
 	MaxRetries int
 	// RetryBackoffBase and RetryBackoffCap are the task's backoff between
 	// retries (see Config.RetryBackoffBase); 0 means the engine's. They are
 	// stored with the task, so every node retries it alike.
 	RetryBackoffBase time.Duration
 	RetryBackoffCap  time.Duration
-	// OwnerToken, when not 0, fences the create by the owner's run: the
-	// owner must be running with this token (a handler spawning children
-	// passes its own), so a runner that lost the task cannot add children
-	// to it (ErrLeaseLost, ErrNotRunning or ErrAborted).
-	OwnerToken int64
 	// IdempotencyKey, unique per conversation, makes a repeated Create
 	// return the task the first one created (created=false). At most 200
 	// bytes; empty for none.
 	IdempotencyKey string
 }
 
-// Create creates a task in a transaction of its own. created is false when
-// IdempotencyKey matched an existing task, which is returned instead.
-func (e *Engine) Create(ctx context.Context, p CreateParams) (task Task, created bool, err error) {
-	err = e.inTx(ctx, func(tx pgx.Tx) error {
-		task, created, err = e.create(ctx, tx, p)
-		return err
-	})
-	return task, created, err
+func (p CreateParams) core() core.CreateParams {
+	return core.CreateParams{
+		ConversationID: p.ConversationID, OwnerID: p.OwnerID, Kind: p.Kind, Input: p.Input,
+		Background: p.Background, AbandonOnRestart: p.AbandonOnRestart, RestartLimit: p.RestartLimit,
+		MaxRetries: p.MaxRetries, RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap,
+		IdempotencyKey: p.IdempotencyKey,
+	}
 }
 
-// CreateTx is Create inside the caller's transaction: the task exists only if
-// that transaction commits, so it can commit together with the caller's own
-// rows.
-func (e *Engine) CreateTx(ctx context.Context, tx pgx.Tx, p CreateParams) (task Task, created bool, err error) {
-	err = inSavepoint(ctx, tx, func(tx pgx.Tx) error {
-		task, created, err = e.create(ctx, tx, p)
-		return err
-	})
-	return task, created, err
+// Create creates a pending task in a transaction of its own, and the
+// conversation on first use. created is false when IdempotencyKey matched
+// an existing task, which is returned instead (a key reused for another kind
+// or owner is ErrIdempotencyConflict). Bad input is refused before anything
+// is written: ErrInvalidArgument, ErrInvalidJSON, ErrPayloadTooLarge, an
+// unknown owner ErrNotFound, an owner of another conversation
+// ErrForeignOwner, an owner that cannot take a child ErrOwnerNotLive.
+//
+// The machine holding the conversation hears of the new task at commit
+// (NOTIFY) and runs it.
+func (e *Engine) Create(ctx context.Context, p CreateParams) (task arbortype.Task, created bool, err error) {
+	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (createResult, error) { return e.create(ctx, tx, p) })
+	return r.task, r.created, err
 }
 
-func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams) (Task, bool, error) {
-	params, err := e.createParams(p)
-	if err != nil {
-		return Task{}, false, fmt.Errorf("create task: %w", err)
-	}
-	if p.OwnerID != 0 {
-		// The owner's conversation never changes, so it can be read before
-		// any lock; a foreign or unknown owner is refused before anything
-		// is written.
-		conv, err := e.store.TaskConversation(ctx, tx, p.OwnerID)
-		switch {
-		case store.IsNoRows(err):
-			return Task{}, false, fmt.Errorf("create task: owner %d: %w", p.OwnerID, ErrNotFound)
-		case err != nil:
-			return Task{}, false, fmt.Errorf("create task: %w", err)
-		case conv != p.ConversationID:
-			return Task{}, false, fmt.Errorf("create task: owner %d is in conversation %q, not %q: %w",
-				p.OwnerID, conv, p.ConversationID, ErrForeignOwner)
-		}
-	}
-	if _, err := e.store.EnsureAndLockConversation(ctx, tx, p.ConversationID); err != nil {
-		return Task{}, false, fmt.Errorf("create task: %w", mapDBError(err))
-	}
-	if p.IdempotencyKey != "" {
-		existing, err := e.store.TaskByIdempotencyKey(ctx, tx, p.ConversationID, p.IdempotencyKey)
-		switch {
-		case err == nil:
-			if existing.Kind != p.Kind || existing.OwnerID != p.OwnerID {
-				return Task{}, false, fmt.Errorf("create task: key %q is task %d (kind %q, owner %d): %w",
-					p.IdempotencyKey, existing.ID, existing.Kind, existing.OwnerID, ErrIdempotencyConflict)
-			}
-			return existing, false, nil
-		case !store.IsNoRows(err):
-			return Task{}, false, fmt.Errorf("create task: %w", err)
-		}
-	}
-	if p.OwnerID != 0 {
-		owner, err := e.store.LockTask(ctx, tx, p.OwnerID)
-		if err != nil {
-			return Task{}, false, fmt.Errorf("create task: owner %d: %w", p.OwnerID, err)
-		}
-		if err := ownerCanSpawn(owner); err != nil {
-			return Task{}, false, fmt.Errorf("create task: %w", err)
-		}
-		if p.OwnerToken != 0 {
-			if err := checkHolder(owner, p.OwnerToken); err != nil {
-				return Task{}, false, fmt.Errorf("create task: owner %d: %w", owner.ID, err)
-			}
-		}
-	}
-	task, err := e.store.InsertTask(ctx, tx, params)
-	if err != nil {
-		return Task{}, false, fmt.Errorf("create task: %w", mapDBError(err))
-	}
-	return task, true, nil
+// CreateTx is Create inside the caller's transaction: the task exists only
+// if that transaction commits, so it can commit together with the caller's
+// own rows (the user's message and the turn that answers it, say).
+func (e *Engine) CreateTx(ctx context.Context, tx pgx.Tx, p CreateParams) (task arbortype.Task, created bool, err error) {
+	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (createResult, error) { return e.create(ctx, tx, p) })
+	return r.task, r.created, err
 }
 
-// ownerCanSpawn says whether owner, locked, may take a new child.
-func ownerCanSpawn(owner Task) error {
-	switch {
-	case owner.Status.Settled():
-		return fmt.Errorf("owner %d is %s: %w", owner.ID, owner.Status, ErrOwnerNotLive)
-	case owner.AbortRequested:
-		return fmt.Errorf("owner %d: %w", owner.ID, ErrOwnerAborting)
-	case owner.Status == fsm.Completing:
-		return fmt.Errorf("owner %d: %w", owner.ID, ErrOwnerCompleting)
-	}
-	return nil
+type createResult struct {
+	task    arbortype.Task
+	created bool
 }
 
-func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
-	if err := checkText("conversation id", p.ConversationID, true); err != nil {
-		return store.InsertParams{}, err
-	}
-	if err := checkText("kind", p.Kind, true); err != nil {
-		return store.InsertParams{}, err
-	}
-	if err := checkText("idempotency key", p.IdempotencyKey, false); err != nil {
-		return store.InsertParams{}, err
-	}
-	if err := e.checkJSON("input", p.Input); err != nil {
-		return store.InsertParams{}, err
-	}
-	if p.OwnerID < 0 {
-		return store.InsertParams{}, fmt.Errorf("owner id %d: %w", p.OwnerID, ErrInvalidArgument)
-	}
-	if p.Background && p.OwnerID == 0 {
-		return store.InsertParams{}, fmt.Errorf("a root task cannot be background: %w", ErrInvalidArgument)
-	}
-	if p.MaxRetries < 0 {
-		return store.InsertParams{}, fmt.Errorf("max retries %d is negative: %w", p.MaxRetries, ErrInvalidArgument)
-	}
-	base, ceiling := cmp.Or(p.RetryBackoffBase, e.cfg.RetryBackoffBase), cmp.Or(p.RetryBackoffCap, e.cfg.RetryBackoffCap)
-	if p.RetryBackoffCap == 0 {
-		ceiling = max(ceiling, base)
-	}
-	if err := validateBackoff(base, ceiling); err != nil {
-		return store.InsertParams{}, err
-	}
-	limit := p.RestartLimit
-	switch {
-	case limit == 0:
-		limit = e.cfg.RestartLimit
-	case limit == RestartLimitNone:
-		limit = 0
-	case limit < 0:
-		return store.InsertParams{}, fmt.Errorf("restart limit %d is negative: %w", limit, ErrInvalidArgument)
-	}
-	return store.InsertParams{
-		ConversationID:   p.ConversationID,
-		OwnerID:          p.OwnerID,
-		Kind:             p.Kind,
-		Background:       p.Background,
-		Input:            p.Input,
-		RestartLimit:     limit,
-		AbandonOnRestart: p.AbandonOnRestart,
-		MaxRetries:       p.MaxRetries,
-		RetryBackoffBase: base,
-		RetryBackoffCap:  ceiling,
-		IdempotencyKey:   p.IdempotencyKey,
-	}, nil
+func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams) (createResult, error) {
+	t, created, err := e.core.Create(ctx, tx, p.core())
+	return createResult{t, created}, err
 }

@@ -1,68 +1,30 @@
-// Package tasks is arbor's engine: every operation of DESIGN §3 (create,
-// start and claim, checkpoint and heartbeat, wait, sleep and wake, complete, fail, cancel,
-// abort, transition) as one PostgreSQL transaction over package store, with
-// every status write checked by package fsm first.
+// Package tasks is arbor's engine, as your application calls it: create the
+// tasks of a conversation (a turn and the work it owns), read them, and
+// steer them — cancel, abort a subtree leaves first, wake a sleep early —
+// and check the invariants. Every operation is one PostgreSQL transaction.
 //
-// Each operation has a pool form, which opens, retries and commits its own
-// transaction, and a …Tx form that runs inside the caller's pgx.Tx (under a
-// savepoint, so a refused operation leaves the caller's transaction clean
-// and usable). The engine never keeps state between calls: PostgreSQL is the
-// only authority.
+// Running tasks is not done here: a [machine.Runner] runs the handlers of
+// every node, and a handler acts on its task through a [machine.Run]
+// (checkpoint, spawn children, wait, sleep, complete). What an operation
+// guarantees, and the state machine it follows, is docs/design.md; the row
+// types are package arbortype.
 //
-// # Locking order
+// # Transactions
 //
-// Every transaction that can change more than one task (create a child,
-// complete, fail, cancel, abort, wait, sleep, wake, transition) takes its locks in
-// this order, and only in this order:
+// Each operation comes in a pool form, which opens, commits and (on a
+// serialization failure or deadlock) retries its own transaction, and a
+// …Tx form that runs inside the caller's pgx.Tx under a savepoint, so that
+// a task can commit together with the application's own rows, and a refused
+// operation leaves the caller's transaction clean and usable. Reads take
+// no lock.
 //
-//  1. the conversation row (FOR NO KEY UPDATE). The task's conversation is
-//     read first without a lock; it never changes, so this is safe;
-//  2. task rows. Bulk locks (the subtree of an abort, a conversation's live
-//     tasks) are taken in one statement in ascending id order, which is
-//     ancestor-first: the tasks table checks that an owner's id is smaller
-//     than its children's. A single task is locked before the rows its
-//     change reaches; when settling a task climbs the tree (a waiting owner
-//     woken, a completing owner completed, and so on up), each owner is
-//     locked as the climb reaches it.
+// # Errors
 //
-// The conversation lock is what makes deadlock impossible by construction:
-// two multi-task transactions of one conversation never run at once, so
-// the task locks they take after it cannot form a cycle, whatever their
-// order. Self-only writes (start, claim, checkpoint, heartbeat) lock only
-// their own task row and hold no other lock while waiting for it, so they
-// cannot close a cycle either: at worst they wait for a multi-task
-// transaction to finish, and then see its result (a task aborted while its
-// checkpoint waited gets ErrAborted, and nothing is written). Claims skip
-// locked rows instead of waiting.
+// Every error wraps one of the sentinels below (test with errors.Is) and
+// names the operation and the task or conversation. Bad input is refused
+// before anything is written. A connection lost while COMMIT was in flight
+// is [ErrAmbiguous]: read the task to learn whether the operation applied.
 //
-// One caveat for the …Tx forms: a caller's transaction that does a
-// self-only write (CheckpointTx) and then a multi-task one (CreateTx) holds
-// a task row while it waits for the conversation lock, and can deadlock
-// with a multi-task transaction that holds the conversation and wants that
-// row. PostgreSQL detects it and aborts one of the two; the pool forms
-// retry. Do the multi-task operation first in such a transaction.
-//
-// This is also what makes wake-ups impossible to lose (DESIGN §3.4): a
-// parent entering a wait and a child settling both hold the conversation
-// lock, so one of them commits first and the other sees it. The parent either
-// sees the child settled and does not park, or parks and the child's settle
-// then sees it waiting and wakes it.
-//
-// # Failure cases
-//
-//   - A serialization failure or deadlock (which the order above should make
-//     impossible) is retried by the pool forms, a bounded number of times
-//     ([Config.TxRetries]); a …Tx form returns it to the caller, whose
-//     transaction it is.
-//   - A connection lost while COMMIT was in flight is reported as
-//     [ErrAmbiguous]: the transaction may or may not have committed, and the
-//     engine never guesses. A connection lost before COMMIT was sent means
-//     nothing was written, and the error says so by not being ErrAmbiguous.
-//   - Bad input (unknown ids, foreign owners, invalid transitions, stale
-//     tokens, malformed or oversized JSON, empty kinds) is refused with a
-//     sentinel or typed error before anything is written; when a refusal is
-//     found mid-transaction the transaction (or savepoint) is rolled back.
-//   - A process that dies mid-transaction writes nothing: PostgreSQL rolls
-//     the transaction back. Every state the engine commits satisfies the
-//     invariants of DESIGN §4.
+// [machine.Runner]: https://pkg.go.dev/github.com/arborhq/arbor/machine#Runner
+// [machine.Run]: https://pkg.go.dev/github.com/arborhq/arbor/machine#Run
 package tasks

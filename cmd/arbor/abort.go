@@ -31,7 +31,7 @@ func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	defer engine.Pool().Close()
+	defer engine.Close()
 	t, before, err := snapshot(ctx, engine, id)
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	defer engine.Pool().Close()
+	defer engine.Close()
 	t, before, err := snapshot(ctx, engine, id)
 	if err != nil {
 		return err

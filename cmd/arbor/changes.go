@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/arbortype"
 )
 
 // The steering commands (abort, cancel, wake) print what changed. An
@@ -14,7 +14,7 @@ import (
 // the conversation before and after it.
 
 // snapshot reads the task and its conversation's tasks before an operation.
-func snapshot(ctx context.Context, e *tasks.Engine, id int64) (tasks.Task, map[int64]tasks.Task, error) {
+func snapshot(ctx context.Context, e *conn, id int64) (arbortype.Task, map[int64]arbortype.Task, error) {
 	t, err := e.Get(ctx, id)
 	if err != nil {
 		return t, nil, taskErr("read", id, err)
@@ -23,7 +23,7 @@ func snapshot(ctx context.Context, e *tasks.Engine, id int64) (tasks.Task, map[i
 	if err != nil {
 		return t, nil, fmt.Errorf("read conversation %q: %w", t.ConversationID, err)
 	}
-	byID := make(map[int64]tasks.Task, len(all))
+	byID := make(map[int64]arbortype.Task, len(all))
 	for _, x := range all {
 		byID[x.ID] = x
 	}
@@ -31,7 +31,7 @@ func snapshot(ctx context.Context, e *tasks.Engine, id int64) (tasks.Task, map[i
 }
 
 // change writes one task's status change, "#6 browse: running → aborted".
-func change(w io.Writer, before map[int64]tasks.Task, after tasks.Task) {
+func change(w io.Writer, before map[int64]arbortype.Task, after arbortype.Task) {
 	was := "new"
 	if b, ok := before[after.ID]; ok {
 		was = string(b.Status)
@@ -43,7 +43,7 @@ func change(w io.Writer, before map[int64]tasks.Task, after tasks.Task) {
 // leaving out the tasks in reported. The conversation is read again after
 // the operation committed, so a change another client made in between is
 // listed too: the heading says so.
-func otherChanges(ctx context.Context, w io.Writer, e *tasks.Engine, conv string, before map[int64]tasks.Task, reported map[int64]bool) error {
+func otherChanges(ctx context.Context, w io.Writer, e *conn, conv string, before map[int64]arbortype.Task, reported map[int64]bool) error {
 	all, err := e.ConversationTasks(ctx, conv)
 	if err != nil {
 		return fmt.Errorf("read conversation %q after the change: %w", conv, err)

@@ -10,7 +10,7 @@ import (
 
 const checkHelp = `Usage: arbor check [CONVERSATION] [flags]
 
-Runs the invariant checker (DESIGN §4) over one conversation, or over every
+Runs the invariant checker (docs/design.md §4) over one conversation, or over every
 conversation of the schema when none is given, and lists each violation:
 the invariant's number, the conversation, the task and what is wrong.
 
@@ -52,7 +52,7 @@ func runCheck(ctx context.Context, db dbFlags, pos []string) ([]tasks.Violation,
 	if err != nil {
 		return nil, "", err
 	}
-	defer engine.Pool().Close()
+	defer engine.Close()
 	if len(pos) == 1 {
 		if _, err := requireConversation(ctx, engine, pos[0]); err != nil {
 			return nil, "", err
@@ -60,6 +60,6 @@ func runCheck(ctx context.Context, db dbFlags, pos []string) ([]tasks.Violation,
 		vs, err := engine.Check(ctx, pos[0])
 		return vs, fmt.Sprintf("conversation %s", pos[0]), err
 	}
-	vs, err := engine.CheckAll(ctx)
+	vs, err := engine.Check(ctx)
 	return vs, fmt.Sprintf("every conversation of schema %s", db.schema), err
 }

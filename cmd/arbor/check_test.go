@@ -41,7 +41,7 @@ func TestCheckFindsACorruptedDatabase(t *testing.T) {
 	r := b.arbor(t, "check", revivedConv)
 	r.fails(t, 1, fmt.Sprintf("check: 2 invariant violations (conversation %s)", revivedConv))
 	require.Equal(t, fmt.Sprintf(`invariant 1: conversation %[1]q task %[2]d: running with settled_at=%[3]s settle_seq=%[4]d
-invariant 8: conversation %[1]q task %[2]d: running without a token or a lease deadline
+invariant 8: conversation %[1]q task %[2]d: running without a token or a task lease deadline
 `, revivedConv, revived.ID, settledAt(t, b, revived.ID), b.get(t, revived.ID).SettleSeq), r.stdout)
 
 	r = b.arbor(t, "check", parentConv)

@@ -13,8 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/migrations"
-	"github.com/arborhq/arbor/store"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -51,11 +51,20 @@ func (f *dbFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
+// conn is an engine on a pool of the command's own, closed by Close.
+type conn struct {
+	*tasks.Engine
+	pool *pgxpool.Pool
+}
+
+// Close closes the pool.
+func (c *conn) Close() { c.pool.Close() }
+
 // engine connects and opens an engine on the schema. A schema that is not
 // at this build's version is reported by the migrations' own one-line
 // message, which says what to run, without the engine's prefix. The caller
-// closes the engine's pool.
-func (f *dbFlags) engine(ctx context.Context) (*tasks.Engine, error) {
+// closes it.
+func (f *dbFlags) engine(ctx context.Context) (*conn, error) {
 	pool, err := f.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -69,7 +78,7 @@ func (f *dbFlags) engine(ctx context.Context) (*tasks.Engine, error) {
 		}
 		return nil, err
 	}
-	return engine, nil
+	return &conn{Engine: engine, pool: pool}, nil
 }
 
 func newFlagSet(name, help string, stderr io.Writer) *flag.FlagSet {
@@ -155,21 +164,18 @@ func taskErr(op string, id int64, err error) error {
 var opNeeds = map[string]string{
 	"abort":  "live",
 	"cancel": "pending, running, waiting or sleeping",
-	"wake":   "waiting or sleeping",
+	"wake":   "sleeping",
 }
 
 // requireConversation fails unless the conversation exists: the engine
 // reads an unknown conversation as one without tasks, which would draw an
 // empty tree for a typo.
-func requireConversation(ctx context.Context, e *tasks.Engine, id string) (store.Conversation, error) {
-	c, err := e.Store().GetConversation(ctx, e.Pool(), id)
-	if store.IsNoRows(err) {
-		return c, fmt.Errorf("conversation %q not found in schema %s", id, e.Store().Schema())
+func requireConversation(ctx context.Context, e *conn, id string) (arbortype.Conversation, error) {
+	c, err := e.Conversation(ctx, id)
+	if errors.Is(err, tasks.ErrNotFound) {
+		return c, fmt.Errorf("conversation %q not found in schema %s", id, e.Config().Schema)
 	}
-	if err != nil {
-		return c, fmt.Errorf("read conversation %q: %w", id, err)
-	}
-	return c, nil
+	return c, err
 }
 
 // exitError carries an exit status other than 1.

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/migrations"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -179,7 +179,7 @@ func (d *demo) printTreeIfChanged() {
 }
 
 // waitFor polls the conversation until cond holds.
-func (d *demo) waitFor(what string, cond func(all []tasks.Task) bool) error {
+func (d *demo) waitFor(what string, cond func(all []arbortype.Task) bool) error {
 	for {
 		all, err := d.e.ConversationTasks(d.ctx, d.conv)
 		if err != nil {
@@ -196,7 +196,7 @@ func (d *demo) waitFor(what string, cond func(all []tasks.Task) bool) error {
 	}
 }
 
-func statusOf(all []tasks.Task, id int64) fsm.Status {
+func statusOf(all []arbortype.Task, id int64) arbortype.Status {
 	for _, t := range all {
 		if t.ID == id {
 			return t.Status
@@ -205,7 +205,7 @@ func statusOf(all []tasks.Task, id int64) fsm.Status {
 	return ""
 }
 
-func count(all []tasks.Task, kind string, status fsm.Status) int {
+func count(all []arbortype.Task, kind string, status arbortype.Status) int {
 	n := 0
 	for _, t := range all {
 		if t.Kind == kind && t.Status == status {
@@ -215,7 +215,7 @@ func count(all []tasks.Task, kind string, status fsm.Status) int {
 	return n
 }
 
-func (d *demo) turn(mode string) (tasks.Task, error) {
+func (d *demo) turn(mode string) (arbortype.Task, error) {
 	input, _ := json.Marshal(map[string]string{"mode": mode})
 	t, _, err := d.e.Create(d.ctx, tasks.CreateParams{ConversationID: d.conv, Kind: "chat_turn", Input: input})
 	return t, err
@@ -242,7 +242,7 @@ func (d *demo) run() error {
 	if err != nil {
 		return err
 	}
-	if err := d.waitFor("turn 1 to complete", func(all []tasks.Task) bool { return statusOf(all, t1.ID) == fsm.Completed }); err != nil {
+	if err := d.waitFor("turn 1 to complete", func(all []arbortype.Task) bool { return statusOf(all, t1.ID) == arbortype.StatusCompleted }); err != nil {
 		return err
 	}
 
@@ -251,7 +251,7 @@ func (d *demo) run() error {
 	if err != nil {
 		return err
 	}
-	if err := d.waitFor("the browsing to start", func(all []tasks.Task) bool { return count(all, "browse", fsm.Running) == 2 }); err != nil {
+	if err := d.waitFor("the browsing to start", func(all []arbortype.Task) bool { return count(all, "browse", arbortype.StatusRunning) == 2 }); err != nil {
 		return err
 	}
 	rep, err := d.e.Abort(d.ctx, t2.ID)
@@ -269,7 +269,7 @@ func (d *demo) run() error {
 	if err != nil {
 		return err
 	}
-	if err := d.waitFor("the long steps to run", func(all []tasks.Task) bool { return count(all, "long_step", fsm.Running) == 3 }); err != nil {
+	if err := d.waitFor("the long steps to run", func(all []arbortype.Task) bool { return count(all, "long_step", arbortype.StatusRunning) == 3 }); err != nil {
 		return err
 	}
 	time.Sleep(500 * time.Millisecond)
@@ -280,7 +280,7 @@ func (d *demo) run() error {
 	if _, err := d.startWorker("worker-2"); err != nil {
 		return err
 	}
-	if err := d.waitFor("turn 3 to complete", func(all []tasks.Task) bool { return statusOf(all, t3.ID) == fsm.Completed }); err != nil {
+	if err := d.waitFor("turn 3 to complete", func(all []arbortype.Task) bool { return statusOf(all, t3.ID) == arbortype.StatusCompleted }); err != nil {
 		return err
 	}
 	close(stop)

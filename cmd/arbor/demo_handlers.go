@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -41,7 +42,7 @@ func demoHandlers() map[string]machine.Handler {
 			if err := busy(ctx, run, 300*time.Millisecond); err != nil {
 				return err
 			}
-			return fmt.Errorf("%w: translation service rejected the text", tasks.ErrNonRetryable)
+			return fmt.Errorf("%w: translation service rejected the text", machine.ErrNonRetryable)
 		},
 		"rate_limited_api": func(ctx context.Context, run *machine.Run) error {
 			if run.Task.Phase == "backoff" {
@@ -56,8 +57,7 @@ func demoHandlers() map[string]machine.Handler {
 			if err != nil {
 				return err
 			}
-			_, err = run.Wait(ctx, ids, tasks.AllSettled, "browsing", nil)
-			return err
+			return run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.AllSettled, Phase: "browsing"})
 		},
 	}
 }
@@ -73,15 +73,13 @@ func chatTurn(ctx context.Context, run *machine.Run) error {
 		if err != nil {
 			return err
 		}
-		_, err = run.Wait(ctx, ids, tasks.AllSettled, "researching", nil)
-		return err
+		return run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.AllSettled, Phase: "researching"})
 	case in.Mode == "long" && run.Task.Phase == "":
 		ids, err := spawnAll(ctx, run, "long_step", "long_step", "long_step")
 		if err != nil {
 			return err
 		}
-		_, err = run.Wait(ctx, ids, tasks.AllSettled, "working", nil)
-		return err
+		return run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.AllSettled, Phase: "working"})
 	case in.Mode == "long", in.Mode == "research":
 		return run.Complete(ctx, json.RawMessage(`{"answer": "done"}`))
 	}
@@ -94,15 +92,13 @@ func chatTurn(ctx context.Context, run *machine.Run) error {
 		if err != nil {
 			return err
 		}
-		_, err = run.Wait(ctx, ids, tasks.AllSettled, "tools", nil)
-		return err
+		return run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.AllSettled, Phase: "tools"})
 	case "tools":
 		ids, err := spawnAll(ctx, run, "translate_en", "translate_fr", "translate_de")
 		if err != nil {
 			return err
 		}
-		_, err = run.Wait(ctx, ids, tasks.FailFast, "translating", nil)
-		return err
+		return run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.FailFast, Phase: "translating"})
 	case "translating":
 		waited, err := run.Waited(ctx)
 		if err != nil {
@@ -116,7 +112,7 @@ func chatTurn(ctx context.Context, run *machine.Run) error {
 		}
 		return run.Complete(ctx, json.RawMessage(fmt.Sprintf(`{"answer": "here is what I found", "translations": %d}`, done)))
 	}
-	return fmt.Errorf("%w: unknown phase %q", tasks.ErrNonRetryable, run.Task.Phase)
+	return fmt.Errorf("%w: unknown phase %q", machine.ErrNonRetryable, run.Task.Phase)
 }
 
 // spawnAll creates one child per kind, each with an idempotency key so a

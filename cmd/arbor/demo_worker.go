@@ -42,16 +42,16 @@ func cmdDemoWorker(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	defer pool.Close()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: db.schema, LeaseDuration: demoLease, Logger: logger})
+	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: db.schema, TaskLease: demoLease, Logger: logger})
 	if err != nil {
 		return err
 	}
 	runner, err := machine.NewRunner(engine, demoHandlers(), &machine.RunnerConfig{
-		NodeID:        *node,
-		LeaseDuration: demoLease,
-		PollInterval:  200 * time.Millisecond,
-		IdleRelease:   time.Second,
-		ShutdownGrace: 2 * time.Second,
+		NodeID:            *node,
+		ConversationLease: demoLease,
+		PollInterval:      200 * time.Millisecond,
+		IdleRelease:       time.Second,
+		ShutdownGrace:     2 * time.Second,
 		OnReconcile: func(rep reconcile.Report) {
 			if !rep.Empty() {
 				fmt.Fprintf(stdout, "reconcile on open: %s\n", rep)

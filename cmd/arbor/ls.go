@@ -8,7 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/tasks"
 )
 
 const lsHelp = `Usage: arbor ls [flags]
@@ -46,10 +47,10 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *limit < 0 {
 		return fmt.Errorf("ls: --limit %d is negative", *limit)
 	}
-	var statuses []fsm.Status
+	var statuses []arbortype.Status
 	if *statusFlag != "" {
 		for _, s := range strings.Split(*statusFlag, ",") {
-			st := fsm.Status(strings.TrimSpace(s))
+			st := arbortype.Status(strings.TrimSpace(s))
 			if !st.Live() {
 				return fmt.Errorf("ls: --status %q: give live statuses: pending, running, waiting, sleeping, completing", s)
 			}
@@ -60,13 +61,13 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer engine.Pool().Close()
+	defer engine.Close()
 	// One more than asked, to say whether the list was cut.
 	query := *limit
 	if query > 0 {
 		query++
 	}
-	convs, err := engine.Store().LiveConversations(ctx, engine.Pool(), statuses, query)
+	convs, err := engine.ListConversations(ctx, tasks.ListParams{Statuses: statuses, Limit: query})
 	if err != nil {
 		return fmt.Errorf("list conversations: %w", err)
 	}
@@ -78,7 +79,7 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		out := make([]lsEntry, 0, len(convs))
 		for _, c := range convs {
-			e := lsEntry{ID: c.ID, Holder: c.Owner, Epoch: c.Epoch, LeaseExpiresAt: c.LeaseExpiresAt, Live: map[string]int{}}
+			e := lsEntry{ID: c.ID, Holder: c.Holder, Epoch: c.Epoch, LeaseExpiresAt: c.LeaseExpiresAt, Live: map[string]int{}}
 			for st, n := range c.Live {
 				e.Live[string(st)] = n
 			}
@@ -90,7 +91,7 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "no conversation has live work")
 		return nil
 	}
-	live := []fsm.Status{fsm.Pending, fsm.Running, fsm.Waiting, fsm.Sleeping, fsm.Completing}
+	live := []arbortype.Status{arbortype.StatusPending, arbortype.StatusRunning, arbortype.StatusWaiting, arbortype.StatusSleeping, arbortype.StatusCompleting}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, "CONVERSATION\tLIVE")
 	for _, st := range live {
@@ -108,8 +109,8 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(tw, "\t%d", c.Live[st])
 		}
 		holder, deadline := "-", "-"
-		if c.Owner != "" {
-			holder = c.Owner
+		if c.Holder != "" {
+			holder = c.Holder
 		}
 		if c.LeaseExpiresAt != nil {
 			deadline = formatTime(c.LeaseExpiresAt)

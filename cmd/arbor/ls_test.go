@@ -7,7 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
 )
 
 func TestLs(t *testing.T) {
@@ -24,10 +25,9 @@ func TestLs(t *testing.T) {
 	other := b.create(t, turn.ID, "tool", false)
 	_, err := b.engine.WaitForChildren(b.ctx, turn.ID, turn.Token, tasksWait(tool.ID, other.ID))
 	require.NoError(t, err)
-	// The machines' leases are not written by this branch's engine: set the
-	// holder as a machine would.
+	// Name the holder and its deadline as a runner's node would have them.
 	_, err = b.pool.Exec(b.ctx, `UPDATE `+pgx.Identifier{b.schema, "conversations"}.Sanitize()+
-		` SET owner = 'node-7', epoch = 3, lease_expires_at = '2030-01-02T03:04:05Z' WHERE id = 'conv-a'`)
+		` SET holder = 'node-7', lease_expires_at = '2030-01-02T03:04:05Z' WHERE id = 'conv-a'`)
 	require.NoError(t, err)
 
 	b.conv = "conv-b"
@@ -66,11 +66,11 @@ conv-a        3     1        1        1        0         0           node-7  203
 	require.Len(t, entries, 2)
 	require.Equal(t, "conv-a", entries[0].ID)
 	require.Equal(t, "node-7", entries[0].Holder)
-	require.Equal(t, int64(3), entries[0].Epoch)
+	require.Equal(t, int64(1), entries[0].Epoch)
 	require.Equal(t, map[string]int{"pending": 1, "running": 1, "waiting": 1}, entries[0].Live)
 	require.Equal(t, map[string]int{"pending": 1}, entries[1].Live)
 }
 
-func tasksWait(ids ...int64) tasks.WaitParams {
-	return tasks.WaitParams{ChildIDs: ids, Policy: tasks.AllSettled, Phase: "waiting"}
+func tasksWait(ids ...int64) core.WaitParams {
+	return core.WaitParams{ChildIDs: ids, Policy: arbortype.AllSettled, Phase: "waiting"}
 }

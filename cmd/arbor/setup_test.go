@@ -17,6 +17,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -49,7 +52,7 @@ type bundle struct {
 	ctx    context.Context
 	pool   *pgxpool.Pool
 	schema string
-	engine *tasks.Engine
+	engine *enginetest.Engine
 	conv   string
 }
 
@@ -62,7 +65,7 @@ func setup(t *testing.T) *bundle {
 	ctx := context.Background()
 	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema})
 	require.NoError(t, err)
-	return &bundle{ctx: ctx, pool: pool, schema: schema, engine: engine, conv: testdb.Conversation(t)}
+	return &bundle{ctx: ctx, pool: pool, schema: schema, engine: enginetest.Wrap(engine), conv: testdb.Conversation(t)}
 }
 
 // result is what one run of the binary did.
@@ -128,7 +131,7 @@ func (r result) fails(t *testing.T, code int, want string) {
 	require.Contains(t, r.stderr, want)
 }
 
-func (b *bundle) create(t *testing.T, owner int64, kind string, background bool) tasks.Task {
+func (b *bundle) create(t *testing.T, owner int64, kind string, background bool) arbortype.Task {
 	t.Helper()
 	task, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: owner, Kind: kind,
 		Background: background, Input: json.RawMessage(fmt.Sprintf(`{"kind": %q}`, kind))})
@@ -137,14 +140,14 @@ func (b *bundle) create(t *testing.T, owner int64, kind string, background bool)
 	return task
 }
 
-func (b *bundle) start(t *testing.T, id int64) tasks.Task {
+func (b *bundle) start(t *testing.T, id int64) arbortype.Task {
 	t.Helper()
 	task, err := b.engine.Start(b.ctx, id)
 	require.NoError(t, err)
 	return task
 }
 
-func (b *bundle) get(t *testing.T, id int64) tasks.Task {
+func (b *bundle) get(t *testing.T, id int64) arbortype.Task {
 	t.Helper()
 	task, err := b.engine.Get(b.ctx, id)
 	require.NoError(t, err)
@@ -154,7 +157,7 @@ func (b *bundle) get(t *testing.T, id int64) tasks.Task {
 // requireInvariants runs the invariant checker over the whole schema.
 func (b *bundle) requireInvariants(t *testing.T) {
 	t.Helper()
-	vs, err := b.engine.CheckAll(b.ctx)
+	vs, err := b.engine.Check(b.ctx)
 	require.NoError(t, err)
 	require.Empty(t, vs)
 }
@@ -199,14 +202,14 @@ func (b *bundle) sampleTree(t *testing.T) {
 	_, err := b.engine.Complete(b.ctx, s.ID, s.Token, json.RawMessage(`{"hits": 3}`))
 	require.NoError(t, err)
 	d := b.start(t, docs.ID)
-	_, err = b.engine.Fail(b.ctx, d.ID, d.Token, tasks.TaskError{Message: "docs server returned 503"})
+	_, err = b.engine.Fail(b.ctx, d.ID, d.Token, arbortype.TaskError{Message: "docs server returned 503"})
 	require.NoError(t, err)
 	b.start(t, summary.ID)
-	w, err := b.engine.WaitForChildren(b.ctx, turn.ID, turn.Token, tasks.WaitParams{
-		ChildIDs: []int64{search.ID, docs.ID, approval.ID}, Policy: tasks.AllSettled,
+	w, err := b.engine.WaitForChildren(b.ctx, turn.ID, turn.Token, core.WaitParams{
+		ChildIDs: []int64{search.ID, docs.ID, approval.ID}, Policy: arbortype.AllSettled,
 		Phase: "gathering", State: json.RawMessage(`{"waiting_for": 3}`)})
 	require.NoError(t, err)
-	require.False(t, w.Satisfied)
+	require.False(t, w.Woken)
 
 	turn2 := b.start(t, b.create(t, 0, "chat_turn", false).ID)
 	agent := b.start(t, b.create(t, turn2.ID, "sub_agent", false).ID)

@@ -10,9 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/arborhq/arbor/fsm"
-	"github.com/arborhq/arbor/store"
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/arbortype"
 )
 
 const showHelp = `Usage: arbor show TASK [flags]
@@ -59,7 +57,7 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	defer engine.Pool().Close()
+	defer engine.Close()
 
 	t, err := engine.Get(ctx, id)
 	if err != nil {
@@ -69,7 +67,7 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return taskErr("show", id, err)
 	}
-	var owner *tasks.Task
+	var owner *arbortype.Task
 	if t.OwnerID != 0 {
 		o, err := engine.Get(ctx, t.OwnerID)
 		if err != nil {
@@ -84,7 +82,7 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 	if *asJSON {
 		doc := showDoc{Task: toJSON(t), Conversation: conversationJSON{
-			ID: conv.ID, Holder: conv.Owner, Epoch: conv.Epoch, LeaseExpiresAt: conv.LeaseExpiresAt}}
+			ID: conv.ID, Holder: conv.Holder, Epoch: conv.Epoch, LeaseExpiresAt: conv.LeaseExpiresAt}}
 		doc.Task.Children = []taskJSON{}
 		for _, c := range children {
 			doc.Task.Children = append(doc.Task.Children, toJSON(c))
@@ -98,7 +96,7 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return renderShow(stdout, t, owner, children, conv, time.Now())
 }
 
-func renderShow(w io.Writer, t tasks.Task, owner *tasks.Task, children []tasks.Task, conv store.Conversation, now time.Time) error {
+func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children []arbortype.Task, conv arbortype.Conversation, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
 
@@ -120,7 +118,7 @@ func renderShow(w io.Writer, t tasks.Task, owner *tasks.Task, children []tasks.T
 	row("retries", "%d of max_retries %d", t.Retries, t.MaxRetries)
 	row("abandon_on_restart", "%s", yesNo(t.AbandonOnRestart))
 	switch {
-	case t.WaitPolicy != "" && t.Status == fsm.Waiting:
+	case t.WaitPolicy != "" && t.Status == arbortype.StatusWaiting:
 		row("wait", "%s on %s", t.WaitPolicy, idList(t.WaitIDs))
 	case t.WaitPolicy != "":
 		row("wait", "none (its last wait: %s on %s)", t.WaitPolicy, idList(t.WaitIDs))
@@ -133,12 +131,12 @@ func renderShow(w io.Writer, t tasks.Task, owner *tasks.Task, children []tasks.T
 	} else {
 		row("run", "none (not running)")
 	}
-	if conv.Owner != "" {
+	if conv.Holder != "" {
 		state := "held"
 		if conv.LeaseExpiresAt != nil && conv.LeaseExpiresAt.Before(now) {
 			state = "expired"
 		}
-		row("holder", "%s (epoch %d, lease until %s, %s)", conv.Owner, conv.Epoch, formatTime(conv.LeaseExpiresAt), state)
+		row("holder", "%s (epoch %d, lease until %s, %s)", conv.Holder, conv.Epoch, formatTime(conv.LeaseExpiresAt), state)
 	} else {
 		row("holder", "none: no machine holds the conversation")
 	}

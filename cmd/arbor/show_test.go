@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -33,7 +34,7 @@ abandon_on_restart  no
 wait                all_settled on #2 #3 #4
 wake at             -
 run                 none (not running)
-holder              none: no machine holds the conversation
+holder              test (epoch 1, lease until TIME, held)
 idempotency key     -
 created             TIME
 started             TIME
@@ -89,7 +90,7 @@ children (4):
 	require.Equal(t, int64(8), doc.Task.Children[0].ID)
 	require.Equal(t, int64(6), doc.Owner.ID)
 	require.Equal(t, b.conv, doc.Conversation.ID)
-	require.Empty(t, doc.Conversation.Holder)
+	require.Equal(t, "test", doc.Conversation.Holder, "the test's lease")
 }
 
 func TestShowErrorHistory(t *testing.T) {
@@ -100,7 +101,7 @@ func TestShowErrorHistory(t *testing.T) {
 	require.NoError(t, err)
 	run, err := s.engine.Start(s.ctx, task.ID)
 	require.NoError(t, err)
-	_, err = s.engine.Fail(s.ctx, run.ID, run.Token, tasks.TaskError{Message: "first try broke"})
+	_, err = s.engine.Fail(s.ctx, run.ID, run.Token, arbortype.TaskError{Message: "first try broke"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		woken, err := s.engine.WakeSleeping(s.ctx, task.ID, 1)
@@ -108,7 +109,7 @@ func TestShowErrorHistory(t *testing.T) {
 	}, time.Minute, 5*time.Millisecond)
 	run, err = s.engine.Start(s.ctx, task.ID)
 	require.NoError(t, err)
-	_, err = s.engine.Fail(s.ctx, run.ID, run.Token, tasks.TaskError{Message: "second try broke"})
+	_, err = s.engine.Fail(s.ctx, run.ID, run.Token, arbortype.TaskError{Message: "second try broke"})
 	require.NoError(t, err)
 	out := s.arbor(t, "show", fmt.Sprint(task.ID)).ok(t).stdout
 	require.Contains(t, out, "error history (2 tries):")

@@ -1,14 +1,14 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arborhq/arbor/fsm"
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
 )
 
 // TestAbortChangesTheTree aborts the waiting turn of the sample tree: its
@@ -36,7 +36,7 @@ func TestAbortChangesTheTree(t *testing.T) {
         └── #8 browse [pending] attempt=0
 `, b.conv)
 	require.Equal(t, want, b.arbor(t, "tree", b.conv, "--no-age").ok(t).stdout)
-	require.Equal(t, fsm.Aborted, b.get(t, 1).Status)
+	require.Equal(t, arbortype.StatusAborted, b.get(t, 1).Status)
 	b.requireInvariants(t)
 
 	// A settled task cannot be aborted again; nothing changes.
@@ -51,7 +51,7 @@ func TestAbortReportsTheOwnerItWakes(t *testing.T) {
 	b := setup(t)
 	turn := b.start(t, b.create(t, 0, "chat_turn", false).ID)
 	tool := b.start(t, b.create(t, turn.ID, "tool", false).ID)
-	_, err := b.engine.WaitForChildren(b.ctx, turn.ID, turn.Token, tasks.WaitParams{ChildIDs: []int64{tool.ID}, Policy: tasks.AllSettled})
+	_, err := b.engine.WaitForChildren(b.ctx, turn.ID, turn.Token, core.WaitParams{ChildIDs: []int64{tool.ID}, Policy: arbortype.AllSettled})
 	require.NoError(t, err)
 
 	require.Equal(t, `abort #2 tool: settled 1 task, leaves first:
@@ -59,7 +59,7 @@ func TestAbortReportsTheOwnerItWakes(t *testing.T) {
 also changed in the conversation:
   #1 chat_turn: waiting → pending
 `, b.arbor(t, "abort", "2").ok(t).stdout)
-	require.Equal(t, fsm.Pending, b.get(t, turn.ID).Status)
+	require.Equal(t, arbortype.StatusPending, b.get(t, turn.ID).Status)
 	b.requireInvariants(t)
 }
 
@@ -71,7 +71,7 @@ func TestCancel(t *testing.T) {
 	// A completing task cannot be cancelled.
 	b.arbor(t, "cancel", "7").fails(t, 1, "cannot cancel task 7: it is completing")
 	b.arbor(t, "cancel", "6", "--result", "{not json").fails(t, 1, "--result is not valid JSON")
-	require.Equal(t, fsm.Running, b.get(t, 6).Status)
+	require.Equal(t, arbortype.StatusRunning, b.get(t, 6).Status)
 
 	// Cancelling the second turn aborts its subtree first.
 	require.Equal(t, `cancel #6 chat_turn:
@@ -81,7 +81,7 @@ also changed in the conversation:
   #8 browse: pending → orphaned
 `, b.arbor(t, "cancel", "6", "--result", `{"reason": "operator"}`).ok(t).stdout)
 	cancelled := b.get(t, 6)
-	require.Equal(t, fsm.Cancelled, cancelled.Status)
+	require.Equal(t, arbortype.StatusCancelled, cancelled.Status)
 	require.JSONEq(t, `{"reason": "operator"}`, string(cancelled.Result))
 	b.requireInvariants(t)
 }
@@ -91,21 +91,16 @@ func TestWake(t *testing.T) {
 	b := setup(t)
 	b.sampleTree(t)
 
-	b.arbor(t, "wake", "6").fails(t, 1, "cannot wake task 6: it is running (wake needs a task that is waiting or sleeping)")
-	require.Equal(t, "wake #1 chat_turn:\n  #1 chat_turn: waiting → pending\n", b.arbor(t, "wake", "1").ok(t).stdout)
-	require.Equal(t, fsm.Pending, b.get(t, 1).Status)
-	// The woken turn is pending again, with its wait still recorded.
-	show := b.arbor(t, "show", "1", "--json").ok(t).stdout
-	var doc struct {
-		Task struct {
-			Status     string  `json:"status"`
-			WaitPolicy string  `json:"wait_policy"`
-			WaitIDs    []int64 `json:"wait_ids"`
-		} `json:"task"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(show), &doc))
-	require.Equal(t, "pending", doc.Task.Status)
-	require.Equal(t, []int64{2, 3, 4}, doc.Task.WaitIDs)
-	// A task woken from a wait that is not satisfied is legal: no violation.
+	b.arbor(t, "wake", "6").fails(t, 1, "cannot wake task 6: it is running (wake needs a task that is sleeping)")
+	b.arbor(t, "wake", "1").fails(t, 1, "cannot wake task 1: it is waiting (wake needs a task that is sleeping)")
+	napper := b.start(t, b.create(t, 0, "napper", false).ID)
+	_, err := b.engine.SleepUntil(b.ctx, napper.ID, napper.Token, time.Now().Add(time.Hour), "napping", nil)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("wake #%[1]d napper:\n  #%[1]d napper: sleeping → pending\n", napper.ID),
+		b.arbor(t, "wake", fmt.Sprint(napper.ID)).ok(t).stdout)
+	woken := b.get(t, napper.ID)
+	require.Equal(t, arbortype.StatusPending, woken.Status)
+	require.Equal(t, "napping", woken.Phase, "it runs again from the sleep's phase")
+	require.Empty(t, b.engine.SleepViolations(t, b.ctx, b.conv), "its wake job went with the sleep")
 	b.requireInvariants(t)
 }

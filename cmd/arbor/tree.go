@@ -9,8 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/arborhq/arbor/fsm"
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/arbortype"
 )
 
 const treeHelp = `Usage: arbor tree CONVERSATION [flags]
@@ -52,7 +51,7 @@ func cmdTree(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	defer engine.Pool().Close()
+	defer engine.Close()
 	if _, err := requireConversation(ctx, engine, conv); err != nil {
 		return err
 	}
@@ -132,9 +131,9 @@ type treeDoc struct {
 
 // treeJSON nests a conversation's tasks (ascending id, so owners first)
 // under their owners.
-func treeJSON(conv string, all []tasks.Task) treeDoc {
-	children := map[int64][]tasks.Task{}
-	var roots []tasks.Task
+func treeJSON(conv string, all []arbortype.Task) treeDoc {
+	children := map[int64][]arbortype.Task{}
+	var roots []arbortype.Task
 	for _, t := range all {
 		if t.OwnerID == 0 {
 			roots = append(roots, t)
@@ -142,8 +141,8 @@ func treeJSON(conv string, all []tasks.Task) treeDoc {
 			children[t.OwnerID] = append(children[t.OwnerID], t)
 		}
 	}
-	var nest func(t tasks.Task) taskJSON
-	nest = func(t tasks.Task) taskJSON {
+	var nest func(t arbortype.Task) taskJSON
+	nest = func(t arbortype.Task) taskJSON {
 		j := toJSON(t)
 		for _, c := range children[t.ID] {
 			j.Children = append(j.Children, nest(c))
@@ -161,10 +160,10 @@ func treeJSON(conv string, all []tasks.Task) treeDoc {
 // kind, status, phase, attempt and age (relative to now; a zero now leaves
 // the age out, for output that does not change while nothing happens), what
 // a waiting task waits on, and a mark on background tasks.
-func renderTree(w io.Writer, conv string, all []tasks.Task, now time.Time) {
+func renderTree(w io.Writer, conv string, all []arbortype.Task, now time.Time) {
 	fmt.Fprintf(w, "conversation %s\n", conv)
-	children := map[int64][]tasks.Task{}
-	var roots []tasks.Task
+	children := map[int64][]arbortype.Task{}
+	var roots []arbortype.Task
 	for _, t := range all {
 		if t.OwnerID == 0 {
 			roots = append(roots, t)
@@ -175,8 +174,8 @@ func renderTree(w io.Writer, conv string, all []tasks.Task, now time.Time) {
 	if len(roots) == 0 {
 		fmt.Fprintln(w, "└── (no tasks)")
 	}
-	var walk func(t tasks.Task, prefix string, last bool)
-	walk = func(t tasks.Task, prefix string, last bool) {
+	var walk func(t arbortype.Task, prefix string, last bool)
+	walk = func(t arbortype.Task, prefix string, last bool) {
 		branch, next := "├── ", "│   "
 		if last {
 			branch, next = "└── ", "    "
@@ -193,7 +192,7 @@ func renderTree(w io.Writer, conv string, all []tasks.Task, now time.Time) {
 }
 
 // describe is one task's line of the tree; kids are its children.
-func describe(t tasks.Task, kids []tasks.Task, now time.Time) string {
+func describe(t arbortype.Task, kids []arbortype.Task, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "#%d %s [%s]", t.ID, t.Kind, t.Status)
 	if t.Phase != "" {
@@ -207,9 +206,9 @@ func describe(t tasks.Task, kids []tasks.Task, now time.Time) string {
 		fmt.Fprintf(&b, " age=%s", humanDuration(now.Sub(t.CreatedAt)))
 	}
 	switch t.Status {
-	case fsm.Waiting:
+	case arbortype.StatusWaiting:
 		fmt.Fprintf(&b, " waits %s on %s", t.WaitPolicy, idList(t.WaitIDs))
-	case fsm.Completing:
+	case arbortype.StatusCompleting:
 		var live []int64
 		for _, c := range kids {
 			if c.Status.Live() && !c.Background {
@@ -217,7 +216,7 @@ func describe(t tasks.Task, kids []tasks.Task, now time.Time) string {
 			}
 		}
 		fmt.Fprintf(&b, " holds its result, waits on %s", idList(live))
-	case fsm.Sleeping:
+	case arbortype.StatusSleeping:
 		fmt.Fprintf(&b, " wakes at %s", formatTime(t.WakeAt))
 	}
 	if t.Background {

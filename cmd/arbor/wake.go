@@ -5,16 +5,16 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/arborhq/arbor/fsm"
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/arbortype"
 )
 
 const wakeHelp = `Usage: arbor wake TASK [flags]
 
-Wakes a waiting or sleeping task now: it becomes pending, and the machine
-holding its conversation runs it again from its saved phase and state. A
-waiting task is woken whether or not its wait is satisfied: its handler
-reads its children and decides. Any other status is refused.
+Wakes a sleeping task now (a sleep, or a retry's backoff), as the library's
+WakeNow does: it becomes pending, its wake job is removed, and the runner
+holding its conversation runs it again from its saved phase and state. Any
+other status is refused: a waiting task wakes when its children satisfy its
+wait (abort or cancel a child to end it sooner).
 
 Example:
   arbor wake 42
@@ -32,20 +32,15 @@ func cmdWake(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	defer engine.Pool().Close()
+	defer engine.Close()
 	t, before, err := snapshot(ctx, engine, id)
 	if err != nil {
 		return err
 	}
-	// A sleep ends through WakeNow (the user's early wake, which also removes
-	// its River job); a wait has no early-wake operation of its own, so it
-	// takes the operator's wake edge.
-	var woken tasks.Task
-	if t.Status == fsm.Sleeping {
-		woken, err = engine.WakeNow(ctx, id)
-	} else {
-		woken, err = engine.Transition(ctx, id, fsm.Wake)
+	if t.Status != arbortype.StatusSleeping {
+		return fmt.Errorf("cannot wake task %d: it is %s (wake needs a task that is %s)", id, t.Status, opNeeds["wake"])
 	}
+	woken, err := engine.WakeNow(ctx, id)
 	if err != nil {
 		return taskErr("wake", id, err)
 	}

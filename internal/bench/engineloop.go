@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -23,14 +25,16 @@ const (
 	idleBackoffMax   = 20 * time.Millisecond
 )
 
-// engineLoop stands in for the node runner until issue 5 lands: workers
-// goroutines claim pending tasks in batches with Engine.Claim and pass each
+// engineLoop is the engine-loop reference line: no runner, no leases;
+// workers goroutines claim pending tasks in batches (the store's unfenced
+// claim, which only this reference line uses) and pass each
 // claimed batch to handle (see eachTask and batchTx). It returns when done
 // is closed, when ctx ends (its error) or when a handler fails (that
 // error). A runner-based variant of a scenario replaces the whole loop, not
 // the handlers' meaning: same tasks, same outcome.
 func engineLoop(ctx context.Context, eng *tasks.Engine, workers, batch int, done <-chan struct{},
-	handle func(ctx context.Context, claimed []tasks.Task) error) error {
+	handle func(ctx context.Context, claimed []arbortype.Task) error) error {
+	c := core.Of(eng)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup
@@ -45,7 +49,7 @@ func engineLoop(ctx context.Context, eng *tasks.Engine, workers, batch int, done
 					return
 				default:
 				}
-				claimed, err := eng.Claim(ctx, tasks.ClaimParams{Limit: batch})
+				claimed, err := c.Store.ClaimTasksUnfenced(ctx, c.Pool, batch, arbortype.StatusRunning, c.Cfg.TaskLease)
 				if err != nil {
 					cancel(err)
 					return
@@ -81,8 +85,8 @@ func engineLoop(ctx context.Context, eng *tasks.Engine, workers, batch int, done
 
 // eachTask runs fn on every claimed task in turn: each engine operation in
 // a transaction of its own, as arbor's pool forms do.
-func eachTask(fn func(ctx context.Context, t tasks.Task) error) func(context.Context, []tasks.Task) error {
-	return func(ctx context.Context, claimed []tasks.Task) error {
+func eachTask(fn func(ctx context.Context, t arbortype.Task) error) func(context.Context, []arbortype.Task) error {
+	return func(ctx context.Context, claimed []arbortype.Task) error {
 		for _, t := range claimed {
 			if err := fn(ctx, t); err != nil {
 				return err
@@ -103,10 +107,10 @@ const batchTxRetries = 5
 // the same order and cannot deadlock on them. This is the "what if the
 // runner batched its commits" variant: the engine's SQL per task is
 // unchanged, only the commits are shared.
-func batchTx(pool *pgxpool.Pool, fn func(ctx context.Context, tx pgx.Tx, t tasks.Task) error) func(context.Context, []tasks.Task) error {
-	return func(ctx context.Context, claimed []tasks.Task) error {
+func batchTx(pool *pgxpool.Pool, fn func(ctx context.Context, tx pgx.Tx, t arbortype.Task) error) func(context.Context, []arbortype.Task) error {
+	return func(ctx context.Context, claimed []arbortype.Task) error {
 		sorted := slices.Clone(claimed)
-		slices.SortFunc(sorted, func(a, b tasks.Task) int {
+		slices.SortFunc(sorted, func(a, b arbortype.Task) int {
 			return cmp.Or(cmp.Compare(a.ConversationID, b.ConversationID), cmp.Compare(a.ID, b.ID))
 		})
 		return inTx(ctx, pool, func(tx pgx.Tx) error {
@@ -160,4 +164,14 @@ feed:
 	close(next)
 	wg.Wait()
 	return context.Cause(ctx)
+}
+
+// completeTask completes a claimed task through the engine, in tx when not
+// nil (a batch's transaction), else in a transaction of its own.
+func completeTask(ctx context.Context, eng *tasks.Engine, tx pgx.Tx, t arbortype.Task) (arbortype.Task, error) {
+	c := core.Of(eng)
+	if tx != nil {
+		return core.Savepoint(ctx, tx, func(tx pgx.Tx) (arbortype.Task, error) { return c.Complete(ctx, tx, t.ID, t.Token, nil) })
+	}
+	return core.Tx(ctx, c, func(tx pgx.Tx) (arbortype.Task, error) { return c.Complete(ctx, tx, t.ID, t.Token, nil) })
 }

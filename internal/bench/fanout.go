@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -63,26 +65,19 @@ func fanoutArbor(ctx context.Context, env *Env, size Size, batched bool) (Measur
 		}
 	}
 	// complete completes a child or a woken parent, in tx when not nil.
-	complete := func(ctx context.Context, tx pgx.Tx, t tasks.Task) error {
-		var err error
-		if tx == nil {
-			_, err = eng.Complete(ctx, t.ID, t.Token, nil)
-		} else {
-			_, err = eng.CompleteTx(ctx, tx, t.ID, t.Token, nil)
-		}
+	complete := func(ctx context.Context, tx pgx.Tx, t arbortype.Task) error {
+		_, err := completeTask(ctx, eng, tx, t)
 		return err
 	}
-	handle := func(ctx context.Context, claimed []tasks.Task) error {
-		var rest []tasks.Task
+	handle := func(ctx context.Context, claimed []arbortype.Task) error {
+		var rest []arbortype.Task
 		for _, t := range claimed {
 			switch {
 			case t.Kind == "parent" && t.Phase == "":
-				satisfied, err := spawnAndWait(ctx, env, eng, t, size.C)
-				if err != nil {
+				// A wait found satisfied wakes the parent at once: the loop
+				// claims it again, in its waiting phase, and completes it.
+				if err := spawnAndWait(ctx, env, eng, t, size.C); err != nil {
 					return err
-				}
-				if satisfied {
-					rest = append(rest, t)
 				}
 			case t.Kind == "parent" && t.Phase == phaseWaiting, t.Kind == "child":
 				rest = append(rest, t)
@@ -94,7 +89,7 @@ func fanoutArbor(ctx context.Context, env *Env, size Size, batched bool) (Measur
 		if batched && len(rest) > 0 {
 			err = batchTx(env.Pool, complete)(ctx, rest)
 		} else {
-			err = eachTask(func(ctx context.Context, t tasks.Task) error { return complete(ctx, nil, t) })(ctx, rest)
+			err = eachTask(func(ctx context.Context, t arbortype.Task) error { return complete(ctx, nil, t) })(ctx, rest)
 		}
 		if err != nil {
 			return err
@@ -117,11 +112,10 @@ func fanoutArbor(ctx context.Context, env *Env, size Size, batched bool) (Measur
 }
 
 // spawnAndWait creates c children of the running parent t and parks t on
-// them, in one transaction. It reports whether the wait was already
-// satisfied (then t is still running and must complete).
-func spawnAndWait(ctx context.Context, env *Env, eng *tasks.Engine, t tasks.Task, c int) (bool, error) {
-	var satisfied bool
-	err := pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
+// them, in one transaction.
+func spawnAndWait(ctx context.Context, env *Env, eng *tasks.Engine, t arbortype.Task, c int) error {
+	ce := core.Of(eng)
+	return pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
 		ids := make([]int64, c)
 		for i := range ids {
 			child, _, err := eng.CreateTx(ctx, tx, tasks.CreateParams{
@@ -131,12 +125,10 @@ func spawnAndWait(ctx context.Context, env *Env, eng *tasks.Engine, t tasks.Task
 			}
 			ids[i] = child.ID
 		}
-		res, err := eng.WaitForChildrenTx(ctx, tx, t.ID, t.Token, tasks.WaitParams{
-			ChildIDs: ids, Policy: tasks.AllSettled, Phase: phaseWaiting})
-		satisfied = res.Satisfied
+		_, err := ce.WaitForChildren(ctx, tx, t.ID, t.Token, core.WaitParams{
+			ChildIDs: ids, Policy: arbortype.AllSettled, Phase: phaseWaiting})
 		return err
 	})
-	return satisfied, err
 }
 
 // fanoutDBOS runs the same tree in DBOS Transact Go, in the bench/dbos

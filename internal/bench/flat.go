@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -77,19 +78,19 @@ func flatArbor(ctx context.Context, env *Env, size Size, batched bool) (Measurem
 		}
 	}
 	// The no-op handler: nothing to do but complete.
-	handle := eachTask(func(ctx context.Context, t tasks.Task) error {
-		if _, err := eng.Complete(ctx, t.ID, t.Token, nil); err != nil {
+	handle := eachTask(func(ctx context.Context, t arbortype.Task) error {
+		if _, err := completeTask(ctx, eng, nil, t); err != nil {
 			return err
 		}
 		count(1)
 		return nil
 	})
 	if batched {
-		complete := batchTx(env.Pool, func(ctx context.Context, tx pgx.Tx, t tasks.Task) error {
-			_, err := eng.CompleteTx(ctx, tx, t.ID, t.Token, nil)
+		complete := batchTx(env.Pool, func(ctx context.Context, tx pgx.Tx, t arbortype.Task) error {
+			_, err := completeTask(ctx, eng, tx, t)
 			return err
 		})
-		handle = func(ctx context.Context, claimed []tasks.Task) error {
+		handle = func(ctx context.Context, claimed []arbortype.Task) error {
 			if err := complete(ctx, claimed); err != nil {
 				return err
 			}

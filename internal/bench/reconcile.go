@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/reconcile"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -51,7 +52,7 @@ func runningTree(ctx context.Context, env *Env, size Size) (*tasks.Engine, time.
 }
 
 // reconcileArbor times the transaction a runner opens a conversation with
-// (machine.Runner's open): store.TakeConversation and reconcile.OnOpen, one
+// (machine.Runner's open): the lease UPDATE and reconcile.OnOpen, one
 // commit. Every task must come back requeued: pending, attempt 1, no token.
 func reconcileArbor(ctx context.Context, env *Env, size Size) (Measurement, error) {
 	eng, built, err := runningTree(ctx, env, size)
@@ -63,12 +64,13 @@ func reconcileArbor(ctx context.Context, env *Env, size Size) (Measurement, erro
 	if err != nil {
 		return Measurement{}, err
 	}
+	c := core.Of(eng)
 	err = pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
-		if _, err := eng.Store().TakeConversation(ctx, tx, reconcileConv, "bench-node", time.Minute); err != nil {
+		if _, err := c.TakeLease(ctx, tx, reconcileConv, "bench-node", time.Minute); err != nil {
 			return fmt.Errorf("take conversation: %w", err)
 		}
 		var err error
-		rep, err = reconcile.OnOpen(ctx, eng, tx, reconcileConv)
+		rep, err = reconcile.OnOpen(ctx, c, tx, reconcileConv)
 		return err
 	})
 	if err != nil {

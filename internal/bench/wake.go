@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -17,8 +17,6 @@ import (
 // stays well under half a minute.
 
 const (
-	// wakeConversations is how many conversations the sleeps spread over.
-	wakeConversations = 50
 	// wakeMin: each sleep is due wakeMin + U[0, env.WakeSpread) after its
 	// sleep commits.
 	wakeMin = 100 * time.Millisecond
@@ -95,7 +93,7 @@ func wakeLateness(ctx context.Context, env *Env, size Size, timers bool) (Measur
 		if err != nil {
 			return Measurement{}, err
 		}
-		if t.Status == fsm.Pending {
+		if t.Status == arbortype.StatusPending {
 			break
 		}
 		select {
@@ -118,7 +116,7 @@ func wakeLateness(ctx context.Context, env *Env, size Size, timers bool) (Measur
 		if env.WakeSpread > 0 {
 			d += rand.N(env.WakeSpread)
 		}
-		t, err := sleepFor(ctx, eng, fmt.Sprintf("wake-%d", i%wakeConversations), "sleeper", d)
+		t, err := sleepFor(ctx, eng, fmt.Sprintf("wake-%d", i), "sleeper", d)
 		if err != nil {
 			return err
 		}
@@ -180,14 +178,24 @@ func wakeLateness(ctx context.Context, env *Env, size Size, timers bool) (Measur
 }
 
 // sleepFor creates a root task in conv, starts it and puts it to sleep for d.
-func sleepFor(ctx context.Context, eng *tasks.Engine, conv, kind string, d time.Duration) (tasks.Task, error) {
+func sleepFor(ctx context.Context, eng *tasks.Engine, conv, kind string, d time.Duration) (arbortype.Task, error) {
 	t, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: kind})
 	if err != nil {
-		return tasks.Task{}, err
+		return arbortype.Task{}, err
 	}
-	t, err = eng.Start(ctx, t.ID)
+	lease, err := machine.AcquireLease(ctx, eng, conv, &machine.LeaseConfig{Holder: "bench"})
 	if err != nil {
-		return tasks.Task{}, err
+		return arbortype.Task{}, err
 	}
-	return eng.SleepUntil(ctx, t.ID, t.Token, time.Now().Add(d), "bench", nil)
+	run, err := lease.Start(ctx, t.ID)
+	if err != nil {
+		return arbortype.Task{}, err
+	}
+	if err := run.SleepUntil(ctx, time.Now().Add(d), "bench", nil); err != nil {
+		return arbortype.Task{}, err
+	}
+	if err := lease.Release(ctx); err != nil {
+		return arbortype.Task{}, err
+	}
+	return eng.Get(ctx, t.ID)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -71,7 +72,7 @@ func flatSetBased(ctx context.Context, env *Env, size Size) (Measurement, error)
 
 	var completed atomic.Int64
 	done := make(chan struct{})
-	err = engineLoop(ctx, eng, env.Conns, env.ClaimBatch, done, func(ctx context.Context, claimed []tasks.Task) error {
+	err = engineLoop(ctx, eng, env.Conns, env.ClaimBatch, done, func(ctx context.Context, claimed []arbortype.Task) error {
 		ids := make([]int64, len(claimed))
 		tokens := make([]int64, len(claimed))
 		for i, t := range claimed {

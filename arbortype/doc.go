@@ -1,0 +1,9 @@
+// Package arbortype holds the types of arbor's rows, as its packages return
+// them: a task ([Task]) with its recorded error ([TaskError]) and failed-try
+// history ([FailedTry]), its status ([Status]) and wait policy
+// ([WaitPolicy]), and a conversation ([Conversation]).
+//
+// It imports nothing of arbor's, so any package — yours, a test helper, a
+// UI — can name these types without pulling in the engine or the runner, as
+// River's rivertype does for River.
+package arbortype

@@ -1,0 +1,120 @@
+package arbortype
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Task is one task: a row of arbor's tasks table, as it was when read.
+type Task struct {
+	// ID is the task's id. Ids grow: an owner's id is always smaller than
+	// its children's, so ascending id order is ancestors first.
+	ID int64
+	// ConversationID is the conversation the task belongs to; it never
+	// changes, and owner and child always share it.
+	ConversationID string
+	// OwnerID is the task that created this one; 0 for a root task.
+	OwnerID int64
+	// Kind names the handler that runs the task.
+	Kind string
+	// Status is where the task is in its life (see [Status]).
+	Status Status
+	// Background is set on a child that neither holds its owner in
+	// completing nor is reached by its owner's abort.
+	Background bool
+	// Input is the JSON the task was created with; nil for none.
+	Input json.RawMessage
+	// Phase and State are the task's checkpoint, replaced as a whole by each
+	// checkpoint (and by a wait or a sleep). A handler resumes from them.
+	Phase string
+	State json.RawMessage
+	// Result is the JSON a completed (or completing, or cancelled) task
+	// recorded; nil for none.
+	Result json.RawMessage
+	// Error is the recorded error of a failed task (or the last failure of
+	// a task being retried, or why recovery settled it); nil for none.
+	Error *TaskError
+	// Attempt counts the recoveries of the task after its holder died
+	// (from 0). Resuming after a wait or a sleep does not count.
+	Attempt int
+	// RestartLimit is how many recoveries the task survives; the next one
+	// fails it with code "restart_limit_exceeded".
+	RestartLimit int
+	// AbandonOnRestart marks a task that is never run twice: recovery
+	// settles it cancelled (code "abandoned_on_restart") instead.
+	AbandonOnRestart bool
+	// AbortRequested is set on every task an abort reaches; such a task is
+	// never started again and takes no new child.
+	AbortRequested bool
+	// WaitPolicy and WaitIDs are the task's last wait on its children: kept
+	// after it woke, so that the resumed handler can read their outcomes.
+	WaitPolicy WaitPolicy
+	WaitIDs    []int64
+	// WakeAt is the time of the task's current (or last) sleep; nil if it
+	// never slept.
+	WakeAt *time.Time
+	// SleepSeq numbers the task's sleeps (and retries' backoffs) from 1.
+	SleepSeq int64
+	// MaxRetries is how many times a failed run is retried; Retries how
+	// many times it was.
+	MaxRetries int
+	Retries    int
+	// RetryBackoffBase and RetryBackoffCap are the task's backoff between
+	// retries: retry n (from 0) waits min(cap, base·2ⁿ), jittered into its
+	// upper half.
+	RetryBackoffBase time.Duration
+	RetryBackoffCap  time.Duration
+	// ErrorHistory holds the task's failed runs, oldest first; the engine
+	// keeps the newest few (its ErrorHistoryLimit).
+	ErrorHistory []FailedTry
+	// WakeJobID is the River job that wakes the task from its current (or
+	// last) sleep; 0 if it never slept.
+	WakeJobID int64
+	// Token is the fencing token of the current run of a running task: every
+	// write of that run names it, and a write with any other token is
+	// refused. 0 when the task is not running.
+	Token int64
+	// Epoch is the conversation lease epoch the current run started under;
+	// 0 when the task is not running.
+	Epoch int64
+	// LeaseExpiresAt is the current run's task lease deadline, by the
+	// database's clock; nil when the task is not running.
+	LeaseExpiresAt *time.Time
+	// IdempotencyKey is the key the task was created with; "" for none.
+	IdempotencyKey string
+	// SettleSeq orders the settles of a conversation's tasks (children
+	// before their owners); 0 while the task is live.
+	SettleSeq int64
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// StartedAt is when the task first ran; nil if it never did.
+	StartedAt *time.Time
+	// SettledAt is when the task settled; nil while it is live.
+	SettledAt *time.Time
+}
+
+// TaskError is the recorded error of a failed (or retried) task.
+type TaskError struct {
+	// Code is a short machine-readable cause set by arbor, such as
+	// "restart_limit_exceeded", "abandoned_on_restart", "unknown_kind" or
+	// "panic"; empty for an error the handler returned.
+	Code string `json:"code,omitempty"`
+	// Message is the error's text, truncated to the engine's limit.
+	Message string `json:"message"`
+	// Detail is optional JSON attached to the error (a panic's stack).
+	Detail json.RawMessage `json:"detail,omitempty"`
+	// NonRetryable makes a failure final even when the task has retries
+	// left.
+	NonRetryable bool `json:"non_retryable,omitempty"`
+}
+
+// FailedTry is one entry of a task's error history: a run that failed.
+type FailedTry struct {
+	// Try is the run that failed, from 1: the task's retries + 1 then.
+	Try int `json:"try"`
+	// At is when the failure was recorded, by the database's clock.
+	At           time.Time `json:"at"`
+	Code         string    `json:"code,omitempty"`
+	Message      string    `json:"message"`
+	NonRetryable bool      `json:"non_retryable,omitempty"`
+}

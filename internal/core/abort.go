@@ -1,0 +1,71 @@
+package core
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/store"
+)
+
+// AbortReport says what an abort settled.
+type AbortReport struct {
+	// Settled are the tasks the abort settled, leaves first (the order their
+	// settles were recorded in); the target, when it was live, is last.
+	Settled []Task
+}
+
+// Abort aborts taskID with every live foreground descendant (docs/design.md
+// §3.6), leaves first, the target last, then reconciles the target's owner.
+func (e *Engine) Abort(ctx context.Context, tx pgx.Tx, taskID int64) (AbortReport, error) {
+	t, err := e.lockConversationOf(ctx, tx, taskID)
+	if err != nil {
+		return AbortReport{}, errorf("abort", taskID, err)
+	}
+	if t.Status.Settled() {
+		return AbortReport{}, errorf("abort", taskID, transitionError(taskID, t.Status, fsm.Abort))
+	}
+	nodes, err := e.abortSubtrees(ctx, tx, []int64{taskID})
+	if err != nil {
+		return AbortReport{}, errorf("abort", taskID, err)
+	}
+	rep := AbortReport{Settled: reversed(nodes)}
+	target := rep.Settled[len(rep.Settled)-1]
+	if err := e.reconcileOwner(ctx, tx, target); err != nil {
+		return AbortReport{}, errorf("abort", taskID, err)
+	}
+	return rep, nil
+}
+
+// AbortConversation aborts every live task of a conversation, background
+// tasks included, leaves first.
+func (e *Engine) AbortConversation(ctx context.Context, tx pgx.Tx, conversationID string) (AbortReport, error) {
+	if err := checkText("conversation id", conversationID, true); err != nil {
+		return AbortReport{}, fmt.Errorf("abort conversation: %w", err)
+	}
+	if _, err := e.Store.LockConversation(ctx, tx, conversationID); err != nil {
+		if store.IsNoRows(err) {
+			err = ErrNotFound
+		}
+		return AbortReport{}, fmt.Errorf("abort conversation %q: %w", conversationID, err)
+	}
+	nodes, err := e.Store.LockLiveConversationTasks(ctx, tx, conversationID)
+	if err != nil {
+		return AbortReport{}, fmt.Errorf("abort conversation %q: %w", conversationID, err)
+	}
+	settled, err := e.abortLocked(ctx, tx, nodes)
+	if err != nil {
+		return AbortReport{}, fmt.Errorf("abort conversation %q: %w", conversationID, err)
+	}
+	return AbortReport{Settled: reversed(settled)}, nil
+}
+
+func reversed(ts []Task) []Task {
+	out := make([]Task, len(ts))
+	for i, t := range ts {
+		out[len(ts)-1-i] = t
+	}
+	return out
+}

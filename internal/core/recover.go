@@ -1,0 +1,123 @@
+package core
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/store"
+)
+
+// Recovery primitives, for package reconcile, which decides what to apply.
+// Each runs inside the caller's transaction, which must already hold the
+// conversation's row lock (as the transaction that takes a conversation's
+// lease does), and without a savepoint: recovery applies whole or not at all.
+
+// Failure codes recorded by recovery and by the runner.
+const (
+	CodeRestartLimitExceeded = "restart_limit_exceeded"
+	CodeAbandonedOnRestart   = "abandoned_on_restart"
+	CodeUnknownKind          = "unknown_kind"
+	CodePanic                = "panic"
+)
+
+// RequeueMany puts the running tasks among ids, whose holder died, back to
+// pending with attempt + 1 (phase and state kept), in one statement. It
+// returns the ids it requeued (a task no longer running is left out).
+func (e *Engine) RequeueMany(ctx context.Context, tx pgx.Tx, ids []int64) ([]int64, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	// Every row the statement moves is running (its WHERE says so): one
+	// edge, checked once.
+	to, err := fsm.Transition(arbortype.StatusRunning, fsm.Recover)
+	if err != nil {
+		return nil, err
+	}
+	moved, err := e.Store.RecoverTasks(ctx, tx, ids, to)
+	if err != nil {
+		return nil, fmt.Errorf("requeue %d tasks: %w", len(ids), mapDBError(err))
+	}
+	return moved, nil
+}
+
+// Abandon settles a task that must never be re-run after a crash
+// (abandon_on_restart) as cancelled, with the error code
+// "abandoned_on_restart": its live foreground children are aborted first and
+// its owner is reconciled, as a user's cancel does.
+func (e *Engine) Abandon(ctx context.Context, tx pgx.Tx, taskID int64) (Task, error) {
+	t, err := e.lockConversationOf(ctx, tx, taskID)
+	if err != nil {
+		return Task{}, errorf("abandon", taskID, err)
+	}
+	if _, err := fsm.Transition(t.Status, fsm.Cancel); err != nil {
+		return Task{}, errorf("abandon", taskID, transitionError(taskID, t.Status, fsm.Cancel))
+	}
+	if err := e.abortForegroundChildren(ctx, tx, t); err != nil {
+		return Task{}, errorf("abandon", taskID, err)
+	}
+	abandoned, err := e.settle(ctx, tx, t, fsm.Cancel, nil, &TaskError{
+		Code: CodeAbandonedOnRestart, Message: "abandoned on restart: the task must not run twice", NonRetryable: true})
+	if err != nil {
+		return Task{}, errorf("abandon", taskID, err)
+	}
+	return abandoned, nil
+}
+
+// ForceFail fails a pending or running task without a runner's token and
+// without a retry (recovery past the restart limit, a handler kind unknown
+// past its grace period): its live foreground children are aborted first
+// and its owner is reconciled.
+func (e *Engine) ForceFail(ctx context.Context, tx pgx.Tx, taskID int64, taskErr TaskError) (Task, error) {
+	taskErr.NonRetryable = true
+	return e.Fail(ctx, tx, taskID, nil, taskErr)
+}
+
+// RepairWait re-evaluates the wait of a waiting task from scratch and
+// applies it (fail_fast aborts, wake). It reports whether the task woke.
+// Every settle applies waits in its own transaction, so this finds nothing
+// to do unless a wait was written by something other than the engine.
+func (e *Engine) RepairWait(ctx context.Context, tx pgx.Tx, taskID int64) (bool, error) {
+	t, err := e.Store.LockTask(ctx, tx, taskID)
+	if err != nil {
+		return false, errorf("repair wait", taskID, mapNotFound(err))
+	}
+	if t.Status != arbortype.StatusWaiting {
+		return false, nil
+	}
+	woken, err := e.applyWait(ctx, tx, t, nil)
+	if err != nil {
+		return false, errorf("repair wait", taskID, err)
+	}
+	return woken, nil
+}
+
+// RepairCompleting completes a completing task whose foreground children
+// are all settled (and reconciles its owner). It reports whether it did.
+func (e *Engine) RepairCompleting(ctx context.Context, tx pgx.Tx, taskID int64) (bool, error) {
+	t, err := e.Store.LockTask(ctx, tx, taskID)
+	if err != nil {
+		return false, errorf("repair completing", taskID, mapNotFound(err))
+	}
+	if t.Status != arbortype.StatusCompleting {
+		return false, nil
+	}
+	live, err := e.Store.HasLiveForegroundChildren(ctx, tx, taskID)
+	if err != nil || live {
+		return false, err
+	}
+	if _, err := e.settle(ctx, tx, t, fsm.Complete, nil, nil); err != nil {
+		return false, errorf("repair completing", taskID, err)
+	}
+	return true, nil
+}
+
+func mapNotFound(err error) error {
+	if err != nil && store.IsNoRows(err) {
+		return ErrNotFound
+	}
+	return err
+}

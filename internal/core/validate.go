@@ -1,0 +1,62 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// checkJSON refuses a document that is malformed, over the payload limit, or
+// that jsonb cannot store (a \u0000 escape). An empty document means none.
+func (e *Engine) checkJSON(field string, doc json.RawMessage) error {
+	if len(doc) == 0 {
+		return nil
+	}
+	if len(doc) > e.Cfg.MaxPayloadBytes {
+		return fmt.Errorf("%s is %d bytes, over the limit of %d: %w", field, len(doc), e.Cfg.MaxPayloadBytes, ErrPayloadTooLarge)
+	}
+	if !json.Valid(doc) {
+		return fmt.Errorf("%s: %w", field, ErrInvalidJSON)
+	}
+	if bytes.Contains(doc, []byte(`\u0000`)) {
+		return fmt.Errorf("%s contains \\u0000, which PostgreSQL's jsonb cannot store: %w", field, ErrInvalidJSON)
+	}
+	return nil
+}
+
+// checkText refuses a text that PostgreSQL cannot store or that is over
+// limit; required refuses an empty one too.
+func checkText(field, s string, required bool) error {
+	switch {
+	case required && s == "":
+		return fmt.Errorf("%s is empty: %w", field, ErrInvalidArgument)
+	case len(s) > maxTextBytes:
+		return fmt.Errorf("%s is %d bytes, over the limit of %d: %w", field, len(s), maxTextBytes, ErrInvalidArgument)
+	case !utf8.ValidString(s) || strings.ContainsRune(s, 0):
+		return fmt.Errorf("%s is not valid UTF-8 text: %w", field, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// boundedError returns the error to record for a failure: the message
+// truncated to the engine's limit (never refused: a failure must not be
+// lost for its size), the detail checked like any other payload.
+func (e *Engine) boundedError(taskErr TaskError) (*TaskError, error) {
+	if err := e.checkJSON("error detail", taskErr.Detail); err != nil {
+		return nil, err
+	}
+	msg := strings.ToValidUTF8(strings.ReplaceAll(taskErr.Message, "\x00", ""), "\uFFFD")
+	if len(msg) > e.Cfg.MaxErrorMessageBytes {
+		cut := e.Cfg.MaxErrorMessageBytes - len("…")
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "…"
+	}
+	if err := checkText("error code", taskErr.Code, false); err != nil {
+		return nil, err
+	}
+	return &TaskError{Code: taskErr.Code, Message: msg, Detail: taskErr.Detail, NonRetryable: taskErr.NonRetryable}, nil
+}

@@ -1,0 +1,79 @@
+package machine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/arborhq/arbor/machine"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// Code that runs tasks itself, without a Runner, holds the conversation's
+// lease: no Runner touches the conversation meanwhile. When such a holder
+// dies, the next one to take the lease recovers its running tasks: back to
+// pending with attempt + 1, the checkpoint kept.
+func ExampleAcquireLease() {
+	ctx := context.Background()
+	engine, done := exampleEngine(ctx, "arbor_example_lease")
+	defer done()
+
+	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-10", Kind: "turn"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	first, err := machine.AcquireLease(ctx, engine, "chat-10", &machine.LeaseConfig{Holder: "worker-1", Duration: 200 * time.Millisecond})
+	if err != nil {
+		log.Fatal(err)
+	}
+	run, err := first.Start(ctx, turn.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := run.Checkpoint(ctx, "half-way", []byte(`{"page": 3}`)); err != nil {
+		log.Fatal(err)
+	}
+	// worker-1 dies here: it never renews nor releases. While its lease
+	// lasts, nobody else can take the conversation.
+	_, err = machine.AcquireLease(ctx, engine, "chat-10", &machine.LeaseConfig{Holder: "worker-2"})
+	fmt.Println(errors.Is(err, tasks.ErrLeaseHeld))
+
+	var second *machine.Lease
+	for second == nil {
+		second, err = machine.AcquireLease(ctx, engine, "chat-10", &machine.LeaseConfig{Holder: "worker-2"})
+		if err != nil && !errors.Is(err, tasks.ErrLeaseHeld) {
+			log.Fatal(err)
+		}
+		if err != nil {
+			time.Sleep(50 * time.Millisecond) // the lease has not expired yet
+		}
+	}
+	fmt.Println("recovered:", second.Report().Requeued)
+	runs, err := second.Claim(ctx, 10)
+	if err != nil {
+		log.Fatal(err)
+	}
+	again := runs[0]
+	fmt.Println("attempt", again.Task.Attempt, "from phase", again.Task.Phase)
+	// The dead worker's run is fenced off: its writes are refused.
+	fmt.Println(errors.Is(run.Complete(ctx, nil), tasks.ErrLeaseLost))
+	if err := again.Complete(ctx, []byte(`"done"`)); err != nil {
+		log.Fatal(err)
+	}
+	if err := second.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	t, err := engine.Get(ctx, turn.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(t.Status, string(t.Result))
+	// Output:
+	// true
+	// recovered: [1]
+	// attempt 1 from phase half-way
+	// true
+	// completed "done"
+}

@@ -1,0 +1,174 @@
+package machine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/reconcile"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// A conversation's tasks are run by one holder at a time: a Runner's node,
+// or a caller holding a Lease. A Lease is for code that runs tasks itself
+// (a test, a one-off script, a worker of your own design): it takes the
+// conversation's lease the way a Runner does — recovering whatever the
+// holder before it left running — and starts tasks under it, fenced by its
+// epoch. While a Lease is live no Runner touches the conversation, and a
+// Lease cannot be taken while a Runner (or another Lease) holds it.
+
+// LeaseConfig configures a Lease. The zero value of every field means its
+// default.
+type LeaseConfig struct {
+	// Holder names the lease's holder, as arbor ls shows it. Default:
+	// hostname, pid and a random suffix.
+	Holder string
+	// Duration is the conversation lease: it expires this long after the
+	// last Renew, and only then can another holder take the conversation
+	// (recovering its running tasks). Default ConversationLeaseDefault.
+	Duration time.Duration
+}
+
+// Lease is a caller's hold on one conversation (see LeaseConfig). It is
+// safe for concurrent use.
+type Lease struct {
+	core   *core.Engine
+	lease  core.Lease
+	ttl    time.Duration
+	report reconcile.Report
+}
+
+func defaultHolder() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// AcquireLease takes the lease of a conversation for the caller and
+// recovers it in the same transaction (Report says what recovery did). It
+// is tasks.ErrLeaseHeld when a Runner or another Lease holds the
+// conversation, tasks.ErrNotFound when the conversation does not exist.
+func AcquireLease(ctx context.Context, engine *tasks.Engine, conversationID string, cfg *LeaseConfig) (*Lease, error) {
+	c := core.Of(engine)
+	if c == nil {
+		return nil, fmt.Errorf("machine.AcquireLease: engine is nil: %w", tasks.ErrInvalidArgument)
+	}
+	var conf LeaseConfig
+	if cfg != nil {
+		conf = *cfg
+	}
+	if conf.Holder == "" {
+		conf.Holder = defaultHolder()
+	}
+	if conf.Duration == 0 {
+		conf.Duration = ConversationLeaseDefault
+	}
+	if len(conf.Holder) > 200 {
+		return nil, fmt.Errorf("machine.AcquireLease: LeaseConfig.Holder is over 200 bytes: %w", tasks.ErrInvalidArgument)
+	}
+	if conf.Duration < 100*time.Millisecond || conf.Duration > 24*time.Hour {
+		return nil, fmt.Errorf("machine.AcquireLease: LeaseConfig.Duration %s is outside 100ms..24h: %w", conf.Duration, tasks.ErrInvalidArgument)
+	}
+	l := &Lease{core: c, ttl: conf.Duration}
+	_, err := core.Tx(ctx, c, func(tx pgx.Tx) (struct{}, error) {
+		lease, err := c.TakeLease(ctx, tx, conversationID, conf.Holder, conf.Duration)
+		if err != nil {
+			return struct{}{}, err
+		}
+		rep, err := reconcile.OnOpen(ctx, c, tx, conversationID)
+		l.lease, l.report = lease, rep
+		return struct{}{}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Report says what recovery did when the lease was taken.
+func (l *Lease) Report() reconcile.Report { return l.report }
+
+// Epoch is the lease's epoch: every run started under the lease carries it.
+func (l *Lease) Epoch() int64 { return l.lease.Epoch }
+
+// Start starts one pending task of the conversation and returns its run.
+// tasks.ErrAlreadyRunning when another run holds it, tasks.ErrAborted when
+// it is being aborted, tasks.ErrForeignTask for a task of another
+// conversation, tasks.ErrLeaseLost when the lease was taken over.
+func (l *Lease) Start(ctx context.Context, taskID int64) (*Run, error) {
+	t, err := core.Tx(ctx, l.core, func(tx pgx.Tx) (core.Task, error) { return l.core.Start(ctx, tx, l.lease, taskID) })
+	if err != nil {
+		return nil, err
+	}
+	return newRun(l.core, t), nil
+}
+
+// Claim starts up to limit runnable tasks of the conversation, oldest
+// first, following the generation rule (at most one root task runs at a
+// time: the one under way, or else the oldest pending one), and returns
+// their runs.
+func (l *Lease) Claim(ctx context.Context, limit int) ([]*Run, error) {
+	ts, err := core.Tx(ctx, l.core, func(tx pgx.Tx) ([]core.Task, error) {
+		roots, err := l.core.Store.LiveRoots(ctx, tx, l.lease.ConversationID)
+		if err != nil {
+			return nil, fmt.Errorf("claim in conversation %q: %w", l.lease.ConversationID, err)
+		}
+		return l.core.Claim(ctx, tx, l.lease, core.ClaimParams{Roots: generations(roots, nil), Limit: limit})
+	})
+	if err != nil {
+		return nil, err
+	}
+	runs := make([]*Run, len(ts))
+	for i, t := range ts {
+		runs[i] = newRun(l.core, t)
+	}
+	return runs, nil
+}
+
+// Renew extends the lease by its Duration. tasks.ErrLeaseLost when it was
+// taken over (it had expired).
+func (l *Lease) Renew(ctx context.Context) error {
+	renewed, err := l.core.RenewLeases(ctx, l.core.Pool, l.lease.Holder, []string{l.lease.ConversationID}, []int64{l.lease.Epoch}, l.ttl)
+	if err != nil {
+		return fmt.Errorf("renew the lease of conversation %q: %w", l.lease.ConversationID, err)
+	}
+	if len(renewed) == 0 {
+		return fmt.Errorf("renew the lease of conversation %q: %w", l.lease.ConversationID, tasks.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Release gives the conversation up. Tasks still running under the lease
+// are recovered in the same transaction (back to pending with attempt + 1,
+// or abandoned, or failed past their restart limit), so that no run of the
+// lease can write after Release returns. tasks.ErrLeaseLost when the lease
+// was taken over already.
+func (l *Lease) Release(ctx context.Context) error {
+	_, err := release(ctx, l.core, l.lease)
+	return err
+}
+
+// release frees a lease, recovering the runs still under it, in one
+// transaction.
+func release(ctx context.Context, c *core.Engine, lease core.Lease) (reconcile.Report, error) {
+	return core.Tx(ctx, c, func(tx pgx.Tx) (reconcile.Report, error) {
+		if err := c.LockLease(ctx, tx, lease); err != nil {
+			return reconcile.Report{}, fmt.Errorf("release conversation %q: %w", lease.ConversationID, err)
+		}
+		rep, err := reconcile.RecoverRunning(ctx, c, tx, lease.ConversationID)
+		if err != nil {
+			return rep, err
+		}
+		if _, err := c.ReleaseLease(ctx, tx, lease); err != nil {
+			return rep, fmt.Errorf("release conversation %q: %w", lease.ConversationID, err)
+		}
+		return rep, nil
+	})
+}

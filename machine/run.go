@@ -1,0 +1,336 @@
+package machine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// Handler runs one task of a kind. It ends its run with one of the Run's
+// ending calls and returns what that call returned:
+//
+//	return run.Complete(ctx, result)          // done; the result is recorded
+//	return run.Wait(ctx, machine.WaitParams{…}) // parked on children; runs again, from the wait's phase, when they satisfy it
+//	return run.SleepUntil(ctx, t, phase, state) // parked until t; runs again from phase
+//
+// After Wait or SleepUntil the handler always returns: the next step runs in
+// a later call of the handler, whose run.Task.Phase is the phase the wait or
+// sleep saved. A wait whose children have all settled already is no
+// exception: the task is woken at once and the handler is called again, so
+// the code after a wait is never the place that reads the children.
+//
+// Returning nil without ending the run completes the task with no result
+// (null): a handler whose work is a side effect needs no Complete.
+// Returning an error fails the task, retried under its retry policy unless
+// the error wraps ErrNonRetryable (see NonRetryable); an error of arbor's
+// own that says the run is over (tasks.ErrAborted, tasks.ErrNotRunning,
+// tasks.ErrLeaseLost) fails nothing: the task was stopped or taken from
+// this run. A panic is a failure (with the panic and its stack), not a
+// crash.
+//
+// ctx is cancelled when the task is aborted or cancelled elsewhere, when the
+// runner loses the conversation's lease, when the watchdog gives up on a
+// handler blocked past twice its task lease, and at the end of the runner's
+// shutdown grace. context.Cause(ctx) says which.
+type Handler func(ctx context.Context, run *Run) error
+
+// Causes of a handler context's cancellation.
+var (
+	// ErrTaskStopped: the task was aborted, cancelled or otherwise taken
+	// from this run.
+	ErrTaskStopped = errors.New("arbor: the task was stopped (aborted, cancelled or taken over)")
+	// ErrBlocked: the handler ran past twice its task lease without a
+	// checkpoint or heartbeat.
+	ErrBlocked = errors.New("arbor: handler blocked past twice its task lease")
+	// ErrShutdown: the runner's shutdown grace ran out.
+	ErrShutdown = errors.New("arbor: runner shutting down")
+	// errConversationLost: the runner lost the conversation's lease.
+	errConversationLost = fmt.Errorf("%w: the conversation's lease was lost", tasks.ErrLeaseLost)
+)
+
+// ErrNonRetryable marks a handler's error as final: the task fails at once,
+// whatever retries it has left. Wrap an error with NonRetryable.
+var ErrNonRetryable = core.ErrNonRetryable
+
+// NonRetryable wraps err so that the task it fails is not retried;
+// errors.Is and errors.As still see err. NonRetryable(nil) is nil.
+func NonRetryable(err error) error { return core.NonRetryable(err) }
+
+// Run is a handler's view of the task it runs and what it may do with it.
+// Every write is fenced by the run's token: once the task is taken from the
+// run (aborted, cancelled, recovered by another holder), every write is
+// refused and nothing is written. A write runs to its end even if the
+// handler's context is cancelled meanwhile (bounded by 30 s), so that a
+// write already committing is not turned into tasks.ErrAmbiguous.
+type Run struct {
+	// Task is the task as it was claimed for this run: its input, phase and
+	// state, attempt, the ids of its last wait (WaitIDs) and the rest.
+	// Changing it changes nothing in the database.
+	Task arbortype.Task
+
+	core  *core.Engine
+	token int64
+
+	mu       sync.Mutex
+	ended    bool
+	deadline time.Time // local estimate of the task lease's end
+}
+
+// writeTimeout bounds one write of a run (see writeCtx).
+const writeTimeout = 30 * time.Second
+
+// writeCtx is the context a run's write runs under: ctx's values, but not
+// its cancellation. A handler's context is cancelled when its task is
+// stopped, and that can happen while the handler's own write is committing
+// (its Complete settles the task, the runner hears of it and cancels the
+// handler): cutting the connection then would turn a committed write into
+// ErrAmbiguous. A write of a run whose task was taken from it is refused by
+// the database (ErrAborted, ErrNotRunning, ErrLeaseLost) whatever its
+// context, so nothing is lost by letting it finish; writeTimeout bounds it.
+func writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+}
+
+func newRun(c *core.Engine, t arbortype.Task) *Run {
+	return &Run{Task: t, core: c, token: t.Token, deadline: time.Now().Add(c.Cfg.TaskLease)}
+}
+
+// Ended reports whether the run is over: ended by Complete, Wait or
+// SleepUntil, or found to be over (its task taken from it).
+func (r *Run) Ended() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ended
+}
+
+func (r *Run) leaseDeadline() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.deadline
+}
+
+func (r *Run) extended() {
+	r.mu.Lock()
+	r.deadline = time.Now().Add(r.core.Cfg.TaskLease)
+	r.mu.Unlock()
+}
+
+// end marks the run over after a write that ended it, or one that found
+// the task no longer this run's (nothing more can be written).
+func (r *Run) end(err error) {
+	if err == nil || runOver(err) {
+		r.mu.Lock()
+		r.ended = true
+		r.mu.Unlock()
+	}
+}
+
+// over marks the run over after a write that does not end it (a
+// checkpoint, a spawn) found the task no longer this run's.
+func (r *Run) over(err error) {
+	if err != nil && runOver(err) {
+		r.mu.Lock()
+		r.ended = true
+		r.mu.Unlock()
+	}
+}
+
+// runOver reports whether err says that the task is no longer this run's.
+func runOver(err error) bool {
+	return errors.Is(err, tasks.ErrLeaseLost) || errors.Is(err, tasks.ErrAborted) || errors.Is(err, tasks.ErrNotRunning)
+}
+
+// write runs one fenced write of the run in a transaction of its own.
+func write[T any](ctx context.Context, r *Run, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
+	ctx, cancel := writeCtx(ctx)
+	defer cancel()
+	return core.Tx(ctx, r.core, func(tx pgx.Tx) (T, error) { return fn(ctx, tx) })
+}
+
+// Checkpoint saves phase and state (replacing the last checkpoint as a
+// whole) and extends the task lease. A handler that is recovered after a
+// crash runs again from its last checkpoint.
+func (r *Run) Checkpoint(ctx context.Context, phase string, state json.RawMessage) error {
+	t, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
+		return r.core.Checkpoint(ctx, tx, r.Task.ID, r.token, phase, state)
+	})
+	if err == nil {
+		r.Task.Phase, r.Task.State = t.Phase, t.State
+		r.extended()
+	}
+	r.over(err)
+	return err
+}
+
+// Heartbeat extends the task lease, for a handler that works long between
+// checkpoints.
+func (r *Run) Heartbeat(ctx context.Context) error {
+	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
+		return r.core.Heartbeat(ctx, tx, r.Task.ID, r.token)
+	})
+	if err == nil {
+		r.extended()
+	}
+	r.over(err)
+	return err
+}
+
+// SpawnParams describe a child a handler creates (see tasks.CreateParams,
+// whose fields these are).
+type SpawnParams struct {
+	// Kind names the child's handler. Required.
+	Kind string
+	// Input is the child's JSON input; empty for none.
+	Input json.RawMessage
+	// Background makes a child that neither holds its owner in completing
+	// nor is reached by its owner's abort (a summary written on the side).
+	Background bool
+	// AbandonOnRestart makes a child that is never re-run after a crash.
+	AbandonOnRestart bool
+	// RestartLimit is how many recoveries the child survives; 0 means the
+	// engine's, tasks.RestartLimitNone none.
+	RestartLimit int
+	// MaxRetries is how many times a failed run of the child is retried.
+	MaxRetries int
+	// RetryBackoffBase and RetryBackoffCap are the child's backoff between
+	// retries; 0 means the engine's.
+	RetryBackoffBase time.Duration
+	RetryBackoffCap  time.Duration
+	// IdempotencyKey makes a spawn repeated after a crash return the child
+	// the first run created. Default: none (a re-run spawns anew).
+	IdempotencyKey string
+}
+
+// Spawn creates a child of the task, fenced by the run's token: a run that
+// lost its task cannot add children to it.
+func (r *Run) Spawn(ctx context.Context, p SpawnParams) (arbortype.Task, error) {
+	child, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
+		c, _, err := r.core.Create(ctx, tx, core.CreateParams{
+			ConversationID: r.Task.ConversationID, OwnerID: r.Task.ID, OwnerToken: r.token,
+			Kind: p.Kind, Input: p.Input, Background: p.Background, AbandonOnRestart: p.AbandonOnRestart,
+			RestartLimit: p.RestartLimit, MaxRetries: p.MaxRetries, IdempotencyKey: p.IdempotencyKey,
+			RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap,
+		})
+		return c, err
+	})
+	r.over(err)
+	return child, err
+}
+
+// Children reads every child of the task, with its status, result and error.
+func (r *Run) Children(ctx context.Context) ([]arbortype.Task, error) {
+	return r.core.Children(ctx, r.core.Pool, r.Task.ID)
+}
+
+// Waited reads the children of the task's last wait, in id order: after the
+// wait woke the task, their outcomes.
+func (r *Run) Waited(ctx context.Context) ([]arbortype.Task, error) {
+	if len(r.Task.WaitIDs) == 0 {
+		return nil, nil
+	}
+	return r.core.GetMany(ctx, r.core.Pool, r.Task.WaitIDs)
+}
+
+// Complete ends the run with result. The task becomes completed, or
+// completing while foreground children are still live (it holds the result
+// and completes when the last of them settles); its owner is reconciled in
+// the same transaction (a waiting owner may wake).
+func (r *Run) Complete(ctx context.Context, result json.RawMessage) error {
+	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
+		return r.core.Complete(ctx, tx, r.Task.ID, r.token, result)
+	})
+	r.end(err)
+	return err
+}
+
+// WaitParams describe a wait for children.
+type WaitParams struct {
+	// ChildIDs are the children to wait on: each must be the task's own
+	// child. Duplicates count once; an empty list is satisfied at once.
+	ChildIDs []int64
+	// Policy is arbortype.AllSettled or arbortype.FailFast. Required.
+	Policy arbortype.WaitPolicy
+	// Phase and State are saved with the wait: the handler runs again from
+	// them when the wait is satisfied.
+	Phase string
+	State json.RawMessage
+}
+
+// Wait ends the run, parking the task until its children satisfy p.Policy
+// (all settled, or the first that did not complete under fail_fast, which
+// aborts the others); the handler then runs again with run.Task.Phase =
+// p.Phase and reads the outcomes with Waited. A wait that is satisfied
+// already wakes the task in the same transaction: the handler runs again at
+// once, the same way. Either way the handler returns after Wait.
+func (r *Run) Wait(ctx context.Context, p WaitParams) error {
+	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (core.WaitResult, error) {
+		return r.core.WaitForChildren(ctx, tx, r.Task.ID, r.token, core.WaitParams(p))
+	})
+	r.end(err)
+	return err
+}
+
+// SleepUntil ends the run, parking the task until t (by the database's
+// clock) with phase and state saved; the handler runs again from them. A
+// River job in the same transaction guarantees the wake; the runner's local
+// timers make it on time.
+func (r *Run) SleepUntil(ctx context.Context, t time.Time, phase string, state json.RawMessage) error {
+	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
+		return r.core.SleepUntil(ctx, tx, r.Task.ID, r.token, t, phase, state)
+	})
+	r.end(err)
+	return err
+}
+
+// fail ends the run with the handler's error (retried under the task's
+// policy unless non-retryable).
+func (r *Run) fail(ctx context.Context, handlerErr error) error {
+	te := failure(handlerErr)
+	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
+		return r.core.Fail(ctx, tx, r.Task.ID, &r.token, te)
+	})
+	r.end(err)
+	return err
+}
+
+// callHandler runs h, turning a panic into an error that carries the stack.
+func callHandler(ctx context.Context, h Handler, run *Run) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &panicError{value: p, stack: debug.Stack()}
+		}
+	}()
+	return h(ctx, run)
+}
+
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (p *panicError) Error() string { return fmt.Sprintf("handler panicked: %v", p.value) }
+
+// failure turns a handler's error into the task's recorded error.
+func failure(err error) arbortype.TaskError {
+	te := core.NewTaskError(err)
+	var p *panicError
+	if errors.As(err, &p) {
+		te.Code = core.CodePanic
+		stack := p.stack
+		if len(stack) > 16<<10 {
+			stack = stack[:16<<10]
+		}
+		te.Detail, _ = json.Marshal(map[string]string{"stack": string(stack)})
+	}
+	return te
+}

@@ -1,0 +1,161 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+
+	"github.com/arborhq/arbor/arbortype"
+)
+
+// Starting tasks. Every start goes through claimSet, under a lease the
+// caller fenced in the same transaction: a fresh fencing token, the lease
+// epoch the run starts under, started_at at the first start, and the task
+// lease's deadline by the database's clock.
+
+// claimSet is the SET list of every start: $status is the status fsm gave
+// for the start edge, $epoch the fenced lease epoch, $lease the task lease
+// in microseconds.
+const claimSet = `status = $status, token = nextval('{schema}.task_token_seq'::regclass), run_epoch = $epoch,
+		    started_at = coalesce(started_at, now()),
+		    lease_expires_at = now() + $lease * interval '1 microsecond', updated_at = now()`
+
+var (
+	qStartTask = define(expand(`UPDATE {schema}.tasks SET `+claimSet+`
+		WHERE id = $1 AND conversation_id = $2 AND status = 'pending' AND NOT abort_requested
+		RETURNING {task_columns}`, "$status", "$3", "$epoch", "$4", "$lease", "$5"))
+
+	qClaimRunnable = define(expand(`WITH picked AS (
+			SELECT id FROM {schema}.tasks
+			WHERE conversation_id = $1 AND status = 'pending' AND NOT abort_requested
+			  AND ($2::text[] IS NULL OR kind = ANY($2))
+			  AND (owner_task_id IS NOT NULL OR $3::bigint[] IS NULL OR id = ANY($3))
+			ORDER BY id LIMIT $4
+			FOR NO KEY UPDATE SKIP LOCKED)
+		UPDATE {schema}.tasks SET `+claimSet+`
+		WHERE id IN (SELECT id FROM picked)
+		RETURNING {task_columns}`, "$status", "$5", "$epoch", "$6", "$lease", "$7"))
+
+	qLiveRoots = define(`SELECT {task_columns} FROM {schema}.tasks
+		WHERE conversation_id = $1 AND owner_task_id IS NULL AND status IN ({live})
+		ORDER BY id`)
+
+	qClaimableConversations = define(`SELECT t.conversation_id
+		FROM {schema}.tasks t JOIN {schema}.conversations c ON c.id = t.conversation_id
+		WHERE (t.status = 'running' OR (t.status = 'pending' AND t.kind = ANY($1)))
+		  AND (c.holder IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < now())
+		GROUP BY t.conversation_id
+		ORDER BY min(t.id)
+		LIMIT $2`)
+
+	qTasksInStatus = define(`SELECT {task_columns} FROM {schema}.tasks
+		WHERE conversation_id = $1 AND status = $2 ORDER BY id`)
+
+	qRunStates = define(`SELECT id, status, coalesce(token, 0) FROM {schema}.tasks WHERE id = ANY($1)`)
+
+	qStaleUnknownKinds = define(`SELECT id FROM {schema}.tasks
+		WHERE status = 'pending' AND started_at IS NULL AND NOT (kind = ANY($1))
+		  AND created_at < now() - $2 * interval '1 microsecond'
+		ORDER BY id LIMIT $3`)
+)
+
+// Run is where a start puts a task: the status of the start edge, the lease
+// epoch fenced in the same transaction, and the task lease.
+type Run struct {
+	Status arbortype.Status
+	Epoch  int64
+	Lease  time.Duration
+}
+
+// StartTask starts the pending task id of conversationID if it is not
+// abort-requested. ErrNoRows means the task was not startable; the caller
+// reads it to say why.
+func (s *Store) StartTask(ctx context.Context, db DB, conversationID string, id int64, run Run) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qStartTask], id, conversationID, string(run.Status), run.Epoch, micros(run.Lease)))
+}
+
+// ClaimRunnable starts up to limit pending tasks of a conversation whose
+// kind is among kinds (nil: any), children and the roots listed in roots
+// only (nil: any root), oldest first, skipping locked rows.
+func (s *Store) ClaimRunnable(ctx context.Context, db DB, conversationID string, kinds []string, roots []int64, limit int, run Run) ([]arbortype.Task, error) {
+	return collectTasks(db.Query(ctx, s.sql[qClaimRunnable], conversationID, kinds, roots, limit,
+		string(run.Status), run.Epoch, micros(run.Lease)))
+}
+
+// LiveRoots reads a conversation's live root tasks in id order.
+func (s *Store) LiveRoots(ctx context.Context, db DB, conversationID string) ([]arbortype.Task, error) {
+	return collectTasks(db.Query(ctx, s.sql[qLiveRoots], conversationID))
+}
+
+// ClaimableConversations lists up to limit conversations with no live holder
+// that have work for a node knowing kinds: a pending task of one of those
+// kinds, or a running task left by a dead holder.
+func (s *Store) ClaimableConversations(ctx context.Context, db DB, kinds []string, limit int) ([]string, error) {
+	return collect[string](db.Query(ctx, s.sql[qClaimableConversations], kinds, limit))
+}
+
+// TasksInStatus reads a conversation's tasks in one status, in id order.
+func (s *Store) TasksInStatus(ctx context.Context, db DB, conversationID string, status arbortype.Status) ([]arbortype.Task, error) {
+	return collectTasks(db.Query(ctx, s.sql[qTasksInStatus], conversationID, string(status)))
+}
+
+// RunState is what a runner needs to know about a task it runs.
+type RunState struct {
+	ID     int64
+	Status arbortype.Status
+	Token  int64
+}
+
+// RunStates reads status and token of the tasks with the given ids.
+func (s *Store) RunStates(ctx context.Context, db DB, ids []int64) ([]RunState, error) {
+	rows, err := db.Query(ctx, s.sql[qRunStates], ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []RunState
+	for rows.Next() {
+		var (
+			rs     RunState
+			status string
+		)
+		if err := rows.Scan(&rs.ID, &status, &rs.Token); err != nil {
+			return nil, err
+		}
+		rs.Status = arbortype.Status(status)
+		out = append(out, rs)
+	}
+	return out, rows.Err()
+}
+
+// StaleUnknownKinds lists up to limit pending tasks that never ran, whose
+// kind is not among kinds, created longer than grace ago.
+func (s *Store) StaleUnknownKinds(ctx context.Context, db DB, kinds []string, grace time.Duration, limit int) ([]int64, error) {
+	return collect[int64](db.Query(ctx, s.sql[qStaleUnknownKinds], kinds, micros(grace), limit))
+}
+
+// ChangeChannel is the LISTEN/NOTIFY channel on which every transaction that
+// changes more than one task announces its conversation (the payload is the
+// conversation id), at commit. Hashed from the schema like SleepChannel.
+func (s *Store) ChangeChannel() string {
+	sum := sha256.Sum256([]byte(s.schema))
+	return "arbor_changes_" + hex.EncodeToString(sum[:8])
+}
+
+var qClaimTasksUnfenced = define(expand(`WITH picked AS (
+		SELECT id FROM {schema}.tasks
+		WHERE status = 'pending' AND NOT abort_requested
+		ORDER BY id LIMIT $1
+		FOR NO KEY UPDATE SKIP LOCKED)
+	UPDATE {schema}.tasks SET `+claimSet+`
+	WHERE id IN (SELECT id FROM picked)
+	RETURNING {task_columns}`, "$status", "$2", "$epoch", "0", "$lease", "$3"))
+
+// ClaimTasksUnfenced starts up to limit pending tasks of every conversation,
+// oldest first, without any lease. Only the benchmarks' engine-loop
+// reference line calls it: it measures the engine's operations without a
+// runner, and a runner never starts a task outside a lease.
+func (s *Store) ClaimTasksUnfenced(ctx context.Context, db DB, limit int, status arbortype.Status, lease time.Duration) ([]arbortype.Task, error) {
+	return collectTasks(db.Query(ctx, s.sql[qClaimTasksUnfenced], limit, string(status), micros(lease)))
+}

@@ -1,0 +1,90 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
+)
+
+// AbortReport says what an abort settled.
+type AbortReport struct {
+	// Settled are the tasks the abort settled, leaves first (the order their
+	// settles were recorded in); the target, when it was live, is last.
+	Settled []arbortype.Task
+}
+
+// Abort aborts taskID with every live descendant that is not background
+// (docs/design.md §3.6), in one transaction: all are marked abort_requested,
+// then settled leaves first, each owner after all its children, the target
+// last (aborted, or orphaned for a task that never ran); then the target's
+// owner is reconciled (a waiting owner may wake). Background children, and
+// everything under them, are left running. A child that tries to spawn under
+// any of these tasks meanwhile is refused (ErrOwnerAborting); a handler
+// running one of them has its context cancelled within milliseconds and
+// gets ErrAborted at its next write. A settled target is a
+// *TransitionError; an unknown one ErrNotFound.
+func (e *Engine) Abort(ctx context.Context, taskID int64) (AbortReport, error) {
+	return core.Tx(ctx, e.core, func(tx pgx.Tx) (AbortReport, error) { return e.abort(ctx, tx, taskID) })
+}
+
+// AbortTx is Abort inside the caller's transaction.
+func (e *Engine) AbortTx(ctx context.Context, tx pgx.Tx, taskID int64) (AbortReport, error) {
+	return core.Savepoint(ctx, tx, func(tx pgx.Tx) (AbortReport, error) { return e.abort(ctx, tx, taskID) })
+}
+
+func (e *Engine) abort(ctx context.Context, tx pgx.Tx, taskID int64) (AbortReport, error) {
+	rep, err := e.core.Abort(ctx, tx, taskID)
+	return AbortReport(rep), err
+}
+
+// AbortConversation aborts every live task of a conversation, background
+// tasks included, leaves first, in one transaction: what the user's "stop"
+// on the whole conversation means. A conversation with nothing live is not
+// an error: the report is empty. An unknown conversation is ErrNotFound.
+func (e *Engine) AbortConversation(ctx context.Context, conversationID string) (AbortReport, error) {
+	return core.Tx(ctx, e.core, func(tx pgx.Tx) (AbortReport, error) { return e.abortConversation(ctx, tx, conversationID) })
+}
+
+// AbortConversationTx is AbortConversation inside the caller's transaction.
+func (e *Engine) AbortConversationTx(ctx context.Context, tx pgx.Tx, conversationID string) (AbortReport, error) {
+	return core.Savepoint(ctx, tx, func(tx pgx.Tx) (AbortReport, error) { return e.abortConversation(ctx, tx, conversationID) })
+}
+
+func (e *Engine) abortConversation(ctx context.Context, tx pgx.Tx, conversationID string) (AbortReport, error) {
+	rep, err := e.core.AbortConversation(ctx, tx, conversationID)
+	return AbortReport(rep), err
+}
+
+// Cancel is a user's cancel of a pending, running, waiting or sleeping
+// task: its live foreground children are aborted first (each subtree
+// leaves first), then the task becomes cancelled with result (optional)
+// recorded, then its owner is reconciled, all in one transaction. A
+// completing or settled task cannot be cancelled (*TransitionError); an
+// unknown one is ErrNotFound. A handler running the task has its context
+// cancelled and gets ErrNotRunning at its next write.
+func (e *Engine) Cancel(ctx context.Context, taskID int64, result json.RawMessage) (arbortype.Task, error) {
+	return core.Tx(ctx, e.core, func(tx pgx.Tx) (arbortype.Task, error) { return e.core.Cancel(ctx, tx, taskID, result) })
+}
+
+// CancelTx is Cancel inside the caller's transaction.
+func (e *Engine) CancelTx(ctx context.Context, tx pgx.Tx, taskID int64, result json.RawMessage) (arbortype.Task, error) {
+	return core.Savepoint(ctx, tx, func(tx pgx.Tx) (arbortype.Task, error) { return e.core.Cancel(ctx, tx, taskID, result) })
+}
+
+// WakeNow is a user's early wake of a sleeping task (or of a retry's
+// backoff): sleeping → pending at once, and its wake job removed in the same
+// transaction, so that it neither wakes the task again nor lingers. A task
+// that is not sleeping is ErrNotSleeping (nothing is written); an unknown
+// one ErrNotFound.
+func (e *Engine) WakeNow(ctx context.Context, taskID int64) (arbortype.Task, error) {
+	return core.Tx(ctx, e.core, func(tx pgx.Tx) (arbortype.Task, error) { return e.core.WakeNow(ctx, tx, taskID) })
+}
+
+// WakeNowTx is WakeNow inside the caller's transaction.
+func (e *Engine) WakeNowTx(ctx context.Context, tx pgx.Tx, taskID int64) (arbortype.Task, error) {
+	return core.Savepoint(ctx, tx, func(tx pgx.Tx) (arbortype.Task, error) { return e.core.WakeNow(ctx, tx, taskID) })
+}
