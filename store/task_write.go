@@ -75,7 +75,6 @@ var (
 		SET status = $2, attempt = attempt + 1, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE id = ANY($1) AND status = 'running'
 		RETURNING id`)
-
 )
 
 func micros(d time.Duration) int64 { return d.Microseconds() }
