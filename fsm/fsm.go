@@ -48,7 +48,7 @@ const (
 // Events lists every event in a stable order.
 var Events = []Event{Start, Checkpoint, Wait, Sleep, Retry, Hold, Complete, Fail, Cancel, Abort, Orphan, Recover, Wake}
 
-// table is DESIGN §2, the only definition of arbor's transitions.
+// table is docs/design.md §2, the only definition of arbor's transitions.
 var table = lfsm.Events{
 	{Name: string(Start), Src: []string{string(arbortype.StatusPending)}, Dst: string(arbortype.StatusRunning)},
 	{Name: string(Checkpoint), Src: []string{string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusRunning)},

@@ -60,60 +60,62 @@ func startRunner(ctx context.Context, engine *tasks.Engine, handlers map[string]
 	}
 }
 
-// A turn fans out to two tool calls and answers when both are back. The
-// turn's handler runs twice: once to spawn and wait, and again, from the
-// wait's phase, when the children have settled — also when they settled
-// before the wait was written: the handler never goes on after Wait.
+// summarize is the README's answer step: one line per child's result.
+func summarize(results []arbortype.Task) json.RawMessage {
+	var lines []string
+	for _, r := range results {
+		lines = append(lines, fmt.Sprintf("%s: %s", r.Kind, r.Result))
+	}
+	b, _ := json.Marshal(lines)
+	return b
+}
+
+// The README's turn: it fans out to two tool calls and answers when both are
+// back. The turn's handler runs twice: once to spawn and wait, and again,
+// from the wait's phase, when the children have settled — also when they
+// settled before the wait was written: the handler never goes on after Wait.
 func ExampleRunner() {
 	ctx := context.Background()
 	engine, done := exampleEngine(ctx, "arbor_example_runner")
 	defer done()
 
-	answered := make(chan struct{})
+	answered := make(chan int64, 1)
 	stop := startRunner(ctx, engine, map[string]machine.Handler{
 		"turn": func(ctx context.Context, run *machine.Run) error {
-			if run.Task.Phase == "gathering" {
+			if run.Task.Phase == "gathering" { // runs again once both have settled
 				results, err := run.Waited(ctx)
 				if err != nil {
 					return err
 				}
-				var found []string
-				for _, r := range results {
-					found = append(found, string(r.Result))
-				}
-				if err := run.Complete(ctx, json.RawMessage(fmt.Sprintf(`{"sources": %d}`, len(found)))); err != nil {
-					return err
-				}
-				close(answered)
-				return nil
+				defer func() { answered <- run.Task.ID }()
+				return run.Complete(ctx, summarize(results))
 			}
-			search, err := run.Spawn(ctx, machine.SpawnParams{Kind: "search", Input: []byte(`"arbor"`)})
+			search, err := run.Spawn(ctx, machine.SpawnParams{Kind: "search"})
 			if err != nil {
 				return err
 			}
-			fetch, err := run.Spawn(ctx, machine.SpawnParams{Kind: "fetch", Input: []byte(`"https://example.com"`)})
+			fetch, err := run.Spawn(ctx, machine.SpawnParams{Kind: "fetch"})
 			if err != nil {
 				return err
 			}
+			// Park until both settle; the first failure aborts the other.
 			return run.Wait(ctx, machine.WaitParams{ChildIDs: []int64{search.ID, fetch.ID},
-				Policy: arbortype.AllSettled, Phase: "gathering"})
+				Policy: arbortype.FailFast, Phase: "gathering"})
 		},
 		"search": func(ctx context.Context, run *machine.Run) error { return run.Complete(ctx, []byte(`"3 hits"`)) },
 		"fetch":  func(ctx context.Context, run *machine.Run) error { return run.Complete(ctx, []byte(`"a page"`)) },
 	})
 	defer stop()
 
-	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-7", Kind: "turn"})
-	if err != nil {
+	if _, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-7", Kind: "turn"}); err != nil {
 		log.Fatal(err)
 	}
-	<-answered
-	t, err := engine.Get(ctx, turn.ID)
+	t, err := engine.Get(ctx, <-answered)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(t.Status, string(t.Result))
-	// Output: completed {"sources": 2}
+	// Output: completed ["search: \"3 hits\"", "fetch: \"a page\""]
 }
 
 // Under fail_fast the first child that fails aborts its live siblings and

@@ -426,3 +426,10 @@ func TestTimersSurviveALostListenConnection(t *testing.T) {
 	require.Len(t, pids, 1, "listening again")
 	require.NotEqual(t, old, pids[0])
 }
+
+func (b *bundle) get(t testing.TB, id int64) arbortype.Task {
+	t.Helper()
+	task, err := b.engine.Get(b.ctx, id)
+	require.NoError(t, err)
+	return task
+}

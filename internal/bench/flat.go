@@ -18,7 +18,7 @@ import (
 
 // flatArborEngine is scenario (a) through the engine directly (the runner of
 // issue 5 does not exist yet): N Creates on env.Conns goroutines, each root
-// task a turn of a conversation of its own (DESIGN: one live generation per
+// task a turn of a conversation of its own (docs/design.md §1: one live generation per
 // conversation runs at a time, so independent turns are separate
 // conversations); then the engine loop claims them in batches and completes
 // each in a transaction of its own. A runner-based variant will be another

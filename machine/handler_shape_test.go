@@ -1,0 +1,102 @@
+package machine_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/machine"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// readmeTurn is the README's turn handler (ExampleRunner's), with one hook
+// between the spawns and the wait: the place where, before waits always
+// ended the run, a child quicker than the wait made the handler go on and
+// complete the turn with a null result.
+func readmeTurn(beforeWait func(), entered *int, mu *sync.Mutex) machine.Handler {
+	return func(ctx context.Context, run *machine.Run) error {
+		mu.Lock()
+		*entered++
+		mu.Unlock()
+		if run.Task.Phase == "gathering" {
+			results, err := run.Waited(ctx)
+			if err != nil {
+				return err
+			}
+			return run.Complete(ctx, summarize(results))
+		}
+		search, err := run.Spawn(ctx, machine.SpawnParams{Kind: "search"})
+		if err != nil {
+			return err
+		}
+		fetch, err := run.Spawn(ctx, machine.SpawnParams{Kind: "fetch"})
+		if err != nil {
+			return err
+		}
+		beforeWait()
+		return run.Wait(ctx, machine.WaitParams{ChildIDs: []int64{search.ID, fetch.ID},
+			Policy: arbortype.FailFast, Phase: "gathering"})
+	}
+}
+
+// TestReadmeHandlerCannotLoseTheResult drives the race of the README's
+// handler both ways, deterministically: the children settle before the
+// turn's wait is written (the wait finds them settled and wakes the turn in
+// its own transaction), and after it (the last child's settle wakes the
+// parked turn). Either way the turn runs again from "gathering" exactly once
+// and completes with both children's results.
+func TestReadmeHandlerCannotLoseTheResult(t *testing.T) {
+	t.Parallel()
+	for _, childrenFirst := range []bool{true, false} {
+		name := map[bool]string{true: "children_settle_before_the_wait", false: "children_settle_after_the_wait"}[childrenFirst]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var (
+				mu      sync.Mutex
+				entered int
+				settled sync.WaitGroup // the children's Completes, committed
+				release = make(chan struct{})
+			)
+			settled.Add(2)
+			child := func(result string) machine.Handler {
+				return func(ctx context.Context, run *machine.Run) error {
+					if !childrenFirst {
+						<-release // the turn's wait has committed
+					}
+					err := run.Complete(ctx, []byte(result))
+					settled.Done()
+					return err
+				}
+			}
+			beforeWait := func() {
+				if childrenFirst {
+					settled.Wait() // both children settled, before the wait is written
+				}
+			}
+			fastRunner(t, b, map[string]machine.Handler{
+				"turn":   readmeTurn(beforeWait, &entered, &mu),
+				"search": child(`"3 hits"`),
+				"fetch":  child(`"a page"`),
+			}, func(c *machine.RunnerConfig) { c.Workers = 4 })
+
+			turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+			require.NoError(t, err)
+			if !childrenFirst {
+				waitUntil(t, "the turn to park on its children", func() bool { return b.status(t, turn.ID) == arbortype.StatusWaiting })
+				close(release)
+			}
+			waitUntil(t, "the turn to complete", func() bool { return b.status(t, turn.ID) == arbortype.StatusCompleted })
+			done, err := b.engine.Get(b.ctx, turn.ID)
+			require.NoError(t, err)
+			require.JSONEq(t, `["search: \"3 hits\"", "fetch: \"a page\""]`, string(done.Result), "the summary, never null")
+			mu.Lock()
+			require.Equal(t, 2, entered, "the turn ran twice: spawn and wait, then answer")
+			mu.Unlock()
+			b.requireClean(t)
+		})
+	}
+}
