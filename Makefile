@@ -1,12 +1,13 @@
 # The two commands a fresh machine needs: `make demo` and `make test`;
-# `make bench` runs the side-by-side benchmarks (docs/performance.md).
+# `make lint` runs the linters (CI runs it too), `make bench` the
+# side-by-side benchmarks (docs/performance.md).
 # Each starts a private, throwaway PostgreSQL unless ARBOR_DATABASE_URL is set
 # (see scripts/with-postgres.sh), and removes it when it ends.
 
 GO ?= go
 WITH_PG := scripts/with-postgres.sh
 
-.PHONY: test demo bench generate vet
+.PHONY: test demo lint bench generate vet
 
 test:
 	$(WITH_PG) $(GO) test -race -count=1 -timeout 20m ./...
@@ -24,6 +25,14 @@ bench:
 generate:
 	$(GO) generate ./...
 
+# staticcheck at a pinned version, fetched from the Go module proxy on first
+# use (it is not a dependency of the module); its configuration, with every
+# check on, is staticcheck.conf.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+lint: vet
+	$(GO) run $(STATICCHECK) ./...
+
 vet:
 	$(GO) vet ./...
-	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
+	@test -z "$$(gofmt -l .)" || (echo "gofmt would change:"; gofmt -l .; exit 1)

@@ -146,6 +146,7 @@ func TestRunnerOneGenerationAtATime(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	release := make(chan struct{})
+	probed := make(chan struct{})
 	var mu sync.Mutex
 	var order []int64
 	fastRunner(t, b, map[string]machine.Handler{
@@ -163,13 +164,22 @@ func TestRunnerOneGenerationAtATime(t *testing.T) {
 			}
 			return nil
 		},
-	}, nil)
+		// A root that is not a generation runs beside the turns: when it
+		// has run, the machine has claimed since the second turn was
+		// created, and left that turn alone.
+		"probe": func(ctx context.Context, run *machine.Run) error {
+			close(probed)
+			return nil
+		},
+	}, func(c *machine.RunnerConfig) { c.GenerationKinds = []string{"turn"} })
 	first, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	waitUntil(t, "the first turn to start", func() bool { return b.status(t, first.ID) == arbortype.StatusRunning })
 	second, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond) // several polls and the creation's notification
+	_, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "probe"})
+	require.NoError(t, err)
+	<-probed
 	require.Equal(t, arbortype.StatusPending, b.status(t, second.ID), "a second turn waits while the first runs")
 	close(release)
 	waitUntil(t, "both turns to complete", func() bool { return b.status(t, second.ID) == arbortype.StatusCompleted })

@@ -11,7 +11,7 @@ import (
 	"github.com/arborhq/arbor/internal/core"
 )
 
-// RestartLimitNone, as CreateParams.RestartLimit, makes a task that fails
+// RestartLimitNone is the CreateParams.RestartLimit of a task that fails
 // with restart_limit_exceeded at its first recovery.
 const RestartLimitNone = core.RestartLimitNone
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -124,8 +125,16 @@ func TestTreeWatch(t *testing.T) {
 	b := setup(t)
 	b.sampleTree(t)
 
+	// The watcher's connections carry an application name, so that the test
+	// can count its polls in pg_stat_activity.
+	appName := testdb.Name("watch")
+	url, err := neturl.Parse(testdb.URL(t))
+	require.NoError(t, err)
+	q := url.Query()
+	q.Set("application_name", appName)
+	url.RawQuery = q.Encode()
 	cmd := exec.Command(arborBin, "tree", b.conv, "--watch", "--interval", "20ms", "--no-age",
-		"--database-url", testdb.URL(t), "--schema", b.schema)
+		"--database-url", url.String(), "--schema", b.schema)
 	cmd.Env = environWithout("ARBOR_DATABASE_URL")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -162,13 +171,23 @@ func TestTreeWatch(t *testing.T) {
 
 	waitFor("#1 chat_turn [waiting]")
 	waitFor("#8 browse [pending]") // the frame's last line
-	// Polls with no change write nothing more: stdout is not a terminal.
-	time.Sleep(200 * time.Millisecond)
-	require.Empty(t, lines, "a frame was written without a change")
-
+	// Polls with no change write nothing more (stdout is not a terminal):
+	// let the watcher poll a few times, counted by its queries' start times,
+	// then change the tree. The next frame must be the changed one.
+	polls := map[time.Time]bool{}
+	waitUntilT(t, "three polls of the watcher", func() bool {
+		var started *time.Time
+		err := b.pool.QueryRow(b.ctx, `SELECT max(query_start) FROM pg_stat_activity WHERE application_name = $1`, appName).Scan(&started)
+		require.NoError(t, err)
+		if started != nil {
+			polls[*started] = true
+		}
+		return len(polls) >= 3
+	})
 	_, err = b.engine.Abort(b.ctx, 1)
 	require.NoError(t, err)
-	waitFor("#1 chat_turn [aborted]")
+	waitFor("conversation " + b.conv)
+	require.Contains(t, <-lines, "#1 chat_turn [aborted]", "the frame after the first is the changed tree: no frame was written without a change")
 	waitFor("#4 ask_approval [orphaned]")
 
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
@@ -184,4 +203,14 @@ func drain(lines <-chan string) string {
 		rest = append(rest, l)
 	}
 	return strings.Join(rest, "\n")
+}
+
+// waitUntilT polls cond until it holds; the bound is for a broken test.
+func waitUntilT(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -2,53 +2,51 @@ package core_test
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/tasks"
 )
 
-// TestStartRaceOneWinner: 1,000 rounds of two goroutines starting the same
-// task. Each round exactly one wins; the other gets ErrAlreadyRunning.
+// TestStartRaceOneWinner: two starts of the same task, driven in a chosen
+// order: both queue on the task's row lock (held by the test), and the
+// first to queue wins; the second, finding the task running, gets
+// ErrAlreadyRunning. Both orders, so neither side of the race is luck.
 func TestStartRaceOneWinner(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	const rounds = 1000
-	for round := range rounds {
-		task := b.root(t, "race")
-		var (
-			wg      sync.WaitGroup
-			results [2]error
-			tokens  [2]int64
-			gate    = make(chan struct{})
-		)
-		for i := range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-gate
-				got, err := b.engine.Start(b.ctx, task.ID)
-				results[i], tokens[i] = err, got.Token
-			}()
-		}
-		close(gate)
-		wg.Wait()
-		wins := 0
-		for i, err := range results {
-			if err == nil {
-				wins++
-				require.NotZero(t, tokens[i])
-				continue
+	for _, firstWins := range []int{0, 1} {
+		t.Run(fmt.Sprintf("starter_%d_first", firstWins), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			task := b.root(t, "race")
+			b.lease(t)
+			r := newRacer(t, b)
+			var tokens [2]int64
+			start := func(i int) func(e *enginetest.Engine) error {
+				return func(e *enginetest.Engine) error {
+					got, err := e.Start(b.ctx, task.ID)
+					tokens[i] = got.Token
+					return err
+				}
 			}
-			require.ErrorIs(t, err, tasks.ErrAlreadyRunning, "round %d", round)
-		}
-		require.Equal(t, 1, wins, "round %d: exactly one winner", round)
+			r.holdTask(task.ID)
+			r.queue(start(firstWins))
+			r.queue(start(1 - firstWins))
+			errs := r.release()
+			require.NoError(t, errs[0], "the first to queue wins")
+			require.ErrorIs(t, errs[1], tasks.ErrAlreadyRunning)
+			got := b.get(t, task.ID)
+			require.Equal(t, arbortype.StatusRunning, got.Status)
+			require.Equal(t, tokens[firstWins], got.Token, "the winner's token holds the run")
+			_, err := b.engine.AbortConversation(b.ctx, b.conv)
+			require.NoError(t, err)
+		})
 	}
-	_, err := b.engine.AbortConversation(b.ctx, b.conv)
-	require.NoError(t, err)
 }
 
 // TestClaimNeverHandsOutATaskTwice: concurrent batch claimers over the same

@@ -9,8 +9,9 @@ import (
 	"github.com/arborhq/arbor/fsm"
 )
 
-// complete checks the holder's token unless token is nil (an operator's
-// Transition).
+// Complete ends the run holding token with result (see machine.Run.Complete):
+// completed, or completing while foreground children are live; the owner is
+// reconciled in the same transaction.
 func (e *Engine) Complete(ctx context.Context, tx pgx.Tx, taskID, token int64, result json.RawMessage) (Task, error) {
 	if err := e.checkJSON("result", result); err != nil {
 		return Task{}, errorf("complete", taskID, err)

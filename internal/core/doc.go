@@ -1,19 +1,22 @@
-// Package tasks is arbor's engine: every operation of docs/design.md §3 (create,
-// start and claim, checkpoint and heartbeat, wait, sleep and wake, complete, fail, cancel,
-// abort, transition) as one PostgreSQL transaction over package store, with
-// every status write checked by package fsm first.
+// Package core is arbor's engine: every operation of docs/design.md §3
+// (create, start and claim under a lease, checkpoint and heartbeat, wait,
+// sleep and wake, complete, fail, cancel, abort, and the recovery
+// primitives) as a function that runs inside a transaction it is given,
+// over package store, with every status write checked by package fsm first.
 //
-// Each operation has a pool form, which opens, retries and commits its own
-// transaction, and a …Tx form that runs inside the caller's pgx.Tx (under a
-// savepoint, so a refused operation leaves the caller's transaction clean
-// and usable). The engine never keeps state between calls: PostgreSQL is the
-// only authority.
+// It is internal: package tasks exposes the application's operations,
+// package machine a handler's (machine.Run) and the runner's claims, and
+// package reconcile the recovery it composes from the primitives here. Tx
+// and Savepoint are the one place a transaction is opened, retried and
+// committed (the pool forms) or nested under a savepoint (the …Tx forms).
+// The engine never keeps state between calls: PostgreSQL is the only
+// authority.
 //
 // # Locking order
 //
 // Every transaction that can change more than one task (create a child,
-// complete, fail, cancel, abort, wait, sleep, wake, transition) takes its locks in
-// this order, and only in this order:
+// complete, fail, cancel, abort, wait, sleep, wake, recovery, release)
+// takes its locks in this order, and only in this order:
 //
 //  1. the conversation row (FOR NO KEY UPDATE). The task's conversation is
 //     read first without a lock; it never changes, so this is safe;
@@ -28,19 +31,21 @@
 // The conversation lock is what makes deadlock impossible by construction:
 // two multi-task transactions of one conversation never run at once, so
 // the task locks they take after it cannot form a cycle, whatever their
-// order. Self-only writes (start, claim, checkpoint, heartbeat) lock only
-// their own task row and hold no other lock while waiting for it, so they
-// cannot close a cycle either: at worst they wait for a multi-task
+// order. Self-only writes (checkpoint, heartbeat) lock only their own task
+// row, and starts and claims share-lock the conversation row (the lease's
+// fence) and then lock the task rows they start; none of them holds a task
+// row while it waits for a conversation row, so they cannot close a cycle
+// either: at worst they wait for a multi-task
 // transaction to finish, and then see its result (a task aborted while its
 // checkpoint waited gets ErrAborted, and nothing is written). Claims skip
 // locked rows instead of waiting.
 //
-// One caveat for the …Tx forms: a caller's transaction that does a
-// self-only write (CheckpointTx) and then a multi-task one (CreateTx) holds
-// a task row while it waits for the conversation lock, and can deadlock
-// with a multi-task transaction that holds the conversation and wants that
-// row. PostgreSQL detects it and aborts one of the two; the pool forms
-// retry. Do the multi-task operation first in such a transaction.
+// One caveat for a caller's own transaction: one that does a self-only
+// write and then a multi-task one holds a task row while it waits for the
+// conversation lock, and can deadlock with a multi-task transaction that
+// holds the conversation and wants that row. PostgreSQL detects it and
+// aborts one of the two; the pool forms retry. Do the multi-task operation
+// first in such a transaction.
 //
 // This is also what makes wake-ups impossible to lose (docs/design.md §3.4): a
 // parent entering a wait and a child settling both hold the conversation
@@ -51,8 +56,8 @@
 // # Failure cases
 //
 //   - A serialization failure or deadlock (which the order above should make
-//     impossible) is retried by the pool forms, a bounded number of times
-//     ([Config.TxRetries]); a …Tx form returns it to the caller, whose
+//     impossible) is retried by Tx, a bounded number of times
+//     (Config.TxRetries); Savepoint returns it to the caller, whose
 //     transaction it is.
 //   - A connection lost while COMMIT was in flight is reported as
 //     [ErrAmbiguous]: the transaction may or may not have committed, and the

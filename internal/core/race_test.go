@@ -51,6 +51,16 @@ func (r *racer) hold() {
 	r.holder = tx
 }
 
+// holdTask locks a task row from another transaction, as a concurrent
+// self-only write (a start, a checkpoint) would.
+func (r *racer) holdTask(id int64) {
+	tx, err := r.b.pool.Begin(r.b.ctx)
+	require.NoError(r.t, err)
+	_, err = tx.Exec(r.b.ctx, `SELECT 1 FROM `+r.b.schema+`.tasks WHERE id = $1 FOR NO KEY UPDATE`, id)
+	require.NoError(r.t, err)
+	r.holder = tx
+}
+
 // queue starts op and returns once it is blocked on a lock.
 func (r *racer) queue(op func(e *enginetest.Engine) error) {
 	ch := make(chan error, 1)

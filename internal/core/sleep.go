@@ -74,7 +74,7 @@ func (WakeArgs) InsertOpts() river.InsertOpts {
 	}
 }
 
-// ErrNotDue: WakeSleeping before the sleep's wake time by the database's
+// ErrNotDue is WakeSleeping's error before the sleep's wake time by the database's
 // clock. Matched by every *NotDueError.
 var ErrNotDue = errors.New("wake time has not come")
 

@@ -10,6 +10,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,17 +43,61 @@ func URL(tb testing.TB) string {
 	return url
 }
 
-// Main runs a test package's tests and drops the shared schema afterwards.
-// Use it from TestMain: os.Exit(testdb.Main(m)).
+// Main runs a test package's tests, drops the shared schema afterwards, and
+// fails the package if goroutines outlive its tests (a runner, a waker, a
+// River client or a LISTEN loop left running, a pool left open): their
+// stacks are printed. Use it from TestMain: os.Exit(testdb.Main(m)).
 func Main(m *testing.M) int {
 	code := m.Run()
 	mu.Lock()
-	defer mu.Unlock()
 	if shared.pool != nil {
 		dropSchema(shared.pool, shared.schema)
 		shared.pool.Close()
+		shared.pool = nil
+	}
+	mu.Unlock()
+	if leaks := leakedGoroutines(10 * time.Second); len(leaks) > 0 && code == 0 {
+		fmt.Fprintf(os.Stderr, "testdb: %d goroutines outlived the tests:\n\n%s\n", len(leaks), strings.Join(leaks, "\n\n"))
+		return 1
 	}
 	return code
+}
+
+// leakedGoroutines waits up to bound for every goroutine but the caller's
+// and the runtime's own to end, and returns the stacks of those that did
+// not.
+func leakedGoroutines(bound time.Duration) []string {
+	deadline := time.Now().Add(bound)
+	for {
+		buf := make([]byte, 1<<20)
+		n := runtime.Stack(buf, true)
+		var leaks []string
+		for i, g := range strings.Split(string(buf[:n]), "\n\n") {
+			if i == 0 || benignGoroutine(g) {
+				continue // the first is the caller
+			}
+			leaks = append(leaks, g)
+		}
+		if len(leaks) == 0 || time.Now().After(deadline) {
+			return leaks
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// benignGoroutine reports whether a goroutine's stack is one the runtime or
+// the testing package keeps for the whole process.
+func benignGoroutine(stack string) bool {
+	for _, s := range []string{
+		"os/signal.signal_recv", "os/signal.loop", "runtime.ensureSigM",
+		"testing.(*M).startAlarm", "testing.runTests.func", "testing.(*M).Run",
+		"runtime.goexit0", "runtime/pprof.",
+	} {
+		if strings.Contains(stack, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // Shared returns the package's pool and a migrated schema it shares with the
