@@ -13,7 +13,7 @@ var (
 	labelArborRunner       = "arbor machine.Runner: workers = connections, one conversation per task (a turn each), lease + reconcile_on_open per conversation"
 	labelArborRunnerShared = "arbor machine.Runner: the same, the N roots spread over as many conversations as connections, not generations (GenerationKinds)"
 	labelArborBatch        = "arbor, engine loop, what-if: the same operations as …Tx forms, one transaction (one commit) per claim batch"
-	labelSetSQL            = "what-if, NOT arbor: the set-based create/complete SQL NOTES-issue6.md proposes, on arbor's schema (guard trigger, indexes), root tasks only"
+	labelSetSQL            = "what-if, NOT arbor: the set-based create/complete SQL issue 6's notes proposed, on arbor's schema (guard trigger, indexes), root tasks only"
 	labelCeiling           = "the Postgres ceiling: plain SQL, batched statements, minimal table"
 	labelRiver             = "River " + riverVersion + ", InsertMany + client with River's benchmark settings"
 	labelDBOS              = "DBOS Transact Go, parent workflows starting child workflows (bench/dbos subprocess)"

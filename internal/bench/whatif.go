@@ -13,7 +13,7 @@ import (
 )
 
 // flatSetBased is a what-if, not arbor: a sketch, in SQL, of the design
-// change NOTES-issue6.md proposes for goal (a) — creating and completing
+// change issue 6's notes proposed for goal (a) — creating and completing
 // tasks set-based, a batch per statement, the way River's completer does —
 // run on arbor's own schema (its tasks table with every index, the guard
 // trigger and the foreign keys) so that the proposal's gain is measured,
