@@ -67,7 +67,7 @@ var table = lfsm.Events{
 
 // ErrInvalidTransition is matched (with errors.Is) by every
 // [*TransitionError].
-var ErrInvalidTransition = errors.New("invalid transition")
+var ErrInvalidTransition = arbortype.ErrInvalidTransition
 
 // TransitionError says that Event is not allowed from From. TaskID is filled
 // in by callers that know which task it was about (0 otherwise).

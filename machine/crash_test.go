@@ -125,11 +125,11 @@ func TestCrashRecovery(t *testing.T) {
 				require.Equal(t, arbortype.StatusCompleted, task.Status, "the turn finished")
 			case "once":
 				require.Equal(t, arbortype.StatusCancelled, task.Status)
-				require.Equal(t, tasks.CodeAbandonedOnRestart, task.Error.Code)
+				require.Equal(t, arbortype.CodeAbandonedOnRestart, task.Error.Code)
 				require.Equal(t, 1, runs, "an abandon_on_restart task never runs twice")
 			case "slow":
 				require.Equal(t, arbortype.StatusFailed, task.Status)
-				require.Equal(t, tasks.CodeRestartLimitExceeded, task.Error.Code)
+				require.Equal(t, arbortype.CodeRestartLimitExceeded, task.Error.Code)
 				require.Equal(t, 1, runs, "restart limit 0: no second run")
 			case "step":
 				require.Equal(t, arbortype.StatusCompleted, task.Status)

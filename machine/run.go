@@ -60,7 +60,7 @@ var (
 
 // ErrNonRetryable marks a handler's error as final: the task fails at once,
 // whatever retries it has left. Wrap an error with NonRetryable.
-var ErrNonRetryable = core.ErrNonRetryable
+var ErrNonRetryable = arbortype.ErrNonRetryable
 
 // NonRetryable wraps err so that the task it fails is not retried;
 // errors.Is and errors.As still see err. NonRetryable(nil) is nil.

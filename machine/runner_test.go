@@ -229,7 +229,7 @@ func TestRunnerNeverClaimsUnknownKinds(t *testing.T) {
 	waitUntil(t, "the unknown kind to fail past its grace", func() bool { return b.status(t, unknown.ID) == arbortype.StatusFailed })
 	failed, err := b.engine.Get(b.ctx, unknown.ID)
 	require.NoError(t, err)
-	require.Equal(t, tasks.CodeUnknownKind, failed.Error.Code)
+	require.Equal(t, arbortype.CodeUnknownKind, failed.Error.Code)
 	require.Nil(t, failed.StartedAt, "it never ran")
 	b.requireClean(t, b.conv+"-2")
 }

@@ -133,7 +133,7 @@ func (c *WakerConfig) validate() error {
 }
 
 // Waker ends sleeps on time. It starts the River client that works
-// core.WakeQueue with a WakeWorker (the durable path: an insert-only
+// the wake queue with its worker (the durable path: an insert-only
 // client never promotes scheduled jobs), and, unless timers are disabled,
 // keeps an in-process timer for every sleep due within its horizon. It
 // learns of sleeps from the notification each sleep's transaction sends

@@ -13,7 +13,7 @@ import (
 
 // RestartLimitNone is the CreateParams.RestartLimit of a task that fails
 // with restart_limit_exceeded at its first recovery.
-const RestartLimitNone = core.RestartLimitNone
+const RestartLimitNone = -1
 
 // CreateParams describe a new task.
 type CreateParams struct {

@@ -63,6 +63,11 @@ func (e *Engine) Conversation(ctx context.Context, conversationID string) (arbor
 	return e.core.Conversation(ctx, e.core.Pool, conversationID)
 }
 
+// ConversationTx is Conversation inside the caller's transaction.
+func (e *Engine) ConversationTx(ctx context.Context, tx pgx.Tx, conversationID string) (arbortype.Conversation, error) {
+	return e.core.Conversation(ctx, tx, conversationID)
+}
+
 // ListParams select the conversations ListConversations returns.
 type ListParams struct {
 	// Statuses, when not empty, keeps the conversations with a live task in

@@ -1,9 +1,6 @@
 package core
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
 )
@@ -11,57 +8,27 @@ import (
 // Sentinel errors. Test for them with errors.Is; every error the engine
 // returns wraps one of these (or is a *TransitionError, which matches
 // ErrInvalidTransition), with the task id and the operation in its text.
+// The sentinels are arbortype's (see arbortype/errors.go).
 var (
-	// ErrNotFound: no task (or conversation) with that id.
-	ErrNotFound = errors.New("not found")
-	// ErrInvalidTransition: the state machine has no such edge. Matched by
-	// every *TransitionError.
-	ErrInvalidTransition = fsm.ErrInvalidTransition
-	// ErrInvalidArgument: a malformed argument (an empty kind, a text over
-	// its limit, a negative limit…).
-	ErrInvalidArgument = errors.New("invalid argument")
-	// ErrInvalidJSON: a JSON document (input, state, result, error detail)
-	// that does not parse, or that PostgreSQL's jsonb cannot store.
-	ErrInvalidJSON = errors.New("invalid JSON")
-	// ErrPayloadTooLarge: a JSON document over Config.MaxPayloadBytes.
-	ErrPayloadTooLarge = errors.New("payload too large")
-	// ErrOwnerNotLive: a child's owner is settled, completing or being
-	// aborted, so it cannot take a new child.
-	ErrOwnerNotLive = errors.New("owner is not live")
-	// ErrOwnerCompleting: the owner has completed and holds its result until
-	// its children settle; it takes no new child. Matches ErrOwnerNotLive.
-	ErrOwnerCompleting = fmt.Errorf("%w: owner is completing", ErrOwnerNotLive)
-	// ErrOwnerAborting: the owner is being aborted; it takes no new child.
-	// Matches ErrOwnerNotLive.
-	ErrOwnerAborting = fmt.Errorf("%w: owner is being aborted", ErrOwnerNotLive)
-	// ErrForeignOwner: the owner belongs to another conversation.
-	ErrForeignOwner = errors.New("owner belongs to another conversation")
-	// ErrIdempotencyConflict: an idempotency key was reused for a task of a
-	// different kind or owner.
-	ErrIdempotencyConflict = errors.New("idempotency key already used for a different task")
-	// ErrAlreadyRunning: another runner started the task first.
-	ErrAlreadyRunning = errors.New("task is already running")
-	// ErrNotRunning: a fenced write (checkpoint, heartbeat, complete, fail,
-	// wait) to a task that is not running.
-	ErrNotRunning = errors.New("task is not running")
-	// ErrLeaseLost: a fenced write with a token that is no longer the task's
-	// current one: another run holds it now.
-	ErrLeaseLost = errors.New("lease lost")
-	// ErrAborted: the task is aborted or being aborted; its runner must stop.
-	ErrAborted = errors.New("task aborted")
-	// ErrNotChild: a wait named a task that is not the waiter's own child.
-	ErrNotChild = errors.New("not a child of the task")
-	// ErrLeaseHeld: the conversation's lease is held by a live holder (or
-	// being taken by another transaction right now).
-	ErrLeaseHeld = errors.New("conversation lease is held")
-	// ErrForeignTask: a start named a task of another conversation than the
-	// lease's.
-	ErrForeignTask = errors.New("task belongs to another conversation")
-	// ErrNotSleeping: a wake of a task that is not sleeping.
-	ErrNotSleeping = errors.New("task is not sleeping")
-	// ErrAmbiguous: the connection was lost while COMMIT was in flight; the
-	// operation may or may not have been applied. Read the task to find out.
-	ErrAmbiguous = errors.New("outcome unknown: connection lost during commit")
+	ErrNotFound            = arbortype.ErrNotFound
+	ErrInvalidTransition   = arbortype.ErrInvalidTransition
+	ErrInvalidArgument     = arbortype.ErrInvalidArgument
+	ErrInvalidJSON         = arbortype.ErrInvalidJSON
+	ErrPayloadTooLarge     = arbortype.ErrPayloadTooLarge
+	ErrOwnerNotLive        = arbortype.ErrOwnerNotLive
+	ErrOwnerCompleting     = arbortype.ErrOwnerCompleting
+	ErrOwnerAborting       = arbortype.ErrOwnerAborting
+	ErrForeignOwner        = arbortype.ErrForeignOwner
+	ErrIdempotencyConflict = arbortype.ErrIdempotencyConflict
+	ErrAlreadyRunning      = arbortype.ErrAlreadyRunning
+	ErrNotRunning          = arbortype.ErrNotRunning
+	ErrLeaseLost           = arbortype.ErrLeaseLost
+	ErrAborted             = arbortype.ErrAborted
+	ErrNotChild            = arbortype.ErrNotChild
+	ErrLeaseHeld           = arbortype.ErrLeaseHeld
+	ErrForeignTask         = arbortype.ErrForeignTask
+	ErrNotSleeping         = arbortype.ErrNotSleeping
+	ErrAmbiguous           = arbortype.ErrAmbiguous
 )
 
 // TransitionError is the typed form of ErrInvalidTransition: it names the

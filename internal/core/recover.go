@@ -18,10 +18,10 @@ import (
 
 // Failure codes recorded by recovery and by the runner.
 const (
-	CodeRestartLimitExceeded = "restart_limit_exceeded"
-	CodeAbandonedOnRestart   = "abandoned_on_restart"
-	CodeUnknownKind          = "unknown_kind"
-	CodePanic                = "panic"
+	CodeRestartLimitExceeded = arbortype.CodeRestartLimitExceeded
+	CodeAbandonedOnRestart   = arbortype.CodeAbandonedOnRestart
+	CodeUnknownKind          = arbortype.CodeUnknownKind
+	CodePanic                = arbortype.CodePanic
 )
 
 // RequeueMany puts the running tasks among ids, whose holder died, back to

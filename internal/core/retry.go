@@ -26,7 +26,7 @@ import (
 // ErrNonRetryable marks a handler's error as final: Fail settles the task
 // as failed at once, whatever retries it has left. Wrap an error with
 // NonRetryable, or set TaskError.NonRetryable.
-var ErrNonRetryable = errors.New("non-retryable")
+var ErrNonRetryable = arbortype.ErrNonRetryable
 
 // NonRetryable wraps err so that errors.Is(err, ErrNonRetryable) holds and
 // NewTaskError marks it non-retryable; errors.Is and errors.As still see err.
