@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/arborhq/arbor/arbortype"
@@ -56,8 +57,12 @@ func wakeLateness(ctx context.Context, env *Env, size Size, timers bool) (Measur
 		byRiver int
 		woken   = make(chan struct{}, 1)
 	)
+	var warmID atomic.Int64 // the warm-up's wake may be reported after the warm-up
 	onWake := func(ev machine.WakeEvent) {
 		now := time.Now()
+		if ev.TaskID == warmID.Load() {
+			return
+		}
 		mu.Lock()
 		wokeAt[ev.TaskID] = now
 		if ev.By == machine.WokenByRiver {
@@ -88,6 +93,7 @@ func wakeLateness(ctx context.Context, env *Env, size Size, timers bool) (Measur
 	if err != nil {
 		return Measurement{}, err
 	}
+	warmID.Store(warm.ID)
 	for {
 		t, err := eng.Get(ctx, warm.ID)
 		if err != nil {
