@@ -57,6 +57,15 @@ var (
 	ErrForeignTask = errors.New("task belongs to another conversation")
 	// ErrNotSleeping: a wake of a task that is not sleeping.
 	ErrNotSleeping = errors.New("task is not sleeping")
+	// ErrUnavailable: the database could not be reached, or kept dropping
+	// the connection, for longer than the engine's retry budget
+	// (tasks.Config.UnavailableTimeout). Nothing was written: every attempt
+	// failed before it could commit. Retry later.
+	ErrUnavailable = errors.New("database unavailable")
+	// ErrDatabase: the database refused an operation for a reason arbor does
+	// not map to one of its own errors (a bug, or the schema changed behind
+	// arbor's back). The database's error is in the chain.
+	ErrDatabase = errors.New("database error")
 	// ErrAmbiguous: the connection was lost while COMMIT was in flight; the
 	// operation may or may not have been applied. Read the task to find out.
 	ErrAmbiguous = errors.New("outcome unknown: connection lost during commit")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/store"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -84,6 +86,7 @@ type Run struct {
 	mu       sync.Mutex
 	ended    bool
 	deadline time.Time // local estimate of the task lease's end
+	spawns   int       // spawns without a key of the caller's, numbered for their keys
 }
 
 // writeTimeout bounds one write of a run (see writeCtx).
@@ -150,11 +153,50 @@ func runOver(err error) bool {
 	return errors.Is(err, tasks.ErrLeaseLost) || errors.Is(err, tasks.ErrAborted) || errors.Is(err, tasks.ErrNotRunning)
 }
 
-// write runs one fenced write of the run in a transaction of its own.
+// write runs one fenced write of the run that does not end it
+// (checkpoint, heartbeat, spawn) in a transaction of its own. Each such
+// write is idempotent (a spawn carries an idempotency key, see Spawn), so a
+// commit whose outcome is unknown (ErrAmbiguous) is simply written again:
+// the second write finds the first's effect, or makes it.
 func write[T any](ctx context.Context, r *Run, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
 	ctx, cancel := writeCtx(ctx)
 	defer cancel()
-	return core.Tx(ctx, r.core, func(tx pgx.Tx) (T, error) { return fn(ctx, tx) })
+	for {
+		v, err := core.Tx(ctx, r.core, func(tx pgx.Tx) (T, error) { return fn(ctx, tx) })
+		if !errors.Is(err, tasks.ErrAmbiguous) || ctx.Err() != nil {
+			return v, err
+		}
+	}
+}
+
+// finish runs the write that ends the run (complete, wait, sleep, fail).
+// A commit whose outcome is unknown is resolved by reading the task back:
+// still running under the run's token, the write did not land and is made
+// again; otherwise the run is over — the write landed, or the task was
+// taken from the run meanwhile — and nothing more is written (nil, or
+// ErrAborted for a task that was aborted). Either way the run has ended.
+func finish[T any](ctx context.Context, r *Run, fn func(ctx context.Context, tx pgx.Tx) (T, error)) error {
+	ctx, cancel := writeCtx(ctx)
+	defer cancel()
+	for {
+		_, err := core.Tx(ctx, r.core, func(tx pgx.Tx) (T, error) { return fn(ctx, tx) })
+		if !errors.Is(err, tasks.ErrAmbiguous) {
+			r.end(err)
+			return err
+		}
+		cur, rerr := core.Read(ctx, r.core, func(db store.DB) (arbortype.Task, error) { return r.core.Get(ctx, db, r.Task.ID) })
+		if rerr != nil {
+			return fmt.Errorf("%w (and reading the task back to resolve it failed: %w)", err, rerr)
+		}
+		if cur.Status == arbortype.StatusRunning && cur.Token == r.token {
+			continue // not applied: the run is still this one's
+		}
+		r.end(nil)
+		if cur.Status == arbortype.StatusAborted {
+			return fmt.Errorf("task %d: %w", r.Task.ID, tasks.ErrAborted)
+		}
+		return nil
+	}
 }
 
 // Checkpoint saves phase and state (replacing the last checkpoint as a
@@ -207,13 +249,26 @@ type SpawnParams struct {
 	RetryBackoffBase time.Duration
 	RetryBackoffCap  time.Duration
 	// IdempotencyKey makes a spawn repeated after a crash return the child
-	// the first run created. Default: none (a re-run spawns anew).
+	// the first run created (keys starting with "arbor:" are arbor's own).
+	// Default: a key of the run's own, so that a spawn written again after a
+	// lost connection, or repeated by this run's handler when the runner
+	// calls it again after a transient fault, returns the same child; a
+	// handler run again after a crash (a new run) spawns anew.
 	IdempotencyKey string
 }
 
 // Spawn creates a child of the task, fenced by the run's token: a run that
 // lost its task cannot add children to it.
 func (r *Run) Spawn(ctx context.Context, p SpawnParams) (arbortype.Task, error) {
+	if p.IdempotencyKey == "" {
+		r.mu.Lock()
+		r.spawns++
+		p.IdempotencyKey = fmt.Sprintf("arbor:run-%d-spawn-%d", r.token, r.spawns)
+		r.mu.Unlock()
+	} else if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
+		return arbortype.Task{}, fmt.Errorf("spawn under task %d: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w",
+			r.Task.ID, p.IdempotencyKey, tasks.ErrInvalidArgument)
+	}
 	child, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
 		c, _, err := r.core.Create(ctx, tx, core.CreateParams{
 			ConversationID: r.Task.ConversationID, OwnerID: r.Task.ID, OwnerToken: r.token,
@@ -229,7 +284,7 @@ func (r *Run) Spawn(ctx context.Context, p SpawnParams) (arbortype.Task, error) 
 
 // Children reads every child of the task, with its status, result and error.
 func (r *Run) Children(ctx context.Context) ([]arbortype.Task, error) {
-	return r.core.Children(ctx, r.core.Pool, r.Task.ID)
+	return core.Read(ctx, r.core, func(db store.DB) ([]arbortype.Task, error) { return r.core.Children(ctx, db, r.Task.ID) })
 }
 
 // Waited reads the children of the task's last wait, in id order: after the
@@ -238,7 +293,7 @@ func (r *Run) Waited(ctx context.Context) ([]arbortype.Task, error) {
 	if len(r.Task.WaitIDs) == 0 {
 		return nil, nil
 	}
-	return r.core.GetMany(ctx, r.core.Pool, r.Task.WaitIDs)
+	return core.Read(ctx, r.core, func(db store.DB) ([]arbortype.Task, error) { return r.core.GetMany(ctx, db, r.Task.WaitIDs) })
 }
 
 // Complete ends the run with result. The task becomes completed, or
@@ -246,11 +301,9 @@ func (r *Run) Waited(ctx context.Context) ([]arbortype.Task, error) {
 // and completes when the last of them settles); its owner is reconciled in
 // the same transaction (a waiting owner may wake).
 func (r *Run) Complete(ctx context.Context, result json.RawMessage) error {
-	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
+	return finish(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
 		return r.core.Complete(ctx, tx, r.Task.ID, r.token, result)
 	})
-	r.end(err)
-	return err
 }
 
 // WaitParams describe a wait for children.
@@ -273,11 +326,9 @@ type WaitParams struct {
 // already wakes the task in the same transaction: the handler runs again at
 // once, the same way. Either way the handler returns after Wait.
 func (r *Run) Wait(ctx context.Context, p WaitParams) error {
-	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (core.WaitResult, error) {
+	return finish(ctx, r, func(ctx context.Context, tx pgx.Tx) (core.WaitResult, error) {
 		return r.core.WaitForChildren(ctx, tx, r.Task.ID, r.token, core.WaitParams(p))
 	})
-	r.end(err)
-	return err
 }
 
 // SleepUntil ends the run, parking the task until t (by the database's
@@ -285,22 +336,18 @@ func (r *Run) Wait(ctx context.Context, p WaitParams) error {
 // River job in the same transaction guarantees the wake; the runner's local
 // timers make it on time.
 func (r *Run) SleepUntil(ctx context.Context, t time.Time, phase string, state json.RawMessage) error {
-	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
+	return finish(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
 		return r.core.SleepUntil(ctx, tx, r.Task.ID, r.token, t, phase, state)
 	})
-	r.end(err)
-	return err
 }
 
 // fail ends the run with the handler's error (retried under the task's
 // policy unless non-retryable).
 func (r *Run) fail(ctx context.Context, handlerErr error) error {
 	te := failure(handlerErr)
-	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
+	return finish(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
 		return r.core.Fail(ctx, tx, r.Task.ID, &r.token, te)
 	})
-	r.end(err)
-	return err
 }
 
 // callHandler runs h, turning a panic into an error that carries the stack.

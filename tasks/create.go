@@ -3,6 +3,8 @@ package tasks
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,7 +50,7 @@ type CreateParams struct {
 	RetryBackoffCap  time.Duration
 	// IdempotencyKey, unique per conversation, makes a repeated Create
 	// return the task the first one created (created=false). At most 200
-	// bytes; empty for none.
+	// bytes; empty for none; keys starting with "arbor:" are arbor's own.
 	IdempotencyKey string
 }
 
@@ -90,6 +92,9 @@ type createResult struct {
 }
 
 func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams) (createResult, error) {
+	if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
+		return createResult{}, fmt.Errorf("create task: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", p.IdempotencyKey, ErrInvalidArgument)
+	}
 	t, created, err := e.core.Create(ctx, tx, p.core())
 	return createResult{t, created}, err
 }

@@ -22,6 +22,7 @@ const (
 	RetryBackoffBaseDefault     = time.Second
 	RetryBackoffCapDefault      = 5 * time.Minute
 	ErrorHistoryLimitDefault    = 10
+	UnavailableTimeoutDefault   = 30 * time.Second
 )
 
 // Config configures an Engine. The zero value of every field means its default.
@@ -47,7 +48,8 @@ type Config struct {
 	// many recoveries a task survives. Default RestartLimitDefault (5).
 	RestartLimit int
 	// TxRetries is how many times a pool-form operation is retried after a
-	// serialization failure or a deadlock. Default TxRetriesDefault (5).
+	// serialization failure or a deadlock (which arbor's locking order
+	// should make impossible). Default TxRetriesDefault (5).
 	TxRetries int
 	// RetryBackoffBase is the first retry's backoff for tasks created
 	// without one (CreateParams.RetryBackoffBase): retry n (from 0) waits
@@ -60,6 +62,15 @@ type Config struct {
 	// ErrorHistoryLimit is how many failed runs a task's error history keeps
 	// (the newest). Default ErrorHistoryLimitDefault (10).
 	ErrorHistoryLimit int
+	// UnavailableTimeout is how long an operation keeps retrying while the
+	// database cannot be reached or keeps dropping the connection (a
+	// failover, a restart, a proxy's idle timeout, an administrator's
+	// pg_terminate_backend), before it gives up with ErrUnavailable. Such a
+	// fault shorter than this costs latency and is otherwise invisible: the
+	// transaction had not committed, so it runs again as a whole. The
+	// caller's context bounds it too. Default UnavailableTimeoutDefault
+	// (30 s).
+	UnavailableTimeout time.Duration
 	// Logger receives the engine's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -97,6 +108,9 @@ func (c *Config) WithDefaults() *Config {
 	if out.ErrorHistoryLimit == 0 {
 		out.ErrorHistoryLimit = ErrorHistoryLimitDefault
 	}
+	if out.UnavailableTimeout == 0 {
+		out.UnavailableTimeout = UnavailableTimeoutDefault
+	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -127,6 +141,9 @@ func (c *Config) validate() error {
 	}
 	if c.ErrorHistoryLimit < 1 || c.ErrorHistoryLimit > 1000 {
 		return fmt.Errorf("Config.ErrorHistoryLimit: %d is outside 1..1000", c.ErrorHistoryLimit)
+	}
+	if c.UnavailableTimeout < 0 || c.UnavailableTimeout > 24*time.Hour {
+		return fmt.Errorf("Config.UnavailableTimeout: %s is outside 0..24h", c.UnavailableTimeout)
 	}
 	return nil
 }

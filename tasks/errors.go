@@ -59,6 +59,14 @@ var (
 	// ErrForeignTask: a start under a conversation's lease named a task of
 	// another conversation.
 	ErrForeignTask = arbortype.ErrForeignTask
+	// ErrUnavailable: the database could not be reached, or kept dropping
+	// the connection, for longer than Config.UnavailableTimeout; nothing was
+	// written. Transient faults shorter than that are retried inside the
+	// operation and never reach the caller.
+	ErrUnavailable = arbortype.ErrUnavailable
+	// ErrDatabase: the database refused the operation for a reason arbor
+	// does not map to one of these errors; its error is in the chain.
+	ErrDatabase = arbortype.ErrDatabase
 	// ErrAmbiguous: the connection was lost while COMMIT was in flight; the
 	// operation may or may not have been applied. Read the task to find out.
 	ErrAmbiguous = arbortype.ErrAmbiguous

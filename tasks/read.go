@@ -7,6 +7,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/store"
 )
 
 // Reads take no lock and run one statement (Children and ConversationTasks
@@ -15,57 +16,57 @@ import (
 
 // Get reads one task. ErrNotFound when there is none.
 func (e *Engine) Get(ctx context.Context, taskID int64) (arbortype.Task, error) {
-	return e.core.Get(ctx, e.core.Pool, taskID)
+	return core.Read(ctx, e.core, func(db store.DB) (arbortype.Task, error) { return e.core.Get(ctx, db, taskID) })
 }
 
 // GetTx is Get inside the caller's transaction.
 func (e *Engine) GetTx(ctx context.Context, tx pgx.Tx, taskID int64) (arbortype.Task, error) {
-	return e.core.Get(ctx, tx, taskID)
+	return core.ReadIn(ctx, tx, func(db store.DB) (arbortype.Task, error) { return e.core.Get(ctx, db, taskID) })
 }
 
 // GetMany reads the tasks with the given ids in ascending id order. An id
 // that does not exist is ErrNotFound, naming it.
 func (e *Engine) GetMany(ctx context.Context, taskIDs []int64) ([]arbortype.Task, error) {
-	return e.core.GetMany(ctx, e.core.Pool, taskIDs)
+	return core.Read(ctx, e.core, func(db store.DB) ([]arbortype.Task, error) { return e.core.GetMany(ctx, db, taskIDs) })
 }
 
 // GetManyTx is GetMany inside the caller's transaction.
 func (e *Engine) GetManyTx(ctx context.Context, tx pgx.Tx, taskIDs []int64) ([]arbortype.Task, error) {
-	return e.core.GetMany(ctx, tx, taskIDs)
+	return core.ReadIn(ctx, tx, func(db store.DB) ([]arbortype.Task, error) { return e.core.GetMany(ctx, db, taskIDs) })
 }
 
 // Children reads every child of a task (foreground and background, live and
 // settled) in ascending id order. ErrNotFound when the task does not exist.
 func (e *Engine) Children(ctx context.Context, taskID int64) ([]arbortype.Task, error) {
-	return e.core.Children(ctx, e.core.Pool, taskID)
+	return core.Read(ctx, e.core, func(db store.DB) ([]arbortype.Task, error) { return e.core.Children(ctx, db, taskID) })
 }
 
 // ChildrenTx is Children inside the caller's transaction.
 func (e *Engine) ChildrenTx(ctx context.Context, tx pgx.Tx, taskID int64) ([]arbortype.Task, error) {
-	return e.core.Children(ctx, tx, taskID)
+	return core.ReadIn(ctx, tx, func(db store.DB) ([]arbortype.Task, error) { return e.core.Children(ctx, db, taskID) })
 }
 
 // ConversationTasks reads every task of a conversation in ascending id
 // order, which is ancestors first. ErrNotFound when the conversation does
 // not exist.
 func (e *Engine) ConversationTasks(ctx context.Context, conversationID string) ([]arbortype.Task, error) {
-	return e.core.ConversationTasks(ctx, e.core.Pool, conversationID)
+	return core.Read(ctx, e.core, func(db store.DB) ([]arbortype.Task, error) { return e.core.ConversationTasks(ctx, db, conversationID) })
 }
 
 // ConversationTasksTx is ConversationTasks inside the caller's transaction.
 func (e *Engine) ConversationTasksTx(ctx context.Context, tx pgx.Tx, conversationID string) ([]arbortype.Task, error) {
-	return e.core.ConversationTasks(ctx, tx, conversationID)
+	return core.ReadIn(ctx, tx, func(db store.DB) ([]arbortype.Task, error) { return e.core.ConversationTasks(ctx, db, conversationID) })
 }
 
 // Conversation reads one conversation: its lease holder, epoch and lease
 // deadline. ErrNotFound when there is none.
 func (e *Engine) Conversation(ctx context.Context, conversationID string) (arbortype.Conversation, error) {
-	return e.core.Conversation(ctx, e.core.Pool, conversationID)
+	return core.Read(ctx, e.core, func(db store.DB) (arbortype.Conversation, error) { return e.core.Conversation(ctx, db, conversationID) })
 }
 
 // ConversationTx is Conversation inside the caller's transaction.
 func (e *Engine) ConversationTx(ctx context.Context, tx pgx.Tx, conversationID string) (arbortype.Conversation, error) {
-	return e.core.Conversation(ctx, tx, conversationID)
+	return core.ReadIn(ctx, tx, func(db store.DB) (arbortype.Conversation, error) { return e.core.Conversation(ctx, db, conversationID) })
 }
 
 // ListParams select the conversations ListConversations returns.
@@ -82,5 +83,7 @@ type ListParams struct {
 // no …Tx form: it spans conversations, for operators (arbor ls), and is
 // never part of an application's transaction.
 func (e *Engine) ListConversations(ctx context.Context, p ListParams) ([]arbortype.ConversationSummary, error) {
-	return e.core.ListConversations(ctx, e.core.Pool, core.ListParams(p))
+	return core.Read(ctx, e.core, func(db store.DB) ([]arbortype.ConversationSummary, error) {
+		return e.core.ListConversations(ctx, db, core.ListParams(p))
+	})
 }

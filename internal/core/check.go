@@ -59,26 +59,34 @@ func (v Violation) String() string {
 // is left abort_requested (an abort settles everything it marks in the same
 // transaction), and no task was retried more often than its max_retries.
 func (e *Engine) Check(ctx context.Context, conversationIDs ...string) ([]Violation, error) {
+	for _, id := range conversationIDs {
+		if err := checkText("conversation id", id, true); err != nil {
+			return nil, fmt.Errorf("check: %w", err)
+		}
+	}
 	ids := conversationIDs
 	if len(ids) == 0 {
 		var err error
-		if ids, err = e.Store.ConversationIDs(ctx, e.Pool); err != nil {
+		ids, err = Read(ctx, e, func(db store.DB) ([]string, error) { return e.Store.ConversationIDs(ctx, db) })
+		if err != nil {
 			return nil, fmt.Errorf("check: list conversations: %w", err)
 		}
 	}
 	var out []Violation
 	for _, id := range ids {
-		if err := checkText("conversation id", id, true); err != nil {
-			return nil, fmt.Errorf("check: %w", err)
-		}
-		err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-			vs, err := e.checkConversation(ctx, tx, id)
-			out = append(out, vs...)
-			return err
+		vs, err := Read(ctx, e, func(store.DB) ([]Violation, error) {
+			var vs []Violation
+			err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+				var err error
+				vs, err = e.checkConversation(ctx, tx, id)
+				return err
+			})
+			return vs, err
 		})
 		if err != nil {
 			return nil, fmt.Errorf("check conversation %q: %w", id, err)
 		}
+		out = append(out, vs...)
 	}
 	return out, nil
 }

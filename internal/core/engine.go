@@ -29,6 +29,7 @@ type Config struct {
 	RetryBackoffBase     time.Duration
 	RetryBackoffCap      time.Duration
 	ErrorHistoryLimit    int
+	UnavailableTimeout   time.Duration
 	Logger               *slog.Logger
 }
 
@@ -66,23 +67,47 @@ func New(pool *pgxpool.Pool, cfg Config) (*Engine, error) {
 	return &Engine{Pool: pool, Store: st, Cfg: cfg, Logger: cfg.Logger, wakeJobs: wakeJobs}, nil
 }
 
-// Tx runs fn in a transaction of its own and commits it, retrying the whole
-// transaction after a serialization failure or a deadlock (at most
-// Cfg.TxRetries times). A commit whose outcome is unknown is reported as
-// ErrAmbiguous.
+// Tx runs fn in a transaction of its own and commits it. The whole
+// transaction runs again after a transient fault (see fault.go) until the
+// caller's context ends or Cfg.UnavailableTimeout passes (ErrUnavailable),
+// and after a serialization failure or a deadlock, Cfg.TxRetries times. A
+// commit whose outcome is unknown is ErrAmbiguous. Every error it returns
+// wraps an arbor sentinel, or is the caller's context error.
 func Tx[T any](ctx context.Context, e *Engine, fn func(tx pgx.Tx) (T, error)) (T, error) {
-	for try := 0; ; try++ {
+	r := retrier{e: e}
+	for {
 		v, err := tryTx(ctx, e.Pool, fn)
-		if err == nil || !retryable(err) || try >= e.Cfg.TxRetries {
-			return v, err
+		if err == nil {
+			return v, nil
 		}
-		e.Logger.WarnContext(ctx, "arbor: retrying transaction", slog.Int("try", try+1), slog.String("error", err.Error()))
-		select {
-		case <-ctx.Done():
-			return v, err
-		case <-time.After(time.Duration(try+1) * 5 * time.Millisecond):
+		again, err := r.again(ctx, err)
+		if !again {
+			return v, classify(ctx, err)
+		}
+		e.Logger.DebugContext(ctx, "arbor: retrying transaction", slog.Int("faults", r.faults), slog.Int("conflicts", r.conflicts), slog.String("error", err.Error()))
+	}
+}
+
+// Read runs one read on the pool, retried after a transient fault like Tx.
+func Read[T any](ctx context.Context, e *Engine, fn func(db store.DB) (T, error)) (T, error) {
+	r := retrier{e: e}
+	for {
+		v, err := fn(e.Pool)
+		if err == nil {
+			return v, nil
+		}
+		again, err := r.again(ctx, err)
+		if !again {
+			return v, classify(ctx, err)
 		}
 	}
+}
+
+// ReadIn runs one read on db (the caller's transaction) without retrying,
+// its error given arbor's sentinel like Tx's.
+func ReadIn[T any](ctx context.Context, db store.DB, fn func(db store.DB) (T, error)) (T, error) {
+	v, err := fn(db)
+	return v, classify(ctx, err)
 }
 
 func tryTx[T any](ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) (T, error)) (T, error) {
@@ -97,9 +122,9 @@ func tryTx[T any](ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) (T
 		return zero, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
-			// The server answered (a refusal) or nothing was sent: not committed.
+		if commitAnswered(err) {
+			// The server answered with an ERROR, or nothing was sent: not
+			// committed.
 			return zero, err
 		}
 		return zero, fmt.Errorf("%w: %w", ErrAmbiguous, err)
@@ -108,20 +133,22 @@ func tryTx[T any](ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) (T
 }
 
 // Savepoint runs fn inside the caller's transaction under a savepoint, so
-// that a refused operation leaves the caller's transaction as it was.
+// that a refused operation leaves the caller's transaction as it was. It
+// never retries (the transaction is the caller's); its errors wrap arbor's
+// sentinels like Tx's.
 func Savepoint[T any](ctx context.Context, tx pgx.Tx, fn func(tx pgx.Tx) (T, error)) (T, error) {
 	var zero T
 	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return zero, err
+		return zero, classify(ctx, err)
 	}
 	v, err := fn(sp)
 	if err != nil {
 		_ = sp.Rollback(context.WithoutCancel(ctx))
-		return zero, err
+		return zero, classify(ctx, err)
 	}
 	if err := sp.Commit(ctx); err != nil {
-		return zero, err
+		return zero, classify(ctx, err)
 	}
 	return v, nil
 }
@@ -134,8 +161,12 @@ const (
 	sqlStateInvalidEscape        = "22P05" // untranslatable_character (\u0000 in jsonb)
 	sqlStateInvalidJSONText      = "22032" // invalid_json_text
 	sqlStateUnicodeEscape        = "22025" // invalid_escape_sequence
+	sqlStateNotInRepertoire      = "22021" // character_not_in_repertoire (invalid UTF-8)
+	sqlStateNumericOutOfRange    = "22003" // numeric_value_out_of_range (1e1000000 in jsonb)
+	sqlStateProgramLimit         = "54000" // program_limit_exceeded (a value over 256 MB)
 )
 
+// retryable reports whether err is a serialization failure or a deadlock.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -154,8 +185,11 @@ func mapDBError(err error) error {
 	switch pgErr.Code {
 	case fsm.SQLStateInvalidTransition, fsm.SQLStateSettled, fsm.SQLStateImmutable, fsm.SQLStateInvalidInsert:
 		return fmt.Errorf("%w: refused by the database: %w", ErrInvalidTransition, err)
-	case sqlStateInvalidText, sqlStateInvalidEscape, sqlStateInvalidJSONText, sqlStateUnicodeEscape:
+	case sqlStateInvalidText, sqlStateInvalidEscape, sqlStateInvalidJSONText, sqlStateUnicodeEscape,
+		sqlStateNotInRepertoire, sqlStateNumericOutOfRange:
 		return fmt.Errorf("%w: %w", ErrInvalidJSON, err)
+	case sqlStateProgramLimit:
+		return fmt.Errorf("%w: %w", ErrPayloadTooLarge, err)
 	}
 	return err
 }
