@@ -12,6 +12,7 @@ import (
 
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/reconcile"
+	"github.com/arborhq/arbor/store"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -135,7 +136,9 @@ func (l *Lease) Claim(ctx context.Context, limit int) ([]*Run, error) {
 // Renew extends the lease by its Duration. tasks.ErrLeaseLost when it was
 // taken over (it had expired).
 func (l *Lease) Renew(ctx context.Context) error {
-	renewed, err := l.core.RenewLeases(ctx, l.core.Pool, l.lease.Holder, []string{l.lease.ConversationID}, []int64{l.lease.Epoch}, l.ttl)
+	renewed, err := core.Read(ctx, l.core, func(db store.DB) ([]string, error) {
+		return l.core.RenewLeases(ctx, db, l.lease.Holder, []string{l.lease.ConversationID}, []int64{l.lease.Epoch}, l.ttl)
+	})
 	if err != nil {
 		return fmt.Errorf("renew the lease of conversation %q: %w", l.lease.ConversationID, err)
 	}

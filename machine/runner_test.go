@@ -54,6 +54,9 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func (b *bundle) requireClean(t *testing.T, convs ...string) {
 	t.Helper()
 	for _, c := range append(convs, b.conv) {
+		if _, err := b.engine.Conversation(b.ctx, c); c == b.conv && errors.Is(err, tasks.ErrNotFound) {
+			continue // the test used conversations of its own only
+		}
 		vs, err := b.engine.Check(b.ctx, c)
 		require.NoError(t, err)
 		require.Empty(t, vs, "invariant violations in %s", c)

@@ -148,6 +148,9 @@ type retrier struct {
 // waited for the backoff; it returns the error to give up with otherwise.
 func (r *retrier) again(ctx context.Context, err error) (bool, error) {
 	switch {
+	case errors.Is(err, arbortype.ErrAmbiguous):
+		// It may have committed: running it again could apply it twice.
+		return false, err
 	case transient(err) && ctx.Err() == nil:
 		if r.faults == 0 {
 			r.firstFault = time.Now()
