@@ -124,8 +124,8 @@ func (c *Config) validate() error {
 	if c.TaskLease < time.Millisecond || c.TaskLease > 24*time.Hour {
 		return fmt.Errorf("Config.TaskLease: %s is outside 1ms..24h", c.TaskLease)
 	}
-	if c.MaxPayloadBytes < 0 {
-		return fmt.Errorf("Config.MaxPayloadBytes: %d is negative", c.MaxPayloadBytes)
+	if c.MaxPayloadBytes < 0 || c.MaxPayloadBytes > maxPayloadBytes {
+		return fmt.Errorf("Config.MaxPayloadBytes: %d is outside 0..%d (PostgreSQL's limit on a jsonb value)", c.MaxPayloadBytes, maxPayloadBytes)
 	}
 	if c.MaxErrorMessageBytes < 16 {
 		return fmt.Errorf("Config.MaxErrorMessageBytes: %d is below 16", c.MaxErrorMessageBytes)
@@ -148,7 +148,10 @@ func (c *Config) validate() error {
 	return nil
 }
 
-const maxInt32 = 1<<31 - 1
+const (
+	maxInt32        = 1<<31 - 1
+	maxPayloadBytes = 255 << 20
+)
 
 // Engine runs arbor's operations on a pool the caller owns. It is safe for
 // concurrent use and keeps no state between calls: PostgreSQL is the only

@@ -149,8 +149,11 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 	if p.Background && p.OwnerID == 0 {
 		return store.InsertParams{}, fmt.Errorf("a root task cannot be background: %w", ErrInvalidArgument)
 	}
-	if p.MaxRetries < 0 {
-		return store.InsertParams{}, fmt.Errorf("max retries %d is negative: %w", p.MaxRetries, ErrInvalidArgument)
+	if p.OwnerToken != 0 && p.OwnerID == 0 {
+		return store.InsertParams{}, fmt.Errorf("an owner token without an owner: %w", ErrInvalidArgument)
+	}
+	if p.MaxRetries < 0 || p.MaxRetries > maxInt32 {
+		return store.InsertParams{}, fmt.Errorf("max retries %d is outside 0..%d: %w", p.MaxRetries, maxInt32, ErrInvalidArgument)
 	}
 	base, ceiling := cmp.Or(p.RetryBackoffBase, e.Cfg.RetryBackoffBase), cmp.Or(p.RetryBackoffCap, e.Cfg.RetryBackoffCap)
 	if p.RetryBackoffCap == 0 {
@@ -165,8 +168,8 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 		limit = e.Cfg.RestartLimit
 	case limit == RestartLimitNone:
 		limit = 0
-	case limit < 0:
-		return store.InsertParams{}, fmt.Errorf("restart limit %d is negative: %w", limit, ErrInvalidArgument)
+	case limit < 0 || limit > maxInt32:
+		return store.InsertParams{}, fmt.Errorf("restart limit %d is outside 0..%d (or RestartLimitNone): %w", limit, maxInt32, ErrInvalidArgument)
 	}
 	return store.InsertParams{
 		ConversationID:   p.ConversationID,

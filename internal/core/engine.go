@@ -37,6 +37,9 @@ type Config struct {
 // idempotency keys.
 const maxTextBytes = 200
 
+// maxInt32 bounds the integer settings stored in integer columns.
+const maxInt32 = 1<<31 - 1
+
 // Engine runs arbor's operations on a pool the caller owns. It is safe for
 // concurrent use and keeps no state between calls.
 type Engine struct {

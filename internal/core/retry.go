@@ -58,6 +58,10 @@ const maxBackoff = 7 * 24 * time.Hour
 
 func ValidateBackoff(base, ceiling time.Duration) error {
 	switch {
+	case (base > 0 && base < time.Microsecond) || (ceiling > 0 && ceiling < time.Microsecond):
+		// The database keeps intervals in microseconds: a shorter one would
+		// silently become no backoff at all.
+		return fmt.Errorf("retry backoff base %s and cap %s must be 0 or at least 1µs: %w", base, ceiling, ErrInvalidArgument)
 	case base < 0 || ceiling < 0:
 		return fmt.Errorf("retry backoff base %s and cap %s must not be negative: %w", base, ceiling, ErrInvalidArgument)
 	case ceiling < base:

@@ -112,7 +112,9 @@ func (e *Engine) SleepUntil(ctx context.Context, tx pgx.Tx, taskID, token int64,
 	if wakeAt.IsZero() {
 		return Task{}, errorf("sleep", taskID, fmt.Errorf("wake time is zero: %w", ErrInvalidArgument))
 	}
-	if y := wakeAt.Year(); y < 1 || y > 9999 {
+	// PostgreSQL's timestamptz and River's JSON both need years 1 to 9999,
+	// in UTC (the value's own zone may say otherwise).
+	if y := wakeAt.UTC().Year(); y < 1 || y > 9999 {
 		return Task{}, errorf("sleep", taskID, fmt.Errorf("wake time %s is out of range: %w", wakeAt, ErrInvalidArgument))
 	}
 	if err := checkText("phase", phase, false); err != nil {

@@ -8,8 +8,11 @@ import (
 	"unicode/utf8"
 )
 
-// checkJSON refuses a document that is malformed, over the payload limit, or
-// that jsonb cannot store (a \u0000 escape). An empty document means none.
+// checkJSON refuses a document that is malformed, over the payload limit, not
+// UTF-8, or that jsonb cannot store (a \u0000 escape: jsonb's text cannot
+// hold a NUL). An empty document means none. What only the database can
+// judge (a number beyond numeric's range) it refuses in the statement,
+// which rolls back, and mapDBError says ErrInvalidJSON.
 func (e *Engine) checkJSON(field string, doc json.RawMessage) error {
 	if len(doc) == 0 {
 		return nil
@@ -17,13 +20,37 @@ func (e *Engine) checkJSON(field string, doc json.RawMessage) error {
 	if len(doc) > e.Cfg.MaxPayloadBytes {
 		return fmt.Errorf("%s is %d bytes, over the limit of %d: %w", field, len(doc), e.Cfg.MaxPayloadBytes, ErrPayloadTooLarge)
 	}
+	if !utf8.Valid(doc) {
+		return fmt.Errorf("%s is not valid UTF-8: %w", field, ErrInvalidJSON)
+	}
 	if !json.Valid(doc) {
 		return fmt.Errorf("%s: %w", field, ErrInvalidJSON)
 	}
-	if bytes.Contains(doc, []byte(`\u0000`)) {
+	if hasNULEscape(doc) {
 		return fmt.Errorf("%s contains \\u0000, which PostgreSQL's jsonb cannot store: %w", field, ErrInvalidJSON)
 	}
 	return nil
+}
+
+// hasNULEscape reports whether a valid JSON document has a \u0000 escape:
+// a "u0000" after an odd run of backslashes ("\\u0000" is a backslash
+// followed by the text u0000, which jsonb stores).
+func hasNULEscape(doc []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(doc[i:], []byte("u0000"))
+		if j < 0 {
+			return false
+		}
+		at := i + j
+		run := 0
+		for k := at - 1; k >= 0 && doc[k] == '\\'; k-- {
+			run++
+		}
+		if run%2 == 1 {
+			return true
+		}
+		i = at + 1
+	}
 }
 
 // checkText refuses a text that PostgreSQL cannot store or that is over

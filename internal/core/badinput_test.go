@@ -1,0 +1,141 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/enginetest"
+	"github.com/arborhq/arbor/internal/testdb"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// untouched records what a schema holds — the rows of every arbor table
+// and River's job table, with their xmin (the transaction that last wrote
+// each) — and returns a check that nothing changed since.
+func untouched(t *testing.T, pool *pgxpool.Pool, schema string) func(what string) {
+	t.Helper()
+	read := func() string {
+		var s string
+		err := pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT
+			(SELECT count(*) || ':' || coalesce(string_agg(id || '@' || xmin::text, ',' ORDER BY id), '') FROM %[1]s.tasks) || ' | ' ||
+			(SELECT count(*) || ':' || coalesce(string_agg(id || '@' || xmin::text, ',' ORDER BY id), '') FROM %[1]s.conversations) || ' | ' ||
+			(SELECT count(*) || ':' || coalesce(string_agg(id || '@' || xmin::text, ',' ORDER BY id), '') FROM %[1]s.river_job)`, schema)).Scan(&s)
+		require.NoError(t, err)
+		return s
+	}
+	before := read()
+	return func(what string) {
+		t.Helper()
+		require.Equal(t, before, read(), "%s wrote something", what)
+	}
+}
+
+// TestBadInputIsRefusedAndWritesNothing: each malformed input a user found
+// reaching PostgreSQL raw (or accepted wrongly) gets a clear arbor error,
+// and the schema's rows and their xmin stay as they were.
+func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Fresh(t)
+	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
+	ctx := context.Background()
+	conv := testdb.Conversation(t)
+	turn, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	require.NoError(t, err)
+	run, err := eng.Start(ctx, turn.ID)
+	require.NoError(t, err)
+
+	create := func(p tasks.CreateParams) error {
+		if p.ConversationID == "" {
+			p.ConversationID = conv
+		}
+		if p.Kind == "" {
+			p.Kind = "k"
+		}
+		_, _, err := eng.Create(ctx, p)
+		return err
+	}
+	east := time.FixedZone("UTC+5", 5*3600)
+	west := time.FixedZone("UTC-5", -5*3600)
+	cases := []struct {
+		name string
+		op   func() error
+		want error
+	}{
+		{"input with invalid UTF-8 inside a string", func() error { return create(tasks.CreateParams{Input: []byte("{\"a\": \"\xff\xfe\"}")}) }, tasks.ErrInvalidJSON},
+		{"input with a number beyond numeric's range", func() error { return create(tasks.CreateParams{Input: []byte(`{"n": 1e1000000}`)}) }, tasks.ErrInvalidJSON},
+		{"input with a \\u0000 escape", func() error { return create(tasks.CreateParams{Input: []byte(`{"a": "\u0000"}`)}) }, tasks.ErrInvalidJSON},
+		{"input over the payload limit", func() error {
+			return create(tasks.CreateParams{Input: []byte(`"` + strings.Repeat("x", tasks.MaxPayloadBytesDefault) + `"`)})
+		}, tasks.ErrPayloadTooLarge},
+		{"conversation id with a NUL", func() error { return create(tasks.CreateParams{ConversationID: "a\x00b"}) }, tasks.ErrInvalidArgument},
+		{"conversation id with invalid UTF-8", func() error { return create(tasks.CreateParams{ConversationID: "a\xffb"}) }, tasks.ErrInvalidArgument},
+		{"max retries over int32", func() error { return create(tasks.CreateParams{MaxRetries: 1 << 31}) }, tasks.ErrInvalidArgument},
+		{"restart limit over int32", func() error { return create(tasks.CreateParams{RestartLimit: 1 << 31}) }, tasks.ErrInvalidArgument},
+		{"a backoff below a microsecond", func() error { return create(tasks.CreateParams{RetryBackoffBase: 500 * time.Nanosecond}) }, tasks.ErrInvalidArgument},
+		{"a key in arbor's own namespace", func() error { return create(tasks.CreateParams{IdempotencyKey: "arbor:mine"}) }, tasks.ErrInvalidArgument},
+		{"Check of an id with a NUL", func() error { _, err := eng.Check(ctx, "a\x00b"); return err }, tasks.ErrInvalidArgument},
+		{"Check of an id with invalid UTF-8", func() error { _, err := eng.Check(ctx, "a\xffb"); return err }, tasks.ErrInvalidArgument},
+		{"ConversationTasks of an id with a NUL", func() error { _, err := eng.ConversationTasks(ctx, "a\x00b"); return err }, tasks.ErrInvalidArgument},
+		{"Conversation of an id with invalid UTF-8", func() error { _, err := eng.Conversation(ctx, "\xff"); return err }, tasks.ErrInvalidArgument},
+		{"AbortConversation of an id with a NUL", func() error { _, err := eng.AbortConversation(ctx, "\x00"); return err }, tasks.ErrInvalidArgument},
+		{"a wake time in year 10000 UTC", func() error {
+			_, err := eng.SleepUntil(ctx, run.ID, run.Token, time.Date(9999, 12, 31, 23, 0, 0, 0, west), "", nil)
+			return err
+		}, tasks.ErrInvalidArgument},
+		{"a wake time in year 0 UTC", func() error {
+			_, err := eng.SleepUntil(ctx, run.ID, run.Token, time.Date(1, 1, 1, 1, 0, 0, 0, east), "", nil)
+			return err
+		}, tasks.ErrInvalidArgument},
+		{"a checkpoint with invalid UTF-8 in its state", func() error {
+			_, err := eng.Checkpoint(ctx, run.ID, run.Token, "p", []byte("\"\xc3\x28\""))
+			return err
+		}, tasks.ErrInvalidJSON},
+		{"a result beyond numeric's range", func() error {
+			_, err := eng.Complete(ctx, run.ID, run.Token, []byte(`[1e1000000]`))
+			return err
+		}, tasks.ErrInvalidJSON},
+	}
+	check := untouched(t, pool, schema)
+	for _, c := range cases {
+		err := c.op()
+		require.ErrorIs(t, err, c.want, c.name)
+		require.True(t, core.IsArborError(err), "%s: %v", c.name, err)
+		check(c.name)
+	}
+
+	// A backslash before u0000 is text jsonb stores: it is accepted.
+	doc, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "k", Input: []byte(`{"a": "\\u0000"}`)})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"a": "\\u0000"}`, string(doc.Input))
+	_, err = eng.AbortConversation(ctx, conv)
+	require.NoError(t, err)
+}
+
+// TestBadConfigIsRefused: settings that would be silently wrong (a task
+// lease running to the year 2319, a payload limit above jsonb's) are
+// refused by name.
+func TestBadConfigIsRefused(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Shared(t)
+	ctx := context.Background()
+	for _, cfg := range []tasks.Config{
+		{TaskLease: 1<<63 - 1},
+		{MaxPayloadBytes: 1 << 30},
+		{RestartLimit: 1 << 31},
+		{UnavailableTimeout: -time.Second},
+		{RetryBackoffBase: 100 * time.Nanosecond},
+	} {
+		cfg.Schema = schema
+		_, err := tasks.New(ctx, pool, &cfg)
+		require.ErrorIs(t, err, tasks.ErrInvalidArgument, "%+v", cfg)
+	}
+	_, err := tasks.New(ctx, nil, nil)
+	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+}
