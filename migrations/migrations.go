@@ -130,12 +130,14 @@ func (m *Migrator) Version(ctx context.Context) (int, error) {
 }
 
 // Up applies every migration not yet applied, then River's, and returns the
-// versions it applied (empty when the schema was up to date already).
+// versions it applied (empty when the schema was up to date already). The
+// pool's role must own the schema; it needs CREATE on the database only
+// when the schema does not exist yet, for Up creates it then.
 func (m *Migrator) Up(ctx context.Context) ([]int, error) {
 	var applied []int
 	err := m.locked(ctx, func(conn *pgxpool.Conn) error {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.render(`CREATE SCHEMA IF NOT EXISTS {schema}`)); err != nil {
+			if err := m.createSchema(ctx, tx); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, m.render(`CREATE TABLE IF NOT EXISTS {schema}.arbor_migrations (
@@ -173,6 +175,26 @@ func (m *Migrator) Up(ctx context.Context) ([]int, error) {
 		return nil, fmt.Errorf("migrate schema %s up: %w", m.schema, err)
 	}
 	return applied, nil
+}
+
+// createSchema creates the schema unless it exists. It looks first, because
+// PostgreSQL checks CREATE on the database before it looks whether the
+// schema exists, even for CREATE SCHEMA IF NOT EXISTS: a migration role that
+// owns a schema made for it by an administrator, as docs/operations.md
+// describes, must not need to create schemas. The migrator's advisory lock
+// keeps another migrator from creating it between the look and the create.
+func (m *Migrator) createSchema(ctx context.Context, tx pgx.Tx) error {
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)`, m.schema).Scan(&exists); err != nil {
+		return fmt.Errorf("look for schema: %w", err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, m.render(`CREATE SCHEMA {schema}`)); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	return nil
 }
 
 // Down reverts arbor's migrations above target, newest first, and returns the
