@@ -48,26 +48,20 @@ const historyAppend = `error_history = (
 			ORDER BY n DESC LIMIT $%[2]d) h)`
 
 var (
+	// A sleep is sleep number sleep_seq + 1; its wake job ($6) is
+	// inserted first, for that number, so that the task is written once.
 	qSleepTask = define(`UPDATE {schema}.tasks
 		SET status = $2, phase = $3, state = $4, wake_at = $5, sleep_seq = sleep_seq + 1,
-		    wake_job_id = NULL, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
+		    wake_job_id = $6, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE id = $1
 		RETURNING {task_columns}`)
 
 	qRetryTask = define(`UPDATE {schema}.tasks
 		SET status = $2, error = $3, retries = retries + 1,
-		    wake_at = now() + $4 * interval '1 microsecond', sleep_seq = sleep_seq + 1,
-		    wake_job_id = NULL, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
+		    wake_at = $4, sleep_seq = sleep_seq + 1,
+		    wake_job_id = $7, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
 		    ` + fmt.Sprintf(historyAppend, 5, 6) + `
 		WHERE id = $1
-		RETURNING {task_columns}`)
-
-	qAppendErrorHistory = define(`UPDATE {schema}.tasks
-		SET updated_at = now(), ` + fmt.Sprintf(historyAppend, 2, 3) + `
-		WHERE id = $1`)
-
-	qSetWakeJob = define(`UPDATE {schema}.tasks SET wake_job_id = $2
-		WHERE id = $1 AND status = 'sleeping'
 		RETURNING {task_columns}`)
 
 	qNotifySleep = define(`SELECT pg_notify($1, $2)`)
@@ -85,6 +79,8 @@ var (
 
 	qDatabaseNow = define(`SELECT clock_timestamp()`)
 
+	qTransactionNow = define(`SELECT now()`)
+
 	qLiveWakeJobs = define(`SELECT id, state::text, coalesce((args->>'task_id')::bigint, 0),
 		    coalesce((args->>'sleep_seq')::bigint, 0)
 		FROM {schema}.river_job
@@ -94,15 +90,16 @@ var (
 )
 
 // SleepTask parks a running task until wakeAt with phase and state saved,
-// as sleep number sleep_seq + 1; its wake job is set by SetWakeJob.
-func (s *Store) SleepTask(ctx context.Context, db DB, id int64, to arbortype.Status, phase string, state json.RawMessage, wakeAt time.Time) (arbortype.Task, error) {
-	return scanTask(db.QueryRow(ctx, s.sql[qSleepTask], id, string(to), phase, nullJSON(state), wakeAt))
+// as sleep number sleep_seq + 1, whose wake job is jobID.
+func (s *Store) SleepTask(ctx context.Context, db DB, id int64, to arbortype.Status, phase string, state json.RawMessage, wakeAt time.Time, jobID int64) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qSleepTask], id, string(to), phase, nullJSON(state), wakeAt, jobID))
 }
 
-// RetryTask parks a running task that failed until now() + delay (database
-// clock), recording taskErr as its error and in its error history (newest
-// historyLimit entries kept), with retries + 1 and sleep number sleep_seq + 1.
-func (s *Store) RetryTask(ctx context.Context, db DB, id int64, to arbortype.Status, taskErr *arbortype.TaskError, delay time.Duration, historyLimit int) (arbortype.Task, error) {
+// RetryTask parks a running task that failed until wakeAt, recording
+// taskErr as its error and in its error history (newest historyLimit
+// entries kept), with retries + 1 and sleep number sleep_seq + 1, whose wake
+// job is jobID.
+func (s *Store) RetryTask(ctx context.Context, db DB, id int64, to arbortype.Status, taskErr *arbortype.TaskError, wakeAt time.Time, historyLimit int, jobID int64) (arbortype.Task, error) {
 	errJSON, err := marshalError(taskErr)
 	if err != nil {
 		return arbortype.Task{}, err
@@ -111,19 +108,7 @@ func (s *Store) RetryTask(ctx context.Context, db DB, id int64, to arbortype.Sta
 	if err != nil {
 		return arbortype.Task{}, err
 	}
-	return scanTask(db.QueryRow(ctx, s.sql[qRetryTask], id, string(to), nullJSON(errJSON), micros(delay), entry, historyLimit))
-}
-
-// AppendErrorHistory records taskErr in a live task's error history, keeping
-// the newest historyLimit entries. The engine calls it before the settle of
-// a failure: a settled task can no longer be written.
-func (s *Store) AppendErrorHistory(ctx context.Context, db DB, id int64, taskErr *arbortype.TaskError, historyLimit int) error {
-	entry, err := historyEntry(taskErr)
-	if err != nil {
-		return err
-	}
-	_, err = db.Exec(ctx, s.sql[qAppendErrorHistory], id, entry, historyLimit)
-	return err
+	return scanTask(db.QueryRow(ctx, s.sql[qRetryTask], id, string(to), nullJSON(errJSON), wakeAt, entry, historyLimit, jobID))
 }
 
 func historyEntry(taskErr *arbortype.TaskError) (string, error) {
@@ -138,11 +123,6 @@ func historyEntry(taskErr *arbortype.TaskError) (string, error) {
 		NonRetryable bool   `json:"non_retryable,omitempty"`
 	}{taskErr.Code, taskErr.Message, taskErr.NonRetryable})
 	return string(b), err
-}
-
-// SetWakeJob records the River job that wakes a sleeping task.
-func (s *Store) SetWakeJob(ctx context.Context, db DB, id, jobID int64) (arbortype.Task, error) {
-	return scanTask(db.QueryRow(ctx, s.sql[qSetWakeJob], id, jobID))
 }
 
 // SleepChannel is the LISTEN/NOTIFY channel on which the engine announces
@@ -215,6 +195,14 @@ func (s *Store) SleepingDue(ctx context.Context, db DB, until time.Time, limit i
 		out = append(out, st)
 	}
 	return out, rows.Err()
+}
+
+// TransactionNow returns the database's clock at the start of db's
+// transaction: the now() its statements write.
+func (s *Store) TransactionNow(ctx context.Context, db DB) (time.Time, error) {
+	var now time.Time
+	err := db.QueryRow(ctx, s.sql[qTransactionNow]).Scan(&now)
+	return now, err
 }
 
 // DatabaseNow returns the database's clock.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/arborhq/arbor/arbortype"
@@ -48,6 +49,16 @@ var (
 		SET status = $2, result = coalesce($3, result), error = coalesce($4, error),
 		    settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass),
 		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
+		WHERE id = $1
+		RETURNING {task_columns}`)
+
+	// A failure settles with its error in the error history, in the same
+	// statement: a settled row can never be written again.
+	qSettleFailedTask = define(`UPDATE {schema}.tasks
+		SET status = $2, error = $3,
+		    settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass),
+		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
+		    ` + fmt.Sprintf(historyAppend, 4, 5) + `
 		WHERE id = $1
 		RETURNING {task_columns}`)
 
@@ -113,6 +124,21 @@ func (s *Store) SettleTask(ctx context.Context, db DB, id int64, to arbortype.St
 		return arbortype.Task{}, err
 	}
 	return scanTask(db.QueryRow(ctx, s.sql[qSettleTask], id, string(to), nullJSON(result), nullJSON(errJSON)))
+}
+
+// SettleFailedTask settles a task as failed (`to`) with taskErr as its
+// error, appended to its error history (the newest historyLimit entries
+// kept), in one statement.
+func (s *Store) SettleFailedTask(ctx context.Context, db DB, id int64, to arbortype.Status, taskErr *arbortype.TaskError, historyLimit int) (arbortype.Task, error) {
+	errJSON, err := marshalError(taskErr)
+	if err != nil {
+		return arbortype.Task{}, err
+	}
+	entry, err := historyEntry(taskErr)
+	if err != nil {
+		return arbortype.Task{}, err
+	}
+	return scanTask(db.QueryRow(ctx, s.sql[qSettleFailedTask], id, string(to), nullJSON(errJSON), entry, historyLimit))
 }
 
 // HoldTask moves a running task to `to` (completing), holding its result.

@@ -34,13 +34,10 @@ func (e *Engine) Fail(ctx context.Context, tx pgx.Tx, taskID int64, token *int64
 		}
 		return retried, nil
 	}
-	if err := e.recordFailure(ctx, tx, t, recorded); err != nil {
-		return Task{}, errorf("fail", taskID, err)
-	}
 	if err := e.abortForegroundChildren(ctx, tx, t); err != nil {
 		return Task{}, errorf("fail", taskID, err)
 	}
-	failed, err := e.settle(ctx, tx, t, fsm.Fail, nil, recorded)
+	failed, err := e.settleFailed(ctx, tx, t, recorded)
 	if err != nil {
 		return Task{}, errorf("fail", taskID, err)
 	}

@@ -101,21 +101,21 @@ func (e *Engine) retryIfAllowed(ctx context.Context, tx pgx.Tx, t Task, fromRunn
 		return Task{}, false, transitionError(t.ID, t.Status, fsm.Retry)
 	}
 	delay := backoff(t.Retries, t.RetryBackoffBase, t.RetryBackoffCap, rand.Float64())
-	parked, err := e.Store.RetryTask(ctx, tx, t.ID, to, recorded, delay, e.Cfg.ErrorHistoryLimit)
-	if err != nil {
-		return Task{}, false, mapDBError(err)
-	}
-	parked, err = e.scheduleWake(ctx, tx, parked)
+	now, err := e.Store.TransactionNow(ctx, tx)
 	if err != nil {
 		return Task{}, false, err
 	}
-	return parked, true, nil
-}
-
-// recordFailure adds a final failure to t's error history before t settles.
-func (e *Engine) recordFailure(ctx context.Context, tx pgx.Tx, t Task, recorded *TaskError) error {
-	if err := e.Store.AppendErrorHistory(ctx, tx, t.ID, recorded, e.Cfg.ErrorHistoryLimit); err != nil {
-		return mapDBError(err)
+	wakeAt := now.Add(delay) // the database's clock, as the row's updated_at
+	jobID, err := e.insertWakeJob(ctx, tx, t, wakeAt)
+	if err != nil {
+		return Task{}, false, err
 	}
-	return nil
+	parked, err := e.Store.RetryTask(ctx, tx, t.ID, to, recorded, wakeAt, e.Cfg.ErrorHistoryLimit, jobID)
+	if err != nil {
+		return Task{}, false, mapDBError(err)
+	}
+	if err := e.announceSleep(ctx, tx, parked); err != nil {
+		return Task{}, false, err
+	}
+	return parked, true, nil
 }

@@ -136,48 +136,54 @@ func (e *Engine) SleepUntil(ctx context.Context, tx pgx.Tx, taskID, token int64,
 	if err != nil {
 		return Task{}, errorf("sleep", taskID, transitionError(taskID, t.Status, fsm.Sleep))
 	}
-	slept, err := e.Store.SleepTask(ctx, tx, taskID, to, phase, state, wakeAt)
+	jobID, err := e.insertWakeJob(ctx, tx, t, wakeAt)
+	if err != nil {
+		return Task{}, errorf("sleep", taskID, err)
+	}
+	slept, err := e.Store.SleepTask(ctx, tx, taskID, to, phase, state, wakeAt, jobID)
 	if err != nil {
 		return Task{}, errorf("sleep", taskID, mapDBError(err))
 	}
-	slept, err = e.scheduleWake(ctx, tx, slept)
-	if err != nil {
+	if err := e.announceSleep(ctx, tx, slept); err != nil {
 		return Task{}, errorf("sleep", taskID, err)
 	}
 	return slept, nil
 }
 
-// scheduleWake inserts the wake job of t's current sleep (t is locked and
-// sleeping), records it on the task and announces the sleep to wakers.
-func (e *Engine) scheduleWake(ctx context.Context, tx pgx.Tx, t Task) (Task, error) {
-	if t.WakeAt == nil {
-		return Task{}, fmt.Errorf("sleeping task %d has no wake time", t.ID)
-	}
+// insertWakeJob inserts the wake job of t's next sleep (t is locked and
+// running; the sleep will be number sleep_seq + 1) at wakeAt, and returns
+// its id. It comes before the task's own write, so that the task is
+// written once, with its job (see the column guard).
+func (e *Engine) insertWakeJob(ctx context.Context, tx pgx.Tx, t Task, wakeAt time.Time) (int64, error) {
 	// River inserts any job with a ScheduledAt as scheduled, even one in
 	// the past, and only its scheduler (every ~5 s) makes it available. A
 	// sleep that is already due is inserted available instead, which River
 	// announces to its workers at once.
-	due, _, err := e.Store.DueNow(ctx, tx, *t.WakeAt)
+	due, _, err := e.Store.DueNow(ctx, tx, wakeAt)
 	if err != nil {
-		return Task{}, err
+		return 0, err
 	}
-	opts := &river.InsertOpts{ScheduledAt: *t.WakeAt}
+	opts := &river.InsertOpts{ScheduledAt: wakeAt}
 	if due {
 		opts.ScheduledAt = time.Time{}
 	}
-	res, err := e.wakeJobs.InsertTx(ctx, tx, WakeArgs{TaskID: t.ID, SleepSeq: t.SleepSeq, ConversationID: t.ConversationID}, opts)
+	res, err := e.wakeJobs.InsertTx(ctx, tx, WakeArgs{TaskID: t.ID, SleepSeq: t.SleepSeq + 1, ConversationID: t.ConversationID}, opts)
 	if err != nil {
-		return Task{}, fmt.Errorf("insert wake job: %w", err)
+		return 0, fmt.Errorf("insert wake job: %w", err)
 	}
-	t, err = e.Store.SetWakeJob(ctx, tx, t.ID, res.Job.ID)
+	return res.Job.ID, nil
+}
+
+// announceSleep tells wakers of t's new sleep (delivered at commit).
+func (e *Engine) announceSleep(ctx context.Context, tx pgx.Tx, t Task) error {
+	if t.WakeAt == nil {
+		return fmt.Errorf("sleeping task %d has no wake time", t.ID)
+	}
+	err := e.Store.NotifySleep(ctx, tx, store.SleepNotice{TaskID: t.ID, ConversationID: t.ConversationID, SleepSeq: t.SleepSeq, WakeAt: *t.WakeAt})
 	if err != nil {
-		return Task{}, mapDBError(err)
+		return fmt.Errorf("notify sleep: %w", err)
 	}
-	err = e.Store.NotifySleep(ctx, tx, store.SleepNotice{TaskID: t.ID, ConversationID: t.ConversationID, SleepSeq: t.SleepSeq, WakeAt: *t.WakeAt})
-	if err != nil {
-		return Task{}, fmt.Errorf("notify sleep: %w", err)
-	}
-	return t, nil
+	return nil
 }
 
 // WakeNow is a user's early wake of a sleeping task (see tasks.Engine.WakeNow).

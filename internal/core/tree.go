@@ -49,6 +49,27 @@ func (e *Engine) settle(ctx context.Context, tx pgx.Tx, t Task, event fsm.Event,
 	return settled, nil
 }
 
+// settleFailed settles the locked, live task t as failed with taskErr,
+// recorded in its error history in the same statement, then reconciles its
+// owner.
+func (e *Engine) settleFailed(ctx context.Context, tx pgx.Tx, t Task, taskErr *TaskError) (Task, error) {
+	to, err := fsm.Transition(t.Status, fsm.Fail)
+	if err != nil {
+		return Task{}, transitionError(t.ID, t.Status, fsm.Fail)
+	}
+	if err := e.dropWakeJobs(ctx, tx, t); err != nil {
+		return Task{}, err
+	}
+	settled, err := e.Store.SettleFailedTask(ctx, tx, t.ID, to, taskErr, e.Cfg.ErrorHistoryLimit)
+	if err != nil {
+		return Task{}, mapDBError(err)
+	}
+	if err := e.reconcileOwner(ctx, tx, settled); err != nil {
+		return Task{}, err
+	}
+	return settled, nil
+}
+
 // reconcileOwner applies what the settling of child means for its owner,
 // and so on up the tree (docs/design.md §3.5):
 //   - a waiting owner whose wait names child is re-evaluated: it wakes when
