@@ -79,9 +79,12 @@ func TestSettledHasNoEdges(t *testing.T) {
 // table's own.
 func TestGeneratedFilesUpToDate(t *testing.T) {
 	t.Parallel()
+	previous, err := os.ReadFile(filepath.Join("..", "migrations", "sql", "002_transition_guard.up.sql"))
+	require.NoError(t, err)
 	for path, want := range map[string]string{
-		filepath.Join("..", "docs", "state-machine.md"):                         fsm.Mermaid(),
-		filepath.Join("..", "migrations", "sql", "002_transition_guard.up.sql"): fsm.GuardSQL(),
+		filepath.Join("..", "docs", "state-machine.md"):                          fsm.Mermaid(),
+		filepath.Join("..", "migrations", "sql", fsm.GuardMigration+".up.sql"):   fsm.GuardSQL(),
+		filepath.Join("..", "migrations", "sql", fsm.GuardMigration+".down.sql"): fsm.GuardDownSQL(string(previous)),
 	} {
 		got, err := os.ReadFile(path)
 		require.NoError(t, err)

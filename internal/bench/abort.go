@@ -38,7 +38,7 @@ func abortArbor(ctx context.Context, env *Env, size Size) (Measurement, error) {
 	}
 	// Every third task has run (aborted rather than orphaned), the root too.
 	if _, err := env.Pool.Exec(ctx, env.sql(`UPDATE {schema}.tasks SET status = 'running', started_at = now(),
-		token = nextval('{schema}.task_token_seq'), lease_expires_at = now() + interval '1 hour'
+		token = nextval('{schema}.task_token_seq'), run_epoch = 0, lease_expires_at = now() + interval '1 hour'
 		WHERE conversation_id = $1 AND (id % 3 = 0 OR id = $2)`), conv, root.ID); err != nil {
 		return Measurement{}, fmt.Errorf("start tree: %w", err)
 	}

@@ -37,7 +37,7 @@ func runningTree(ctx context.Context, env *Env, size Size) (*tasks.Engine, time.
 		return nil, 0, err
 	}
 	tag, err := env.Pool.Exec(ctx, env.sql(`UPDATE {schema}.tasks SET status = 'running', started_at = now(),
-		token = nextval('{schema}.task_token_seq'), lease_expires_at = now() + interval '1 hour'
+		token = nextval('{schema}.task_token_seq'), run_epoch = 0, lease_expires_at = now() + interval '1 hour'
 		WHERE conversation_id = $1`), reconcileConv)
 	if err != nil {
 		return nil, 0, fmt.Errorf("start tree: %w", err)
@@ -106,7 +106,7 @@ func reconcileCeiling(ctx context.Context, env *Env, size Size) (Measurement, er
 		return Measurement{}, err
 	}
 	tag, err := env.Pool.Exec(ctx, env.sql(`UPDATE {schema}.tasks
-		SET status = 'pending', attempt = attempt + 1, token = NULL, lease_expires_at = NULL, updated_at = now()
+		SET status = 'pending', attempt = attempt + 1, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE conversation_id = $1 AND status = 'running'`), reconcileConv)
 	if err != nil {
 		return Measurement{}, err

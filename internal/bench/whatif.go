@@ -43,7 +43,7 @@ func flatSetBased(ctx context.Context, env *Env, size Size) (Measurement, error)
 			                  AND c.status IN ('pending', 'running', 'waiting', 'sleeping', 'completing'))
 			ORDER BY t.id FOR NO KEY UPDATE OF t)
 		UPDATE {schema}.tasks t SET status = 'completed', settled_at = now(),
-			settle_seq = nextval('{schema}.task_settle_seq'::regclass), token = NULL, lease_expires_at = NULL,
+			settle_seq = nextval('{schema}.task_settle_seq'::regclass), token = NULL, run_epoch = NULL, lease_expires_at = NULL,
 			updated_at = now()
 		FROM ok WHERE t.id = ok.id AND t.owner_task_id IS NULL`)
 

@@ -186,7 +186,8 @@ func mapDBError(err error) error {
 		return err
 	}
 	switch pgErr.Code {
-	case fsm.SQLStateInvalidTransition, fsm.SQLStateSettled, fsm.SQLStateImmutable, fsm.SQLStateInvalidInsert:
+	case fsm.SQLStateInvalidTransition, fsm.SQLStateSettled, fsm.SQLStateImmutable, fsm.SQLStateInvalidInsert,
+		fsm.SQLStateColumn, fsm.SQLStateDelete, fsm.SQLStateConversation:
 		return fmt.Errorf("%w: refused by the database: %w", ErrInvalidTransition, err)
 	case sqlStateInvalidText, sqlStateInvalidEscape, sqlStateInvalidJSONText, sqlStateUnicodeEscape,
 		sqlStateNotInRepertoire, sqlStateNumericOutOfRange:

@@ -1,6 +1,7 @@
-// Command fsmgen writes the files generated from fsm's transition table:
-// docs/state-machine.md and migrations/sql/002_transition_guard.up.sql.
-// Run it with `go generate ./fsm` from the repository root.
+// Command fsmgen writes the files generated from fsm's transition table and
+// column rules: docs/state-machine.md and the latest guard migration
+// (migrations/sql/<fsm.GuardMigration>.up.sql and .down.sql). Run it with
+// `go generate ./fsm` from the repository root.
 package main
 
 import (
@@ -17,9 +18,15 @@ func main() {
 	if _, err := os.Stat("go.mod"); err == nil {
 		root = "."
 	}
+	sql := filepath.Join(root, "migrations", "sql")
+	previous, err := os.ReadFile(filepath.Join(sql, "002_transition_guard.up.sql"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	files := map[string]string{
-		filepath.Join(root, "docs", "state-machine.md"):                         fsm.Mermaid(),
-		filepath.Join(root, "migrations", "sql", "002_transition_guard.up.sql"): fsm.GuardSQL(),
+		filepath.Join(root, "docs", "state-machine.md"):    fsm.Mermaid(),
+		filepath.Join(sql, fsm.GuardMigration+".up.sql"):   fsm.GuardSQL(),
+		filepath.Join(sql, fsm.GuardMigration+".down.sql"): fsm.GuardDownSQL(string(previous)),
 	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {

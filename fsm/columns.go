@@ -1,0 +1,174 @@
+package fsm
+
+import (
+	"slices"
+
+	"github.com/arborhq/arbor/arbortype"
+)
+
+// The column guard. A status change is only half of a task's history: which
+// columns change with it matters as much (a token changing outside a start
+// is a take-over outside the engine; attempt moving by anything but one is a
+// forged recovery). ColumnRules says, for every column of the tasks table,
+// on which status changes (from, to) it may take a new value, and what the
+// new value must then be; the database trigger generated from it (GuardSQL)
+// refuses every other change, so a bug or a hand-written UPDATE cannot make
+// a history the engine would not have made.
+//
+// The trigger sees statuses, not events: where two events share a status
+// change (sleep and retry both go running → sleeping) a column may change on
+// it if either event changes it, and the value rules say how.
+
+// ColumnRule says when one column of the tasks table may change.
+type ColumnRule struct {
+	Column string
+	// Changes are the status changes on which the column may take a new
+	// value; empty for a column that never changes.
+	Changes [][2]arbortype.Status
+	// Value, when not empty, is an SQL condition (over OLD and NEW) the row
+	// must meet whenever the column changed.
+	Value string
+	// Why says why, for the generated code and the docs.
+	Why string
+}
+
+// on returns the status changes of the events' edges.
+func on(events ...Event) [][2]arbortype.Status {
+	var out [][2]arbortype.Status
+	for _, e := range Edges() {
+		p := [2]arbortype.Status{e.From, e.To}
+		if slices.Contains(events, e.Event) && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// from keeps the changes that start in s.
+func from(s arbortype.Status, changes [][2]arbortype.Status) [][2]arbortype.Status {
+	var out [][2]arbortype.Status
+	for _, c := range changes {
+		if c[0] == s {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// leaving returns every status change out of s to another status.
+func leaving(s arbortype.Status) [][2]arbortype.Status {
+	var out [][2]arbortype.Status
+	for _, p := range StatusChanges() {
+		if p[0] == s {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// settling returns every status change into a settled status.
+func settling() [][2]arbortype.Status {
+	var out [][2]arbortype.Status
+	for _, p := range StatusChanges() {
+		if p[1].Settled() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func union(sets ...[][2]arbortype.Status) [][2]arbortype.Status {
+	var out [][2]arbortype.Status
+	for _, s := range sets {
+		for _, p := range s {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// ColumnRules lists every column of the tasks table with the changes it may
+// come with, in table order. A column missing here is refused by the
+// generator (TestColumnRulesCoverTheTable checks the list against the
+// table).
+func ColumnRules() []ColumnRule {
+	immutable := func(col, why string) ColumnRule { return ColumnRule{Column: col, Why: why} }
+	run := union(on(Start), leaving(arbortype.StatusRunning))
+	return []ColumnRule{
+		immutable("id", "identity"),
+		immutable("conversation_id", "identity: a task never moves"),
+		immutable("owner_task_id", "identity: the ownership graph is fixed at create"),
+		immutable("kind", "identity: the handler a task was created for"),
+		{Column: "status", Changes: StatusChanges(), Why: "the transition table (checked first)"},
+		immutable("background", "fixed at create"),
+		immutable("input", "fixed at create"),
+		{Column: "phase", Changes: union(on(Checkpoint), on(Wait), on(Sleep)), Why: "a checkpoint, or the phase a wait or a sleep saves"},
+		{Column: "state", Changes: union(on(Checkpoint), on(Wait), on(Sleep)), Why: "a checkpoint, or the state a wait or a sleep saves"},
+		{Column: "result", Changes: union(on(Hold), from(arbortype.StatusRunning, on(Complete)), on(Cancel)),
+			Why: "a completion (held while completing, kept when it completes) or a cancel"},
+		{Column: "error", Changes: union(on(Retry), on(Fail), on(Cancel)), Why: "a failure, retried or final, or an abandon's code"},
+		{Column: "attempt", Changes: on(Recover), Value: "NEW.attempt = OLD.attempt + 1", Why: "one more per recovery, and only then"},
+		immutable("restart_limit", "fixed at create"),
+		immutable("abandon_on_restart", "fixed at create"),
+		{Column: "abort_requested", Changes: on(Abort, Orphan), Value: "NEW.abort_requested",
+			Why: "set by an abort, as it settles the task"},
+		{Column: "wait_policy", Changes: on(Wait), Why: "a wait; kept after it for the resumed handler"},
+		{Column: "wait_ids", Changes: on(Wait), Why: "a wait; kept after it for the resumed handler"},
+		{Column: "wake_at", Changes: on(Sleep, Retry), Value: "NEW.wake_at IS NOT NULL", Why: "a sleep or a retry's backoff"},
+		{Column: "sleep_seq", Changes: on(Sleep, Retry), Value: "NEW.sleep_seq = OLD.sleep_seq + 1", Why: "one more per sleep"},
+		immutable("max_retries", "fixed at create"),
+		{Column: "retries", Changes: on(Retry), Value: "NEW.retries = OLD.retries + 1", Why: "one more per retry"},
+		immutable("retry_backoff_base", "fixed at create"),
+		immutable("retry_backoff_cap", "fixed at create"),
+		{Column: "error_history", Changes: union(on(Retry), on(Fail)), Why: "appended to by a failure"},
+		{Column: "wake_job_id", Changes: on(Sleep, Retry), Why: "the River job of a new sleep"},
+		{Column: "token", Changes: run, Why: "a fresh token when a run starts, none when it ends"},
+		{Column: "run_epoch", Changes: run, Why: "the lease epoch a run starts under, none when it ends"},
+		{Column: "lease_expires_at", Changes: union(run, on(Checkpoint)), Why: "a run's task lease, extended by a checkpoint or heartbeat"},
+		immutable("idempotency_key", "fixed at create"),
+		{Column: "settle_seq", Changes: settling(), Why: "numbered when the task settles"},
+		immutable("created_at", "fixed at create"),
+		{Column: "updated_at", Changes: nil, Why: "free: any write stamps it"},
+		{Column: "started_at", Changes: on(Start), Value: "OLD.started_at IS NULL", Why: "the first start, and only it"},
+		{Column: "settled_at", Changes: settling(), Why: "stamped when the task settles"},
+	}
+}
+
+// freeColumns may change with any write.
+var freeColumns = []string{"updated_at"}
+
+// RowRules are conditions every row of the tasks table meets after any
+// update, whatever changed: the run columns exactly while running, the
+// settle columns exactly when settled, and the changes some status changes
+// must make (a recovery counts its attempt, a sleep numbers itself). They are what makes "a run ends,
+// its token goes" and "a settled task is numbered" facts of the table.
+func RowRules() []ColumnRule {
+	settled := quoted(settledStatuses())
+	return []ColumnRule{
+		{Column: "token", Value: "(NEW.status = 'running') = (NEW.token IS NOT NULL)", Why: "a token exactly while running"},
+		{Column: "run_epoch", Value: "(NEW.status = 'running') = (NEW.run_epoch IS NOT NULL)", Why: "a run epoch exactly while running"},
+		{Column: "lease_expires_at", Value: "(NEW.status = 'running') = (NEW.lease_expires_at IS NOT NULL)", Why: "a task lease exactly while running"},
+		{Column: "settle_seq", Value: "(NEW.status IN (" + settled + ")) = (NEW.settle_seq IS NOT NULL)", Why: "a settle number exactly when settled"},
+		{Column: "settled_at", Value: "(NEW.status IN (" + settled + ")) = (NEW.settled_at IS NOT NULL)", Why: "a settle time exactly when settled"},
+		{Column: "abort_requested", Value: "NOT NEW.abort_requested OR NEW.status IN ('aborted', 'orphaned')", Why: "only an abort marks a task, as it settles it"},
+		{Column: "attempt", Value: "change <> 'running>pending' OR NEW.attempt = OLD.attempt + 1", Why: "a recovery counts its attempt"},
+		{Column: "sleep_seq", Value: "change <> 'running>sleeping' OR NEW.sleep_seq = OLD.sleep_seq + 1", Why: "every sleep has a number of its own"},
+		{Column: "token", Value: "change <> 'pending>running' OR NEW.token IS DISTINCT FROM OLD.token", Why: "every start has a token of its own"},
+	}
+}
+
+// InsertRules are the columns a new row must have as the engine creates it:
+// pending, never run, no history.
+func InsertRules() []string {
+	return []string{
+		"NEW.status = 'pending'",
+		"NEW.token IS NULL", "NEW.run_epoch IS NULL", "NEW.lease_expires_at IS NULL",
+		"NEW.started_at IS NULL", "NEW.settled_at IS NULL", "NEW.settle_seq IS NULL",
+		"NEW.attempt = 0", "NEW.retries = 0", "NEW.sleep_seq = 0",
+		"NOT NEW.abort_requested", "NEW.phase = ''", "NEW.state IS NULL",
+		"NEW.result IS NULL", "NEW.error IS NULL", "NEW.error_history = '[]'::jsonb",
+		"NEW.wait_policy IS NULL", "NEW.wait_ids IS NULL", "NEW.wake_at IS NULL", "NEW.wake_job_id IS NULL",
+	}
+}

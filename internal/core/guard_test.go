@@ -1,0 +1,215 @@
+package core_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/fsm"
+)
+
+// forged is, per column of the tasks table, an SQL expression for a value
+// that differs from the current one (and passes the column's own CHECK
+// constraints), so that a raw UPDATE changes that column alone.
+var forged = map[string]string{
+	"id": "id + 1000000", "conversation_id": "conversation_id || 'x'", "owner_task_id": "coalesce(owner_task_id, 0) + 1",
+	"kind": "kind || 'x'", "status": "status", "background": "NOT background", "input": `'{"forged": 1}'::jsonb`,
+	"phase": "phase || 'x'", "state": `'{"forged": 1}'::jsonb`, "result": `'"forged"'::jsonb`,
+	"error": `'{"message": "forged"}'::jsonb`, "attempt": "attempt + 1", "restart_limit": "restart_limit + 1",
+	"abandon_on_restart": "NOT abandon_on_restart", "abort_requested": "NOT abort_requested",
+	"wait_policy": "CASE WHEN wait_policy = 'fail_fast' THEN 'all_settled' ELSE 'fail_fast' END",
+	"wait_ids": "ARRAY[424242]::bigint[]", "wake_at": "coalesce(wake_at, now()) + interval '1 day'",
+	"sleep_seq": "sleep_seq + 1", "max_retries": "max_retries + 1", "retries": "retries + 1",
+	"retry_backoff_base": "retry_backoff_base + interval '1 second'", "retry_backoff_cap": "retry_backoff_cap + interval '1 second'",
+	"error_history": `'[{"try": 9, "message": "forged"}]'::jsonb`, "wake_job_id": "coalesce(wake_job_id, 0) + 424242",
+	"token": "coalesce(token, 0) + 424242", "run_epoch": "coalesce(run_epoch, 0) + 1",
+	"lease_expires_at": "coalesce(lease_expires_at, now()) + interval '1 day'",
+	"idempotency_key": "coalesce(idempotency_key, '') || 'x'", "settle_seq": "coalesce(settle_seq, 0) + 424242",
+	"created_at": "created_at - interval '1 day'", "updated_at": "updated_at + interval '1 second'",
+	"started_at": "coalesce(started_at, now()) - interval '1 day'", "settled_at": "coalesce(settled_at, now()) + interval '1 day'",
+}
+
+// TestColumnRulesCoverTheTable: the guard's rules name every column of
+// the tasks table, and the forging test has a value for each.
+func TestColumnRulesCoverTheTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rows, err := b.pool.Query(b.ctx, `SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'tasks'`, b.schema)
+	require.NoError(t, err)
+	var cols []string
+	for rows.Next() {
+		var c string
+		require.NoError(t, rows.Scan(&c))
+		cols = append(cols, c)
+	}
+	require.NoError(t, rows.Err())
+	var ruled []string
+	for _, r := range fsm.ColumnRules() {
+		ruled = append(ruled, r.Column)
+		require.Contains(t, forged, r.Column)
+	}
+	slices.Sort(cols)
+	slices.Sort(ruled)
+	require.Equal(t, cols, ruled)
+}
+
+// TestGuardRefusesEveryForgedColumn: for every column, a raw UPDATE that
+// changes it alone, on a task whose status it may not change with (every
+// status but the ones its rule allows, the status kept), is refused by the
+// database, and the row is as it was.
+func TestGuardRefusesEveryForgedColumn(t *testing.T) {
+	t.Parallel()
+	for _, rule := range fsm.ColumnRules() {
+		if rule.Column == "status" || rule.Column == "updated_at" {
+			continue // the transition table's own tests; free
+		}
+		t.Run(rule.Column, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			tried := 0
+			for _, st := range []arbortype.Status{arbortype.StatusPending, arbortype.StatusRunning, arbortype.StatusWaiting,
+				arbortype.StatusSleeping, arbortype.StatusCompleting, arbortype.StatusCompleted} {
+				if slices.Contains(rule.Changes, [2]arbortype.Status{st, st}) {
+					continue // it may change without a status change here (a checkpoint)
+				}
+				s := reach(t, b, st, false)
+				before := b.snapshot(t)
+				_, err := b.pool.Exec(b.ctx, fmt.Sprintf(`UPDATE %s.tasks SET %s = %s WHERE id = $1`, b.schema, rule.Column, forged[rule.Column]), s.task.ID)
+				requireGuard(t, err, fmt.Sprintf("%s on a %s task", rule.Column, st))
+				require.Equal(t, before, b.snapshot(t), "nothing written")
+				tried++
+			}
+			require.Positive(t, tried)
+			_, err := b.engine.AbortConversation(b.ctx, b.conv)
+			require.NoError(t, err)
+		})
+	}
+}
+
+// requireGuard fails unless err is one of the guard's refusals.
+func requireGuard(t *testing.T, err error, what string) {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "%s: refused by the database, got %v", what, err)
+	// 428C9: id is GENERATED ALWAYS, which PostgreSQL enforces itself.
+	require.True(t, strings.HasPrefix(pgErr.Code, "AB") || pgErr.Code == "428C9", "%s: %s (%s)", what, pgErr.Message, pgErr.Code)
+}
+
+// TestGuardRefusesForgedHistories: status changes the table allows, but
+// with the columns wrong: a recovery that does not count its attempt or
+// counts two, a start reusing no token, a retry counting two, a settle
+// without its number, a run left holding its token after it ended.
+func TestGuardRefusesForgedHistories(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		from arbortype.Status
+		set  string
+	}{
+		{"recovery without attempt + 1", arbortype.StatusRunning, "status = 'pending', token = NULL, run_epoch = NULL, lease_expires_at = NULL"},
+		{"recovery counting two attempts", arbortype.StatusRunning, "status = 'pending', attempt = attempt + 2, token = NULL, run_epoch = NULL, lease_expires_at = NULL"},
+		{"a run ended keeping its token", arbortype.StatusRunning, "status = 'pending', attempt = attempt + 1, run_epoch = NULL, lease_expires_at = NULL"},
+		{"a start without a token", arbortype.StatusPending, "status = 'running', run_epoch = 1, lease_expires_at = now(), started_at = now()"},
+		{"a start without a run epoch", arbortype.StatusPending, "status = 'running', token = 424242, lease_expires_at = now(), started_at = now()"},
+		{"a sleep keeping its number", arbortype.StatusRunning, "status = 'sleeping', wake_at = now(), token = NULL, run_epoch = NULL, lease_expires_at = NULL"},
+		{"a retry counting two", arbortype.StatusRunning, "status = 'sleeping', retries = retries + 2, sleep_seq = sleep_seq + 1, wake_at = now(), token = NULL, run_epoch = NULL, lease_expires_at = NULL"},
+		{"a settle without its number", arbortype.StatusRunning, "status = 'completed', settled_at = now(), token = NULL, run_epoch = NULL, lease_expires_at = NULL"},
+		{"a completion changing the input", arbortype.StatusRunning, `status = 'completed', input = '1', settled_at = now(), settle_seq = 424242, token = NULL, run_epoch = NULL, lease_expires_at = NULL`},
+		{"a wait rewriting the attempt", arbortype.StatusRunning, "status = 'waiting', attempt = attempt + 1, wait_policy = 'all_settled', wait_ids = '{}', token = NULL, run_epoch = NULL, lease_expires_at = NULL"},
+		{"an abort mark on a live task", arbortype.StatusPending, "abort_requested = true"},
+		{"a wake job moved under a sleeping task", arbortype.StatusSleeping, "wake_job_id = wake_job_id + 1"},
+	}
+	for _, c := range cases {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			s := reach(t, b, c.from, false)
+			before := b.snapshot(t)
+			_, err := b.pool.Exec(b.ctx, fmt.Sprintf(`UPDATE %s.tasks SET %s WHERE id = $1`, b.schema, c.set), s.task.ID)
+			requireGuard(t, err, c.name)
+			require.Equal(t, before, b.snapshot(t), "nothing written")
+			_, err = b.engine.AbortConversation(b.ctx, b.conv)
+			require.NoError(t, err)
+		})
+	}
+}
+
+// TestGuardRefusesForgedInserts: a task is inserted only as the engine
+// creates one — pending, never run, no history — each column tried.
+func TestGuardRefusesForgedInserts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.root(t, "turn") // the conversation row
+	before := b.snapshot(t)
+	for col, val := range map[string]string{
+		"status": "'running'", "token": "7", "run_epoch": "1", "lease_expires_at": "now()", "started_at": "now()",
+		"settled_at": "now()", "settle_seq": "99", "attempt": "99", "retries": "1", "sleep_seq": "1",
+		"abort_requested": "true", "phase": "'p'", "state": "'{}'", "result": "'1'", "error": `'{"message": "x"}'`,
+		"error_history": `'[{"try": 1}]'`, "wait_policy": "'all_settled'", "wait_ids": "'{1}'", "wake_at": "now()", "wake_job_id": "1",
+	} {
+		_, err := b.pool.Exec(b.ctx, fmt.Sprintf(`INSERT INTO %s.tasks (conversation_id, kind, %s) VALUES ($1, 'k', %s)`, b.schema, col, val), b.conv)
+		requireGuard(t, err, "insert with "+col)
+	}
+	require.Equal(t, before, b.snapshot(t), "nothing inserted")
+	_, err := b.engine.AbortConversation(b.ctx, b.conv)
+	require.NoError(t, err)
+}
+
+// TestGuardRefusesDeletes: no task is ever deleted, live or settled (a
+// later issue's pruning will be the one path that may), the table is never
+// truncated, and a conversation row is never deleted.
+func TestGuardRefusesDeletes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	live := reach(t, b, arbortype.StatusRunning, false).task
+	done := reach(t, b, arbortype.StatusCompleted, false).task
+	before := b.snapshot(t)
+	for _, id := range []int64{live.ID, done.ID} {
+		_, err := b.pool.Exec(b.ctx, fmt.Sprintf(`DELETE FROM %s.tasks WHERE id = $1`, b.schema), id)
+		requireGuard(t, err, fmt.Sprintf("delete of task %d", id))
+	}
+	_, err := b.pool.Exec(b.ctx, fmt.Sprintf(`TRUNCATE %s.tasks CASCADE`, b.schema))
+	requireGuard(t, err, "truncate")
+	_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`DELETE FROM %s.conversations WHERE id = $1`, b.schema), b.conv)
+	requireGuard(t, err, "delete of a conversation")
+	require.Equal(t, before, b.snapshot(t), "nothing deleted")
+	_, err = b.engine.AbortConversation(b.ctx, b.conv)
+	require.NoError(t, err)
+}
+
+// TestGuardRefusesForgedLeases: a conversation's epoch only grows, by one,
+// with a new holder; a holder always has a deadline; its id never changes.
+// A fence forged backwards would let a former holder write again.
+func TestGuardRefusesForgedLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.root(t, "turn")
+	b.lease(t)
+	before := b.snapshot(t)
+	for what, set := range map[string]string{
+		"an epoch moved back":           "epoch = epoch - 1",
+		"an epoch skipping ahead":       "epoch = epoch + 2",
+		"an epoch moved with no holder": "epoch = epoch + 1, holder = NULL, lease_expires_at = NULL",
+		"a holder without a deadline":   "lease_expires_at = NULL",
+		"a deadline without a holder":   "holder = NULL",
+		"an id changed":                 "id = id || 'x'",
+	} {
+		_, err := b.pool.Exec(b.ctx, fmt.Sprintf(`UPDATE %s.conversations SET %s WHERE id = $1`, b.schema, set), b.conv)
+		requireGuard(t, err, what)
+	}
+	_, err := b.pool.Exec(b.ctx, fmt.Sprintf(`INSERT INTO %s.conversations (id, epoch) VALUES ($1, 5)`, b.schema), b.conv+"-forged")
+	requireGuard(t, err, "a conversation inserted at a forged epoch")
+	require.Equal(t, before, b.snapshot(t), "nothing written")
+	// The engine's own take-over passes: epoch + 1 with a new holder.
+	_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`UPDATE %s.conversations SET holder = 'other', epoch = epoch + 1,
+		lease_expires_at = now() + interval '1 minute' WHERE id = $1`, b.schema), b.conv)
+	require.NoError(t, err)
+	_, err = b.engine.AbortConversation(b.ctx, b.conv)
+	require.NoError(t, err)
+}
