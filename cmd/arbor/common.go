@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -187,7 +188,11 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
-// formatTime writes t in UTC to the second, or "-" for none.
+// formatTime writes t in UTC to the second, or "-" for none. A year beyond
+// 9999 keeps all its digits ("20000-01-01T00:00:00Z"), and one before 1 BC
+// gets a minus sign, counted as astronomers do (44 BC is -0043): PostgreSQL
+// stores years from 4713 BC to 294276 AD, and a row edited by hand may hold
+// any of them.
 func formatTime(t *time.Time) string {
 	if t == nil {
 		return "-"
@@ -195,20 +200,57 @@ func formatTime(t *time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// humanDuration writes d the way a person reads an age: 850ms, 12.3s, 4m05s,
-// 3h02m, 2d04h.
-func humanDuration(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "-" + humanDuration(-d)
-	case d < time.Second:
-		return fmt.Sprintf("%dms", d.Milliseconds())
-	case d < time.Minute:
-		return fmt.Sprintf("%.1fs", d.Seconds())
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 24*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+// age is how long before now t was, as humanDuration writes it (negative
+// for a t after now). Two times more than 292 years apart do not fit in a
+// Duration, and time.Time.Sub saturates; their age is counted in whole
+// seconds instead, which an int64 holds for any two times PostgreSQL can
+// store.
+func age(now, t time.Time) string {
+	if d := now.Sub(t); d != math.MinInt64 && d != math.MaxInt64 {
+		return humanDuration(d)
 	}
-	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+	s := now.Unix() - t.Unix()
+	return humanSpan(s < 0, magnitude(s), 0)
+}
+
+// humanDuration writes d the way a person reads an age: 850ms, 12.3s, 4m05s,
+// 3h02m, 2d04h, each unit truncated. A negative d gets a minus sign, unless
+// it is under a millisecond, which is 0ms either way.
+func humanDuration(d time.Duration) string {
+	n := magnitude(int64(d))
+	return humanSpan(d < 0, n/uint64(time.Second), n%uint64(time.Second))
+}
+
+// magnitude is |v| as an unsigned number, which exists for every int64:
+// -math.MinInt64 overflows back to math.MinInt64, so negating the signed
+// value, as humanDuration once did, can never reach a positive one.
+func magnitude(v int64) uint64 {
+	if v < 0 {
+		return -uint64(v)
+	}
+	return uint64(v)
+}
+
+// humanSpan is humanDuration's writing of a span of secs seconds and nanos
+// nanoseconds (below a second), negative if neg.
+func humanSpan(neg bool, secs, nanos uint64) string {
+	var s string
+	switch {
+	case secs == 0 && nanos < uint64(time.Millisecond):
+		return "0ms"
+	case secs == 0:
+		s = fmt.Sprintf("%dms", nanos/uint64(time.Millisecond))
+	case secs < 60:
+		s = fmt.Sprintf("%d.%ds", secs, nanos/uint64(100*time.Millisecond))
+	case secs < 3600:
+		s = fmt.Sprintf("%dm%02ds", secs/60, secs%60)
+	case secs < 24*3600:
+		s = fmt.Sprintf("%dh%02dm", secs/3600, secs/60%60)
+	default:
+		s = fmt.Sprintf("%dd%02dh", secs/(24*3600), secs/3600%24)
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/arborhq/arbor/arbortype"
@@ -27,19 +28,19 @@ type taskJSON struct {
 	AbortRequested   bool                  `json:"abort_requested"`
 	WaitPolicy       string                `json:"wait_policy,omitempty"`
 	WaitIDs          []int64               `json:"wait_ids,omitempty"`
-	WakeAt           *time.Time            `json:"wake_at,omitempty"`
+	WakeAt           *jsonTime             `json:"wake_at,omitempty"`
 	Token            int64                 `json:"token,omitempty"`
-	LeaseExpiresAt   *time.Time            `json:"lease_expires_at,omitempty"`
+	LeaseExpiresAt   *jsonTime             `json:"lease_expires_at,omitempty"`
 	IdempotencyKey   string                `json:"idempotency_key,omitempty"`
 	Input            json.RawMessage       `json:"input,omitempty"`
 	State            json.RawMessage       `json:"state,omitempty"`
 	Result           json.RawMessage       `json:"result,omitempty"`
 	Error            *arbortype.TaskError  `json:"error,omitempty"`
 	ErrorHistory     []arbortype.FailedTry `json:"error_history,omitempty"`
-	CreatedAt        time.Time             `json:"created_at"`
-	UpdatedAt        time.Time             `json:"updated_at"`
-	StartedAt        *time.Time            `json:"started_at,omitempty"`
-	SettledAt        *time.Time            `json:"settled_at,omitempty"`
+	CreatedAt        jsonTime              `json:"created_at"`
+	UpdatedAt        jsonTime              `json:"updated_at"`
+	StartedAt        *jsonTime             `json:"started_at,omitempty"`
+	SettledAt        *jsonTime             `json:"settled_at,omitempty"`
 	Children         []taskJSON            `json:"children,omitempty"`
 }
 
@@ -49,10 +50,23 @@ func toJSON(t arbortype.Task) taskJSON {
 		Background: t.Background, Phase: t.Phase, Attempt: t.Attempt, RestartLimit: t.RestartLimit,
 		Retries: t.Retries, MaxRetries: t.MaxRetries, AbandonOnRestart: t.AbandonOnRestart,
 		AbortRequested: t.AbortRequested, WaitPolicy: string(t.WaitPolicy), WaitIDs: t.WaitIDs,
-		WakeAt: t.WakeAt, Token: t.Token, LeaseExpiresAt: t.LeaseExpiresAt, IdempotencyKey: t.IdempotencyKey,
-		Input: t.Input, State: t.State, Result: t.Result, Error: t.Error, ErrorHistory: t.ErrorHistory,
-		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, StartedAt: t.StartedAt, SettledAt: t.SettledAt,
+		WakeAt: (*jsonTime)(t.WakeAt), Token: t.Token, LeaseExpiresAt: (*jsonTime)(t.LeaseExpiresAt),
+		IdempotencyKey: t.IdempotencyKey, Input: t.Input, State: t.State, Result: t.Result, Error: t.Error,
+		ErrorHistory: t.ErrorHistory, CreatedAt: jsonTime(t.CreatedAt), UpdatedAt: jsonTime(t.UpdatedAt),
+		StartedAt: (*jsonTime)(t.StartedAt), SettledAt: (*jsonTime)(t.SettledAt),
 	}
+}
+
+// jsonTime is a time as --json writes it: RFC 3339 with nanoseconds, as
+// time.Time's own MarshalJSON writes it, except for a year beyond 9999 or
+// before 0. RFC 3339 cannot write those, and MarshalJSON refuses them, which
+// would fail the whole document for one hand-edited row; here they keep
+// all their digits and their sign, as in "20000-01-01T00:00:00Z".
+type jsonTime time.Time
+
+// MarshalJSON writes the time as a JSON string.
+func (t jsonTime) MarshalJSON() ([]byte, error) {
+	return strconv.AppendQuote(nil, time.Time(t).Format(time.RFC3339Nano)), nil
 }
 
 // writeJSON writes v as indented JSON, or as one compact line when compact

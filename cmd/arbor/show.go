@@ -39,9 +39,9 @@ type showDoc struct {
 type conversationJSON struct {
 	ID string `json:"id"`
 	// Holder is the machine holding the conversation's lease; "" when none.
-	Holder         string     `json:"holder"`
-	Epoch          int64      `json:"epoch"`
-	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+	Holder         string    `json:"holder"`
+	Epoch          int64     `json:"epoch"`
+	LeaseExpiresAt *jsonTime `json:"lease_expires_at,omitempty"`
 }
 
 func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -82,7 +82,7 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 	if *asJSON {
 		doc := showDoc{Task: toJSON(t), Conversation: conversationJSON{
-			ID: conv.ID, Holder: conv.Holder, Epoch: conv.Epoch, LeaseExpiresAt: conv.LeaseExpiresAt}}
+			ID: conv.ID, Holder: conv.Holder, Epoch: conv.Epoch, LeaseExpiresAt: (*jsonTime)(conv.LeaseExpiresAt)}}
 		doc.Task.Children = []taskJSON{}
 		for _, c := range children {
 			doc.Task.Children = append(doc.Task.Children, toJSON(c))
@@ -183,7 +183,7 @@ func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children [
 			if f.Code != "" {
 				code = " [" + f.Code + "]"
 			}
-			fmt.Fprintf(w, "  try %d at %s%s: %s\n", f.Try, f.At.UTC().Format(time.RFC3339), code, f.Message)
+			fmt.Fprintf(w, "  try %d at %s%s: %s\n", f.Try, formatTime(&f.At), code, f.Message)
 		}
 	}
 	if len(children) == 0 {

@@ -203,7 +203,7 @@ func describe(t arbortype.Task, kids []arbortype.Task, now time.Time) string {
 		fmt.Fprintf(&b, " retries=%d/%d", t.Retries, t.MaxRetries)
 	}
 	if !now.IsZero() {
-		fmt.Fprintf(&b, " age=%s", humanDuration(now.Sub(t.CreatedAt)))
+		fmt.Fprintf(&b, " age=%s", age(now, t.CreatedAt))
 	}
 	switch t.Status {
 	case arbortype.StatusWaiting:

@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/internal/testdb"
@@ -213,4 +215,63 @@ func waitUntilT(t *testing.T, what string, cond func() bool) {
 		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestFarFromNow: tasks created centuries before or after now (a skewed
+// clock, a hand-edited row; PostgreSQL stores years 4713 BC to 294276 AD)
+// are drawn with their real age and printed, as text and as JSON, with
+// every digit of their year. A task created after 2318 once overflowed the
+// age and crashed tree with a stack overflow; a year beyond 9999 failed
+// every --json output.
+func TestFarFromNow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.create(t, 0, "now", false)
+	_, err := b.pool.Exec(b.ctx, `INSERT INTO `+pgx.Identifier{b.schema, "tasks"}.Sanitize()+` (conversation_id, kind, created_at)
+		VALUES ($1, 'future', '2500-01-01 00:00:00+00'), ($1, 'past', '1500-01-01 00:00:00+00'),
+		($1, 'far_future', '20000-01-01 00:00:00+00'), ($1, 'caesar', '0044-03-15 00:00:00+00 BC')`, b.conv)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+pgx.Identifier{b.schema, "conversations"}.Sanitize()+
+		` SET holder = 'node-far', lease_expires_at = '20000-01-01 00:00:00+00' WHERE id = $1`, b.conv)
+	require.NoError(t, err)
+
+	out := b.arbor(t, "tree", b.conv).ok(t).stdout
+	days := func(kind string) int {
+		m := regexp.MustCompile(` ` + kind + ` \[pending\] attempt=0 age=(-?\d+)d\d\dh\n`).FindStringSubmatch(out)
+		require.NotNil(t, m, "%s in:\n%s", kind, out)
+		n, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+		return n
+	}
+	const durationDays = 106751 // the most days a time.Duration holds
+	require.Less(t, days("future"), -170000)
+	require.Greater(t, days("past"), durationDays)
+	require.Less(t, days("far_future"), -6000000)
+	require.Greater(t, days("caesar"), 700000)
+
+	var doc struct {
+		Tasks []struct {
+			Kind      string `json:"kind"`
+			CreatedAt string `json:"created_at"`
+		} `json:"tasks"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(b.arbor(t, "tree", b.conv, "--json").ok(t).stdout), &doc))
+	require.Len(t, doc.Tasks, 5)
+	require.Equal(t, "far_future", doc.Tasks[3].Kind)
+	// The command and the test share the time zone of the environment.
+	require.Equal(t, time.Date(20000, 1, 1, 0, 0, 0, 0, time.UTC).Local().Format(time.RFC3339Nano), doc.Tasks[3].CreatedAt)
+
+	require.Contains(t, b.arbor(t, "show", "4").ok(t).stdout, "\ncreated             20000-01-01T00:00:00Z\n")
+	out = b.arbor(t, "show", "5").ok(t).stdout
+	require.Contains(t, out, "\ncreated             -0043-03-15T00:00:00Z\n", "44 BC is the astronomical year -43")
+	require.Contains(t, out, "\nholder              node-far (epoch 0, lease until 20000-01-01T00:00:00Z, held)\n")
+	var show struct {
+		Conversation struct {
+			LeaseExpiresAt string `json:"lease_expires_at"`
+		} `json:"conversation"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(b.arbor(t, "show", "4", "--json").ok(t).stdout), &show))
+	require.Equal(t, time.Date(20000, 1, 1, 0, 0, 0, 0, time.UTC).Local().Format(time.RFC3339Nano), show.Conversation.LeaseExpiresAt)
+	require.Contains(t, b.arbor(t, "ls").ok(t).stdout, " node-far  20000-01-01T00:00:00Z\n")
+	require.Contains(t, b.arbor(t, "ls", "--json").ok(t).stdout, `"lease_expires_at": "`)
 }
