@@ -10,12 +10,13 @@ import (
 )
 
 // taskJSON is a task as --json prints it: every column, in snake_case as in
-// the database, so that a script reads the same names it would query.
-// Children are filled in by tree (nested) and by show (one level).
+// the database, so that a script reads the same names it would query. It
+// is one row and never nests others: tree and show list related tasks
+// beside it, linked by id.
 type taskJSON struct {
 	ID               int64                 `json:"id"`
 	ConversationID   string                `json:"conversation_id"`
-	OwnerID          int64                 `json:"owner_id,omitempty"`
+	OwnerID          *int64                `json:"owner_id"` // null for a root
 	Kind             string                `json:"kind"`
 	Status           string                `json:"status"`
 	Background       bool                  `json:"background"`
@@ -41,12 +42,11 @@ type taskJSON struct {
 	UpdatedAt        jsonTime              `json:"updated_at"`
 	StartedAt        *jsonTime             `json:"started_at,omitempty"`
 	SettledAt        *jsonTime             `json:"settled_at,omitempty"`
-	Children         []taskJSON            `json:"children,omitempty"`
 }
 
 func toJSON(t arbortype.Task) taskJSON {
-	return taskJSON{
-		ID: t.ID, ConversationID: t.ConversationID, OwnerID: t.OwnerID, Kind: t.Kind, Status: string(t.Status),
+	j := taskJSON{
+		ID: t.ID, ConversationID: t.ConversationID, Kind: t.Kind, Status: string(t.Status),
 		Background: t.Background, Phase: t.Phase, Attempt: t.Attempt, RestartLimit: t.RestartLimit,
 		Retries: t.Retries, MaxRetries: t.MaxRetries, AbandonOnRestart: t.AbandonOnRestart,
 		AbortRequested: t.AbortRequested, WaitPolicy: string(t.WaitPolicy), WaitIDs: t.WaitIDs,
@@ -55,6 +55,10 @@ func toJSON(t arbortype.Task) taskJSON {
 		ErrorHistory: t.ErrorHistory, CreatedAt: jsonTime(t.CreatedAt), UpdatedAt: jsonTime(t.UpdatedAt),
 		StartedAt: (*jsonTime)(t.StartedAt), SettledAt: (*jsonTime)(t.SettledAt),
 	}
+	if t.OwnerID != 0 {
+		j.OwnerID = &t.OwnerID
+	}
+	return j
 }
 
 // jsonTime is a time as --json writes it: RFC 3339 with nanoseconds, as

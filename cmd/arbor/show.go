@@ -24,15 +24,23 @@ error, and its children.
 A task that failed more than once (retries) also shows its error history:
 every failed try, newest last, up to the engine's ErrorHistoryLimit.
 
+--json prints {"task": ..., "owner": ..., "children": [...],
+"conversation": ...}: the task, its owner (left out for a root) and its
+children with every column, as tree --json prints tasks, and the
+conversation's holder and lease.
+
 Example:
   arbor show 42
   arbor show 42 --json | jq .task.state
 `
 
-// showDoc is what show --json prints.
+// showDoc is what show --json prints: the task, its owner and its
+// children as rows of the same shape as tree --json's, side by side.
 type showDoc struct {
-	Task         taskJSON         `json:"task"`
-	Owner        *taskJSON        `json:"owner,omitempty"`
+	Task  taskJSON  `json:"task"`
+	Owner *taskJSON `json:"owner,omitempty"`
+	// Children are the task's children in id order; [] when none.
+	Children     []taskJSON       `json:"children"`
 	Conversation conversationJSON `json:"conversation"`
 }
 
@@ -83,9 +91,9 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *asJSON {
 		doc := showDoc{Task: toJSON(t), Conversation: conversationJSON{
 			ID: conv.ID, Holder: conv.Holder, Epoch: conv.Epoch, LeaseExpiresAt: (*jsonTime)(conv.LeaseExpiresAt)}}
-		doc.Task.Children = []taskJSON{}
+		doc.Children = make([]taskJSON, 0, len(children))
 		for _, c := range children {
-			doc.Task.Children = append(doc.Task.Children, toJSON(c))
+			doc.Children = append(doc.Children, toJSON(c))
 		}
 		if owner != nil {
 			o := toJSON(*owner)
