@@ -84,7 +84,7 @@ func (f *dbFlags) engine(ctx context.Context) (*conn, error) {
 
 func newFlagSet(name, help string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(printableWriter{stderr})
 	fs.Usage = func() {
 		fmt.Fprint(stderr, help)
 		fmt.Fprintln(stderr, "\nFlags:")

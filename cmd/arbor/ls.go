@@ -104,13 +104,13 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, n := range c.Live {
 			total += n
 		}
-		fmt.Fprintf(tw, "%s\t%d", c.ID, total)
+		fmt.Fprintf(tw, "%s\t%d", printable(c.ID), total)
 		for _, st := range live {
 			fmt.Fprintf(tw, "\t%d", c.Live[st])
 		}
 		holder, deadline := "-", "-"
 		if c.Holder != "" {
-			holder = c.Holder
+			holder = printable(c.Holder)
 		}
 		if c.LeaseExpiresAt != nil {
 			deadline = formatTime(c.LeaseExpiresAt)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -106,9 +105,12 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children []arbortype.Task, conv arbortype.Conversation, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
+	// Each row is escaped whole: its values are the task's data.
+	row := func(k, format string, args ...any) {
+		fmt.Fprintf(tw, "%s\t%s\n", k, printable(fmt.Sprintf(format, args...)))
+	}
 
-	fmt.Fprintf(tw, "task #%d %s\n", t.ID, t.Kind)
+	fmt.Fprintf(tw, "task #%d %s\n", t.ID, printable(t.Kind))
 	row("conversation", "%s", t.ConversationID)
 	if owner != nil {
 		row("owner", "#%d %s [%s]", owner.ID, owner.Kind, owner.Status)
@@ -162,12 +164,16 @@ func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children [
 			fmt.Fprintf(w, "%s: -\n", name)
 			return
 		}
+		// Indented JSON has newlines only between its tokens: they stay,
+		// and each line is escaped.
 		var buf bytes.Buffer
-		if err := json.Indent(&buf, raw, "  ", "  "); err != nil {
-			buf.Reset()
-			buf.Write(raw)
+		var text string
+		if json.Indent(&buf, raw, "", "  ") == nil {
+			text = printableLines(buf.String(), "\n  ")
+		} else {
+			text = printable(string(raw))
 		}
-		fmt.Fprintf(w, "%s:\n  %s\n", name, buf.String())
+		fmt.Fprintf(w, "%s:\n  %s\n", name, text)
 	}
 	doc("input", t.Input)
 	doc("state", t.State)
@@ -175,9 +181,9 @@ func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children [
 	if t.Error != nil {
 		fmt.Fprintln(w, "error:")
 		if t.Error.Code != "" {
-			fmt.Fprintf(w, "  code: %s\n", t.Error.Code)
+			fmt.Fprintf(w, "  code: %s\n", printable(t.Error.Code))
 		}
-		fmt.Fprintf(w, "  message: %s\n", strings.ReplaceAll(t.Error.Message, "\n", "\n    "))
+		fmt.Fprintf(w, "  message: %s\n", printableLines(t.Error.Message, "\n    "))
 		if len(t.Error.Detail) > 0 {
 			doc("  detail", t.Error.Detail)
 		}
@@ -189,9 +195,9 @@ func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children [
 		for _, f := range t.ErrorHistory {
 			code := ""
 			if f.Code != "" {
-				code = " [" + f.Code + "]"
+				code = " [" + printable(f.Code) + "]"
 			}
-			fmt.Fprintf(w, "  try %d at %s%s: %s\n", f.Try, formatTime(&f.At), code, f.Message)
+			fmt.Fprintf(w, "  try %d at %s%s: %s\n", f.Try, formatTime(&f.At), code, printable(f.Message))
 		}
 	}
 	if len(children) == 0 {
@@ -200,7 +206,7 @@ func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children [
 	}
 	fmt.Fprintf(w, "children (%d):\n", len(children))
 	for _, c := range children {
-		line := fmt.Sprintf("  #%d %s [%s]", c.ID, c.Kind, c.Status)
+		line := fmt.Sprintf("  #%d %s [%s]", c.ID, printable(c.Kind), printable(string(c.Status)))
 		if c.Background {
 			line += " (background)"
 		}

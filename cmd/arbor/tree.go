@@ -102,7 +102,7 @@ func watchTree(ctx context.Context, stdout, stderr io.Writer, interval time.Dura
 		case err != nil && first:
 			return err
 		case err != nil:
-			fmt.Fprintf(stderr, "arbor: %v (retrying every %s)\n", err, interval)
+			fmt.Fprintf(stderr, "arbor: %s (retrying every %s)\n", printable(err.Error()), interval)
 		case terminal:
 			fmt.Fprint(stdout, "\x1b[H\x1b[2J")
 			stdout.Write(frame.Bytes())
@@ -166,7 +166,7 @@ const maxDrawnDepth = 24
 // tree with a stack of its own, not by recursion, so that no depth can
 // exhaust the goroutine's stack.
 func renderTree(w io.Writer, conv string, all []arbortype.Task, now time.Time) {
-	fmt.Fprintf(w, "conversation %s\n", conv)
+	fmt.Fprintf(w, "conversation %s\n", printable(conv))
 	children := map[int64][]arbortype.Task{}
 	var roots []arbortype.Task
 	for _, t := range all {
@@ -220,9 +220,9 @@ func renderTree(w io.Writer, conv string, all []arbortype.Task, now time.Time) {
 // describe is one task's line of the tree; kids are its children.
 func describe(t arbortype.Task, kids []arbortype.Task, now time.Time) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "#%d %s [%s]", t.ID, t.Kind, t.Status)
+	fmt.Fprintf(&b, "#%d %s [%s]", t.ID, printable(t.Kind), printable(string(t.Status)))
 	if t.Phase != "" {
-		fmt.Fprintf(&b, " phase=%s", t.Phase)
+		fmt.Fprintf(&b, " phase=%s", printable(t.Phase))
 	}
 	fmt.Fprintf(&b, " attempt=%d", t.Attempt)
 	if t.MaxRetries > 0 {
@@ -233,7 +233,7 @@ func describe(t arbortype.Task, kids []arbortype.Task, now time.Time) string {
 	}
 	switch t.Status {
 	case arbortype.StatusWaiting:
-		fmt.Fprintf(&b, " waits %s on %s", t.WaitPolicy, idList(t.WaitIDs))
+		fmt.Fprintf(&b, " waits %s on %s", printable(string(t.WaitPolicy)), idList(t.WaitIDs))
 	case arbortype.StatusCompleting:
 		var live []int64
 		for _, c := range kids {
@@ -252,6 +252,8 @@ func describe(t arbortype.Task, kids []arbortype.Task, now time.Time) string {
 		b.WriteString(" (abort requested)")
 	}
 	if t.Error != nil && t.Status.Settled() {
+		// %q escapes every rune printable does, and quotes and backslashes
+		// too, so that the message's end is plain.
 		fmt.Fprintf(&b, " error=%q", t.Error.Message)
 	}
 	return b.String()
