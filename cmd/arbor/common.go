@@ -96,29 +96,33 @@ func newFlagSet(name, help string, stderr io.Writer) *flag.FlagSet {
 // parseArgs parses flags wherever they stand among the positional arguments
 // (`arbor tree c1 --json` and `arbor tree --json c1` mean the same), which
 // the flag package alone does not: it stops at the first positional one.
-// Everything after a lone "--" is positional. It returns the positional
-// arguments and fails unless there are between least and most of them; what
-// names them for the error.
+// Everything after a lone "--" is positional, and so is a negative number
+// such as "-1" that is not a flag's value (as in --limit -1): the flag
+// package would read it as a flag named "1" and answer a mistyped task id
+// with the whole usage. It returns the positional arguments and fails
+// unless there are between least and most of them; what names them for the
+// error.
 func parseArgs(fs *flag.FlagSet, args []string, least, most int, what string) ([]string, error) {
-	var tail []string
-	for i, a := range args {
-		if a == "--" {
-			args, tail = args[:i], args[i+1:]
-			break
+	var flags, pos []string
+args:
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--":
+			pos = append(pos, args[i+1:]...)
+			break args
+		case len(a) < 2 || a[0] != '-' || isNegativeNumber(a):
+			pos = append(pos, a)
+		default:
+			flags = append(flags, a)
+			if takesValue(fs, a) && i+1 < len(args) {
+				i++
+				flags = append(flags, args[i])
+			}
 		}
 	}
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	if err := fs.Parse(flags); err != nil {
+		return nil, err
 	}
-	pos = append(pos, tail...)
 	switch {
 	case len(pos) < least:
 		return nil, fmt.Errorf("%s: missing %s (see arbor %s --help)", fs.Name(), what, fs.Name())
@@ -128,7 +132,27 @@ func parseArgs(fs *flag.FlagSet, args []string, least, most int, what string) ([
 	return pos, nil
 }
 
-// parseTaskID reads a task id as the commands accept it: 42 or #42.
+// isNegativeNumber says whether a is a minus sign and digits.
+func isNegativeNumber(a string) bool {
+	return len(a) > 1 && a[0] == '-' && strings.Trim(a[1:], "0123456789") == ""
+}
+
+// takesValue says whether the flag argument a (-name or --name) reads the
+// next argument as its value, as the flag package does for every flag that
+// is defined, is not boolean and has no "=value" of its own.
+func takesValue(fs *flag.FlagSet, a string) bool {
+	name := strings.TrimPrefix(a[1:], "-")
+	if strings.Contains(name, "=") {
+		return false
+	}
+	f := fs.Lookup(name)
+	if f == nil {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !b.IsBoolFlag()
+}
+
 // parseTaskArg parses a command whose one positional argument is a task id.
 func parseTaskArg(fs *flag.FlagSet, args []string) (int64, error) {
 	pos, err := parseArgs(fs, args, 1, 1, "the task id")
@@ -138,6 +162,7 @@ func parseTaskArg(fs *flag.FlagSet, args []string) (int64, error) {
 	return parseTaskID(pos[0])
 }
 
+// parseTaskID reads a task id as the commands accept it: 42 or #42.
 func parseTaskID(s string) (int64, error) {
 	id, err := strconv.ParseInt(strings.TrimPrefix(s, "#"), 10, 64)
 	if err != nil || id <= 0 {
