@@ -44,7 +44,7 @@ func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(rep.Settled) == 1 {
 		noun = "task"
 	}
-	fmt.Fprintf(stdout, "abort #%d %s: settled %d %s, leaves first:\n", t.ID, t.Kind, len(rep.Settled), noun)
+	fmt.Fprintf(stdout, "abort #%d %s: settled %d %s, leaves first:\n", t.ID, printable(t.Kind), len(rep.Settled), noun)
 	reported := map[int64]bool{}
 	for _, s := range rep.Settled {
 		change(stdout, before, s)

@@ -46,7 +46,7 @@ func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return taskErr("cancel", id, err)
 	}
-	fmt.Fprintf(stdout, "cancel #%d %s:\n", t.ID, t.Kind)
+	fmt.Fprintf(stdout, "cancel #%d %s:\n", t.ID, printable(t.Kind))
 	change(stdout, before, cancelled)
 	return otherChanges(ctx, stdout, engine, t.ConversationID, before, map[int64]bool{id: true})
 }

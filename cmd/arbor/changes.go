@@ -36,7 +36,7 @@ func change(w io.Writer, before map[int64]arbortype.Task, after arbortype.Task) 
 	if b, ok := before[after.ID]; ok {
 		was = string(b.Status)
 	}
-	fmt.Fprintf(w, "  #%d %s: %s → %s\n", after.ID, after.Kind, was, after.Status)
+	fmt.Fprintf(w, "  #%d %s: %s → %s\n", after.ID, printable(after.Kind), printable(was), printable(string(after.Status)))
 }
 
 // otherChanges writes the status changes in the conversation since before,

@@ -37,11 +37,11 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return &exitError{code: 2, err: err}
 	}
 	if len(vs) == 0 {
-		fmt.Fprintf(stdout, "no violations (%s)\n", scope)
+		fmt.Fprintf(stdout, "no violations (%s)\n", printable(scope))
 		return nil
 	}
 	for _, v := range vs {
-		fmt.Fprintln(stdout, v)
+		fmt.Fprintln(stdout, printable(v.String()))
 	}
 	return &exitError{code: 1, err: fmt.Errorf("check: %d invariant violations (%s)", len(vs), scope)}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -83,7 +84,7 @@ func (f *dbFlags) engine(ctx context.Context) (*conn, error) {
 
 func newFlagSet(name, help string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(printableWriter{stderr})
 	fs.Usage = func() {
 		fmt.Fprint(stderr, help)
 		fmt.Fprintln(stderr, "\nFlags:")
@@ -95,29 +96,33 @@ func newFlagSet(name, help string, stderr io.Writer) *flag.FlagSet {
 // parseArgs parses flags wherever they stand among the positional arguments
 // (`arbor tree c1 --json` and `arbor tree --json c1` mean the same), which
 // the flag package alone does not: it stops at the first positional one.
-// Everything after a lone "--" is positional. It returns the positional
-// arguments and fails unless there are between least and most of them; what
-// names them for the error.
+// Everything after a lone "--" is positional, and so is a negative number
+// such as "-1" that is not a flag's value (as in --limit -1): the flag
+// package would read it as a flag named "1" and answer a mistyped task id
+// with the whole usage. It returns the positional arguments and fails
+// unless there are between least and most of them; what names them for the
+// error.
 func parseArgs(fs *flag.FlagSet, args []string, least, most int, what string) ([]string, error) {
-	var tail []string
-	for i, a := range args {
-		if a == "--" {
-			args, tail = args[:i], args[i+1:]
-			break
+	var flags, pos []string
+args:
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--":
+			pos = append(pos, args[i+1:]...)
+			break args
+		case len(a) < 2 || a[0] != '-' || isNegativeNumber(a):
+			pos = append(pos, a)
+		default:
+			flags = append(flags, a)
+			if takesValue(fs, a) && i+1 < len(args) {
+				i++
+				flags = append(flags, args[i])
+			}
 		}
 	}
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	if err := fs.Parse(flags); err != nil {
+		return nil, err
 	}
-	pos = append(pos, tail...)
 	switch {
 	case len(pos) < least:
 		return nil, fmt.Errorf("%s: missing %s (see arbor %s --help)", fs.Name(), what, fs.Name())
@@ -127,7 +132,27 @@ func parseArgs(fs *flag.FlagSet, args []string, least, most int, what string) ([
 	return pos, nil
 }
 
-// parseTaskID reads a task id as the commands accept it: 42 or #42.
+// isNegativeNumber says whether a is a minus sign and digits.
+func isNegativeNumber(a string) bool {
+	return len(a) > 1 && a[0] == '-' && strings.Trim(a[1:], "0123456789") == ""
+}
+
+// takesValue says whether the flag argument a (-name or --name) reads the
+// next argument as its value, as the flag package does for every flag that
+// is defined, is not boolean and has no "=value" of its own.
+func takesValue(fs *flag.FlagSet, a string) bool {
+	name := strings.TrimPrefix(a[1:], "-")
+	if strings.Contains(name, "=") {
+		return false
+	}
+	f := fs.Lookup(name)
+	if f == nil {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !b.IsBoolFlag()
+}
+
 // parseTaskArg parses a command whose one positional argument is a task id.
 func parseTaskArg(fs *flag.FlagSet, args []string) (int64, error) {
 	pos, err := parseArgs(fs, args, 1, 1, "the task id")
@@ -137,6 +162,7 @@ func parseTaskArg(fs *flag.FlagSet, args []string) (int64, error) {
 	return parseTaskID(pos[0])
 }
 
+// parseTaskID reads a task id as the commands accept it: 42 or #42.
 func parseTaskID(s string) (int64, error) {
 	id, err := strconv.ParseInt(strings.TrimPrefix(s, "#"), 10, 64)
 	if err != nil || id <= 0 {
@@ -187,7 +213,11 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
-// formatTime writes t in UTC to the second, or "-" for none.
+// formatTime writes t in UTC to the second, or "-" for none. A year beyond
+// 9999 keeps all its digits ("20000-01-01T00:00:00Z"), and one before 1 BC
+// gets a minus sign, counted as astronomers do (44 BC is -0043): PostgreSQL
+// stores years from 4713 BC to 294276 AD, and a row edited by hand may hold
+// any of them.
 func formatTime(t *time.Time) string {
 	if t == nil {
 		return "-"
@@ -195,20 +225,57 @@ func formatTime(t *time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// humanDuration writes d the way a person reads an age: 850ms, 12.3s, 4m05s,
-// 3h02m, 2d04h.
-func humanDuration(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "-" + humanDuration(-d)
-	case d < time.Second:
-		return fmt.Sprintf("%dms", d.Milliseconds())
-	case d < time.Minute:
-		return fmt.Sprintf("%.1fs", d.Seconds())
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 24*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+// age is how long before now t was, as humanDuration writes it (negative
+// for a t after now). Two times more than 292 years apart do not fit in a
+// Duration, and time.Time.Sub saturates; their age is counted in whole
+// seconds instead, which an int64 holds for any two times PostgreSQL can
+// store.
+func age(now, t time.Time) string {
+	if d := now.Sub(t); d != math.MinInt64 && d != math.MaxInt64 {
+		return humanDuration(d)
 	}
-	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+	s := now.Unix() - t.Unix()
+	return humanSpan(s < 0, magnitude(s), 0)
+}
+
+// humanDuration writes d the way a person reads an age: 850ms, 12.3s, 4m05s,
+// 3h02m, 2d04h, each unit truncated. A negative d gets a minus sign, unless
+// it is under a millisecond, which is 0ms either way.
+func humanDuration(d time.Duration) string {
+	n := magnitude(int64(d))
+	return humanSpan(d < 0, n/uint64(time.Second), n%uint64(time.Second))
+}
+
+// magnitude is |v| as an unsigned number, which exists for every int64:
+// -math.MinInt64 overflows back to math.MinInt64, so negating the signed
+// value, as humanDuration once did, can never reach a positive one.
+func magnitude(v int64) uint64 {
+	if v < 0 {
+		return -uint64(v)
+	}
+	return uint64(v)
+}
+
+// humanSpan is humanDuration's writing of a span of secs seconds and nanos
+// nanoseconds (below a second), negative if neg.
+func humanSpan(neg bool, secs, nanos uint64) string {
+	var s string
+	switch {
+	case secs == 0 && nanos < uint64(time.Millisecond):
+		return "0ms"
+	case secs == 0:
+		s = fmt.Sprintf("%dms", nanos/uint64(time.Millisecond))
+	case secs < 60:
+		s = fmt.Sprintf("%d.%ds", secs, nanos/uint64(100*time.Millisecond))
+	case secs < 3600:
+		s = fmt.Sprintf("%dm%02ds", secs/60, secs%60)
+	case secs < 24*3600:
+		s = fmt.Sprintf("%dh%02dm", secs/3600, secs/60%60)
+	default:
+		s = fmt.Sprintf("%dd%02dh", secs/(24*3600), secs/3600%24)
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
 }

@@ -69,6 +69,51 @@ func TestErrorsAreOneLine(t *testing.T) {
 	require.Equal(t, "waiting", string(b.get(t, 1).Status))
 }
 
+// TestNegativeTaskIDs: an argument that is a negative number is a
+// positional argument, not a flag, so that a task id of -1 or 0 gets the
+// same one line as any other bad id, wherever the flags stand, and never
+// the usage; a flag's value may still be negative.
+func TestNegativeTaskIDs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.sampleTree(t)
+	db := []string{"--database-url", testdb.URL(t), "--schema", b.schema}
+	for _, cmd := range []string{"show", "abort", "cancel", "wake"} {
+		for _, args := range [][]string{{"-1"}, {"-0"}, {"0"}, {"-42"}, {"-9223372036854775808"}, {"--", "-1"}} {
+			t.Run(cmd+" "+strings.Join(args, " "), func(t *testing.T) {
+				t.Parallel()
+				want := fmt.Sprintf("arbor: %q is not a task id (a positive number, such as 42)", args[len(args)-1])
+				// Alone, and with the database flags before it and (but
+				// for "--") after it.
+				runs := [][]string{
+					append([]string{cmd}, args...),
+					append(append([]string{cmd}, db...), args...),
+				}
+				if args[0] != "--" {
+					runs = append(runs, append(append([]string{cmd}, args...), db...))
+				}
+				for _, run := range runs {
+					r := runArbor(t, nil, run...)
+					r.fails(t, 1, want)
+					require.Empty(t, r.stdout)
+				}
+			})
+		}
+	}
+	// A boolean flag before it does not take it as its value.
+	runArbor(t, nil, "show", "--json", "-1").fails(t, 1, `"-1" is not a task id`)
+	// A flag that takes a value still takes a negative one.
+	b.arbor(t, "ls", "--limit", "-1").fails(t, 1, "ls: --limit -1 is negative")
+	runArbor(t, nil, "cancel", "--result", "-1", "-2").fails(t, 1, `"-2" is not a task id`)
+	// Where a conversation or a version is expected, -1 is one too.
+	b.arbor(t, "tree", "-1").fails(t, 1, `conversation "-1" not found`)
+	b.arbor(t, "check", "-1").fails(t, 2, `conversation "-1" not found`)
+	b.arbor(t, "migrate", "down", "-1").fails(t, 1, "target -1 is outside")
+	// Nothing changed.
+	b.requireInvariants(t)
+	require.Equal(t, "waiting", string(b.get(t, 1).Status))
+}
+
 // TestUsageErrors: the flag package prints the usage for a flag it does
 // not know, and a bare arbor prints it too; the last line is arbor's,
 // naming what is wrong.

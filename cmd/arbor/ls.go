@@ -30,7 +30,7 @@ type lsEntry struct {
 	ID             string         `json:"id"`
 	Holder         string         `json:"holder"`
 	Epoch          int64          `json:"epoch"`
-	LeaseExpiresAt *time.Time     `json:"lease_expires_at,omitempty"`
+	LeaseExpiresAt *jsonTime      `json:"lease_expires_at,omitempty"`
 	Live           map[string]int `json:"live"`
 }
 
@@ -79,7 +79,7 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		out := make([]lsEntry, 0, len(convs))
 		for _, c := range convs {
-			e := lsEntry{ID: c.ID, Holder: c.Holder, Epoch: c.Epoch, LeaseExpiresAt: c.LeaseExpiresAt, Live: map[string]int{}}
+			e := lsEntry{ID: c.ID, Holder: c.Holder, Epoch: c.Epoch, LeaseExpiresAt: (*jsonTime)(c.LeaseExpiresAt), Live: map[string]int{}}
 			for st, n := range c.Live {
 				e.Live[string(st)] = n
 			}
@@ -104,13 +104,13 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, n := range c.Live {
 			total += n
 		}
-		fmt.Fprintf(tw, "%s\t%d", c.ID, total)
+		fmt.Fprintf(tw, "%s\t%d", printable(c.ID), total)
 		for _, st := range live {
 			fmt.Fprintf(tw, "\t%d", c.Live[st])
 		}
 		holder, deadline := "-", "-"
 		if c.Holder != "" {
-			holder = c.Holder
+			holder = printable(c.Holder)
 		}
 		if c.LeaseExpiresAt != nil {
 			deadline = formatTime(c.LeaseExpiresAt)

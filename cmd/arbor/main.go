@@ -42,7 +42,7 @@ func main() {
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
 	defer func() {
 		if r := recover(); r != nil {
-			fmt.Fprintf(stderr, "arbor: internal error (a bug, please report it): %v\n", r)
+			fmt.Fprintf(stderr, "arbor: internal error (a bug, please report it): %s\n", printable(fmt.Sprint(r)))
 			if os.Getenv("ARBOR_DEBUG") == "1" {
 				stderr.Write(debug.Stack())
 			}
@@ -55,7 +55,9 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) (code
 		return 0
 	}
 	// pgx joins the errors of several connection attempts with newlines.
-	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+	// Errors echo data (a conversation id, a server's message): what is
+	// left unprintable is escaped.
+	msg := printable(strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " "))
 	fmt.Fprintln(stderr, "arbor:", msg)
 	var ee *exitError
 	if errors.As(err, &ee) {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -24,24 +23,32 @@ error, and its children.
 A task that failed more than once (retries) also shows its error history:
 every failed try, newest last, up to the engine's ErrorHistoryLimit.
 
+--json prints {"task": ..., "owner": ..., "children": [...],
+"conversation": ...}: the task, its owner (left out for a root) and its
+children with every column, as tree --json prints tasks, and the
+conversation's holder and lease.
+
 Example:
   arbor show 42
   arbor show 42 --json | jq .task.state
 `
 
-// showDoc is what show --json prints.
+// showDoc is what show --json prints: the task, its owner and its
+// children as rows of the same shape as tree --json's, side by side.
 type showDoc struct {
-	Task         taskJSON         `json:"task"`
-	Owner        *taskJSON        `json:"owner,omitempty"`
+	Task  taskJSON  `json:"task"`
+	Owner *taskJSON `json:"owner,omitempty"`
+	// Children are the task's children in id order; [] when none.
+	Children     []taskJSON       `json:"children"`
 	Conversation conversationJSON `json:"conversation"`
 }
 
 type conversationJSON struct {
 	ID string `json:"id"`
 	// Holder is the machine holding the conversation's lease; "" when none.
-	Holder         string     `json:"holder"`
-	Epoch          int64      `json:"epoch"`
-	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+	Holder         string    `json:"holder"`
+	Epoch          int64     `json:"epoch"`
+	LeaseExpiresAt *jsonTime `json:"lease_expires_at,omitempty"`
 }
 
 func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -82,10 +89,10 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 	if *asJSON {
 		doc := showDoc{Task: toJSON(t), Conversation: conversationJSON{
-			ID: conv.ID, Holder: conv.Holder, Epoch: conv.Epoch, LeaseExpiresAt: conv.LeaseExpiresAt}}
-		doc.Task.Children = []taskJSON{}
+			ID: conv.ID, Holder: conv.Holder, Epoch: conv.Epoch, LeaseExpiresAt: (*jsonTime)(conv.LeaseExpiresAt)}}
+		doc.Children = make([]taskJSON, 0, len(children))
 		for _, c := range children {
-			doc.Task.Children = append(doc.Task.Children, toJSON(c))
+			doc.Children = append(doc.Children, toJSON(c))
 		}
 		if owner != nil {
 			o := toJSON(*owner)
@@ -98,9 +105,12 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children []arbortype.Task, conv arbortype.Conversation, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
+	// Each row is escaped whole: its values are the task's data.
+	row := func(k, format string, args ...any) {
+		fmt.Fprintf(tw, "%s\t%s\n", k, printable(fmt.Sprintf(format, args...)))
+	}
 
-	fmt.Fprintf(tw, "task #%d %s\n", t.ID, t.Kind)
+	fmt.Fprintf(tw, "task #%d %s\n", t.ID, printable(t.Kind))
 	row("conversation", "%s", t.ConversationID)
 	if owner != nil {
 		row("owner", "#%d %s [%s]", owner.ID, owner.Kind, owner.Status)
@@ -154,12 +164,16 @@ func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children [
 			fmt.Fprintf(w, "%s: -\n", name)
 			return
 		}
+		// Indented JSON has newlines only between its tokens: they stay,
+		// and each line is escaped.
 		var buf bytes.Buffer
-		if err := json.Indent(&buf, raw, "  ", "  "); err != nil {
-			buf.Reset()
-			buf.Write(raw)
+		var text string
+		if json.Indent(&buf, raw, "", "  ") == nil {
+			text = printableLines(buf.String(), "\n  ")
+		} else {
+			text = printable(string(raw))
 		}
-		fmt.Fprintf(w, "%s:\n  %s\n", name, buf.String())
+		fmt.Fprintf(w, "%s:\n  %s\n", name, text)
 	}
 	doc("input", t.Input)
 	doc("state", t.State)
@@ -167,9 +181,9 @@ func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children [
 	if t.Error != nil {
 		fmt.Fprintln(w, "error:")
 		if t.Error.Code != "" {
-			fmt.Fprintf(w, "  code: %s\n", t.Error.Code)
+			fmt.Fprintf(w, "  code: %s\n", printable(t.Error.Code))
 		}
-		fmt.Fprintf(w, "  message: %s\n", strings.ReplaceAll(t.Error.Message, "\n", "\n    "))
+		fmt.Fprintf(w, "  message: %s\n", printableLines(t.Error.Message, "\n    "))
 		if len(t.Error.Detail) > 0 {
 			doc("  detail", t.Error.Detail)
 		}
@@ -181,9 +195,9 @@ func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children [
 		for _, f := range t.ErrorHistory {
 			code := ""
 			if f.Code != "" {
-				code = " [" + f.Code + "]"
+				code = " [" + printable(f.Code) + "]"
 			}
-			fmt.Fprintf(w, "  try %d at %s%s: %s\n", f.Try, f.At.UTC().Format(time.RFC3339), code, f.Message)
+			fmt.Fprintf(w, "  try %d at %s%s: %s\n", f.Try, formatTime(&f.At), code, printable(f.Message))
 		}
 	}
 	if len(children) == 0 {
@@ -192,7 +206,7 @@ func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children [
 	}
 	fmt.Fprintf(w, "children (%d):\n", len(children))
 	for _, c := range children {
-		line := fmt.Sprintf("  #%d %s [%s]", c.ID, c.Kind, c.Status)
+		line := fmt.Sprintf("  #%d %s [%s]", c.ID, printable(c.Kind), printable(string(c.Status)))
 		if c.Background {
 			line += " (background)"
 		}

@@ -68,16 +68,18 @@ children (4):
 
 	var doc struct {
 		Task struct {
-			ID       int64  `json:"id"`
-			Status   string `json:"status"`
-			Token    int64  `json:"token"`
-			Children []struct {
-				ID int64 `json:"id"`
-			} `json:"children"`
+			ID      int64  `json:"id"`
+			Status  string `json:"status"`
+			Token   int64  `json:"token"`
+			OwnerID int64  `json:"owner_id"`
 		} `json:"task"`
 		Owner *struct {
 			ID int64 `json:"id"`
 		} `json:"owner"`
+		Children []struct {
+			ID      int64 `json:"id"`
+			OwnerID int64 `json:"owner_id"`
+		} `json:"children"`
 		Conversation struct {
 			ID     string `json:"id"`
 			Holder string `json:"holder"`
@@ -86,11 +88,26 @@ children (4):
 	require.NoError(t, json.Unmarshal([]byte(b.arbor(t, "show", "7", "--json").ok(t).stdout), &doc))
 	require.Equal(t, int64(7), doc.Task.ID)
 	require.Equal(t, "completing", doc.Task.Status)
-	require.Len(t, doc.Task.Children, 1)
-	require.Equal(t, int64(8), doc.Task.Children[0].ID)
+	require.Equal(t, int64(6), doc.Task.OwnerID)
+	require.Len(t, doc.Children, 1)
+	require.Equal(t, int64(8), doc.Children[0].ID)
+	require.Equal(t, int64(7), doc.Children[0].OwnerID)
 	require.Equal(t, int64(6), doc.Owner.ID)
 	require.Equal(t, b.conv, doc.Conversation.ID)
 	require.Equal(t, "test", doc.Conversation.Holder, "the test's lease")
+
+	// A root has a null owner_id and no owner; a leaf an empty list of
+	// children.
+	var root struct {
+		Task     map[string]json.RawMessage `json:"task"`
+		Owner    json.RawMessage            `json:"owner"`
+		Children []json.RawMessage          `json:"children"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(b.arbor(t, "show", "1", "--json").ok(t).stdout), &root))
+	require.Equal(t, "null", string(root.Task["owner_id"]))
+	require.Nil(t, root.Owner)
+	require.Len(t, root.Children, 4)
+	require.Contains(t, b.arbor(t, "show", "8", "--json").ok(t).stdout, "\n  \"children\": [],\n")
 }
 
 func TestShowErrorHistory(t *testing.T) {

@@ -19,16 +19,21 @@ attempt and age; what a waiting task waits on (its policy and the children
 it names), what a completing task still waits for, when a sleeping task
 wakes; background tasks are marked, and a settled task's error is shown.
 
---json prints the tree as nested JSON objects with every column of each
-task (children under "children"). --watch keeps redrawing until Ctrl-C:
-on a terminal the screen is redrawn every --interval; otherwise a new tree
-(or, with --json, a new one-line JSON document) is written each time the
-tree changes.
+Tasks deeper than 24 levels are drawn at the 24th level's indentation,
+each marked "… (depth N)": its owner is the nearest line above it of depth
+N-1.
+
+--json prints {"conversation": ..., "tasks": [...]}: every task of the
+conversation, with every column, as a flat list in id order (owners before
+their children); owner_id links a task to its owner and is null for a
+root. --watch keeps redrawing until Ctrl-C: on a terminal the screen is
+redrawn every --interval; otherwise a new tree (or, with --json, a new
+one-line JSON document) is written each time the tree changes.
 
 Example:
   arbor tree chat-42
   arbor tree chat-42 --watch --interval 500ms
-  arbor tree chat-42 --json | jq '.tasks[0].status'
+  arbor tree chat-42 --json | jq '.tasks[] | select(.owner_id == 1) | .id'
 `
 
 func cmdTree(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -97,7 +102,7 @@ func watchTree(ctx context.Context, stdout, stderr io.Writer, interval time.Dura
 		case err != nil && first:
 			return err
 		case err != nil:
-			fmt.Fprintf(stderr, "arbor: %v (retrying every %s)\n", err, interval)
+			fmt.Fprintf(stderr, "arbor: %s (retrying every %s)\n", printable(err.Error()), interval)
 		case terminal:
 			fmt.Fprint(stdout, "\x1b[H\x1b[2J")
 			stdout.Write(frame.Bytes())
@@ -124,44 +129,44 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// treeDoc is what tree --json prints: the conversation's tasks as a flat
+// list, not nested. A script reads the rows as it would query them (jq
+// '.tasks[] | select(.status == "failed")'), and the document is as deep
+// for a chain of 100,000 tasks as for one task; nested under their owners,
+// as they once were, they made encoding/json give up near 5,000 levels.
 type treeDoc struct {
-	Conversation string     `json:"conversation"`
-	Tasks        []taskJSON `json:"tasks"`
+	Conversation string `json:"conversation"`
+	// Tasks is every task of the conversation in id order, which puts
+	// every owner before its children; owner_id links them (null for a
+	// root).
+	Tasks []taskJSON `json:"tasks"`
 }
 
-// treeJSON nests a conversation's tasks (ascending id, so owners first)
-// under their owners.
 func treeJSON(conv string, all []arbortype.Task) treeDoc {
-	children := map[int64][]arbortype.Task{}
-	var roots []arbortype.Task
+	doc := treeDoc{Conversation: conv, Tasks: make([]taskJSON, 0, len(all))}
 	for _, t := range all {
-		if t.OwnerID == 0 {
-			roots = append(roots, t)
-		} else {
-			children[t.OwnerID] = append(children[t.OwnerID], t)
-		}
-	}
-	var nest func(t arbortype.Task) taskJSON
-	nest = func(t arbortype.Task) taskJSON {
-		j := toJSON(t)
-		for _, c := range children[t.ID] {
-			j.Children = append(j.Children, nest(c))
-		}
-		return j
-	}
-	doc := treeDoc{Conversation: conv, Tasks: []taskJSON{}}
-	for _, r := range roots {
-		doc.Tasks = append(doc.Tasks, nest(r))
+		doc.Tasks = append(doc.Tasks, toJSON(t))
 	}
 	return doc
 }
 
+// maxDrawnDepth is how many levels of the tree are drawn with branch
+// lines; the roots are at depth 1. A deeper task is drawn at that
+// indentation, with "… (depth N)" in place of its branch, so that no line
+// is longer than a bounded prefix and its description, and the drawing is
+// linear in the number of tasks at any depth (a 10,000-deep chain drawn
+// with all its prefixes was 200 MB). Its owner is the nearest line above
+// it of depth N-1.
+const maxDrawnDepth = 24
+
 // renderTree draws a conversation's tasks as a tree, one task a line: id,
 // kind, status, phase, attempt and age (relative to now; a zero now leaves
 // the age out, for output that does not change while nothing happens), what
-// a waiting task waits on, and a mark on background tasks.
+// a waiting task waits on, and a mark on background tasks. It walks the
+// tree with a stack of its own, not by recursion, so that no depth can
+// exhaust the goroutine's stack.
 func renderTree(w io.Writer, conv string, all []arbortype.Task, now time.Time) {
-	fmt.Fprintf(w, "conversation %s\n", conv)
+	fmt.Fprintf(w, "conversation %s\n", printable(conv))
 	children := map[int64][]arbortype.Task{}
 	var roots []arbortype.Task
 	for _, t := range all {
@@ -174,40 +179,61 @@ func renderTree(w io.Writer, conv string, all []arbortype.Task, now time.Time) {
 	if len(roots) == 0 {
 		fmt.Fprintln(w, "└── (no tasks)")
 	}
-	var walk func(t arbortype.Task, prefix string, last bool)
-	walk = func(t arbortype.Task, prefix string, last bool) {
-		branch, next := "├── ", "│   "
-		if last {
-			branch, next = "└── ", "    "
-		}
-		kids := children[t.ID]
-		fmt.Fprintf(w, "%s%s%s\n", prefix, branch, describe(t, kids, now))
-		for i, c := range kids {
-			walk(c, prefix+next, i == len(kids)-1)
+	type pending struct {
+		task  arbortype.Task
+		depth int
+		last  bool // the last of its siblings
+	}
+	// The tasks still to draw, the next on top: depth first, siblings in
+	// id order.
+	var stack []pending
+	push := func(ts []arbortype.Task, depth int) {
+		for i := len(ts) - 1; i >= 0; i-- {
+			stack = append(stack, pending{task: ts[i], depth: depth, last: i == len(ts)-1})
 		}
 	}
-	for i, r := range roots {
-		walk(r, "", i == len(roots)-1)
+	push(roots, 1)
+	// rails[i] is what the lines below the current task's ancestor of depth
+	// i+1 draw in its column: a rail while that ancestor has siblings still
+	// to come, blanks after its last one.
+	var rails []string
+	for len(stack) > 0 {
+		p := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		rails = rails[:min(p.depth-1, maxDrawnDepth)]
+		branch, rail := "├── ", "│   "
+		if p.last {
+			branch, rail = "└── ", "    "
+		}
+		if p.depth > maxDrawnDepth {
+			branch = fmt.Sprintf("… (depth %d) ", p.depth)
+		}
+		kids := children[p.task.ID]
+		fmt.Fprintf(w, "%s%s%s\n", strings.Join(rails, ""), branch, describe(p.task, kids, now))
+		if p.depth <= maxDrawnDepth {
+			rails = append(rails, rail)
+		}
+		push(kids, p.depth+1)
 	}
 }
 
 // describe is one task's line of the tree; kids are its children.
 func describe(t arbortype.Task, kids []arbortype.Task, now time.Time) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "#%d %s [%s]", t.ID, t.Kind, t.Status)
+	fmt.Fprintf(&b, "#%d %s [%s]", t.ID, printable(t.Kind), printable(string(t.Status)))
 	if t.Phase != "" {
-		fmt.Fprintf(&b, " phase=%s", t.Phase)
+		fmt.Fprintf(&b, " phase=%s", printable(t.Phase))
 	}
 	fmt.Fprintf(&b, " attempt=%d", t.Attempt)
 	if t.MaxRetries > 0 {
 		fmt.Fprintf(&b, " retries=%d/%d", t.Retries, t.MaxRetries)
 	}
 	if !now.IsZero() {
-		fmt.Fprintf(&b, " age=%s", humanDuration(now.Sub(t.CreatedAt)))
+		fmt.Fprintf(&b, " age=%s", age(now, t.CreatedAt))
 	}
 	switch t.Status {
 	case arbortype.StatusWaiting:
-		fmt.Fprintf(&b, " waits %s on %s", t.WaitPolicy, idList(t.WaitIDs))
+		fmt.Fprintf(&b, " waits %s on %s", printable(string(t.WaitPolicy)), idList(t.WaitIDs))
 	case arbortype.StatusCompleting:
 		var live []int64
 		for _, c := range kids {
@@ -226,6 +252,8 @@ func describe(t arbortype.Task, kids []arbortype.Task, now time.Time) string {
 		b.WriteString(" (abort requested)")
 	}
 	if t.Error != nil && t.Status.Settled() {
+		// %q escapes every rune printable does, and quotes and backslashes
+		// too, so that the message's end is plain.
 		fmt.Fprintf(&b, " error=%q", t.Error.Message)
 	}
 	return b.String()

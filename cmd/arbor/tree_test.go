@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/internal/testdb"
@@ -50,10 +52,10 @@ func TestTreeEmptyAndUnknownConversation(t *testing.T) {
 	b.arbor(t, "tree", b.conv).fails(t, 1, fmt.Sprintf("conversation %q not found", b.conv))
 }
 
-// treeNode is the part of tree --json this test reads back.
-type treeNode struct {
+// treeRow is the part of a task of tree --json this test reads back.
+type treeRow struct {
 	ID         int64           `json:"id"`
-	OwnerID    int64           `json:"owner_id"`
+	OwnerID    *int64          `json:"owner_id"`
 	Kind       string          `json:"kind"`
 	Status     string          `json:"status"`
 	Background bool            `json:"background"`
@@ -67,8 +69,13 @@ type treeNode struct {
 	Error      *struct {
 		Message string `json:"message"`
 	} `json:"error"`
-	CreatedAt time.Time  `json:"created_at"`
-	Children  []treeNode `json:"children"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// treeOutput is tree --json's document.
+type treeOutput struct {
+	Conversation string    `json:"conversation"`
+	Tasks        []treeRow `json:"tasks"`
 }
 
 func TestTreeJSON(t *testing.T) {
@@ -77,30 +84,30 @@ func TestTreeJSON(t *testing.T) {
 	b.sampleTree(t)
 
 	out := b.arbor(t, "tree", b.conv, "--json").ok(t).stdout
-	var doc struct {
-		Conversation string     `json:"conversation"`
-		Tasks        []treeNode `json:"tasks"`
-	}
+	var doc treeOutput
 	require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
 	require.Equal(t, b.conv, doc.Conversation)
-
-	// The shape: two roots, children nested under their owners.
-	var shape func(n treeNode) string
-	shape = func(n treeNode) string {
-		s := fmt.Sprintf("%d:%s:%s", n.ID, n.Kind, n.Status)
-		if len(n.Children) > 0 {
-			var kids []string
-			for _, c := range n.Children {
-				kids = append(kids, shape(c))
-			}
-			s += "(" + strings.Join(kids, " ") + ")"
-		}
-		return s
+	// The rows as written, to see that each has an owner_id.
+	var raw struct {
+		Tasks []map[string]json.RawMessage `json:"tasks"`
 	}
-	require.Len(t, doc.Tasks, 2)
-	require.Equal(t, "1:chat_turn:waiting(2:search_web:completed 3:read_docs:failed 4:ask_approval:pending 5:summarize_history:running)",
-		shape(doc.Tasks[0]))
-	require.Equal(t, "6:chat_turn:running(7:sub_agent:completing(8:browse:pending))", shape(doc.Tasks[1]))
+	require.NoError(t, json.Unmarshal([]byte(out), &raw))
+
+	// The shape: every task in id order, each naming its owner, null for
+	// the two roots.
+	var shape []string
+	for i, r := range doc.Tasks {
+		owner := "null"
+		if r.OwnerID != nil {
+			owner = fmt.Sprint(*r.OwnerID)
+		}
+		require.Equal(t, owner, string(raw.Tasks[i]["owner_id"]))
+		shape = append(shape, fmt.Sprintf("%d<%s:%s:%s", r.ID, owner, r.Kind, r.Status))
+	}
+	require.Equal(t, []string{"1<null:chat_turn:waiting", "2<1:search_web:completed", "3<1:read_docs:failed",
+		"4<1:ask_approval:pending", "5<1:summarize_history:running", "6<null:chat_turn:running",
+		"7<6:sub_agent:completing", "8<7:browse:pending"}, shape)
+	require.NotContains(t, out, `"children"`)
 
 	// The columns, as the database holds them.
 	root := doc.Tasks[0]
@@ -110,12 +117,11 @@ func TestTreeJSON(t *testing.T) {
 	require.JSONEq(t, `{"waiting_for": 3}`, string(root.State))
 	require.JSONEq(t, `{"kind": "chat_turn"}`, string(root.Input))
 	require.Equal(t, b.get(t, 1).CreatedAt.UTC(), root.CreatedAt.UTC())
-	require.JSONEq(t, `{"hits": 3}`, string(root.Children[0].Result))
-	require.Equal(t, "docs server returned 503", root.Children[1].Error.Message)
-	require.True(t, root.Children[3].Background)
-	require.Equal(t, b.get(t, 5).Token, root.Children[3].Token)
-	require.NotZero(t, root.Children[3].Token)
-	require.Equal(t, int64(1), root.Children[0].OwnerID)
+	require.JSONEq(t, `{"hits": 3}`, string(doc.Tasks[1].Result))
+	require.Equal(t, "docs server returned 503", doc.Tasks[2].Error.Message)
+	require.True(t, doc.Tasks[4].Background)
+	require.Equal(t, b.get(t, 5).Token, doc.Tasks[4].Token)
+	require.NotZero(t, doc.Tasks[4].Token)
 }
 
 // TestTreeWatch runs tree --watch, changes the tree underneath it, and
@@ -213,4 +219,116 @@ func waitUntilT(t *testing.T, what string, cond func() bool) {
 		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestFarFromNow: tasks created centuries before or after now (a skewed
+// clock, a hand-edited row; PostgreSQL stores years 4713 BC to 294276 AD)
+// are drawn with their real age and printed, as text and as JSON, with
+// every digit of their year. A task created after 2318 once overflowed the
+// age and crashed tree with a stack overflow; a year beyond 9999 failed
+// every --json output.
+func TestFarFromNow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.create(t, 0, "now", false)
+	_, err := b.pool.Exec(b.ctx, `INSERT INTO `+pgx.Identifier{b.schema, "tasks"}.Sanitize()+` (conversation_id, kind, created_at)
+		VALUES ($1, 'future', '2500-01-01 00:00:00+00'), ($1, 'past', '1500-01-01 00:00:00+00'),
+		($1, 'far_future', '20000-01-01 00:00:00+00'), ($1, 'caesar', '0044-03-15 00:00:00+00 BC')`, b.conv)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+pgx.Identifier{b.schema, "conversations"}.Sanitize()+
+		` SET holder = 'node-far', lease_expires_at = '20000-01-01 00:00:00+00' WHERE id = $1`, b.conv)
+	require.NoError(t, err)
+
+	out := b.arbor(t, "tree", b.conv).ok(t).stdout
+	days := func(kind string) int {
+		m := regexp.MustCompile(` ` + kind + ` \[pending\] attempt=0 age=(-?\d+)d\d\dh\n`).FindStringSubmatch(out)
+		require.NotNil(t, m, "%s in:\n%s", kind, out)
+		n, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+		return n
+	}
+	const durationDays = 106751 // the most days a time.Duration holds
+	require.Less(t, days("future"), -170000)
+	require.Greater(t, days("past"), durationDays)
+	require.Less(t, days("far_future"), -6000000)
+	require.Greater(t, days("caesar"), 700000)
+
+	var doc struct {
+		Tasks []struct {
+			Kind      string `json:"kind"`
+			CreatedAt string `json:"created_at"`
+		} `json:"tasks"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(b.arbor(t, "tree", b.conv, "--json").ok(t).stdout), &doc))
+	require.Len(t, doc.Tasks, 5)
+	require.Equal(t, "far_future", doc.Tasks[3].Kind)
+	// The command and the test share the time zone of the environment.
+	require.Equal(t, time.Date(20000, 1, 1, 0, 0, 0, 0, time.UTC).Local().Format(time.RFC3339Nano), doc.Tasks[3].CreatedAt)
+
+	require.Contains(t, b.arbor(t, "show", "4").ok(t).stdout, "\ncreated             20000-01-01T00:00:00Z\n")
+	out = b.arbor(t, "show", "5").ok(t).stdout
+	require.Contains(t, out, "\ncreated             -0043-03-15T00:00:00Z\n", "44 BC is the astronomical year -43")
+	require.Contains(t, out, "\nholder              node-far (epoch 0, lease until 20000-01-01T00:00:00Z, held)\n")
+	var show struct {
+		Conversation struct {
+			LeaseExpiresAt string `json:"lease_expires_at"`
+		} `json:"conversation"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(b.arbor(t, "show", "4", "--json").ok(t).stdout), &show))
+	require.Equal(t, time.Date(20000, 1, 1, 0, 0, 0, 0, time.UTC).Local().Format(time.RFC3339Nano), show.Conversation.LeaseExpiresAt)
+	require.Contains(t, b.arbor(t, "ls").ok(t).stdout, " node-far  20000-01-01T00:00:00Z\n")
+	require.Contains(t, b.arbor(t, "ls", "--json").ok(t).stdout, `"lease_expires_at": "`)
+}
+
+// TestTreeTenThousandDeep draws a chain 10,000 tasks deep, plus a second
+// child of its root after it, in both formats. The nested JSON of old
+// failed near 5,000 levels after taking 2.4 GB, and the drawing grew with
+// the square of the depth (200 MB for this tree); now both grow with the
+// number of tasks, and the drawing's indentation stops at maxDrawnDepth.
+func TestTreeTenThousandDeep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const depth = 10000
+	b.create(t, 0, "step", false)
+	// One INSERT: ids are assigned in the order of g, from 2 in the test's
+	// fresh schema, so each row's owner is the row before it.
+	tbl := pgx.Identifier{b.schema, "tasks"}.Sanitize()
+	_, err := b.pool.Exec(b.ctx, `INSERT INTO `+tbl+` (conversation_id, owner_task_id, kind)
+		SELECT $1, g - 1, 'step' FROM generate_series(2, $2::int) g ORDER BY g`, b.conv, depth)
+	require.NoError(t, err)
+	sibling := b.create(t, 1, "sibling", false)
+	require.Equal(t, int64(depth+1), sibling.ID)
+	var chained int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM `+tbl+` WHERE owner_task_id = id - 1`).Scan(&chained))
+	require.Equal(t, depth-1, chained)
+
+	out := b.arbor(t, "tree", b.conv, "--no-age").ok(t).stdout
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	require.Len(t, lines, 1+depth+1)
+	require.Less(t, len(out), 200*(depth+1), "bytes per task bounded, whatever the depth")
+	// The root's rail is blank (it is the last root); #2's continues down
+	// to its sibling #10001, also past the drawn depth.
+	require.Equal(t, "└── #1 step [pending] attempt=0", lines[1])
+	require.Equal(t, "    ├── #2 step [pending] attempt=0", lines[2])
+	require.Equal(t, "    │   └── #3 step [pending] attempt=0", lines[3])
+	require.Equal(t, "    │   "+strings.Repeat("    ", 21)+"└── #24 step [pending] attempt=0", lines[24])
+	require.Equal(t, "    │   "+strings.Repeat("    ", 22)+"… (depth 25) #25 step [pending] attempt=0", lines[25])
+	require.Equal(t, "    │   "+strings.Repeat("    ", 22)+"… (depth 10000) #10000 step [pending] attempt=0", lines[depth])
+	require.Equal(t, "    └── #10001 sibling [pending] attempt=0", lines[depth+1])
+
+	out = b.arbor(t, "tree", b.conv, "--json").ok(t).stdout
+	require.Less(t, len(out), 1000*(depth+1), "bytes per task bounded, whatever the depth")
+	var doc treeOutput
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	require.Len(t, doc.Tasks, depth+1)
+	require.Nil(t, doc.Tasks[0].OwnerID)
+	for i, r := range doc.Tasks[1:depth] {
+		require.Equal(t, int64(i+2), r.ID)
+		require.Equal(t, int64(i+1), *r.OwnerID)
+	}
+	require.Equal(t, int64(1), *doc.Tasks[depth].OwnerID)
+
+	// show of the deepest task, and check over the whole chain, work too.
+	require.Contains(t, b.arbor(t, "show", "10000").ok(t).stdout, "owner               #9999 step [pending]\n")
+	b.arbor(t, "check", b.conv).ok(t)
 }

@@ -44,7 +44,7 @@ func cmdWake(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return taskErr("wake", id, err)
 	}
-	fmt.Fprintf(stdout, "wake #%d %s:\n", t.ID, t.Kind)
+	fmt.Fprintf(stdout, "wake #%d %s:\n", t.ID, printable(t.Kind))
 	change(stdout, before, woken)
 	return otherChanges(ctx, stdout, engine, t.ConversationID, before, map[int64]bool{id: true})
 }
