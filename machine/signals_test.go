@@ -1,0 +1,144 @@
+package machine_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/machine"
+	"github.com/arborhq/arbor/reconcile"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// logRecorder is a slog handler that keeps every record's message.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.msgs = append(l.msgs, r.Message)
+	l.mu.Unlock()
+	return nil
+}
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+func (l *logRecorder) count(substr string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.msgs {
+		if strings.Contains(m, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestStoppedRunnerWritesNothing: a handler that ignores its cancelled
+// context outlives Stop. Stop releases its conversation anyway, recovering
+// the task in the release's transaction, so what the handler writes later
+// — a checkpoint, its nil return that would complete the task — is refused.
+func TestStoppedRunnerWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	late := make(chan error, 1)
+	r, err := machine.NewRunner(b.engine.Engine, map[string]machine.Handler{
+		"stubborn": func(ctx context.Context, run *machine.Run) error {
+			close(entered)
+			<-unblock // ignores ctx
+			late <- run.Checkpoint(context.Background(), "after the stop", nil)
+			return nil // the runner would complete the task for it
+		},
+	}, &machine.RunnerConfig{ConversationLease: time.Minute, PollInterval: 50 * time.Millisecond, ShutdownGrace: 50 * time.Millisecond,
+		Waker: &machine.WakerConfig{RiverTestOnly: true}})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(b.ctx))
+	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "stubborn"})
+	require.NoError(t, err)
+	<-entered
+
+	err = r.Stop(context.Background())
+	require.Error(t, err, "Stop says a handler outlived it")
+	got := b.get(t, task.ID)
+	require.Equal(t, arbortype.StatusPending, got.Status, "recovered by the release")
+	require.Equal(t, 1, got.Attempt)
+	before := snapshot(t, b)
+	close(unblock)
+	require.ErrorIs(t, <-late, tasks.ErrNotRunning, "the stopped runner's handler cannot write")
+	waitUntil(t, "the late handler's run to end", func() bool { return len(r.Held()) == 0 })
+	require.Equal(t, before, snapshot(t, b), "nothing of the stopped runner landed")
+	b.requireClean(t)
+	_, err = b.engine.AbortConversation(b.ctx, b.conv)
+	require.NoError(t, err)
+}
+
+// TestRunnerReleasesWithoutFalseWarnings: conversations released as soon
+// as they are idle, with leases renewed several times a second: no release
+// is mistaken for a take-over. And conversations opened while every worker
+// is busy keep their lease until their work has run, instead of being
+// released idle with it never run (each is opened once).
+func TestRunnerReleasesWithoutFalseWarnings(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logs := &logRecorder{}
+	var mu sync.Mutex
+	opened := map[string]int{}
+	gate := make(chan struct{})
+	var once sync.Once
+	r, err := machine.NewRunner(b.engine.Engine, map[string]machine.Handler{
+		"turn": func(ctx context.Context, run *machine.Run) error {
+			once.Do(func() { <-gate }) // the first holds the only worker
+			return run.Complete(ctx, nil)
+		},
+	}, &machine.RunnerConfig{Workers: 1, ConversationLease: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond,
+		IdleRelease: time.Millisecond, Logger: slog.New(logs), Waker: &machine.WakerConfig{RiverTestOnly: true},
+		OnReconcile: func(rep reconcile.Report) {
+			mu.Lock()
+			opened[rep.ConversationID]++
+			mu.Unlock()
+		}})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(b.ctx))
+	t.Cleanup(func() { require.NoError(t, r.Stop(context.Background())) })
+	const n = 20
+	var convs []string
+	for i := range n {
+		conv := fmt.Sprintf("%s-%02d", b.conv, i)
+		convs = append(convs, conv)
+		_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+		require.NoError(t, err)
+	}
+	waitUntil(t, "every conversation to be opened", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(opened) == n
+	})
+	close(gate)
+	for _, conv := range convs {
+		waitUntil(t, "every turn to complete", func() bool {
+			all, err := b.engine.ConversationTasks(b.ctx, conv)
+			require.NoError(t, err)
+			return all[0].Status == arbortype.StatusCompleted
+		})
+	}
+	waitUntil(t, "every conversation to be released", func() bool { return len(r.Held()) == 0 })
+	mu.Lock()
+	for _, conv := range convs {
+		require.Equal(t, 1, opened[conv], "%s was opened once: never released with its work not run", conv)
+	}
+	mu.Unlock()
+	require.Zero(t, logs.count("lease lost"), "a release is not a take-over")
+	b.requireClean(t, convs...)
+}
