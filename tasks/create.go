@@ -98,3 +98,39 @@ func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams) (createR
 	t, created, err := e.core.Create(ctx, tx, p.core())
 	return createResult{t, created}, err
 }
+
+// CreateMany creates many tasks in one transaction of its own, at the cost
+// of a few statements for the whole batch rather than a few per task: the
+// way to create work in bulk (a backfill, a fan-out your application plans
+// itself), as River's InsertMany is. Each task follows Create's rules (an
+// idempotency key already used returns that task with created false; a key
+// repeated within the batch is created once); an owner must exist before the
+// batch. One refused task refuses the batch, naming its index, and nothing
+// is written. At most 10,000 tasks; they come back in the order given.
+func (e *Engine) CreateMany(ctx context.Context, ps []CreateParams) (tasks []arbortype.Task, created []bool, err error) {
+	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (manyResult, error) { return e.createMany(ctx, tx, ps) })
+	return r.tasks, r.created, err
+}
+
+// CreateManyTx is CreateMany inside the caller's transaction.
+func (e *Engine) CreateManyTx(ctx context.Context, tx pgx.Tx, ps []CreateParams) (tasks []arbortype.Task, created []bool, err error) {
+	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (manyResult, error) { return e.createMany(ctx, tx, ps) })
+	return r.tasks, r.created, err
+}
+
+type manyResult struct {
+	tasks   []arbortype.Task
+	created []bool
+}
+
+func (e *Engine) createMany(ctx context.Context, tx pgx.Tx, ps []CreateParams) (manyResult, error) {
+	cps := make([]core.CreateParams, len(ps))
+	for i, p := range ps {
+		if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
+			return manyResult{}, fmt.Errorf("create tasks: task %d of %d: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", i, len(ps), p.IdempotencyKey, ErrInvalidArgument)
+		}
+		cps[i] = p.core()
+	}
+	ts, created, err := e.core.CreateMany(ctx, tx, cps)
+	return manyResult{ts, created}, err
+}

@@ -28,6 +28,8 @@ var (
 	ErrLeaseHeld           = arbortype.ErrLeaseHeld
 	ErrForeignTask         = arbortype.ErrForeignTask
 	ErrNotSleeping         = arbortype.ErrNotSleeping
+	ErrUnavailable         = arbortype.ErrUnavailable
+	ErrDatabase            = arbortype.ErrDatabase
 	ErrAmbiguous           = arbortype.ErrAmbiguous
 )
 

@@ -1,0 +1,95 @@
+package core_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/testdb"
+	"github.com/arborhq/arbor/tasks"
+)
+
+func TestCreateMany(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	other := testdb.Conversation(t)
+	root := b.root(t, "turn")
+	b.start(t, root.ID)
+	prior, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: root.ID, Kind: "tool", IdempotencyKey: "k1"})
+	require.NoError(t, err)
+
+	ps := []tasks.CreateParams{
+		{ConversationID: other, Kind: "turn", Input: []byte(`{"n": 0}`)},
+		{ConversationID: b.conv, OwnerID: root.ID, Kind: "tool", IdempotencyKey: "k1"}, // exists already
+		{ConversationID: b.conv, OwnerID: root.ID, Kind: "tool", IdempotencyKey: "k2"},
+		{ConversationID: b.conv, OwnerID: root.ID, Kind: "tool", IdempotencyKey: "k2"}, // repeated in the batch
+		{ConversationID: b.conv, OwnerID: root.ID, Kind: "summary", Background: true, MaxRetries: 3},
+		{ConversationID: other, Kind: "turn", Input: []byte(`{"n": 5}`)},
+	}
+	got, created, err := b.engine.CreateMany(b.ctx, ps)
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, false, true, false, true, true}, created)
+	require.Equal(t, prior.ID, got[1].ID)
+	require.Equal(t, got[2].ID, got[3].ID, "a key repeated in the batch is created once")
+	require.Less(t, got[0].ID, got[2].ID, "ids grow in the order given")
+	require.Less(t, got[4].ID, got[5].ID)
+	for i, task := range got {
+		stored := b.get(t, task.ID)
+		require.Equal(t, stored.ConversationID, task.ConversationID, "task %d", i)
+		require.Equal(t, stored.Kind, task.Kind)
+		require.Equal(t, stored.OwnerID, task.OwnerID)
+		require.Equal(t, stored.Background, task.Background)
+		require.Equal(t, stored.MaxRetries, task.MaxRetries)
+		require.Equal(t, stored.RestartLimit, task.RestartLimit)
+		require.Equal(t, arbortype.StatusPending, task.Status)
+		require.Equal(t, stored.CreatedAt, task.CreatedAt)
+		if len(ps[i].Input) > 0 {
+			require.JSONEq(t, string(ps[i].Input), string(task.Input))
+		}
+	}
+	for _, c := range []string{b.conv, other} {
+		_, err := b.engine.AbortConversation(b.ctx, c)
+		require.NoError(t, err)
+		vs, err := b.engine.Check(b.ctx, c)
+		require.NoError(t, err)
+		require.Empty(t, vs)
+	}
+}
+
+// TestCreateManyRefusesTheBatch: one bad task refuses all of them, and
+// nothing is written, not even the conversations.
+func TestCreateManyRefusesTheBatch(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Fresh(t)
+	b := newBundle(t, pool, schema)
+	root := b.root(t, "turn")
+	done := reach(t, b, arbortype.StatusCompleted, false).task
+	fresh := testdb.Conversation(t)
+	check := untouched(t, pool, schema)
+	for name, bad := range map[string]tasks.CreateParams{
+		"unknown owner":            {ConversationID: b.conv, OwnerID: 1 << 40, Kind: "k"},
+		"owner of another conv":    {ConversationID: fresh, OwnerID: root.ID, Kind: "k"},
+		"settled owner":            {ConversationID: b.conv, OwnerID: done.ID, Kind: "k"},
+		"empty kind":               {ConversationID: fresh},
+		"bad JSON":                 {ConversationID: fresh, Kind: "k", Input: []byte(`{`)},
+		"key of another kind":      {ConversationID: b.conv, OwnerID: root.ID, Kind: "other", IdempotencyKey: "dup"},
+		"arbor's own key prefix":   {ConversationID: fresh, Kind: "k", IdempotencyKey: "arbor:x"},
+		"background root":          {ConversationID: fresh, Kind: "k", Background: true},
+		"restart limit over int32": {ConversationID: fresh, Kind: "k", RestartLimit: 1 << 31},
+	} {
+		ps := []tasks.CreateParams{
+			{ConversationID: fresh, Kind: "fine"},
+			{ConversationID: b.conv, OwnerID: root.ID, Kind: "tool", IdempotencyKey: "dup"},
+			bad,
+		}
+		_, _, err := b.engine.CreateMany(b.ctx, ps)
+		require.Error(t, err, name)
+		require.Contains(t, err.Error(), "task 2 of 3", name)
+		check(name)
+	}
+	_, _, err := b.engine.CreateMany(b.ctx, make([]tasks.CreateParams, 10_001))
+	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	_, err = b.engine.AbortConversation(b.ctx, b.conv)
+	require.NoError(t, err)
+}

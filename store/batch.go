@@ -1,0 +1,163 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/arborhq/arbor/arbortype"
+)
+
+// Set-based statements: one statement for many tasks or conversations, so
+// that a batch of operations costs a handful of round trips, not a handful
+// per task.
+
+var (
+	qEnsureConversations = define(`INSERT INTO {schema}.conversations (id)
+		SELECT unnest($1::text[]) ON CONFLICT (id) DO NOTHING`)
+
+	// Conversations locked in id order (docs/design.md §5), each announced
+	// at commit like LockConversation does.
+	qLockConversations = define(`SELECT id, pg_notify($2, id) FROM {schema}.conversations
+		WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`)
+
+	qTasksByKeys = define(`SELECT {task_columns} FROM {schema}.tasks t
+		JOIN unnest($1::text[], $2::text[]) AS k(conv, key) ON t.conversation_id = k.conv AND t.idempotency_key = k.key`)
+
+	qLockOwners = define(`SELECT id, conversation_id, status, abort_requested, coalesce(token, 0)
+		FROM {schema}.tasks WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`)
+
+	qInsertTasks = define(`INSERT INTO {schema}.tasks
+		(conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
+		 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap)
+		SELECT v.conv, nullif(v.owner, 0), v.kind, v.bg, v.input::jsonb, v.rl, v.ab, v.mr, nullif(v.key, ''),
+		       v.base * interval '1 microsecond', v.cap * interval '1 microsecond'
+		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bool[], $5::text[], $6::int[], $7::bool[],
+		            $8::int[], $9::text[], $10::bigint[], $11::bigint[])
+		     WITH ORDINALITY AS v(conv, owner, kind, bg, input, rl, ab, mr, key, base, cap, ord)
+		ORDER BY v.ord
+		RETURNING id, created_at`)
+)
+
+// EnsureConversations creates the conversations among ids that do not exist.
+func (s *Store) EnsureConversations(ctx context.Context, db DB, ids []string) error {
+	_, err := db.Exec(ctx, s.sql[qEnsureConversations], ids)
+	return err
+}
+
+// LockConversations locks the conversations among ids in id order and
+// returns the ids it locked (missing ones are left out).
+func (s *Store) LockConversations(ctx context.Context, db DB, ids []string) ([]string, error) {
+	rows, err := db.Query(ctx, s.sql[qLockConversations], ids, s.ChangeChannel())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var (
+			id       string
+			notified any
+		)
+		if err := rows.Scan(&id, &notified); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
+// TasksByKeys reads the tasks created with the given (conversation,
+// idempotency key) pairs, same index in convs and keys.
+func (s *Store) TasksByKeys(ctx context.Context, db DB, convs, keys []string) ([]arbortype.Task, error) {
+	return collectTasks(db.Query(ctx, s.sql[qTasksByKeys], convs, keys))
+}
+
+// OwnerState is what a create needs to know of an owner it locked.
+type OwnerState struct {
+	ID             int64
+	ConversationID string
+	Status         arbortype.Status
+	AbortRequested bool
+	Token          int64
+}
+
+// LockOwners locks the tasks among ids in id order and returns what a
+// create checks of them.
+func (s *Store) LockOwners(ctx context.Context, db DB, ids []int64) ([]OwnerState, error) {
+	rows, err := db.Query(ctx, s.sql[qLockOwners], ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []OwnerState
+	for rows.Next() {
+		var (
+			o      OwnerState
+			status string
+		)
+		if err := rows.Scan(&o.ID, &o.ConversationID, &status, &o.AbortRequested, &o.Token); err != nil {
+			return nil, err
+		}
+		o.Status = arbortype.Status(status)
+		out = append(out, o)
+	}
+	return out, rows.Err()
+}
+
+// Inserted is a task InsertTasks created: its id and creation time, the
+// rest being what it was inserted with.
+type Inserted struct {
+	ID        int64
+	CreatedAt time.Time
+}
+
+// InsertTasks creates pending tasks in one statement, in the order given,
+// and returns their ids and creation times in that order (ids grow in it).
+func (s *Store) InsertTasks(ctx context.Context, db DB, ps []InsertParams) ([]Inserted, error) {
+	n := len(ps)
+	var (
+		convs  = make([]string, n)
+		owners = make([]int64, n)
+		kinds  = make([]string, n)
+		bgs    = make([]bool, n)
+		inputs = make([]*string, n)
+		rls    = make([]int32, n)
+		abs    = make([]bool, n)
+		mrs    = make([]int32, n)
+		keys   = make([]string, n)
+		bases  = make([]int64, n)
+		caps   = make([]int64, n)
+	)
+	for i, p := range ps {
+		convs[i], owners[i], kinds[i], bgs[i] = p.ConversationID, p.OwnerID, p.Kind, p.Background
+		if len(p.Input) > 0 {
+			in := string(p.Input)
+			inputs[i] = &in
+		}
+		rls[i], abs[i], mrs[i], keys[i] = int32(p.RestartLimit), p.AbandonOnRestart, int32(p.MaxRetries), p.IdempotencyKey
+		bases[i], caps[i] = micros(p.RetryBackoffBase), micros(p.RetryBackoffCap)
+	}
+	rows, err := db.Query(ctx, s.sql[qInsertTasks], convs, owners, kinds, bgs, inputs, rls, abs, mrs, keys, bases, caps)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]Inserted, 0, n)
+	for rows.Next() {
+		var in Inserted
+		if err := rows.Scan(&in.ID, &in.CreatedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// Identity values are drawn in the order the rows are inserted, which is
+	// the order given: sorted, they are the input's order whatever order
+	// RETURNING emitted them in.
+	slices.SortFunc(out, func(a, b Inserted) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
