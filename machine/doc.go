@@ -1,66 +1,95 @@
-// Package machine runs arbor inside a process: the per-conversation
-// machines and the node runner (docs/design.md §3.8), and the wake-up service of
-// docs/design.md §3.7, [Waker], which starts the River client that works the wake
-// queue and keeps local timers so that sleeps end on time.
+// Package machine runs arbor inside a process: the node [Runner], which runs
+// the handlers of the conversations it holds; a handler's view of its task,
+// [Run]; [Lease], for code that runs tasks itself; and the wake service,
+// [Waker] (River's client for the wake queue, and local timers so that
+// sleeps end on time).
 //
-// A machine decides nothing itself about tasks: every change goes through
-// package tasks, in the engine's transactions and locking order, and every
-// wake, whether it comes from River, from a timer or from two nodes at
-// once, goes through the engine's one idempotent path
-// ([tasks.Engine.WakeSleeping]). Process memory here is a cache: a timer
-// lost with its process costs latency, never a wake, because River's job
-// for the sleep is in the database.
+// A runner decides nothing itself about tasks: every change goes through the
+// engine (internal/core), in the engine's transactions and locking order.
+// Process memory is a cache: whatever it loses costs latency, never work,
+// because PostgreSQL holds every task, lease and wake job.
 //
-// # The runner
+// # The runner: node-level loops, set-based statements
 //
-// One [Runner] per node claims conversations that have runnable work (a
-// pending task of a kind it has a handler for, or a running task left by a
-// dead holder) and no live holder, up to RunnerConfig.Capacity. Claiming a
-// conversation is one transaction: the lease UPDATE (owner, epoch + 1,
-// deadline by the database clock) locks the conversation row, and
-// reconcile.OnOpen recovers its tasks under that lock. Each held
-// conversation gets a machine: a goroutine that claims its runnable tasks
-// (epoch-fenced, see tasks.Engine.ClaimRunnable) while worker slots are
-// free (RunnerConfig.Workers, shared by the node), runs their handlers,
-// and releases the conversation when it has been idle for
-// RunnerConfig.IdleRelease. The runner renews every lease it holds each
-// third of RunnerConfig.LeaseDuration in one statement; a lease it fails to
-// renew was taken over, and that machine stops at once (its handlers'
-// contexts are cancelled; their writes would be refused anyway).
+// A runner's cost is per batch, not per task or per conversation it holds.
+// It has no goroutine, ticker or poll per conversation: a held conversation
+// with nothing to run is a few words in a map. Its loops are:
 //
-// # Fencing
+//   - the producer: one goroutine that starts work while worker slots are
+//     free. One transaction of a few statements claims runnable tasks
+//     across every conversation the node holds (fenced: each conversation
+//     row share-locked as held by this node), and another takes up to K free
+//     conversations that have work — the lease UPDATE, recovery
+//     (reconcile_on_open) for all of them at once, and the claim of their
+//     runnable tasks, fenced by the new epochs — in one transaction. It runs
+//     when told (a notification, a completer's flush, a slot given back) and
+//     on a slow poll that covers missed notifications;
+//   - the completer: a handler's ending call (complete, wait, sleep, the
+//     failure of a returned error) and its spawns are queued, and a flush
+//     applies everything queued in one transaction of a handful of
+//     statements — conversations locked in id order, tasks checked by token,
+//     settled with unnest, owners reconciled set-based (waits satisfied,
+//     completing owners completed) — and claims, in the same transaction,
+//     the runnable work those settles created, for the slots the batch gave
+//     back: a woken parent goes straight to a worker, with no notification
+//     round trip. Each handler gets its own outcome. A flush starts as soon
+//     as the last one committed, so batches grow with the load and a lone
+//     outcome waits for no timer;
+//   - workers: one goroutine per running handler, at most Workers at once.
+//     A run's slot is given back when its ending call is queued: what a
+//     handler does after it is not counted;
+//   - the renewer renews every held lease in one statement, each third of
+//     the conversation lease, and learns of take-overs from what it could
+//     not renew;
+//   - the listener LISTENs to the schema's change channel: a notification
+//     names a conversation; a held one is marked for a claim (and its
+//     running handlers are checked: an abort or cancel elsewhere cancels
+//     their context), an unheld one wakes the producer;
+//   - the watchdog checks running handlers against their task lease.
 //
-// A machine that lost its lease (a paused process, a partition) cannot
-// change anything: its claims are fenced by its epoch (share lock on the
-// conversation row), and every write of a running handler is fenced by the
-// task's token, which the take-over's recovery made dead (running → pending,
-// attempt + 1) in the take-over's own transaction. Children a handler
-// spawns are fenced by the same token. A take-over happens only after the
-// lease expired (or was released).
+// Leases are held across turns: a conversation stays held while the node
+// lives and has capacity, and is released when it has been idle for
+// IdleRelease (long by default), when the node needs room for a
+// conversation with work (the longest idle first), or at shutdown.
 //
-// # Notifications
+// # Locking order and fencing
 //
-// Every engine transaction that changes more than one task announces its
-// conversation on the schema's change channel at commit. The runner LISTENs
-// on it: a held conversation's machine re-reads at once (new work; a task it
-// runs aborted or cancelled, whose handler context it then cancels), and a
-// conversation with no holder is claimed at once. A missed notification
-// costs latency only: every machine re-reads on RunnerConfig.PollInterval,
-// and the claim loop polls on the same interval.
+// Every transaction takes conversation rows first, in id order, then task
+// rows (docs/design.md §5). Claims share-lock the conversations they claim
+// in, as held by this node, and skip rows other transactions hold (both the
+// conversation and the task rows: a claim never waits, so it cannot close a
+// cycle of waits with a flush or a user's operation that holds a
+// conversation and wants a task row). A flush locks its conversations for
+// update, in id order, before any task row.
+//
+// Fencing is two-fold, as before: a start is fenced by the conversation
+// lease (the holder's name and the row's share lock; the epoch is recorded
+// on the run), and every write of a run by its token, which recovery kills
+// when it requeues the task. A node whose lease was taken over (it was
+// paused, partitioned) can neither claim nor write.
 //
 // # Failure cases
 //
-//   - The node dies: its leases expire; another runner's claim loop takes
-//     its conversations over and recovers them. Nothing is lost.
-//   - A handler blocks: the watchdog logs a warning when it passes its task
-//     lease, and cancels its context at twice the lease.
+//   - The node dies: its leases expire; another runner takes its
+//     conversations and recovers them. Nothing is lost.
+//   - A flush fails: a transient fault is retried whole; a commit whose
+//     outcome is unknown is resolved outcome by outcome by reading the tasks
+//     back (still running under the run's token: applied again, alone;
+//     otherwise the run is over); one outcome the database refuses is
+//     applied alone, each in a savepoint, so that it cannot fail the others.
+//     No outcome is lost or applied twice.
+//   - A handler blocks: the watchdog warns when it passes its task lease and
+//     cancels its context at twice the lease.
 //   - A handler panics: a failure (with the panic and stack), not a crash.
 //   - A task's kind is unknown here (a rolling deploy): the runner never
-//     claims it, so another node that knows it does; a machine whose
-//     conversation has only such work releases it. Past
-//     RunnerConfig.UnknownKindGrace a never-started task of a kind no runner
-//     claimed is failed with code "unknown_kind".
+//     claims it, so a node that knows it does. Past UnknownKindGrace a
+//     never-started task of a kind no runner claimed fails with code
+//     "unknown_kind".
+//   - The database is unavailable: a handler's write that gives up
+//     (ErrUnavailable) does not fail its task; the handler runs again with
+//     the same run when the database is back.
 //   - Shutdown: Stop stops claiming, lets handlers finish for
-//     RunnerConfig.ShutdownGrace, then cancels the rest and releases every
-//     lease; a task still running is recovered by the next holder.
+//     ShutdownGrace, cancels the rest, flushes the completer, and releases
+//     every lease, recovering any task still running in the release's
+//     transaction: a stopped runner writes nothing.
 package machine

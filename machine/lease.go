@@ -108,7 +108,7 @@ func (l *Lease) Start(ctx context.Context, taskID int64) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newRun(l.core, t), nil
+	return newRun(l.core, directSink{l.core}, t), nil
 }
 
 // Claim starts up to limit runnable tasks of the conversation, oldest
@@ -128,7 +128,7 @@ func (l *Lease) Claim(ctx context.Context, limit int) ([]*Run, error) {
 	}
 	runs := make([]*Run, len(ts))
 	for i, t := range ts {
-		runs[i] = newRun(l.core, t)
+		runs[i] = newRun(l.core, directSink{l.core}, t)
 	}
 	return runs, nil
 }

@@ -74,6 +74,11 @@ func NonRetryable(err error) error { return core.NonRetryable(err) }
 // refused and nothing is written. A write runs to its end even if the
 // handler's context is cancelled meanwhile (bounded by 30 s), so that a
 // write already committing is not turned into tasks.ErrAmbiguous.
+//
+// A Runner's runs send their spawns and ending calls through its batching
+// completer: the call returns when the batch it went in has committed, with
+// this run's own outcome. A Lease's runs write each in a transaction of its
+// own. The calls and their results are the same.
 type Run struct {
 	// Task is the task as it was claimed for this run: its input, phase and
 	// state, attempt, the ids of its last wait (WaitIDs) and the rest.
@@ -81,12 +86,23 @@ type Run struct {
 	Task arbortype.Task
 
 	core  *core.Engine
+	sink  sink
 	token int64
 
 	mu       sync.Mutex
 	ended    bool
 	deadline time.Time // local estimate of the task lease's end
 	spawns   int       // spawns without a key of the caller's, numbered for their keys
+}
+
+// sink applies a run's spawns and ending writes.
+type sink interface {
+	// apply applies o and returns its outcome; a commit whose outcome is
+	// unknown is resolved before it returns (see directSink.apply).
+	apply(ctx context.Context, r *Run, o core.Outcome) core.OutcomeResult
+	// ending says that r queued its ending write: a runner gives its worker
+	// slot back then.
+	ending(r *Run)
 }
 
 // writeTimeout bounds one write of a run (see writeCtx).
@@ -104,8 +120,8 @@ func writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 }
 
-func newRun(c *core.Engine, t arbortype.Task) *Run {
-	return &Run{Task: t, core: c, token: t.Token, deadline: time.Now().Add(c.Cfg.TaskLease)}
+func newRun(c *core.Engine, s sink, t arbortype.Task) *Run {
+	return &Run{Task: t, core: c, sink: s, token: t.Token, deadline: time.Now().Add(c.Cfg.TaskLease)}
 }
 
 // Ended reports whether the run is over: ended by Complete, Wait or
@@ -153,11 +169,10 @@ func runOver(err error) bool {
 	return errors.Is(err, tasks.ErrLeaseLost) || errors.Is(err, tasks.ErrAborted) || errors.Is(err, tasks.ErrNotRunning)
 }
 
-// write runs one fenced write of the run that does not end it
-// (checkpoint, heartbeat, spawn) in a transaction of its own. Each such
-// write is idempotent (a spawn carries an idempotency key, see Spawn), so a
-// commit whose outcome is unknown (ErrAmbiguous) is simply written again:
-// the second write finds the first's effect, or makes it.
+// write runs one fenced write of the run that does not end it and is not
+// batched (checkpoint, heartbeat) in a transaction of its own. Each such
+// write is idempotent, so a commit whose outcome is unknown (ErrAmbiguous)
+// is simply written again.
 func write[T any](ctx context.Context, r *Run, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
 	ctx, cancel := writeCtx(ctx)
 	defer cancel()
@@ -169,34 +184,67 @@ func write[T any](ctx context.Context, r *Run, fn func(ctx context.Context, tx p
 	}
 }
 
-// finish runs the write that ends the run (complete, wait, sleep, fail).
-// A commit whose outcome is unknown is resolved by reading the task back:
-// still running under the run's token, the write did not land and is made
-// again; otherwise the run is over — the write landed, or the task was
-// taken from the run meanwhile — and nothing more is written (nil, or
-// ErrAborted for a task that was aborted). Either way the run has ended.
-func finish[T any](ctx context.Context, r *Run, fn func(ctx context.Context, tx pgx.Tx) (T, error)) error {
+// finish sends the write that ends the run (complete, wait, sleep, fail).
+func (r *Run) finish(ctx context.Context, o core.Outcome) error {
+	o.TaskID, o.Token, o.ConversationID = r.Task.ID, r.token, r.Task.ConversationID
+	r.sink.ending(r)
+	res := r.sink.apply(ctx, r, o)
+	r.end(res.Err)
+	return res.Err
+}
+
+// directSink writes each outcome of a run in a transaction of its own: a
+// Lease's runs.
+type directSink struct{ core *core.Engine }
+
+func (directSink) ending(*Run) {}
+
+// apply writes o. A commit whose outcome is unknown is resolved: a spawn,
+// idempotent by its keys, is written again; an ending write reads the task
+// back — still running under the run's token, it did not land and is
+// written again; otherwise the run is over (nil, or ErrAborted for a task
+// that was aborted).
+func (d directSink) apply(ctx context.Context, r *Run, o core.Outcome) core.OutcomeResult {
 	ctx, cancel := writeCtx(ctx)
 	defer cancel()
 	for {
-		_, err := core.Tx(ctx, r.core, func(tx pgx.Tx) (T, error) { return fn(ctx, tx) })
-		if !errors.Is(err, tasks.ErrAmbiguous) {
-			r.end(err)
-			return err
+		res, err := core.Tx(ctx, d.core, func(tx pgx.Tx) (core.OutcomeResult, error) { return d.core.Apply(ctx, tx, o) })
+		if !errors.Is(err, tasks.ErrAmbiguous) || ctx.Err() != nil {
+			res.Err = err
+			return res
 		}
-		cur, rerr := core.Read(ctx, r.core, func(db store.DB) (arbortype.Task, error) { return r.core.Get(ctx, db, r.Task.ID) })
-		if rerr != nil {
-			return fmt.Errorf("%w (and reading the task back to resolve it failed: %w)", err, rerr)
+		if o.Kind == core.OutSpawn {
+			continue
 		}
-		if cur.Status == arbortype.StatusRunning && cur.Token == r.token {
-			continue // not applied: the run is still this one's
+		if done, rerr := resolveEnding(ctx, d.core, o); done || rerr != nil {
+			if rerr == nil {
+				rerr = endedBy(ctx, d.core, o)
+			}
+			return core.OutcomeResult{Err: rerr}
 		}
-		r.end(nil)
-		if cur.Status == arbortype.StatusAborted {
-			return fmt.Errorf("task %d: %w", r.Task.ID, tasks.ErrAborted)
-		}
-		return nil
 	}
+}
+
+// resolveEnding reads the task of an ending write whose commit is unknown:
+// done when the task is no longer running under the run's token (the write
+// landed, or the task was taken from the run), not done when the write
+// must be made again.
+func resolveEnding(ctx context.Context, c *core.Engine, o core.Outcome) (done bool, err error) {
+	cur, err := core.Read(ctx, c, func(db store.DB) (arbortype.Task, error) { return c.Get(ctx, db, o.TaskID) })
+	if err != nil {
+		return false, fmt.Errorf("%w (reading the task back to resolve it failed: %w)", tasks.ErrAmbiguous, err)
+	}
+	return !(cur.Status == arbortype.StatusRunning && cur.Token == o.Token), nil
+}
+
+// endedBy is what a resolved ending write returns: nil, or ErrAborted for a
+// task that was aborted meanwhile.
+func endedBy(ctx context.Context, c *core.Engine, o core.Outcome) error {
+	cur, err := core.Read(ctx, c, func(db store.DB) (arbortype.Task, error) { return c.Get(ctx, db, o.TaskID) })
+	if err == nil && cur.Status == arbortype.StatusAborted {
+		return fmt.Errorf("task %d: %w", o.TaskID, tasks.ErrAborted)
+	}
+	return nil
 }
 
 // Checkpoint saves phase and state (replacing the last checkpoint as a
@@ -260,26 +308,46 @@ type SpawnParams struct {
 // Spawn creates a child of the task, fenced by the run's token: a run that
 // lost its task cannot add children to it.
 func (r *Run) Spawn(ctx context.Context, p SpawnParams) (arbortype.Task, error) {
-	if p.IdempotencyKey == "" {
-		r.mu.Lock()
-		r.spawns++
-		p.IdempotencyKey = fmt.Sprintf("arbor:run-%d-spawn-%d", r.token, r.spawns)
-		r.mu.Unlock()
-	} else if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
-		return arbortype.Task{}, fmt.Errorf("spawn under task %d: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w",
-			r.Task.ID, p.IdempotencyKey, tasks.ErrInvalidArgument)
+	kids, err := r.SpawnMany(ctx, []SpawnParams{p})
+	if err != nil {
+		return arbortype.Task{}, err
 	}
-	child, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
-		c, _, err := r.core.Create(ctx, tx, core.CreateParams{
+	return kids[0], nil
+}
+
+// SpawnMany creates several children of the task at once, in one statement
+// (a turn's parallel tool calls), fenced like Spawn. They come back in the
+// order given; one refused child refuses them all, and none is created.
+func (r *Run) SpawnMany(ctx context.Context, ps []SpawnParams) ([]arbortype.Task, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	cps := make([]core.CreateParams, len(ps))
+	r.mu.Lock()
+	for i, p := range ps {
+		if p.IdempotencyKey == "" {
+			r.spawns++
+			p.IdempotencyKey = fmt.Sprintf("arbor:run-%d-spawn-%d", r.token, r.spawns)
+		} else if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
+			r.mu.Unlock()
+			return nil, fmt.Errorf("spawn under task %d: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w",
+				r.Task.ID, p.IdempotencyKey, tasks.ErrInvalidArgument)
+		}
+		cps[i] = core.CreateParams{
 			ConversationID: r.Task.ConversationID, OwnerID: r.Task.ID, OwnerToken: r.token,
 			Kind: p.Kind, Input: p.Input, Background: p.Background, AbandonOnRestart: p.AbandonOnRestart,
 			RestartLimit: p.RestartLimit, MaxRetries: p.MaxRetries, IdempotencyKey: p.IdempotencyKey,
 			RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap,
-		})
-		return c, err
-	})
-	r.over(err)
-	return child, err
+		}
+	}
+	r.mu.Unlock()
+	res := r.sink.apply(ctx, r, core.Outcome{Kind: core.OutSpawn, TaskID: r.Task.ID, Token: r.token,
+		ConversationID: r.Task.ConversationID, Spawns: cps})
+	r.over(res.Err)
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	return res.Children, nil
 }
 
 // Children reads every child of the task, with its status, result and error.
@@ -301,9 +369,7 @@ func (r *Run) Waited(ctx context.Context) ([]arbortype.Task, error) {
 // and completes when the last of them settles); its owner is reconciled in
 // the same transaction (a waiting owner may wake).
 func (r *Run) Complete(ctx context.Context, result json.RawMessage) error {
-	return finish(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
-		return r.core.Complete(ctx, tx, r.Task.ID, r.token, result)
-	})
+	return r.finish(ctx, core.Outcome{Kind: core.OutComplete, Result: result})
 }
 
 // WaitParams describe a wait for children.
@@ -326,9 +392,7 @@ type WaitParams struct {
 // already wakes the task in the same transaction: the handler runs again at
 // once, the same way. Either way the handler returns after Wait.
 func (r *Run) Wait(ctx context.Context, p WaitParams) error {
-	return finish(ctx, r, func(ctx context.Context, tx pgx.Tx) (core.WaitResult, error) {
-		return r.core.WaitForChildren(ctx, tx, r.Task.ID, r.token, core.WaitParams(p))
-	})
+	return r.finish(ctx, core.Outcome{Kind: core.OutWait, Wait: core.WaitParams(p)})
 }
 
 // SleepUntil ends the run, parking the task until t (by the database's
@@ -336,18 +400,13 @@ func (r *Run) Wait(ctx context.Context, p WaitParams) error {
 // River job in the same transaction guarantees the wake; the runner's local
 // timers make it on time.
 func (r *Run) SleepUntil(ctx context.Context, t time.Time, phase string, state json.RawMessage) error {
-	return finish(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
-		return r.core.SleepUntil(ctx, tx, r.Task.ID, r.token, t, phase, state)
-	})
+	return r.finish(ctx, core.Outcome{Kind: core.OutSleep, WakeAt: t, Phase: phase, State: state})
 }
 
 // fail ends the run with the handler's error (retried under the task's
 // policy unless non-retryable).
 func (r *Run) fail(ctx context.Context, handlerErr error) error {
-	te := failure(handlerErr)
-	return finish(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
-		return r.core.Fail(ctx, tx, r.Task.ID, &r.token, te)
-	})
+	return r.finish(ctx, core.Outcome{Kind: core.OutFail, Error: failure(handlerErr)})
 }
 
 // callHandler runs h, turning a panic into an error that carries the stack.

@@ -2,12 +2,9 @@ package machine
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -17,148 +14,59 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/reconcile"
+	"github.com/arborhq/arbor/store"
 	"github.com/arborhq/arbor/tasks"
 )
 
-// Defaults of RunnerConfig.
-const (
-	CapacityDefault          = 1000
-	WorkersDefault           = 16
-	ConversationLeaseDefault = 15 * time.Second
-	PollIntervalDefault      = time.Second
-	IdleReleaseDefault       = 5 * time.Second
-	ShutdownGraceDefault     = 10 * time.Second
-	UnknownKindGraceDefault  = 10 * time.Minute
-)
-
-// RunnerConfig configures a Runner. The zero value of every field means its
-// default.
-type RunnerConfig struct {
-	// NodeID names this runner as the holder of the conversations it runs.
-	// It must be unique among live runners. Default: hostname, pid and a
-	// random suffix.
-	NodeID string
-	// Capacity is the most conversations this runner holds at once.
-	// Default CapacityDefault (1000).
-	Capacity int
-	// Workers is the most handlers running at once on this node, over all
-	// its conversations. Default WorkersDefault (16).
-	Workers int
-	// ConversationLease is how long this runner's hold on a conversation
-	// lasts without renewal: a runner that stops renewing (it died, or is
-	// paused) loses its conversations this long after its last renewal, and
-	// only then can another runner take them over and recover their tasks.
-	// Renewed every third of it, for all held conversations in one
-	// statement. (Not the task lease, tasks.Config.TaskLease, which only
-	// drives the watchdog.) Default ConversationLeaseDefault (15 s).
-	ConversationLease time.Duration
-	// PollInterval is the slow poll that covers missed notifications: the
-	// claim loop's and each machine's re-read. Default PollIntervalDefault (1 s).
-	PollInterval time.Duration
-	// IdleRelease is how long a machine with nothing to run keeps its
-	// conversation before releasing it. Default IdleReleaseDefault (5 s).
-	IdleRelease time.Duration
-	// ShutdownGrace is how long Stop lets running handlers finish before
-	// cancelling their contexts. Default ShutdownGraceDefault (10 s).
-	ShutdownGrace time.Duration
-	// UnknownKindGrace is how long a task whose kind no runner has a handler
-	// for stays pending (a rolling deploy) before it is failed with code
-	// "unknown_kind". Every runner must know every kind once a deploy is
-	// done. Default UnknownKindGraceDefault (10 min).
-	UnknownKindGrace time.Duration
-	// GenerationKinds are the root task kinds that are generations (turns):
-	// at most one runs at a time per conversation, oldest first. Default
-	// (nil): every root task is a generation.
-	GenerationKinds []string
-	// Waker configures the wake service the runner starts (the River client
-	// that works wake jobs, and local timers for the sleeps of the
-	// conversations it holds). Default: WakerConfig's defaults.
-	Waker *WakerConfig
-	// OnReconcile, if not nil, receives the report of every take-over.
-	OnReconcile func(reconcile.Report)
-	// Logger receives the runner's logs. Default: the engine's.
-	Logger *slog.Logger
-}
-
-// WithDefaults returns a copy of c with every zero field set to its default.
-func (c *RunnerConfig) WithDefaults() *RunnerConfig {
-	out := RunnerConfig{}
-	if c != nil {
-		out = *c
-	}
-	if out.NodeID == "" {
-		host, _ := os.Hostname()
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		out.NodeID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
-	}
-	if out.Capacity == 0 {
-		out.Capacity = CapacityDefault
-	}
-	if out.Workers == 0 {
-		out.Workers = WorkersDefault
-	}
-	if out.ConversationLease == 0 {
-		out.ConversationLease = ConversationLeaseDefault
-	}
-	if out.PollInterval == 0 {
-		out.PollInterval = PollIntervalDefault
-	}
-	if out.IdleRelease == 0 {
-		out.IdleRelease = IdleReleaseDefault
-	}
-	if out.ShutdownGrace == 0 {
-		out.ShutdownGrace = ShutdownGraceDefault
-	}
-	if out.UnknownKindGrace == 0 {
-		out.UnknownKindGrace = UnknownKindGraceDefault
-	}
-	return &out
-}
-
-func (c *RunnerConfig) validate() error {
-	switch {
-	case len(c.NodeID) > 200:
-		return errors.New("RunnerConfig.NodeID: over 200 bytes")
-	case c.Capacity < 1:
-		return fmt.Errorf("RunnerConfig.Capacity: %d is below 1", c.Capacity)
-	case c.Workers < 1:
-		return fmt.Errorf("RunnerConfig.Workers: %d is below 1", c.Workers)
-	case c.ConversationLease < 100*time.Millisecond || c.ConversationLease > 24*time.Hour:
-		return fmt.Errorf("RunnerConfig.ConversationLease: %s is outside 100ms..24h", c.ConversationLease)
-	case c.PollInterval < time.Millisecond:
-		return fmt.Errorf("RunnerConfig.PollInterval: %s is below 1ms", c.PollInterval)
-	case c.IdleRelease < 0 || c.ShutdownGrace < 0 || c.UnknownKindGrace < 0:
-		return errors.New("RunnerConfig: IdleRelease, ShutdownGrace and UnknownKindGrace must not be negative")
-	}
-	return nil
-}
-
-// Runner is the node's claim loop and worker pool (see the package doc).
+// Runner is a node's runner: it holds conversations by lease, claims their
+// runnable tasks and runs their handlers (see the package doc).
 type Runner struct {
 	core     *core.Engine
 	cfg      *RunnerConfig
 	logger   *slog.Logger
 	handlers map[string]Handler
 	kinds    []string
-	isGen    func(string) bool
 	waker    *Waker
-	slots    chan struct{}
+	comp     *completer
 
-	// starved are the machines that found no free worker slot, first come
-	// first served: each slot given back pokes one of them.
-	starvedMu sync.Mutex
-	starved   []*machine
+	// claimMu is read-held by every transaction that claims runs or takes
+	// leases, until their bookkeeping here is done; adopt write-holds it,
+	// so that what it finds in the database and not here is an orphan.
+	claimMu sync.RWMutex
 
-	mu        sync.Mutex
-	machines  map[string]*machine
-	started   bool
-	stopping  bool
+	mu       sync.Mutex
+	held     map[string]*heldConv // by conversation id
+	runs     map[int64]*active    // by task id
+	busy     int                  // worker slots taken (running handlers, and claims in flight)
+	wantHeld bool                 // a held conversation may have work to claim
+	wantOpen bool                 // a conversation with no holder may have work
+	started  bool
+	stopping bool
+
 	runCtx    context.Context
 	cancelRun context.CancelCauseFunc
+	kick      chan struct{} // the producer's wake-up
 	loops     sync.WaitGroup
-	claimKick chan struct{}
+	handlerWG sync.WaitGroup
+}
+
+// heldConv is what a runner keeps of a conversation it holds: a few words.
+type heldConv struct {
+	lease     core.Lease
+	running   int
+	idleSince time.Time
+	releasing bool
+}
+
+// active is a running handler.
+type active struct {
+	run    *Run
+	token  int64
+	kind   string
+	conv   string
+	cancel context.CancelCauseFunc
+	warned bool
+	slot   bool // holds a worker slot (until its ending write is queued)
 }
 
 // NewRunner returns a runner with a handler per task kind. It does not start
@@ -179,13 +87,13 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		cfg.Logger = c.Logger
 	}
 	r := &Runner{
-		core:      c,
-		cfg:       cfg,
-		logger:    cfg.Logger.With(slog.String("node", cfg.NodeID)),
-		handlers:  handlers,
-		slots:     make(chan struct{}, cfg.Workers),
-		machines:  map[string]*machine{},
-		claimKick: make(chan struct{}, 1),
+		core:     c,
+		cfg:      cfg,
+		logger:   cfg.Logger.With(slog.String("node", cfg.NodeID)),
+		handlers: handlers,
+		held:     map[string]*heldConv{},
+		runs:     map[int64]*active{},
+		kick:     make(chan struct{}, 1),
 	}
 	for kind, h := range handlers {
 		if kind == "" || h == nil {
@@ -194,13 +102,6 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		r.kinds = append(r.kinds, kind)
 	}
 	slices.Sort(r.kinds)
-	if cfg.GenerationKinds != nil {
-		gen := map[string]bool{}
-		for _, k := range cfg.GenerationKinds {
-			gen[k] = true
-		}
-		r.isGen = func(kind string) bool { return gen[kind] }
-	}
 	wcfg := cfg.Waker.WithDefaults()
 	if wcfg.Logger == nil {
 		wcfg.Logger = cfg.Logger
@@ -210,14 +111,15 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		return nil, fmt.Errorf("machine.NewRunner: %w", err)
 	}
 	r.waker = waker
+	r.comp = newCompleter(r)
 	return r, nil
 }
 
 // NodeID returns the name this runner holds conversations under.
 func (r *Runner) NodeID() string { return r.cfg.NodeID }
 
-// Start starts the wake service, the claim loop, the lease renewal and the
-// notification listener. ctx bounds the start only; Stop ends the runner.
+// Start starts the wake service and the runner's loops. ctx bounds the
+// start only; Stop ends the runner.
 func (r *Runner) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -228,19 +130,22 @@ func (r *Runner) Start(ctx context.Context) error {
 		return fmt.Errorf("machine: Runner.Start: %w", err)
 	}
 	r.started = true
+	r.wantOpen, r.wantHeld = true, true
 	r.runCtx, r.cancelRun = context.WithCancelCause(context.WithoutCancel(ctx))
-	r.loops.Add(4)
-	go r.claimLoop()
+	r.loops.Add(5)
+	go r.produce()
 	go r.renewLoop()
 	go r.listenLoop()
+	go r.watchLoop()
 	go r.maintenanceLoop()
-	r.kickClaim()
+	r.poke()
 	return nil
 }
 
 // Stop stops claiming, lets running handlers finish for ShutdownGrace, then
-// cancels the rest, releases every conversation and stops the wake service.
-// ctx bounds the whole stop; when it ends first, handlers are cancelled at
+// cancels the rest, flushes the completer, releases every conversation
+// (recovering any task still running) and stops the wake service. ctx
+// bounds the wait for handlers: when it ends first, they are cancelled at
 // once.
 func (r *Runner) Stop(ctx context.Context) error {
 	r.mu.Lock()
@@ -249,34 +154,19 @@ func (r *Runner) Stop(ctx context.Context) error {
 		return nil
 	}
 	r.stopping = true
-	ms := r.held()
 	r.mu.Unlock()
 
-	for _, m := range ms {
-		m.poke()
-	}
+	drained := make(chan struct{})
+	go func() { r.handlerWG.Wait(); close(drained) }()
 	grace := time.NewTimer(r.cfg.ShutdownGrace)
 	defer grace.Stop()
-	drained := make(chan struct{})
-	go func() {
-		for _, m := range ms {
-			<-m.done
-		}
-		close(drained)
-	}()
-	cancelAll := func() {
-		for _, m := range ms {
-			m.cancel(ErrShutdown)
-		}
-	}
-	var stuck error
 	select {
 	case <-drained:
 	case <-grace.C:
 		r.logger.WarnContext(ctx, "arbor: shutdown grace over; cancelling running handlers")
-		cancelAll()
+		r.cancelAll(ErrShutdown)
 	case <-ctx.Done():
-		cancelAll()
+		r.cancelAll(ErrShutdown)
 	}
 	// Cancelled handlers get a moment to return, whatever ctx says.
 	late := time.NewTimer(time.Second)
@@ -285,26 +175,20 @@ func (r *Runner) Stop(ctx context.Context) error {
 	case <-drained:
 	case <-late.C:
 	}
+	var stuck error
 	select {
 	case <-drained:
 	default:
-		// Handlers that ignore their context: release their conversations
-		// anyway. The release recovers their tasks (back to pending, their
-		// tokens dead) in its transaction, so nothing these handlers write
-		// from now on lands: a stopped runner writes nothing.
-		var n int
-		for _, m := range ms {
-			select {
-			case <-m.done:
-			default:
-				n++
-				m.release()
-			}
-		}
-		stuck = fmt.Errorf("machine: Runner.Stop: handlers of %d conversations ignored their cancelled context; their conversations were released and their tasks recovered", n)
+		r.mu.Lock()
+		n := len(r.runs)
+		r.mu.Unlock()
+		stuck = fmt.Errorf("machine: Runner.Stop: %d handlers ignored their cancelled context; their conversations were released and their tasks recovered", n)
 	}
+	// Every queued outcome is written before the leases go.
+	r.comp.stop()
 	r.cancelRun(ErrShutdown)
 	r.loops.Wait()
+	r.releaseAll()
 	if err := r.waker.Stop(ctx); err != nil {
 		return err
 	}
@@ -315,162 +199,223 @@ func (r *Runner) Stop(ctx context.Context) error {
 func (r *Runner) Held() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]string, 0, len(r.machines))
-	for id := range r.machines {
+	out := make([]string, 0, len(r.held))
+	for id := range r.held {
 		out = append(out, id)
 	}
 	slices.Sort(out)
 	return out
 }
 
-func (r *Runner) held() []*machine {
-	out := make([]*machine, 0, len(r.machines))
-	for _, m := range r.machines {
-		out = append(out, m)
-	}
-	return out
-}
-
-func (r *Runner) kickClaim() {
+func (r *Runner) poke() {
 	select {
-	case r.claimKick <- struct{}{}:
+	case r.kick <- struct{}{}:
 	default:
 	}
 }
 
-// claimLoop takes conversations with runnable work and no live holder.
-func (r *Runner) claimLoop() {
-	defer r.loops.Done()
-	tick := time.NewTicker(r.cfg.PollInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-r.runCtx.Done():
-			return
-		case <-tick.C:
-		case <-r.claimKick:
-		}
-		if err := r.claimConversations(r.runCtx); err != nil && r.runCtx.Err() == nil {
-			r.logger.WarnContext(r.runCtx, "arbor: claiming conversations failed", slog.String("error", err.Error()))
-		}
+// cancelAll cancels every running handler's context with cause.
+func (r *Runner) cancelAll(cause error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range r.runs {
+		a.cancel(cause)
 	}
 }
 
-func (r *Runner) claimConversations(ctx context.Context) error {
+// reserve takes up to n free worker slots and returns how many it took.
+func (r *Runner) reserve(n int) int {
 	r.mu.Lock()
-	free := r.cfg.Capacity - len(r.machines)
-	stopping := r.stopping
-	r.mu.Unlock()
-	if stopping || free <= 0 {
-		return nil
-	}
-	ids, err := r.core.Store.ClaimableConversations(ctx, r.core.Pool, r.kinds, free)
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		r.mu.Lock()
-		_, held := r.machines[id]
-		r.mu.Unlock()
-		if held {
-			continue
-		}
-		if err := r.open(ctx, id); err != nil && !errors.Is(err, tasks.ErrLeaseHeld) {
-			return err
-		}
-	}
-	return nil
-}
-
-// open takes a conversation's lease and runs reconcile_on_open in the same
-// transaction, then starts its machine.
-func (r *Runner) open(ctx context.Context, id string) error {
-	var (
-		lease core.Lease
-		rep   reconcile.Report
-	)
-	_, err := core.Tx(ctx, r.core, func(tx pgx.Tx) (struct{}, error) {
-		var err error
-		if lease, err = r.core.TakeLease(ctx, tx, id, r.cfg.NodeID, r.cfg.ConversationLease); err != nil {
-			return struct{}{}, err
-		}
-		rep, err = reconcile.OnOpen(ctx, r.core, tx, id)
-		return struct{}{}, err
-	})
-	if err != nil {
-		return fmt.Errorf("open conversation %q: %w", id, err)
-	}
-	if !rep.Empty() {
-		r.logger.InfoContext(ctx, "arbor: conversation recovered", slog.Any("report", rep), slog.Int64("epoch", lease.Epoch))
-	}
-	if r.cfg.OnReconcile != nil {
-		r.cfg.OnReconcile(rep)
-	}
-	m := newMachine(r, lease)
-	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.stopping {
-		r.mu.Unlock()
-		m.release()
-		return nil
+		return 0
 	}
-	r.machines[id] = m
-	r.mu.Unlock()
-	go m.loop()
-	return nil
+	k := min(n, r.cfg.Workers-r.busy)
+	if k < 0 {
+		k = 0
+	}
+	r.busy += k
+	return k
 }
 
-// releaseSlots gives n worker slots back and pokes as many of the machines
-// that went without one, oldest first. (Poking them all would have every
-// starved machine of a busy node re-read the database for each slot.) A
-// poked machine that finds nothing to run gives its slots back, which pokes
-// the next.
-func (r *Runner) releaseSlots(n int) {
+// unreserve gives back n reserved slots that a claim did not use.
+func (r *Runner) unreserve(n int) {
 	if n <= 0 {
 		return
 	}
-	for range n {
-		<-r.slots
-	}
-	r.starvedMu.Lock()
-	k := min(n, len(r.starved))
-	next := slices.Clone(r.starved[:k])
-	r.starved = slices.Delete(r.starved, 0, k)
-	r.starvedMu.Unlock()
-	for _, m := range next {
-		m.poke()
-	}
-}
-
-// starve queues m, which found no free slot, to be poked when one is given
-// back. If one was given back meanwhile, the head of the queue is poked at
-// once, so no wake-up is lost between the two.
-func (r *Runner) starve(m *machine) {
-	r.starvedMu.Lock()
-	if !slices.Contains(r.starved, m) {
-		r.starved = append(r.starved, m)
-	}
-	var head *machine
-	if len(r.slots) < cap(r.slots) && len(r.starved) > 0 {
-		head = r.starved[0]
-		r.starved = r.starved[1:]
-	}
-	r.starvedMu.Unlock()
-	if head != nil {
-		head.poke()
-	}
-}
-
-// forget drops a machine that ended.
-func (r *Runner) forget(m *machine) {
 	r.mu.Lock()
-	if r.machines[m.lease.ConversationID] == m {
-		delete(r.machines, m.lease.ConversationID)
+	r.busy -= n
+	r.mu.Unlock()
+	r.poke()
+}
+
+// dispatch starts the handlers of claimed tasks, each on a slot reserved
+// for it.
+func (r *Runner) dispatch(claimed []arbortype.Task) {
+	for _, t := range claimed {
+		ctx, cancel := context.WithCancelCause(r.runCtx)
+		run := newRun(r.core, r.comp, t)
+		a := &active{run: run, token: t.Token, kind: t.Kind, conv: t.ConversationID, cancel: cancel, slot: true}
+		r.mu.Lock()
+		r.runs[t.ID] = a
+		if h := r.held[t.ConversationID]; h != nil {
+			h.running++
+		}
+		r.mu.Unlock()
+		r.handlerWG.Add(1)
+		go func() {
+			defer r.handlerWG.Done()
+			r.execute(ctx, run)
+			cancel(context.Canceled)
+			r.runDone(t.ID)
+		}()
+	}
+}
+
+// ending gives a run's worker slot back when it queues its ending write
+// (the completer's flush may hand it to the work that write creates).
+func (r *Runner) ending(run *Run) {
+	r.mu.Lock()
+	if a := r.runs[run.Task.ID]; a != nil && a.run == run && a.slot {
+		a.slot = false
+		r.busy--
 	}
 	r.mu.Unlock()
-	r.kickClaim()
 }
 
-// renewLoop renews every held lease each third of the lease, in one statement.
+// retake gives a run whose ending write was cut off its worker slot again,
+// before its handler is called again.
+func (r *Runner) retake(run *Run) {
+	r.mu.Lock()
+	if a := r.runs[run.Task.ID]; a != nil && a.run == run && !a.slot {
+		a.slot = true
+		r.busy++
+	}
+	r.mu.Unlock()
+}
+
+// adopt starts the runs that a transaction whose commit's answer was lost
+// claimed: running tasks of the conversations (nil: every one the node
+// holds, its leases read back too) under this node's current epoch that no
+// handler here runs. It write-holds claimMu, so no claim of the runner's
+// own is between its commit and its dispatch meanwhile.
+func (r *Runner) adopt(ctx context.Context, convs map[string]bool) {
+	r.claimMu.Lock()
+	defer r.claimMu.Unlock()
+	if convs == nil {
+		leases, err := core.Read(ctx, r.core, func(db store.DB) ([]core.Lease, error) { return r.core.HeldBy(ctx, db, r.cfg.NodeID) })
+		if err != nil {
+			r.logger.Warn("arbor: reading back this node's leases failed; those it took unawares expire", slog.String("error", err.Error()))
+			return
+		}
+		now := time.Now()
+		convs = make(map[string]bool, len(leases))
+		r.mu.Lock()
+		for _, l := range leases {
+			if r.held[l.ConversationID] == nil {
+				r.held[l.ConversationID] = &heldConv{lease: l, idleSince: now}
+			}
+			convs[l.ConversationID] = true
+		}
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
+	ids := make([]string, 0, len(convs))
+	for id := range convs {
+		if h := r.held[id]; h != nil && !h.releasing {
+			ids = append(ids, id)
+		}
+	}
+	stopping := r.stopping
+	r.mu.Unlock()
+	if len(ids) == 0 || stopping {
+		return
+	}
+	running, err := core.Read(ctx, r.core, func(db store.DB) ([]arbortype.Task, error) { return r.core.RunningIn(ctx, db, ids) })
+	if err != nil {
+		r.logger.Warn("arbor: reading back the runs of a commit whose answer was lost failed; they are recovered at release",
+			slog.String("error", err.Error()))
+		return
+	}
+	var orphans []arbortype.Task
+	r.mu.Lock()
+	for _, t := range running {
+		if h := r.held[t.ConversationID]; h != nil && r.runs[t.ID] == nil && t.Epoch == h.lease.Epoch {
+			orphans = append(orphans, t)
+		}
+	}
+	r.busy += len(orphans)
+	r.mu.Unlock()
+	if len(orphans) > 0 {
+		r.logger.Info("arbor: adopted runs claimed by a commit whose answer was lost", slog.Int("runs", len(orphans)))
+	}
+	r.dispatch(orphans)
+}
+
+// runDone forgets a handler that returned.
+func (r *Runner) runDone(taskID int64) {
+	r.mu.Lock()
+	a := r.runs[taskID]
+	if a != nil {
+		delete(r.runs, taskID)
+		if a.slot {
+			r.busy--
+		}
+		if h := r.held[a.conv]; h != nil {
+			h.running--
+			if h.running == 0 {
+				h.idleSince = time.Now()
+			}
+		}
+	}
+	r.wantHeld = true
+	r.mu.Unlock()
+	r.poke()
+}
+
+// markHeld says that held conversations may have work; markOpen that an
+// unheld one may.
+func (r *Runner) markHeld() {
+	r.mu.Lock()
+	r.wantHeld = true
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *Runner) markOpen() {
+	r.mu.Lock()
+	r.wantOpen = true
+	r.mu.Unlock()
+	r.poke()
+}
+
+// listenLoop hears the change channel: a held conversation's change may be
+// new work, or a run stopped elsewhere (its handlers are checked); an
+// unheld one's is work for the producer to open. What changed while it was
+// not listening is found by polling at once.
+func (r *Runner) listenLoop() {
+	defer r.loops.Done()
+	listen(r.runCtx, r.core.Pool, r.core.Store.ChangeChannel(), r.logger, "runner",
+		func() {
+			r.markOpen()
+			r.markHeld()
+		},
+		func(n *pgconn.Notification) {
+			r.mu.Lock()
+			_, held := r.held[n.Payload]
+			r.mu.Unlock()
+			if held {
+				r.markHeld()
+				r.checkRuns(n.Payload)
+			} else {
+				r.markOpen()
+			}
+		})
+}
+
+// renewLoop renews every held lease each third of the lease, in one
+// statement; a lease it could not renew was taken over: that
+// conversation's handlers are cancelled and it is forgotten.
 func (r *Runner) renewLoop() {
 	defer r.loops.Done()
 	tick := time.NewTicker(r.cfg.ConversationLease / 3)
@@ -482,67 +427,117 @@ func (r *Runner) renewLoop() {
 		case <-tick.C:
 		}
 		r.mu.Lock()
-		var ms []*machine
-		for _, m := range r.machines {
-			if !m.releasing.Load() {
-				ms = append(ms, m)
+		var ids []string
+		var epochs []int64
+		for id, h := range r.held {
+			if !h.releasing {
+				ids, epochs = append(ids, id), append(epochs, h.lease.Epoch)
 			}
 		}
 		r.mu.Unlock()
-		if len(ms) == 0 {
+		if len(ids) == 0 {
 			continue
 		}
-		ids := make([]string, len(ms))
-		epochs := make([]int64, len(ms))
-		for i, m := range ms {
-			ids[i], epochs[i] = m.lease.ConversationID, m.lease.Epoch
-		}
-		renewed, err := r.core.RenewLeases(r.runCtx, r.core.Pool, r.cfg.NodeID, ids, epochs, r.cfg.ConversationLease)
+		renewed, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]string, error) {
+			return r.core.RenewLeases(r.runCtx, db, r.cfg.NodeID, ids, epochs, r.cfg.ConversationLease)
+		})
 		if err != nil {
 			if r.runCtx.Err() == nil {
 				r.logger.WarnContext(r.runCtx, "arbor: renewing leases failed", slog.String("error", err.Error()))
 			}
 			continue
 		}
-		for _, m := range ms {
-			// A machine that began its own release meanwhile is not a
-			// take-over: its release freed the lease.
-			if !slices.Contains(renewed, m.lease.ConversationID) && !m.releasing.Load() {
-				r.logger.WarnContext(r.runCtx, "arbor: conversation lease lost", slog.String("conversation_id", m.lease.ConversationID), slog.Int64("epoch", m.lease.Epoch))
-				m.cancel(errConversationLost)
+		ok := make(map[string]bool, len(renewed))
+		for _, id := range renewed {
+			ok[id] = true
+		}
+		for i, id := range ids {
+			if !ok[id] {
+				r.lost(id, epochs[i])
 			}
 		}
 	}
 }
 
-// listenLoop hears the change channel and pokes the machine holding each
-// announced conversation, or the claim loop when none here does. What
-// changed while it was not listening is found by polling at once.
-func (r *Runner) listenLoop() {
-	defer r.loops.Done()
-	listen(r.runCtx, r.core.Pool, r.core.Store.ChangeChannel(), r.logger, "runner",
-		func() {
-			r.kickClaim()
-			r.pokeAll()
-		},
-		func(n *pgconn.Notification) {
-			r.mu.Lock()
-			m := r.machines[n.Payload]
-			r.mu.Unlock()
-			if m != nil {
-				m.poke()
-			} else {
-				r.kickClaim()
-			}
-		})
+// lost handles a lease taken over: its handlers are cancelled (their
+// writes are refused anyway) and the conversation is forgotten. A lease the
+// runner gave up itself meanwhile is not a take-over.
+func (r *Runner) lost(id string, epoch int64) {
+	r.mu.Lock()
+	h := r.held[id]
+	if h == nil || h.releasing || h.lease.Epoch != epoch {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.held, id)
+	for _, a := range r.runs {
+		if a.conv == id {
+			a.cancel(errConversationLost)
+		}
+	}
+	r.mu.Unlock()
+	r.logger.WarnContext(r.runCtx, "arbor: conversation lease lost", slog.String("conversation_id", id), slog.Int64("epoch", epoch))
 }
 
-func (r *Runner) pokeAll() {
+// checkRuns cancels the handlers whose task is no longer theirs (aborted,
+// cancelled, taken over), of one conversation or (conv "") all.
+func (r *Runner) checkRuns(conv string) {
 	r.mu.Lock()
-	ms := r.held()
+	var ids []int64
+	for id, a := range r.runs {
+		if conv == "" || a.conv == conv {
+			ids = append(ids, id)
+		}
+	}
 	r.mu.Unlock()
-	for _, m := range ms {
-		m.poke()
+	if len(ids) == 0 {
+		return
+	}
+	states, err := r.core.Store.RunStates(r.runCtx, r.core.Pool, ids)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, st := range states {
+		if a := r.runs[st.ID]; a != nil && (st.Status != arbortype.StatusRunning || st.Token != a.token) {
+			a.cancel(ErrTaskStopped)
+		}
+	}
+}
+
+// watchLoop checks every running handler each PollInterval: one whose task
+// was taken from it is cancelled, one past its task lease warned about, and
+// one past twice its task lease cancelled. Its cost grows with the running
+// handlers (at most Workers), not with the conversations held.
+func (r *Runner) watchLoop() {
+	defer r.loops.Done()
+	tick := time.NewTicker(r.cfg.PollInterval)
+	defer tick.Stop()
+	lease := r.core.Cfg.TaskLease
+	for {
+		select {
+		case <-r.runCtx.Done():
+			return
+		case <-tick.C:
+		}
+		r.checkRuns("")
+		now := time.Now()
+		r.mu.Lock()
+		for id, a := range r.runs {
+			deadline := a.run.leaseDeadline()
+			switch {
+			case now.After(deadline.Add(lease)):
+				r.logger.Warn("arbor: handler blocked past twice its task lease; cancelling it",
+					slog.Int64("task_id", id), slog.String("kind", a.kind))
+				a.cancel(ErrBlocked)
+			case now.After(deadline) && !a.warned:
+				a.warned = true
+				r.logger.Warn("arbor: handler ran past its task lease without a checkpoint or heartbeat",
+					slog.Int64("task_id", id), slog.String("kind", a.kind))
+			}
+		}
+		r.mu.Unlock()
 	}
 }
 
@@ -576,4 +571,52 @@ func (r *Runner) maintenanceLoop() {
 			}
 		}
 	}
+}
+
+// releaseAll gives every held conversation up at shutdown: the idle ones
+// in one statement, those with a handler still running (one that ignored
+// its cancelled context) one by one, each recovering its runs in its
+// release's transaction, so that nothing the handler writes later lands.
+func (r *Runner) releaseAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r.mu.Lock()
+	var idle, busy []core.Lease
+	for _, h := range r.held {
+		h.releasing = true
+		if h.running == 0 {
+			idle = append(idle, h.lease)
+		} else {
+			busy = append(busy, h.lease)
+		}
+	}
+	r.mu.Unlock()
+	freed, err := core.Read(ctx, r.core, func(db store.DB) ([]string, error) {
+		return r.core.ReleaseIdle(ctx, db, r.cfg.NodeID, idle)
+	})
+	if err != nil {
+		r.logger.Warn("arbor: releasing conversations at shutdown failed; their leases will expire", slog.String("error", err.Error()))
+	}
+	done := map[string]bool{}
+	for _, id := range freed {
+		done[id] = true
+	}
+	for _, l := range idle {
+		if !done[l.ConversationID] {
+			busy = append(busy, l) // a run appeared since: the one-by-one path recovers it
+		}
+	}
+	for _, l := range busy {
+		rep, err := release(ctx, r.core, l)
+		switch {
+		case errors.Is(err, tasks.ErrLeaseLost):
+		case err != nil:
+			r.logger.Warn("arbor: releasing a conversation failed; its lease will expire", slog.String("conversation_id", l.ConversationID), slog.String("error", err.Error()))
+		case !rep.Empty():
+			r.logger.Info("arbor: released a conversation with tasks still running; they were recovered", slog.Any("report", rep))
+		}
+	}
+	r.mu.Lock()
+	r.held = map[string]*heldConv{}
+	r.mu.Unlock()
 }

@@ -152,3 +152,105 @@ func repair(ctx context.Context, engine *core.Engine, tx pgx.Tx, rep *Report) er
 	}
 	return nil
 }
+
+// OnOpenMany is OnOpen for many conversations taken in one transaction (a
+// node's claim), at the cost of a few statements for all of them: their
+// running tasks read in one, requeued in one (abandon_on_restart tasks and
+// those past their restart limit settled one by one, as OnOpen does), and
+// the waits and completing tasks to repair found in one (there are none
+// unless something wrote behind the engine's back) and repaired one by one.
+// tx must hold the conversations' row locks. Reports come back in the order
+// of convs; a conversation with nothing to recover has an empty one.
+func OnOpenMany(ctx context.Context, engine *core.Engine, tx pgx.Tx, convs []string) ([]Report, error) {
+	reps := make([]Report, len(convs))
+	at := make(map[string]int, len(convs))
+	for i, c := range convs {
+		reps[i].ConversationID = c
+		at[c] = i
+	}
+	if len(convs) == 0 {
+		return reps, nil
+	}
+	running, err := engine.Store.RunningIn(ctx, tx, convs)
+	if err != nil {
+		return reps, fmt.Errorf("reconcile %d conversations: %w", len(convs), err)
+	}
+	var requeue []int64
+	conv := map[int64]string{}
+	for _, t := range running {
+		rep := &reps[at[t.ConversationID]]
+		switch {
+		case t.AbandonOnRestart:
+			cur, err := engine.Get(ctx, tx, t.ID)
+			if err != nil {
+				return reps, fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
+			}
+			if cur.Status != arbortype.StatusRunning {
+				continue
+			}
+			if _, err := engine.Abandon(ctx, tx, t.ID); err != nil {
+				return reps, fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
+			}
+			rep.Abandoned = append(rep.Abandoned, t.ID)
+		case t.Attempt+1 > t.RestartLimit:
+			cur, err := engine.Get(ctx, tx, t.ID)
+			if err != nil {
+				return reps, fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
+			}
+			if cur.Status != arbortype.StatusRunning {
+				continue
+			}
+			if _, err := engine.ForceFail(ctx, tx, t.ID, arbortype.TaskError{
+				Code:    core.CodeRestartLimitExceeded,
+				Message: fmt.Sprintf("recovered %d times, its restart limit is %d", t.Attempt+1, t.RestartLimit),
+			}); err != nil {
+				return reps, fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
+			}
+			rep.LimitExceeded = append(rep.LimitExceeded, t.ID)
+		default:
+			requeue = append(requeue, t.ID)
+			conv[t.ID] = t.ConversationID
+		}
+	}
+	moved, err := engine.RequeueMany(ctx, tx, requeue)
+	if err != nil {
+		return reps, fmt.Errorf("reconcile %d conversations: %w", len(convs), err)
+	}
+	for _, id := range moved {
+		rep := &reps[at[conv[id]]]
+		rep.Requeued = append(rep.Requeued, id)
+	}
+	ids, statuses, err := engine.Store.ToRepair(ctx, tx, convs)
+	if err != nil {
+		return reps, fmt.Errorf("reconcile %d conversations: %w", len(convs), err)
+	}
+	for i, id := range ids {
+		t, err := engine.Get(ctx, tx, id)
+		if err != nil {
+			return reps, fmt.Errorf("reconcile: %w", err)
+		}
+		rep := &reps[at[t.ConversationID]]
+		switch statuses[i] {
+		case arbortype.StatusWaiting:
+			woken, err := engine.RepairWait(ctx, tx, id)
+			if err != nil {
+				return reps, fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
+			}
+			if woken {
+				rep.WaitsWoken = append(rep.WaitsWoken, id)
+			}
+		case arbortype.StatusCompleting:
+			done, err := engine.RepairCompleting(ctx, tx, id)
+			if err != nil {
+				return reps, fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
+			}
+			if done {
+				rep.Completed = append(rep.Completed, id)
+			}
+		}
+	}
+	for i := range reps {
+		slices.Sort(reps[i].Requeued)
+	}
+	return reps, nil
+}

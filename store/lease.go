@@ -24,10 +24,18 @@ var (
 			FOR NO KEY UPDATE SKIP LOCKED)
 		RETURNING ` + conversationColumns)
 
-	qRenewConversations = define(`UPDATE {schema}.conversations c
+	// Many leases renewed in one statement: the rows locked in id order
+	// first, like every transaction that locks several conversations (an
+	// UPDATE from unnest would lock them in the order of its join, and
+	// could deadlock with a flush).
+	qRenewConversations = define(`WITH locked AS (
+			SELECT c.id FROM {schema}.conversations c
+			JOIN unnest($1::text[], $2::bigint[]) AS v(id, epoch) ON c.id = v.id AND c.epoch = v.epoch
+			WHERE c.holder = $4
+			ORDER BY c.id FOR NO KEY UPDATE OF c)
+		UPDATE {schema}.conversations c
 		SET lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
-		FROM unnest($1::text[], $2::bigint[]) AS v(id, epoch)
-		WHERE c.id = v.id AND c.epoch = v.epoch AND c.holder = $4
+		FROM locked WHERE c.id = locked.id
 		RETURNING c.id`)
 
 	// The release locks the row (the engine requeues the holder's running

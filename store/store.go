@@ -36,6 +36,7 @@ func New(schema string) (*Store, error) {
 	s := &Store{schema: schema, sql: make([]string, len(queries))}
 	r := strings.NewReplacer(
 		"{task_columns}", taskColumns,
+		"{run_columns}", runColumns,
 		"{live}", liveStatusList,
 		"{schema}", pgx.Identifier{schema}.Sanitize(),
 	)

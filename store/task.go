@@ -66,18 +66,48 @@ var taskColumnList = []struct {
 }
 
 // taskColumns is the SELECT list of a whole task row.
-var taskColumns = func() string {
-	cols := make([]string, len(taskColumnList))
-	for i, c := range taskColumnList {
+var taskColumns = columnSQL(taskColumnList)
+
+// runColumnList is the narrower row a claim returns: what a handler's run
+// reads (its input, checkpoint, last wait, attempt and limits, the run's
+// token), without the columns of a settled task (result, error, history,
+// settle fields) or the retry policy's details. Claims return many rows;
+// every column left out is work saved per row on both sides.
+var runColumnList = func() []taskColumn {
+	skip := map[string]bool{"result": true, "error": true, "error_history": true, "coalesce(settle_seq, 0)": true,
+		"settled_at": true, "coalesce(wake_job_id, 0)": true, "retry_backoff_base": true, "retry_backoff_cap": true}
+	var out []taskColumn
+	for _, c := range taskColumnList {
+		if !skip[c.sql] {
+			out = append(out, c)
+		}
+	}
+	return out
+}()
+
+var runColumns = columnSQL(runColumnList)
+
+type taskColumn = struct {
+	sql  string
+	dest func(*taskScan) any
+}
+
+func columnSQL(list []taskColumn) string {
+	cols := make([]string, len(list))
+	for i, c := range list {
 		cols[i] = c.sql
 	}
 	return strings.Join(cols, ", ")
-}()
+}
 
 func scanTask(row pgx.Row, extra ...any) (arbortype.Task, error) {
+	return scanColumns(taskColumnList, row, extra...)
+}
+
+func scanColumns(list []taskColumn, row pgx.Row, extra ...any) (arbortype.Task, error) {
 	var s taskScan
-	dest := make([]any, 0, len(taskColumnList)+len(extra))
-	for _, c := range taskColumnList {
+	dest := make([]any, 0, len(list)+len(extra))
+	for _, c := range list {
 		dest = append(dest, c.dest(&s))
 	}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
@@ -100,13 +130,21 @@ func scanTask(row pgx.Row, extra ...any) (arbortype.Task, error) {
 }
 
 func collectTasks(rows pgx.Rows, err error) ([]arbortype.Task, error) {
+	return collectColumns(taskColumnList, rows, err)
+}
+
+func collectRunTasks(rows pgx.Rows, err error) ([]arbortype.Task, error) {
+	return collectColumns(runColumnList, rows, err)
+}
+
+func collectColumns(list []taskColumn, rows pgx.Rows, err error) ([]arbortype.Task, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []arbortype.Task
 	for rows.Next() {
-		t, err := scanTask(rows)
+		t, err := scanColumns(list, rows)
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,142 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/store"
+)
+
+// The node runner's operations: each covers many conversations or tasks in
+// a few statements (see package machine's doc for the loops that call them).
+
+// OpenConversations gives holder up to limit conversations that have work
+// for kinds and no live holder, with a lease of ttl, and returns their
+// leases. The rows stay locked until tx ends: the caller recovers them
+// (reconcile.OnOpenMany) and claims their work before it commits.
+func (e *Engine) OpenConversations(ctx context.Context, tx pgx.Tx, holder string, ttl time.Duration, kinds []string, limit int) ([]Lease, error) {
+	opened, err := e.Store.OpenConversations(ctx, tx, holder, ttl, kinds, limit, max(100, 4*limit))
+	if err != nil {
+		return nil, fmt.Errorf("open conversations: %w", err)
+	}
+	out := make([]Lease, len(opened))
+	for i, o := range opened {
+		out[i] = Lease{ConversationID: o.ConversationID, Holder: holder, Epoch: o.Epoch}
+	}
+	return out, nil
+}
+
+// ClaimParamsFor select what a node claims across the conversations it
+// holds.
+type ClaimParamsFor struct {
+	// Holder is the node's name: only conversations it holds are claimed
+	// in, share-locked as held.
+	Holder string
+	// Conversations limits the claim to these (nil: every held one).
+	Conversations []string
+	// Kinds are the kinds the node has handlers for (nil: any).
+	Kinds []string
+	// GenerationKinds are the root kinds that are generations (nil: every
+	// root is one).
+	GenerationKinds []string
+	// Limit is the most tasks to start.
+	Limit int
+}
+
+// ClaimFor starts up to p.Limit runnable tasks across the conversations
+// p.Holder holds, oldest first, by the generation rule, each with its own
+// token and its conversation's epoch, fenced by the conversation's share
+// lock as held; rows other transactions hold are skipped, so the claim
+// never waits. It returns the runs' rows (without a settled task's columns).
+func (e *Engine) ClaimFor(ctx context.Context, tx pgx.Tx, p ClaimParamsFor) ([]Task, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	to, err := fsm.Transition(arbortype.StatusPending, fsm.Start)
+	if err != nil {
+		return nil, err
+	}
+	claimed, err := e.Store.ClaimForHolder(ctx, tx, p.Holder, p.Conversations, p.Kinds, p.GenerationKinds, min(p.Limit, maxBatch), to, e.Cfg.TaskLease)
+	if err != nil {
+		return nil, fmt.Errorf("claim for %q: %w", p.Holder, mapDBError(err))
+	}
+	return claimed, nil
+}
+
+// ReleaseIdle frees the leases among ls that have nothing running, in one
+// statement, and returns the conversations it freed; a lease taken over
+// already, or with a run under it, is left out.
+func (e *Engine) ReleaseIdle(ctx context.Context, db store.DB, holder string, ls []Lease) ([]string, error) {
+	ids, epochs := make([]string, len(ls)), make([]int64, len(ls))
+	for i, l := range ls {
+		ids[i], epochs[i] = l.ConversationID, l.Epoch
+	}
+	freed, err := e.Store.ReleaseIdle(ctx, db, holder, ids, epochs)
+	if err != nil {
+		return nil, fmt.Errorf("release %d conversations: %w", len(ls), err)
+	}
+	return freed, nil
+}
+
+// XactID returns the id of tx's transaction, for XactCommitted.
+func (e *Engine) XactID(ctx context.Context, tx pgx.Tx) (int64, error) {
+	id, err := e.Store.XactID(ctx, tx)
+	if err != nil {
+		return 0, fmt.Errorf("transaction id: %w", mapDBError(err))
+	}
+	return id, nil
+}
+
+// XactCommitted resolves a commit whose outcome is unknown (ErrAmbiguous):
+// it asks the database what became of transaction xact, waiting while the
+// transaction is still in progress (its COMMIT may still be on its way, or
+// the server may not have noticed the lost connection yet), and reports
+// whether it committed. It gives up with ctx, or with ErrUnavailable, or
+// with ErrAmbiguous when the transaction is too old for the database to
+// know.
+func XactCommitted(ctx context.Context, e *Engine, xact int64) (bool, error) {
+	for try := 0; ; try++ {
+		st, err := Read(ctx, e, func(db store.DB) (string, error) { return e.Store.XactStatus(ctx, db, xact) })
+		if err != nil {
+			return false, fmt.Errorf("resolving transaction %d: %w", xact, err)
+		}
+		switch st {
+		case "committed":
+			return true, nil
+		case "aborted":
+			return false, nil
+		case "":
+			return false, fmt.Errorf("transaction %d is too old to resolve: %w", xact, ErrAmbiguous)
+		}
+		if !sleepCtx(ctx, faultBackoff(try)) {
+			return false, fmt.Errorf("resolving transaction %d: %w", xact, ctx.Err())
+		}
+	}
+}
+
+// HeldBy lists the unexpired leases holder holds.
+func (e *Engine) HeldBy(ctx context.Context, db store.DB, holder string) ([]Lease, error) {
+	ls, err := e.Store.HeldBy(ctx, db, holder)
+	if err != nil {
+		return nil, fmt.Errorf("leases of %q: %w", holder, err)
+	}
+	out := make([]Lease, len(ls))
+	for i, l := range ls {
+		out[i] = Lease{ConversationID: l.ConversationID, Holder: holder, Epoch: l.Epoch}
+	}
+	return out, nil
+}
+
+// RunningIn reads the running tasks of the conversations, in id order.
+func (e *Engine) RunningIn(ctx context.Context, db store.DB, convs []string) ([]Task, error) {
+	ts, err := e.Store.RunningIn(ctx, db, convs)
+	if err != nil {
+		return nil, fmt.Errorf("running tasks of %d conversations: %w", len(convs), err)
+	}
+	return ts, nil
+}

@@ -1,0 +1,228 @@
+package machine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// completer is a runner's batching sink: the spawns and ending writes of
+// its runs are queued, and flushed many at once (see the package doc).
+type completer struct {
+	r *Runner
+
+	mu       sync.Mutex
+	queue    []*queued
+	flushing int  // flush goroutines running
+	closed   bool // after stop: writes go straight to the database
+	wg       sync.WaitGroup
+
+	// ctx bounds the resolution of a flush whose commit is unknown; stop
+	// cancels it when the flushes outlive their drain.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// queued is one run's outcome waiting for its flush.
+type queued struct {
+	run *Run
+	o   core.Outcome
+	res chan core.OutcomeResult
+}
+
+// stopDrain bounds how long stop waits for the flushes in flight before it
+// gives up resolving the ones whose commit is unknown.
+const stopDrain = 30 * time.Second
+
+func newCompleter(r *Runner) *completer {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &completer{r: r, ctx: ctx, cancel: cancel}
+}
+
+func (c *completer) ending(run *Run) { c.r.ending(run) }
+
+// apply queues o and returns its own outcome once the flush it went in has
+// committed. A flush starts at once when fewer than Flushers are in flight;
+// otherwise o goes in the next one, with everything queued meanwhile.
+func (c *completer) apply(ctx context.Context, run *Run, o core.Outcome) core.OutcomeResult {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return directSink{c.r.core}.apply(ctx, run, o)
+	}
+	q := &queued{run: run, o: o, res: make(chan core.OutcomeResult, 1)}
+	c.queue = append(c.queue, q)
+	if c.flushing < c.r.cfg.Flushers {
+		c.flushing++
+		c.wg.Add(1)
+		go c.flushLoop()
+	}
+	c.mu.Unlock()
+	return <-q.res
+}
+
+// stop flushes what is queued and makes later writes go straight to the
+// database.
+func (c *completer) stop() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	t := time.NewTimer(stopDrain)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		c.cancel()
+		<-done
+	}
+	c.cancel()
+}
+
+// flushLoop flushes batches until the queue is empty.
+func (c *completer) flushLoop() {
+	defer c.wg.Done()
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 {
+			c.flushing--
+			c.mu.Unlock()
+			return
+		}
+		n := min(len(c.queue), c.r.cfg.MaxBatch)
+		batch := make([]*queued, n)
+		copy(batch, c.queue)
+		c.queue = append(c.queue[:0], c.queue[n:]...)
+		c.mu.Unlock()
+		c.flush(batch)
+	}
+}
+
+// flush applies a batch in one transaction, with the claim of the work it
+// makes runnable for the slots free now, and gives each run its outcome.
+//
+//   - A set-based statement the database refuses fails the transaction: the
+//     batch is applied again one outcome at a time (each in a savepoint), so
+//     that one bad outcome fails only itself.
+//   - The database unavailable: every run gets ErrUnavailable (its handler
+//     is called again when the database is back; nothing was written).
+//   - A commit whose outcome is unknown is resolved by asking the database
+//     what became of the transaction (see resolve).
+func (c *completer) flush(batch []*queued) {
+	r := c.r
+	ctx := context.WithoutCancel(r.runCtx)
+	outs := make([]core.Outcome, len(batch))
+	for i, q := range batch {
+		outs[i] = q.o
+	}
+	k := r.reserve(len(batch))
+	slow := false
+	for {
+		var xact int64
+		r.claimMu.RLock()
+		res, err := core.Tx(ctx, r.core, func(tx pgx.Tx) (core.FlushResult, error) {
+			return r.core.Flush(ctx, tx, outs, r.claimParams(k), slow, &xact)
+		})
+		if err == nil {
+			r.unreserve(k - len(res.Claimed))
+			r.dispatch(res.Claimed)
+			r.claimMu.RUnlock()
+			for i, q := range batch {
+				q.res <- res.Results[i]
+			}
+			if k > 0 && len(res.Claimed) == k {
+				r.markHeld() // there may be more than the slots took
+			}
+			return
+		}
+		r.claimMu.RUnlock()
+		switch {
+		case errors.Is(err, tasks.ErrAmbiguous) && xact != 0:
+			if c.resolve(ctx, batch, xact) {
+				continue // rolled back: as if never tried
+			}
+			r.unreserve(k)
+			return
+		case !slow && !infrastructure(err):
+			r.logger.Debug("arbor: a batched write was refused; applying the batch one outcome at a time",
+				slog.Int("outcomes", len(batch)), slog.String("error", err.Error()))
+			slow = true
+			continue
+		}
+		r.unreserve(k)
+		if !infrastructure(err) {
+			r.logger.Warn("arbor: a batch of run outcomes failed", slog.Int("outcomes", len(batch)), slog.String("error", err.Error()))
+		}
+		for _, q := range batch {
+			q.res <- core.OutcomeResult{Err: err}
+		}
+		return
+	}
+}
+
+// resolve settles a flush whose commit is unknown, by asking the database
+// what became of its transaction (the answer waits for the transaction to
+// end, if the server has not finished with it yet):
+//
+//   - rolled back: nothing was written; again is true and the batch is
+//     flushed anew;
+//   - committed: every outcome was applied (or refused) as one. A spawn is
+//     written again by its own path, which its idempotency keys make return
+//     the children it created; an ending write returns nil, or ErrAborted
+//     for a task aborted meanwhile. What the transaction claimed is adopted
+//     (see Runner.adopt);
+//   - unknown still (the database stayed unavailable, or the runner is
+//     stopping): every run gets ErrAmbiguous. Its handler's write is then
+//     resolved by reading its task back; the claims of the flush, if it
+//     committed, are recovered when the conversation is released or taken
+//     over.
+func (c *completer) resolve(ctx context.Context, batch []*queued, xact int64) (again bool) {
+	r := c.r
+	committed, err := resolveXact(c.ctx, r, xact)
+	if err != nil {
+		r.logger.Warn("arbor: a batch's commit stayed unknown", slog.Int("outcomes", len(batch)), slog.String("error", err.Error()))
+		for _, q := range batch {
+			q.res <- core.OutcomeResult{Err: err}
+		}
+		return false
+	}
+	if !committed {
+		return true
+	}
+	convs := map[string]bool{}
+	for _, q := range batch {
+		convs[q.o.ConversationID] = true
+	}
+	r.adopt(ctx, convs)
+	d := directSink{r.core}
+	for _, q := range batch {
+		if q.o.Kind == core.OutSpawn {
+			q.res <- d.apply(ctx, q.run, q.o)
+			continue
+		}
+		q.res <- core.OutcomeResult{Err: endedBy(ctx, r.core, q.o)}
+	}
+	return false
+}
+
+// resolveXact waits until the database can say whether transaction xact
+// committed, across outages, until ctx ends.
+func resolveXact(ctx context.Context, r *Runner, xact int64) (bool, error) {
+	for try := 0; ; try++ {
+		committed, err := core.XactCommitted(ctx, r.core, xact)
+		if err == nil || errors.Is(err, tasks.ErrAmbiguous) {
+			return committed, err
+		}
+		if !sleepCtx(ctx, faultWait(try)) {
+			return false, errors.Join(tasks.ErrAmbiguous, err)
+		}
+	}
+}

@@ -1,0 +1,160 @@
+package machine
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/arborhq/arbor/reconcile"
+)
+
+// Defaults of RunnerConfig. They are the fast path: a runner with
+// RunnerConfig{} needs no tuning.
+const (
+	// CapacityDefault: conversations one node holds at once.
+	CapacityDefault = 10_000
+	// WorkersDefault: handlers running at once on a node.
+	WorkersDefault = 100
+	// ConversationLeaseDefault: how long a dead node's conversations wait
+	// before another node takes them over.
+	ConversationLeaseDefault = 15 * time.Second
+	// PollIntervalDefault: the slow poll behind notifications.
+	PollIntervalDefault = time.Second
+	// IdleReleaseDefault: how long a conversation with nothing to run stays
+	// held (it costs nothing while it does).
+	IdleReleaseDefault = time.Minute
+	// ShutdownGraceDefault: how long Stop lets handlers finish.
+	ShutdownGraceDefault = 10 * time.Second
+	// UnknownKindGraceDefault: how long a task of a kind no runner knows
+	// stays pending.
+	UnknownKindGraceDefault = 10 * time.Minute
+	// FlushersDefault: completer flushes in flight at once.
+	FlushersDefault = 2
+	// MaxBatchDefault: outcomes one flush applies at most.
+	MaxBatchDefault = 1000
+)
+
+// RunnerConfig configures a Runner. The zero value of every field means its
+// default.
+type RunnerConfig struct {
+	// NodeID names this runner as the holder of the conversations it runs.
+	// It must be unique among live runners: it is what fences their claims.
+	// Default: hostname, pid and a random suffix.
+	NodeID string
+	// Capacity is the most conversations this runner holds at once. A held
+	// conversation with nothing to run costs a few words of memory and no
+	// work; when the node is full and another conversation has work, the
+	// longest idle one is released. Default CapacityDefault (10,000).
+	Capacity int
+	// Workers is the most handlers running at once on this node, over all
+	// its conversations. Each running handler is a goroutine; a handler's
+	// slot is given back as soon as it has queued its ending write.
+	// Default WorkersDefault (100).
+	Workers int
+	// ConversationLease is how long this runner's hold on a conversation
+	// lasts without renewal: a runner that stops renewing (it died, or is
+	// paused) loses its conversations this long after its last renewal, and
+	// only then can another runner take them over and recover their tasks.
+	// Renewed every third of it, for all held conversations in one
+	// statement. (Not the task lease, tasks.Config.TaskLease, which only
+	// drives the watchdog.) Default ConversationLeaseDefault (15 s).
+	ConversationLease time.Duration
+	// PollInterval is the slow poll that covers missed notifications: one
+	// claim across every held conversation and one look for conversations
+	// with work and no holder, and the watchdog's check of running
+	// handlers. Default PollIntervalDefault (1 s).
+	PollInterval time.Duration
+	// IdleRelease is how long a conversation with nothing to run stays held
+	// before it is released. Holding it costs nothing; releasing it lets
+	// another node take it. Default IdleReleaseDefault (1 min).
+	IdleRelease time.Duration
+	// ShutdownGrace is how long Stop lets running handlers finish before
+	// cancelling their contexts. Default ShutdownGraceDefault (10 s).
+	ShutdownGrace time.Duration
+	// UnknownKindGrace is how long a task whose kind no runner has a handler
+	// for stays pending (a rolling deploy) before it is failed with code
+	// "unknown_kind". Every runner must know every kind once a deploy is
+	// done. Default UnknownKindGraceDefault (10 min).
+	UnknownKindGrace time.Duration
+	// GenerationKinds are the root task kinds that are generations (turns):
+	// at most one runs at a time per conversation, oldest first. Default
+	// (nil): every root task is a generation.
+	GenerationKinds []string
+	// Flushers is how many completer flushes may be in flight at once (each
+	// on a connection of its own); outcomes queued meanwhile go in the next
+	// one, so batches grow with the load. Default FlushersDefault (2).
+	Flushers int
+	// MaxBatch bounds the outcomes one flush applies. Default
+	// MaxBatchDefault (1,000).
+	MaxBatch int
+	// Waker configures the wake service the runner starts (the River client
+	// that works wake jobs, and local timers for the sleeps of the
+	// conversations it holds). Default: WakerConfig's defaults.
+	Waker *WakerConfig
+	// OnReconcile, if not nil, receives the report of every conversation the
+	// runner takes (empty when there was nothing to recover). It is called
+	// from the runner's loop: it must not block.
+	OnReconcile func(reconcile.Report)
+	// Logger receives the runner's logs. Default: the engine's.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c *RunnerConfig) WithDefaults() *RunnerConfig {
+	out := RunnerConfig{}
+	if c != nil {
+		out = *c
+	}
+	if out.NodeID == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		out.NodeID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b))
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&out.Capacity, CapacityDefault)
+	def(&out.Workers, WorkersDefault)
+	def(&out.Flushers, FlushersDefault)
+	def(&out.MaxBatch, MaxBatchDefault)
+	defD(&out.ConversationLease, ConversationLeaseDefault)
+	defD(&out.PollInterval, PollIntervalDefault)
+	defD(&out.IdleRelease, IdleReleaseDefault)
+	defD(&out.ShutdownGrace, ShutdownGraceDefault)
+	defD(&out.UnknownKindGrace, UnknownKindGraceDefault)
+	return &out
+}
+
+func (c *RunnerConfig) validate() error {
+	switch {
+	case len(c.NodeID) > 200:
+		return errors.New("RunnerConfig.NodeID: over 200 bytes")
+	case c.Capacity < 1 || c.Capacity > 1_000_000:
+		return fmt.Errorf("RunnerConfig.Capacity: %d is outside 1..1000000", c.Capacity)
+	case c.Workers < 1 || c.Workers > 100_000:
+		return fmt.Errorf("RunnerConfig.Workers: %d is outside 1..100000", c.Workers)
+	case c.Flushers < 1 || c.Flushers > 64:
+		return fmt.Errorf("RunnerConfig.Flushers: %d is outside 1..64", c.Flushers)
+	case c.MaxBatch < 1 || c.MaxBatch > 10_000:
+		return fmt.Errorf("RunnerConfig.MaxBatch: %d is outside 1..10000", c.MaxBatch)
+	case c.ConversationLease < 100*time.Millisecond || c.ConversationLease > 24*time.Hour:
+		return fmt.Errorf("RunnerConfig.ConversationLease: %s is outside 100ms..24h", c.ConversationLease)
+	case c.PollInterval < time.Millisecond:
+		return fmt.Errorf("RunnerConfig.PollInterval: %s is below 1ms", c.PollInterval)
+	case c.IdleRelease < 0 || c.ShutdownGrace < 0 || c.UnknownKindGrace < 0:
+		return errors.New("RunnerConfig: IdleRelease, ShutdownGrace and UnknownKindGrace must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package machine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// execute runs the handler and ends its run for it when it did not: nil
+// completes the task with no result, an error of the handler's fails it,
+// and an error that says the run is over (or a context cut by a stop, a
+// shutdown or a lost lease) writes nothing.
+//
+// An error of the infrastructure's — the database unavailable past the
+// engine's retry budget, or a commit whose outcome stayed unknown — is not
+// the handler's failure: the runner waits for the database, and if the
+// task is still this run's, calls the handler again (same run, same token,
+// from its last checkpoint; its spawns without keys of their own return the
+// children the last call made). A task fails only for the handler's own
+// error.
+func (r *Runner) execute(ctx context.Context, run *Run) {
+	t := run.Task
+	log := r.logger.With(slog.String("conversation_id", t.ConversationID), slog.Int64("task_id", t.ID),
+		slog.String("kind", t.Kind), slog.Int("attempt", t.Attempt))
+	for try := 0; ; try++ {
+		run.mu.Lock()
+		run.spawns = 0
+		run.mu.Unlock()
+		err := callHandler(ctx, r.handlers[t.Kind], run)
+		if run.Ended() || runOver(err) || stopped(ctx) {
+			return
+		}
+		if infrastructure(err) {
+			log.Warn("arbor: the handler was cut off from the database; it runs again when the database is back",
+				slog.String("error", err.Error()))
+			if !r.stillOurs(ctx, run, try) {
+				return
+			}
+			r.retake(run)
+			continue
+		}
+		r.endFor(ctx, run, err, log)
+		return
+	}
+}
+
+// endFor writes the end of a run its handler left open: complete for a nil
+// return, fail for an error. A write cut off from the database is tried
+// again until it lands, the run is over, or the runner stops (then the
+// release, or the next holder, recovers the task).
+func (r *Runner) endFor(ctx context.Context, run *Run, handlerErr error, log *slog.Logger) {
+	for try := 0; ; try++ {
+		var err error
+		if handlerErr == nil {
+			err = run.Complete(ctx, nil)
+		} else {
+			err = run.fail(ctx, handlerErr)
+		}
+		switch {
+		case err == nil || runOver(err) || run.Ended():
+			return
+		case infrastructure(err) && r.stillOurs(ctx, run, try):
+			continue
+		case infrastructure(err):
+			return
+		}
+		log.Warn("arbor: ending the run failed", slog.String("error", err.Error()),
+			slog.Any("handler_error", handlerErr))
+		return
+	}
+}
+
+// stillOurs waits out a database fault and reports whether the run still
+// holds its task: false when the runner stops first, or when the task was
+// taken from the run meanwhile.
+func (r *Runner) stillOurs(ctx context.Context, run *Run, try int) bool {
+	for ; ; try++ {
+		if !sleepCtx(r.runCtx, faultWait(try)) {
+			return false
+		}
+		cur, err := core.Read(r.runCtx, r.core, func(db store.DB) (arbortype.Task, error) {
+			return r.core.Get(r.runCtx, db, run.Task.ID)
+		})
+		if err == nil {
+			return cur.Status == arbortype.StatusRunning && cur.Token == run.token && !stopped(ctx)
+		}
+		if r.runCtx.Err() != nil {
+			return false
+		}
+	}
+}
+
+// stopped reports whether the handler's context was cut by the task being
+// taken from the run, a shutdown or a lost lease: nothing is written then
+// (the task is the next holder's, or this release's, to recover).
+func stopped(ctx context.Context) bool {
+	cause := context.Cause(ctx)
+	return cause != nil && (errors.Is(cause, ErrTaskStopped) || errors.Is(cause, ErrShutdown) || errors.Is(cause, tasks.ErrLeaseLost))
+}
+
+// infrastructure reports whether err is arbor's own word that the database
+// could not be used, rather than the handler's failure.
+func infrastructure(err error) bool {
+	return errors.Is(err, tasks.ErrUnavailable) || errors.Is(err, tasks.ErrAmbiguous)
+}
+
+// faultWait is the pause before the try'th look at the database after a
+// fault: 50 ms doubling to at most 2 s.
+func faultWait(try int) time.Duration {
+	if try >= 6 {
+		return 2 * time.Second
+	}
+	return 50 * time.Millisecond << try
+}
+
+// sleepCtx waits for d, or until ctx ends; it reports whether it waited.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

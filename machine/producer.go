@@ -1,0 +1,292 @@
+package machine
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/reconcile"
+	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// produce is the producer: it starts work while worker slots are free —
+// claims across the held conversations, and opens conversations with work
+// and no holder — when told (a notification, a handler that returned, a
+// flush) and on every PollInterval; and it releases conversations idle past
+// IdleRelease.
+func (r *Runner) produce() {
+	defer r.loops.Done()
+	tick := time.NewTicker(r.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.runCtx.Done():
+			return
+		case <-r.kick:
+		case <-tick.C:
+			r.mu.Lock()
+			r.wantHeld, r.wantOpen = true, true
+			r.mu.Unlock()
+			r.releaseIdle(time.Now())
+		}
+		r.produceOnce()
+	}
+}
+
+// produceOnce claims and opens until there is nothing more to do or no
+// free slot; a slot given back later pokes the producer again.
+func (r *Runner) produceOnce() {
+	for r.runCtx.Err() == nil {
+		r.mu.Lock()
+		wantHeld, wantOpen, stopping := r.wantHeld, r.wantOpen, r.stopping
+		r.wantHeld, r.wantOpen = false, false
+		r.mu.Unlock()
+		if stopping || (!wantHeld && !wantOpen) {
+			return
+		}
+		more := false
+		if wantHeld {
+			full, noSlot := r.claimHeld()
+			if noSlot {
+				r.mu.Lock()
+				r.wantHeld, r.wantOpen = true, r.wantOpen || wantOpen
+				r.mu.Unlock()
+				return
+			}
+			more = more || full
+			if full {
+				r.mu.Lock()
+				r.wantHeld = true
+				r.mu.Unlock()
+			}
+		}
+		if wantOpen {
+			full, noSlot := r.open()
+			if noSlot {
+				r.mu.Lock()
+				r.wantOpen = true
+				r.mu.Unlock()
+				return
+			}
+			more = more || full
+			if full {
+				r.mu.Lock()
+				r.wantOpen = true
+				r.mu.Unlock()
+			}
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// claimHeld claims runnable tasks across every held conversation, for the
+// free slots. full says the claim took every slot (there may be more
+// work); noSlot that there was no slot to claim with.
+func (r *Runner) claimHeld() (full, noSlot bool) {
+	k := r.reserve(r.cfg.Workers)
+	if k == 0 {
+		return false, true
+	}
+	var xact int64
+	r.claimMu.RLock()
+	claimed, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) ([]arbortype.Task, error) {
+		var err error
+		if xact, err = r.core.XactID(r.runCtx, tx); err != nil {
+			return nil, err
+		}
+		return r.core.ClaimFor(r.runCtx, tx, r.claimParams(k))
+	})
+	if err != nil {
+		r.claimMu.RUnlock()
+		r.unreserve(k)
+		r.claimFailed(err, xact, "claiming tasks")
+		return false, false
+	}
+	r.unreserve(k - len(claimed))
+	r.dispatch(claimed)
+	r.claimMu.RUnlock()
+	return len(claimed) == k, false
+}
+
+func (r *Runner) claimParams(limit int) core.ClaimParamsFor {
+	return core.ClaimParamsFor{Holder: r.cfg.NodeID, Kinds: r.kinds, GenerationKinds: r.cfg.GenerationKinds, Limit: limit}
+}
+
+// open takes conversations that have work and no live holder — as many as
+// there are free slots and room — recovers them, and claims their runnable
+// tasks, all in one transaction. When the node is full, the longest idle
+// conversations are released first to make room.
+func (r *Runner) open() (full, noSlot bool) {
+	k := r.reserve(r.cfg.Workers)
+	if k == 0 {
+		return false, true
+	}
+	r.mu.Lock()
+	room := r.cfg.Capacity - len(r.held)
+	r.mu.Unlock()
+	if room < k {
+		room += r.releaseForRoom(k - room)
+	}
+	limit := min(k, room)
+	if limit <= 0 {
+		r.unreserve(k)
+		return false, false
+	}
+	type opened struct {
+		leases  []core.Lease
+		reps    []reconcile.Report
+		claimed []arbortype.Task
+	}
+	var xact int64
+	r.claimMu.RLock()
+	defer r.claimMu.RUnlock()
+	o, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (opened, error) {
+		var o opened
+		var err error
+		if xact, err = r.core.XactID(r.runCtx, tx); err != nil {
+			return o, err
+		}
+		if o.leases, err = r.core.OpenConversations(r.runCtx, tx, r.cfg.NodeID, r.cfg.ConversationLease, r.kinds, limit); err != nil || len(o.leases) == 0 {
+			return o, err
+		}
+		convs := make([]string, len(o.leases))
+		for i, l := range o.leases {
+			convs[i] = l.ConversationID
+		}
+		if o.reps, err = reconcile.OnOpenMany(r.runCtx, r.core, tx, convs); err != nil {
+			return o, err
+		}
+		p := r.claimParams(k)
+		p.Conversations = convs
+		o.claimed, err = r.core.ClaimFor(r.runCtx, tx, p)
+		return o, err
+	})
+	if err != nil {
+		r.unreserve(k)
+		if errors.Is(err, tasks.ErrAmbiguous) {
+			go r.claimFailed(err, xact, "opening conversations") // adopt waits for claimMu
+		} else {
+			r.claimFailed(err, 0, "opening conversations")
+		}
+		return false, false
+	}
+	now := time.Now()
+	r.mu.Lock()
+	for _, l := range o.leases {
+		r.held[l.ConversationID] = &heldConv{lease: l, idleSince: now}
+	}
+	r.mu.Unlock()
+	for i, rep := range o.reps {
+		if !rep.Empty() {
+			r.logger.Info("arbor: conversation recovered", slog.Any("report", rep), slog.Int64("epoch", o.leases[i].Epoch))
+		}
+		if r.cfg.OnReconcile != nil {
+			r.cfg.OnReconcile(rep)
+		}
+	}
+	r.unreserve(k - len(o.claimed))
+	r.dispatch(o.claimed)
+	return len(o.leases) == limit, false
+}
+
+// claimFailed handles a claim or open that failed. One whose commit's
+// answer was lost is resolved: if it committed, what it took (leases, runs)
+// is adopted.
+func (r *Runner) claimFailed(err error, xact int64, what string) {
+	if r.runCtx.Err() != nil {
+		return
+	}
+	if !errors.Is(err, tasks.ErrAmbiguous) || xact == 0 {
+		r.logger.Warn("arbor: "+what+" failed", slog.String("error", err.Error()))
+		return
+	}
+	committed, rerr := resolveXact(r.runCtx, r, xact)
+	switch {
+	case rerr != nil:
+		r.logger.Warn("arbor: "+what+": the commit stayed unknown; what it took is recovered at release or expiry",
+			slog.String("error", rerr.Error()))
+	case committed:
+		r.adopt(r.runCtx, nil)
+	}
+	r.markHeld()
+	r.markOpen()
+}
+
+// releaseIdle releases the conversations with nothing running that have
+// been idle past IdleRelease, in one statement.
+func (r *Runner) releaseIdle(now time.Time) {
+	r.mu.Lock()
+	var ls []core.Lease
+	for _, h := range r.held {
+		if h.running == 0 && !h.releasing && now.Sub(h.idleSince) >= r.cfg.IdleRelease {
+			h.releasing = true
+			ls = append(ls, h.lease)
+		}
+	}
+	r.mu.Unlock()
+	r.releaseLeases(ls)
+}
+
+// releaseForRoom releases up to n of the longest idle conversations and
+// returns how many it released.
+func (r *Runner) releaseForRoom(n int) int {
+	r.mu.Lock()
+	var idle []*heldConv
+	for _, h := range r.held {
+		if h.running == 0 && !h.releasing {
+			idle = append(idle, h)
+		}
+	}
+	slices.SortFunc(idle, func(a, b *heldConv) int { return a.idleSince.Compare(b.idleSince) })
+	if len(idle) > n {
+		idle = idle[:n]
+	}
+	ls := make([]core.Lease, len(idle))
+	for i, h := range idle {
+		h.releasing = true
+		ls[i] = h.lease
+	}
+	r.mu.Unlock()
+	return r.releaseLeases(ls)
+}
+
+// releaseLeases releases idle leases (marked releasing) in one statement
+// and forgets those it released; one with a run claimed meanwhile stays
+// held.
+func (r *Runner) releaseLeases(ls []core.Lease) int {
+	if len(ls) == 0 {
+		return 0
+	}
+	freed, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]string, error) {
+		return r.core.ReleaseIdle(r.runCtx, db, r.cfg.NodeID, ls)
+	})
+	if err != nil && r.runCtx.Err() == nil {
+		r.logger.Warn("arbor: releasing idle conversations failed", slog.String("error", err.Error()))
+	}
+	done := make(map[string]bool, len(freed))
+	for _, id := range freed {
+		done[id] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range ls {
+		h := r.held[l.ConversationID]
+		if h == nil || h.lease.Epoch != l.Epoch {
+			continue
+		}
+		if done[l.ConversationID] {
+			delete(r.held, l.ConversationID)
+		} else {
+			h.releasing = false
+		}
+	}
+	return len(freed)
+}
