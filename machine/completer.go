@@ -138,8 +138,14 @@ func (c *completer) flush(batch []*queued) {
 			for i, q := range batch {
 				q.res <- res.Results[i]
 			}
-			if k > 0 && len(res.Claimed) == k {
-				r.markHeld() // there may be more than the slots took
+			if len(res.Claimed) == k {
+				// The slots ran out before the work may have: the
+				// producer claims the rest when slots are free.
+				convs := make([]string, len(batch))
+				for i, q := range batch {
+					convs[i] = q.o.ConversationID
+				}
+				r.markDirty(convs...)
 			}
 			return
 		}

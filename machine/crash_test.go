@@ -163,7 +163,15 @@ func TestTwoRunnersNeverOverlap(t *testing.T) {
 	a.stop(t)
 	c.stop(t)
 
-	require.Equal(t, conversations*2, b.count(t, `SELECT count(*) FROM `+b.schema+`.tasks WHERE kind = 'step' AND status = 'completed'`))
+	if n := b.count(t, `SELECT count(*) FROM `+b.schema+`.tasks WHERE kind = 'step' AND status = 'completed'`); n != conversations*2 {
+		rows, _ := b.pool.Query(b.ctx, `SELECT id, status, attempt, error::text, error_history::text FROM `+b.schema+`.tasks WHERE kind = 'step' AND status <> 'completed'`)
+		for rows.Next() {
+			v, _ := rows.Values()
+			t.Log(v...)
+		}
+		rows.Close()
+		t.Fatalf("%d steps completed of %d", n, conversations*2)
+	}
 	overlaps := b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log x JOIN `+b.schema+`.run_log y
 		ON x.task_id = y.task_id AND x.id < y.id
 		WHERE x.started_at < coalesce(y.ended_at, y.cancelled_at, 'infinity')

@@ -127,6 +127,7 @@ func ExampleRun_Wait() {
 	defer done()
 
 	outcomes := make(chan string, 1)
+	slowStarted := make(chan struct{})
 	stop := startRunner(ctx, engine, map[string]machine.Handler{
 		"turn": func(ctx context.Context, run *machine.Run) error {
 			if run.Task.Phase == "translating" {
@@ -152,9 +153,11 @@ func ExampleRun_Wait() {
 			return run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.FailFast, Phase: "translating"})
 		},
 		"translate_fr": func(ctx context.Context, run *machine.Run) error {
+			<-slowStarted // (for the example's output: a sibling that never started is "orphaned")
 			return machine.NonRetryable(errors.New("the service rejected the text"))
 		},
 		"translate_slow": func(ctx context.Context, run *machine.Run) error {
+			close(slowStarted)
 			<-ctx.Done() // aborted by fail_fast: its context is cancelled
 			return context.Cause(ctx)
 		},

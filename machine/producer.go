@@ -40,46 +40,66 @@ func (r *Runner) produce() {
 }
 
 // produceOnce claims and opens until there is nothing more to do or no
-// free slot; a slot given back later pokes the producer again.
+// free slot; a slot given back later pokes the producer again. Claims come
+// first: in the conversations marked dirty (a notification, a flush that
+// ran out of slots), or, on the slow poll, across every held one; then
+// conversations with work and no holder are opened.
 func (r *Runner) produceOnce() {
 	for r.runCtx.Err() == nil {
 		r.mu.Lock()
-		wantHeld, wantOpen, stopping := r.wantHeld, r.wantOpen, r.stopping
+		if r.stopping {
+			r.mu.Unlock()
+			return
+		}
+		var dirty []string
+		if len(r.dirty) > 0 && !r.wantHeld {
+			dirty = make([]string, 0, len(r.dirty))
+			for c := range r.dirty {
+				dirty = append(dirty, c)
+			}
+			r.dirty = map[string]bool{}
+		}
+		wantHeld, wantOpen := r.wantHeld, r.wantOpen
+		if wantHeld {
+			r.dirty = map[string]bool{}
+		}
 		r.wantHeld, r.wantOpen = false, false
 		r.mu.Unlock()
-		if stopping || (!wantHeld && !wantOpen) {
+		if !wantHeld && !wantOpen && dirty == nil {
 			return
 		}
 		more := false
-		if wantHeld {
-			full, noSlot := r.claimHeld()
-			if noSlot {
+		if wantHeld || dirty != nil {
+			full, noSlot := r.claimHeld(dirty)
+			if noSlot || full {
 				r.mu.Lock()
-				r.wantHeld, r.wantOpen = true, r.wantOpen || wantOpen
+				if wantHeld {
+					r.wantHeld = true
+				}
+				for _, c := range dirty {
+					if r.held[c] != nil {
+						r.dirty[c] = true
+					}
+				}
+				r.wantOpen = r.wantOpen || (noSlot && wantOpen)
 				r.mu.Unlock()
+			}
+			if noSlot {
 				return
 			}
 			more = more || full
-			if full {
-				r.mu.Lock()
-				r.wantHeld = true
-				r.mu.Unlock()
-			}
 		}
 		if wantOpen {
 			full, noSlot := r.open()
-			if noSlot {
+			if noSlot || full {
 				r.mu.Lock()
 				r.wantOpen = true
 				r.mu.Unlock()
+			}
+			if noSlot {
 				return
 			}
 			more = more || full
-			if full {
-				r.mu.Lock()
-				r.wantOpen = true
-				r.mu.Unlock()
-			}
 		}
 		if !more {
 			return
@@ -87,14 +107,17 @@ func (r *Runner) produceOnce() {
 	}
 }
 
-// claimHeld claims runnable tasks across every held conversation, for the
-// free slots. full says the claim took every slot (there may be more
-// work); noSlot that there was no slot to claim with.
-func (r *Runner) claimHeld() (full, noSlot bool) {
+// claimHeld claims runnable tasks in the held conversations convs (nil:
+// across every held one), for the free slots. full says the claim took
+// every slot (there may be more work); noSlot that there was no slot to
+// claim with.
+func (r *Runner) claimHeld(convs []string) (full, noSlot bool) {
 	k := r.reserve(r.cfg.Workers)
 	if k == 0 {
 		return false, true
 	}
+	p := r.claimParams(k)
+	p.Conversations = convs
 	var xact int64
 	r.claimMu.RLock()
 	claimed, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) ([]arbortype.Task, error) {
@@ -102,7 +125,7 @@ func (r *Runner) claimHeld() (full, noSlot bool) {
 		if xact, err = r.core.XactID(r.runCtx, tx); err != nil {
 			return nil, err
 		}
-		return r.core.ClaimFor(r.runCtx, tx, r.claimParams(k))
+		return r.core.ClaimFor(r.runCtx, tx, p)
 	})
 	if err != nil {
 		r.claimMu.RUnlock()
@@ -148,6 +171,7 @@ func (r *Runner) open() (full, noSlot bool) {
 	var xact int64
 	r.claimMu.RLock()
 	defer r.claimMu.RUnlock()
+	sent := time.Now()
 	o, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (opened, error) {
 		var o opened
 		var err error
@@ -181,7 +205,7 @@ func (r *Runner) open() (full, noSlot bool) {
 	now := time.Now()
 	r.mu.Lock()
 	for _, l := range o.leases {
-		r.held[l.ConversationID] = &heldConv{lease: l, idleSince: now}
+		r.held[l.ConversationID] = &heldConv{lease: l, idleSince: now, confirmed: sent.Add(r.cfg.ConversationLease)}
 	}
 	r.mu.Unlock()
 	for i, rep := range o.reps {
@@ -194,6 +218,13 @@ func (r *Runner) open() (full, noSlot bool) {
 	}
 	r.unreserve(k - len(o.claimed))
 	r.dispatch(o.claimed)
+	if len(o.claimed) == k {
+		r.mu.Lock()
+		for _, l := range o.leases {
+			r.dirty[l.ConversationID] = true // the slots ran out first
+		}
+		r.mu.Unlock()
+	}
 	return len(o.leases) == limit, false
 }
 

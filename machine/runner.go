@@ -38,7 +38,8 @@ type Runner struct {
 	held     map[string]*heldConv // by conversation id
 	runs     map[int64]*active    // by task id
 	busy     int                  // worker slots taken (running handlers, and claims in flight)
-	wantHeld bool                 // a held conversation may have work to claim
+	dirty    map[string]bool      // held conversations that may have work to claim
+	wantHeld bool                 // any held conversation may have work (the slow poll)
 	wantOpen bool                 // a conversation with no holder may have work
 	started  bool
 	stopping bool
@@ -56,6 +57,12 @@ type heldConv struct {
 	running   int
 	idleSince time.Time
 	releasing bool
+	// confirmed is the local time until which the lease surely lasts: the
+	// send time of the last statement that set it, plus the lease. The
+	// database's deadline is no earlier (it counts from when the statement
+	// ran), so a runner that stops its handlers before confirmed has them
+	// stopped before any other node can take the conversation.
+	confirmed time.Time
 }
 
 // active is a running handler.
@@ -93,6 +100,7 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		handlers: handlers,
 		held:     map[string]*heldConv{},
 		runs:     map[int64]*active{},
+		dirty:    map[string]bool{},
 		kick:     make(chan struct{}, 1),
 	}
 	for kind, h := range handlers {
@@ -251,16 +259,26 @@ func (r *Runner) unreserve(n int) {
 
 // dispatch starts the handlers of claimed tasks, each on a slot reserved
 // for it.
+//
+// A run claimed in a conversation this runner no longer counts as held (it
+// stopped it for a lease it could not confirm in time, see fenceOverdue)
+// is not started: its task stays running until the conversation's next
+// holder recovers it, so that no handler runs past the lease.
 func (r *Runner) dispatch(claimed []arbortype.Task) {
 	for _, t := range claimed {
 		ctx, cancel := context.WithCancelCause(r.runCtx)
 		run := newRun(r.core, r.comp, t)
 		a := &active{run: run, token: t.Token, kind: t.Kind, conv: t.ConversationID, cancel: cancel, slot: true}
 		r.mu.Lock()
-		r.runs[t.ID] = a
-		if h := r.held[t.ConversationID]; h != nil {
-			h.running++
+		h := r.held[t.ConversationID]
+		if h == nil || h.lease.Epoch != t.Epoch {
+			r.busy--
+			r.mu.Unlock()
+			cancel(errConversationLost)
+			continue
 		}
+		r.runs[t.ID] = a
+		h.running++
 		r.mu.Unlock()
 		r.handlerWG.Add(1)
 		go func() {
@@ -313,7 +331,9 @@ func (r *Runner) adopt(ctx context.Context, convs map[string]bool) {
 		r.mu.Lock()
 		for _, l := range leases {
 			if r.held[l.ConversationID] == nil {
-				r.held[l.ConversationID] = &heldConv{lease: l, idleSince: now}
+				// Renewed at the next round; until then confirmed by the
+				// read, which ran after now.
+				r.held[l.ConversationID] = &heldConv{lease: l, idleSince: now, confirmed: now.Add(r.cfg.ConversationLease / 2)}
 			}
 			convs[l.ConversationID] = true
 		}
@@ -368,13 +388,23 @@ func (r *Runner) runDone(taskID int64) {
 			}
 		}
 	}
-	r.wantHeld = true
+	r.mu.Unlock()
+	r.poke() // a slot is free: the producer may have work waiting for one
+}
+
+// markDirty says that the held conversations convs may have work; markHeld
+// that any held one may; markOpen that an unheld one may.
+func (r *Runner) markDirty(convs ...string) {
+	r.mu.Lock()
+	for _, c := range convs {
+		if r.held[c] != nil {
+			r.dirty[c] = true
+		}
+	}
 	r.mu.Unlock()
 	r.poke()
 }
 
-// markHeld says that held conversations may have work; markOpen that an
-// unheld one may.
 func (r *Runner) markHeld() {
 	r.mu.Lock()
 	r.wantHeld = true
@@ -405,7 +435,7 @@ func (r *Runner) listenLoop() {
 			_, held := r.held[n.Payload]
 			r.mu.Unlock()
 			if held {
-				r.markHeld()
+				r.markDirty(n.Payload)
 				r.checkRuns(n.Payload)
 			} else {
 				r.markOpen()
@@ -438,6 +468,7 @@ func (r *Runner) renewLoop() {
 		if len(ids) == 0 {
 			continue
 		}
+		sent := time.Now()
 		renewed, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]string, error) {
 			return r.core.RenewLeases(r.runCtx, db, r.cfg.NodeID, ids, epochs, r.cfg.ConversationLease)
 		})
@@ -451,6 +482,14 @@ func (r *Runner) renewLoop() {
 		for _, id := range renewed {
 			ok[id] = true
 		}
+		until := sent.Add(r.cfg.ConversationLease)
+		r.mu.Lock()
+		for i, id := range ids {
+			if h := r.held[id]; ok[id] && h != nil && h.lease.Epoch == epochs[i] && until.After(h.confirmed) {
+				h.confirmed = until
+			}
+		}
+		r.mu.Unlock()
 		for i, id := range ids {
 			if !ok[id] {
 				r.lost(id, epochs[i])
@@ -477,6 +516,48 @@ func (r *Runner) lost(id string, epoch int64) {
 	}
 	r.mu.Unlock()
 	r.logger.WarnContext(r.runCtx, "arbor: conversation lease lost", slog.String("conversation_id", id), slog.Int64("epoch", epoch))
+}
+
+// fenceMargin is how long before the end of its confirmed lease a runner
+// stops a conversation's handlers when no renewal has confirmed it since:
+// the time its handlers have to honour their cancelled context before
+// another node may take the conversation over.
+func (r *Runner) fenceMargin() time.Duration { return r.cfg.ConversationLease / 4 }
+
+// fenceOverdue gives up, here, every held conversation whose lease no
+// renewal confirmed in time (the renewer is stuck behind a slow database,
+// or the process was starved): its handlers are cancelled and it is
+// forgotten, before the lease can expire in the database. The lease itself
+// expires (or a late renewal extends it), and its next holder recovers the
+// tasks. A runner that cannot renew cannot know that it still holds a
+// conversation, so it stops acting as if it did.
+func (r *Runner) fenceOverdue(now time.Time) {
+	margin := r.fenceMargin()
+	r.mu.Lock()
+	var overdue []string
+	for id, h := range r.held {
+		if !h.releasing && now.After(h.confirmed.Add(-margin)) {
+			overdue = append(overdue, id)
+			delete(r.held, id)
+			delete(r.dirty, id)
+		}
+	}
+	if len(overdue) > 0 {
+		gone := make(map[string]bool, len(overdue))
+		for _, id := range overdue {
+			gone[id] = true
+		}
+		for _, a := range r.runs {
+			if gone[a.conv] {
+				a.cancel(errConversationLost)
+			}
+		}
+	}
+	r.mu.Unlock()
+	if len(overdue) > 0 {
+		r.logger.Warn("arbor: conversation leases not renewed in time; their handlers are stopped before the leases can expire",
+			slog.Int("conversations", len(overdue)), slog.String("first", overdue[0]))
+	}
 }
 
 // checkRuns cancels the handlers whose task is no longer theirs (aborted,
@@ -510,17 +591,27 @@ func (r *Runner) checkRuns(conv string) {
 // was taken from it is cancelled, one past its task lease warned about, and
 // one past twice its task lease cancelled. Its cost grows with the running
 // handlers (at most Workers), not with the conversations held.
+//
+// It also stops the handlers of every conversation whose lease it could not
+// confirm in time (fenceOverdue), so it ticks at least eight times a
+// conversation lease.
 func (r *Runner) watchLoop() {
 	defer r.loops.Done()
-	tick := time.NewTicker(r.cfg.PollInterval)
+	tick := time.NewTicker(min(r.cfg.PollInterval, r.cfg.ConversationLease/8))
 	defer tick.Stop()
 	lease := r.core.Cfg.TaskLease
+	lastCheck := time.Now()
 	for {
 		select {
 		case <-r.runCtx.Done():
 			return
 		case <-tick.C:
 		}
+		r.fenceOverdue(time.Now())
+		if time.Since(lastCheck) < r.cfg.PollInterval {
+			continue
+		}
+		lastCheck = time.Now()
 		r.checkRuns("")
 		now := time.Now()
 		r.mu.Lock()

@@ -34,12 +34,11 @@ var (
 	// or a lease that expired with a run under it (a dead node's). Taken in
 	// one statement; conversations another transaction holds are skipped.
 	qOpenConversations = define(`WITH cand AS (
-			SELECT c.id FROM {schema}.conversations c
-			WHERE c.id IN (
-				SELECT t.conversation_id FROM {schema}.tasks t
-				WHERE t.status = 'pending' AND NOT t.abort_requested AND ($3::text[] IS NULL OR t.kind = ANY($3))
-				ORDER BY t.id LIMIT $5)
-			  AND (c.holder IS NULL OR c.lease_expires_at < now())
+			(SELECT t.conversation_id AS id FROM {schema}.tasks t
+			WHERE t.status = 'pending' AND NOT t.abort_requested AND ($3::text[] IS NULL OR t.kind = ANY($3))
+			  AND NOT EXISTS (SELECT 1 FROM {schema}.conversations h
+				WHERE h.id = t.conversation_id AND h.holder IS NOT NULL AND h.lease_expires_at >= now())
+			ORDER BY t.id LIMIT $5)
 			UNION
 			SELECT c.id FROM {schema}.conversations c
 			WHERE c.holder IS NOT NULL AND c.lease_expires_at < now()
@@ -54,22 +53,15 @@ var (
 		FROM picked WHERE c.id = picked.id
 		RETURNING c.id, c.epoch`)
 
-	// The claim of a node across the conversations it holds (all, or those
-	// in $convs): each conversation share-locked as held by $holder, tasks
-	// locked, both skipping rows another transaction holds, the generation
-	// rule applied, oldest first.
-	qClaimForHolder = define(expand(`WITH picked AS (
-			SELECT t.id AS picked_id, c.epoch AS picked_epoch FROM {schema}.tasks t
-			JOIN {schema}.conversations c ON c.id = t.conversation_id
-			WHERE t.status = 'pending' AND NOT t.abort_requested
-			  AND c.holder = $1 AND ($2::text[] IS NULL OR t.conversation_id = ANY($2))
-			  AND ($3::text[] IS NULL OR t.kind = ANY($3))
-			  AND `+genRule+`
-			ORDER BY t.id LIMIT $5
-			FOR NO KEY UPDATE OF t SKIP LOCKED FOR SHARE OF c SKIP LOCKED)
-		UPDATE {schema}.tasks t SET `+claimSet+`
-		FROM picked WHERE t.id = picked.picked_id
-		RETURNING {run_columns}`, "$gen", "$4", "$status", "$6", "$epoch", "picked.picked_epoch", "$lease", "$7"))
+	// The claims of a node: in the conversations given ($2), or in all it
+	// holds. Two stages, so that the plan does not depend on statistics:
+	// the candidates are found from the conversations (by the index of
+	// each conversation's live tasks, or of the holder's conversations),
+	// the generation rule applied, oldest first; then each is locked, with
+	// its conversation share-locked as held by $1, both skipping rows
+	// another transaction holds, and checked again as locked.
+	qClaimIn   = define(claimSQL(`SELECT DISTINCT unnest($2::text[]) AS id`))
+	qClaimHeld = define(claimSQL(`SELECT c.id FROM {schema}.conversations c WHERE c.holder = $1 AND $2::text[] IS NULL`))
 
 	qRunningIn = define(`SELECT {task_columns} FROM {schema}.tasks
 		WHERE conversation_id = ANY($1) AND status = 'running' ORDER BY id`)
@@ -163,6 +155,30 @@ var (
 	qWakeMany = define(`UPDATE {schema}.tasks SET status = $2, updated_at = now() WHERE id = ANY($1)`)
 )
 
+// claimSQL is a node's claim in the conversations convs selects (see
+// qClaimIn). Its shape fixes the plan: each conversation's pending tasks
+// are read by the index of its live tasks (a lateral subquery, run per
+// conversation), and the candidates are then locked by primary key.
+func claimSQL(convs string) string {
+	return expand(`WITH cand AS MATERIALIZED (
+			SELECT t.id FROM (`+convs+`) cv
+			CROSS JOIN LATERAL (
+				SELECT t.id FROM {schema}.tasks t
+				WHERE t.conversation_id = cv.id AND t.status = 'pending' AND NOT t.abort_requested
+				  AND ($3::text[] IS NULL OR t.kind = ANY($3))
+				  AND `+genRule+`
+				ORDER BY t.id LIMIT $5) t
+			ORDER BY t.id LIMIT $5),
+		picked AS (
+			SELECT t.id AS picked_id, c.epoch AS picked_epoch FROM {schema}.tasks t
+			JOIN {schema}.conversations c ON c.id = t.conversation_id
+			WHERE t.id = ANY(ARRAY(SELECT id FROM cand)) AND t.status = 'pending' AND NOT t.abort_requested AND c.holder = $1
+			FOR NO KEY UPDATE OF t SKIP LOCKED FOR SHARE OF c SKIP LOCKED)
+		UPDATE {schema}.tasks t SET `+claimSet+`
+		FROM picked WHERE t.id = picked.picked_id
+		RETURNING {run_columns}`, "$gen", "$4", "$status", "$6", "$epoch", "picked.picked_epoch", "$lease", "$7")
+}
+
 // OpenedLease is a conversation a node took: its id and new epoch.
 type OpenedLease struct {
 	ConversationID string
@@ -190,13 +206,21 @@ func (s *Store) OpenConversations(ctx context.Context, db DB, holder string, ttl
 	return out, rows.Err()
 }
 
-// ClaimForHolder starts up to limit pending tasks in the conversations
-// holder holds (all of them, or those in convs when not nil), of kinds
-// (nil: any), by the generation rule for generation kinds gen (nil: every
-// root is a generation), oldest first, each with its own token and the
-// conversation's epoch. It returns the runs' rows (the run columns).
-func (s *Store) ClaimForHolder(ctx context.Context, db DB, holder string, convs, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration) ([]arbortype.Task, error) {
-	return collectRunTasks(db.Query(ctx, s.sql[qClaimForHolder], holder, convs, kinds, gen, limit, string(status), micros(lease)))
+// ClaimIn starts up to limit pending tasks of the conversations convs that
+// holder holds, of kinds (nil: any), by the generation rule for generation
+// kinds gen (nil: every root is a generation), oldest first, each with its
+// own token and the conversation's epoch. It returns the runs' rows (the
+// run columns), in no particular order.
+func (s *Store) ClaimIn(ctx context.Context, db DB, holder string, convs, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration) ([]arbortype.Task, error) {
+	if convs == nil {
+		convs = []string{}
+	}
+	return collectRunTasks(db.Query(ctx, s.sql[qClaimIn], holder, convs, kinds, gen, limit, string(status), micros(lease)))
+}
+
+// ClaimHeld is ClaimIn across every conversation holder holds.
+func (s *Store) ClaimHeld(ctx context.Context, db DB, holder string, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration) ([]arbortype.Task, error) {
+	return collectRunTasks(db.Query(ctx, s.sql[qClaimHeld], holder, nil, kinds, gen, limit, string(status), micros(lease)))
 }
 
 // RunningIn reads the running tasks of the conversations, in id order.

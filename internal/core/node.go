@@ -61,7 +61,12 @@ func (e *Engine) ClaimFor(ctx context.Context, tx pgx.Tx, p ClaimParamsFor) ([]T
 	if err != nil {
 		return nil, err
 	}
-	claimed, err := e.Store.ClaimForHolder(ctx, tx, p.Holder, p.Conversations, p.Kinds, p.GenerationKinds, min(p.Limit, maxBatch), to, e.Cfg.TaskLease)
+	var claimed []Task
+	if p.Conversations != nil {
+		claimed, err = e.Store.ClaimIn(ctx, tx, p.Holder, p.Conversations, p.Kinds, p.GenerationKinds, min(p.Limit, maxBatch), to, e.Cfg.TaskLease)
+	} else {
+		claimed, err = e.Store.ClaimHeld(ctx, tx, p.Holder, p.Kinds, p.GenerationKinds, min(p.Limit, maxBatch), to, e.Cfg.TaskLease)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("claim for %q: %w", p.Holder, mapDBError(err))
 	}

@@ -1,0 +1,8 @@
+-- The node runner's statements (package machine): a node's claim across the
+-- conversations it holds starts from this index, and the generation rule
+-- (at most one live turn of a conversation runs, oldest first) looks up a
+-- conversation's live roots in the second, whatever the statistics say of
+-- tables that are young or churning.
+CREATE INDEX conversations_holder_idx ON {schema}.conversations (holder) WHERE holder IS NOT NULL;
+CREATE INDEX tasks_live_roots_idx ON {schema}.tasks (conversation_id, id)
+    WHERE owner_task_id IS NULL AND status IN ('pending', 'running', 'waiting', 'sleeping', 'completing');
