@@ -157,6 +157,11 @@ type retrier struct {
 // waited for the backoff; it returns the error to give up with otherwise.
 func (r *retrier) again(ctx context.Context, err error) (bool, error) {
 	switch {
+	case errors.Is(err, ErrAmbiguous):
+		// The connection error in its chain is not a transient fault: the
+		// transaction may have committed, and running it again could apply
+		// it twice. Only the caller can find out.
+		return false, err
 	case transient(err) && ctx.Err() == nil:
 		if r.faults == 0 {
 			r.firstFault = time.Now()
