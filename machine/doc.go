@@ -52,6 +52,12 @@
 //
 //   - The node dies: its leases expire; another runner's claim loop takes
 //     its conversations over and recovers them. Nothing is lost.
+//   - A claim's COMMIT gets no answer (the connection is lost while it is
+//     in flight, tasks.ErrAmbiguous): if it committed, the tasks it claimed
+//     run under the machine's lease with no handler. The machine looks for
+//     them (running at its epoch, not run here), after locking the
+//     conversation row so that a COMMIT still under way in the server ends
+//     first, and runs them with the tokens the claim gave them.
 //   - A handler blocks: the watchdog logs a warning when it passes its task
 //     lease, and cancels its context at twice the lease.
 //   - A handler panics: a failure (with the panic and stack), not a crash.

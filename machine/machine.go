@@ -35,6 +35,12 @@ type machine struct {
 	mu   sync.Mutex
 	runs map[int64]*active
 	wg   sync.WaitGroup
+
+	// unclaimed is set when a claim's commit had no answer (ErrAmbiguous):
+	// if it committed, the tasks it claimed run under this lease with no
+	// handler. The loop's next claims look for them instead, until a look
+	// succeeds. Only the loop's goroutine uses it.
+	unclaimed bool
 }
 
 type active struct {
@@ -89,7 +95,7 @@ func (m *machine) loop() {
 			}
 			claimed, starved = n, st
 		}
-		if m.busy() > 0 || claimed > 0 || starved {
+		if m.busy() > 0 || claimed > 0 || starved || m.unclaimed {
 			idleSince = time.Now()
 		}
 		if m.ctx.Err() != nil || ((stopping || time.Since(idleSince) >= m.r.cfg.IdleRelease) && m.busy() == 0) {
@@ -198,14 +204,23 @@ func (m *machine) claimAndRun() (n int, starved bool, err error) {
 		m.r.starve(m)
 		return 0, true, nil
 	}
-	claimed, err := core.Tx(m.ctx, m.r.core, func(tx pgx.Tx) ([]arbortype.Task, error) {
-		roots, err := m.r.core.Store.LiveRoots(m.ctx, tx, m.lease.ConversationID)
-		if err != nil {
-			return nil, err
+	var claimed []arbortype.Task
+	if m.unclaimed {
+		claimed, err = m.orphans(free)
+	} else {
+		claimed, err = core.Tx(m.ctx, m.r.core, func(tx pgx.Tx) ([]arbortype.Task, error) {
+			roots, err := m.r.core.Store.LiveRoots(m.ctx, tx, m.lease.ConversationID)
+			if err != nil {
+				return nil, err
+			}
+			return m.r.core.Claim(m.ctx, tx, m.lease, core.ClaimParams{
+				Kinds: m.r.kinds, Roots: generations(roots, m.r.isGen), Limit: free})
+		})
+		if errors.Is(err, tasks.ErrAmbiguous) {
+			m.unclaimed = true
+			m.poke()
 		}
-		return m.r.core.Claim(m.ctx, tx, m.lease, core.ClaimParams{
-			Kinds: m.r.kinds, Roots: generations(roots, m.r.isGen), Limit: free})
-	})
+	}
 	m.r.releaseSlots(free - len(claimed))
 	if err != nil {
 		return 0, false, err
@@ -214,6 +229,45 @@ func (m *machine) claimAndRun() (n int, starved bool, err error) {
 		m.start(t)
 	}
 	return len(claimed), false, nil
+}
+
+// orphans finds up to limit tasks that run under this machine's lease
+// (its epoch) without a handler here: what a claim whose commit had no
+// answer started, if it committed. Only this machine starts tasks under its
+// epoch, and every task it started runs until its run ends, so such a task
+// is one of those; it is run now, with the token the claim gave it, as the
+// claim would have. Once all are found, the machine claims again.
+//
+// The claim's COMMIT may still be under way in the server when its client
+// gave up on it, so a plain read could miss what it is committing: the
+// read comes after locking the conversation row, which waits for the claim
+// (it holds the row in share mode) to end, and fails with ErrLeaseLost if
+// the lease is gone.
+func (m *machine) orphans(limit int) ([]arbortype.Task, error) {
+	running, err := core.Tx(m.ctx, m.r.core, func(tx pgx.Tx) ([]arbortype.Task, error) {
+		if err := m.r.core.LockLease(m.ctx, tx, m.lease); err != nil {
+			return nil, err
+		}
+		return m.r.core.Store.TasksInStatus(m.ctx, tx, m.lease.ConversationID, arbortype.StatusRunning)
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []arbortype.Task
+	for _, t := range running {
+		if t.Epoch != m.lease.Epoch || m.runs[t.ID] != nil || m.r.handlers[t.Kind] == nil {
+			continue
+		}
+		if len(out) == limit {
+			m.poke() // more than this claim has slots for
+			return out, nil
+		}
+		out = append(out, t)
+	}
+	m.unclaimed = false
+	return out, nil
 }
 
 // start runs a claimed task's handler on a worker slot already taken.
