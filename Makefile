@@ -1,16 +1,27 @@
 # The two commands a fresh machine needs: `make demo` and `make test`;
-# `make lint` runs the linters (CI runs it too), `make bench` the
-# side-by-side benchmarks (docs/performance.md).
+# `make lint` runs the linters (CI runs it too), `make chaos` the fault tests,
+# `make bench` the side-by-side benchmarks (docs/performance.md).
 # Each starts a private, throwaway PostgreSQL unless ARBOR_DATABASE_URL is set
 # (see scripts/with-postgres.sh), and removes it when it ends.
 
 GO ?= go
 WITH_PG := scripts/with-postgres.sh
 
-.PHONY: test demo lint bench generate vet
+.PHONY: test chaos demo lint bench generate vet
 
 test:
 	$(WITH_PG) $(GO) test -race -count=1 -timeout 20m ./...
+
+# The fault tests (internal/chaos): runner processes killed and frozen, every
+# backend terminated, the database server restarted, all against a real
+# PostgreSQL. They restart that server, so they run only here, on a
+# throwaway server of their own: ARBOR_CHAOS=1 lets them run (under
+# `make test` they skip), and with ARBOR_DATABASE_URL set the restart test
+# fails rather than restart a server the script did not start. -v: the
+# figures of each scenario (kills, terminations, runs, recoveries) are the
+# report.
+chaos:
+	ARBOR_CHAOS=1 $(WITH_PG) $(GO) test -race -count=1 -timeout 20m -v ./internal/chaos/
 
 demo:
 	$(WITH_PG) $(GO) run ./cmd/arbor demo

@@ -72,12 +72,24 @@
 //
 //   - The node dies: its leases expire; another runner takes its
 //     conversations and recovers them. Nothing is lost.
-//   - A flush fails: a transient fault is retried whole; a commit whose
-//     outcome is unknown is resolved outcome by outcome by reading the tasks
-//     back (still running under the run's token: applied again, alone;
-//     otherwise the run is over); one outcome the database refuses is
-//     applied alone, each in a savepoint, so that it cannot fail the others.
-//     No outcome is lost or applied twice.
+//   - A flush fails: a transient fault is retried whole; a set-based
+//     statement the database refuses makes the batch go again one outcome
+//     at a time, each in a savepoint, so that one refusal cannot fail the
+//     others. No outcome is lost or applied twice.
+//   - A commit gets no answer (the connection is lost while COMMIT is in
+//     flight, ErrAmbiguous) — a flush's, a claim's or an open's: the runner
+//     asks the database what became of the transaction (pg_xact_status of
+//     the id its first statement read, waiting while it is in progress). Not
+//     committed: the batch goes again. Committed: each outcome is over; a
+//     spawn is written again by its keys to return its children; and what
+//     the transaction took is adopted — leases of this node the runner did
+//     not know, and runs at their epochs no handler here runs — under an
+//     exclusive hold of the claim lock, so that no claim of its own is
+//     between its commit and its dispatch meanwhile.
+//   - The renewal is late (a slow database, a starved process): a
+//     conversation whose lease no renewal confirmed within three quarters
+//     of it is given up here — its handlers cancelled, before the lease can
+//     expire in the database — and its next holder recovers it.
 //   - A handler blocks: the watchdog warns when it passes its task lease and
 //     cancels its context at twice the lease.
 //   - A handler panics: a failure (with the panic and stack), not a crash.

@@ -401,10 +401,19 @@ func (w *Waker) fire(ctx context.Context, key sleepKey, conversationID string, e
 
 	// A wake that started finishes even if Stop comes meanwhile: cancelling
 	// it mid-commit would only make its outcome ambiguous.
+	// A wake is idempotent (it wakes only the sleep it names, if still
+	// sleeping), so one whose commit had no answer is simply made again.
 	wakeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeTimeout)
-	woken, err := core.Tx(wakeCtx, w.core, func(tx pgx.Tx) (bool, error) {
-		return w.core.WakeSleeping(wakeCtx, tx, key.taskID, key.sleepSeq)
-	})
+	var woken bool
+	var err error
+	for {
+		woken, err = core.Tx(wakeCtx, w.core, func(tx pgx.Tx) (bool, error) {
+			return w.core.WakeSleeping(wakeCtx, tx, key.taskID, key.sleepSeq)
+		})
+		if !errors.Is(err, tasks.ErrAmbiguous) || wakeCtx.Err() != nil {
+			break
+		}
+	}
 	cancel()
 	var notDue *core.NotDueError
 	w.mu.Lock()

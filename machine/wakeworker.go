@@ -41,7 +41,7 @@ func newWakeWorker(c *core.Engine, onWake func(WakeEvent), logger *slog.Logger) 
 // returned for River to retry the job.
 func (w *wakeWorker) Work(ctx context.Context, job *river.Job[core.WakeArgs]) error {
 	var woken bool
-	err := pgx.BeginFunc(ctx, w.core.Pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, w.core.Pool, w.core.TxOptions(), func(tx pgx.Tx) error {
 		var err error
 		woken, err = w.core.WakeSleeping(ctx, tx, job.Args.TaskID, job.Args.SleepSeq)
 		if err != nil {

@@ -14,7 +14,14 @@
 #   - the data folder is a new temporary folder; the server listens on no TCP
 #     address at all, only on a Unix socket inside that folder; fsync stays on;
 #   - as root, the server runs as the unprivileged user "postgres" (initdb
-#     refuses root), created if it does not exist.
+#     refuses root), created if it does not exist;
+#   - ARBOR_PG_CTL is exported for the command: a command prefix, in bash
+#     quoting, that runs this server's pg_ctl as the server's user on its data
+#     folder and log, so that a test may restart the server
+#     (`bash -c "$ARBOR_PG_CTL restart -m fast -w"`; pg_ctl restart reuses the
+#     server's original options). `make chaos` needs it. It is never exported
+#     for a database given by ARBOR_DATABASE_URL: nothing restarts a server
+#     this script did not start.
 set -euo pipefail
 
 if [ "$#" -eq 0 ]; then
@@ -23,6 +30,7 @@ if [ "$#" -eq 0 ]; then
 fi
 
 if [ -n "${ARBOR_DATABASE_URL:-}" ]; then
+	unset ARBOR_PG_CTL
 	exec "$@"
 fi
 
@@ -103,6 +111,10 @@ if ! "${run_as[@]}" "$bindir/pg_ctl" start -D "$workdir/data" -w -t 60 -l "$work
 fi
 
 export ARBOR_DATABASE_URL="postgres://arbor@/postgres?host=$workdir&port=5432&sslmode=disable"
+# -l: a restarted server logs to the same file, not to the restarting
+# process's output (which it would then hold open).
+ARBOR_PG_CTL=$(printf '%q ' ${run_as[@]+"${run_as[@]}"} "$bindir/pg_ctl" -D "$workdir/data" -l "$workdir/server.log")
+export ARBOR_PG_CTL="${ARBOR_PG_CTL% }"
 echo "with-postgres: throwaway PostgreSQL ($("$bindir/postgres" --version | awk '{print $3}')) at $workdir" >&2
 set +e
 "$@"

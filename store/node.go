@@ -103,7 +103,7 @@ var (
 
 	// What became of a transaction: committed, aborted, in progress (null:
 	// too old to know).
-	qXactStatus = define(`SELECT coalesce(pg_xact_status($1::text::xid8), '')`)
+	qXactStatus = define(`SELECT coalesce(pg_xact_status($1::bigint::text::xid8), '')`)
 
 	// The leases holder holds that have not expired.
 	qHeldBy = define(`SELECT id, epoch FROM {schema}.conversations

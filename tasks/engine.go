@@ -23,6 +23,7 @@ const (
 	RetryBackoffCapDefault      = 5 * time.Minute
 	ErrorHistoryLimitDefault    = 10
 	UnavailableTimeoutDefault   = 30 * time.Second
+	IdleInTransactionDefault    = 5 * time.Second
 )
 
 // Config configures an Engine. The zero value of every field means its default.
@@ -71,6 +72,23 @@ type Config struct {
 	// caller's context bounds it too. Default UnavailableTimeoutDefault
 	// (30 s).
 	UnavailableTimeout time.Duration
+	// IdleInTransaction bounds how long one of the engine's own
+	// transactions may sit idle between two statements before the server
+	// ends its session (PostgreSQL's idle_in_transaction_session_timeout,
+	// set for each transaction alone): the transaction is rolled back and
+	// its row locks freed. Its statements follow one another at once, so
+	// only a process that stopped mid-transaction (paused, frozen, starved)
+	// reaches it; without it, such a process would keep the conversation
+	// rows it had locked, and no runner could take its conversations over
+	// after its lease expired, for as long as it stayed stopped. The engine
+	// retries a transaction cut this way like any lost connection. Keep it
+	// well below the runners' ConversationLease, so that a stopped holder's
+	// conversations can be taken over when its lease expires. (A stopped
+	// process's transaction that was waiting for a row lock another of its
+	// transactions held starts to sit idle only once that one is ended, so
+	// the last of its locks may go a few times this late.) Default
+	// IdleInTransactionDefault (5 s).
+	IdleInTransaction time.Duration
 	// Logger receives the engine's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -111,6 +129,9 @@ func (c *Config) WithDefaults() *Config {
 	if out.UnavailableTimeout == 0 {
 		out.UnavailableTimeout = UnavailableTimeoutDefault
 	}
+	if out.IdleInTransaction == 0 {
+		out.IdleInTransaction = IdleInTransactionDefault
+	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -144,6 +165,9 @@ func (c *Config) validate() error {
 	}
 	if c.UnavailableTimeout < 0 || c.UnavailableTimeout > 24*time.Hour {
 		return fmt.Errorf("Config.UnavailableTimeout: %s is outside 0..24h", c.UnavailableTimeout)
+	}
+	if c.IdleInTransaction < time.Millisecond || c.IdleInTransaction > 24*time.Hour {
+		return fmt.Errorf("Config.IdleInTransaction: %s is outside 1ms..24h", c.IdleInTransaction)
 	}
 	return nil
 }

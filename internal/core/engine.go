@@ -30,6 +30,7 @@ type Config struct {
 	RetryBackoffCap      time.Duration
 	ErrorHistoryLimit    int
 	UnavailableTimeout   time.Duration
+	IdleInTransaction    time.Duration
 	Logger               *slog.Logger
 }
 
@@ -50,6 +51,8 @@ type Engine struct {
 	// wakeJobs inserts the River jobs that wake sleeping tasks; an
 	// insert-only client, never started (see sleep.go).
 	wakeJobs *river.Client[pgx.Tx]
+	// txOptions begin every transaction of the engine's own (see TxOptions).
+	txOptions pgx.TxOptions
 }
 
 // Of returns the engine behind a *tasks.Engine. Package tasks sets it; the
@@ -67,8 +70,20 @@ func New(pool *pgxpool.Pool, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{Pool: pool, Store: st, Cfg: cfg, Logger: cfg.Logger, wakeJobs: wakeJobs}, nil
+	// One round trip: a query without arguments goes by the simple
+	// protocol, which takes both statements at once.
+	begin := fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d", max(cfg.IdleInTransaction.Milliseconds(), 1))
+	return &Engine{Pool: pool, Store: st, Cfg: cfg, Logger: cfg.Logger, wakeJobs: wakeJobs,
+		txOptions: pgx.TxOptions{BeginQuery: begin}}, nil
 }
+
+// TxOptions begin a transaction of the engine's own: one whose session the
+// server ends if it sits idle between two statements for
+// Cfg.IdleInTransaction, so that a process stopped in the middle of it
+// (paused, frozen) does not keep its row locks — the conversation rows
+// above all, which a take-over must lock once the stopped holder's lease
+// expired. Every transaction arbor opens on its pool begins with them.
+func (e *Engine) TxOptions() pgx.TxOptions { return e.txOptions }
 
 // Tx runs fn in a transaction of its own and commits it. The whole
 // transaction runs again after a transient fault (see fault.go) until the
@@ -79,7 +94,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Engine, error) {
 func Tx[T any](ctx context.Context, e *Engine, fn func(tx pgx.Tx) (T, error)) (T, error) {
 	r := retrier{e: e}
 	for {
-		v, err := tryTx(ctx, e.Pool, fn)
+		v, err := tryTx(ctx, e, fn)
 		if err == nil {
 			return v, nil
 		}
@@ -113,9 +128,9 @@ func ReadIn[T any](ctx context.Context, db store.DB, fn func(db store.DB) (T, er
 	return v, classify(ctx, err)
 }
 
-func tryTx[T any](ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) (T, error)) (T, error) {
+func tryTx[T any](ctx context.Context, e *Engine, fn func(tx pgx.Tx) (T, error)) (T, error) {
 	var zero T
-	tx, err := pool.Begin(ctx)
+	tx, err := e.Pool.BeginTx(ctx, e.txOptions)
 	if err != nil {
 		return zero, err
 	}

@@ -20,11 +20,13 @@ import (
 //
 //   - transiently, before it committed: the connection was refused, lost or
 //     terminated (a failover, a proxy or database restart, an idle timeout,
-//     pg_terminate_backend), the server was starting or shutting down, or it
-//     had no connection slot free. Nothing was written. Tx runs the whole
-//     transaction again, with jittered backoff, until it succeeds, the
-//     caller's context ends, or Cfg.UnavailableTimeout has passed since the
-//     first failure (then ErrUnavailable);
+//     pg_terminate_backend, the server ending a session left idle in a
+//     transaction past Cfg.IdleInTransaction), the server was starting or
+//     shutting down, or it had no connection slot free. Nothing was
+//     written. Tx runs the whole transaction again, with jittered backoff,
+//     until it succeeds, the caller's context ends, or
+//     Cfg.UnavailableTimeout has passed since the first failure (then
+//     ErrUnavailable);
 //   - by a serialization failure or a deadlock, which the locking order
 //     should make impossible: retried Cfg.TxRetries times;
 //   - while COMMIT was in flight, with no answer: the transaction may or may
@@ -44,7 +46,12 @@ const (
 	sqlStateCrashShutdown      = "57P02" // another backend crashed; the server restarts
 	sqlStateCannotConnectNow   = "57P03" // the server is starting up or shutting down
 	sqlStateTooManyConnections = "53300"
-	sqlStateClassConnection    = "08" // connection exception
+	// The session sat idle in a transaction past
+	// idle_in_transaction_session_timeout (Cfg.IdleInTransaction): the
+	// server ended it while waiting for the next command, so the
+	// transaction was rolled back before any COMMIT was read.
+	sqlStateIdleInTransactionTimeout = "25P03"
+	sqlStateClassConnection          = "08" // connection exception
 )
 
 // transient reports whether err says that the database could not be
@@ -57,7 +64,8 @@ func transient(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case sqlStateAdminShutdown, sqlStateCrashShutdown, sqlStateCannotConnectNow, sqlStateTooManyConnections:
+		case sqlStateAdminShutdown, sqlStateCrashShutdown, sqlStateCannotConnectNow, sqlStateTooManyConnections,
+			sqlStateIdleInTransactionTimeout:
 			return true
 		}
 		return strings.HasPrefix(pgErr.Code, sqlStateClassConnection)
@@ -72,12 +80,13 @@ func transient(err error) bool {
 }
 
 // commitAnswered reports whether a failed COMMIT got an answer that says
-// it did not commit: an ERROR (not FATAL) from the server, or a failure
-// before anything was sent.
+// it did not commit: an ERROR (not FATAL) from the server, the end of a
+// session idle in its transaction (ended before the COMMIT was read), or a
+// failure before anything was sent.
 func commitAnswered(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return pgErr.Severity == "ERROR" || pgErr.SeverityUnlocalized == "ERROR"
+		return pgErr.Severity == "ERROR" || pgErr.SeverityUnlocalized == "ERROR" || pgErr.Code == sqlStateIdleInTransactionTimeout
 	}
 	return pgconn.SafeToRetry(err)
 }
@@ -148,8 +157,10 @@ type retrier struct {
 // waited for the backoff; it returns the error to give up with otherwise.
 func (r *retrier) again(ctx context.Context, err error) (bool, error) {
 	switch {
-	case errors.Is(err, arbortype.ErrAmbiguous):
-		// It may have committed: running it again could apply it twice.
+	case errors.Is(err, ErrAmbiguous):
+		// The connection error in its chain is not a transient fault: the
+		// transaction may have committed, and running it again could apply
+		// it twice. Only the caller can find out.
 		return false, err
 	case transient(err) && ctx.Err() == nil:
 		if r.faults == 0 {

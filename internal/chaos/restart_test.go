@@ -1,0 +1,44 @@
+package chaos
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// envPgCtl is the command prefix that restarts the server, which only
+// scripts/with-postgres.sh exports, and only for a server it started.
+const envPgCtl = "ARBOR_PG_CTL"
+
+// TestRestartedServer (c): two runner processes; the database server is
+// restarted twice at random moments (after 150 to 299 more handler calls),
+// first with `pg_ctl restart -m fast` (clients disconnected, a clean
+// shutdown), then with `-m immediate` (no shutdown checkpoint: crash
+// recovery at start, COMMITs in flight lost or not). Nothing may fail, and
+// every turn completes with its result.
+func TestRestartedServer(t *testing.T) {
+	requireChaos(t)
+	pgCtl := os.Getenv(envPgCtl)
+	if pgCtl == "" {
+		t.Fatalf("chaos (c) restarts the database server, so it needs the throwaway PostgreSQL that scripts/with-postgres.sh starts itself (it exports %s); "+
+			"it is not set, because ARBOR_DATABASE_URL was given from outside or the script did not run: run `make chaos` without ARBOR_DATABASE_URL", envPgCtl)
+	}
+	s := setup(t, conversations)
+	s.startChild("c1", leaseDefault)
+	s.startChild("c2", leaseDefault)
+	from := s.runs()
+	for i, mode := range []string{"fast", "immediate"} {
+		from = s.waitProgress(from, 150+s.rng.IntN(150))
+		require.False(t, s.done(), "restart %d: the work was done before it; the workload is too small", i+1)
+		live := s.live()
+		out, err := exec.Command("bash", "-c", pgCtl+" restart -m "+mode+" -w -t 60").CombinedOutput()
+		require.NoError(t, err, "pg_ctl restart -m %s: %s", mode, out)
+		t.Logf("restarted the server (-m %s) with %d tasks live, after %d handler calls", mode, live, from)
+		from = s.runs()
+	}
+	s.waitSettled()
+	s.stopAll()
+	s.verify()
+}
