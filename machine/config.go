@@ -18,7 +18,7 @@ const (
 	// CapacityDefault: conversations one node holds at once.
 	CapacityDefault = 10_000
 	// WorkersDefault: handlers running at once on a node.
-	WorkersDefault = 100
+	WorkersDefault = 1000
 	// ConversationLeaseDefault: how long a dead node's conversations wait
 	// before another node takes them over.
 	ConversationLeaseDefault = 15 * time.Second
@@ -51,9 +51,12 @@ type RunnerConfig struct {
 	// longest idle one is released. Default CapacityDefault (10,000).
 	Capacity int
 	// Workers is the most handlers running at once on this node, over all
-	// its conversations. Each running handler is a goroutine; a handler's
-	// slot is given back as soon as it has queued its ending write.
-	// Default WorkersDefault (100).
+	// its conversations. Each running handler is a goroutine (a few KiB;
+	// an agent's handlers mostly wait on a model or a tool); a handler's
+	// slot is given back as soon as it has queued its ending write. It also
+	// bounds the batches: one open or claim starts at most the free slots'
+	// worth of runs, so fewer workers mean smaller batches and more
+	// transactions per task. Default WorkersDefault (1,000).
 	Workers int
 	// ConversationLease is how long this runner's hold on a conversation
 	// lasts without renewal: a runner that stops renewing (it died, or is

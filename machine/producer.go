@@ -59,13 +59,28 @@ func (r *Runner) produceOnce() {
 			}
 			r.dirty = map[string]bool{}
 		}
+		var news []string
+		if len(r.news) > 0 {
+			news = make([]string, 0, len(r.news))
+			for c := range r.news {
+				news = append(news, c)
+			}
+			slices.Sort(news)
+			r.news = map[string]bool{}
+		}
 		wantHeld, wantOpen := r.wantHeld, r.wantOpen
 		if wantHeld {
 			r.dirty = map[string]bool{}
 		}
-		r.wantHeld, r.wantOpen = false, false
+		if news != nil {
+			// The named conversations first (by primary key); the scan,
+			// which finds what no notification named, after them.
+			wantOpen = false
+		}
+		deferScan := r.wantOpen && news != nil
+		r.wantHeld, r.wantOpen = false, deferScan
 		r.mu.Unlock()
-		if !wantHeld && !wantOpen && dirty == nil {
+		if !wantHeld && !wantOpen && dirty == nil && news == nil {
 			return
 		}
 		more := false
@@ -89,17 +104,24 @@ func (r *Runner) produceOnce() {
 			}
 			more = more || full
 		}
-		if wantOpen {
-			full, noSlot := r.open()
-			if noSlot || full {
+		if wantOpen || news != nil {
+			full, noSlot := r.open(news)
+			if noSlot || (full && wantOpen) {
 				r.mu.Lock()
-				r.wantOpen = true
+				if wantOpen {
+					r.wantOpen = true
+				}
+				for _, c := range news {
+					if noSlot && r.held[c] == nil {
+						r.news[c] = true
+					}
+				}
 				r.mu.Unlock()
 			}
 			if noSlot {
 				return
 			}
-			more = more || full
+			more = more || full || deferScan
 		}
 		if !more {
 			return
@@ -121,11 +143,9 @@ func (r *Runner) claimHeld(convs []string) (full, noSlot bool) {
 	var xact int64
 	r.claimMu.RLock()
 	claimed, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) ([]arbortype.Task, error) {
-		var err error
-		if xact, err = r.core.XactID(r.runCtx, tx); err != nil {
-			return nil, err
-		}
-		return r.core.ClaimFor(r.runCtx, tx, p)
+		claimed, x, err := r.core.ClaimFor(r.runCtx, tx, p)
+		xact = x
+		return claimed, err
 	})
 	if err != nil {
 		r.claimMu.RUnlock()
@@ -147,7 +167,7 @@ func (r *Runner) claimParams(limit int) core.ClaimParamsFor {
 // there are free slots and room — recovers them, and claims their runnable
 // tasks, all in one transaction. When the node is full, the longest idle
 // conversations are released first to make room.
-func (r *Runner) open() (full, noSlot bool) {
+func (r *Runner) open(named []string) (full, noSlot bool) {
 	k := r.reserve(r.cfg.Workers)
 	if k == 0 {
 		return false, true
@@ -174,23 +194,33 @@ func (r *Runner) open() (full, noSlot bool) {
 	sent := time.Now()
 	o, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (opened, error) {
 		var o opened
-		var err error
-		if xact, err = r.core.XactID(r.runCtx, tx); err != nil {
-			return o, err
-		}
-		if o.leases, err = r.core.OpenConversations(r.runCtx, tx, r.cfg.NodeID, r.cfg.ConversationLease, r.kinds, limit); err != nil || len(o.leases) == 0 {
+		op, err := r.core.OpenConversations(r.runCtx, tx, r.cfg.NodeID, r.cfg.ConversationLease, r.kinds, limit, named)
+		xact, o.leases = op.Xact, op.Leases
+		if err != nil || len(o.leases) == 0 {
 			return o, err
 		}
 		convs := make([]string, len(o.leases))
 		for i, l := range o.leases {
 			convs[i] = l.ConversationID
 		}
-		if o.reps, err = reconcile.OnOpenMany(r.runCtx, r.core, tx, convs); err != nil {
+		// Recovery only where it has something to look at; the others get
+		// an empty report.
+		reps, err := reconcile.OnOpenMany(r.runCtx, r.core, tx, op.Recover)
+		if err != nil {
 			return o, err
+		}
+		byConv := make(map[string]reconcile.Report, len(reps))
+		for _, rep := range reps {
+			byConv[rep.ConversationID] = rep
+		}
+		o.reps = make([]reconcile.Report, len(convs))
+		for i, c := range convs {
+			o.reps[i] = byConv[c]
+			o.reps[i].ConversationID = c
 		}
 		p := r.claimParams(k)
 		p.Conversations = convs
-		o.claimed, err = r.core.ClaimFor(r.runCtx, tx, p)
+		o.claimed, _, err = r.core.ClaimFor(r.runCtx, tx, p)
 		return o, err
 	})
 	if err != nil {
@@ -218,14 +248,25 @@ func (r *Runner) open() (full, noSlot bool) {
 	}
 	r.unreserve(k - len(o.claimed))
 	r.dispatch(o.claimed)
+	r.mu.Lock()
 	if len(o.claimed) == k {
-		r.mu.Lock()
 		for _, l := range o.leases {
 			r.dirty[l.ConversationID] = true // the slots ran out first
 		}
-		r.mu.Unlock()
 	}
-	return len(o.leases) == limit, false
+	full = len(o.leases) == limit
+	if full && named != nil {
+		// The limit cut the list: those not looked at go back. (Those
+		// looked at and not taken had no work, or another node took them.)
+		last := o.leases[len(o.leases)-1].ConversationID
+		for _, c := range named {
+			if c > last && r.held[c] == nil {
+				r.news[c] = true
+			}
+		}
+	}
+	r.mu.Unlock()
+	return full, false
 }
 
 // claimFailed handles a claim or open that failed. One whose commit's

@@ -39,6 +39,8 @@ type Runner struct {
 	runs     map[int64]*active    // by task id
 	busy     int                  // worker slots taken (running handlers, and claims in flight)
 	dirty    map[string]bool      // held conversations that may have work to claim
+	news     map[string]bool      // conversations not held here that the change channel named
+	gaveUp   map[string]gaveUp    // conversations given up by fenceOverdue, not to be adopted back
 	wantHeld bool                 // any held conversation may have work (the slow poll)
 	wantOpen bool                 // a conversation with no holder may have work
 	started  bool
@@ -63,6 +65,14 @@ type heldConv struct {
 	// ran), so a runner that stops its handlers before confirmed has them
 	// stopped before any other node can take the conversation.
 	confirmed time.Time
+}
+
+// gaveUp is a lease fenceOverdue gave up: the database may still name this
+// node its holder until it expires, but its runs were stopped, so it must
+// not be adopted back (its next holder recovers them).
+type gaveUp struct {
+	epoch int64
+	at    time.Time
 }
 
 // active is a running handler.
@@ -101,6 +111,8 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		held:     map[string]*heldConv{},
 		runs:     map[int64]*active{},
 		dirty:    map[string]bool{},
+		news:     map[string]bool{},
+		gaveUp:   map[string]gaveUp{},
 		kick:     make(chan struct{}, 1),
 	}
 	for kind, h := range handlers {
@@ -330,6 +342,9 @@ func (r *Runner) adopt(ctx context.Context, convs map[string]bool) {
 		convs = make(map[string]bool, len(leases))
 		r.mu.Lock()
 		for _, l := range leases {
+			if g, ok := r.gaveUp[l.ConversationID]; ok && g.epoch == l.Epoch {
+				continue
+			}
 			if r.held[l.ConversationID] == nil {
 				// Renewed at the next round; until then confirmed by the
 				// read, which ran after now.
@@ -412,6 +427,21 @@ func (r *Runner) markHeld() {
 	r.poke()
 }
 
+// maxNews bounds the conversations the change channel named that wait to
+// be looked at; past it, the producer scans for them instead.
+const maxNews = 100_000
+
+func (r *Runner) markNews(conv string) {
+	r.mu.Lock()
+	if len(r.news) < maxNews {
+		r.news[conv] = true
+	} else {
+		r.wantOpen = true
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
 func (r *Runner) markOpen() {
 	r.mu.Lock()
 	r.wantOpen = true
@@ -438,7 +468,7 @@ func (r *Runner) listenLoop() {
 				r.markDirty(n.Payload)
 				r.checkRuns(n.Payload)
 			} else {
-				r.markOpen()
+				r.markNews(n.Payload)
 			}
 		})
 }
@@ -540,6 +570,12 @@ func (r *Runner) fenceOverdue(now time.Time) {
 			overdue = append(overdue, id)
 			delete(r.held, id)
 			delete(r.dirty, id)
+			r.gaveUp[id] = gaveUp{epoch: h.lease.Epoch, at: now}
+		}
+	}
+	for id, g := range r.gaveUp {
+		if now.Sub(g.at) > 2*r.cfg.ConversationLease {
+			delete(r.gaveUp, id) // expired long since: the database no longer names this node
 		}
 	}
 	if len(overdue) > 0 {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/arborhq/arbor/arbortype"
 )
 
@@ -51,7 +53,25 @@ var (
 		UPDATE {schema}.conversations c
 		SET holder = $1, epoch = c.epoch + 1, lease_expires_at = now() + $2 * interval '1 microsecond', updated_at = now()
 		FROM picked WHERE c.id = picked.id
-		RETURNING c.id, c.epoch`)
+		RETURNING `+openedColumns)
+
+	// Conversations named by their notifications, taken when they have work
+	// for the node and no live holder: the same test as
+	// qOpenConversations's, by primary key. Every node hears every
+	// notification: the first to lock a conversation takes it, the others
+	// skip it.
+	qOpenNamed = define(`WITH picked AS (
+			SELECT c.id FROM {schema}.conversations c
+			WHERE c.id = ANY($5) AND (c.holder IS NULL OR c.lease_expires_at < now())
+			  AND (EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status = 'pending'
+					AND NOT t.abort_requested AND ($3::text[] IS NULL OR t.kind = ANY($3)))
+				OR (c.holder IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status = 'running')))
+			ORDER BY c.id LIMIT $4
+			FOR NO KEY UPDATE SKIP LOCKED)
+		UPDATE {schema}.conversations c
+		SET holder = $1, epoch = c.epoch + 1, lease_expires_at = now() + $2 * interval '1 microsecond', updated_at = now()
+		FROM picked WHERE c.id = picked.id
+		RETURNING `+openedColumns)
 
 	// The claims of a node: in the conversations given ($2), or in all it
 	// holds. Two stages, so that the plan does not depend on statistics:
@@ -176,13 +196,24 @@ func claimSQL(convs string) string {
 			FOR NO KEY UPDATE OF t SKIP LOCKED FOR SHARE OF c SKIP LOCKED)
 		UPDATE {schema}.tasks t SET `+claimSet+`
 		FROM picked WHERE t.id = picked.picked_id
-		RETURNING {run_columns}`, "$gen", "$4", "$status", "$6", "$epoch", "picked.picked_epoch", "$lease", "$7")
+		RETURNING {run_columns}, pg_current_xact_id()::text::bigint`, "$gen", "$4", "$status", "$6", "$epoch", "picked.picked_epoch", "$lease", "$7")
 }
 
-// OpenedLease is a conversation a node took: its id and new epoch.
+// openedColumns are what an open returns of each conversation it took: its
+// id and new epoch, the transaction's id, and whether recovery has
+// anything to look at (a task running under a former holder, a wait or a
+// completing task that might need repair); a conversation with none of
+// them needs no reconcile_on_open.
+const openedColumns = `c.id, c.epoch, pg_current_xact_id()::text::bigint,
+		EXISTS (SELECT 1 FROM {schema}.tasks r WHERE r.conversation_id = c.id AND r.status IN ('running', 'waiting', 'completing'))`
+
+// OpenedLease is a conversation a node took: its id and new epoch, the
+// opening transaction's id, and whether it needs recovery.
 type OpenedLease struct {
 	ConversationID string
 	Epoch          int64
+	Xact           int64
+	Recover        bool
 }
 
 // OpenConversations gives holder up to limit conversations that have work
@@ -190,7 +221,15 @@ type OpenedLease struct {
 // bounds how many of the oldest pending tasks are looked at to find them.
 // Their rows stay locked until the transaction ends.
 func (s *Store) OpenConversations(ctx context.Context, db DB, holder string, ttl time.Duration, kinds []string, limit, scan int) ([]OpenedLease, error) {
-	rows, err := db.Query(ctx, s.sql[qOpenConversations], holder, micros(ttl), kinds, limit, scan)
+	return collectOpened(db.Query(ctx, s.sql[qOpenConversations], holder, micros(ttl), kinds, limit, scan))
+}
+
+// OpenNamed is OpenConversations among the conversations ids only.
+func (s *Store) OpenNamed(ctx context.Context, db DB, holder string, ttl time.Duration, kinds []string, limit int, ids []string) ([]OpenedLease, error) {
+	return collectOpened(db.Query(ctx, s.sql[qOpenNamed], holder, micros(ttl), kinds, limit, ids))
+}
+
+func collectOpened(rows pgx.Rows, err error) ([]OpenedLease, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +237,7 @@ func (s *Store) OpenConversations(ctx context.Context, db DB, holder string, ttl
 	var out []OpenedLease
 	for rows.Next() {
 		var l OpenedLease
-		if err := rows.Scan(&l.ConversationID, &l.Epoch); err != nil {
+		if err := rows.Scan(&l.ConversationID, &l.Epoch, &l.Xact, &l.Recover); err != nil {
 			return nil, err
 		}
 		out = append(out, l)
@@ -210,17 +249,18 @@ func (s *Store) OpenConversations(ctx context.Context, db DB, holder string, ttl
 // holder holds, of kinds (nil: any), by the generation rule for generation
 // kinds gen (nil: every root is a generation), oldest first, each with its
 // own token and the conversation's epoch. It returns the runs' rows (the
-// run columns), in no particular order.
-func (s *Store) ClaimIn(ctx context.Context, db DB, holder string, convs, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration) ([]arbortype.Task, error) {
+// run columns), in no particular order, and the transaction's id (0 when
+// it claimed nothing).
+func (s *Store) ClaimIn(ctx context.Context, db DB, holder string, convs, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration) ([]arbortype.Task, int64, error) {
 	if convs == nil {
 		convs = []string{}
 	}
-	return collectRunTasks(db.Query(ctx, s.sql[qClaimIn], holder, convs, kinds, gen, limit, string(status), micros(lease)))
+	return collectRunTasksXact(db.Query(ctx, s.sql[qClaimIn], holder, convs, kinds, gen, limit, string(status), micros(lease)))
 }
 
 // ClaimHeld is ClaimIn across every conversation holder holds.
-func (s *Store) ClaimHeld(ctx context.Context, db DB, holder string, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration) ([]arbortype.Task, error) {
-	return collectRunTasks(db.Query(ctx, s.sql[qClaimHeld], holder, nil, kinds, gen, limit, string(status), micros(lease)))
+func (s *Store) ClaimHeld(ctx context.Context, db DB, holder string, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration) ([]arbortype.Task, int64, error) {
+	return collectRunTasksXact(db.Query(ctx, s.sql[qClaimHeld], holder, nil, kinds, gen, limit, string(status), micros(lease)))
 }
 
 // RunningIn reads the running tasks of the conversations, in id order.

@@ -137,6 +137,27 @@ func collectRunTasks(rows pgx.Rows, err error) ([]arbortype.Task, error) {
 	return collectColumns(runColumnList, rows, err)
 }
 
+// collectRunTasksXact reads run rows followed by the writing transaction's
+// id (the same on every row), and returns that id too (0 for no rows).
+func collectRunTasksXact(rows pgx.Rows, err error) ([]arbortype.Task, int64, error) {
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var (
+		out  []arbortype.Task
+		xact int64
+	)
+	for rows.Next() {
+		t, err := scanColumns(runColumnList, rows, &xact)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, t)
+	}
+	return out, xact, rows.Err()
+}
+
 func collectColumns(list []taskColumn, rows pgx.Rows, err error) ([]arbortype.Task, error) {
 	if err != nil {
 		return nil, err

@@ -35,6 +35,7 @@ func TestRunTiny(t *testing.T) {
 			"d": {"10", "40", "13"},
 			"e": {"5", "10", "20"},
 			"f": {"3", "6", "10"},
+			"h": {"2x2", "3x2", "2x3"},
 		},
 		// River alone wakes a sleep only when it promotes its scheduled
 		// job, every ~5 s: seconds per size, too slow for the smoke test.
@@ -84,17 +85,13 @@ func TestRunTiny(t *testing.T) {
 				}
 			}
 		}
-		arbor := map[string]bool{}
-		for _, def := range bench.Scenarios() {
-			for _, sub := range def.Subjects {
-				if def.Key == s.Key && sub.Arbor {
-					arbor[sub.Key] = true
-				}
-			}
+		subjects := map[string]bench.Subject{}
+		for _, sub := range scenario(s.Key).Subjects {
+			subjects[sub.Key] = sub
 		}
 		for _, a := range s.Sizes[0].Subjects {
 			for _, b := range s.Sizes[0].Subjects {
-				if arbor[a.Key] && !arbor[b.Key] && b.Unavailable == "" {
+				if subjects[a.Key].Compared(subjects[b.Key]) && b.Unavailable == "" {
 					require.Positive(t, a.Ratios[b.Key], "%s: ratio of %s to %s", s.Key, a.Key, b.Key)
 				}
 			}

@@ -1,16 +1,12 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
@@ -93,46 +89,6 @@ func eachTask(fn func(ctx context.Context, t arbortype.Task) error) func(context
 			}
 		}
 		return nil
-	}
-}
-
-// batchTxRetries bounds the retries of a batched transaction after a
-// deadlock or a serialization failure, as tasks.Config.TxRetries does for
-// the engine's own.
-const batchTxRetries = 5
-
-// batchTx runs fn on every claimed task inside one transaction: the …Tx
-// forms of the engine, one commit for the whole batch. The tasks are taken
-// in (conversation, id) order, so two batches lock conversation rows in
-// the same order and cannot deadlock on them. This is the "what if the
-// runner batched its commits" variant: the engine's SQL per task is
-// unchanged, only the commits are shared.
-func batchTx(pool *pgxpool.Pool, fn func(ctx context.Context, tx pgx.Tx, t arbortype.Task) error) func(context.Context, []arbortype.Task) error {
-	return func(ctx context.Context, claimed []arbortype.Task) error {
-		sorted := slices.Clone(claimed)
-		slices.SortFunc(sorted, func(a, b arbortype.Task) int {
-			return cmp.Or(cmp.Compare(a.ConversationID, b.ConversationID), cmp.Compare(a.ID, b.ID))
-		})
-		return inTx(ctx, pool, func(tx pgx.Tx) error {
-			for _, t := range sorted {
-				if err := fn(ctx, tx, t); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-}
-
-// inTx runs fn in a transaction, retried a bounded number of times after a
-// deadlock or a serialization failure.
-func inTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) error {
-	for try := 0; ; try++ {
-		err := pgx.BeginFunc(ctx, pool, fn)
-		var pgErr *pgconn.PgError
-		if err == nil || try >= batchTxRetries || !errors.As(err, &pgErr) || (pgErr.Code != "40001" && pgErr.Code != "40P01") {
-			return err
-		}
 	}
 }
 

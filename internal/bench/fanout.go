@@ -32,18 +32,10 @@ const phaseWaiting = "waiting"
 //
 // Time runs from the first parent's create to the last parent's complete.
 func fanoutArborEngine(ctx context.Context, env *Env, size Size) (Measurement, error) {
-	return fanoutArbor(ctx, env, size, false)
+	return fanoutArbor(ctx, env, size)
 }
 
-// fanoutArborBatched is the what-if variant of fanoutArborEngine: the same
-// engine operations, but the completes of each claimed batch (children, and
-// woken parents) share one transaction (CompleteTx), one commit per batch.
-// Spawning stays one transaction per parent.
-func fanoutArborBatched(ctx context.Context, env *Env, size Size) (Measurement, error) {
-	return fanoutArbor(ctx, env, size, true)
-}
-
-func fanoutArbor(ctx context.Context, env *Env, size Size, batched bool) (Measurement, error) {
+func fanoutArbor(ctx context.Context, env *Env, size Size) (Measurement, error) {
 	eng, err := tasks.New(ctx, env.Pool, &tasks.Config{Schema: env.Schema})
 	if err != nil {
 		return Measurement{}, err
@@ -85,12 +77,7 @@ func fanoutArbor(ctx context.Context, env *Env, size Size, batched bool) (Measur
 				return fmt.Errorf("task %d: unexpected kind %q, phase %q", t.ID, t.Kind, t.Phase)
 			}
 		}
-		var err error
-		if batched && len(rest) > 0 {
-			err = batchTx(env.Pool, complete)(ctx, rest)
-		} else {
-			err = eachTask(func(ctx context.Context, t arbortype.Task) error { return complete(ctx, nil, t) })(ctx, rest)
-		}
+		err := eachTask(func(ctx context.Context, t arbortype.Task) error { return complete(ctx, nil, t) })(ctx, rest)
 		if err != nil {
 			return err
 		}

@@ -24,20 +24,10 @@ import (
 // each in a transaction of its own. A runner-based variant will be another
 // RunFunc beside this one.
 func flatArborEngine(ctx context.Context, env *Env, size Size) (Measurement, error) {
-	return flatArbor(ctx, env, size, false)
+	return flatArbor(ctx, env, size)
 }
 
-// flatArborBatched is the what-if variant of flatArborEngine: the same
-// engine operations, but the creates of a batch of env.ClaimBatch tasks
-// share one transaction (CreateTx), and so do the completes of each claimed
-// batch (CompleteTx): one commit per batch instead of one per task. It
-// measures what batching commits, as River's completer does, would buy
-// without changing the engine's SQL.
-func flatArborBatched(ctx context.Context, env *Env, size Size) (Measurement, error) {
-	return flatArbor(ctx, env, size, true)
-}
-
-func flatArbor(ctx context.Context, env *Env, size Size, batched bool) (Measurement, error) {
+func flatArbor(ctx context.Context, env *Env, size Size) (Measurement, error) {
 	eng, err := tasks.New(ctx, env.Pool, &tasks.Config{Schema: env.Schema})
 	if err != nil {
 		return Measurement{}, err
@@ -46,25 +36,10 @@ func flatArbor(ctx context.Context, env *Env, size Size, batched bool) (Measurem
 		return tasks.CreateParams{ConversationID: fmt.Sprintf("flat-%d", i), Kind: "noop"}
 	}
 	start := time.Now()
-	if batched {
-		batches := splitBatches(size.N, env.ClaimBatch)
-		err = parallel(ctx, env.Conns, len(batches), func(ctx context.Context, b int) error {
-			first := b * env.ClaimBatch
-			return inTx(ctx, env.Pool, func(tx pgx.Tx) error {
-				for i := first; i < first+batches[b]; i++ {
-					if _, _, err := eng.CreateTx(ctx, tx, params(i)); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		})
-	} else {
-		err = parallel(ctx, env.Conns, size.N, func(ctx context.Context, i int) error {
-			_, _, err := eng.Create(ctx, params(i))
-			return err
-		})
-	}
+	err = parallel(ctx, env.Conns, size.N, func(ctx context.Context, i int) error {
+		_, _, err := eng.Create(ctx, params(i))
+		return err
+	})
 	if err != nil {
 		return Measurement{}, fmt.Errorf("create: %w", err)
 	}
@@ -85,19 +60,6 @@ func flatArbor(ctx context.Context, env *Env, size Size, batched bool) (Measurem
 		count(1)
 		return nil
 	})
-	if batched {
-		complete := batchTx(env.Pool, func(ctx context.Context, tx pgx.Tx, t arbortype.Task) error {
-			_, err := completeTask(ctx, eng, tx, t)
-			return err
-		})
-		handle = func(ctx context.Context, claimed []arbortype.Task) error {
-			if err := complete(ctx, claimed); err != nil {
-				return err
-			}
-			count(len(claimed))
-			return nil
-		}
-	}
 	if err := engineLoop(ctx, eng, env.Conns, env.ClaimBatch, done, handle); err != nil {
 		return Measurement{}, fmt.Errorf("run: %w", err)
 	}
@@ -117,6 +79,18 @@ func flatArbor(ctx context.Context, env *Env, size Size, batched bool) (Measurem
 // checks, no tree. Nothing on this database can do the work faster, so
 // arbor's share of it says how much its guarantees cost.
 func flatCeiling(ctx context.Context, env *Env, size Size) (Measurement, error) {
+	return flatCeilingWith(ctx, env, size, false)
+}
+
+// flatCeilingRow is the per-row ceiling: flatCeiling with every row inserted
+// by a transaction of its own (one single-row INSERT, committed), on
+// env.Conns goroutines — the plain-SQL bound of creating a turn per
+// message — then claimed and completed in batches the same way.
+func flatCeilingRow(ctx context.Context, env *Env, size Size) (Measurement, error) {
+	return flatCeilingWith(ctx, env, size, true)
+}
+
+func flatCeilingWith(ctx context.Context, env *Env, size Size, perRow bool) (Measurement, error) {
 	if _, err := env.Pool.Exec(ctx, env.sql(`CREATE TABLE {schema}.ceiling_tasks (
 			id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 			kind       text NOT NULL,
@@ -135,6 +109,9 @@ func flatCeiling(ctx context.Context, env *Env, size Size) (Measurement, error) 
 
 	start := time.Now()
 	batches := splitBatches(size.N, insertBatch(size.N, env.Conns))
+	if perRow {
+		batches = splitBatches(size.N, 1)
+	}
 	err := parallel(ctx, env.Conns, len(batches), func(ctx context.Context, i int) error {
 		kinds := make([]string, batches[i])
 		for j := range kinds {

@@ -10,36 +10,27 @@ import (
 	"github.com/arborhq/arbor/tasks"
 )
 
-// runnerIdleRelease is how long a machine of the flat scenario keeps a
-// conversation with nothing left to run. The default (5 s) is meant for
-// conversations whose next turn comes soon; here every conversation has one
-// task, and with the default the runner's Capacity (1,000 conversations)
-// would be spent holding finished ones, so the scenario would measure
-// IdleRelease, not the runner.
-const runnerIdleRelease = time.Millisecond
-
-// flatRunner is scenario (a) through a real machine.Runner: the runner is
-// started (not timed), then N root tasks are created on env.Conns
-// goroutines, each a turn of a conversation of its own as in
-// flatArborEngine, while the runner — env.Conns workers, River's wake
-// client and timers running as in production — opens each conversation
-// (lease + reconcile_on_open in one transaction), claims its task and runs
-// the no-op handler, whose Complete is the one the runner would make when a
-// handler returns nil. Timed from the first create to the last Complete.
-func flatRunner(ctx context.Context, env *Env, size Size) (Measurement, error) {
-	return flatRunnerIn(ctx, env, size, size.N)
+// flatRunnerBatched is scenario (a) through a real machine.Runner with the
+// zero RunnerConfig (every setting its default; only the logger is set):
+// the runner is started (not timed, as River's client start is not), then
+// N root tasks, each the turn of a conversation of its own, are created
+// with Engine.CreateMany in batches — as River's jobs are inserted with
+// InsertMany, in batches of the same size — on env.Conns goroutines, while
+// the runner opens their conversations (lease, reconcile_on_open and the
+// claim of their work in one transaction for many), runs the no-op handler
+// and completes each task through its batching completer. Timed from the
+// first create to the last completion.
+func flatRunnerBatched(ctx context.Context, env *Env, size Size) (Measurement, error) {
+	return flatRunnerIn(ctx, env, size, true)
 }
 
-// flatRunnerShared is flatRunner with the N root tasks spread over
-// env.Conns conversations (task i in conversation i mod env.Conns) and
-// RunnerConfig.GenerationKinds set to a kind none of them has, so that they
-// are not turns: every pending root of a held conversation is runnable at
-// once, and one lease and reconcile_on_open serve many tasks.
-func flatRunnerShared(ctx context.Context, env *Env, size Size) (Measurement, error) {
-	return flatRunnerIn(ctx, env, size, min(env.Conns, size.N))
+// flatRunnerCreates is flatRunnerBatched with one Engine.Create per task,
+// each its own transaction, as a chat backend creates a turn per message.
+func flatRunnerCreates(ctx context.Context, env *Env, size Size) (Measurement, error) {
+	return flatRunnerIn(ctx, env, size, false)
 }
 
-func flatRunnerIn(ctx context.Context, env *Env, size Size, convs int) (Measurement, error) {
+func flatRunnerIn(ctx context.Context, env *Env, size Size, batched bool) (Measurement, error) {
 	pool, eng, err := machinePool(ctx, env)
 	if err != nil {
 		return Measurement{}, err
@@ -50,10 +41,9 @@ func flatRunnerIn(ctx context.Context, env *Env, size Size, convs int) (Measurem
 	done := make(chan struct{})
 	handlers := map[string]machine.Handler{
 		"noop": func(ctx context.Context, run *machine.Run) error {
-			// As the runner's own Complete after a handler returns nil:
-			// with a context the machine cannot cancel (see
-			// completeUncancelled).
-			if err := completeUncancelled(ctx, run); err != nil {
+			// The Complete the runner makes for a handler that returns nil,
+			// made here so that its return can be counted.
+			if err := run.Complete(ctx, nil); err != nil {
 				return err
 			}
 			if completed.Add(1) == int64(size.N) {
@@ -62,16 +52,7 @@ func flatRunnerIn(ctx context.Context, env *Env, size Size, convs int) (Measurem
 			return nil
 		},
 	}
-	cfg := &machine.RunnerConfig{
-		Workers:      env.Conns,
-		IdleRelease:  runnerIdleRelease,
-		PollInterval: env.RunnerPollInterval,
-		Logger:       env.Logger,
-	}
-	if convs < size.N {
-		cfg.GenerationKinds = []string{"turn"}
-	}
-	r, err := machine.NewRunner(eng, handlers, cfg)
+	r, err := machine.NewRunner(eng, handlers, &machine.RunnerConfig{PollInterval: env.RunnerPollInterval, Logger: env.Logger})
 	if err != nil {
 		return Measurement{}, err
 	}
@@ -80,17 +61,31 @@ func flatRunnerIn(ctx context.Context, env *Env, size Size, convs int) (Measurem
 	}
 	defer stopRunner(ctx, env, r)
 
-	// The runner's start is not timed, as River's migrations are not; its
-	// statements and commits are counted from here.
+	params := func(i int) tasks.CreateParams {
+		return tasks.CreateParams{ConversationID: fmt.Sprintf("flat-%d", i), Kind: "noop"}
+	}
 	w, err := env.StartWindow(ctx)
 	if err != nil {
 		return Measurement{}, err
 	}
 	start := time.Now()
-	err = parallel(ctx, env.Conns, size.N, func(ctx context.Context, i int) error {
-		_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("flat-%d", i%convs), Kind: "noop"})
-		return err
-	})
+	if batched {
+		batch := insertBatch(size.N, env.Conns)
+		batches := splitBatches(size.N, batch)
+		err = parallel(ctx, env.Conns, len(batches), func(ctx context.Context, b int) error {
+			ps := make([]tasks.CreateParams, batches[b])
+			for j := range ps {
+				ps[j] = params(b*batch + j)
+			}
+			_, _, err := eng.CreateMany(ctx, ps)
+			return err
+		})
+	} else {
+		err = parallel(ctx, env.Conns, size.N, func(ctx context.Context, i int) error {
+			_, _, err := eng.Create(ctx, params(i))
+			return err
+		})
+	}
 	if err != nil {
 		return Measurement{}, fmt.Errorf("create: %w", err)
 	}
@@ -128,16 +123,6 @@ func leftBehind(ctx context.Context, env *Env) string {
 		return "left behind: " + err.Error()
 	}
 	return "left behind: " + s
-}
-
-// completeUncancelled completes run with a context the machine cannot
-// cancel, as machine's execute does when a handler returns nil. With the
-// handler's own context, the machine, seeing the task settled (its
-// notification of the Complete's commit arrives before the COMMIT's reply
-// is read), cancels that context and pgx reports "outcome unknown:
-// connection lost during commit" for a Complete that did commit.
-func completeUncancelled(ctx context.Context, run *machine.Run) error {
-	return run.Complete(context.WithoutCancel(ctx), nil)
 }
 
 // stopRunner stops r, logging a failure (the figure is already taken).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -188,8 +189,10 @@ type Subject struct {
 	// "ceiling", "river", "dbos").
 	Key string
 	// Arbor marks arbor's side; every other subject is a baseline, and the
-	// ratios divide each arbor subject's figure by each baseline's.
-	Arbor bool
+	// ratios divide each arbor subject's figure by each baseline's — by
+	// those named in Versus, when it is not nil.
+	Arbor  bool
+	Versus []string
 	// Label heads its column in the table.
 	Label string
 	// Reps, when above 0, caps Options.Reps for this subject, and MaxTasks,
@@ -306,4 +309,11 @@ func (o *Options) sizesFor(s Scenario) ([]Size, error) {
 		out = append(out, size)
 	}
 	return out, nil
+}
+
+// Compared says whether the table and the results give the ratio of a's
+// figure to b's: a is arbor's, b a baseline that a's Versus names (any
+// baseline when Versus is nil).
+func (a Subject) Compared(b Subject) bool {
+	return a.Arbor && !b.Arbor && (a.Versus == nil || slices.Contains(a.Versus, b.Key))
 }

@@ -167,7 +167,7 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 	var pairs []pair
 	for _, a := range s.Subjects {
 		for _, b := range s.Subjects {
-			if a.Arbor && !b.Arbor {
+			if a.Compared(b) {
 				pairs = append(pairs, pair{a.Key, b.Key})
 			}
 		}

@@ -54,7 +54,7 @@ func resumeRunner(ctx context.Context, env *Env, size Size) (Measurement, error)
 				mu.Lock()
 				resumed[run.Task.ID] = now
 				mu.Unlock()
-				if err := completeUncancelled(ctx, run); err != nil {
+				if err := run.Complete(ctx, nil); err != nil {
 					return err
 				}
 				mu.Lock()
@@ -77,7 +77,7 @@ func resumeRunner(ctx context.Context, env *Env, size Size) (Measurement, error)
 			mu.Lock()
 			settled[run.Task.OwnerID] = called
 			mu.Unlock()
-			if err := completeUncancelled(ctx, run); err != nil {
+			if err := run.Complete(ctx, nil); err != nil {
 				return err
 			}
 			took := time.Since(called)

@@ -165,7 +165,7 @@ func runSize(ctx context.Context, o *Options, env *Env, s Scenario, size Size, d
 			continue
 		}
 		for j, b := range s.Subjects {
-			if b.Arbor || out.Subjects[j].TasksPerSec == 0 {
+			if !a.Compared(b) || out.Subjects[j].TasksPerSec == 0 {
 				continue
 			}
 			if out.Subjects[i].Ratios == nil {

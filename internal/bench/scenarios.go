@@ -10,10 +10,10 @@ import (
 // Labels of the subjects, shared by the scenarios.
 var (
 	labelArborEngine       = "arbor engine, driven by the harness's own claim loop (not machine.Runner): Engine.Claim in batches, one transaction per operation"
-	labelArborRunner       = "arbor machine.Runner: workers = connections, one conversation per task (a turn each), lease + reconcile_on_open per conversation"
-	labelArborRunnerShared = "arbor machine.Runner: the same, the N roots spread over as many conversations as connections, not generations (GenerationKinds)"
-	labelArborBatch        = "arbor, engine loop, what-if: the same operations as …Tx forms, one transaction (one commit) per claim batch"
-	labelSetSQL            = "what-if, NOT arbor: the set-based create/complete SQL issue 6's notes proposed, on arbor's schema (guard trigger, indexes), root tasks only"
+	labelArborRunner       = "arbor machine.Runner, RunnerConfig{} (every default): the N tasks created with Engine.CreateMany in batches (as River's InsertMany), one conversation per task"
+	labelArborRunnerCreate = "arbor machine.Runner, RunnerConfig{}: one Engine.Create per task (a transaction each, as a chat backend creates a turn per message), one conversation per task"
+	labelArborRunnerTree   = "arbor machine.Runner, RunnerConfig{}: parents spawn their children with Run.SpawnMany and wait (all_settled)"
+	labelCeilingRow        = "the per-row ceiling: plain SQL on the minimal table, every row inserted by a single-row transaction of its own, then claimed and completed in batches"
 	labelCeiling           = "the Postgres ceiling: plain SQL, batched statements, minimal table"
 	labelRiver             = "River " + riverVersion + ", InsertMany + client with River's benchmark settings"
 	labelDBOS              = "DBOS Transact Go, parent workflows starting child workflows (bench/dbos subprocess)"
@@ -28,49 +28,66 @@ func Scenarios() []Scenario {
 		{
 			Key:   "a",
 			Title: "flat: N root tasks, no-op handler — created, claimed, run, completed",
-			About: "arbor: engine loop (the harness's claim loop over the engine, no machine.Runner) — N Creates (one conversation per root task, " +
-				"a turn each), then workers Claim batches and Complete each task, one transaction per Complete. " +
-				"runner: a started machine.Runner (env.Conns workers, IdleRelease 1 ms, other settings default) while the same N " +
-				"Creates run; it opens each conversation (lease + reconcile_on_open), claims its task, runs the no-op handler, Completes. " +
-				"ceiling: plain SQL on a minimal table — batched INSERT, claim with UPDATE … SKIP LOCKED, " +
-				"complete with one UPDATE … WHERE id = ANY(…) per batch. River: InsertMany, then a client " +
-				"with River's benchmark settings (MaxWorkers 2000, FetchCooldown 2 ms, FetchPollInterval 20 ms) " +
-				"works no-op jobs. Same number of connections for all; time from the first insert to the last completion.",
+			About: "runner: a started machine.Runner with RunnerConfig{} while N root tasks (one conversation per task, a turn each) are created " +
+				"with Engine.CreateMany in batches of River's size (N over the connections, at most 5,000); it opens the conversations (lease, " +
+				"reconcile_on_open and claim, set-based, in one transaction for many), runs the no-op handler, and completes through its batching " +
+				"completer. runner-create: the same with one Engine.Create per task. arbor (reference line, not the Runner): the harness's own " +
+				"claim loop over the engine, one transaction per Complete. ceiling: plain SQL on a minimal table — batched INSERT, claim with " +
+				"UPDATE … SKIP LOCKED, complete with one UPDATE … WHERE id = ANY(…) per batch; ceiling-row: the same with a transaction per " +
+				"inserted row. River: InsertMany, then a client with River's benchmark settings (MaxWorkers 2000, FetchCooldown 2 ms, " +
+				"FetchPollInterval 20 ms) works no-op jobs. Same number of connections for all (the runner adds its LISTEN and wake-service " +
+				"connections); time from the first insert to the last completion.",
 			Metric:     Throughput,
-			Goal:       "arbor ≥ River's jobs/s and ≥ 30% of the ceiling",
+			Goal:       "runner ≥ River's jobs/s and ≥ 30% of the ceiling; runner-create ≥ 50% of ceiling-row",
 			Sizes:      []string{"2000", "8000", "24000"},
 			QuickSizes: []string{"100", "200", "400"},
 			SizeForm:   "N, the number of tasks",
 			ParseSize:  parseN,
 			Subjects: []Subject{
-				{Key: "arbor", Arbor: true, Label: labelArborEngine, Run: flatArborEngine},
-				{Key: "runner", Arbor: true, Label: labelArborRunner + "; one run per size", Run: flatRunner,
-					Reps: 1, MaxTasks: 8000},
-				{Key: "runner-shared", Arbor: true, Label: labelArborRunnerShared + "; one run per size", Run: flatRunnerShared,
-					Reps: 1, MaxTasks: 8000},
-				{Key: "arbor-batch", Arbor: true, Label: labelArborBatch + " (creates too)", Run: flatArborBatched},
-				{Key: "set-sql", Arbor: true, Label: labelSetSQL, Run: flatSetBased},
+				{Key: "runner", Arbor: true, Label: labelArborRunner, Run: flatRunnerBatched, Versus: []string{"ceiling", "river"}},
+				{Key: "runner-create", Arbor: true, Label: labelArborRunnerCreate, Run: flatRunnerCreates, Versus: []string{"ceiling-row"}},
+				{Key: "arbor", Arbor: true, Label: labelArborEngine, Run: flatArborEngine, Reps: 1, Versus: []string{"ceiling"}},
 				{Key: "ceiling", Label: labelCeiling, Run: flatCeiling},
+				{Key: "ceiling-row", Label: labelCeilingRow, Run: flatCeilingRow},
 				{Key: "river", Label: labelRiver, Run: flatRiver},
 			},
 		},
 		{
 			Key:   "b",
 			Title: "fan-out/fan-in: P parents × C children, all_settled",
-			About: "arbor: engine loop (the harness's claim loop over the engine, no machine.Runner) — each parent, when claimed, creates its C children " +
-				"and waits on them (all_settled) in one transaction; children are claimed and completed; the last " +
-				"child wakes its parent, which is claimed again and completes. DBOS: P parent workflows, each " +
-				"starting C child workflows and waiting for their results, in a subprocess with the same " +
-				"number of connections. Tasks = P × (C + 1); time from the first parent created to the last completed.",
+			About: "runner: a started machine.Runner with RunnerConfig{}; P parents, each the turn of a conversation of its own, created with " +
+				"one Engine.Create each; a parent's handler spawns its C children at once (Run.SpawnMany) and waits on them (all_settled); " +
+				"children complete; the last child's settle wakes the parent, which the same flush claims again; it completes. arbor (reference " +
+				"line, not the Runner): the harness's claim loop over the engine, a transaction per spawn-and-wait and per Complete. DBOS: P " +
+				"parent workflows, each starting C child workflows and waiting for their results, in a subprocess with the same number of " +
+				"connections. Tasks = P × (C + 1); time from the first parent created to the last completed.",
 			Metric:     Throughput,
-			Goal:       "arbor ahead of DBOS on the same tree",
+			Goal:       "runner ≥ 5× DBOS's tasks/s on the same tree",
 			Sizes:      []string{"10x20", "20x100", "40x200"},
 			QuickSizes: []string{"2x5", "4x10", "8x10"},
 			SizeForm:   "PxC, parents x children per parent",
 			ParseSize:  parsePC,
 			Subjects: []Subject{
-				{Key: "arbor", Arbor: true, Label: labelArborEngine, Run: fanoutArborEngine},
-				{Key: "arbor-batch", Arbor: true, Label: labelArborBatch + " (completes; each spawn is already one)", Run: fanoutArborBatched},
+				{Key: "runner", Arbor: true, Label: labelArborRunnerTree, Run: fanoutRunner},
+				{Key: "arbor", Arbor: true, Label: labelArborEngine, Run: fanoutArborEngine, Reps: 1, Versus: []string{}},
+				{Key: "dbos", Label: labelDBOS, Run: fanoutDBOS},
+			},
+		},
+		{
+			Key:   "h",
+			Title: "agent turns: P turns × C parallel tool calls, all_settled",
+			About: "The shape of an agent backend: P turns, each a conversation of its own (a message each, one Engine.Create), whose " +
+				"handler makes C parallel tool calls (Run.SpawnMany), waits on them (all_settled) and, run again, completes the turn. " +
+				"runner: machine.Runner with RunnerConfig{}; DBOS: P parent workflows starting C child workflows each, in the bench/dbos " +
+				"subprocess. Tasks = P × (C + 1).",
+			Metric:     Throughput,
+			Goal:       "runner ≥ 5× DBOS's tasks/s (below 3× is not done)",
+			Sizes:      []string{"100x5", "300x5", "1000x5"},
+			QuickSizes: []string{"5x5", "10x5", "20x5"},
+			SizeForm:   "PxC, turns x tool calls per turn",
+			ParseSize:  parsePC,
+			Subjects: []Subject{
+				{Key: "runner", Arbor: true, Label: labelArborRunnerTree, Run: fanoutRunner},
 				{Key: "dbos", Label: labelDBOS, Run: fanoutDBOS},
 			},
 		},

@@ -151,7 +151,7 @@ func (e *Engine) Flush(ctx context.Context, tx pgx.Tx, outs []Outcome, claim Cla
 	}
 	if len(heldConvs) > 0 && claim.Limit > 0 {
 		claim.Conversations = heldConvs
-		if res.Claimed, err = e.ClaimFor(ctx, tx, claim); err != nil {
+		if res.Claimed, _, err = e.ClaimFor(ctx, tx, claim); err != nil {
 			return res, fmt.Errorf("flush: %w", err)
 		}
 	}

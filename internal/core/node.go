@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,19 +17,47 @@ import (
 // The node runner's operations: each covers many conversations or tasks in
 // a few statements (see package machine's doc for the loops that call them).
 
+// Opened is what OpenConversations took.
+type Opened struct {
+	// Leases of the conversations taken, in id order.
+	Leases []Lease
+	// Recover lists those among them with something for recovery to look
+	// at (reconcile.OnOpenMany); the others need none.
+	Recover []string
+	// Xact is the transaction's id (0 when nothing was taken).
+	Xact int64
+}
+
 // OpenConversations gives holder up to limit conversations that have work
-// for kinds and no live holder, with a lease of ttl, and returns their
-// leases. The rows stay locked until tx ends: the caller recovers them
+// for kinds and no live holder, with a lease of ttl. The rows stay locked
+// until tx ends: the caller recovers those in Recover
 // (reconcile.OnOpenMany) and claims their work before it commits.
-func (e *Engine) OpenConversations(ctx context.Context, tx pgx.Tx, holder string, ttl time.Duration, kinds []string, limit int) ([]Lease, error) {
-	opened, err := e.Store.OpenConversations(ctx, tx, holder, ttl, kinds, limit, max(100, 4*limit))
+//
+// With named, only those conversations are looked at (the ones the
+// change channel named), by primary key; without, the oldest pending tasks
+// are scanned for conversations with no live holder.
+func (e *Engine) OpenConversations(ctx context.Context, tx pgx.Tx, holder string, ttl time.Duration, kinds []string, limit int, named []string) (Opened, error) {
+	var (
+		opened []store.OpenedLease
+		err    error
+	)
+	if named != nil {
+		opened, err = e.Store.OpenNamed(ctx, tx, holder, ttl, kinds, limit, named)
+	} else {
+		opened, err = e.Store.OpenConversations(ctx, tx, holder, ttl, kinds, limit, max(100, 4*limit))
+	}
 	if err != nil {
-		return nil, fmt.Errorf("open conversations: %w", err)
+		return Opened{}, fmt.Errorf("open conversations: %w", mapDBError(err))
 	}
-	out := make([]Lease, len(opened))
-	for i, o := range opened {
-		out[i] = Lease{ConversationID: o.ConversationID, Holder: holder, Epoch: o.Epoch}
+	var out Opened
+	for _, o := range opened {
+		out.Leases = append(out.Leases, Lease{ConversationID: o.ConversationID, Holder: holder, Epoch: o.Epoch})
+		out.Xact = o.Xact
+		if o.Recover {
+			out.Recover = append(out.Recover, o.ConversationID)
+		}
 	}
+	slices.SortFunc(out.Leases, func(a, b Lease) int { return strings.Compare(a.ConversationID, b.ConversationID) })
 	return out, nil
 }
 
@@ -53,24 +83,26 @@ type ClaimParamsFor struct {
 // token and its conversation's epoch, fenced by the conversation's share
 // lock as held; rows other transactions hold are skipped, so the claim
 // never waits. It returns the runs' rows (without a settled task's columns).
-func (e *Engine) ClaimFor(ctx context.Context, tx pgx.Tx, p ClaimParamsFor) ([]Task, error) {
+//
+// xact is the transaction's id, for resolving a commit whose answer is lost
+// (0 when nothing was claimed: then nothing was written).
+func (e *Engine) ClaimFor(ctx context.Context, tx pgx.Tx, p ClaimParamsFor) (claimed []Task, xact int64, err error) {
 	if p.Limit <= 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	to, err := fsm.Transition(arbortype.StatusPending, fsm.Start)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var claimed []Task
 	if p.Conversations != nil {
-		claimed, err = e.Store.ClaimIn(ctx, tx, p.Holder, p.Conversations, p.Kinds, p.GenerationKinds, min(p.Limit, maxBatch), to, e.Cfg.TaskLease)
+		claimed, xact, err = e.Store.ClaimIn(ctx, tx, p.Holder, p.Conversations, p.Kinds, p.GenerationKinds, min(p.Limit, maxBatch), to, e.Cfg.TaskLease)
 	} else {
-		claimed, err = e.Store.ClaimHeld(ctx, tx, p.Holder, p.Kinds, p.GenerationKinds, min(p.Limit, maxBatch), to, e.Cfg.TaskLease)
+		claimed, xact, err = e.Store.ClaimHeld(ctx, tx, p.Holder, p.Kinds, p.GenerationKinds, min(p.Limit, maxBatch), to, e.Cfg.TaskLease)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("claim for %q: %w", p.Holder, mapDBError(err))
+		return nil, 0, fmt.Errorf("claim for %q: %w", p.Holder, mapDBError(err))
 	}
-	return claimed, nil
+	return claimed, xact, nil
 }
 
 // ReleaseIdle frees the leases among ls that have nothing running, in one

@@ -6,3 +6,9 @@
 CREATE INDEX conversations_holder_idx ON {schema}.conversations (holder) WHERE holder IS NOT NULL;
 CREATE INDEX tasks_live_roots_idx ON {schema}.tasks (conversation_id, id)
     WHERE owner_task_id IS NULL AND status IN ('pending', 'running', 'waiting', 'sleeping', 'completing');
+-- Live children are looked up by their owner: a root (no owner) has no
+-- place in that index, and every change of a root's status would add an
+-- entry nobody reads.
+DROP INDEX {schema}.tasks_live_children_idx;
+CREATE INDEX tasks_live_children_idx ON {schema}.tasks (owner_task_id)
+    WHERE owner_task_id IS NOT NULL AND status IN ('pending', 'running', 'waiting', 'sleeping', 'completing');
