@@ -53,7 +53,7 @@ var (
 		UPDATE {schema}.conversations c
 		SET holder = $1, epoch = c.epoch + 1, lease_expires_at = now() + $2 * interval '1 microsecond', updated_at = now()
 		FROM picked WHERE c.id = picked.id
-		RETURNING `+openedColumns)
+		RETURNING ` + openedColumns)
 
 	// Conversations named by their notifications, taken when they have work
 	// for the node and no live holder: the same test as
@@ -71,7 +71,7 @@ var (
 		UPDATE {schema}.conversations c
 		SET holder = $1, epoch = c.epoch + 1, lease_expires_at = now() + $2 * interval '1 microsecond', updated_at = now()
 		FROM picked WHERE c.id = picked.id
-		RETURNING `+openedColumns)
+		RETURNING ` + openedColumns)
 
 	// The claims of a node: in the conversations given ($2), or in all it
 	// holds. Two stages, so that the plan does not depend on statistics:
