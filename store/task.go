@@ -133,10 +133,6 @@ func collectTasks(rows pgx.Rows, err error) ([]arbortype.Task, error) {
 	return collectColumns(taskColumnList, rows, err)
 }
 
-func collectRunTasks(rows pgx.Rows, err error) ([]arbortype.Task, error) {
-	return collectColumns(runColumnList, rows, err)
-}
-
 // collectRunTasksXact reads run rows followed by the writing transaction's
 // id (the same on every row), and returns that id too (0 for no rows).
 func collectRunTasksXact(rows pgx.Rows, err error) ([]arbortype.Task, int64, error) {
