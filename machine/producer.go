@@ -139,10 +139,24 @@ func (r *Runner) claimHeld(convs []string) (full, noSlot bool) {
 		return false, true
 	}
 	p := r.claimParams(k)
-	p.Conversations = convs
-	var xact int64
+	var (
+		xact   int64
+		locked []string
+	)
 	r.claimMu.RLock()
 	claimed, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) ([]arbortype.Task, error) {
+		p.Conversations = nil
+		if convs != nil {
+			// The conversations another transaction holds (a flush, a
+			// user's operation) are skipped by the claim's SKIP LOCKED, and
+			// no notification says when they are free: they are looked at
+			// again shortly.
+			var err error
+			if locked, err = r.core.LockHeld(r.runCtx, tx, r.cfg.NodeID, convs); err != nil || len(locked) == 0 {
+				return nil, err
+			}
+			p.Conversations = locked
+		}
 		claimed, x, err := r.core.ClaimFor(r.runCtx, tx, p)
 		xact = x
 		return claimed, err
@@ -156,7 +170,36 @@ func (r *Runner) claimHeld(convs []string) (full, noSlot bool) {
 	r.unreserve(k - len(claimed))
 	r.dispatch(claimed)
 	r.claimMu.RUnlock()
+	if convs != nil && len(locked) < len(convs) {
+		r.retrySkipped(convs, locked)
+	}
 	return len(claimed) == k, false
+}
+
+// skippedRetry is how soon the producer looks again at held conversations
+// a claim skipped because another transaction held them.
+const skippedRetry = 5 * time.Millisecond
+
+// retrySkipped marks dirty again the conversations among convs (sorted
+// locked aside) that a claim could not lock, and pokes the producer after
+// skippedRetry.
+func (r *Runner) retrySkipped(convs, locked []string) {
+	got := make(map[string]bool, len(locked))
+	for _, c := range locked {
+		got[c] = true
+	}
+	r.mu.Lock()
+	n := 0
+	for _, c := range convs {
+		if !got[c] && r.held[c] != nil {
+			r.dirty[c] = true
+			n++
+		}
+	}
+	r.mu.Unlock()
+	if n > 0 {
+		time.AfterFunc(skippedRetry, r.poke)
+	}
 }
 
 func (r *Runner) claimParams(limit int) core.ClaimParamsFor {
@@ -175,8 +218,20 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 	r.mu.Lock()
 	room := r.cfg.Capacity - len(r.held)
 	r.mu.Unlock()
-	if room < k {
-		room += r.releaseForRoom(k - room)
+	// Idle conversations are released for room only as far as it is
+	// needed: for the named conversations, as many as they are; for a scan,
+	// which cannot know, a few at a time once the node is full.
+	want := k
+	if named != nil {
+		want = min(k, len(named))
+	}
+	if room < want && (named != nil || room <= 0) {
+		n, err := core.Read(r.runCtx, r.core, func(db store.DB) (int, error) {
+			return r.core.CountOpenable(r.runCtx, db, r.kinds, min(want, room+evictBatch), named)
+		})
+		if err == nil && n > room {
+			room += r.releaseForRoom(min(n-room, evictBatch))
+		}
 	}
 	limit := min(k, room)
 	if limit <= 0 {
@@ -268,6 +323,10 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 	r.mu.Unlock()
 	return full, false
 }
+
+// evictBatch bounds how many idle conversations one open releases to make
+// room.
+const evictBatch = 100
 
 // claimFailed handles a claim or open that failed. One whose commit's
 // answer was lost is resolved: if it committed, what it took (leases, runs)

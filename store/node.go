@@ -73,6 +73,25 @@ var (
 		FROM picked WHERE c.id = picked.id
 		RETURNING ` + openedColumns)
 
+	// How many conversations an open would find (at most $2): a full node
+	// releases idle conversations for room only when there is something to
+	// open. $3 names the conversations to look at (null: scan as
+	// qOpenConversations does, the $4 oldest pending tasks).
+	qCountOpenable = define(`SELECT count(*) FROM (
+			SELECT c.id FROM {schema}.conversations c
+			WHERE (c.holder IS NULL OR c.lease_expires_at < now())
+			  AND ($3::text[] IS NULL OR c.id = ANY($3))
+			  AND (($3::text[] IS NULL AND c.id IN (
+					SELECT t.conversation_id FROM {schema}.tasks t
+					WHERE t.status = 'pending' AND NOT t.abort_requested AND ($1::text[] IS NULL OR t.kind = ANY($1))
+					  AND NOT EXISTS (SELECT 1 FROM {schema}.conversations h
+						WHERE h.id = t.conversation_id AND h.holder IS NOT NULL AND h.lease_expires_at >= now())
+					ORDER BY t.id LIMIT $4))
+				OR ($3::text[] IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = c.id
+					AND t.status = 'pending' AND NOT t.abort_requested AND ($1::text[] IS NULL OR t.kind = ANY($1))))
+				OR (c.holder IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status = 'running')))
+			LIMIT $2) x`)
+
 	// The claims of a node: in the conversations given ($2), or in all it
 	// holds. Two stages, so that the plan does not depend on statistics:
 	// the candidates are found from the conversations (by the index of
@@ -124,6 +143,12 @@ var (
 	// What became of a transaction: committed, aborted, in progress (null:
 	// too old to know).
 	qXactStatus = define(`SELECT coalesce(pg_xact_status($1::bigint::text::xid8), '')`)
+
+	// The conversations among $1 held by $2 that no other transaction
+	// holds, share-locked in id order (conversation rows first, as every
+	// transaction takes them): a claim in them then cannot skip their rows.
+	qLockHeld = define(`SELECT id FROM {schema}.conversations
+		WHERE id = ANY($1) AND holder = $2 ORDER BY id FOR SHARE SKIP LOCKED`)
 
 	// The leases holder holds that have not expired.
 	qHeldBy = define(`SELECT id, epoch FROM {schema}.conversations
@@ -224,6 +249,15 @@ func (s *Store) OpenConversations(ctx context.Context, db DB, holder string, ttl
 	return collectOpened(db.Query(ctx, s.sql[qOpenConversations], holder, micros(ttl), kinds, limit, scan))
 }
 
+// CountOpenable says how many conversations (at most limit) an open for
+// kinds would find among named (nil: by a scan of the oldest scan pending
+// tasks).
+func (s *Store) CountOpenable(ctx context.Context, db DB, kinds []string, limit int, named []string, scan int) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, s.sql[qCountOpenable], kinds, limit, named, scan).Scan(&n)
+	return n, err
+}
+
 // OpenNamed is OpenConversations among the conversations ids only.
 func (s *Store) OpenNamed(ctx context.Context, db DB, holder string, ttl time.Duration, kinds []string, limit int, ids []string) ([]OpenedLease, error) {
 	return collectOpened(db.Query(ctx, s.sql[qOpenNamed], holder, micros(ttl), kinds, limit, ids))
@@ -315,6 +349,12 @@ func (s *Store) LockForFlush(ctx context.Context, db DB, ids []string, holder st
 		held[id] = h
 	}
 	return held, xact, rows.Err()
+}
+
+// LockHeld share-locks, in id order, the conversations among ids that
+// holder holds and no other transaction holds, and returns them.
+func (s *Store) LockHeld(ctx context.Context, db DB, ids []string, holder string) ([]string, error) {
+	return collect[string](db.Query(ctx, s.sql[qLockHeld], ids, holder))
 }
 
 // XactID returns the id of db's transaction (assigning one).

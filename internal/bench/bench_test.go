@@ -35,6 +35,7 @@ func TestRunTiny(t *testing.T) {
 			"d": {"10", "40", "13"},
 			"e": {"5", "10", "20"},
 			"f": {"3", "6", "10"},
+			"g": {"3", "5", "4"},
 			"h": {"2x2", "3x2", "2x3"},
 		},
 		// River alone wakes a sleep only when it promotes its scheduled

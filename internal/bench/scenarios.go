@@ -74,6 +74,23 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
+			Key:   "g",
+			Title: "one Runner holding N conversations: 100 of them take turns, the rest are held idle",
+			About: "A machine.Runner with RunnerConfig{} first runs a turn in each of N conversations (not timed), so that it holds all N; " +
+				"then min(N, 100) of them take 10 turns each in a closed loop (Create a turn, wait until it completed, Create the next) " +
+				"while the others stay held and idle. A turn spawns two tool calls at once, waits on them (all_settled) and completes: " +
+				"three tasks. The figure is the timed phase's tasks/s: the same work at every N, so it says what holding idle " +
+				"conversations costs. The note gives the turn latency p50/p99, the runner's lease warnings, and the heap per held " +
+				"conversation; the best of the runs is kept, like the throughput scenarios'.",
+			Metric:     Throughput,
+			Goal:       "at 10,000 held conversations ≥ 80% of the throughput at 100, no lease warnings",
+			Sizes:      []string{"100", "1000", "10000"},
+			QuickSizes: []string{"10", "20", "40"},
+			SizeForm:   "N, the number of held conversations",
+			ParseSize:  parseHeld,
+			Subjects:   []Subject{{Key: "runner", Arbor: true, Label: "arbor machine.Runner, RunnerConfig{}", Run: heldRunner}},
+		},
+		{
 			Key:   "h",
 			Title: "agent turns: P turns × C parallel tool calls, all_settled",
 			About: "The shape of an agent backend: P turns, each a conversation of its own (a message each, one Engine.Create), whose " +
@@ -183,6 +200,14 @@ func parseN(spec string) (Size, error) {
 		return Size{}, fmt.Errorf("want a whole number from 1 to 1000000")
 	}
 	return Size{Spec: spec, Tasks: n, N: n}, nil
+}
+
+// parseHeld is parseN for scenario (g): the tasks are those of the timed
+// phase (three per turn).
+func parseHeld(spec string) (Size, error) {
+	s, err := parseN(spec)
+	s.Tasks = 3 * min(s.N, heldActive) * heldTurns
+	return s, err
 }
 
 func parsePC(spec string) (Size, error) {

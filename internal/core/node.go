@@ -17,6 +17,16 @@ import (
 // The node runner's operations: each covers many conversations or tasks in
 // a few statements (see package machine's doc for the loops that call them).
 
+// CountOpenable says how many conversations, at most limit, an
+// OpenConversations with the same kinds and named would find now.
+func (e *Engine) CountOpenable(ctx context.Context, db store.DB, kinds []string, limit int, named []string) (int, error) {
+	n, err := e.Store.CountOpenable(ctx, db, kinds, limit, named, max(100, 4*limit))
+	if err != nil {
+		return 0, fmt.Errorf("count conversations to open: %w", mapDBError(err))
+	}
+	return n, nil
+}
+
 // Opened is what OpenConversations took.
 type Opened struct {
 	// Leases of the conversations taken, in id order.
@@ -118,6 +128,18 @@ func (e *Engine) ReleaseIdle(ctx context.Context, db store.DB, holder string, ls
 		return nil, fmt.Errorf("release %d conversations: %w", len(ls), err)
 	}
 	return freed, nil
+}
+
+// LockHeld share-locks the conversations among convs that holder holds and
+// no other transaction holds (the others are skipped, not waited for), and
+// returns them: the caller's claim in them then sees every runnable task,
+// and it knows which it could not look at.
+func (e *Engine) LockHeld(ctx context.Context, tx pgx.Tx, holder string, convs []string) ([]string, error) {
+	got, err := e.Store.LockHeld(ctx, tx, convs, holder)
+	if err != nil {
+		return nil, fmt.Errorf("lock %d held conversations: %w", len(convs), mapDBError(err))
+	}
+	return got, nil
 }
 
 // XactID returns the id of tx's transaction, for XactCommitted.

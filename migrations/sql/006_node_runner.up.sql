@@ -12,3 +12,9 @@ CREATE INDEX tasks_live_roots_idx ON {schema}.tasks (conversation_id, id)
 DROP INDEX {schema}.tasks_live_children_idx;
 CREATE INDEX tasks_live_children_idx ON {schema}.tasks (owner_task_id)
     WHERE owner_task_id IS NOT NULL AND status IN ('pending', 'running', 'waiting', 'sleeping', 'completing');
+-- A node renews every lease it holds every third of the lease: without an
+-- index on lease_expires_at (and with room left on each page) a renewal is
+-- a HOT update, with no index entry to add. Expired leases are found through
+-- conversations_holder_idx instead, on the slow poll.
+DROP INDEX {schema}.conversations_lease_idx;
+ALTER TABLE {schema}.conversations SET (fillfactor = 70);
