@@ -35,6 +35,32 @@ var (
 		        $10 * interval '1 microsecond', $11 * interval '1 microsecond')
 		RETURNING {task_columns}`)
 
+	// A root task created in one statement, and its conversation on first
+	// use: the conversation row inserted (then no other transaction can
+	// lock it until this one ends) or, when it exists, locked; the task
+	// inserted after it. (It does not NOTIFY: the engine announces it after
+	// the commit, see core's announce.go.) No row comes back when the conversation was created by a
+	// transaction that committed after this statement's snapshot, or when
+	// the idempotency key is taken: the caller then takes the transaction
+	// path, which handles both.
+	qCreateRoot = define(`WITH conv AS (
+			INSERT INTO {schema}.conversations (id) VALUES ($1) ON CONFLICT (id) DO NOTHING RETURNING id),
+		locked AS (
+			SELECT id FROM {schema}.conversations WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM conv) FOR NO KEY UPDATE),
+		ready AS (SELECT id FROM conv UNION ALL SELECT id FROM locked),
+		ins AS (
+			INSERT INTO {schema}.tasks
+			(conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
+			 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap)
+			SELECT ready.id, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''),
+			       $10 * interval '1 microsecond', $11 * interval '1 microsecond'
+			FROM ready
+			ON CONFLICT (conversation_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+			RETURNING {task_columns})
+		SELECT * FROM ins`)
+
+	qAnnounce = define(`SELECT pg_notify($1, c) FROM unnest($2::text[]) AS c`)
+
 	qCheckpointTask = define(`UPDATE {schema}.tasks
 		SET phase = $3, state = $4, lease_expires_at = now() + $5 * interval '1 microsecond', updated_at = now()
 		WHERE id = $1 AND token = $2 AND status = 'running' AND NOT abort_requested
@@ -102,6 +128,26 @@ func (s *Store) InsertTask(ctx context.Context, db DB, p InsertParams) (arbortyp
 	return scanTask(db.QueryRow(ctx, s.sql[qInsertTask], p.ConversationID, p.OwnerID, p.Kind, p.Background,
 		nullJSON(p.Input), p.RestartLimit, p.AbandonOnRestart, p.MaxRetries, p.IdempotencyKey,
 		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap)))
+}
+
+// CreateRoot creates a root task, and its conversation on first use, in
+// one statement (see qCreateRoot); ok is false, with nothing written, when
+// the caller must take the transaction path.
+func (s *Store) CreateRoot(ctx context.Context, db DB, p InsertParams) (t arbortype.Task, ok bool, err error) {
+	t, err = scanTask(db.QueryRow(ctx, s.sql[qCreateRoot], p.ConversationID, p.OwnerID, p.Kind, p.Background,
+		nullJSON(p.Input), p.RestartLimit, p.AbandonOnRestart, p.MaxRetries, p.IdempotencyKey,
+		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap)))
+	if IsNoRows(err) {
+		return arbortype.Task{}, false, nil
+	}
+	return t, err == nil, err
+}
+
+// Announce notifies the change channel of each conversation of convs, in
+// one statement committed on its own.
+func (s *Store) Announce(ctx context.Context, db DB, convs []string) error {
+	_, err := db.Exec(ctx, s.sql[qAnnounce], s.ChangeChannel(), convs)
+	return err
 }
 
 // CheckpointTask replaces phase and state of a running task held with token

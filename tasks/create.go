@@ -73,7 +73,18 @@ func (p CreateParams) core() core.CreateParams {
 //
 // The machine holding the conversation hears of the new task at commit
 // (NOTIFY) and runs it.
+//
+// A root task (no owner) takes one round trip: one statement, committed on
+// its own. A task with an owner, and a root whose conversation is being
+// created by another transaction at the same moment or whose idempotency
+// key is taken, go through a transaction.
 func (e *Engine) Create(ctx context.Context, p CreateParams) (task arbortype.Task, created bool, err error) {
+	if p.OwnerID == 0 && !strings.HasPrefix(p.IdempotencyKey, "arbor:") {
+		t, ok, err := core.CreateRoot(ctx, e.core, p.core())
+		if err != nil || ok {
+			return t, ok, err
+		}
+	}
 	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (createResult, error) { return e.create(ctx, tx, p) })
 	return r.task, r.created, err
 }

@@ -14,8 +14,9 @@ import (
 // Scenario (f): child settles → parent's handler runs again.
 
 // resumeRunner runs N parents, each the turn of a conversation of its own,
-// through one machine.Runner (env.Conns workers, every other setting
-// production's default). A parent's handler spawns one child and waits on
+// through one machine.Runner with RunnerConfig{} (Workers 1,000: at every
+// size a worker is free when a parent is woken, so no time is spent
+// queueing for one). A parent's handler spawns one child and waits on
 // it (all_settled); the child's handler notes the time it calls Complete
 // and completes; the parent's handler, run again, notes the time it was
 // entered and completes. The latency, per parent, is the second time minus
@@ -87,7 +88,7 @@ func resumeRunner(ctx context.Context, env *Env, size Size) (Measurement, error)
 			return nil
 		},
 	}
-	r, err := machine.NewRunner(eng, handlers, &machine.RunnerConfig{Workers: env.Conns, PollInterval: env.RunnerPollInterval, Logger: env.Logger})
+	r, err := machine.NewRunner(eng, handlers, &machine.RunnerConfig{PollInterval: env.RunnerPollInterval, Logger: env.Logger})
 	if err != nil {
 		return Measurement{}, err
 	}

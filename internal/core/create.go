@@ -117,6 +117,38 @@ func (e *Engine) Create(ctx context.Context, tx pgx.Tx, p CreateParams) (Task, b
 	return task, true, nil
 }
 
+// CreateRoot creates a root task (p.OwnerID 0) in one statement of its own,
+// committed on its own — no BEGIN, no COMMIT: one round trip, as a turn
+// created per message wants. ok is false, with nothing written, when the
+// caller must create it in a transaction instead (Create): its
+// conversation was created concurrently, or its idempotency key is taken.
+// A statement that may have committed before its answer was lost is
+// ErrAmbiguous, as a lost COMMIT is.
+func CreateRoot(ctx context.Context, e *Engine, p CreateParams) (t Task, ok bool, err error) {
+	if p.OwnerID != 0 {
+		return Task{}, false, nil
+	}
+	params, err := e.createParams(p)
+	if err != nil {
+		return Task{}, false, fmt.Errorf("create task: %w", err)
+	}
+	type res struct {
+		t  Task
+		ok bool
+	}
+	r, err := Write(ctx, e, func(db store.DB) (res, error) {
+		t, ok, err := e.Store.CreateRoot(ctx, db, params)
+		return res{t, ok}, err
+	})
+	if err != nil {
+		return Task{}, false, fmt.Errorf("create task: %w", err)
+	}
+	if r.ok {
+		e.announce(p.ConversationID)
+	}
+	return r.t, r.ok, nil
+}
+
 // ownerCanSpawn says whether owner, locked, may take a new child.
 func ownerCanSpawn(owner Task) error {
 	switch {

@@ -53,6 +53,9 @@ type Engine struct {
 	wakeJobs *river.Client[pgx.Tx]
 	// txOptions begin every transaction of the engine's own (see TxOptions).
 	txOptions pgx.TxOptions
+	// announcer sends the change channel's notifications of one-statement
+	// creates, after their commits (see announce.go).
+	announcer announcer
 }
 
 // Of returns the engine behind a *tasks.Engine. Package tasks sets it; the
@@ -113,6 +116,29 @@ func Read[T any](ctx context.Context, e *Engine, fn func(db store.DB) (T, error)
 		v, err := fn(e.Pool)
 		if err == nil {
 			return v, nil
+		}
+		again, err := r.again(ctx, err)
+		if !again {
+			return v, classify(ctx, err)
+		}
+	}
+}
+
+// Write runs fn, one statement that writes and commits on its own (an
+// implicit transaction), on the pool. A fault before the statement was
+// sent, or an ERROR the server answered with (the statement rolled back),
+// is retried like Tx's; a fault after it was sent — the connection lost,
+// a FATAL — may have come after its commit: ErrAmbiguous, never retried.
+func Write[T any](ctx context.Context, e *Engine, fn func(db store.DB) (T, error)) (T, error) {
+	r := retrier{e: e}
+	for {
+		v, err := fn(e.Pool)
+		if err == nil {
+			return v, nil
+		}
+		var connectErr *pgconn.ConnectError
+		if !commitAnswered(err) && !errors.As(err, &connectErr) && transient(err) {
+			return v, fmt.Errorf("%w: %w", ErrAmbiguous, err)
 		}
 		again, err := r.again(ctx, err)
 		if !again {
