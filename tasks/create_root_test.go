@@ -3,6 +3,7 @@ package tasks_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -176,6 +177,8 @@ func TestCreateRootLostAnswerIsAmbiguous(t *testing.T) {
 	_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.ErrorIs(t, err, tasks.ErrAmbiguous)
 	all, err := eng.ConversationTasks(ctx, conv)
-	require.NoError(t, err)
+	if !errors.Is(err, tasks.ErrNotFound) { // the server may have seen the close first
+		require.NoError(t, err)
+	}
 	require.LessOrEqual(t, len(all), 1, "not run twice")
 }
