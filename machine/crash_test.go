@@ -144,11 +144,21 @@ func TestCrashRecovery(t *testing.T) {
 	require.Positive(t, b.count(t, `SELECT count(*) FROM `+b.schema+`.tasks WHERE kind = 'step' AND attempt = 1`), "some steps were recovered")
 }
 
-// TestTwoRunnersNeverOverlap runs two runner processes over a few hundred
-// conversations. Every handler run records (task, token, runner) with its
-// start and end; no task is ever run by two runs at once.
-func TestTwoRunnersNeverOverlap(t *testing.T) {
+// TestRunnersNeverOverlap runs two, then three, runner processes over a few
+// hundred conversations. Every handler run records (task, token, runner)
+// with its start and end; no task is ever run by two runs at once, and
+// the run log's per-node counts say how the work was shared.
+func TestRunnersNeverOverlap(t *testing.T) {
 	t.Parallel()
+	for _, nodes := range [][]string{{"node-a", "node-c"}, {"node-a", "node-b", "node-c"}} {
+		t.Run(fmt.Sprint(len(nodes)), func(t *testing.T) {
+			t.Parallel()
+			runnersNeverOverlap(t, nodes)
+		})
+	}
+}
+
+func runnersNeverOverlap(t *testing.T, nodes []string) {
 	b := setup(t)
 	createRunLog(t, b)
 	const conversations = 200
@@ -157,11 +167,14 @@ func TestTwoRunnersNeverOverlap(t *testing.T) {
 		_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("%s-%03d", b.conv, i), Kind: "root", Input: in})
 		require.NoError(t, err)
 	}
-	a := startChild(t, b, "node-a")
-	c := startChild(t, b, "node-c")
+	var children []*child
+	for _, n := range nodes {
+		children = append(children, startChild(t, b, n))
+	}
 	waitUntil(t, "every task to settle", func() bool { return b.liveTasks(t) == 0 })
-	a.stop(t)
-	c.stop(t)
+	for _, c := range children {
+		c.stop(t)
+	}
 
 	if n := b.count(t, `SELECT count(*) FROM `+b.schema+`.tasks WHERE kind = 'step' AND status = 'completed'`); n != conversations*2 {
 		rows, _ := b.pool.Query(b.ctx, `SELECT id, status, attempt, error::text, error_history::text FROM `+b.schema+`.tasks WHERE kind = 'step' AND status <> 'completed'`)
@@ -199,7 +212,11 @@ func TestTwoRunnersNeverOverlap(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	t.Logf("runs per node: %v", perNode)
-	require.Equal(t, conversations*2, perNode["node-a"]+perNode["node-c"], "each step ran once")
+	total := 0
+	for _, n := range perNode {
+		total += n
+	}
+	require.Equal(t, conversations*2, total, "each step ran once")
 	vs, err := b.engine.Check(b.ctx)
 	require.NoError(t, err)
 	require.Empty(t, vs)
