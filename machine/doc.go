@@ -16,14 +16,20 @@
 // with nothing to run is a few words in a map. Its loops are:
 //
 //   - the producer: one goroutine that starts work while worker slots are
-//     free. One transaction of a few statements claims runnable tasks
-//     across every conversation the node holds (fenced: each conversation
-//     row share-locked as held by this node), and another takes up to K free
-//     conversations that have work — the lease UPDATE, recovery
-//     (reconcile_on_open) for all of them at once, and the claim of their
-//     runnable tasks, fenced by the new epochs — in one transaction. It runs
-//     when told (a notification, a completer's flush, a slot given back) and
-//     on a slow poll that covers missed notifications;
+//     free. One transaction claims runnable tasks in the held conversations
+//     a notification marked dirty (share-locked first, in id order, as held
+//     by this node; those another transaction holds are looked at again in
+//     5 ms), or, on the slow poll, across every held one; another takes up
+//     to K conversations that have work and no live holder — those the
+//     change channel named, by primary key, or found by a scan on the slow
+//     poll — with the lease UPDATE, recovery (reconcile_on_open) for those
+//     with anything to recover, and the claim of their runnable tasks,
+//     fenced by the new epochs, in one transaction. K is the free slots,
+//     and the room left under Capacity; a full node releases its longest
+//     idle conversations only as far as there is work to open. It runs
+//     when told (a notification, a completer's flush that ran out of slots,
+//     a slot given back) and on a slow poll that covers missed
+//     notifications;
 //   - the completer: a handler's ending call (complete, wait, sleep, the
 //     failure of a returned error) and its spawns are queued, and a flush
 //     applies everything queued in one transaction of a handful of

@@ -325,8 +325,8 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 }
 
 // evictBatch bounds how many idle conversations one open releases to make
-// room.
-const evictBatch = 100
+// room (in one statement).
+const evictBatch = 1000
 
 // claimFailed handles a claim or open that failed. One whose commit's
 // answer was lost is resolved: if it committed, what it took (leases, runs)
