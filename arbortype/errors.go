@@ -57,6 +57,11 @@ var (
 	ErrForeignTask = errors.New("task belongs to another conversation")
 	// ErrNotSleeping: a wake of a task that is not sleeping.
 	ErrNotSleeping = errors.New("task is not sleeping")
+	// ErrSettled: an event emitted to a task that is settled.
+	ErrSettled = errors.New("task is settled")
+	// ErrBusy: a turn created with the reject policy while another turn of
+	// the conversation is live.
+	ErrBusy = errors.New("a turn of the conversation is live")
 	// ErrUnavailable: the database could not be reached, or kept dropping
 	// the connection, for longer than the engine's retry budget
 	// (tasks.Config.UnavailableTimeout). Nothing was written: every attempt

@@ -91,6 +91,31 @@ type Task struct {
 	StartedAt *time.Time
 	// SettledAt is when the task settled; nil while it is live.
 	SettledAt *time.Time
+	// AwaitName is the event the task's current (or last) await waits for;
+	// "" if it never awaited, or slept since.
+	AwaitName string
+	// AwaitToken answers exactly the task's current await
+	// (tasks.Engine.EmitToken); "" when it is not awaiting.
+	AwaitToken string
+	// Delivered is what woke the task's last await: the event, or its
+	// timeout; nil before it woke, and once the task parks again.
+	Delivered *Delivered
+	// Deadline is when the task, still live, fails with code
+	// "deadline_exceeded" (its foreground subtree aborted); nil for none.
+	Deadline *time.Time
+}
+
+// Delivered is what ended an await: an event emitted to the task or its
+// conversation, or the await's timeout.
+type Delivered struct {
+	// Name is the event's name (the await's).
+	Name string `json:"name"`
+	// EventID, Payload and EmittedAt are the event's; zero on a timeout.
+	EventID   int64           `json:"event_id,omitempty"`
+	Payload   json.RawMessage `json:"payload,omitempty"`
+	EmittedAt *time.Time      `json:"emitted_at,omitempty"`
+	// TimedOut says the await's timeout came first.
+	TimedOut bool `json:"timed_out,omitempty"`
 }
 
 // TaskError is the recorded error of a failed (or retried) task.

@@ -108,7 +108,7 @@ func ColumnRules() []ColumnRule {
 		{Column: "state", Changes: union(on(Checkpoint), on(Wait), on(Sleep)), Why: "a checkpoint, or the state a wait or a sleep saves"},
 		{Column: "result", Changes: union(on(Hold), from(arbortype.StatusRunning, on(Complete)), on(Cancel)),
 			Why: "a completion (held while completing, kept when it completes) or a cancel"},
-		{Column: "error", Changes: union(on(Retry), on(Fail), on(Cancel)), Why: "a failure, retried or final, or an abandon's code"},
+		{Column: "error", Changes: union(on(Retry), on(Fail, Expire), on(Cancel), on(Abort, Orphan)), Why: "a failure, retried or final, an abandon's code, or an abort's reason"},
 		{Column: "attempt", Changes: on(Recover), Value: "NEW.attempt = OLD.attempt + 1", Why: "one more per recovery, and only then"},
 		immutable("restart_limit", "fixed at create"),
 		immutable("abandon_on_restart", "fixed at create"),
@@ -116,14 +116,15 @@ func ColumnRules() []ColumnRule {
 			Why: "set by an abort, as it settles the task"},
 		{Column: "wait_policy", Changes: on(Wait), Why: "a wait; kept after it for the resumed handler"},
 		{Column: "wait_ids", Changes: on(Wait), Why: "a wait; kept after it for the resumed handler"},
-		{Column: "wake_at", Changes: on(Sleep, Retry), Value: "NEW.wake_at IS NOT NULL", Why: "a sleep or a retry's backoff"},
-		{Column: "sleep_seq", Changes: on(Sleep, Retry), Value: "NEW.sleep_seq = OLD.sleep_seq + 1", Why: "one more per sleep"},
+		{Column: "wake_at", Changes: union(on(Sleep, Retry, Await), on(Wake)), Value: "NEW.wake_at IS NOT NULL OR NEW.await_name IS NOT NULL OR NEW.status = 'pending'",
+			Why: "a sleep or a retry's backoff, or an await's timeout (none for an await without one); an event delivered before the timeout clears it"},
+		{Column: "sleep_seq", Changes: on(Sleep, Retry, Await), Value: "NEW.sleep_seq = OLD.sleep_seq + 1", Why: "one more per sleep or await"},
 		immutable("max_retries", "fixed at create"),
 		{Column: "retries", Changes: on(Retry), Value: "NEW.retries = OLD.retries + 1", Why: "one more per retry"},
 		immutable("retry_backoff_base", "fixed at create"),
 		immutable("retry_backoff_cap", "fixed at create"),
-		{Column: "error_history", Changes: union(on(Retry), on(Fail)), Why: "appended to by a failure"},
-		{Column: "wake_job_id", Changes: on(Sleep, Retry), Why: "the River job of a new sleep"},
+		{Column: "error_history", Changes: union(on(Retry), on(Fail, Expire)), Why: "appended to by a failure"},
+		{Column: "wake_job_id", Changes: union(on(Sleep, Retry, Await), on(Wake)), Why: "the River job of a new sleep or await timeout; dropped with an event delivered before it"},
 		{Column: "token", Changes: run, Why: "a fresh token when a run starts, none when it ends"},
 		{Column: "run_epoch", Changes: run, Why: "the lease epoch a run starts under, none when it ends"},
 		{Column: "lease_expires_at", Changes: union(run, on(Checkpoint)), Why: "a run's task lease, extended by a checkpoint or heartbeat"},
@@ -133,6 +134,11 @@ func ColumnRules() []ColumnRule {
 		{Column: "updated_at", Changes: nil, Why: "free: any write stamps it"},
 		{Column: "started_at", Changes: on(Start), Value: "OLD.started_at IS NULL", Why: "the first start, and only it"},
 		{Column: "settled_at", Changes: settling(), Why: "stamped when the task settles"},
+		{Column: "await_name", Changes: on(Sleep, Retry, Await), Why: "set by an await, cleared by a plain sleep (kept after the wake, for the resumed handler)"},
+		{Column: "await_token", Changes: on(Sleep, Retry, Await), Why: "a fresh token with every await, none with a plain sleep"},
+		{Column: "delivered", Changes: union(on(Sleep, Retry, Await), from(arbortype.StatusSleeping, on(Wake))),
+			Why: "what woke an await (the event, or its timeout), cleared when the task parks again"},
+		immutable("deadline", "fixed at create"),
 	}
 }
 
@@ -170,5 +176,6 @@ func InsertRules() []string {
 		"NOT NEW.abort_requested", "NEW.phase = ''", "NEW.state IS NULL",
 		"NEW.result IS NULL", "NEW.error IS NULL", "NEW.error_history = '[]'::jsonb",
 		"NEW.wait_policy IS NULL", "NEW.wait_ids IS NULL", "NEW.wake_at IS NULL", "NEW.wake_job_id IS NULL",
+		"NEW.await_name IS NULL", "NEW.await_token IS NULL", "NEW.delivered IS NULL",
 	}
 }

@@ -25,6 +25,9 @@ const (
 	Sleep Event = "sleep"
 	// Retry parks a failed task until its backoff time: running → sleeping.
 	Retry Event = "retry"
+	// Await parks a task until an event of a name is emitted to it (or to its
+	// conversation), or until its timeout: running → sleeping.
+	Await Event = "await"
 	// Hold completes a task whose foreground children are still live; its
 	// result is held: running → completing.
 	Hold Event = "hold"
@@ -33,6 +36,8 @@ const (
 	// Fail settles a task as failed: from running (no retry left), or from
 	// pending (restart limit exceeded, handler kind unknown past its grace).
 	Fail Event = "fail"
+	// Expire fails a live task past its deadline, whatever it is doing.
+	Expire Event = "expire"
 	// Cancel is a user's cancel, or abandon_on_restart at recovery.
 	Cancel Event = "cancel"
 	// Abort is an abort reaching a task that has run before.
@@ -41,12 +46,13 @@ const (
 	Orphan Event = "orphan"
 	// Recover puts a task whose holder died back to pending (attempt + 1).
 	Recover Event = "recover"
-	// Wake ends a wait or a sleep: waiting or sleeping → pending.
+	// Wake ends a wait, a sleep or an await (the event delivered, or its
+	// timeout): waiting or sleeping → pending.
 	Wake Event = "wake"
 )
 
 // Events lists every event in a stable order.
-var Events = []Event{Start, Checkpoint, Wait, Sleep, Retry, Hold, Complete, Fail, Cancel, Abort, Orphan, Recover, Wake}
+var Events = []Event{Start, Checkpoint, Wait, Sleep, Retry, Await, Hold, Complete, Fail, Expire, Cancel, Abort, Orphan, Recover, Wake}
 
 // table is docs/design.md §2, the only definition of arbor's transitions.
 var table = lfsm.Events{
@@ -55,9 +61,11 @@ var table = lfsm.Events{
 	{Name: string(Wait), Src: []string{string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusWaiting)},
 	{Name: string(Sleep), Src: []string{string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusSleeping)},
 	{Name: string(Retry), Src: []string{string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusSleeping)},
+	{Name: string(Await), Src: []string{string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusSleeping)},
 	{Name: string(Hold), Src: []string{string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusCompleting)},
 	{Name: string(Complete), Src: []string{string(arbortype.StatusRunning), string(arbortype.StatusCompleting)}, Dst: string(arbortype.StatusCompleted)},
 	{Name: string(Fail), Src: []string{string(arbortype.StatusPending), string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusFailed)},
+	{Name: string(Expire), Src: []string{string(arbortype.StatusPending), string(arbortype.StatusRunning), string(arbortype.StatusWaiting), string(arbortype.StatusSleeping), string(arbortype.StatusCompleting)}, Dst: string(arbortype.StatusFailed)},
 	{Name: string(Cancel), Src: []string{string(arbortype.StatusPending), string(arbortype.StatusRunning), string(arbortype.StatusWaiting), string(arbortype.StatusSleeping)}, Dst: string(arbortype.StatusCancelled)},
 	{Name: string(Abort), Src: []string{string(arbortype.StatusPending), string(arbortype.StatusRunning), string(arbortype.StatusWaiting), string(arbortype.StatusSleeping), string(arbortype.StatusCompleting)}, Dst: string(arbortype.StatusAborted)},
 	{Name: string(Orphan), Src: []string{string(arbortype.StatusPending)}, Dst: string(arbortype.StatusOrphaned)},

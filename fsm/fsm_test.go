@@ -17,17 +17,17 @@ import (
 var design = map[arbortype.Status]map[fsm.Event]arbortype.Status{
 	arbortype.StatusPending: {
 		fsm.Start: arbortype.StatusRunning, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted,
-		fsm.Orphan: arbortype.StatusOrphaned, fsm.Fail: arbortype.StatusFailed,
+		fsm.Orphan: arbortype.StatusOrphaned, fsm.Fail: arbortype.StatusFailed, fsm.Expire: arbortype.StatusFailed,
 	},
 	arbortype.StatusRunning: {
 		fsm.Checkpoint: arbortype.StatusRunning, fsm.Wait: arbortype.StatusWaiting, fsm.Sleep: arbortype.StatusSleeping,
-		fsm.Retry: arbortype.StatusSleeping, fsm.Hold: arbortype.StatusCompleting, fsm.Complete: arbortype.StatusCompleted,
-		fsm.Fail: arbortype.StatusFailed, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted,
+		fsm.Retry: arbortype.StatusSleeping, fsm.Await: arbortype.StatusSleeping, fsm.Hold: arbortype.StatusCompleting, fsm.Complete: arbortype.StatusCompleted,
+		fsm.Fail: arbortype.StatusFailed, fsm.Expire: arbortype.StatusFailed, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted,
 		fsm.Recover: arbortype.StatusPending,
 	},
-	arbortype.StatusWaiting:    {fsm.Wake: arbortype.StatusPending, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted},
-	arbortype.StatusSleeping:   {fsm.Wake: arbortype.StatusPending, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted},
-	arbortype.StatusCompleting: {fsm.Complete: arbortype.StatusCompleted, fsm.Abort: arbortype.StatusAborted},
+	arbortype.StatusWaiting:    {fsm.Wake: arbortype.StatusPending, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted, fsm.Expire: arbortype.StatusFailed},
+	arbortype.StatusSleeping:   {fsm.Wake: arbortype.StatusPending, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted, fsm.Expire: arbortype.StatusFailed},
+	arbortype.StatusCompleting: {fsm.Complete: arbortype.StatusCompleted, fsm.Abort: arbortype.StatusAborted, fsm.Expire: arbortype.StatusFailed},
 }
 
 func TestTransitionMatchesDesign(t *testing.T) {
@@ -79,7 +79,7 @@ func TestSettledHasNoEdges(t *testing.T) {
 // table's own.
 func TestGeneratedFilesUpToDate(t *testing.T) {
 	t.Parallel()
-	previous, err := os.ReadFile(filepath.Join("..", "migrations", "sql", "002_transition_guard.up.sql"))
+	previous, err := os.ReadFile(filepath.Join("..", "migrations", "sql", fsm.PreviousGuard+".up.sql"))
 	require.NoError(t, err)
 	for path, want := range map[string]string{
 		filepath.Join("..", "docs", "state-machine.md"):                          fsm.Mermaid(),

@@ -68,7 +68,7 @@ func TestAmbiguousClaimRunsWhatItClaimed(t *testing.T) {
 		before, after int    // tasks created before the runner starts, and once it holds the conversation
 	}{
 		{"open", "epoch = c.epoch + 1", 1, 0},
-		{"claim in a held conversation", "SKIP LOCKED FOR SHARE OF c", 1, 1},
+		{"claim in a held conversation", "FOR NO KEY UPDATE OF t, c SKIP LOCKED", 1, 1},
 		{"flush", "pg_current_xact_id()::text::bigint FROM", 2, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

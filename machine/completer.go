@@ -135,17 +135,14 @@ func (c *completer) flush(batch []*queued) {
 			r.unreserve(k - len(res.Claimed))
 			r.dispatch(res.Claimed)
 			r.claimMu.RUnlock()
+			r.core.AnnounceLog(batchConvs(batch)...)
 			for i, q := range batch {
 				q.res <- res.Results[i]
 			}
 			if len(res.Claimed) == k {
 				// The slots ran out before the work may have: the
 				// producer claims the rest when slots are free.
-				convs := make([]string, len(batch))
-				for i, q := range batch {
-					convs[i] = q.o.ConversationID
-				}
-				r.markDirty(convs...)
+				r.markDirty(batchConvs(batch)...)
 			}
 			return
 		}
@@ -231,4 +228,13 @@ func resolveXact(ctx context.Context, r *Runner, xact int64) (bool, error) {
 			return false, errors.Join(tasks.ErrAmbiguous, err)
 		}
 	}
+}
+
+// batchConvs lists the conversations of a batch's outcomes.
+func batchConvs(batch []*queued) []string {
+	convs := make([]string, len(batch))
+	for i, q := range batch {
+		convs[i] = q.o.ConversationID
+	}
+	return convs
 }

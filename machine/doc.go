@@ -17,7 +17,7 @@
 //
 //   - the producer: one goroutine that starts work while worker slots are
 //     free. One transaction claims runnable tasks in the held conversations
-//     a notification marked dirty (share-locked first, in id order, as held
+//     a notification marked dirty (locked first, in id order, as held
 //     by this node; those another transaction holds are looked at again in
 //     5 ms), or, on the slow poll, across every held one; another takes up
 //     to K conversations that have work and no live holder — those the
@@ -61,15 +61,17 @@
 // # Locking order and fencing
 //
 // Every transaction takes conversation rows first, in id order, then task
-// rows (docs/design.md §5). Claims share-lock the conversations they claim
-// in, as held by this node, and skip rows other transactions hold (both the
-// conversation and the task rows: a claim never waits, so it cannot close a
-// cycle of waits with a flush or a user's operation that holds a
-// conversation and wants a task row). A flush locks its conversations for
-// update, in id order, before any task row.
+// rows (docs/design.md §5). Claims lock the conversations they claim in, as
+// held by this node — exclusively (FOR NO KEY UPDATE), as every writer of a
+// conversation's log holds its row, so that the log's order is its commit
+// order — and skip rows other transactions hold (both the conversation and
+// the task rows: a claim never waits, so it cannot close a cycle of waits
+// with a flush or a user's operation that holds a conversation and wants a
+// task row). A flush locks its conversations for update, in id order,
+// before any task row.
 //
 // Fencing is two-fold, as before: a start is fenced by the conversation
-// lease (the holder's name and the row's share lock; the epoch is recorded
+// lease (the holder's name and the row's lock; the epoch is recorded
 // on the run), and every write of a run by its token, which recovery kills
 // when it requeues the task. A node whose lease was taken over (it was
 // paused, partitioned) can neither claim nor write.

@@ -170,6 +170,7 @@ func (r *Runner) claimHeld(convs []string) (full, noSlot bool) {
 	r.unreserve(k - len(claimed))
 	r.dispatch(claimed)
 	r.claimMu.RUnlock()
+	r.announceRuns(claimed)
 	if convs != nil && len(locked) < len(convs) {
 		r.retrySkipped(convs, locked)
 	}
@@ -303,6 +304,7 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 	}
 	r.unreserve(k - len(o.claimed))
 	r.dispatch(o.claimed)
+	r.announceRuns(o.claimed)
 	r.mu.Lock()
 	if len(o.claimed) == k {
 		for _, l := range o.leases {
@@ -322,6 +324,19 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 	}
 	r.mu.Unlock()
 	return full, false
+}
+
+// announceRuns tells the conversations' log followers of the runs a claim
+// started (its transaction did not announce them).
+func (r *Runner) announceRuns(claimed []arbortype.Task) {
+	if len(claimed) == 0 {
+		return
+	}
+	convs := make([]string, len(claimed))
+	for i, t := range claimed {
+		convs[i] = t.ConversationID
+	}
+	r.core.AnnounceLog(convs...)
 }
 
 // evictBatch bounds how many idle conversations one open releases to make

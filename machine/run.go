@@ -89,10 +89,11 @@ type Run struct {
 	sink  sink
 	token int64
 
-	mu       sync.Mutex
-	ended    bool
-	deadline time.Time // local estimate of the task lease's end
-	spawns   int       // spawns without a key of the caller's, numbered for their keys
+	mu        sync.Mutex
+	ended     bool
+	endedInTx bool      // ended by a …Tx form: landed only if the caller's tx committed
+	deadline  time.Time // local estimate of the task lease's end
+	spawns    int       // spawns without a key of the caller's, numbered for their keys
 }
 
 // sink applies a run's spawns and ending writes.
@@ -296,6 +297,9 @@ type SpawnParams struct {
 	// retries; 0 means the engine's.
 	RetryBackoffBase time.Duration
 	RetryBackoffCap  time.Duration
+	// Deadline, when not zero, is when the child, still live, fails with
+	// code "deadline_exceeded" and its foreground subtree is aborted.
+	Deadline time.Time
 	// IdempotencyKey makes a spawn repeated after a crash return the child
 	// the first run created (keys starting with "arbor:" are arbor's own).
 	// Default: a key of the run's own, so that a spawn written again after a
@@ -322,25 +326,10 @@ func (r *Run) SpawnMany(ctx context.Context, ps []SpawnParams) ([]arbortype.Task
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	cps := make([]core.CreateParams, len(ps))
-	r.mu.Lock()
-	for i, p := range ps {
-		if p.IdempotencyKey == "" {
-			r.spawns++
-			p.IdempotencyKey = fmt.Sprintf("arbor:run-%d-spawn-%d", r.token, r.spawns)
-		} else if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
-			r.mu.Unlock()
-			return nil, fmt.Errorf("spawn under task %d: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w",
-				r.Task.ID, p.IdempotencyKey, tasks.ErrInvalidArgument)
-		}
-		cps[i] = core.CreateParams{
-			ConversationID: r.Task.ConversationID, OwnerID: r.Task.ID, OwnerToken: r.token,
-			Kind: p.Kind, Input: p.Input, Background: p.Background, AbandonOnRestart: p.AbandonOnRestart,
-			RestartLimit: p.RestartLimit, MaxRetries: p.MaxRetries, IdempotencyKey: p.IdempotencyKey,
-			RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap,
-		}
+	cps, err := r.spawnParams(ps)
+	if err != nil {
+		return nil, err
 	}
-	r.mu.Unlock()
 	res := r.sink.apply(ctx, r, core.Outcome{Kind: core.OutSpawn, TaskID: r.Task.ID, Token: r.token,
 		ConversationID: r.Task.ConversationID, Spawns: cps})
 	r.over(res.Err)
@@ -348,6 +337,30 @@ func (r *Run) SpawnMany(ctx context.Context, ps []SpawnParams) ([]arbortype.Task
 		return nil, res.Err
 	}
 	return res.Children, nil
+}
+
+// spawnParams turns a handler's spawns into the engine's creates, with keys
+// of the run's own where the handler gave none.
+func (r *Run) spawnParams(ps []SpawnParams) ([]core.CreateParams, error) {
+	cps := make([]core.CreateParams, len(ps))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, p := range ps {
+		if p.IdempotencyKey == "" {
+			r.spawns++
+			p.IdempotencyKey = fmt.Sprintf("arbor:run-%d-spawn-%d", r.token, r.spawns)
+		} else if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
+			return nil, fmt.Errorf("spawn under task %d: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w",
+				r.Task.ID, p.IdempotencyKey, tasks.ErrInvalidArgument)
+		}
+		cps[i] = core.CreateParams{
+			ConversationID: r.Task.ConversationID, OwnerID: r.Task.ID, OwnerToken: r.token,
+			Kind: p.Kind, Input: p.Input, Background: p.Background, AbandonOnRestart: p.AbandonOnRestart,
+			RestartLimit: p.RestartLimit, MaxRetries: p.MaxRetries, IdempotencyKey: p.IdempotencyKey,
+			RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap, Deadline: p.Deadline,
+		}
+	}
+	return cps, nil
 }
 
 // Children reads every child of the task, with its status, result and error.

@@ -668,34 +668,74 @@ func (r *Runner) watchLoop() {
 	}
 }
 
-// maintenanceLoop fails never-started tasks of kinds no runner claimed
-// within UnknownKindGrace.
+// maintenanceLoop fails, each PollInterval, the live tasks past their
+// deadline (their foreground subtrees aborted), and, less often, the
+// never-started tasks of kinds no runner claimed within UnknownKindGrace,
+// and prunes the conversation logs past tasks.Config.LogRetention. Every
+// runner does it; the engine's transactions make a second runner's attempt
+// a no-op.
 func (r *Runner) maintenanceLoop() {
 	defer r.loops.Done()
 	interval := min(r.cfg.UnknownKindGrace/4, time.Minute)
 	if interval <= 0 {
 		interval = time.Minute
 	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
+	slow := time.NewTicker(interval)
+	defer slow.Stop()
+	fast := time.NewTicker(r.cfg.PollInterval)
+	defer fast.Stop()
 	for {
 		select {
 		case <-r.runCtx.Done():
 			return
-		case <-tick.C:
+		case <-fast.C:
+			r.expireDeadlines()
+		case <-slow.C:
+			r.failUnknownKinds()
+			r.pruneLog()
 		}
-		ids, err := r.core.Store.StaleUnknownKinds(r.runCtx, r.core.Pool, r.kinds, r.cfg.UnknownKindGrace, 100)
-		if err != nil {
-			continue
+	}
+}
+
+// expireDeadlines fails the live tasks past their deadline.
+func (r *Runner) expireDeadlines() {
+	ids, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]int64, error) { return r.core.LiveDeadlines(r.runCtx, db, 100) })
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (bool, error) { return r.core.Expire(r.runCtx, tx, id) })
+		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) && r.runCtx.Err() == nil {
+			r.logger.WarnContext(r.runCtx, "arbor: failing a task past its deadline failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
 		}
-		for _, id := range ids {
-			_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (arbortype.Task, error) {
-				return r.core.ForceFail(r.runCtx, tx, id, arbortype.TaskError{Code: core.CodeUnknownKind,
-					Message: fmt.Sprintf("no runner had a handler for its kind within %s", r.cfg.UnknownKindGrace)})
-			})
-			if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) {
-				r.logger.WarnContext(r.runCtx, "arbor: failing a task of unknown kind failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
-			}
+	}
+}
+
+func (r *Runner) failUnknownKinds() {
+	ids, err := r.core.Store.StaleUnknownKinds(r.runCtx, r.core.Pool, r.kinds, r.cfg.UnknownKindGrace, 100)
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (arbortype.Task, error) {
+			return r.core.ForceFail(r.runCtx, tx, id, arbortype.TaskError{Code: core.CodeUnknownKind,
+				Message: fmt.Sprintf("no runner had a handler for its kind within %s", r.cfg.UnknownKindGrace)})
+		})
+		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) {
+			r.logger.WarnContext(r.runCtx, "arbor: failing a task of unknown kind failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
+		}
+	}
+}
+
+// pruneLog deletes log entries past the retention, a bounded batch at a
+// time.
+func (r *Runner) pruneLog() {
+	for range 10 {
+		n, err := core.Read(r.runCtx, r.core, func(db store.DB) (int64, error) {
+			return r.core.Store.PruneLog(r.runCtx, db, r.core.Cfg.LogRetention, 10_000)
+		})
+		if err != nil || n < 10_000 {
+			return
 		}
 	}
 }

@@ -47,11 +47,13 @@ var (
 		SET holder = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE id = $1 AND holder = $2 AND epoch = $3`)
 
-	// FOR SHARE: a take-over (an UPDATE of the row) waits for the fenced
+	// Locked: a take-over (an UPDATE of the row) waits for the fenced
 	// transaction to end, and the fenced transaction, if it comes second,
-	// sees the new epoch.
+	// sees the new epoch. Exclusively (FOR NO KEY UPDATE), as every writer
+	// of the conversation's log holds it, so that the log's order is its
+	// commit order.
 	qFenceConversation = define(`SELECT epoch FROM {schema}.conversations
-		WHERE id = $1 AND holder = $2 AND epoch = $3 FOR SHARE`)
+		WHERE id = $1 AND holder = $2 AND epoch = $3 FOR NO KEY UPDATE`)
 )
 
 // TakeConversation gives the conversation to holder with a fresh epoch and a

@@ -145,10 +145,12 @@ var (
 	qXactStatus = define(`SELECT coalesce(pg_xact_status($1::bigint::text::xid8), '')`)
 
 	// The conversations among $1 held by $2 that no other transaction
-	// holds, share-locked in id order (conversation rows first, as every
-	// transaction takes them): a claim in them then cannot skip their rows.
+	// holds, locked in id order (conversation rows first, as every
+	// transaction takes them; exclusively, as every writer of a
+	// conversation's log holds it): a claim in them then cannot skip their
+	// rows.
 	qLockHeld = define(`SELECT id FROM {schema}.conversations
-		WHERE id = ANY($1) AND holder = $2 ORDER BY id FOR SHARE SKIP LOCKED`)
+		WHERE id = ANY($1) AND holder = $2 ORDER BY id FOR NO KEY UPDATE SKIP LOCKED`)
 
 	// The leases holder holds that have not expired.
 	qHeldBy = define(`SELECT id, epoch FROM {schema}.conversations
@@ -218,7 +220,7 @@ func claimSQL(convs string) string {
 			SELECT t.id AS picked_id, c.epoch AS picked_epoch FROM {schema}.tasks t
 			JOIN {schema}.conversations c ON c.id = t.conversation_id
 			WHERE t.id = ANY(ARRAY(SELECT id FROM cand)) AND t.status = 'pending' AND NOT t.abort_requested AND c.holder = $1
-			FOR NO KEY UPDATE OF t SKIP LOCKED FOR SHARE OF c SKIP LOCKED)
+			FOR NO KEY UPDATE OF t, c SKIP LOCKED)
 		UPDATE {schema}.tasks t SET `+claimSet+`
 		FROM picked WHERE t.id = picked.picked_id
 		RETURNING {run_columns}, pg_current_xact_id()::text::bigint`, "$gen", "$4", "$status", "$6", "$epoch", "picked.picked_epoch", "$lease", "$7")

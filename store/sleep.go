@@ -52,7 +52,8 @@ var (
 	// inserted first, for that number, so that the task is written once.
 	qSleepTask = define(`UPDATE {schema}.tasks
 		SET status = $2, phase = $3, state = $4, wake_at = $5, sleep_seq = sleep_seq + 1,
-		    wake_job_id = $6, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
+		    wake_job_id = $6, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
+		    await_name = NULL, await_token = NULL, delivered = NULL
 		WHERE id = $1
 		RETURNING {task_columns}`)
 
@@ -60,6 +61,7 @@ var (
 		SET status = $2, error = $3, retries = retries + 1,
 		    wake_at = $4, sleep_seq = sleep_seq + 1,
 		    wake_job_id = $7, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
+		    await_name = NULL, await_token = NULL, delivered = NULL,
 		    ` + fmt.Sprintf(historyAppend, 5, 6) + `
 		WHERE id = $1
 		RETURNING {task_columns}`)

@@ -14,11 +14,12 @@ import (
 // taskScan is the destination of one task row: the row type, plus the
 // columns that need decoding after the scan.
 type taskScan struct {
-	t          arbortype.Task
-	status     string
-	waitPolicy string
-	errRaw     []byte
-	histRaw    []byte
+	t            arbortype.Task
+	status       string
+	waitPolicy   string
+	errRaw       []byte
+	histRaw      []byte
+	deliveredRaw []byte
 }
 
 // taskColumnList names every column a task row is read with, beside where
@@ -63,6 +64,10 @@ var taskColumnList = []struct {
 	{"updated_at", func(s *taskScan) any { return &s.t.UpdatedAt }},
 	{"started_at", func(s *taskScan) any { return &s.t.StartedAt }},
 	{"settled_at", func(s *taskScan) any { return &s.t.SettledAt }},
+	{"coalesce(await_name, '')", func(s *taskScan) any { return &s.t.AwaitName }},
+	{"coalesce(await_token, '')", func(s *taskScan) any { return &s.t.AwaitToken }},
+	{"delivered", func(s *taskScan) any { return &s.deliveredRaw }},
+	{"deadline", func(s *taskScan) any { return &s.t.Deadline }},
 }
 
 // taskColumns is the SELECT list of a whole task row.
@@ -123,6 +128,12 @@ func scanColumns(list []taskColumn, row pgx.Row, extra ...any) (arbortype.Task, 
 	}
 	if len(s.histRaw) > 0 {
 		if err := json.Unmarshal(s.histRaw, &s.t.ErrorHistory); err != nil {
+			return arbortype.Task{}, err
+		}
+	}
+	if len(s.deliveredRaw) > 0 {
+		s.t.Delivered = new(arbortype.Delivered)
+		if err := json.Unmarshal(s.deliveredRaw, s.t.Delivered); err != nil {
 			return arbortype.Task{}, err
 		}
 	}

@@ -25,14 +25,15 @@ type InsertParams struct {
 	RetryBackoffBase time.Duration
 	RetryBackoffCap  time.Duration
 	IdempotencyKey   string // "" for none
+	Deadline         *time.Time
 }
 
 var (
 	qInsertTask = define(`INSERT INTO {schema}.tasks
 		(conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
-		 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap)
+		 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline)
 		VALUES ($1, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''),
-		        $10 * interval '1 microsecond', $11 * interval '1 microsecond')
+		        $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12)
 		RETURNING {task_columns}`)
 
 	// A root task created in one statement, and its conversation on first
@@ -51,9 +52,9 @@ var (
 		ins AS (
 			INSERT INTO {schema}.tasks
 			(conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
-			 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap)
+			 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline)
 			SELECT ready.id, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''),
-			       $10 * interval '1 microsecond', $11 * interval '1 microsecond'
+			       $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12::timestamptz
 			FROM ready
 			ON CONFLICT (conversation_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 			RETURNING {task_columns})
@@ -127,7 +128,7 @@ func marshalError(e *arbortype.TaskError) ([]byte, error) {
 func (s *Store) InsertTask(ctx context.Context, db DB, p InsertParams) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qInsertTask], p.ConversationID, p.OwnerID, p.Kind, p.Background,
 		nullJSON(p.Input), p.RestartLimit, p.AbandonOnRestart, p.MaxRetries, p.IdempotencyKey,
-		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap)))
+		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap), p.Deadline))
 }
 
 // CreateRoot creates a root task, and its conversation on first use, in
@@ -136,17 +137,17 @@ func (s *Store) InsertTask(ctx context.Context, db DB, p InsertParams) (arbortyp
 func (s *Store) CreateRoot(ctx context.Context, db DB, p InsertParams) (t arbortype.Task, ok bool, err error) {
 	t, err = scanTask(db.QueryRow(ctx, s.sql[qCreateRoot], p.ConversationID, p.OwnerID, p.Kind, p.Background,
 		nullJSON(p.Input), p.RestartLimit, p.AbandonOnRestart, p.MaxRetries, p.IdempotencyKey,
-		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap)))
+		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap), p.Deadline))
 	if IsNoRows(err) {
 		return arbortype.Task{}, false, nil
 	}
 	return t, err == nil, err
 }
 
-// Announce notifies the change channel of each conversation of convs, in
-// one statement committed on its own.
-func (s *Store) Announce(ctx context.Context, db DB, convs []string) error {
-	_, err := db.Exec(ctx, s.sql[qAnnounce], s.ChangeChannel(), convs)
+// Announce notifies channel of each conversation of convs, in one
+// statement committed on its own.
+func (s *Store) Announce(ctx context.Context, db DB, channel string, convs []string) error {
+	_, err := db.Exec(ctx, s.sql[qAnnounce], channel, convs)
 	return err
 }
 

@@ -29,7 +29,8 @@ var (
 
 	qSettleMany = define(`UPDATE {schema}.tasks t
 		SET status = v.status, settle_seq = v.seq, abort_requested = true,
-		    settled_at = now(), token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
+		    settled_at = now(), token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
+		    error = CASE WHEN t.id = ANY($4) THEN $5::jsonb ELSE t.error END
 		FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS v(id, status, seq)
 		WHERE t.id = v.id`)
 )
@@ -50,7 +51,10 @@ func (s *Store) LockLiveConversationTasks(ctx context.Context, db DB, conversati
 // AbortMany settles every task of ids with the status at the same index,
 // marks them abort_requested, and numbers their settles in the order given:
 // ids[0] settles first. It is the bulk form of SettleTask for aborts.
-func (s *Store) AbortMany(ctx context.Context, db DB, ids []int64, statuses []arbortype.Status) error {
+//
+// The tasks among reasonIDs record why as their error (the reason of the
+// abort that targeted them).
+func (s *Store) AbortMany(ctx context.Context, db DB, ids []int64, statuses []arbortype.Status, reasonIDs []int64, why *arbortype.TaskError) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -65,6 +69,15 @@ func (s *Store) AbortMany(ctx context.Context, db DB, ids []int64, statuses []ar
 	for i, st := range statuses {
 		names[i] = string(st)
 	}
-	_, err = db.Exec(ctx, s.sql[qSettleMany], ids, names, seqs)
+	var whyJSON []byte
+	if why != nil {
+		if whyJSON, err = marshalError(why); err != nil {
+			return err
+		}
+	}
+	if reasonIDs == nil {
+		reasonIDs = []int64{}
+	}
+	_, err = db.Exec(ctx, s.sql[qSettleMany], ids, names, seqs, reasonIDs, nullJSON(whyJSON))
 	return err
 }

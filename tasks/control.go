@@ -27,35 +27,62 @@ type AbortReport struct {
 // running one of them has its context cancelled within milliseconds and
 // gets ErrAborted at its next write. A settled target is a
 // *TransitionError; an unknown one ErrNotFound.
-func (e *Engine) Abort(ctx context.Context, taskID int64) (AbortReport, error) {
-	return core.Tx(ctx, e.core, func(tx pgx.Tx) (AbortReport, error) { return e.abort(ctx, tx, taskID) })
+//
+// WithReason records why (the user pressed stop, a new message interrupted
+// the turn) as the target's error, code "aborted": arbor show, the
+// conversation's log and the task's owner see it.
+func (e *Engine) Abort(ctx context.Context, taskID int64, opts ...AbortOption) (AbortReport, error) {
+	return core.Tx(ctx, e.core, func(tx pgx.Tx) (AbortReport, error) { return e.abort(ctx, tx, taskID, opts) })
 }
 
 // AbortTx is Abort inside the caller's transaction.
-func (e *Engine) AbortTx(ctx context.Context, tx pgx.Tx, taskID int64) (AbortReport, error) {
-	return core.Savepoint(ctx, tx, func(tx pgx.Tx) (AbortReport, error) { return e.abort(ctx, tx, taskID) })
+func (e *Engine) AbortTx(ctx context.Context, tx pgx.Tx, taskID int64, opts ...AbortOption) (AbortReport, error) {
+	return core.Savepoint(ctx, tx, func(tx pgx.Tx) (AbortReport, error) { return e.abort(ctx, tx, taskID, opts) })
 }
 
-func (e *Engine) abort(ctx context.Context, tx pgx.Tx, taskID int64) (AbortReport, error) {
-	rep, err := e.core.Abort(ctx, tx, taskID)
+func (e *Engine) abort(ctx context.Context, tx pgx.Tx, taskID int64, opts []AbortOption) (AbortReport, error) {
+	rep, err := e.core.AbortWhy(ctx, tx, taskID, abortOptions(opts).reason)
 	return AbortReport(rep), err
 }
+
+// AbortOption sets an option of an abort.
+type AbortOption func(*abortOpts)
+
+type abortOpts struct{ reason string }
+
+// WithReason records reason (at most 200 bytes) as the aborted target's
+// error, code CodeAborted.
+func WithReason(reason string) AbortOption { return func(o *abortOpts) { o.reason = reason } }
+
+func abortOptions(opts []AbortOption) abortOpts {
+	var o abortOpts
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return o
+}
+
+// CodeAborted is the error code of a task aborted WithReason.
+const CodeAborted = core.CodeAborted
 
 // AbortConversation aborts every live task of a conversation, background
 // tasks included, leaves first, in one transaction: what the user's "stop"
 // on the whole conversation means. A conversation with nothing live is not
 // an error: the report is empty. An unknown conversation is ErrNotFound.
-func (e *Engine) AbortConversation(ctx context.Context, conversationID string) (AbortReport, error) {
-	return core.Tx(ctx, e.core, func(tx pgx.Tx) (AbortReport, error) { return e.abortConversation(ctx, tx, conversationID) })
+// WithReason is recorded on the conversation's live root tasks.
+func (e *Engine) AbortConversation(ctx context.Context, conversationID string, opts ...AbortOption) (AbortReport, error) {
+	return core.Tx(ctx, e.core, func(tx pgx.Tx) (AbortReport, error) { return e.abortConversation(ctx, tx, conversationID, opts) })
 }
 
 // AbortConversationTx is AbortConversation inside the caller's transaction.
-func (e *Engine) AbortConversationTx(ctx context.Context, tx pgx.Tx, conversationID string) (AbortReport, error) {
-	return core.Savepoint(ctx, tx, func(tx pgx.Tx) (AbortReport, error) { return e.abortConversation(ctx, tx, conversationID) })
+func (e *Engine) AbortConversationTx(ctx context.Context, tx pgx.Tx, conversationID string, opts ...AbortOption) (AbortReport, error) {
+	return core.Savepoint(ctx, tx, func(tx pgx.Tx) (AbortReport, error) { return e.abortConversation(ctx, tx, conversationID, opts) })
 }
 
-func (e *Engine) abortConversation(ctx context.Context, tx pgx.Tx, conversationID string) (AbortReport, error) {
-	rep, err := e.core.AbortConversation(ctx, tx, conversationID)
+func (e *Engine) abortConversation(ctx context.Context, tx pgx.Tx, conversationID string, opts []AbortOption) (AbortReport, error) {
+	rep, err := e.core.AbortConversationWhy(ctx, tx, conversationID, abortOptions(opts).reason)
 	return AbortReport(rep), err
 }
 

@@ -52,14 +52,41 @@ type CreateParams struct {
 	// return the task the first one created (created=false). At most 200
 	// bytes; empty for none; keys starting with "arbor:" are arbor's own.
 	IdempotencyKey string
+	// Deadline, when not zero, is when the task, if still live, fails with
+	// code "deadline_exceeded" and its foreground subtree is aborted
+	// (enforced by the runners, within a PollInterval).
+	Deadline time.Time
+	// OnBusy says what happens when this root task (a turn) is created while
+	// another root of the conversation is live: queue (the zero value: it
+	// waits its turn), interrupt, reject or steer (see TurnPolicy). Empty
+	// means Config.TurnPolicies[Kind], else queue. Only for roots.
+	OnBusy TurnPolicy
+	// SteerEvent names the event a steered input is emitted as (OnBusy
+	// TurnSteer). Default "message".
+	SteerEvent string
 }
+
+// TurnPolicy says what creating a turn does while another root task of the
+// conversation is live (see arbortype.TurnPolicy).
+type TurnPolicy = arbortype.TurnPolicy
+
+// The turn policies.
+const (
+	TurnQueue     = arbortype.TurnQueue
+	TurnInterrupt = arbortype.TurnInterrupt
+	TurnReject    = arbortype.TurnReject
+	TurnSteer     = arbortype.TurnSteer
+)
+
+// SteerEventDefault is the event name of a steered input.
+const SteerEventDefault = "message"
 
 func (p CreateParams) core() core.CreateParams {
 	return core.CreateParams{
 		ConversationID: p.ConversationID, OwnerID: p.OwnerID, Kind: p.Kind, Input: p.Input,
 		Background: p.Background, AbandonOnRestart: p.AbandonOnRestart, RestartLimit: p.RestartLimit,
 		MaxRetries: p.MaxRetries, RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap,
-		IdempotencyKey: p.IdempotencyKey,
+		IdempotencyKey: p.IdempotencyKey, Deadline: p.Deadline,
 	}
 }
 
@@ -79,7 +106,7 @@ func (p CreateParams) core() core.CreateParams {
 // created by another transaction at the same moment or whose idempotency
 // key is taken, go through a transaction.
 func (e *Engine) Create(ctx context.Context, p CreateParams) (task arbortype.Task, created bool, err error) {
-	if p.OwnerID == 0 && !strings.HasPrefix(p.IdempotencyKey, "arbor:") {
+	if p.OwnerID == 0 && !strings.HasPrefix(p.IdempotencyKey, "arbor:") && e.policy(p) == TurnQueue {
 		t, ok, err := core.CreateRoot(ctx, e.core, p.core())
 		if err != nil || ok {
 			return t, ok, err
@@ -106,8 +133,77 @@ func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams) (createR
 	if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
 		return createResult{}, fmt.Errorf("create task: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", p.IdempotencyKey, ErrInvalidArgument)
 	}
+	policy := e.policy(p)
+	if !policy.Valid() {
+		return createResult{}, fmt.Errorf("create task: turn policy %q: %w", policy, ErrInvalidArgument)
+	}
+	if policy != TurnQueue {
+		if p.OwnerID != 0 {
+			return createResult{}, fmt.Errorf("create task: a turn policy is for root tasks: %w", ErrInvalidArgument)
+		}
+		r, done, err := e.busy(ctx, tx, p, policy)
+		if done || err != nil {
+			return r, err
+		}
+	}
 	t, created, err := e.core.Create(ctx, tx, p.core())
 	return createResult{t, created}, err
+}
+
+// policy is the turn policy p is created under.
+func (e *Engine) policy(p CreateParams) TurnPolicy {
+	if p.OnBusy != TurnQueue || p.OwnerID != 0 {
+		return p.OnBusy
+	}
+	return e.core.Cfg.TurnPolicies[p.Kind]
+}
+
+// busy applies policy to a turn created while another root task of its
+// conversation is live, under the conversation's row lock (so that N
+// concurrent creates get exactly what the policy says): done says the
+// create is answered (rejected, or steered into the live turn); otherwise
+// the turn is created after it (the live turns aborted, for interrupt).
+func (e *Engine) busy(ctx context.Context, tx pgx.Tx, p CreateParams, policy TurnPolicy) (createResult, bool, error) {
+	live, err := e.core.LockLiveRoots(ctx, tx, p.ConversationID)
+	if err != nil || len(live) == 0 {
+		return createResult{}, false, err
+	}
+	if p.IdempotencyKey != "" {
+		// A repeat of the create that made a live turn returns it.
+		for _, t := range live {
+			if t.IdempotencyKey == p.IdempotencyKey {
+				return createResult{task: t}, true, nil
+			}
+		}
+	}
+	switch policy {
+	case TurnReject:
+		return createResult{}, true, fmt.Errorf("create task in conversation %q: turn %d (%s) is %s: %w",
+			p.ConversationID, live[0].ID, live[0].Kind, live[0].Status, ErrBusy)
+	case TurnInterrupt:
+		for _, t := range live {
+			if _, err := e.core.AbortWhy(ctx, tx, t.ID, "interrupted by a new turn"); err != nil {
+				return createResult{}, true, err
+			}
+		}
+		return createResult{}, false, nil
+	case TurnSteer:
+		name := p.SteerEvent
+		if name == "" {
+			name = SteerEventDefault
+		}
+		key := ""
+		if p.IdempotencyKey != "" {
+			key = "arbor:steer:" + p.IdempotencyKey
+		}
+		if _, err := e.core.Emit(ctx, tx, core.EmitParams{ConversationID: p.ConversationID, TaskID: live[0].ID,
+			Name: name, Payload: p.Input, Queue: true, IdempotencyKey: key}); err != nil {
+			return createResult{}, true, err
+		}
+		cur, err := e.core.Get(ctx, tx, live[0].ID)
+		return createResult{task: cur}, true, err
+	}
+	return createResult{}, false, nil
 }
 
 // CreateMany creates many tasks in one transaction of its own, at the cost

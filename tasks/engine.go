@@ -24,6 +24,7 @@ const (
 	ErrorHistoryLimitDefault    = 10
 	UnavailableTimeoutDefault   = 30 * time.Second
 	IdleInTransactionDefault    = 5 * time.Second
+	LogRetentionDefault         = 7 * 24 * time.Hour
 )
 
 // Config configures an Engine. The zero value of every field means its default.
@@ -89,6 +90,14 @@ type Config struct {
 	// the last of its locks may go a few times this late.) Default
 	// IdleInTransactionDefault (5 s).
 	IdleInTransaction time.Duration
+	// TurnPolicies gives, per kind of root task, what Create does when a
+	// turn of that kind is created while another root task of the
+	// conversation is live (CreateParams.OnBusy overrides it). A kind
+	// missing here queues. Default: none.
+	TurnPolicies map[string]TurnPolicy
+	// LogRetention is how long a conversation's log entries are kept; the
+	// runners prune older ones. Default LogRetentionDefault (7 days).
+	LogRetention time.Duration
 	// Logger receives the engine's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -132,6 +141,9 @@ func (c *Config) WithDefaults() *Config {
 	if out.IdleInTransaction == 0 {
 		out.IdleInTransaction = IdleInTransactionDefault
 	}
+	if out.LogRetention == 0 {
+		out.LogRetention = LogRetentionDefault
+	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -169,6 +181,14 @@ func (c *Config) validate() error {
 	if c.IdleInTransaction < time.Millisecond || c.IdleInTransaction > 24*time.Hour {
 		return fmt.Errorf("Config.IdleInTransaction: %s is outside 1ms..24h", c.IdleInTransaction)
 	}
+	for kind, p := range c.TurnPolicies {
+		if !p.Valid() {
+			return fmt.Errorf("Config.TurnPolicies[%q]: %q is not a policy", kind, p)
+		}
+	}
+	if c.LogRetention < time.Minute {
+		return fmt.Errorf("Config.LogRetention: %s is below a minute", c.LogRetention)
+	}
 	return nil
 }
 
@@ -182,6 +202,8 @@ const (
 // authority.
 type Engine struct {
 	core *core.Engine
+	// hub LISTENs for the log's followers while there are any (log.go).
+	hub *hub
 }
 
 func init() {
@@ -211,7 +233,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Engine, error) 
 	if err != nil {
 		return nil, fmt.Errorf("tasks.New: %w", err)
 	}
-	return &Engine{core: c}, nil
+	return &Engine{core: c, hub: newHub(c)}, nil
 }
 
 // Config returns the engine's configuration, with defaults filled in.

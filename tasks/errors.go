@@ -42,6 +42,11 @@ var (
 	ErrIdempotencyConflict = arbortype.ErrIdempotencyConflict
 	// ErrNotSleeping: WakeNow of a task that is not sleeping.
 	ErrNotSleeping = arbortype.ErrNotSleeping
+	// ErrSettled: Emit to a task that is settled.
+	ErrSettled = arbortype.ErrSettled
+	// ErrBusy: a turn created with TurnReject while another turn of the
+	// conversation is live; the error names it.
+	ErrBusy = arbortype.ErrBusy
 	// ErrAlreadyRunning: another run started the task first.
 	ErrAlreadyRunning = arbortype.ErrAlreadyRunning
 	// ErrNotRunning: a write of a run (checkpoint, heartbeat, spawn,

@@ -20,6 +20,16 @@ type AbortReport struct {
 // Abort aborts taskID with every live foreground descendant (docs/design.md
 // §3.6), leaves first, the target last, then reconciles the target's owner.
 func (e *Engine) Abort(ctx context.Context, tx pgx.Tx, taskID int64) (AbortReport, error) {
+	return e.AbortWhy(ctx, tx, taskID, "")
+}
+
+// AbortWhy is Abort recording reason (when not empty) as the target's
+// error, code "aborted": what arbor show and the log say of the abort.
+func (e *Engine) AbortWhy(ctx context.Context, tx pgx.Tx, taskID int64, reason string) (AbortReport, error) {
+	why, err := abortReason(reason)
+	if err != nil {
+		return AbortReport{}, errorf("abort", taskID, err)
+	}
 	t, err := e.lockConversationOf(ctx, tx, taskID)
 	if err != nil {
 		return AbortReport{}, errorf("abort", taskID, err)
@@ -27,7 +37,7 @@ func (e *Engine) Abort(ctx context.Context, tx pgx.Tx, taskID int64) (AbortRepor
 	if t.Status.Settled() {
 		return AbortReport{}, errorf("abort", taskID, transitionError(taskID, t.Status, fsm.Abort))
 	}
-	nodes, err := e.abortSubtrees(ctx, tx, []int64{taskID})
+	nodes, err := e.abortSubtreesWhy(ctx, tx, []int64{taskID}, why)
 	if err != nil {
 		return AbortReport{}, errorf("abort", taskID, err)
 	}
@@ -42,6 +52,16 @@ func (e *Engine) Abort(ctx context.Context, tx pgx.Tx, taskID int64) (AbortRepor
 // AbortConversation aborts every live task of a conversation, background
 // tasks included, leaves first.
 func (e *Engine) AbortConversation(ctx context.Context, tx pgx.Tx, conversationID string) (AbortReport, error) {
+	return e.AbortConversationWhy(ctx, tx, conversationID, "")
+}
+
+// AbortConversationWhy is AbortConversation recording reason (when not
+// empty) on the conversation's live roots.
+func (e *Engine) AbortConversationWhy(ctx context.Context, tx pgx.Tx, conversationID, reason string) (AbortReport, error) {
+	why, err := abortReason(reason)
+	if err != nil {
+		return AbortReport{}, fmt.Errorf("abort conversation: %w", err)
+	}
 	if err := checkText("conversation id", conversationID, true); err != nil {
 		return AbortReport{}, fmt.Errorf("abort conversation: %w", err)
 	}
@@ -55,7 +75,13 @@ func (e *Engine) AbortConversation(ctx context.Context, tx pgx.Tx, conversationI
 	if err != nil {
 		return AbortReport{}, fmt.Errorf("abort conversation %q: %w", conversationID, err)
 	}
-	settled, err := e.abortLocked(ctx, tx, nodes)
+	var roots []int64
+	for _, n := range nodes {
+		if n.OwnerID == 0 {
+			roots = append(roots, n.ID)
+		}
+	}
+	settled, err := e.abortLockedWhy(ctx, tx, nodes, roots, why)
 	if err != nil {
 		return AbortReport{}, fmt.Errorf("abort conversation %q: %w", conversationID, err)
 	}
@@ -68,4 +94,18 @@ func reversed(ts []Task) []Task {
 		out[len(ts)-1-i] = t
 	}
 	return out
+}
+
+// CodeAborted is the error code an abort with a reason records.
+const CodeAborted = "aborted"
+
+// abortReason is the error an abort with reason records (nil for none).
+func abortReason(reason string) (*TaskError, error) {
+	if reason == "" {
+		return nil, nil
+	}
+	if err := checkText("abort reason", reason, false); err != nil {
+		return nil, err
+	}
+	return &TaskError{Code: CodeAborted, Message: reason}, nil
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -25,16 +26,29 @@ const announceTimeout = 5 * time.Second
 
 type announcer struct {
 	mu      sync.Mutex
-	pending []string
+	pending map[string][]string // by channel
 	sending bool
 }
 
 // announce queues conv to be announced on the change channel, and starts a
 // sender unless one runs.
-func (e *Engine) announce(conv string) {
+func (e *Engine) announce(conv string) { e.announceOn(e.Store.ChangeChannel(), conv) }
+
+// AnnounceLog queues the conversations whose log grew in a transaction that
+// did not announce them (a runner's batch), for the log's followers.
+func (e *Engine) AnnounceLog(convs ...string) {
+	for _, c := range convs {
+		e.announceOn(e.Store.LogChannel(), c)
+	}
+}
+
+func (e *Engine) announceOn(channel, conv string) {
 	a := &e.announcer
 	a.mu.Lock()
-	a.pending = append(a.pending, conv)
+	if a.pending == nil {
+		a.pending = map[string][]string{}
+	}
+	a.pending[channel] = append(a.pending[channel], conv)
 	if a.sending {
 		a.mu.Unlock()
 		return
@@ -57,8 +71,12 @@ func (e *Engine) sendAnnouncements() {
 		}
 		a.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), announceTimeout)
-		if err := e.Store.Announce(ctx, e.Pool, batch); err != nil {
-			e.Logger.Debug("arbor: announcing new tasks failed; runners find them at their next poll", "conversations", len(batch), "error", err.Error())
+		for channel, convs := range batch {
+			slices.Sort(convs)
+			convs = slices.Compact(convs)
+			if err := e.Store.Announce(ctx, e.Pool, channel, convs); err != nil {
+				e.Logger.Debug("arbor: announcing changes failed; listeners find them at their next poll", "conversations", len(convs), "error", err.Error())
+			}
 		}
 		cancel()
 	}

@@ -225,7 +225,11 @@ func (e *Engine) checkConversation(ctx context.Context, tx pgx.Tx, conv string) 
 	if err != nil {
 		return nil, err
 	}
-	out = append(out, sleepViolations(conv, all, jobs)...)
+	undelivered, err := e.Store.UndeliveredEvents(ctx, tx, conv)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, sleepViolations(conv, all, jobs, undelivered)...)
 	slices.SortStableFunc(out, func(a, b Violation) int { return int(a.TaskID - b.TaskID) })
 	return out, nil
 }

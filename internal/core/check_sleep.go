@@ -9,7 +9,13 @@ import (
 
 // sleepViolations is invariant 5 (and the retry bound) over one
 // conversation's tasks and live wake jobs; Check reports them too.
-func sleepViolations(conv string, ts []Task, jobs []store.WakeJob) []Violation {
+//
+// An await is a sleep: with a timeout it has a wake time and one live wake
+// job, as a sleep has; without one it has neither. Either way it has an
+// await token, and no undelivered event it would take (of its name,
+// addressed to it or to its conversation) waits beside it: an emit delivers
+// to a parked await, and an await takes a waiting event before it parks.
+func sleepViolations(conv string, ts []Task, jobs []store.WakeJob, undelivered []store.Event) []Violation {
 	type sleep struct{ task, seq int64 }
 	jobsOf := map[sleep][]store.WakeJob{}
 	for _, j := range jobs {
@@ -28,6 +34,22 @@ func sleepViolations(conv string, ts []Task, jobs []store.WakeJob) []Violation {
 		}
 		if t.Status != arbortype.StatusSleeping {
 			continue
+		}
+		if t.AwaitName != "" {
+			if t.AwaitToken == "" {
+				add(5, t.ID, fmt.Sprintf("task %d awaits %q without an await token", t.ID, t.AwaitName))
+			}
+			for _, ev := range undelivered {
+				if ev.Name == t.AwaitName && (ev.TaskID == 0 || ev.TaskID == t.ID) {
+					add(5, t.ID, fmt.Sprintf("task %d awaits %q while event %d of that name waits undelivered", t.ID, t.AwaitName, ev.ID))
+				}
+			}
+			if t.WakeAt == nil {
+				if live := jobsOf[sleep{t.ID, t.SleepSeq}]; len(live) > 0 {
+					add(5, t.ID, fmt.Sprintf("task %d awaits %q with no timeout, but has %d live wake jobs", t.ID, t.AwaitName, len(live)))
+				}
+				continue
+			}
 		}
 		if t.WakeAt == nil {
 			add(5, t.ID, fmt.Sprintf("task %d is sleeping (sleep %d) without a wake time", t.ID, t.SleepSeq))

@@ -56,6 +56,9 @@ type CreateParams struct {
 	// return the task the first one created (created=false). At most 200
 	// bytes; empty for none.
 	IdempotencyKey string
+	// Deadline, when not zero, is when the task, still live, fails with
+	// code "deadline_exceeded" and its foreground subtree is aborted.
+	Deadline time.Time
 }
 
 // Create creates a task (see tasks.Engine.Create). created is false when
@@ -203,6 +206,14 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 	case limit < 0 || limit > maxInt32:
 		return store.InsertParams{}, fmt.Errorf("restart limit %d is outside 0..%d (or RestartLimitNone): %w", limit, maxInt32, ErrInvalidArgument)
 	}
+	var deadline *time.Time
+	if !p.Deadline.IsZero() {
+		if y := p.Deadline.UTC().Year(); y < 1 || y > 9999 {
+			return store.InsertParams{}, fmt.Errorf("deadline %s is out of range: %w", p.Deadline, ErrInvalidArgument)
+		}
+		d := p.Deadline
+		deadline = &d
+	}
 	return store.InsertParams{
 		ConversationID:   p.ConversationID,
 		OwnerID:          p.OwnerID,
@@ -215,5 +226,22 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 		RetryBackoffBase: base,
 		RetryBackoffCap:  ceiling,
 		IdempotencyKey:   p.IdempotencyKey,
+		Deadline:         deadline,
 	}, nil
+}
+
+// LockLiveRoots locks conversation conv (creating it on first use) and
+// returns its live root tasks, oldest first: what a turn policy looks at.
+func (e *Engine) LockLiveRoots(ctx context.Context, tx pgx.Tx, conv string) ([]Task, error) {
+	if err := checkText("conversation id", conv, true); err != nil {
+		return nil, fmt.Errorf("create task: %w", err)
+	}
+	if _, err := e.Store.EnsureAndLockConversation(ctx, tx, conv); err != nil {
+		return nil, fmt.Errorf("create task: %w", mapDBError(err))
+	}
+	roots, err := e.Store.LiveRoots(ctx, tx, conv)
+	if err != nil {
+		return nil, fmt.Errorf("create task: %w", err)
+	}
+	return roots, nil
 }

@@ -223,7 +223,7 @@ func freshTask(p store.InsertParams, in store.Inserted) Task {
 		Status: arbortype.StatusPending, Background: p.Background, Input: p.Input,
 		RestartLimit: p.RestartLimit, AbandonOnRestart: p.AbandonOnRestart, MaxRetries: p.MaxRetries,
 		RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap,
-		IdempotencyKey: p.IdempotencyKey, CreatedAt: in.CreatedAt, UpdatedAt: in.CreatedAt,
+		IdempotencyKey: p.IdempotencyKey, CreatedAt: in.CreatedAt, UpdatedAt: in.CreatedAt, Deadline: p.Deadline,
 		ErrorHistory: []arbortype.FailedTry{},
 	}
 }

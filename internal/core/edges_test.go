@@ -131,6 +131,12 @@ func apply(t *testing.T, b *bundle, s subject, e fsm.Edge) {
 		_, err = b.engine.Complete(b.ctx, run.ID, run.Token, nil)
 	case e.Event == fsm.Wake:
 		_, err = b.engine.WakeNow(b.ctx, id)
+	case e.Event == fsm.Await:
+		_, err = b.engine.AwaitEvent(b.ctx, id, token, core.AwaitParams{Name: "approval", Timeout: time.Hour})
+	case e.Event == fsm.Expire:
+		var expired bool
+		expired, err = b.engine.Expire(b.ctx, id)
+		require.True(t, expired, "expired past its deadline")
 	default:
 		t.Fatalf("no operation for %v", e)
 	}
@@ -146,6 +152,9 @@ func TestEveryAllowedEdge(t *testing.T) {
 			b := setup(t)
 			if e.Event == fsm.Retry {
 				b.retries = 1 // a failure with a retry left sleeps until its backoff
+			}
+			if e.Event == fsm.Expire {
+				b.deadline = time.Now().Add(-time.Minute) // due already
 			}
 			s := reach(t, b, e.From, e.Event == fsm.Abort && e.From == arbortype.StatusPending)
 			require.Equal(t, e.From, s.task.Status)
@@ -190,8 +199,10 @@ func TestEveryForbiddenPairIsRefused(t *testing.T) {
 
 				err := applyForbidden(t, b, s, event)
 				switch {
-				case event == fsm.Recover:
-					require.NoError(t, err, "recovery of a task that is not running moves nothing")
+				case event == fsm.Recover, event == fsm.Expire:
+					// Recovery requeues only running tasks; expiry passes over
+					// a settled task (the runners' sweep may meet one).
+					require.NoError(t, err, "%s of a %s task moves nothing", event, from)
 					require.Equal(t, before, b.snapshot(t), "nothing written")
 				case event == fsm.Orphan && from.Live():
 					require.NoError(t, err)
@@ -258,6 +269,10 @@ func applyForbidden(t *testing.T, b *bundle, s subject, event fsm.Event) error {
 		_, err = b.engine.Recover(b.ctx, id)
 	case fsm.Wake:
 		_, err = b.engine.WakeNow(b.ctx, id)
+	case fsm.Await:
+		_, err = b.engine.AwaitEvent(b.ctx, id, token, core.AwaitParams{Name: "approval"})
+	case fsm.Expire:
+		_, err = b.engine.Expire(b.ctx, id)
 	default:
 		t.Fatalf("no operation for %s", event)
 	}

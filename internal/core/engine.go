@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/store"
 )
@@ -31,6 +32,8 @@ type Config struct {
 	ErrorHistoryLimit    int
 	UnavailableTimeout   time.Duration
 	IdleInTransaction    time.Duration
+	TurnPolicies         map[string]arbortype.TurnPolicy
+	LogRetention         time.Duration
 	Logger               *slog.Logger
 }
 

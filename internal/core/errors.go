@@ -28,6 +28,8 @@ var (
 	ErrLeaseHeld           = arbortype.ErrLeaseHeld
 	ErrForeignTask         = arbortype.ErrForeignTask
 	ErrNotSleeping         = arbortype.ErrNotSleeping
+	ErrSettled             = arbortype.ErrSettled
+	ErrBusy                = arbortype.ErrBusy
 	ErrUnavailable         = arbortype.ErrUnavailable
 	ErrDatabase            = arbortype.ErrDatabase
 	ErrAmbiguous           = arbortype.ErrAmbiguous

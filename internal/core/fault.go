@@ -97,7 +97,7 @@ var sentinels = []error{
 	arbortype.ErrPayloadTooLarge, arbortype.ErrOwnerNotLive, arbortype.ErrForeignOwner,
 	arbortype.ErrIdempotencyConflict, arbortype.ErrAlreadyRunning, arbortype.ErrNotRunning, arbortype.ErrLeaseLost,
 	arbortype.ErrAborted, arbortype.ErrNotChild, arbortype.ErrLeaseHeld, arbortype.ErrForeignTask,
-	arbortype.ErrNotSleeping, arbortype.ErrUnavailable, arbortype.ErrDatabase, arbortype.ErrAmbiguous, ErrNotDue,
+	arbortype.ErrNotSleeping, arbortype.ErrSettled, arbortype.ErrBusy, arbortype.ErrUnavailable, arbortype.ErrDatabase, arbortype.ErrAmbiguous, ErrNotDue,
 }
 
 // IsArborError reports whether err wraps one of arbor's sentinels.

@@ -41,6 +41,7 @@ const (
 	OutWait
 	OutSleep
 	OutSpawn
+	OutAwait
 )
 
 // Outcome is a run's write queued to the completer.
@@ -61,6 +62,8 @@ type Outcome struct {
 	// Spawns are the children of a spawn (their owner is TaskID, fenced by
 	// Token).
 	Spawns []CreateParams
+	// Await of an await.
+	Await AwaitParams
 }
 
 // OutcomeResult is what one outcome came to.
@@ -187,6 +190,10 @@ func (e *Engine) Apply(ctx context.Context, tx pgx.Tx, o Outcome) (OutcomeResult
 		_, err = e.SleepUntil(ctx, tx, o.TaskID, o.Token, o.WakeAt, o.Phase, o.State)
 	case OutSpawn:
 		r.Children, _, err = e.CreateMany(ctx, tx, o.Spawns)
+	case OutAwait:
+		var a AwaitResult
+		a, err = e.AwaitEvent(ctx, tx, o.TaskID, o.Token, o.Await)
+		r.Woken = a.Woken
 	default:
 		err = fmt.Errorf("apply: outcome kind %d: %w", o.Kind, ErrInvalidArgument)
 	}

@@ -33,6 +33,8 @@ var forged = map[string]string{
 	"idempotency_key":  "coalesce(idempotency_key, '') || 'x'", "settle_seq": "coalesce(settle_seq, 0) + 424242",
 	"created_at": "created_at - interval '1 day'", "updated_at": "updated_at + interval '1 second'",
 	"started_at": "coalesce(started_at, now()) - interval '1 day'", "settled_at": "coalesce(settled_at, now()) + interval '1 day'",
+	"await_name": "coalesce(await_name, 'x') || 'y'", "await_token": "coalesce(await_token, '') || 'x'",
+	"delivered": `'{"forged": 1}'::jsonb`, "deadline": "coalesce(deadline, now()) + interval '1 day'",
 }
 
 // TestColumnRulesCoverTheTable: the guard's rules name every column of
@@ -152,6 +154,7 @@ func TestGuardRefusesForgedInserts(t *testing.T) {
 		"settled_at": "now()", "settle_seq": "99", "attempt": "99", "retries": "1", "sleep_seq": "1",
 		"abort_requested": "true", "phase": "'p'", "state": "'{}'", "result": "'1'", "error": `'{"message": "x"}'`,
 		"error_history": `'[{"try": 1}]'`, "wait_policy": "'all_settled'", "wait_ids": "'{1}'", "wake_at": "now()", "wake_job_id": "1",
+		"await_name": "'approval'", "await_token": "'awt_x'", "delivered": `'{"name": "x"}'`,
 	} {
 		_, err := b.pool.Exec(b.ctx, fmt.Sprintf(`INSERT INTO %s.tasks (conversation_id, kind, %s) VALUES ($1, 'k', %s)`, b.schema, col, val), b.conv)
 		requireGuard(t, err, "insert with "+col)

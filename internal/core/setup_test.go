@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -24,8 +25,10 @@ type bundle struct {
 	schema string
 	engine *enginetest.Engine
 	conv   string
-	// retries is the MaxRetries of the tasks root() creates.
-	retries int
+	// retries is the MaxRetries of the tasks root() creates, deadline
+	// their Deadline.
+	retries  int
+	deadline time.Time
 }
 
 func setup(t testing.TB) *bundle {
@@ -55,7 +58,7 @@ func (b *bundle) requireInvariants(t testing.TB) {
 
 func (b *bundle) root(t testing.TB, kind string) arbortype.Task {
 	t.Helper()
-	task, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: kind, MaxRetries: b.retries})
+	task, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: kind, MaxRetries: b.retries, Deadline: b.deadline})
 	require.NoError(t, err)
 	require.True(t, created)
 	return task

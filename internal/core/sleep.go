@@ -251,6 +251,11 @@ func sleepingIn(t Task, sleepSeq int64) bool {
 // wakeLocked wakes t, a locked waiting or sleeping task (pending), removing
 // the wake job of a sleep.
 func (e *Engine) wakeLocked(ctx context.Context, tx pgx.Tx, t Task) (Task, error) {
+	if t.Status == arbortype.StatusSleeping && t.AwaitName != "" {
+		// An await's timeout (or a user's early wake of it): woken with no
+		// event, and the handler told so.
+		return e.deliverLocked(ctx, tx, t, nil)
+	}
 	to, err := fsm.Transition(t.Status, fsm.Wake)
 	if err != nil {
 		return Task{}, transitionError(t.ID, t.Status, fsm.Wake)

@@ -200,17 +200,24 @@ func (e *Engine) applyWait(ctx context.Context, tx pgx.Tx, owner Task, settled *
 // the roots it aborted. It returns the tasks it settled, roots included,
 // with their new statuses.
 func (e *Engine) abortSubtrees(ctx context.Context, tx pgx.Tx, rootIDs []int64) ([]Task, error) {
+	return e.abortSubtreesWhy(ctx, tx, rootIDs, nil)
+}
+
+// abortSubtreesWhy is abortSubtrees recording why on the roots (nil:
+// nothing).
+func (e *Engine) abortSubtreesWhy(ctx context.Context, tx pgx.Tx, rootIDs []int64, why *TaskError) ([]Task, error) {
 	nodes, err := e.Store.LockLiveSubtrees(ctx, tx, rootIDs)
 	if err != nil {
 		return nil, err
 	}
-	return e.abortLocked(ctx, tx, nodes)
+	return e.abortLockedWhy(ctx, tx, nodes, rootIDs, why)
 }
 
-// abortLocked settles the locked live tasks of nodes (ascending id) leaves
-// first, in descending id order: an owner's id is always smaller than its
-// children's.
-func (e *Engine) abortLocked(ctx context.Context, tx pgx.Tx, nodes []Task) ([]Task, error) {
+// abortLockedWhy settles the locked live tasks of nodes (ascending id)
+// leaves first, in descending id order (an owner's id is always smaller
+// than its children's), recording why (nil: nothing) as the error of those
+// among them that are in roots.
+func (e *Engine) abortLockedWhy(ctx context.Context, tx pgx.Tx, nodes []Task, roots []int64, why *TaskError) ([]Task, error) {
 	if err := e.dropWakeJobs(ctx, tx, nodes...); err != nil {
 		return nil, err
 	}
@@ -230,7 +237,11 @@ func (e *Engine) abortLocked(ctx context.Context, tx pgx.Tx, nodes []Task) ([]Ta
 		statuses = append(statuses, to)
 		n.Status, n.AbortRequested = to, true
 	}
-	if err := e.Store.AbortMany(ctx, tx, ids, statuses); err != nil {
+	var reasons []int64
+	if why != nil {
+		reasons = roots
+	}
+	if err := e.Store.AbortMany(ctx, tx, ids, statuses, reasons, why); err != nil {
 		return nil, mapDBError(err)
 	}
 	return nodes, nil

@@ -161,6 +161,16 @@ func (e *Engine) WakeSleeping(ctx context.Context, taskID, sleepSeq int64) (bool
 	return tx(ctx, e, func(tx pgx.Tx) (bool, error) { return e.C.WakeSleeping(ctx, tx, taskID, sleepSeq) })
 }
 
+// AwaitEvent is Run.AwaitEvent in pool form.
+func (e *Engine) AwaitEvent(ctx context.Context, taskID, token int64, p core.AwaitParams) (core.AwaitResult, error) {
+	return tx(ctx, e, func(tx pgx.Tx) (core.AwaitResult, error) { return e.C.AwaitEvent(ctx, tx, taskID, token, p) })
+}
+
+// Expire is the runners' expiry of a task past its deadline, in pool form.
+func (e *Engine) Expire(ctx context.Context, taskID int64) (bool, error) {
+	return tx(ctx, e, func(tx pgx.Tx) (bool, error) { return e.C.Expire(ctx, tx, taskID) })
+}
+
 // Recover is what a take-over does to a running task: back to pending with
 // attempt + 1, in a transaction that holds the conversation (as a lease's
 // recovery does).

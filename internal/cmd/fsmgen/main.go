@@ -19,7 +19,7 @@ func main() {
 		root = "."
 	}
 	sql := filepath.Join(root, "migrations", "sql")
-	previous, err := os.ReadFile(filepath.Join(sql, "002_transition_guard.up.sql"))
+	previous, err := os.ReadFile(filepath.Join(sql, fsm.PreviousGuard+".up.sql"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,0 +1,92 @@
+package arbortype
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Event is an event emitted to a conversation or to one of its tasks.
+type Event struct {
+	ID             int64
+	ConversationID string
+	// TaskID is the task it is addressed to; 0: the conversation.
+	TaskID int64
+	Name   string
+	// Payload is the event's JSON; nil for none.
+	Payload json.RawMessage
+	// Queued: every emit of the name is a delivery of its own, in order.
+	// Otherwise the first emit of the name at its address won.
+	Queued         bool
+	IdempotencyKey string
+	EmittedAt      time.Time
+	// DeliveredTo is the task the event woke; 0 while it waits for an await.
+	DeliveredTo int64
+	DeliveredAt *time.Time
+}
+
+// PendingEvent is an await a conversation's task is parked in: what the
+// conversation waits for from outside (an approval deep in a sub-agent is
+// one).
+type PendingEvent struct {
+	// TaskID, Kind and OwnerID are the awaiting task's.
+	TaskID  int64
+	Kind    string
+	OwnerID int64
+	// Name is the event awaited.
+	Name string
+	// Token answers exactly this await (tasks.Engine.EmitToken).
+	Token string
+	// Timeout is when the await ends without an event; nil for never.
+	Timeout *time.Time
+}
+
+// LogEntry is one entry of a conversation's log, in commit order.
+type LogEntry struct {
+	// Seq orders the entries; a follower resumes after the last it saw.
+	Seq            int64
+	ConversationID string
+	// TaskID is the task the entry is about (0: none).
+	TaskID int64
+	// Kind is "status" (a task's status changed: Status, and Name its
+	// kind), "progress" (a handler published Payload, Name its label) or
+	// "event" (an event named Name was emitted; Payload has its id and
+	// payload).
+	Kind    string
+	Status  Status
+	Name    string
+	Payload json.RawMessage
+	At      time.Time
+}
+
+// Terminal reports whether the entry is a task settling.
+func (e LogEntry) Terminal() bool { return e.Kind == "status" && e.Status.Settled() }
+
+// TurnPolicy says what creating a turn (a root task) does when another root
+// task of the conversation is live — the message that arrives mid-turn.
+type TurnPolicy string
+
+const (
+	// TurnQueue: the new turn waits; it starts when the live one settles.
+	// The zero value.
+	TurnQueue TurnPolicy = ""
+	// TurnInterrupt: the live turns are aborted (their subtrees, leaves
+	// first, with the reason "interrupted by a new turn") and the new turn
+	// created, in one transaction.
+	TurnInterrupt TurnPolicy = "interrupt"
+	// TurnReject: nothing is written; the create fails with ErrBusy naming
+	// the live turn.
+	TurnReject TurnPolicy = "reject"
+	// TurnSteer: no new turn; the input is emitted to the live turn as a
+	// queued event (named CreateParams.SteerEvent, default "message"), and
+	// Create returns the live turn with created false.
+	TurnSteer TurnPolicy = "steer"
+)
+
+// Valid reports whether p is one of the policies.
+func (p TurnPolicy) Valid() bool {
+	switch p {
+	case TurnQueue, TurnInterrupt, TurnReject, TurnSteer:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,63 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/store"
+)
+
+// CodeDeadlineExceeded is the error code of a task failed past its deadline.
+const CodeDeadlineExceeded = "deadline_exceeded"
+
+// Expire fails taskID if it is live past its deadline (by the database's
+// clock): its live foreground subtree is aborted first, leaves first, then
+// the task fails with code deadline_exceeded, whatever it was doing, and its
+// owner is reconciled. A task settled meanwhile, or not yet due, is left
+// alone (expired false).
+func (e *Engine) Expire(ctx context.Context, tx pgx.Tx, taskID int64) (expired bool, err error) {
+	t, err := e.lockConversationOf(ctx, tx, taskID)
+	if err != nil {
+		return false, errorf("expire", taskID, err)
+	}
+	if t.Status.Settled() || t.Deadline == nil {
+		return false, nil
+	}
+	due, _, err := e.Store.DueNow(ctx, tx, *t.Deadline)
+	if err != nil || !due {
+		return false, err
+	}
+	to, err := fsm.Transition(t.Status, fsm.Expire)
+	if err != nil {
+		return false, errorf("expire", taskID, transitionError(taskID, t.Status, fsm.Expire))
+	}
+	if err := e.abortForegroundChildren(ctx, tx, t); err != nil {
+		return false, errorf("expire", taskID, err)
+	}
+	if err := e.dropWakeJobs(ctx, tx, t); err != nil {
+		return false, errorf("expire", taskID, err)
+	}
+	te := &TaskError{Code: CodeDeadlineExceeded, NonRetryable: true,
+		Message: fmt.Sprintf("still %s past its deadline %s", t.Status, t.Deadline.UTC().Format(time.RFC3339Nano))}
+	settled, err := e.Store.SettleFailedTask(ctx, tx, t.ID, to, te, e.Cfg.ErrorHistoryLimit)
+	if err != nil {
+		return false, errorf("expire", taskID, mapDBError(err))
+	}
+	if err := e.reconcileOwner(ctx, tx, settled); err != nil {
+		return false, errorf("expire", taskID, err)
+	}
+	return true, nil
+}
+
+// LiveDeadlines lists up to limit live tasks past their deadline.
+func (e *Engine) LiveDeadlines(ctx context.Context, db store.DB, limit int) ([]int64, error) {
+	ids, err := e.Store.LiveDeadlines(ctx, db, limit)
+	if err != nil {
+		return nil, fmt.Errorf("tasks past their deadline: %w", err)
+	}
+	return ids, nil
+}

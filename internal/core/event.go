@@ -1,0 +1,374 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/store"
+)
+
+// Events and awaits (docs/agents.md, docs/design.md §4 invariant 5).
+//
+// No event is lost, in any order. An emit and an await of a conversation
+// both hold its row (conversation first, as every multi-task write does), so
+// one of them sees the other:
+//   - emitted before the await parks: the event waits undelivered, and the
+//     await takes it in the transaction that would park it (the task parks
+//     and wakes at once, like a satisfied wait);
+//   - emitted while the await is parked: the emit delivers it, waking the
+//     task, in its own transaction;
+//   - emitted after the await ended (delivered, timed out, the task
+//     settled): the event waits for the next await of its name, if any.
+// A delivery or a settle of an awaiting task drops its timeout's wake job
+// in the same transaction, as a sleep's.
+
+// MaxEventBytes bounds an event's or a progress entry's payload.
+const MaxEventBytes = 64 << 10
+
+// EmitParams describe an emit (see tasks.Engine.Emit).
+type EmitParams struct {
+	ConversationID string
+	// TaskID addresses the event to one task of the conversation; 0
+	// addresses the conversation (the oldest task awaiting the name takes
+	// it).
+	TaskID int64
+	Name   string
+	// Payload is the event's JSON; empty for none.
+	Payload json.RawMessage
+	// Queue: every emit is one delivery, in order. Otherwise the first emit
+	// of the name at the address wins, and later ones return it.
+	Queue bool
+	// IdempotencyKey makes a repeated emit return the first one.
+	IdempotencyKey string
+}
+
+// Emitted is what an emit came to.
+type Emitted struct {
+	Event store.Event
+	// Created is false when the emit was a repeat (its key, or a first-wins
+	// name already emitted) and changed nothing.
+	Created bool
+	// Delivered is the task the event woke in this emit; 0 when none
+	// awaited it (it waits for the next await of its name).
+	Delivered int64
+}
+
+// Emit emits an event in tx.
+func (e *Engine) Emit(ctx context.Context, tx pgx.Tx, p EmitParams) (Emitted, error) {
+	if err := checkText("conversation id", p.ConversationID, true); err != nil {
+		return Emitted{}, fmt.Errorf("emit: %w", err)
+	}
+	if err := checkText("event name", p.Name, true); err != nil {
+		return Emitted{}, fmt.Errorf("emit: %w", err)
+	}
+	if err := checkText("idempotency key", p.IdempotencyKey, false); err != nil {
+		return Emitted{}, fmt.Errorf("emit: %w", err)
+	}
+	if err := e.checkPayload("event payload", p.Payload); err != nil {
+		return Emitted{}, fmt.Errorf("emit: %w", err)
+	}
+	if p.TaskID < 0 {
+		return Emitted{}, fmt.Errorf("emit: task id %d: %w", p.TaskID, ErrInvalidArgument)
+	}
+	what := fmt.Sprintf("emit %q to conversation %q", p.Name, p.ConversationID)
+	if _, err := e.Store.LockConversation(ctx, tx, p.ConversationID); err != nil {
+		if store.IsNoRows(err) {
+			err = ErrNotFound
+		}
+		return Emitted{}, fmt.Errorf("%s: %w", what, err)
+	}
+	var target Task
+	if p.TaskID != 0 {
+		t, err := e.Store.LockTask(ctx, tx, p.TaskID)
+		switch {
+		case store.IsNoRows(err):
+			return Emitted{}, fmt.Errorf("%s: task %d: %w", what, p.TaskID, ErrNotFound)
+		case err != nil:
+			return Emitted{}, fmt.Errorf("%s: %w", what, err)
+		case t.ConversationID != p.ConversationID:
+			return Emitted{}, fmt.Errorf("%s: task %d is in conversation %q: %w", what, p.TaskID, t.ConversationID, ErrForeignTask)
+		case t.Status.Settled():
+			return Emitted{}, fmt.Errorf("%s: task %d is %s: %w", what, p.TaskID, t.Status, ErrSettled)
+		}
+		target = t
+	}
+	if p.IdempotencyKey != "" {
+		ev, err := e.Store.EventByKey(ctx, tx, p.ConversationID, p.IdempotencyKey)
+		switch {
+		case err == nil:
+			if ev.Name != p.Name || ev.TaskID != p.TaskID {
+				return Emitted{}, fmt.Errorf("%s: key %q is event %d (%q to task %d): %w", what, p.IdempotencyKey, ev.ID, ev.Name, ev.TaskID, ErrIdempotencyConflict)
+			}
+			return Emitted{Event: ev}, nil
+		case !store.IsNoRows(err):
+			return Emitted{}, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if !p.Queue {
+		ev, err := e.Store.FirstEvent(ctx, tx, p.ConversationID, p.Name, p.TaskID)
+		switch {
+		case err == nil:
+			return Emitted{Event: ev}, nil
+		case !store.IsNoRows(err):
+			return Emitted{}, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	ev, err := e.Store.InsertEvent(ctx, tx, p.ConversationID, p.TaskID, p.Name, p.Payload, p.IdempotencyKey, p.Queue)
+	if err != nil {
+		return Emitted{}, fmt.Errorf("%s: %w", what, mapDBError(err))
+	}
+	logPayload, err := json.Marshal(map[string]any{"event_id": ev.ID, "payload": ev.Payload})
+	if err != nil {
+		return Emitted{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if _, err := e.Store.AppendLog(ctx, tx, p.ConversationID, p.TaskID, "event", p.Name, logPayload); err != nil {
+		return Emitted{}, fmt.Errorf("%s: log: %w", what, mapDBError(err))
+	}
+	out := Emitted{Event: ev, Created: true}
+	// Deliver to the await it is for, if one is parked now.
+	if p.TaskID == 0 {
+		t, err := e.Store.OldestAwaiting(ctx, tx, p.ConversationID, p.Name)
+		switch {
+		case err == nil:
+			target = t
+		case !store.IsNoRows(err):
+			return Emitted{}, fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if target.ID != 0 && target.Status == arbortype.StatusSleeping && target.AwaitName == p.Name {
+		if _, err := e.deliverLocked(ctx, tx, target, &ev); err != nil {
+			return Emitted{}, fmt.Errorf("%s: %w", what, err)
+		}
+		out.Delivered = target.ID
+		out.Event.DeliveredTo = target.ID
+	}
+	return out, nil
+}
+
+// deliverLocked wakes t, a locked awaiting task, with ev (nil: its timeout
+// came), dropping its timeout's wake job.
+func (e *Engine) deliverLocked(ctx context.Context, tx pgx.Tx, t Task, ev *store.Event) (Task, error) {
+	to, err := fsm.Transition(t.Status, fsm.Wake)
+	if err != nil {
+		return Task{}, transitionError(t.ID, t.Status, fsm.Wake)
+	}
+	if err := e.dropWakeJobs(ctx, tx, t); err != nil {
+		return Task{}, err
+	}
+	d := arbortype.Delivered{Name: t.AwaitName, TimedOut: ev == nil}
+	if ev != nil {
+		if err := e.Store.MarkDelivered(ctx, tx, ev.ID, t.ID); err != nil {
+			return Task{}, mapDBError(err)
+		}
+		at := ev.EmittedAt
+		d.EventID, d.Payload, d.EmittedAt = ev.ID, ev.Payload, &at
+	}
+	raw, err := json.Marshal(d)
+	if err != nil {
+		return Task{}, err
+	}
+	woken, err := e.Store.DeliverTask(ctx, tx, t.ID, to, raw)
+	if err != nil {
+		return Task{}, mapDBError(err)
+	}
+	return woken, nil
+}
+
+// AwaitParams describe an await (see machine.Run.AwaitEvent).
+type AwaitParams struct {
+	// Name is the event awaited. Required.
+	Name string
+	// Timeout, when not 0, ends the await without an event after it (a
+	// River job and a local timer, as a sleep's).
+	Timeout time.Duration
+	// Phase and State are saved with the await: the handler runs again from
+	// them.
+	Phase string
+	State json.RawMessage
+}
+
+// AwaitResult is what an await came to.
+type AwaitResult struct {
+	Task Task
+	// Woken: an event was waiting already; the task was parked and woken
+	// with it in the same transaction.
+	Woken bool
+}
+
+// AwaitEvent parks the running task held with token until an event of
+// p.Name is emitted to it or to its conversation, or until p.Timeout.
+func (e *Engine) AwaitEvent(ctx context.Context, tx pgx.Tx, taskID, token int64, p AwaitParams) (AwaitResult, error) {
+	if err := checkText("event name", p.Name, true); err != nil {
+		return AwaitResult{}, errorf("await", taskID, err)
+	}
+	if p.Timeout < 0 || p.Timeout > 100*365*24*time.Hour {
+		return AwaitResult{}, errorf("await", taskID, fmt.Errorf("timeout %s is outside 0..100 years: %w", p.Timeout, ErrInvalidArgument))
+	}
+	if err := checkText("phase", p.Phase, false); err != nil {
+		return AwaitResult{}, errorf("await", taskID, err)
+	}
+	if err := e.checkJSON("state", p.State); err != nil {
+		return AwaitResult{}, errorf("await", taskID, err)
+	}
+	t, err := e.lockConversationOf(ctx, tx, taskID)
+	if err != nil {
+		return AwaitResult{}, errorf("await", taskID, err)
+	}
+	if err := checkHolder(t, token); err != nil {
+		return AwaitResult{}, errorf("await", taskID, err)
+	}
+	to, err := fsm.Transition(t.Status, fsm.Await)
+	if err != nil {
+		return AwaitResult{}, errorf("await", taskID, transitionError(taskID, t.Status, fsm.Await))
+	}
+	ev, err := e.Store.UndeliveredFor(ctx, tx, t.ConversationID, p.Name, taskID)
+	found := err == nil
+	if err != nil && !store.IsNoRows(err) {
+		return AwaitResult{}, errorf("await", taskID, err)
+	}
+	awaitToken, err := newAwaitToken()
+	if err != nil {
+		return AwaitResult{}, errorf("await", taskID, err)
+	}
+	var (
+		wakeAt *time.Time
+		jobID  int64
+	)
+	if !found && p.Timeout > 0 {
+		at := time.Now().Add(p.Timeout)
+		wakeAt = &at
+		if jobID, err = e.insertWakeJob(ctx, tx, t, at); err != nil {
+			return AwaitResult{}, errorf("await", taskID, err)
+		}
+	}
+	parked, err := e.Store.AwaitTask(ctx, tx, taskID, to, p.Phase, p.State, p.Name, awaitToken, wakeAt, jobID)
+	if err != nil {
+		return AwaitResult{}, errorf("await", taskID, mapDBError(err))
+	}
+	if found {
+		woken, err := e.deliverLocked(ctx, tx, parked, &ev)
+		if err != nil {
+			return AwaitResult{}, errorf("await", taskID, err)
+		}
+		return AwaitResult{Task: woken, Woken: true}, nil
+	}
+	if wakeAt != nil {
+		if err := e.announceSleep(ctx, tx, parked); err != nil {
+			return AwaitResult{}, errorf("await", taskID, err)
+		}
+	}
+	return AwaitResult{Task: parked}, nil
+}
+
+// newAwaitToken returns an unguessable token for one await.
+func newAwaitToken() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "awt_" + hex.EncodeToString(b), nil
+}
+
+// PendingAwaits lists the tasks of a conversation awaiting an event, at any
+// depth.
+func (e *Engine) PendingAwaits(ctx context.Context, db store.DB, conv string) ([]Task, error) {
+	if err := checkText("conversation id", conv, true); err != nil {
+		return nil, fmt.Errorf("pending events: %w", err)
+	}
+	if _, err := e.Store.GetConversation(ctx, db, conv); err != nil {
+		if store.IsNoRows(err) {
+			err = ErrNotFound
+		}
+		return nil, fmt.Errorf("pending events of %q: %w", conv, err)
+	}
+	ts, err := e.Store.PendingAwaits(ctx, db, conv)
+	if err != nil {
+		return nil, fmt.Errorf("pending events of %q: %w", conv, err)
+	}
+	return ts, nil
+}
+
+// EmitToken answers the await whose token is token with payload: an event
+// of the await's name addressed to its task, emitted once however often the
+// token is posted (the token is the emit's idempotency key).
+func (e *Engine) EmitToken(ctx context.Context, tx pgx.Tx, token string, payload json.RawMessage) (Emitted, error) {
+	if err := checkText("await token", token, true); err != nil {
+		return Emitted{}, fmt.Errorf("emit to token: %w", err)
+	}
+	t, err := e.Store.TaskByAwaitToken(ctx, tx, token)
+	switch {
+	case store.IsNoRows(err):
+		// A token of an await that ended is kept by its task until the next
+		// one: an unknown token was never issued, or is of an await long
+		// replaced.
+		return Emitted{}, fmt.Errorf("emit to token: no await has this token: %w", ErrNotFound)
+	case err != nil:
+		return Emitted{}, fmt.Errorf("emit to token: %w", err)
+	}
+	return e.Emit(ctx, tx, EmitParams{ConversationID: t.ConversationID, TaskID: t.ID, Name: t.AwaitName,
+		Payload: payload, Queue: true, IdempotencyKey: "arbor:token:" + token})
+}
+
+// Progress appends a progress entry to the conversation's log for the
+// running task held with token. It locks the conversation (the log's order
+// is its commit order) without announcing it to the runners: the caller
+// announces it to the log's followers after the commit (AnnounceLog).
+func (e *Engine) Progress(ctx context.Context, tx pgx.Tx, taskID, token int64, name string, payload json.RawMessage) (int64, string, error) {
+	if err := checkText("progress name", name, false); err != nil {
+		return 0, "", errorf("progress", taskID, err)
+	}
+	if err := e.checkPayload("progress payload", payload); err != nil {
+		return 0, "", errorf("progress", taskID, err)
+	}
+	if err := e.Store.LockConversationOfTaskQuiet(ctx, tx, taskID); err != nil {
+		if store.IsNoRows(err) {
+			err = ErrNotFound
+		}
+		return 0, "", errorf("progress", taskID, err)
+	}
+	t, err := e.Store.GetTask(ctx, tx, taskID)
+	if err != nil {
+		return 0, "", errorf("progress", taskID, err)
+	}
+	if err := checkHolder(t, token); err != nil {
+		return 0, "", errorf("progress", taskID, err)
+	}
+	seq, err := e.Store.AppendLog(ctx, tx, t.ConversationID, taskID, "progress", name, payload)
+	if err != nil {
+		return 0, "", errorf("progress", taskID, mapDBError(err))
+	}
+	return seq, t.ConversationID, nil
+}
+
+// ReadLog reads up to limit entries of a conversation's log after seq
+// after, in order.
+func (e *Engine) ReadLog(ctx context.Context, db store.DB, conv string, after int64, limit int) ([]store.LogEntry, error) {
+	if err := checkText("conversation id", conv, true); err != nil {
+		return nil, fmt.Errorf("read log: %w", err)
+	}
+	if after < 0 || limit < 1 || limit > 10_000 {
+		return nil, fmt.Errorf("read log of %q: after %d, limit %d (1..10000): %w", conv, after, limit, ErrInvalidArgument)
+	}
+	entries, err := e.Store.ReadLog(ctx, db, conv, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read log of %q: %w", conv, err)
+	}
+	return entries, nil
+}
+
+// checkPayload checks an event's or a progress entry's JSON: valid, and at
+// most MaxEventBytes.
+func (e *Engine) checkPayload(what string, payload json.RawMessage) error {
+	if len(payload) > MaxEventBytes {
+		return fmt.Errorf("%s: %d bytes, over the limit of %d: %w", what, len(payload), MaxEventBytes, ErrPayloadTooLarge)
+	}
+	return e.checkJSON(what, payload)
+}

@@ -1,0 +1,11 @@
+DROP TRIGGER log_task_update ON {schema}.tasks;
+DROP FUNCTION {schema}.log_task_update();
+DROP TRIGGER log_task_insert ON {schema}.tasks;
+DROP FUNCTION {schema}.log_task_insert();
+DROP TABLE {schema}.conversation_log;
+DROP SEQUENCE {schema}.log_seq;
+DROP TABLE {schema}.events;
+DROP INDEX {schema}.tasks_deadline_idx;
+DROP INDEX {schema}.tasks_awaiting_idx;
+DROP INDEX {schema}.tasks_await_token_idx;
+ALTER TABLE {schema}.tasks DROP COLUMN deadline, DROP COLUMN delivered, DROP COLUMN await_token, DROP COLUMN await_name;

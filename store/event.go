@@ -1,0 +1,235 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/arbortype"
+)
+
+// Events, awaits and the conversation log (migration 007).
+
+// Event is a row of the events table.
+type Event struct {
+	ID             int64
+	ConversationID string
+	TaskID         int64 // 0: addressed to the conversation
+	Name           string
+	Payload        json.RawMessage
+	IdempotencyKey string
+	Queued         bool
+	EmittedAt      time.Time
+	DeliveredTo    int64
+	DeliveredAt    *time.Time
+}
+
+const eventColumns = `id, conversation_id, coalesce(task_id, 0), name, payload, coalesce(idempotency_key, ''), queued,
+	emitted_at, coalesce(delivered_to, 0), delivered_at`
+
+func scanEvent(row pgx.Row) (Event, error) {
+	var e Event
+	err := row.Scan(&e.ID, &e.ConversationID, &e.TaskID, &e.Name, &e.Payload, &e.IdempotencyKey, &e.Queued,
+		&e.EmittedAt, &e.DeliveredTo, &e.DeliveredAt)
+	return e, err
+}
+
+// LogEntry is a row of the conversation log.
+type LogEntry struct {
+	Seq            int64
+	ConversationID string
+	TaskID         int64
+	Kind           string
+	Status         arbortype.Status
+	Name           string
+	Payload        json.RawMessage
+	At             time.Time
+}
+
+var (
+	qEventByKey = define(`SELECT ` + eventColumns + ` FROM {schema}.events
+		WHERE conversation_id = $1 AND idempotency_key = $2`)
+	qFirstEvent = define(`SELECT ` + eventColumns + ` FROM {schema}.events
+		WHERE conversation_id = $1 AND name = $2 AND coalesce(task_id, 0) = $3 AND NOT queued
+		ORDER BY id LIMIT 1`)
+	qInsertEvent = define(`INSERT INTO {schema}.events (conversation_id, task_id, name, payload, idempotency_key, queued)
+		VALUES ($1, nullif($2::bigint, 0), $3, $4, nullif($5::text, ''), $6)
+		RETURNING ` + eventColumns)
+	// The oldest undelivered event an await of $2 by task $3 takes: one
+	// addressed to it first, then one addressed to the conversation.
+	qUndeliveredFor = define(`SELECT ` + eventColumns + ` FROM {schema}.events
+		WHERE conversation_id = $1 AND name = $2 AND delivered_to IS NULL AND (task_id = $3 OR task_id IS NULL)
+		ORDER BY (task_id IS NULL), id LIMIT 1 FOR UPDATE`)
+	qMarkDelivered = define(`UPDATE {schema}.events SET delivered_to = $2, delivered_at = now()
+		WHERE id = $1 AND delivered_to IS NULL`)
+	// The oldest task of the conversation awaiting $2 (for an event
+	// addressed to the conversation).
+	qOldestAwaiting = define(`SELECT {task_columns} FROM {schema}.tasks
+		WHERE conversation_id = $1 AND status = 'sleeping' AND await_name = $2
+		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`)
+	qAwaitTask = define(`UPDATE {schema}.tasks
+		SET status = $2, phase = $3, state = $4, await_name = $5, await_token = $6, wake_at = $7,
+		    wake_job_id = nullif($8::bigint, 0), sleep_seq = sleep_seq + 1, delivered = NULL,
+		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
+		WHERE id = $1
+		RETURNING {task_columns}`)
+	qDeliverTask = define(`UPDATE {schema}.tasks SET status = $2, delivered = $3, updated_at = now()
+		WHERE id = $1
+		RETURNING {task_columns}`)
+	qPendingAwaits = define(`SELECT {task_columns} FROM {schema}.tasks
+		WHERE conversation_id = $1 AND status = 'sleeping' AND await_name IS NOT NULL ORDER BY id`)
+	qTaskByAwaitToken = define(`SELECT {task_columns} FROM {schema}.tasks WHERE await_token = $1`)
+
+	qAppendLog = define(`INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, name, payload)
+		VALUES ($1, nullif($2::bigint, 0), $3, nullif($4::text, ''), $5) RETURNING seq`)
+	qReadLog = define(`SELECT seq, conversation_id, coalesce(task_id, 0), kind, coalesce(status, ''), coalesce(name, ''), payload, at
+		FROM {schema}.conversation_log WHERE conversation_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`)
+	qLogHead  = define(`SELECT coalesce(max(seq), 0) FROM {schema}.conversation_log WHERE conversation_id = $1`)
+	qPruneLog = define(`DELETE FROM {schema}.conversation_log WHERE seq IN (
+		SELECT seq FROM {schema}.conversation_log WHERE at < now() - $1 * interval '1 microsecond' ORDER BY seq LIMIT $2)`)
+
+	// A conversation locked without announcing it: for a writer whose news
+	// is the log's alone (progress), which must not wake the runners.
+	qLockConversationOfTaskQuiet = define(`SELECT c.id FROM {schema}.conversations c
+		WHERE c.id = (SELECT conversation_id FROM {schema}.tasks WHERE id = $1) FOR NO KEY UPDATE`)
+
+	qUndeliveredEvents = define(`SELECT ` + eventColumns + ` FROM {schema}.events
+		WHERE conversation_id = $1 AND delivered_to IS NULL ORDER BY id`)
+
+	qLiveDeadlines = define(`SELECT id FROM {schema}.tasks
+		WHERE deadline < now() AND status IN ({live}) ORDER BY deadline LIMIT $1`)
+)
+
+// EventByKey reads the event of a conversation with an idempotency key.
+func (s *Store) EventByKey(ctx context.Context, db DB, conv, key string) (Event, error) {
+	return scanEvent(db.QueryRow(ctx, s.sql[qEventByKey], conv, key))
+}
+
+// FirstEvent reads the first-wins event of a name at an address (task 0:
+// the conversation).
+func (s *Store) FirstEvent(ctx context.Context, db DB, conv, name string, taskID int64) (Event, error) {
+	return scanEvent(db.QueryRow(ctx, s.sql[qFirstEvent], conv, name, taskID))
+}
+
+// InsertEvent inserts an undelivered event.
+func (s *Store) InsertEvent(ctx context.Context, db DB, conv string, taskID int64, name string, payload json.RawMessage, key string, queued bool) (Event, error) {
+	return scanEvent(db.QueryRow(ctx, s.sql[qInsertEvent], conv, taskID, name, nullJSON(payload), key, queued))
+}
+
+// UndeliveredFor locks the oldest undelivered event an await of name by
+// taskID takes.
+func (s *Store) UndeliveredFor(ctx context.Context, db DB, conv, name string, taskID int64) (Event, error) {
+	return scanEvent(db.QueryRow(ctx, s.sql[qUndeliveredFor], conv, name, taskID))
+}
+
+// MarkDelivered records that event id woke task taskID.
+func (s *Store) MarkDelivered(ctx context.Context, db DB, id, taskID int64) error {
+	_, err := db.Exec(ctx, s.sql[qMarkDelivered], id, taskID)
+	return err
+}
+
+// OldestAwaiting locks the oldest task of conv awaiting name.
+func (s *Store) OldestAwaiting(ctx context.Context, db DB, conv, name string) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qOldestAwaiting], conv, name))
+}
+
+// AwaitTask parks a running task (to: sleeping) awaiting name, with a
+// fresh token, until wakeAt (nil: no timeout) with wake job jobID.
+func (s *Store) AwaitTask(ctx context.Context, db DB, id int64, to arbortype.Status, phase string, state json.RawMessage, name, token string, wakeAt *time.Time, jobID int64) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qAwaitTask], id, string(to), phase, nullJSON(state), name, token, wakeAt, jobID))
+}
+
+// DeliverTask wakes an awaiting task (to: pending) with what woke it.
+func (s *Store) DeliverTask(ctx context.Context, db DB, id int64, to arbortype.Status, delivered json.RawMessage) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qDeliverTask], id, string(to), delivered))
+}
+
+// PendingAwaits lists the tasks of conv awaiting an event.
+func (s *Store) PendingAwaits(ctx context.Context, db DB, conv string) ([]arbortype.Task, error) {
+	return collectTasks(db.Query(ctx, s.sql[qPendingAwaits], conv))
+}
+
+// TaskByAwaitToken reads the task whose current await has token.
+func (s *Store) TaskByAwaitToken(ctx context.Context, db DB, token string) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qTaskByAwaitToken], token))
+}
+
+// AppendLog appends an entry of kind (progress, event) to conv's log.
+func (s *Store) AppendLog(ctx context.Context, db DB, conv string, taskID int64, kind, name string, payload json.RawMessage) (int64, error) {
+	var seq int64
+	err := db.QueryRow(ctx, s.sql[qAppendLog], conv, taskID, kind, name, nullJSON(payload)).Scan(&seq)
+	return seq, err
+}
+
+// ReadLog reads up to limit entries of conv's log after seq after.
+func (s *Store) ReadLog(ctx context.Context, db DB, conv string, after int64, limit int) ([]LogEntry, error) {
+	rows, err := db.Query(ctx, s.sql[qReadLog], conv, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []LogEntry
+	for rows.Next() {
+		var (
+			e  LogEntry
+			st string
+		)
+		if err := rows.Scan(&e.Seq, &e.ConversationID, &e.TaskID, &e.Kind, &st, &e.Name, &e.Payload, &e.At); err != nil {
+			return nil, err
+		}
+		e.Status = arbortype.Status(st)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// LogHead is the last seq of conv's log (0: none).
+func (s *Store) LogHead(ctx context.Context, db DB, conv string) (int64, error) {
+	var seq int64
+	err := db.QueryRow(ctx, s.sql[qLogHead], conv).Scan(&seq)
+	return seq, err
+}
+
+// PruneLog deletes up to limit log entries older than keep, oldest first,
+// and returns how many.
+func (s *Store) PruneLog(ctx context.Context, db DB, keep time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, s.sql[qPruneLog], micros(keep), limit)
+	return tag.RowsAffected(), err
+}
+
+// LockConversationOfTaskQuiet locks taskID's conversation without
+// announcing it.
+func (s *Store) LockConversationOfTaskQuiet(ctx context.Context, db DB, taskID int64) error {
+	var id string
+	return db.QueryRow(ctx, s.sql[qLockConversationOfTaskQuiet], taskID).Scan(&id)
+}
+
+// UndeliveredEvents lists the undelivered events of conv.
+func (s *Store) UndeliveredEvents(ctx context.Context, db DB, conv string) ([]Event, error) {
+	rows, err := db.Query(ctx, s.sql[qUndeliveredEvents], conv)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		ev, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
+	}
+	return out, rows.Err()
+}
+
+// LiveDeadlines lists up to limit live tasks past their deadline.
+func (s *Store) LiveDeadlines(ctx context.Context, db DB, limit int) ([]int64, error) {
+	return collect[int64](db.Query(ctx, s.sql[qLiveDeadlines], limit))
+}
+
+// LogChannel is the LISTEN/NOTIFY channel on which the conversations whose
+// log grew are announced, after their commits (see core's announce.go):
+// the runners do not listen to it, the log's followers do.
+func (s *Store) LogChannel() string { return s.ChangeChannel() + "_log" }

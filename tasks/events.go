@@ -1,0 +1,105 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/store"
+)
+
+// EmitParams describe an event (see Engine.Emit).
+type EmitParams struct {
+	// ConversationID is the conversation the event is for. Required.
+	ConversationID string
+	// TaskID addresses the event to one live task of the conversation; 0
+	// addresses the conversation: the oldest task awaiting the name takes
+	// it, or the next one to await it.
+	TaskID int64
+	// Name is the event's name, what an await waits for. Required, at most
+	// 200 bytes.
+	Name string
+	// Payload is the event's JSON (at most 64 KiB); empty for none.
+	Payload json.RawMessage
+	// Queue makes every emit of the name a delivery of its own, taken by
+	// the awaits in order (messages, steering). Without it the first emit
+	// of the name at its address wins and later emits return it
+	// (created false): a decision, set once. Use one policy per name.
+	Queue bool
+	// IdempotencyKey makes a repeated emit return the first (created
+	// false). At most 200 bytes; keys starting with "arbor:" are arbor's.
+	IdempotencyKey string
+}
+
+// Emit emits an event, in a transaction of its own, and delivers it to the
+// task awaiting it if one is parked (waking it in the same transaction);
+// otherwise it waits for the next await of its name. No event is lost
+// whatever the order of the emit and the await: both hold the
+// conversation's row. created is false for a repeat (the key, or a
+// first-wins name already emitted); nothing is written then. An unknown
+// conversation or task is ErrNotFound, a task of another conversation
+// ErrForeignTask, a settled one ErrSettled; a payload over 64 KiB
+// ErrPayloadTooLarge.
+func (e *Engine) Emit(ctx context.Context, p EmitParams) (ev arbortype.Event, created bool, err error) {
+	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (core.Emitted, error) { return e.emit(ctx, tx, p) })
+	return event(r.Event), r.Created, err
+}
+
+// EmitTx is Emit inside the caller's transaction (the user's message row
+// and its delivery to the turn commit together).
+func (e *Engine) EmitTx(ctx context.Context, tx pgx.Tx, p EmitParams) (ev arbortype.Event, created bool, err error) {
+	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (core.Emitted, error) { return e.emit(ctx, tx, p) })
+	return event(r.Event), r.Created, err
+}
+
+func (e *Engine) emit(ctx context.Context, tx pgx.Tx, p EmitParams) (core.Emitted, error) {
+	if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
+		return core.Emitted{}, fmt.Errorf("emit: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", p.IdempotencyKey, ErrInvalidArgument)
+	}
+	return e.core.Emit(ctx, tx, core.EmitParams(p))
+}
+
+// EmitToken answers the await whose token is token (PendingEvent.Token, a
+// parked task's AwaitToken) with payload: an event of the await's name
+// addressed to its task, emitted once however often the token is posted
+// (a client's retry, a double click). An unknown token is ErrNotFound; the
+// token of an await that ended delivers nothing new (created false).
+func (e *Engine) EmitToken(ctx context.Context, token string, payload json.RawMessage) (ev arbortype.Event, created bool, err error) {
+	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (core.Emitted, error) { return e.core.EmitToken(ctx, tx, token, payload) })
+	return event(r.Event), r.Created, err
+}
+
+// EmitTokenTx is EmitToken inside the caller's transaction.
+func (e *Engine) EmitTokenTx(ctx context.Context, tx pgx.Tx, token string, payload json.RawMessage) (ev arbortype.Event, created bool, err error) {
+	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (core.Emitted, error) { return e.core.EmitToken(ctx, tx, token, payload) })
+	return event(r.Event), r.Created, err
+}
+
+// PendingEvents lists what a conversation waits for from outside: every
+// task of it, at any depth, parked in an await (Run.AwaitEvent), with the
+// token that answers it. An unknown conversation is ErrNotFound.
+func (e *Engine) PendingEvents(ctx context.Context, conversationID string) ([]arbortype.PendingEvent, error) {
+	ts, err := core.Read(ctx, e.core, func(db store.DB) ([]arbortype.Task, error) {
+		return e.core.PendingAwaits(ctx, db, conversationID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]arbortype.PendingEvent, len(ts))
+	for i, t := range ts {
+		out[i] = arbortype.PendingEvent{TaskID: t.ID, Kind: t.Kind, OwnerID: t.OwnerID, Name: t.AwaitName,
+			Token: t.AwaitToken, Timeout: t.WakeAt}
+	}
+	return out, nil
+}
+
+func event(ev store.Event) arbortype.Event {
+	return arbortype.Event{ID: ev.ID, ConversationID: ev.ConversationID, TaskID: ev.TaskID, Name: ev.Name,
+		Payload: ev.Payload, Queued: ev.Queued, IdempotencyKey: ev.IdempotencyKey, EmittedAt: ev.EmittedAt,
+		DeliveredTo: ev.DeliveredTo, DeliveredAt: ev.DeliveredAt}
+}

@@ -1,0 +1,275 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/store"
+)
+
+// The conversation log, and following it.
+//
+// Every status change of every task, every handler's progress and every
+// event of a conversation is an entry of its log, numbered (Seq) in the
+// order they committed: the writers of a conversation's log all hold its
+// row. A follower reads the entries after its cursor, then waits for news:
+// one LISTEN connection per Engine serves all its followers, for as long as
+// any follows (it names the conversations whose logs grew), with a slow
+// poll behind it for a notification missed.
+
+// FollowPoll is how often a follower reads its log when no notification
+// came: the bound on its latency when one is lost.
+const FollowPoll = time.Second
+
+// ReadLog reads up to limit (1..10,000) entries of a conversation's log
+// after seq after (0: from the start), in order.
+func (e *Engine) ReadLog(ctx context.Context, conversationID string, after int64, limit int) ([]arbortype.LogEntry, error) {
+	entries, err := core.Read(ctx, e.core, func(db store.DB) ([]store.LogEntry, error) {
+		return e.core.ReadLog(ctx, db, conversationID, after, limit)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]arbortype.LogEntry, len(entries))
+	for i, en := range entries {
+		out[i] = arbortype.LogEntry(en)
+	}
+	return out, nil
+}
+
+// LogHead returns the seq of the last entry of a conversation's log (0
+// when it has none): a cursor to follow what comes next.
+func (e *Engine) LogHead(ctx context.Context, conversationID string) (int64, error) {
+	return core.Read(ctx, e.core, func(db store.DB) (int64, error) {
+		if _, err := e.core.ReadLog(ctx, db, conversationID, 0, 1); err != nil {
+			return 0, err
+		}
+		return e.core.Store.LogHead(ctx, db, conversationID)
+	})
+}
+
+// Follow calls fn with every entry of a conversation's log after seq after,
+// in order, then with each new one as it commits, until ctx ends (it
+// returns ctx's error) or fn returns an error (Follow returns it). A
+// follower that attaches mid-turn with the cursor of the last entry it saw
+// misses nothing: every later entry, the turn's settle included, comes.
+func (e *Engine) Follow(ctx context.Context, conversationID string, after int64, fn func(arbortype.LogEntry) error) error {
+	if _, err := e.ReadLog(ctx, conversationID, after, 1); err != nil {
+		return err
+	}
+	sub, err := e.hub.subscribe(ctx, conversationID)
+	if err != nil {
+		return err
+	}
+	defer e.hub.unsubscribe(sub)
+	poll := time.NewTimer(FollowPoll)
+	defer poll.Stop()
+	for {
+		entries, err := e.ReadLog(ctx, conversationID, after, 1000)
+		if err != nil {
+			return err
+		}
+		for _, en := range entries {
+			if err := fn(en); err != nil {
+				return err
+			}
+			after = en.Seq
+		}
+		if len(entries) == 1000 {
+			continue
+		}
+		poll.Reset(FollowPoll)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sub.news:
+		case <-poll.C:
+		}
+	}
+}
+
+// errSettled ends AwaitSettled's Follow.
+var errSettled = errors.New("settled")
+
+// AwaitSettled returns taskID once it has settled, within milliseconds of
+// the commit that settled it, from any process, following its
+// conversation's log (no busy polling); at once if it has already. ctx
+// bounds the wait. An unknown task is ErrNotFound.
+func (e *Engine) AwaitSettled(ctx context.Context, taskID int64) (arbortype.Task, error) {
+	t, err := e.Get(ctx, taskID)
+	if err != nil || t.Status.Settled() {
+		return t, err
+	}
+	// The cursor is read after the task: a settle after the read above is
+	// in the log after the cursor, or the task is settled already.
+	head, err := e.LogHead(ctx, t.ConversationID)
+	if err != nil {
+		return arbortype.Task{}, err
+	}
+	if t, err = e.Get(ctx, taskID); err != nil || t.Status.Settled() {
+		return t, err
+	}
+	err = e.Follow(ctx, t.ConversationID, head, func(en arbortype.LogEntry) error {
+		if en.TaskID == taskID && en.Terminal() {
+			return errSettled
+		}
+		return nil
+	})
+	if !errors.Is(err, errSettled) {
+		return arbortype.Task{}, fmt.Errorf("await task %d: %w", taskID, err)
+	}
+	return e.Get(ctx, taskID)
+}
+
+// hub is the one LISTEN connection of an Engine's followers: it runs while
+// any follower does, and pokes the followers of the conversation each
+// notification names.
+type hub struct {
+	core *core.Engine
+
+	mu     sync.Mutex
+	subs   map[string]map[*subscriber]bool
+	n      int
+	cancel context.CancelFunc
+	done   chan struct{}
+	ready  chan struct{}
+}
+
+type subscriber struct {
+	conv string
+	news chan struct{}
+}
+
+func newHub(c *core.Engine) *hub { return &hub{core: c, subs: map[string]map[*subscriber]bool{}} }
+
+// subscribe registers a follower of conv, starting the listener if it is
+// the first; it returns once the listener LISTENs, so that nothing that
+// commits after it is unheard.
+func (h *hub) subscribe(ctx context.Context, conv string) (*subscriber, error) {
+	s := &subscriber{conv: conv, news: make(chan struct{}, 1)}
+	h.mu.Lock()
+	if h.subs[conv] == nil {
+		h.subs[conv] = map[*subscriber]bool{}
+	}
+	h.subs[conv][s] = true
+	h.n++
+	if h.n == 1 {
+		lctx, cancel := context.WithCancel(context.Background())
+		h.cancel, h.done, h.ready = cancel, make(chan struct{}), make(chan struct{})
+		go h.listen(lctx, h.core.Pool, h.done, h.ready)
+	}
+	ready := h.ready
+	h.mu.Unlock()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		h.unsubscribe(s)
+		return nil, ctx.Err()
+	case <-time.After(FollowPoll):
+		// The listener is not up yet (the database is slow to answer): the
+		// follower polls meanwhile.
+	}
+	return s, nil
+}
+
+func (h *hub) unsubscribe(s *subscriber) {
+	h.mu.Lock()
+	delete(h.subs[s.conv], s)
+	if len(h.subs[s.conv]) == 0 {
+		delete(h.subs, s.conv)
+	}
+	h.n--
+	var cancel context.CancelFunc
+	var done chan struct{}
+	if h.n == 0 {
+		cancel, done = h.cancel, h.done
+		h.cancel, h.done = nil, nil
+	}
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+func (h *hub) poke(conv string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs[conv] {
+		select {
+		case s.news <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (h *hub) pokeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, ss := range h.subs {
+		for s := range ss {
+			select {
+			case s.news <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// listen LISTENs to the change channel and the log channel until ctx ends,
+// reconnecting after a lost connection (the followers are poked then: what
+// committed meanwhile was not heard).
+func (h *hub) listen(ctx context.Context, pool *pgxpool.Pool, done, ready chan struct{}) {
+	defer close(done)
+	channels := []string{h.core.Store.ChangeChannel(), h.core.Store.LogChannel()}
+	once := sync.OnceFunc(func() { close(ready) })
+	defer once()
+	for try := 0; ctx.Err() == nil; try++ {
+		conn, err := pool.Acquire(ctx)
+		if err == nil {
+			err = func() error {
+				defer func() {
+					// A connection that listened goes back clean, or not at all.
+					uctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					defer cancel()
+					if _, err := conn.Exec(uctx, "UNLISTEN *"); err != nil {
+						_ = conn.Conn().Close(uctx)
+					}
+					conn.Release()
+				}()
+				for _, ch := range channels {
+					if _, err := conn.Exec(ctx, `LISTEN "`+ch+`"`); err != nil {
+						return err
+					}
+				}
+				once()
+				h.pokeAll()
+				try = 0
+				for {
+					n, err := conn.Conn().WaitForNotification(ctx)
+					if err != nil {
+						return err
+					}
+					h.poke(n.Payload)
+				}
+			}()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		h.core.Logger.Debug("arbor: the log's listener lost its connection; retrying", "error", err)
+		wait := min(50*time.Millisecond<<min(try, 6), 2*time.Second)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
