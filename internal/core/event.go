@@ -85,6 +85,20 @@ func (e *Engine) Emit(ctx context.Context, tx pgx.Tx, p EmitParams) (Emitted, er
 		}
 		return Emitted{}, fmt.Errorf("%s: %w", what, err)
 	}
+	// A repeat (its key) returns the first emit, whatever became of its
+	// task since.
+	if p.IdempotencyKey != "" {
+		ev, err := e.Store.EventByKey(ctx, tx, p.ConversationID, p.IdempotencyKey)
+		switch {
+		case err == nil:
+			if ev.Name != p.Name || ev.TaskID != p.TaskID {
+				return Emitted{}, fmt.Errorf("%s: key %q is event %d (%q to task %d): %w", what, p.IdempotencyKey, ev.ID, ev.Name, ev.TaskID, ErrIdempotencyConflict)
+			}
+			return Emitted{Event: ev}, nil
+		case !store.IsNoRows(err):
+			return Emitted{}, fmt.Errorf("%s: %w", what, err)
+		}
+	}
 	var target Task
 	if p.TaskID != 0 {
 		t, err := e.Store.LockTask(ctx, tx, p.TaskID)
@@ -99,18 +113,6 @@ func (e *Engine) Emit(ctx context.Context, tx pgx.Tx, p EmitParams) (Emitted, er
 			return Emitted{}, fmt.Errorf("%s: task %d is %s: %w", what, p.TaskID, t.Status, ErrSettled)
 		}
 		target = t
-	}
-	if p.IdempotencyKey != "" {
-		ev, err := e.Store.EventByKey(ctx, tx, p.ConversationID, p.IdempotencyKey)
-		switch {
-		case err == nil:
-			if ev.Name != p.Name || ev.TaskID != p.TaskID {
-				return Emitted{}, fmt.Errorf("%s: key %q is event %d (%q to task %d): %w", what, p.IdempotencyKey, ev.ID, ev.Name, ev.TaskID, ErrIdempotencyConflict)
-			}
-			return Emitted{Event: ev}, nil
-		case !store.IsNoRows(err):
-			return Emitted{}, fmt.Errorf("%s: %w", what, err)
-		}
 	}
 	if !p.Queue {
 		ev, err := e.Store.FirstEvent(ctx, tx, p.ConversationID, p.Name, p.TaskID)

@@ -1,0 +1,153 @@
+package tasks_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/testdb"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// Fifty messages arrive at once on one conversation, each starting a turn:
+// the policy says exactly what comes of them (open-design #5490, langgraph
+// #8796: concurrent starts forked a conversation's state).
+//   - queue: fifty turns, one live root at a time once they run (the
+//     generation rule), all created;
+//   - reject: one turn; the forty-nine others are ErrBusy naming it, and
+//     write nothing;
+//   - interrupt: fifty turns, each aborting the one before with a reason:
+//     one live, forty-nine aborted;
+//   - steer: one turn, and forty-nine queued events to it, one per message,
+//     in the log.
+func TestTurnPoliciesUnderConcurrentStarts(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []tasks.TurnPolicy{tasks.TurnQueue, tasks.TurnReject, tasks.TurnInterrupt, tasks.TurnSteer} {
+		name := string(policy)
+		if name == "" {
+			name = "queue"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			eng, _ := engineWith(t, func(c *pgxpool.Config) { c.MaxConns = 20 })
+			conv := testdb.Conversation(t)
+			const n = 50
+			type outcome struct {
+				task    arbortype.Task
+				created bool
+				err     error
+			}
+			out := make(chan outcome, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					task, created, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", OnBusy: policy,
+						Input: json.RawMessage(fmt.Sprintf(`{"message": %d}`, i))})
+					out <- outcome{task, created, err}
+				})
+			}
+			wg.Wait()
+			close(out)
+			var created, busy, steered int
+			ids := map[int64]bool{}
+			for o := range out {
+				switch {
+				case o.err != nil:
+					require.ErrorIs(t, o.err, tasks.ErrBusy, "only reject refuses")
+					require.Equal(t, tasks.TurnReject, policy)
+					busy++
+				case o.created:
+					created++
+				default:
+					steered++
+				}
+				if o.err == nil {
+					ids[o.task.ID] = true
+				}
+			}
+			all, err := eng.ConversationTasks(ctx, conv)
+			require.NoError(t, err)
+			live, aborted := 0, 0
+			for _, task := range all {
+				switch {
+				case task.Status.Live():
+					live++
+				case task.Status == arbortype.StatusAborted || task.Status == arbortype.StatusOrphaned:
+					aborted++
+					require.Equal(t, tasks.CodeAborted, task.Error.Code)
+					require.Equal(t, "interrupted by a new turn", task.Error.Message)
+				}
+			}
+			switch policy {
+			case tasks.TurnQueue:
+				require.Equal(t, n, created)
+				require.Len(t, all, n)
+				require.Equal(t, n, live)
+			case tasks.TurnReject:
+				require.Equal(t, 1, created)
+				require.Equal(t, n-1, busy)
+				require.Len(t, all, 1)
+			case tasks.TurnInterrupt:
+				require.Equal(t, n, created)
+				require.Len(t, all, n)
+				require.Equal(t, 1, live, "the last turn is the live one")
+				require.Equal(t, n-1, aborted)
+			case tasks.TurnSteer:
+				require.Equal(t, 1, created)
+				require.Equal(t, n-1, steered)
+				require.Len(t, all, 1)
+				require.Len(t, ids, 1, "every steered message names the live turn")
+				log, err := eng.ReadLog(ctx, conv, 0, 1000)
+				require.NoError(t, err)
+				events := 0
+				for _, en := range log {
+					if en.Kind == "event" && en.Name == tasks.SteerEventDefault && en.TaskID == all[0].ID {
+						events++
+					}
+				}
+				require.Equal(t, n-1, events, "each steered message is an event of its own")
+			}
+			vs, err := eng.Check(ctx, conv)
+			require.NoError(t, err)
+			require.Empty(t, vs)
+		})
+	}
+}
+
+// A policy configured per kind applies to creates that say none; a repeated
+// create (same key) of the live turn returns it instead of being refused.
+func TestTurnPolicyPerKind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, schema := testdb.Fresh(t)
+	pool := testdb.NewPool(t)
+	eng, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema, TurnPolicies: map[string]tasks.TurnPolicy{"turn": tasks.TurnReject}})
+	require.NoError(t, err)
+	conv := testdb.Conversation(t)
+	first, created, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", IdempotencyKey: "msg-1"})
+	require.NoError(t, err)
+	require.True(t, created)
+	again, created, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", IdempotencyKey: "msg-1"})
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, first.ID, again.ID)
+	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", IdempotencyKey: "msg-2"})
+	require.ErrorIs(t, err, tasks.ErrBusy)
+	require.Contains(t, err.Error(), fmt.Sprint(first.ID))
+	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "note"})
+	require.NoError(t, err, "another kind queues")
+	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", OnBusy: "shout"})
+	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	_, err = tasks.New(ctx, pool, &tasks.Config{Schema: schema, TurnPolicies: map[string]tasks.TurnPolicy{"turn": "shout"}})
+	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, OwnerID: first.ID, Kind: "tool", OnBusy: tasks.TurnReject})
+	require.True(t, errors.Is(err, tasks.ErrInvalidArgument), "a policy is for turns: %v", err)
+}
