@@ -73,9 +73,12 @@ Usage:
   arbor ls [--status S]                  conversations with live work, their holder and lease
   arbor tree CONVERSATION                a conversation's task tree (--json, --watch)
   arbor show TASK                        everything about one task (--json)
-  arbor abort TASK                       abort a task and its subtree, leaves first
+  arbor abort TASK                       abort a task and its subtree, leaves first (--conversation, --reason)
   arbor cancel TASK                      cancel a task (its children are aborted)
-  arbor wake TASK                        wake a waiting or sleeping task now
+  arbor wake TASK                        wake a sleeping task now
+  arbor emit CONVERSATION NAME [PAYLOAD] emit an event (--task ID, --token T for an approval)
+  arbor pending CONVERSATION             what the conversation awaits, with the tokens that answer it
+  arbor log CONVERSATION                 the conversation's log (--follow)
   arbor check [CONVERSATION]             run the invariant checker (exit 1 on violations)
   arbor demo                             run the end-to-end demo
   arbor demo-worker --node NAME          the demo's worker process (arbor demo starts it)
@@ -95,6 +98,9 @@ var commands = map[string]command{
 	"abort":   cmdAbort,
 	"cancel":  cmdCancel,
 	"wake":    cmdWake,
+	"emit":    cmdEmit,
+	"pending": cmdPending,
+	"log":     cmdLog,
 	"check":   cmdCheck,
 	"demo":    cmdDemo,
 	// demo-worker is the runner process the demo starts (and kills).

@@ -136,6 +136,22 @@ func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children [
 		row("wait", "none")
 	}
 	row("wake at", "%s", formatTime(t.WakeAt))
+	switch {
+	case t.AwaitName != "" && t.Status == arbortype.StatusSleeping:
+		row("await", "%s (token %s)", t.AwaitName, t.AwaitToken)
+	case t.AwaitName != "":
+		row("await", "none (its last await: %s)", t.AwaitName)
+	}
+	if d := t.Delivered; d != nil {
+		if d.TimedOut {
+			row("delivered", "%s: timed out", d.Name)
+		} else {
+			row("delivered", "%s: event %d, %s", d.Name, d.EventID, orDash(string(d.Payload)))
+		}
+	}
+	if t.Deadline != nil {
+		row("deadline", "%s", formatTime(t.Deadline))
+	}
 	if t.Token != 0 {
 		row("run", "token %d, lease deadline %s", t.Token, formatTime(t.LeaseExpiresAt))
 	} else {

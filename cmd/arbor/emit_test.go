@@ -1,0 +1,89 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
+)
+
+// An approval from the command line: pending lists the await with its
+// token; emit --token answers it once; the task is woken with the payload;
+// a forged token, a bad payload and an unknown conversation are refused
+// plainly.
+func TestEmitAnswersAnApproval(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.sampleTree(t)
+	run := b.start(t, 4) // ask_approval
+	res, err := b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval", Phase: "decided"})
+	require.NoError(t, err)
+	require.False(t, res.Woken)
+	token := res.Task.AwaitToken
+
+	out := b.arbor(t, "pending", b.conv).ok(t).stdout
+	require.Equal(t, fmt.Sprintf("#4 ask_approval awaits approval (no timeout): token %s\n", token), out)
+
+	b.arbor(t, "emit", "--token", "awt_forged", `{"approved": true}`).fails(t, 1, "no await has the token awt_forged")
+	b.arbor(t, "emit", "--token", token, `{"approved": `).fails(t, 1, "is not valid JSON")
+	b.arbor(t, "emit", b.conv+"-nope", "approval").fails(t, 1, "conversation "+b.conv+"-nope not found")
+
+	out = b.arbor(t, "emit", "--token", token, `{"approved": true}`).ok(t).stdout
+	require.Contains(t, out, "delivered to #4, which runs again")
+	out = b.arbor(t, "emit", "--token", token, `{"approved": true}`).ok(t).stdout
+	require.Contains(t, out, "was emitted already: nothing new")
+	got, err := b.engine.Get(b.ctx, 4)
+	require.NoError(t, err)
+	require.Equal(t, arbortype.StatusPending, got.Status)
+	require.JSONEq(t, `{"approved": true}`, string(got.Delivered.Payload))
+	require.Contains(t, b.arbor(t, "show", "4").ok(t).stdout, "delivered")
+	require.Equal(t, fmt.Sprintf("conversation %s awaits nothing\n", b.conv), b.arbor(t, "pending", b.conv).ok(t).stdout)
+
+	out = b.arbor(t, "emit", b.conv, "note", "hello", "--queue").ok(t).stdout
+	require.Contains(t, out, "nothing awaits it yet")
+	var payload struct {
+		Payload string `json:"payload"`
+	}
+	log, err := b.engine.ReadLog(b.ctx, b.conv, 0, 1000)
+	require.NoError(t, err)
+	last := log[len(log)-1]
+	require.Equal(t, "event", last.Kind)
+	require.NoError(t, json.Unmarshal(last.Payload, &payload))
+	require.Equal(t, "hello", payload.Payload, "a bare word is a JSON string")
+}
+
+// abort --reason records why; abort --conversation stops everything live;
+// log prints every status change in order.
+func TestAbortReasonAndConversationAndLog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.sampleTree(t)
+	out := b.arbor(t, "abort", "6", "--reason", "the user pressed stop").ok(t).stdout
+	require.Contains(t, out, "#6 chat_turn: running → aborted")
+	show := b.arbor(t, "show", "6").ok(t).stdout
+	require.Contains(t, show, "aborted")
+	require.Contains(t, show, "the user pressed stop")
+
+	b.arbor(t, "abort").fails(t, 1, "give either a task id or --conversation")
+	b.arbor(t, "abort", "1", "--conversation", b.conv).fails(t, 1, "give either a task id or --conversation")
+	out = b.arbor(t, "abort", "--conversation", b.conv).ok(t).stdout
+	require.True(t, strings.HasPrefix(out, "abort conversation "+b.conv+": settled "), out)
+	all, err := b.engine.ConversationTasks(b.ctx, b.conv)
+	require.NoError(t, err)
+	for _, task := range all {
+		require.True(t, task.Status.Settled(), "#%d is %s", task.ID, task.Status)
+	}
+
+	out = b.arbor(t, "log", b.conv).ok(t).stdout
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.GreaterOrEqual(t, len(lines), 8)
+	require.Contains(t, lines[0], "#1 chat_turn pending")
+	require.Contains(t, out, "#6 chat_turn aborted")
+	out = b.arbor(t, "log", b.conv, "--follow", "--until-settled", "1").ok(t).stdout
+	require.Contains(t, out, "#1 chat_turn aborted", "following stops at the settle, already in the log")
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/arborhq/arbor/arbortype"
+)
+
+const logHelp = `Usage: arbor log CONVERSATION [flags]
+
+Prints a conversation's log — every status change of every task, the
+handlers' progress and the events, in commit order — after --after (a
+seq), and with --follow keeps printing new entries as they commit, until
+interrupted (or, with --until-settled TASK, until that task settles).
+
+Example:
+  arbor log chat-7 --follow
+`
+
+func cmdLog(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("log", logHelp, stderr)
+	var db dbFlags
+	db.register(fs)
+	after := fs.Int64("after", 0, "print the entries after this seq")
+	follow := fs.Bool("follow", false, "keep printing new entries as they commit")
+	until := fs.Int64("until-settled", 0, "with --follow, stop once this task has settled")
+	pos, err := parseArgs(fs, args, 1, 1, "the conversation")
+	if err != nil {
+		return err
+	}
+	engine, err := db.engine(ctx)
+	if err != nil {
+		return err
+	}
+	defer engine.Close()
+	if _, err := requireConversation(ctx, engine, pos[0]); err != nil {
+		return err
+	}
+	if !*follow {
+		for {
+			entries, err := engine.ReadLog(ctx, pos[0], *after, 1000)
+			if err != nil {
+				return err
+			}
+			for _, en := range entries {
+				printEntry(stdout, en)
+				*after = en.Seq
+			}
+			if len(entries) < 1000 {
+				return nil
+			}
+		}
+	}
+	stop := errors.New("settled")
+	err = engine.Follow(ctx, pos[0], *after, func(en arbortype.LogEntry) error {
+		printEntry(stdout, en)
+		if *until != 0 && en.TaskID == *until && en.Terminal() {
+			return stop
+		}
+		return nil
+	})
+	if errors.Is(err, stop) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func printEntry(w io.Writer, en arbortype.LogEntry) {
+	at := en.At.UTC().Format("15:04:05.000")
+	switch en.Kind {
+	case "status":
+		fmt.Fprintf(w, "%d %s #%d %s %s\n", en.Seq, at, en.TaskID, printable(en.Name), printable(string(en.Status)))
+	case "progress":
+		fmt.Fprintf(w, "%d %s #%d progress %s %s\n", en.Seq, at, en.TaskID, printable(en.Name), printable(string(en.Payload)))
+	default:
+		fmt.Fprintf(w, "%d %s event %s %s\n", en.Seq, at, printable(en.Name), printable(string(en.Payload)))
+	}
+}
