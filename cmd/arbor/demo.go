@@ -27,7 +27,12 @@ worker process (arbor demo-worker) and sends a conversation three turns:
      one fails, the others are aborted), then answers;
   2. a research turn whose sub-agent browses until the user presses stop:
      the whole subtree is aborted, leaves first;
-  3. a long turn during which the demo kills the worker (SIGKILL) and starts
+  3. a turn whose sub-agent needs a human's approval: it parks on the event,
+     and the demo grants it with the command line (arbor emit --token);
+  4. a turn that streams a long answer, interrupted by a second message
+     (turn policy interrupt): the first turn is aborted with its reason and
+     the second answers;
+  5. a long turn during which the demo kills the worker (SIGKILL) and starts
      another, which takes the conversation over once the lease expires,
      prints its reconcile report, and finishes the turn.
 It prints the tree each time it changes and runs the invariant checker at
@@ -216,9 +221,59 @@ func count(all []arbortype.Task, kind string, status arbortype.Status) int {
 }
 
 func (d *demo) turn(mode string) (arbortype.Task, error) {
+	return d.turnWith(mode, tasks.TurnQueue)
+}
+
+func (d *demo) turnWith(mode string, policy tasks.TurnPolicy) (arbortype.Task, error) {
 	input, _ := json.Marshal(map[string]string{"mode": mode})
-	t, _, err := d.e.Create(d.ctx, tasks.CreateParams{ConversationID: d.conv, Kind: "chat_turn", Input: input})
+	t, _, err := d.e.Create(d.ctx, tasks.CreateParams{ConversationID: d.conv, Kind: "chat_turn", Input: input, OnBusy: policy})
 	return t, err
+}
+
+// follow is the client following the conversation: it prints the handlers'
+// progress and every turn's settle as they commit, until ctx ends.
+func (d *demo) follow(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = d.e.Follow(ctx, d.conv, 0, func(en arbortype.LogEntry) error {
+			switch {
+			case en.Kind == "progress":
+				d.say("   [client] #%d %s %s", en.TaskID, en.Name, en.Payload)
+			case en.Kind == "event":
+				d.say("   [client] event %s", en.Name)
+			case en.Terminal() && en.Name == "chat_turn":
+				d.say("   [client] turn #%d %s", en.TaskID, en.Status)
+			}
+			return nil
+		})
+	}()
+	return done
+}
+
+// approve answers the pending approval the way a user does: with the arbor
+// command line, given the await's token.
+func (d *demo) approve() error {
+	var pending []arbortype.PendingEvent
+	for len(pending) == 0 {
+		var err error
+		if pending, err = d.e.PendingEvents(d.ctx, d.conv); err != nil {
+			return err
+		}
+		if len(pending) == 0 {
+			select {
+			case <-d.ctx.Done():
+				return fmt.Errorf("demo: gave up waiting for the approval: %w", d.ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	p := pending[0]
+	d.say("\n== #%d %s awaits %q; the user approves it:\n   $ arbor emit --token %s '{\"approved\": true}'", p.TaskID, p.Kind, p.Name, p.Token)
+	cmd := exec.CommandContext(d.ctx, d.exe, append([]string{"emit", "--token", p.Token, `{"approved": true}`}, d.dbArgs...)...)
+	out, err := cmd.CombinedOutput()
+	d.say("   %s", bytes.TrimSpace(out))
+	return err
 }
 
 func (d *demo) run() error {
@@ -228,6 +283,9 @@ func (d *demo) run() error {
 	}
 	stop := make(chan struct{})
 	watching := d.watch(stop)
+	followCtx, stopFollowing := context.WithCancel(d.ctx)
+	following := d.follow(followCtx)
+	defer func() { stopFollowing(); <-following }()
 	defer func() {
 		select {
 		case <-stop:
@@ -264,7 +322,41 @@ func (d *demo) run() error {
 	}
 	d.say("%s", line)
 
-	d.say("\n== turn 3: long steps; the worker is killed in the middle")
+	d.say("\n== turn 3: a sub-agent needs a human's approval before it sends an email")
+	t3a, err := d.turn("approval")
+	if err != nil {
+		return err
+	}
+	if err := d.approve(); err != nil {
+		return err
+	}
+	if err := d.waitFor("turn 3 to complete", func(all []arbortype.Task) bool { return statusOf(all, t3a.ID) == arbortype.StatusCompleted }); err != nil {
+		return err
+	}
+
+	d.say("\n== turn 4: a long answer streams to the client; a second message arrives mid-turn\n   (policy interrupt): the running turn is aborted and the new one answers")
+	t4, err := d.turn("stream")
+	if err != nil {
+		return err
+	}
+	if err := d.waitFor("the answer to start streaming", func(all []arbortype.Task) bool { return statusOf(all, t4.ID) == arbortype.StatusRunning }); err != nil {
+		return err
+	}
+	time.Sleep(time.Second)
+	t4b, err := d.turnWith("quick", tasks.TurnInterrupt)
+	if err != nil {
+		return err
+	}
+	if err := d.waitFor("the second message's turn to complete", func(all []arbortype.Task) bool {
+		return statusOf(all, t4b.ID) == arbortype.StatusCompleted
+	}); err != nil {
+		return err
+	}
+	if got, err := d.e.Get(d.ctx, t4.ID); err == nil && got.Error != nil {
+		d.say("   turn #%d: %s (%s)", got.ID, got.Status, got.Error.Message)
+	}
+
+	d.say("\n== turn 5: long steps; the worker is killed in the middle")
 	t3, err := d.turn("long")
 	if err != nil {
 		return err
@@ -280,7 +372,7 @@ func (d *demo) run() error {
 	if _, err := d.startWorker("worker-2"); err != nil {
 		return err
 	}
-	if err := d.waitFor("turn 3 to complete", func(all []arbortype.Task) bool { return statusOf(all, t3.ID) == arbortype.StatusCompleted }); err != nil {
+	if err := d.waitFor("turn 5 to complete", func(all []arbortype.Task) bool { return statusOf(all, t3.ID) == arbortype.StatusCompleted }); err != nil {
 		return err
 	}
 	close(stop)

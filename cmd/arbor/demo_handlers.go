@@ -52,6 +52,24 @@ func demoHandlers() map[string]machine.Handler {
 			// local timer wake it.
 			return run.SleepUntil(ctx, time.Now().Add(time.Second), "backoff", nil)
 		},
+		// A sub-agent that needs a human's approval before it acts: it tells
+		// the client (progress), parks until the "approval" event (the
+		// token in arbor pending answers it), and acts on the answer.
+		"mail_agent": func(ctx context.Context, run *machine.Run) error {
+			if run.Task.Phase == "decided" {
+				var answer struct {
+					Approved bool `json:"approved"`
+				}
+				if d := run.Task.Delivered; d != nil && !d.TimedOut {
+					_ = json.Unmarshal(d.Payload, &answer)
+				}
+				return run.Complete(ctx, json.RawMessage(fmt.Sprintf(`{"sent": %t}`, answer.Approved)))
+			}
+			if err := run.Progress(ctx, "status", json.RawMessage(`"waiting for approval to send the email"`)); err != nil {
+				return err
+			}
+			return run.AwaitEvent(ctx, machine.AwaitParams{Name: "approval", Timeout: 5 * time.Minute, Phase: "decided"})
+		},
 		"research_agent": func(ctx context.Context, run *machine.Run) error {
 			ids, err := spawnAll(ctx, run, "browse", "browse")
 			if err != nil {
@@ -68,6 +86,33 @@ func chatTurn(ctx context.Context, run *machine.Run) error {
 	}
 	_ = json.Unmarshal(run.Task.Input, &in)
 	switch {
+	case in.Mode == "stream":
+		// A long answer, streamed token by token to whoever follows the
+		// conversation; the next message interrupts it.
+		for _, tok := range []string{"Let", " me", " think", " about", " that", " for", " a", " long", " while", "..."} {
+			if err := run.Progress(ctx, "token", json.RawMessage(fmt.Sprintf("%q", tok))); err != nil {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(400 * time.Millisecond):
+			}
+		}
+		return run.Complete(ctx, json.RawMessage(`{"answer": "a long one"}`))
+	case in.Mode == "quick":
+		if err := run.Progress(ctx, "token", json.RawMessage(`"Sure: 42."`)); err != nil {
+			return err
+		}
+		return run.Complete(ctx, json.RawMessage(`{"answer": "42"}`))
+	case in.Mode == "approval" && run.Task.Phase == "":
+		ids, err := spawnAll(ctx, run, "mail_agent")
+		if err != nil {
+			return err
+		}
+		return run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.AllSettled, Phase: "mailing"})
+	case in.Mode == "approval":
+		return run.Complete(ctx, json.RawMessage(`{"answer": "the email is sent"}`))
 	case in.Mode == "research" && run.Task.Phase == "":
 		ids, err := spawnAll(ctx, run, "research_agent")
 		if err != nil {

@@ -23,6 +23,12 @@ func TestDemoEndToEnd(t *testing.T) {
 		"translate_fr [failed]",
 		"translate_de [aborted]",
 		"the abort settled 4 tasks, leaves first:",
+		"[client] #",
+		"awaits \"approval\"; the user approves it:",
+		"delivered to #",
+		"mail_agent [completed]",
+		"interrupted by a new turn",
+		"[client] turn #",
 		"[worker-2] started",
 		"invariant checker: no violations",
 	} {
