@@ -44,6 +44,12 @@ func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *reason != "" {
 		opts = append(opts, tasks.WithReason(*reason))
 	}
+	var id int64
+	if *conv == "" {
+		if id, err = parseTaskID(pos[0]); err != nil {
+			return err
+		}
+	}
 	engine, err := db.engine(ctx)
 	if err != nil {
 		return err
@@ -51,10 +57,6 @@ func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer engine.Close()
 	if *conv != "" {
 		return abortConversation(ctx, stdout, engine, *conv, opts)
-	}
-	id, err := parseTaskID(pos[0])
-	if err != nil {
-		return err
 	}
 	t, before, err := snapshot(ctx, engine, id)
 	if err != nil {

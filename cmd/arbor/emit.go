@@ -21,7 +21,7 @@ By default the first emit of a name wins; --queue makes every emit a
 delivery of its own. With --token, it answers exactly the await that token
 names (what "arbor pending" lists): an approval.
 
-Examples:
+Example:
   arbor emit chat-7 approval '{"approved": true}' --task 12
   arbor emit --token awt_3f… '{"approved": true}'
 `
