@@ -1,0 +1,116 @@
+package machine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/machine"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// A human approval: the handler parks on the event "approval"; the
+// conversation's pending events list it with a token; the client posts the
+// user's answer back with that token (EmitToken, or arbor emit --token);
+// the handler runs again with the answer. From outside, AwaitSettled
+// returns the turn's result once it has committed.
+func ExampleRun_AwaitEvent() {
+	ctx := context.Background()
+	engine, done := exampleEngine(ctx, "arbor_example_approval")
+	defer done()
+
+	stop := startRunner(ctx, engine, map[string]machine.Handler{
+		"refund": func(ctx context.Context, run *machine.Run) error {
+			if run.Task.Phase == "decided" {
+				var answer struct {
+					Approved bool `json:"approved"`
+				}
+				if err := json.Unmarshal(run.Task.Delivered.Payload, &answer); err != nil {
+					return machine.NonRetryable(err)
+				}
+				return run.Complete(ctx, json.RawMessage(fmt.Sprintf(`{"refunded": %t}`, answer.Approved)))
+			}
+			return run.AwaitEvent(ctx, machine.AwaitParams{Name: "approval", Phase: "decided"})
+		},
+	})
+	defer stop()
+
+	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-20", Kind: "refund"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The UI asks what the conversation waits for, and shows the request.
+	var pending []arbortype.PendingEvent
+	for len(pending) == 0 {
+		if pending, err = engine.PendingEvents(ctx, "chat-20"); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println("awaiting:", pending[0].Name)
+	// The user clicks "approve" (twice: the token makes it one answer).
+	for range 2 {
+		if _, _, err := engine.EmitToken(ctx, pending[0].Token, json.RawMessage(`{"approved": true}`)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	settled, err := engine.AwaitSettled(ctx, turn.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(settled.Status, string(settled.Result))
+	// Output:
+	// awaiting: approval
+	// completed {"refunded": true}
+}
+
+var errSeen = errors.New("seen")
+
+// A client follows a conversation: every status change of every task and
+// the handler's progress, in commit order, live. A client that reconnects
+// passes the Seq of the last entry it saw and misses nothing.
+func ExampleRun_Progress() {
+	ctx := context.Background()
+	engine, done := exampleEngine(ctx, "arbor_example_stream")
+	defer done()
+
+	stop := startRunner(ctx, engine, map[string]machine.Handler{
+		"answer": func(ctx context.Context, run *machine.Run) error {
+			for _, tok := range []string{`"Hello"`, `", "`, `"world"`} {
+				if err := run.Progress(ctx, "token", json.RawMessage(tok)); err != nil {
+					return err
+				}
+			}
+			return run.Complete(ctx, nil)
+		},
+	})
+	defer stop()
+
+	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-21", Kind: "answer"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = engine.Follow(ctx, "chat-21", 0, func(en arbortype.LogEntry) error {
+		switch en.Kind {
+		case "progress":
+			fmt.Println("token", string(en.Payload))
+		case "status":
+			fmt.Println(en.Name, en.Status)
+		}
+		if en.TaskID == turn.ID && en.Terminal() {
+			return errSeen
+		}
+		return nil
+	})
+	fmt.Println(errors.Is(err, errSeen))
+	// Output:
+	// answer pending
+	// answer running
+	// token "Hello"
+	// token ", "
+	// token "world"
+	// answer completed
+	// true
+}
