@@ -91,6 +91,27 @@ func Scenarios() []Scenario {
 			Subjects:   []Subject{{Key: "runner", Arbor: true, Label: "arbor machine.Runner, RunnerConfig{}", Run: heldRunner}},
 		},
 		{
+			Key:   "i",
+			Title: "what an agent backend waits on: AwaitSettled, emit → handler re-entered, stream delivery (p50/p99/max)",
+			About: "A machine.Runner with RunnerConfig{}; N operations over 10 conversations, one at a time per conversation. " +
+				"await-settled: a turn completes in its handler; a caller outside the runner waits with Engine.AwaitSettled; latency = " +
+				"AwaitSettled's return − the handler's Complete return (both after the commit). emit: a turn awaits an event; the caller " +
+				"emits it; latency = the handler's re-entry − Emit's return. stream: a handler publishes a progress entry; a follower of " +
+				"the conversation (Engine.Follow) receives it; latency = receipt − Progress's return. Run once per size.",
+			Metric:     Latency,
+			Goal:       "each p99 ≤ 20 ms",
+			Sizes:      []string{"50", "200", "500"},
+			QuickSizes: []string{"10", "20", "40"},
+			SizeForm:   "N, the number of operations",
+			ParseSize:  parseN,
+			Reps:       1,
+			Subjects: []Subject{
+				{Key: "await-settled", Arbor: true, Label: "Engine.AwaitSettled after the turn's commit", Run: awaitSettledLatency},
+				{Key: "emit", Arbor: true, Label: "Engine.Emit → the awaiting handler re-entered", Run: emitLatency},
+				{Key: "stream", Arbor: true, Label: "Run.Progress → a follower (Engine.Follow) receives it", Run: streamLatency},
+			},
+		},
+		{
 			Key:   "h",
 			Title: "agent turns: P turns × C parallel tool calls, all_settled",
 			About: "The shape of an agent backend: P turns, each a conversation of its own (a message each, one Engine.Create), whose " +
