@@ -92,4 +92,13 @@ const (
 	CodeUnknownKind = "unknown_kind"
 	// CodePanic: its handler panicked (the stack is in the error's detail).
 	CodePanic = "panic"
+	// CodeAborted: aborted with a reason (tasks.WithReason); the reason is
+	// the error's message.
+	CodeAborted = "aborted"
+	// CodeDeadlineExceeded: still live at its deadline (CreateParams and
+	// SpawnParams Deadline); its foreground subtree was aborted.
+	CodeDeadlineExceeded = "deadline_exceeded"
+	// CodeEndingNotCommitted: its handler ended the run with a Tx form
+	// (Run.CompleteTx, SpawnTx) whose transaction never committed.
+	CodeEndingNotCommitted = "ending_not_committed"
 )

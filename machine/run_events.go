@@ -113,7 +113,7 @@ func (r *Run) CheckpointTx(ctx context.Context, tx pgx.Tx, phase string, state j
 
 // CodeEndingNotCommitted is the error code of a run whose handler ended it
 // with a …Tx form in a transaction that did not commit.
-const CodeEndingNotCommitted = "ending_not_committed"
+const CodeEndingNotCommitted = arbortype.CodeEndingNotCommitted
 
 // endedInTx reports whether the run was ended by a …Tx form.
 func (r *Run) endedInTxForm() bool {

@@ -64,8 +64,9 @@ func abortOptions(opts []AbortOption) abortOpts {
 	return o
 }
 
-// CodeAborted is the error code of a task aborted WithReason.
-const CodeAborted = core.CodeAborted
+// CodeAborted is the error code of a task aborted WithReason
+// (arbortype.CodeAborted).
+const CodeAborted = arbortype.CodeAborted
 
 // AbortConversation aborts every live task of a conversation, background
 // tasks included, leaves first, in one transaction: what the user's "stop"

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/store"
 )
@@ -97,7 +98,7 @@ func reversed(ts []Task) []Task {
 }
 
 // CodeAborted is the error code an abort with a reason records.
-const CodeAborted = "aborted"
+const CodeAborted = arbortype.CodeAborted
 
 // abortReason is the error an abort with reason records (nil for none).
 func abortReason(reason string) (*TaskError, error) {

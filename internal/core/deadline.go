@@ -7,12 +7,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/store"
 )
 
 // CodeDeadlineExceeded is the error code of a task failed past its deadline.
-const CodeDeadlineExceeded = "deadline_exceeded"
+const CodeDeadlineExceeded = arbortype.CodeDeadlineExceeded
 
 // Expire fails taskID if it is live past its deadline (by the database's
 // clock): its live foreground subtree is aborted first, leaves first, then
