@@ -69,8 +69,13 @@ func workLeased(ctx context.Context, c *core.Engine, lease *Lease, taskID int64,
 	rep.HandlerErr = err
 	switch {
 	case run.Ended() && run.endedInTxForm():
+		// The transaction committed, or confirmTxEnding failed the run
+		// through the sink.
 		confirmTxEnding(ctx, c, run)
-		if run.Ended() {
+		sink.mu.Lock()
+		viaSink := sink.hasEnded
+		sink.mu.Unlock()
+		if !viaSink && run.Ended() {
 			sink.ended(core.Outcome{Kind: core.OutComplete}, core.OutcomeResult{})
 		}
 	case run.Ended() || runOver(err):
