@@ -74,6 +74,7 @@ func (f *fakeTB) requireFailed(t *testing.T, parts ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	require.Len(t, f.failed, 1, "the helper reports one failure: %q", f.failed)
+	t.Logf("reported: %s", f.failed[0])
 	for _, p := range parts {
 		require.Contains(t, f.failed[0], p)
 	}

@@ -92,7 +92,7 @@ func Work(ctx context.Context, tb testing.TB, engine *tasks.Engine, handler mach
 	}
 	rep, err := workhook.Work(ctx, engine, taskID, handler)
 	if err != nil {
-		tb.Fatalf("%v", err)
+		tb.Fatalf("arbortest.Work: %v", err)
 		return nil
 	}
 	res := &WorkResult{Err: rep.HandlerErr, Woken: rep.Woken}

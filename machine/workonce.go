@@ -32,26 +32,26 @@ func workOnce(ctx context.Context, engine *tasks.Engine, taskID int64, handler a
 	var rep workhook.Report
 	h, _ := handler.(Handler)
 	if h == nil {
-		return rep, fmt.Errorf("arbortest: work task %d: the handler is nil: %w", taskID, tasks.ErrInvalidArgument)
+		return rep, fmt.Errorf("task %d: the handler is nil: %w", taskID, tasks.ErrInvalidArgument)
 	}
 	c := core.Of(engine)
 	if c == nil {
-		return rep, fmt.Errorf("arbortest: work task %d: the engine is nil: %w", taskID, tasks.ErrInvalidArgument)
+		return rep, fmt.Errorf("task %d: the engine is nil: %w", taskID, tasks.ErrInvalidArgument)
 	}
 	cur, err := core.Read(ctx, c, func(db store.DB) (arbortype.Task, error) { return c.Get(ctx, db, taskID) })
 	if err != nil {
-		return rep, fmt.Errorf("arbortest: work: %w", err)
+		return rep, err
 	}
 	lease, err := AcquireLease(ctx, engine, cur.ConversationID, &LeaseConfig{Holder: "arbortest-" + defaultHolder()})
 	if err != nil {
-		return rep, fmt.Errorf("arbortest: work task %d: %w", taskID, err)
+		return rep, fmt.Errorf("task %d: %w", taskID, err)
 	}
 	rep, err = workLeased(ctx, c, lease, taskID, h)
 	// The release recovers whatever is still running under the lease (a
 	// run a database fault left open), so that nothing of the test's run
 	// can write after it.
 	if rerr := lease.Release(context.WithoutCancel(ctx)); rerr != nil && err == nil {
-		err = fmt.Errorf("arbortest: work task %d: %w", taskID, rerr)
+		err = fmt.Errorf("task %d: %w", taskID, rerr)
 	}
 	return rep, err
 }
@@ -60,7 +60,7 @@ func workLeased(ctx context.Context, c *core.Engine, lease *Lease, taskID int64,
 	var rep workhook.Report
 	t, err := core.Tx(ctx, c, func(tx pgx.Tx) (core.Task, error) { return c.Start(ctx, tx, lease.lease, taskID) })
 	if err != nil {
-		return rep, fmt.Errorf("arbortest: work: %w", err)
+		return rep, err
 	}
 	rep.Started = t
 	sink := &flushSink{core: c, holder: lease.lease.Holder}
@@ -80,14 +80,14 @@ func workLeased(ctx context.Context, c *core.Engine, lease *Lease, taskID int64,
 		}
 	case run.Ended() || runOver(err):
 	case infrastructure(err):
-		return rep, fmt.Errorf("arbortest: work task %d: the handler was cut off from the database: %w", taskID, err)
+		return rep, fmt.Errorf("task %d: the handler was cut off from the database: %w", taskID, err)
 	case err == nil:
 		err = run.Complete(ctx, nil)
 	default:
 		err = run.fail(ctx, err)
 	}
 	if err != nil && infrastructure(err) {
-		return rep, fmt.Errorf("arbortest: work task %d: ending the run: %w", taskID, err)
+		return rep, fmt.Errorf("task %d: ending the run: %w", taskID, err)
 	}
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
