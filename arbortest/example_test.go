@@ -10,9 +10,11 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortest"
 	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -131,4 +133,23 @@ func (t *exampleT) cleanup() {
 	for _, f := range slices.Backward(t.cleanups) {
 		f()
 	}
+}
+
+// The test docs/agents.md shows ("Testing your handlers").
+func TestTurnAnswersFromTheWeatherTool(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := testdb.NewPool(t)                // your pool on the test database, closed with t.Cleanup
+	engine := arbortest.Engine(t, pool, nil) // a migrated schema of this test's own, dropped when it ends
+
+	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-1", Kind: "turn", Input: json.RawMessage(`"Paris"`)})
+	require.NoError(t, err)
+
+	res := arbortest.Work(ctx, t, engine, chatTurn, turn.ID) // spawns the tool call and waits
+	require.Equal(t, arbortest.OutcomeWaiting, res.Outcome)
+	calls := arbortest.RequireChildren(ctx, t, engine, turn.ID, "weather", 1)
+
+	arbortest.Work(ctx, t, engine, weather, calls[0].ID) // completes; the turn wakes in the same transaction
+	arbortest.Work(ctx, t, engine, chatTurn, turn.ID)    // runs again from phase "answer"
+	arbortest.RequireSettled(ctx, t, engine, turn.ID, arbortype.StatusCompleted, json.RawMessage(`"It will be sunny."`))
 }
