@@ -70,7 +70,10 @@ type WorkResult struct {
 // under its policy unless machine.NonRetryable), a panic fails it with code
 // "panic". Every spawn and ending write is the transaction of a Runner's
 // completer. The lease is released before Work returns, so the next Work,
-// or a Runner, can take the conversation.
+// or a Runner, can take the conversation. Two Works on one conversation do
+// not overlap: the second, while the first runs, finds the lease held.
+// The handler's context is ctx: an abort made meanwhile refuses the run's
+// next write (OutcomeStopped) rather than cancelling ctx.
 //
 // Work fails the test when arbor refuses to run the task (tb.Fatalf, and
 // nothing is written) or when the database fails the run; it returns nil
