@@ -34,7 +34,7 @@ func (r *Runner) execute(ctx context.Context, run *Run) {
 		run.mu.Unlock()
 		err := callHandler(ctx, r.handlers[t.Kind], run)
 		if run.Ended() && run.endedInTxForm() && !stopped(ctx) {
-			r.confirmTxEnding(ctx, run)
+			confirmTxEnding(ctx, r.core, run)
 			return
 		}
 		if run.Ended() || runOver(err) || stopped(ctx) {

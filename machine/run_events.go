@@ -125,8 +125,8 @@ func (r *Run) endedInTxForm() bool {
 // confirmTxEnding checks, once the handler returned, that the transaction
 // its CompleteTx wrote in committed: a task still running under this run
 // means it did not, and the run fails (retried under the task's policy).
-func (r *Runner) confirmTxEnding(ctx context.Context, run *Run) {
-	cur, err := r.core.Get(ctx, r.core.Pool, run.Task.ID)
+func confirmTxEnding(ctx context.Context, c *core.Engine, run *Run) {
+	cur, err := c.Get(ctx, c.Pool, run.Task.ID)
 	if err != nil || cur.Status != arbortype.StatusRunning || cur.Token != run.token {
 		return
 	}

@@ -1,7 +1,8 @@
 // Package testdb gives tests a real PostgreSQL: the database named by
 // ARBOR_DATABASE_URL (which `make test` sets to a throwaway server it
 // starts), a migrated schema of their own, and nothing else. It never drops
-// anything but the schemas it created.
+// anything but the schemas it created. Its Schema is also the one behind
+// the users' arbortest.Schema.
 package testdb
 
 import (
@@ -128,12 +129,21 @@ func Shared(tb testing.TB) (*pgxpool.Pool, string) {
 func Fresh(tb testing.TB) (*pgxpool.Pool, string) {
 	tb.Helper()
 	pool := NewPool(tb)
+	return pool, Schema(tb, pool)
+}
+
+// Schema creates a schema of the test's own on pool, named arbor_test_…,
+// migrated (arbor's tables and River's), and drops it when the test ends —
+// on a connection of its own if pool was closed by then. Safe for parallel
+// tests: each name is random.
+func Schema(tb testing.TB, pool *pgxpool.Pool) string {
+	tb.Helper()
 	schema := Name("arbor_test")
+	tb.Cleanup(func() { dropSchema(pool, schema) })
 	if err := migrate(pool, schema); err != nil {
 		tb.Fatalf("migrate %s: %v", schema, err)
 	}
-	tb.Cleanup(func() { dropSchema(pool, schema) })
-	return pool, schema
+	return schema
 }
 
 // NewPool opens a pool on the test database, closed when the test ends.
@@ -179,8 +189,19 @@ func migrate(pool *pgxpool.Pool, schema string) error {
 	return err
 }
 
+// dropSchema drops schema, on a connection of its own when pool cannot
+// serve it (a test closed its pool before its cleanups ran).
 func dropSchema(pool *pgxpool.Pool, schema string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	drop := `DROP SCHEMA IF EXISTS ` + pgx.Identifier{schema}.Sanitize() + ` CASCADE`
+	if _, err := pool.Exec(ctx, drop); err == nil {
+		return
+	}
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
+	if err != nil {
+		return
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	_, _ = conn.Exec(ctx, drop)
 }

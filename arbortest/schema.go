@@ -1,0 +1,53 @@
+package arbortest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/arborhq/arbor/internal/testdb"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// Schema creates a schema of the test's own in pool's database, named
+// arbor_test_… and migrated (arbor's tables and River's), and drops it when
+// the test ends, after the cleanups registered later (stop a Runner with
+// tb.Cleanup after Schema, and it stops first). It is dropped on a
+// connection of its own if the pool was closed by then. Names are random,
+// so parallel tests, and test binaries sharing one database, never meet.
+// The caller owns the pool.
+func Schema(tb testing.TB, pool *pgxpool.Pool) string {
+	tb.Helper()
+	if pool == nil {
+		tb.Fatalf("arbortest.Schema: the pool is nil")
+		return ""
+	}
+	return testdb.Schema(tb, pool)
+}
+
+// Engine returns an engine on a schema of the test's own (see Schema),
+// configured by cfg (nil for the defaults). cfg.Schema must be empty: the
+// engine's schema is the new one.
+func Engine(tb testing.TB, pool *pgxpool.Pool, cfg *tasks.Config) *tasks.Engine {
+	tb.Helper()
+	var conf tasks.Config
+	if cfg != nil {
+		conf = *cfg
+	}
+	if conf.Schema != "" {
+		tb.Fatalf("arbortest.Engine: Config.Schema is %q: leave it empty, the engine's schema is one of the test's own", conf.Schema)
+		return nil
+	}
+	schema := Schema(tb, pool)
+	if schema == "" {
+		return nil
+	}
+	conf.Schema = schema
+	engine, err := tasks.New(context.Background(), pool, &conf)
+	if err != nil {
+		tb.Fatalf("arbortest.Engine: %v", err)
+		return nil
+	}
+	return engine
+}

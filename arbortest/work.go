@@ -1,0 +1,186 @@
+package arbortest
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/workhook"
+	"github.com/arborhq/arbor/machine"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// Outcome says how a run of a handler ended.
+type Outcome string
+
+const (
+	// OutcomeCompleted: the run completed the task (Complete, or the
+	// handler returned nil). The task is completed, or completing while
+	// foreground children are live.
+	OutcomeCompleted Outcome = "completed"
+	// OutcomeFailed: the handler's error (or panic) failed the task for
+	// good: no retry was left, or the error was machine.NonRetryable.
+	OutcomeFailed Outcome = "failed"
+	// OutcomeRetried: the handler's error failed the run, and the task
+	// sleeps until its retry (its Retries counts it, its Error records it).
+	OutcomeRetried Outcome = "retried"
+	// OutcomeWaiting: the run parked the task on its children (Wait). With
+	// Woken, the wait was satisfied already and the task is pending again.
+	OutcomeWaiting Outcome = "waiting"
+	// OutcomeSleeping: the run parked the task until a time (SleepUntil).
+	OutcomeSleeping Outcome = "sleeping"
+	// OutcomeAwaiting: the run parked the task on an event (AwaitEvent).
+	// With Woken, the event had been emitted already and the task is
+	// pending again.
+	OutcomeAwaiting Outcome = "awaiting"
+	// OutcomeStopped: the task was taken from the run before it ended (it
+	// was aborted or cancelled meanwhile): the run wrote no ending.
+	OutcomeStopped Outcome = "stopped"
+)
+
+// WorkResult is what one run of a handler did.
+type WorkResult struct {
+	// Outcome says how the run ended.
+	Outcome Outcome
+	// Woken: the run's wait or await was satisfied when it was written,
+	// and the task is pending again (a Runner would call the handler again
+	// at once; Work it again).
+	Woken bool
+	// Err is what the handler returned; a panic is an error here, as it is
+	// the task's failure (code "panic").
+	Err error
+	// Task is the task read back after the run.
+	Task arbortype.Task
+	// Spawned are the children the run created, in id order, read back
+	// after the run. A spawn whose idempotency key returned an existing
+	// child created nothing.
+	Spawned []arbortype.Task
+}
+
+// Work runs handler once on the task taskID, as a Runner would run it, and
+// returns what the run did. The task must be pending (created, woken, or
+// due to retry), and its conversation free: no Runner or Lease may hold it.
+//
+// Work takes the conversation's lease (recovering what an earlier holder
+// left running, as a take-over does), starts the task, calls handler with a
+// machine.Run of it, and ends a run the handler left open by the Runner's
+// rules: nil completes the task with no result, an error fails it (retried
+// under its policy unless machine.NonRetryable), a panic fails it with code
+// "panic". Every spawn and ending write is the transaction of a Runner's
+// completer. The lease is released before Work returns, so the next Work,
+// or a Runner, can take the conversation. Two Works on one conversation do
+// not overlap: the second, while the first runs, finds the lease held.
+// The handler's context is ctx: an abort made meanwhile refuses the run's
+// next write (OutcomeStopped) rather than cancelling ctx.
+//
+// Work fails the test when arbor refuses to run the task (tb.Fatalf, and
+// nothing is written) or when the database fails the run; it returns nil
+// then, for a tb that does not stop the test.
+func Work(ctx context.Context, tb testing.TB, engine *tasks.Engine, handler machine.Handler, taskID int64) *WorkResult {
+	tb.Helper()
+	if engine == nil {
+		tb.Fatalf("arbortest.Work: the engine is nil")
+		return nil
+	}
+	if handler == nil {
+		tb.Fatalf("arbortest.Work: the handler of task %d is nil", taskID)
+		return nil
+	}
+	before, err := engine.Children(ctx, taskID)
+	if err != nil {
+		tb.Fatalf("arbortest.Work: %v", err)
+		return nil
+	}
+	rep, err := workhook.Work(ctx, engine, taskID, handler)
+	if err != nil {
+		tb.Fatalf("arbortest.Work: %v", err)
+		return nil
+	}
+	res := &WorkResult{Err: rep.HandlerErr, Woken: rep.Woken}
+	if res.Task, err = engine.Get(ctx, taskID); err != nil {
+		tb.Fatalf("arbortest.Work: read task %d back: %v", taskID, err)
+		return nil
+	}
+	after, err := engine.Children(ctx, taskID)
+	if err != nil {
+		tb.Fatalf("arbortest.Work: read the children of task %d back: %v", taskID, err)
+		return nil
+	}
+	for _, c := range after {
+		if !slices.ContainsFunc(before, func(b arbortype.Task) bool { return b.ID == c.ID }) {
+			res.Spawned = append(res.Spawned, c)
+		}
+	}
+	res.Outcome = outcome(rep, res.Task)
+	return res
+}
+
+// outcome names how a run ended from what machine reported and the task
+// read back.
+func outcome(rep workhook.Report, t arbortype.Task) Outcome {
+	if !rep.Ended {
+		return OutcomeStopped
+	}
+	switch rep.Ending {
+	case core.OutComplete:
+		return OutcomeCompleted
+	case core.OutWait:
+		return OutcomeWaiting
+	case core.OutSleep:
+		return OutcomeSleeping
+	case core.OutAwait:
+		return OutcomeAwaiting
+	}
+	if t.Status == arbortype.StatusFailed {
+		return OutcomeFailed
+	}
+	return OutcomeRetried
+}
+
+// Worker runs the handlers of several kinds, picking each task's by its
+// kind, as a Runner's handler map does: a test that works a turn and its
+// tool calls with one value.
+type Worker struct {
+	engine   *tasks.Engine
+	handlers map[string]machine.Handler
+}
+
+// NewWorker returns a Worker of handlers (by kind) on engine. It fails the
+// test for a nil engine, no handlers, or a nil handler.
+func NewWorker(tb testing.TB, engine *tasks.Engine, handlers map[string]machine.Handler) *Worker {
+	tb.Helper()
+	if engine == nil {
+		tb.Fatalf("arbortest.NewWorker: the engine is nil")
+		return nil
+	}
+	if len(handlers) == 0 {
+		tb.Fatalf("arbortest.NewWorker: no handlers")
+		return nil
+	}
+	for kind, h := range handlers {
+		if h == nil {
+			tb.Fatalf("arbortest.NewWorker: the handler of kind %q is nil", kind)
+			return nil
+		}
+	}
+	return &Worker{engine: engine, handlers: handlers}
+}
+
+// Work runs the handler of the task's kind once on the task (see the
+// function Work). A kind without a handler fails the test.
+func (w *Worker) Work(ctx context.Context, tb testing.TB, taskID int64) *WorkResult {
+	tb.Helper()
+	t, err := w.engine.Get(ctx, taskID)
+	if err != nil {
+		tb.Fatalf("arbortest.Worker.Work: %v", err)
+		return nil
+	}
+	h, ok := w.handlers[t.Kind]
+	if !ok {
+		tb.Fatalf("arbortest.Worker.Work: task %d is of kind %q, which has no handler here", taskID, t.Kind)
+		return nil
+	}
+	return Work(ctx, tb, w.engine, h, taskID)
+}
