@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -94,6 +95,7 @@ type Run struct {
 	endedInTx bool      // ended by a …Tx form: landed only if the caller's tx committed
 	deadline  time.Time // local estimate of the task lease's end
 	spawns    int       // spawns without a key of the caller's, numbered for their keys
+	budgets   int       // reservations and spends, numbered for their keys
 }
 
 // sink applies a run's spawns and ending writes.
@@ -300,6 +302,11 @@ type SpawnParams struct {
 	// Deadline, when not zero, is when the child, still live, fails with
 	// code "deadline_exceeded" and its foreground subtree is aborted.
 	Deadline time.Time
+	// Budgets are set on the child (a sub-agent's own budget): its
+	// subtree's spend is bounded by them as well as by every budget above
+	// it. A spawn with budgets is written in a transaction of its own
+	// rather than in the runner's batch.
+	Budgets []arbortype.BudgetLimit
 	// IdempotencyKey makes a spawn repeated after a crash return the child
 	// the first run created (keys starting with "arbor:" are arbor's own).
 	// Default: a key of the run's own, so that a spawn written again after a
@@ -330,6 +337,17 @@ func (r *Run) SpawnMany(ctx context.Context, ps []SpawnParams) ([]arbortype.Task
 	if err != nil {
 		return nil, err
 	}
+	if slices.ContainsFunc(cps, core.CreateParams.HasBudgets) {
+		kids, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) ([]arbortype.Task, error) {
+			kids, created, err := r.core.CreateMany(ctx, tx, cps)
+			if err == nil {
+				err = r.core.ApplyCreateBudgets(ctx, tx, cps, kids, created)
+			}
+			return kids, err
+		})
+		r.over(err)
+		return kids, err
+	}
 	res := r.sink.apply(ctx, r, core.Outcome{Kind: core.OutSpawn, TaskID: r.Task.ID, Token: r.token,
 		ConversationID: r.Task.ConversationID, Spawns: cps})
 	r.over(res.Err)
@@ -358,6 +376,7 @@ func (r *Run) spawnParams(ps []SpawnParams) ([]core.CreateParams, error) {
 			Kind: p.Kind, Input: p.Input, Background: p.Background, AbandonOnRestart: p.AbandonOnRestart,
 			RestartLimit: p.RestartLimit, MaxRetries: p.MaxRetries, IdempotencyKey: p.IdempotencyKey,
 			RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap, Deadline: p.Deadline,
+			Budgets: p.Budgets,
 		}
 	}
 	return cps, nil

@@ -690,9 +690,11 @@ func (r *Runner) maintenanceLoop() {
 			return
 		case <-fast.C:
 			r.expireDeadlines()
+			r.expireWallTime()
 		case <-slow.C:
 			r.failUnknownKinds()
 			r.pruneLog()
+			r.sweepLapsedReservations()
 		}
 	}
 }
@@ -707,6 +709,43 @@ func (r *Runner) expireDeadlines() {
 		_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (bool, error) { return r.core.Expire(r.runCtx, tx, id) })
 		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) && r.runCtx.Err() == nil {
 			r.logger.WarnContext(r.runCtx, "arbor: failing a task past its deadline failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
+		}
+	}
+}
+
+// expireWallTime fails the live tasks under a "fail" wall-time budget
+// that is over (arbortype.CounterWallTime).
+func (r *Runner) expireWallTime() {
+	ids, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]int64, error) { return r.core.OverWallTime(r.runCtx, db, 100) })
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (bool, error) { return r.core.ExpireWallTime(r.runCtx, tx, id) })
+		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) && r.runCtx.Err() == nil {
+			r.logger.WarnContext(r.runCtx, "arbor: failing a task over its wall-time budget failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
+		}
+	}
+}
+
+// sweepLapsedReservations spends in full the reservations whose run is
+// over (a crash between reserve and record), so that budgets read right
+// without waiting for the next reservation of the counter, which would
+// sweep them too.
+func (r *Runner) sweepLapsedReservations() {
+	pairs, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]store.ConversationCounter, error) {
+		return r.core.LapsedReservations(r.runCtx, db, 100)
+	})
+	if err != nil {
+		return
+	}
+	for _, p := range pairs {
+		_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (struct{}, error) {
+			return struct{}{}, r.core.SweepLapsed(r.runCtx, tx, p.ConversationID, p.Counter)
+		})
+		if err != nil && r.runCtx.Err() == nil {
+			r.logger.WarnContext(r.runCtx, "arbor: spending lapsed reservations failed", slog.String("conversation_id", p.ConversationID),
+				slog.String("counter", p.Counter), slog.String("error", err.Error()))
 		}
 	}
 }

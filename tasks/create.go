@@ -64,6 +64,12 @@ type CreateParams struct {
 	// SteerEvent names the event a steered input is emitted as (OnBusy
 	// TurnSteer). Default "message".
 	SteerEvent string
+	// Budgets are set on the new task: its subtree's spend is counted and
+	// bounded by them (see Engine.SetBudget).
+	Budgets []arbortype.BudgetLimit
+	// ConversationBudgets are set on the conversation for each counter it
+	// has no budget of yet: a session budget every turn's create may pass.
+	ConversationBudgets []arbortype.BudgetLimit
 }
 
 // TurnPolicy says what creating a turn does while another root task of the
@@ -87,6 +93,7 @@ func (p CreateParams) core() core.CreateParams {
 		Background: p.Background, AbandonOnRestart: p.AbandonOnRestart, RestartLimit: p.RestartLimit,
 		MaxRetries: p.MaxRetries, RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap,
 		IdempotencyKey: p.IdempotencyKey, Deadline: p.Deadline,
+		Budgets: p.Budgets, ConversationBudgets: p.ConversationBudgets,
 	}
 }
 
@@ -146,7 +153,11 @@ func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams) (createR
 			return r, err
 		}
 	}
-	t, created, err := e.core.Create(ctx, tx, p.core())
+	cp := p.core()
+	t, created, err := e.core.Create(ctx, tx, cp)
+	if err == nil && created && cp.HasBudgets() {
+		err = e.core.ApplyCreateBudgets(ctx, tx, []core.CreateParams{cp}, []arbortype.Task{t}, []bool{true})
+	}
 	return createResult{t, created}, err
 }
 
@@ -239,5 +250,8 @@ func (e *Engine) createMany(ctx context.Context, tx pgx.Tx, ps []CreateParams) (
 		cps[i] = p.core()
 	}
 	ts, created, err := e.core.CreateMany(ctx, tx, cps)
+	if err == nil {
+		err = e.core.ApplyCreateBudgets(ctx, tx, cps, ts, created)
+	}
 	return manyResult{ts, created}, err
 }

@@ -13,7 +13,7 @@ import (
 
 // Violation is one breach of docs/design.md §4 found by the invariant checker.
 type Violation struct {
-	// Invariant is the number of the invariant in docs/design.md §4 (1–9); 0 for a
+	// Invariant is the number of the invariant in docs/design.md §4 (1–10); 0 for a
 	// consistency rule of the engine's own (documented in its Message).
 	Invariant      int
 	ConversationID string
@@ -52,7 +52,9 @@ func (v Violation) String() string {
 //     a holder and its epoch is the run's. (An expired lease that nobody
 //     took over yet is "being recovered": the next holder's recovery
 //     requeues the task.)
-//  9. a live task has attempt ≤ restart_limit; no two tasks hold one token.
+//  9. a live task has attempt ≤ restart_limit; no two tasks hold one token;
+//  10. a budget's spent and reserved are exactly the sums of the closed and
+//     the open reservations of its scope's tasks.
 //
 // Also (invariant 0, rules of the engine's own): a completing task has a
 // live foreground child (otherwise it should have completed), no live task
@@ -230,6 +232,12 @@ func (e *Engine) checkConversation(ctx context.Context, tx pgx.Tx, conv string) 
 		return nil, err
 	}
 	out = append(out, sleepViolations(conv, all, jobs, undelivered)...)
+	// 10. budgets are the sums of their scopes' reservations.
+	bv, err := e.budgetViolations(ctx, tx, conv, byID)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, bv...)
 	slices.SortStableFunc(out, func(a, b Violation) int { return int(a.TaskID - b.TaskID) })
 	return out, nil
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"cmp"
+	"slices"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -59,7 +60,16 @@ type CreateParams struct {
 	// Deadline, when not zero, is when the task, still live, fails with
 	// code "deadline_exceeded" and its foreground subtree is aborted.
 	Deadline time.Time
+	// Budgets are set on the new task (ApplyCreateBudgets), and
+	// ConversationBudgets on its conversation where it has no budget of
+	// the counter yet.
+	Budgets             []arbortype.BudgetLimit
+	ConversationBudgets []arbortype.BudgetLimit
 }
+
+// HasBudgets says whether p sets budgets (its create then needs
+// ApplyCreateBudgets in its transaction).
+func (p CreateParams) HasBudgets() bool { return len(p.Budgets)+len(p.ConversationBudgets) > 0 }
 
 // Create creates a task (see tasks.Engine.Create). created is false when
 // the idempotency key matched an existing task, which is returned instead.
@@ -128,7 +138,7 @@ func (e *Engine) Create(ctx context.Context, tx pgx.Tx, p CreateParams) (Task, b
 // A statement that may have committed before its answer was lost is
 // ErrAmbiguous, as a lost COMMIT is.
 func CreateRoot(ctx context.Context, e *Engine, p CreateParams) (t Task, ok bool, err error) {
-	if p.OwnerID != 0 {
+	if p.OwnerID != 0 || p.HasBudgets() {
 		return Task{}, false, nil
 	}
 	params, err := e.createParams(p)
@@ -177,6 +187,11 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 	}
 	if err := e.checkJSON("input", p.Input); err != nil {
 		return store.InsertParams{}, err
+	}
+	for _, b := range append(slices.Clip(p.Budgets), p.ConversationBudgets...) {
+		if _, err := checkBudgetParams(BudgetParams{ConversationID: p.ConversationID, Counter: b.Counter, Max: b.Max, OnExhausted: b.OnExhausted}); err != nil {
+			return store.InsertParams{}, err
+		}
 	}
 	if p.OwnerID < 0 {
 		return store.InsertParams{}, fmt.Errorf("owner id %d: %w", p.OwnerID, ErrInvalidArgument)

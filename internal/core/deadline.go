@@ -32,26 +32,33 @@ func (e *Engine) Expire(ctx context.Context, tx pgx.Tx, taskID int64) (expired b
 	if err != nil || !due {
 		return false, err
 	}
-	to, err := fsm.Transition(t.Status, fsm.Expire)
-	if err != nil {
-		return false, errorf("expire", taskID, transitionError(taskID, t.Status, fsm.Expire))
-	}
-	if err := e.abortForegroundChildren(ctx, tx, t); err != nil {
-		return false, errorf("expire", taskID, err)
-	}
-	if err := e.dropWakeJobs(ctx, tx, t); err != nil {
-		return false, errorf("expire", taskID, err)
-	}
 	te := &TaskError{Code: CodeDeadlineExceeded, NonRetryable: true,
 		Message: fmt.Sprintf("still %s past its deadline %s", t.Status, t.Deadline.UTC().Format(time.RFC3339Nano))}
-	settled, err := e.Store.SettleFailedTask(ctx, tx, t.ID, to, te, e.Cfg.ErrorHistoryLimit)
-	if err != nil {
-		return false, errorf("expire", taskID, mapDBError(err))
-	}
-	if err := e.reconcileOwner(ctx, tx, settled); err != nil {
+	if err := e.expireLocked(ctx, tx, t, te); err != nil {
 		return false, errorf("expire", taskID, err)
 	}
 	return true, nil
+}
+
+// expireLocked fails the live task t, locked with its conversation,
+// whatever it is doing, with te: its live foreground subtree is aborted
+// first, leaves first, its wake jobs dropped, and its owner reconciled.
+func (e *Engine) expireLocked(ctx context.Context, tx pgx.Tx, t Task, te *TaskError) error {
+	to, err := fsm.Transition(t.Status, fsm.Expire)
+	if err != nil {
+		return transitionError(t.ID, t.Status, fsm.Expire)
+	}
+	if err := e.abortForegroundChildren(ctx, tx, t); err != nil {
+		return err
+	}
+	if err := e.dropWakeJobs(ctx, tx, t); err != nil {
+		return err
+	}
+	settled, err := e.Store.SettleFailedTask(ctx, tx, t.ID, to, te, e.Cfg.ErrorHistoryLimit)
+	if err != nil {
+		return mapDBError(err)
+	}
+	return e.reconcileOwner(ctx, tx, settled)
 }
 
 // LiveDeadlines lists up to limit live tasks past their deadline.

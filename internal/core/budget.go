@@ -1,0 +1,629 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/store"
+)
+
+// Budgets (docs/agents.md "Budgets", docs/design.md §4 invariant 10).
+//
+// A budget row is one counter of one scope: the conversation, or a task
+// and its subtree. Its spent and reserved are, exactly, the sums of the
+// closed and the open reservations of the tasks of its scope (the checker
+// verifies it). A reservation is made by a run, for its task, against
+// every budget of the counter above it (its own, its owners' up to the
+// root, the conversation's) at once, and it is closed exactly once: by its
+// run's record (reserved → spent, the actual amount), or — the run over
+// first (it crashed, was taken over, ended, or its task settled) — in
+// full: the reserved amount becomes spent, an upper bound of what the call
+// cost, so a crash between reserve and record neither loses spend nor
+// counts it twice.
+//
+// Locking. Every writer of a counter's budgets in a conversation locks all
+// of them, ordered by scope with the conversation's first, before it
+// reads them; a budget of a counter always comes with the conversation's
+// row of that counter (SetBudget makes a tally when there is none), so
+// that row is the counter's mutex in its conversation. Reserve's common
+// path locks the reserving task FOR SHARE and then the budgets, not the
+// conversation (runners lock conversations for their batches): it only
+// checks and moves amounts. When a budget is over and its action ends the
+// run (fail, park), the reservation is made again in a transaction that
+// locks the conversation first (conversation → task → budgets, the order
+// of every multi-task write): the failure or the park and SetBudget's
+// raise (which emits BudgetEvent to the parked tasks under the same
+// conversation lock) are then ordered, so a raise cannot slip between the
+// check and the park and be lost.
+
+// MaxBudgetAmount bounds one amount (reserve, record, spend, max): sums of
+// many stay far from overflowing a bigint.
+const MaxBudgetAmount int64 = 1 << 53
+
+var counterRE = regexp.MustCompile(`^[a-z][a-z0-9_.]{0,62}$`)
+
+func checkCounter(counter string) error {
+	if !counterRE.MatchString(counter) {
+		return fmt.Errorf("counter %q: lower-case letters, digits, '_' and '.', starting with a letter, at most 63 bytes: %w",
+			counter, ErrInvalidArgument)
+	}
+	return nil
+}
+
+func checkAmount(what string, n int64) error {
+	if n < 0 || n > MaxBudgetAmount {
+		return fmt.Errorf("%s %d is outside 0..%d: %w", what, n, MaxBudgetAmount, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// BudgetParams set one budget (see tasks.Engine.SetBudget).
+type BudgetParams struct {
+	ConversationID string
+	// TaskID: the task whose subtree the budget covers; 0 for the
+	// conversation.
+	TaskID      int64
+	Counter     string
+	Max         int64
+	OnExhausted arbortype.BudgetAction
+}
+
+func checkBudgetParams(p BudgetParams) (BudgetParams, error) {
+	if err := checkText("conversation id", p.ConversationID, true); err != nil {
+		return p, err
+	}
+	if err := checkCounter(p.Counter); err != nil {
+		return p, err
+	}
+	if p.TaskID < 0 {
+		return p, fmt.Errorf("task id %d: %w", p.TaskID, ErrInvalidArgument)
+	}
+	if p.Max != arbortype.Unlimited {
+		if err := checkAmount("max", p.Max); err != nil {
+			return p, err
+		}
+	}
+	switch p.OnExhausted {
+	case "":
+		p.OnExhausted = arbortype.BudgetFail
+	case arbortype.BudgetFail, arbortype.BudgetPark, arbortype.BudgetReturn:
+	default:
+		return p, fmt.Errorf("on exhausted %q: one of fail, park, return: %w", p.OnExhausted, ErrInvalidArgument)
+	}
+	return p, nil
+}
+
+// SetBudget creates or changes one budget; the conversation must exist
+// and a task scope must be a live task of it. A new budget counts what its
+// scope spent and holds already. A budget raised (a larger maximum, or an
+// action that no longer parks) wakes the conversation's tasks parked on
+// BudgetEvent: they run again and reserve anew.
+func (e *Engine) SetBudget(ctx context.Context, tx pgx.Tx, p BudgetParams) (store.BudgetRow, error) {
+	p, err := checkBudgetParams(p)
+	if err != nil {
+		return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
+	}
+	if _, err := e.Store.LockConversation(ctx, tx, p.ConversationID); err != nil {
+		if store.IsNoRows(err) {
+			err = fmt.Errorf("conversation %q: %w", p.ConversationID, ErrNotFound)
+		}
+		return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
+	}
+	if p.TaskID != 0 {
+		t, err := e.Store.GetTask(ctx, tx, p.TaskID)
+		switch {
+		case store.IsNoRows(err):
+			return store.BudgetRow{}, fmt.Errorf("set budget: task %d: %w", p.TaskID, ErrNotFound)
+		case err != nil:
+			return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
+		case t.ConversationID != p.ConversationID:
+			return store.BudgetRow{}, fmt.Errorf("set budget: task %d is in conversation %q, not %q: %w",
+				p.TaskID, t.ConversationID, p.ConversationID, ErrForeignTask)
+		case t.Status.Settled():
+			return store.BudgetRow{}, fmt.Errorf("set budget: task %d is %s: %w", p.TaskID, t.Status, ErrSettled)
+		}
+	}
+	row, raised, err := e.setBudgetLocked(ctx, tx, p)
+	if err != nil {
+		return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
+	}
+	if raised {
+		if err := e.wakeBudgetParked(ctx, tx, row); err != nil {
+			return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
+		}
+	}
+	return row, nil
+}
+
+// setBudgetLocked writes a budget under the conversation's lock: the
+// counter's budgets locked, the conversation's tally made when missing.
+func (e *Engine) setBudgetLocked(ctx context.Context, tx pgx.Tx, p BudgetParams) (row store.BudgetRow, raised bool, err error) {
+	rows, err := e.Store.LockBudgets(ctx, tx, p.ConversationID, []string{p.Counter})
+	if err != nil {
+		return row, false, err
+	}
+	if !slices.ContainsFunc(rows, func(b store.BudgetRow) bool { return b.TaskID == 0 }) && p.TaskID != 0 {
+		if _, _, err := e.Store.InsertBudget(ctx, tx, store.BudgetRow{ConversationID: p.ConversationID, Counter: p.Counter,
+			Max: arbortype.Unlimited, OnExhausted: arbortype.BudgetFail}); err != nil {
+			return row, false, mapDBError(err)
+		}
+	}
+	want := store.BudgetRow{ConversationID: p.ConversationID, TaskID: p.TaskID, Counter: p.Counter, Max: p.Max, OnExhausted: p.OnExhausted}
+	i := slices.IndexFunc(rows, func(b store.BudgetRow) bool { return b.TaskID == p.TaskID })
+	if i < 0 {
+		row, _, err := e.Store.InsertBudget(ctx, tx, want)
+		return row, false, mapDBError(err)
+	}
+	old := rows[i]
+	row, err = e.Store.UpdateBudget(ctx, tx, want)
+	if err != nil {
+		return row, false, mapDBError(err)
+	}
+	raised = row.Max > old.Max || (old.OnExhausted == arbortype.BudgetPark && row.OnExhausted != arbortype.BudgetPark)
+	return row, raised, nil
+}
+
+// wakeBudgetParked emits BudgetEvent to every task of the conversation
+// parked on it (each reserves again when it runs; one still over parks
+// again).
+func (e *Engine) wakeBudgetParked(ctx context.Context, tx pgx.Tx, b store.BudgetRow) error {
+	parked, err := e.Store.PendingAwaits(ctx, tx, b.ConversationID)
+	if err != nil {
+		return err
+	}
+	payload, err := json.Marshal(map[string]any{"counter": b.Counter, "task_id": b.TaskID, "max": budgetMax(b.Max)})
+	if err != nil {
+		return err
+	}
+	for _, t := range parked {
+		if t.AwaitName != arbortype.BudgetEvent {
+			continue
+		}
+		if _, err := e.Emit(ctx, tx, EmitParams{ConversationID: b.ConversationID, TaskID: t.ID,
+			Name: arbortype.BudgetEvent, Payload: payload, Queue: true}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func budgetMax(m int64) any {
+	if m == arbortype.Unlimited {
+		return nil
+	}
+	return m
+}
+
+// ApplyCreateBudgets sets the budgets of the tasks just created (ts[i]
+// from ps[i]; the conversations are locked by the create): each
+// ConversationBudgets entry where the conversation has no budget of the
+// counter, then each task's Budgets. Tasks that existed already (created
+// false: an idempotency key's repeat) are left as they are.
+func (e *Engine) ApplyCreateBudgets(ctx context.Context, tx pgx.Tx, ps []CreateParams, ts []Task, created []bool) error {
+	for i, p := range ps {
+		if !created[i] || !p.HasBudgets() {
+			continue
+		}
+		for _, b := range p.ConversationBudgets {
+			rows, err := e.Store.LockBudgets(ctx, tx, p.ConversationID, []string{b.Counter})
+			if err != nil {
+				return err
+			}
+			if slices.ContainsFunc(rows, func(r store.BudgetRow) bool { return r.TaskID == 0 }) {
+				continue
+			}
+			bp, _ := checkBudgetParams(BudgetParams{ConversationID: p.ConversationID, Counter: b.Counter, Max: b.Max, OnExhausted: b.OnExhausted})
+			if _, _, err := e.setBudgetLocked(ctx, tx, bp); err != nil {
+				return err
+			}
+		}
+		for _, b := range p.Budgets {
+			bp, _ := checkBudgetParams(BudgetParams{ConversationID: p.ConversationID, TaskID: ts[i].ID, Counter: b.Counter, Max: b.Max, OnExhausted: b.OnExhausted})
+			if _, _, err := e.setBudgetLocked(ctx, tx, bp); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ReserveParams describe a reservation (or, with Spend, a spend) of a run.
+type ReserveParams struct {
+	TaskID, Token int64
+	Counter       string
+	Amount        int64
+	// Key makes the reservation idempotent per task (a run's own key: a
+	// write retried after a lost commit answer is the same reservation).
+	Key string
+	// Spend closes the reservation at once: Amount is spent.
+	Spend bool
+}
+
+// ReserveResult is what a reservation came to.
+type ReserveResult struct {
+	Reservation store.ReservationRow
+	// Exhausted, when not nil, names the budget that refused; Ended (in
+	// it) says the run was ended by its action in this transaction.
+	Exhausted *arbortype.BudgetExhaustedError
+}
+
+// errNeedsConversation: a budget over whose action ends the run; the
+// reservation is made again with the conversation locked.
+var errNeedsConversation = errors.New("budget over: again with the conversation locked")
+
+// ReserveBudget reserves (or spends) p.Amount of p.Counter for the run of
+// p.TaskID held with p.Token, against every budget of the counter above
+// the task, in a transaction of its own (two when a budget's action ends
+// the run; see the package comment above). The error of a budget over is
+// a *arbortype.BudgetExhaustedError (ErrBudgetExhausted).
+func (e *Engine) ReserveBudget(ctx context.Context, p ReserveParams) (ReserveResult, error) {
+	res, err := Tx(ctx, e, func(tx pgx.Tx) (ReserveResult, error) { return e.reserve(ctx, tx, p, false) })
+	if errors.Is(err, errNeedsConversation) {
+		res, err = Tx(ctx, e, func(tx pgx.Tx) (ReserveResult, error) { return e.reserve(ctx, tx, p, true) })
+	}
+	if err == nil && res.Exhausted != nil {
+		err = res.Exhausted
+	}
+	if err != nil {
+		return res, errorf("reserve", p.TaskID, err)
+	}
+	return res, nil
+}
+
+func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conversationLocked bool) (ReserveResult, error) {
+	if err := checkCounter(p.Counter); err != nil {
+		return ReserveResult{}, err
+	}
+	if p.Counter == arbortype.CounterWallTime {
+		return ReserveResult{}, fmt.Errorf("counter %s is wall time, checked by every reservation, not reserved: %w", p.Counter, ErrInvalidArgument)
+	}
+	if err := checkAmount("amount", p.Amount); err != nil {
+		return ReserveResult{}, err
+	}
+	if err := checkText("idempotency key", p.Key, true); err != nil {
+		return ReserveResult{}, err
+	}
+	var held Task
+	if conversationLocked {
+		t, err := e.lockConversationOf(ctx, tx, p.TaskID)
+		if err != nil {
+			return ReserveResult{}, err
+		}
+		held = t
+	}
+	rt, err := e.Store.RunTask(ctx, tx, p.TaskID)
+	if store.IsNoRows(err) {
+		return ReserveResult{}, ErrNotFound
+	}
+	if err != nil {
+		return ReserveResult{}, err
+	}
+	if prior, err := e.Store.ReservationByKey(ctx, tx, rt.ConversationID, p.TaskID, p.Key); err == nil {
+		return ReserveResult{Reservation: prior}, nil
+	} else if !store.IsNoRows(err) {
+		return ReserveResult{}, err
+	}
+	if err := checkHolder(Task{Status: rt.Status, Token: rt.Token}, p.Token); err != nil {
+		return ReserveResult{}, err
+	}
+	chain, err := e.Store.ScopeChain(ctx, tx, rt.ConversationID, p.TaskID)
+	if err != nil {
+		return ReserveResult{}, err
+	}
+	rows, err := e.Store.LockBudgets(ctx, tx, rt.ConversationID, []string{p.Counter, arbortype.CounterWallTime})
+	if err != nil {
+		return ReserveResult{}, err
+	}
+	rows, err = e.lapseLocked(ctx, tx, rt.ConversationID, p.Counter, rows)
+	if err != nil {
+		return ReserveResult{}, err
+	}
+	scopes := scopeIDs(chain)
+	over, known, err := e.overBudget(ctx, tx, rt.ConversationID, chain, rows, p.Counter, p.Amount)
+	if err != nil {
+		return ReserveResult{}, err
+	}
+	if !known {
+		return ReserveResult{}, fmt.Errorf("counter %q in conversation %q: %w", p.Counter, rt.ConversationID, ErrUnknownCounter)
+	}
+	if over != nil {
+		switch {
+		case over.Budget.OnExhausted == arbortype.BudgetReturn:
+			return ReserveResult{}, over
+		case !conversationLocked:
+			return ReserveResult{}, errNeedsConversation
+		}
+		if err := e.endOnExhausted(ctx, tx, held, p.Token, over); err != nil {
+			return ReserveResult{}, err
+		}
+		over.Ended = true
+		return ReserveResult{Exhausted: over}, nil
+	}
+	r := store.ReservationRow{ConversationID: rt.ConversationID, TaskID: p.TaskID, Counter: p.Counter,
+		RunToken: p.Token, IdempotencyKey: p.Key, Amount: p.Amount}
+	held2, spent := -p.Amount, int64(0)
+	if p.Spend {
+		r.Actual = &p.Amount
+		held2, spent = 0, p.Amount
+	}
+	if err := e.Store.ChargeBudgets(ctx, tx, rt.ConversationID, p.Counter, scopes, held2, spent); err != nil {
+		return ReserveResult{}, mapDBError(err)
+	}
+	r, err = e.Store.InsertReservation(ctx, tx, r)
+	if err != nil {
+		return ReserveResult{}, mapDBError(err)
+	}
+	return ReserveResult{Reservation: r}, nil
+}
+
+// ErrUnknownCounter is arbortype's.
+var ErrUnknownCounter = arbortype.ErrUnknownCounter
+
+// CodeBudgetExhausted is arbortype's.
+const CodeBudgetExhausted = arbortype.CodeBudgetExhausted
+
+// endOnExhausted ends the run of t (locked with its conversation) as the
+// budget over says: fail (its foreground subtree aborted) or park on
+// BudgetEvent from its last checkpoint.
+func (e *Engine) endOnExhausted(ctx context.Context, tx pgx.Tx, t Task, token int64, over *arbortype.BudgetExhaustedError) error {
+	if over.Budget.OnExhausted == arbortype.BudgetPark {
+		_, err := e.AwaitEvent(ctx, tx, t.ID, token, AwaitParams{Name: arbortype.BudgetEvent, Phase: t.Phase, State: t.State})
+		return err
+	}
+	detail, err := json.Marshal(map[string]any{"counter": over.Budget.Counter, "task_id": over.Budget.TaskID,
+		"max": over.Budget.Max, "spent": over.Budget.Spent, "reserved": over.Budget.Reserved, "wanted": over.Wanted})
+	if err != nil {
+		return err
+	}
+	_, err = e.Fail(ctx, tx, t.ID, &token, TaskError{Code: CodeBudgetExhausted, NonRetryable: true, Message: over.Error(), Detail: detail})
+	return err
+}
+
+// overBudget checks amount of counter against the locked budgets of the
+// chain (task first, then its owners, then the conversation) and their
+// wall-time budgets; it returns the first one over, and whether any
+// budget of the counter exists in the conversation.
+func (e *Engine) overBudget(ctx context.Context, tx pgx.Tx, conv string, chain []store.ScopeNode, rows []store.BudgetRow, counter string, amount int64) (*arbortype.BudgetExhaustedError, bool, error) {
+	find := func(c string, scope int64) *store.BudgetRow {
+		for i := range rows {
+			if rows[i].Counter == c && rows[i].TaskID == scope {
+				return &rows[i]
+			}
+		}
+		return nil
+	}
+	known := slices.ContainsFunc(rows, func(b store.BudgetRow) bool { return b.Counter == counter })
+	var now time.Time
+	if len(chain) > 0 {
+		now = chain[0].Now
+	}
+	for _, scope := range scopeIDs(chain) {
+		if b := find(arbortype.CounterWallTime, scope); b != nil && b.Max != arbortype.Unlimited {
+			started, err := e.scopeCreated(ctx, tx, conv, chain, scope)
+			if err != nil {
+				return nil, known, err
+			}
+			if elapsed := now.Sub(started).Milliseconds(); elapsed >= b.Max {
+				bb := budget(*b)
+				bb.Spent = elapsed
+				return &arbortype.BudgetExhaustedError{Budget: bb, Wanted: amount}, known, nil
+			}
+		}
+		if b := find(counter, scope); b != nil && b.Max != arbortype.Unlimited && amount > b.Max-b.Spent-b.Reserved {
+			return &arbortype.BudgetExhaustedError{Budget: budget(*b), Wanted: amount}, known, nil
+		}
+	}
+	return nil, known, nil
+}
+
+func (e *Engine) scopeCreated(ctx context.Context, tx pgx.Tx, conv string, chain []store.ScopeNode, scope int64) (time.Time, error) {
+	for _, n := range chain {
+		if n.TaskID == scope {
+			return n.CreatedAt, nil
+		}
+	}
+	return e.Store.ConversationCreated(ctx, tx, conv)
+}
+
+// scopeIDs are the scopes of a chain: its tasks, then the conversation (0).
+func scopeIDs(chain []store.ScopeNode) []int64 {
+	ids := make([]int64, 0, len(chain)+1)
+	for _, n := range chain {
+		ids = append(ids, n.TaskID)
+	}
+	return append(ids, 0)
+}
+
+// lapseLocked closes, in full, the open reservations of counter in conv
+// whose run is over, under the counter's budget locks, and returns the
+// budgets as they then stand.
+func (e *Engine) lapseLocked(ctx context.Context, tx pgx.Tx, conv, counter string, rows []store.BudgetRow) ([]store.BudgetRow, error) {
+	open, err := e.Store.OpenReservations(ctx, tx, conv, counter)
+	if err != nil {
+		return nil, err
+	}
+	lapsed := false
+	for _, r := range open {
+		if !r.RunOver {
+			continue
+		}
+		chain, err := e.Store.ScopeChain(ctx, tx, conv, r.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		if err := e.closeReservation(ctx, tx, r, scopeIDs(chain), r.Amount, true); err != nil {
+			return nil, err
+		}
+		lapsed = true
+	}
+	if !lapsed {
+		return rows, nil
+	}
+	return e.Store.LockBudgets(ctx, tx, conv, uniqueCounters(rows))
+}
+
+func uniqueCounters(rows []store.BudgetRow) []string {
+	var out []string
+	for _, b := range rows {
+		if !slices.Contains(out, b.Counter) {
+			out = append(out, b.Counter)
+		}
+	}
+	return out
+}
+
+func (e *Engine) closeReservation(ctx context.Context, tx pgx.Tx, r store.ReservationRow, scopes []int64, actual int64, lapsed bool) error {
+	ok, err := e.Store.CloseReservation(ctx, tx, r.ConversationID, r.ID, actual, lapsed)
+	if err != nil {
+		return mapDBError(err)
+	}
+	if !ok {
+		return fmt.Errorf("reservation %d closed meanwhile: %w", r.ID, ErrInvalidArgument)
+	}
+	return mapDBError(e.Store.ChargeBudgets(ctx, tx, r.ConversationID, r.Counter, scopes, r.Amount, actual))
+}
+
+// RecordBudget closes reservation id of task taskID with what was really
+// spent (actual, which may be more or less than the amount held: the
+// difference is released, or spent beyond). It is idempotent: a record
+// repeated with the same actual changes nothing. A reservation closed in
+// full because its run was over first is ErrNotRunning (its amount is
+// spent already); one recorded with another actual ErrInvalidArgument.
+// Recording does not need the run to hold its task still: the reservation
+// is what is fenced (closed once).
+func (e *Engine) RecordBudget(ctx context.Context, tx pgx.Tx, taskID, id, actual int64) (store.ReservationRow, error) {
+	if err := checkAmount("actual", actual); err != nil {
+		return store.ReservationRow{}, errorf("record", taskID, err)
+	}
+	conv, err := e.Store.TaskConversation(ctx, tx, taskID)
+	if store.IsNoRows(err) {
+		return store.ReservationRow{}, errorf("record", taskID, ErrNotFound)
+	}
+	if err != nil {
+		return store.ReservationRow{}, errorf("record", taskID, err)
+	}
+	r, err := e.Store.ReservationByID(ctx, tx, conv, id)
+	switch {
+	case store.IsNoRows(err) || (err == nil && r.TaskID != taskID):
+		return store.ReservationRow{}, errorf("record", taskID, fmt.Errorf("reservation %d is not one of the task's: %w", id, ErrNotFound))
+	case err != nil:
+		return store.ReservationRow{}, errorf("record", taskID, err)
+	}
+	if _, err := e.Store.LockBudgets(ctx, tx, conv, []string{r.Counter}); err != nil {
+		return store.ReservationRow{}, errorf("record", taskID, err)
+	}
+	if r, err = e.Store.ReservationByID(ctx, tx, conv, id); err != nil {
+		return store.ReservationRow{}, errorf("record", taskID, err)
+	}
+	switch {
+	case r.Actual != nil && r.Lapsed:
+		return r, errorf("record", taskID, fmt.Errorf("reservation %d was charged in full (%d) when its run ended before this record: %w",
+			id, r.Amount, ErrNotRunning))
+	case r.Actual != nil && *r.Actual == actual:
+		return r, nil
+	case r.Actual != nil:
+		return r, errorf("record", taskID, fmt.Errorf("reservation %d was recorded as %d already: %w", id, *r.Actual, ErrInvalidArgument))
+	}
+	chain, err := e.Store.ScopeChain(ctx, tx, conv, taskID)
+	if err != nil {
+		return r, errorf("record", taskID, err)
+	}
+	if err := e.closeReservation(ctx, tx, r, scopeIDs(chain), actual, false); err != nil {
+		return r, errorf("record", taskID, err)
+	}
+	r.Actual = &actual
+	return r, nil
+}
+
+// SweepLapsed closes in full the open reservations of counter in conv
+// whose run is over (the runners' maintenance: a crashed run's
+// reservations stop holding budget without waiting for the next
+// reservation of the counter).
+func (e *Engine) SweepLapsed(ctx context.Context, tx pgx.Tx, conv, counter string) error {
+	rows, err := e.Store.LockBudgets(ctx, tx, conv, []string{counter})
+	if err != nil {
+		return err
+	}
+	_, err = e.lapseLocked(ctx, tx, conv, counter, rows)
+	return err
+}
+
+// LapsedReservations lists up to limit counters of conversations holding a
+// reservation whose run is over.
+func (e *Engine) LapsedReservations(ctx context.Context, db store.DB, limit int) ([]store.ConversationCounter, error) {
+	return e.Store.LapsedReservations(ctx, db, limit)
+}
+
+// OverWallTime lists up to limit live tasks under a "fail" wall-time
+// budget that is over.
+func (e *Engine) OverWallTime(ctx context.Context, db store.DB, limit int) ([]int64, error) {
+	return e.Store.OverWallTime(ctx, db, limit)
+}
+
+// ExpireWallTime fails taskID, code budget_exhausted, if it is live under
+// a "fail" wall-time budget that is over (its own, an owner's or its
+// conversation's); its foreground subtree is aborted first, as a
+// deadline's.
+func (e *Engine) ExpireWallTime(ctx context.Context, tx pgx.Tx, taskID int64) (bool, error) {
+	t, err := e.lockConversationOf(ctx, tx, taskID)
+	if err != nil {
+		return false, errorf("expire wall time", taskID, err)
+	}
+	if t.Status.Settled() {
+		return false, nil
+	}
+	chain, err := e.Store.ScopeChain(ctx, tx, t.ConversationID, taskID)
+	if err != nil {
+		return false, errorf("expire wall time", taskID, err)
+	}
+	rows, err := e.Store.LockBudgets(ctx, tx, t.ConversationID, []string{arbortype.CounterWallTime})
+	if err != nil {
+		return false, errorf("expire wall time", taskID, err)
+	}
+	over, _, err := e.overBudget(ctx, tx, t.ConversationID, chain, rows, arbortype.CounterWallTime, 0)
+	if err != nil {
+		return false, errorf("expire wall time", taskID, err)
+	}
+	if over == nil || over.Budget.OnExhausted != arbortype.BudgetFail {
+		return false, nil
+	}
+	te := &TaskError{Code: CodeBudgetExhausted, NonRetryable: true, Message: over.Error()}
+	if err := e.expireLocked(ctx, tx, t, te); err != nil {
+		return false, errorf("expire wall time", taskID, err)
+	}
+	return true, nil
+}
+
+// Budgets reads every budget of a conversation (wall-time budgets with the
+// time elapsed as their spend) and each task's own spend.
+func (e *Engine) Budgets(ctx context.Context, db store.DB, conv string) ([]arbortype.Budget, []store.TaskSpend, error) {
+	if err := checkText("conversation id", conv, true); err != nil {
+		return nil, nil, fmt.Errorf("budgets: %w", err)
+	}
+	rows, err := e.Store.ConversationBudgets(ctx, db, conv)
+	if err != nil {
+		return nil, nil, fmt.Errorf("budgets of %q: %w", conv, err)
+	}
+	spend, err := e.Store.SpendByTask(ctx, db, conv)
+	if err != nil {
+		return nil, nil, fmt.Errorf("budgets of %q: %w", conv, err)
+	}
+	out := make([]arbortype.Budget, len(rows))
+	for i, b := range rows {
+		out[i] = budget(b)
+	}
+	return out, spend, nil
+}
+
+func budget(b store.BudgetRow) arbortype.Budget {
+	return arbortype.Budget{ConversationID: b.ConversationID, TaskID: b.TaskID, Counter: b.Counter, Max: b.Max,
+		Spent: b.Spent, Reserved: b.Reserved, OnExhausted: b.OnExhausted, UpdatedAt: b.UpdatedAt}
+}

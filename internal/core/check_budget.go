@@ -1,0 +1,62 @@
+package core
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/arbortype"
+)
+
+// budgetViolations checks invariant 10: every budget's spent and reserved
+// are exactly the sums of the closed and the open reservations of the
+// tasks of its scope (the task and its subtree; the whole conversation
+// for the conversation's), and a budget of a task names a task of the
+// conversation.
+func (e *Engine) budgetViolations(ctx context.Context, tx pgx.Tx, conv string, byID map[int64]*Task) ([]Violation, error) {
+	budgets, spend, err := e.Budgets(ctx, tx, conv)
+	if err != nil || len(budgets) == 0 {
+		return nil, err
+	}
+	// within says whether task id is in the subtree of scope.
+	within := func(id, scope int64) bool {
+		for t := byID[id]; t != nil; t = byID[t.OwnerID] {
+			if t.ID == scope {
+				return true
+			}
+			if t.OwnerID == 0 {
+				break
+			}
+		}
+		return false
+	}
+	var out []Violation
+	for _, b := range budgets {
+		if b.Counter == arbortype.CounterWallTime {
+			continue
+		}
+		if b.TaskID != 0 && byID[b.TaskID] == nil {
+			out = append(out, Violation{Invariant: 10, ConversationID: conv, TaskID: b.TaskID,
+				Message: "a budget of " + b.Counter + " for a task that is not in the conversation"})
+			continue
+		}
+		var spent, reserved int64
+		for _, s := range spend {
+			if s.Counter == b.Counter && (b.TaskID == 0 || within(s.TaskID, b.TaskID)) {
+				spent += s.Spent
+				reserved += s.Reserved
+			}
+		}
+		if spent != b.Spent || reserved != b.Reserved {
+			out = append(out, Violation{Invariant: 10, ConversationID: conv, TaskID: b.TaskID,
+				Message: formatBudgetMismatch(b, spent, reserved)})
+		}
+	}
+	return out, nil
+}
+
+func formatBudgetMismatch(b arbortype.Budget, spent, reserved int64) string {
+	return "budget " + b.Counter + ": spent " + strconv.FormatInt(b.Spent, 10) + " and reserved " + strconv.FormatInt(b.Reserved, 10) +
+		", but its scope's reservations sum to spent " + strconv.FormatInt(spent, 10) + " and reserved " + strconv.FormatInt(reserved, 10)
+}

@@ -1,0 +1,379 @@
+package machine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/machine"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// budgetOf returns the budget of counter on scope (0: the conversation).
+func (b *bundle) budgetOf(t *testing.T, scope int64, counter string) arbortype.Budget {
+	t.Helper()
+	all, err := b.engine.Budgets(b.ctx, b.conv)
+	require.NoError(t, err)
+	for _, x := range all.Budgets {
+		if x.TaskID == scope && x.Counter == counter {
+			return x
+		}
+	}
+	t.Fatalf("no budget of %s on scope %d in %v", counter, scope, all.Budgets)
+	return arbortype.Budget{}
+}
+
+// budgetRows counts what budgets write, for "nothing was written".
+func (b *bundle) budgetRows(t *testing.T) string {
+	t.Helper()
+	var out string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT
+		(SELECT coalesce(jsonb_agg(to_jsonb(x) ORDER BY x.counter, x.task_id), '[]') FROM `+b.schema+`.budgets x)::text ||
+		(SELECT coalesce(jsonb_agg(to_jsonb(r) ORDER BY r.id), '[]') FROM `+b.schema+`.budget_reservations r)::text`).Scan(&out))
+	return out
+}
+
+// A turn's budget is shared by 50 sub-agents reserving at once: the
+// reservations that succeed never add up to more than the budget, the
+// refusals name it, and every budget equals its reservations (invariant
+// 10) at the end.
+func TestSiblingsNeverOverspend(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+		Budgets:             []arbortype.BudgetLimit{{Counter: "tokens", Max: 1000, OnExhausted: arbortype.BudgetReturn}},
+		ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: arbortype.Unlimited}}})
+	require.NoError(t, err)
+	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lease.Release(context.Background()) })
+	turnRun, err := lease.Start(b.ctx, turn.ID)
+	require.NoError(t, err)
+	specs := make([]machine.SpawnParams, 50)
+	for i := range specs {
+		specs[i] = machine.SpawnParams{Kind: "agent"}
+	}
+	agents, err := turnRun.SpawnMany(b.ctx, specs)
+	require.NoError(t, err)
+	runs := make([]*machine.Run, len(agents))
+	for i, a := range agents {
+		runs[i], err = lease.Start(b.ctx, a.ID)
+		require.NoError(t, err)
+	}
+
+	var (
+		mu       sync.Mutex
+		granted  int64
+		refusals int
+		wg       sync.WaitGroup
+		start    = make(chan struct{})
+	)
+	for i, run := range runs {
+		wg.Go(func() {
+			<-start
+			for {
+				res, err := run.Reserve(b.ctx, "tokens", 30)
+				var over *arbortype.BudgetExhaustedError
+				if errors.As(err, &over) {
+					mu.Lock()
+					refusals++
+					mu.Unlock()
+					require.Equal(t, turn.ID, over.Budget.TaskID, "the turn's budget is the one that refuses")
+					require.False(t, over.Ended, "a budget that returns leaves the run going")
+					return
+				}
+				require.NoError(t, err)
+				mu.Lock()
+				granted += 30
+				require.LessOrEqual(t, granted, int64(1000), "reservations granted beyond the budget")
+				mu.Unlock()
+				// Half the agents record less than they reserved: the rest
+				// is released for the others.
+				used := int64(30)
+				if i%2 == 0 {
+					used = 20
+				}
+				require.NoError(t, run.Record(b.ctx, res, used))
+				mu.Lock()
+				granted -= 30 - used
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	require.Equal(t, len(runs), refusals)
+	got := b.budgetOf(t, turn.ID, "tokens")
+	require.Zero(t, got.Reserved)
+	require.LessOrEqual(t, got.Spent, int64(1000))
+	require.Greater(t, got.Spent, int64(1000-30), "the budget was used up to what a reservation needs")
+	require.Equal(t, got.Spent, b.budgetOf(t, 0, "tokens").Spent, "the conversation's tally counts the same spend")
+	b.requireClean(t)
+}
+
+// A crash between reserve and record neither loses the reservation nor
+// counts it twice: the crashed run's reservation is spent in full (an upper
+// bound of what its call cost) when the next run reserves, exactly once,
+// and the crashed run's late record is refused.
+func TestCrashBetweenReserveAndRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 1000}}})
+	require.NoError(t, err)
+	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
+	require.NoError(t, err)
+	first, err := lease.Start(b.ctx, task.ID)
+	require.NoError(t, err)
+	lost, err := first.Reserve(b.ctx, "tokens", 100)
+	require.NoError(t, err)
+	require.Equal(t, int64(100), b.budgetOf(t, task.ID, "tokens").Reserved)
+	// The crash: the lease is given up with the run in flight; the task is
+	// requeued (attempt 1), the run's token dead.
+	require.NoError(t, lease.Release(b.ctx))
+	require.Equal(t, int64(100), b.budgetOf(t, task.ID, "tokens").Reserved, "held until someone sweeps it")
+	b.requireClean(t)
+
+	lease, err = machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lease.Release(context.Background()) })
+	second, err := lease.Start(b.ctx, task.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, second.Task.Attempt)
+	res, err := second.Reserve(b.ctx, "tokens", 50)
+	require.NoError(t, err)
+	got := b.budgetOf(t, task.ID, "tokens")
+	require.Equal(t, int64(100), got.Spent, "the crashed run's reservation, spent in full")
+	require.Equal(t, int64(50), got.Reserved)
+	require.ErrorIs(t, first.Record(b.ctx, lost, 10), tasks.ErrNotRunning, "spent in full already: not counted again")
+	require.NoError(t, second.Record(b.ctx, res, 20))
+	require.NoError(t, second.Record(b.ctx, res, 20), "a repeated record is one record")
+	require.ErrorIs(t, second.Record(b.ctx, res, 30), tasks.ErrInvalidArgument)
+	got = b.budgetOf(t, task.ID, "tokens")
+	require.Equal(t, int64(120), got.Spent)
+	require.Zero(t, got.Reserved)
+	require.NoError(t, second.Complete(b.ctx, nil))
+	b.requireClean(t)
+}
+
+// budgetHandlers: a "turn" spawns an "agent" with the given budget and
+// waits; the agent spawns a "tool" that waits for an event nobody sends,
+// then asks for 200 tokens. attempts counts the agent's runs.
+func budgetHandlers(limit arbortype.BudgetLimit, agentRan chan<- error) map[string]machine.Handler {
+	return map[string]machine.Handler{
+		"turn": func(ctx context.Context, run *machine.Run) error {
+			if run.Task.Phase == "" {
+				if _, err := run.Spawn(ctx, machine.SpawnParams{Kind: "agent", Budgets: []arbortype.BudgetLimit{limit}}); err != nil {
+					return err
+				}
+				return run.Wait(ctx, machine.WaitParams{Policy: arbortype.AllSettled, Phase: "done"})
+			}
+			return run.Complete(ctx, nil)
+		},
+		"agent": func(ctx context.Context, run *machine.Run) error {
+			if run.Task.Phase == "" {
+				if _, err := run.Spawn(ctx, machine.SpawnParams{Kind: "tool"}); err != nil {
+					return err
+				}
+				if err := run.Checkpoint(ctx, "tool started", nil); err != nil {
+					return err
+				}
+			}
+			res, err := run.Reserve(ctx, "tokens", 200)
+			agentRan <- err
+			if err != nil {
+				return err
+			}
+			if err := run.Record(ctx, res, 150); err != nil {
+				return err
+			}
+			return run.Complete(ctx, json.RawMessage(`"answered"`))
+		},
+		"tool": func(ctx context.Context, run *machine.Run) error {
+			return run.AwaitEvent(ctx, machine.AwaitParams{Name: "never"})
+		},
+	}
+}
+
+// A "fail" budget fails the sub-agent that asks for too much (not retried,
+// code budget_exhausted) and aborts its foreground subtree; its owner goes
+// on.
+func TestBudgetFailAbortsTheSubtree(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ran := make(chan error, 4)
+	fastRunner(t, b, budgetHandlers(arbortype.BudgetLimit{Counter: "tokens", Max: 100}, ran), nil)
+	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn", MaxRetries: 3})
+	require.NoError(t, err)
+	err = <-ran
+	require.ErrorIs(t, err, tasks.ErrBudgetExhausted)
+	var over *arbortype.BudgetExhaustedError
+	require.ErrorAs(t, err, &over)
+	require.True(t, over.Ended)
+	require.Equal(t, int64(100), over.Budget.Max)
+	waitUntil(t, "the turn to complete", func() bool { return b.status(t, turn.ID) == arbortype.StatusCompleted })
+	tree, err := b.engine.ConversationTasks(b.ctx, b.conv)
+	require.NoError(t, err)
+	byKind := map[string]arbortype.Task{}
+	for _, x := range tree {
+		byKind[x.Kind] = x
+	}
+	require.Equal(t, arbortype.StatusFailed, byKind["agent"].Status)
+	require.Equal(t, arbortype.CodeBudgetExhausted, byKind["agent"].Error.Code)
+	require.Zero(t, byKind["agent"].Retries, "a budget's failure is not retried")
+	require.Equal(t, arbortype.StatusAborted, byKind["tool"].Status, "the agent's subtree is aborted")
+	require.Len(t, ran, 0, "the agent ran once")
+	b.requireClean(t)
+}
+
+// A "park" budget parks the agent on arbor:budget (listed at the root's
+// conversation); raising the budget lets it run again and finish.
+func TestBudgetParkThenRaise(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ran := make(chan error, 4)
+	fastRunner(t, b, budgetHandlers(arbortype.BudgetLimit{Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetPark}, ran), nil)
+	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	require.NoError(t, err)
+	err = <-ran
+	var over *arbortype.BudgetExhaustedError
+	require.ErrorAs(t, err, &over)
+	require.True(t, over.Ended)
+	var pending []arbortype.PendingEvent
+	waitUntil(t, "the agent to park", func() bool {
+		pending, err = b.engine.PendingEvents(b.ctx, b.conv)
+		require.NoError(t, err)
+		return len(pending) == 2 // the agent on its budget, the tool on "never"
+	})
+	var agent int64
+	for _, p := range pending {
+		if p.Name == arbortype.BudgetEvent {
+			agent = p.TaskID
+		}
+	}
+	require.NotZero(t, agent, "the agent awaits its budget: %v", pending)
+	b.requireClean(t)
+
+	_, err = b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, TaskID: agent, Counter: "tokens", Max: 500, OnExhausted: arbortype.BudgetPark})
+	require.NoError(t, err)
+	require.NoError(t, <-ran, "raised, the agent runs again and its reservation is granted")
+	// The tool still awaits; the turn waits on the agent, which waits on
+	// nothing (it completed): abort the tool to let the turn go.
+	tree, err := b.engine.Children(b.ctx, agent)
+	require.NoError(t, err)
+	require.Len(t, tree, 1)
+	_, err = b.engine.Abort(b.ctx, tree[0].ID)
+	require.NoError(t, err)
+	waitUntil(t, "the turn to complete", func() bool { return b.status(t, turn.ID) == arbortype.StatusCompleted })
+	got := b.budgetOf(t, agent, "tokens")
+	require.Equal(t, int64(150), got.Spent)
+	require.Zero(t, got.Reserved)
+	b.requireClean(t)
+}
+
+// A "fail" wall-time budget fails a task that outlives it, whatever it is
+// doing, through the runners' maintenance.
+func TestWallTimeBudgetFailsTheTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan struct{}, 1)
+	fastRunner(t, b, map[string]machine.Handler{
+		"turn": func(ctx context.Context, run *machine.Run) error {
+			started <- struct{}{}
+			return run.AwaitEvent(ctx, machine.AwaitParams{Name: "never"})
+		},
+	}, nil)
+	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	require.NoError(t, err)
+	<-started
+	_, err = b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, TaskID: turn.ID, Counter: arbortype.CounterWallTime, Max: 1})
+	require.NoError(t, err)
+	waitUntil(t, "the turn to fail", func() bool { return b.status(t, turn.ID) == arbortype.StatusFailed })
+	got := b.get(t, turn.ID)
+	require.Equal(t, arbortype.CodeBudgetExhausted, got.Error.Code)
+	require.Contains(t, got.Error.Message, arbortype.CounterWallTime)
+	b.requireClean(t)
+}
+
+// A budget set after its scope spent counts that spend (budgets are the
+// sums of their scope's reservations, however late they are set).
+func TestBudgetSetLateCountsEarlierSpend(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+		ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tool_calls", Max: arbortype.Unlimited}}})
+	require.NoError(t, err)
+	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lease.Release(context.Background()) })
+	run, err := lease.Start(b.ctx, task.ID)
+	require.NoError(t, err)
+	for range 3 {
+		require.NoError(t, run.Spend(b.ctx, "tool_calls", 1))
+	}
+	_, err = b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, TaskID: task.ID, Counter: "tool_calls", Max: 4, OnExhausted: arbortype.BudgetReturn})
+	require.NoError(t, err)
+	require.Equal(t, int64(3), b.budgetOf(t, task.ID, "tool_calls").Spent)
+	require.NoError(t, run.Spend(b.ctx, "tool_calls", 1))
+	require.ErrorIs(t, run.Spend(b.ctx, "tool_calls", 1), tasks.ErrBudgetExhausted)
+	require.Equal(t, int64(4), b.budgetOf(t, 0, "tool_calls").Spent)
+	b.requireClean(t)
+}
+
+// Bad input to budgets is refused with a clear error and writes nothing.
+func TestBudgetBadInputWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	other := b.conv + "-other"
+	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetReturn}}})
+	require.NoError(t, err)
+	foreign, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: other, Kind: "turn"})
+	require.NoError(t, err)
+	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lease.Release(context.Background()) })
+	run, err := lease.Start(b.ctx, task.ID)
+	require.NoError(t, err)
+	before := b.budgetRows(t)
+
+	for _, c := range []struct {
+		what string
+		err  error
+		want error
+	}{
+		{"negative reserve", second(run.Reserve(b.ctx, "tokens", -1)), tasks.ErrInvalidArgument},
+		{"negative spend", run.Spend(b.ctx, "tokens", -5), tasks.ErrInvalidArgument},
+		{"unknown counter", second(run.Reserve(b.ctx, "tokenz", 1)), tasks.ErrUnknownCounter},
+		{"malformed counter", second(run.Reserve(b.ctx, "Tokens; DROP", 1)), tasks.ErrInvalidArgument},
+		{"wall time reserved", second(run.Reserve(b.ctx, arbortype.CounterWallTime, 1)), tasks.ErrInvalidArgument},
+		{"too large", second(run.Reserve(b.ctx, "tokens", 1<<60)), tasks.ErrInvalidArgument},
+		{"over the budget", second(run.Reserve(b.ctx, "tokens", 101)), tasks.ErrBudgetExhausted},
+		{"record a forged reservation", run.Record(b.ctx, arbortype.Reservation{ID: 999999, TaskID: task.ID}, 1), tasks.ErrNotFound},
+		{"record another task's", run.Record(b.ctx, arbortype.Reservation{ID: 1, TaskID: foreign.ID}, 1), tasks.ErrInvalidArgument},
+		{"set: unknown conversation", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: "nope", Counter: "tokens", Max: 1})), tasks.ErrNotFound},
+		{"set: unknown task", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, TaskID: 1 << 40, Counter: "tokens", Max: 1})), tasks.ErrNotFound},
+		{"set: foreign task", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, TaskID: foreign.ID, Counter: "tokens", Max: 1})), tasks.ErrForeignTask},
+		{"set: negative max", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, Counter: "tokens", Max: -1})), tasks.ErrInvalidArgument},
+		{"set: bad action", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, Counter: "tokens", Max: 1, OnExhausted: "explode"})), tasks.ErrInvalidArgument},
+		{"create: bad budget", func() error {
+			_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+				Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: -3}}})
+			return err
+		}(), tasks.ErrInvalidArgument},
+	} {
+		require.ErrorIs(t, c.err, c.want, c.what)
+	}
+	require.Equal(t, before, b.budgetRows(t), "nothing written")
+	require.NoError(t, run.Complete(b.ctx, nil))
+	_, err = b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, TaskID: task.ID, Counter: "tokens", Max: 1})
+	require.ErrorIs(t, err, tasks.ErrSettled)
+	b.requireClean(t)
+}
+
+func second[T any](_ T, err error) error { return err }

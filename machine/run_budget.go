@@ -1,0 +1,104 @@
+package machine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/store"
+	"github.com/jackc/pgx/v5"
+)
+
+// Budgets in a handler (docs/agents.md "Budgets"): reserve before an
+// expensive call, record what it cost after it.
+//
+//	res, err := run.Reserve(ctx, "tokens", 8000) // the call's most
+//	if err != nil {
+//		return err // ErrBudgetExhausted: the task failed or parked, or the handler decides
+//	}
+//	reply, used := callModel(ctx, prompt)
+//	if err := run.Record(ctx, res, used); err != nil {
+//		return err
+//	}
+
+// Reserve holds amount of counter for this run against every budget of
+// the counter above its task — its own, its owners' up to the turn, the
+// conversation's — atomically: all or none. It also checks their
+// wall-time budgets (arbortype.CounterWallTime). When a budget would go
+// over, the error is a *arbortype.BudgetExhaustedError naming it
+// (errors.Is(err, arbortype.ErrBudgetExhausted)), and the budget's action
+// has been taken: BudgetFail — the task failed (code "budget_exhausted",
+// its foreground subtree aborted) and the run is over; BudgetPark — the
+// task is parked on arbortype.BudgetEvent (listed by PendingEvents) until
+// a budget of its conversation is raised, when it runs again from its
+// last checkpoint, and the run is over; BudgetReturn — nothing happened,
+// the handler decides. A counter no budget of the conversation names is
+// arbortype.ErrUnknownCounter.
+//
+// What is reserved and not recorded by this run (it crashed, it returned)
+// is spent in full once the run is over: nothing is lost, nothing counted
+// twice.
+func (r *Run) Reserve(ctx context.Context, counter string, amount int64) (arbortype.Reservation, error) {
+	res, err := r.reserve(ctx, counter, amount, false)
+	return reservation(res.Reservation), err
+}
+
+// Spend spends amount of counter at once, checked against every budget
+// above the task as Reserve is (and with the same actions when one would
+// go over): a tool call counted, a cost known in advance.
+func (r *Run) Spend(ctx context.Context, counter string, amount int64) error {
+	_, err := r.reserve(ctx, counter, amount, true)
+	return err
+}
+
+func (r *Run) reserve(ctx context.Context, counter string, amount int64, spend bool) (core.ReserveResult, error) {
+	r.mu.Lock()
+	r.budgets++
+	key := fmt.Sprintf("arbor:run-%d-budget-%d", r.token, r.budgets)
+	r.mu.Unlock()
+	p := core.ReserveParams{TaskID: r.Task.ID, Token: r.token, Counter: counter, Amount: amount, Key: key, Spend: spend}
+	wctx, cancel := writeCtx(ctx)
+	defer cancel()
+	for {
+		res, err := r.core.ReserveBudget(wctx, p)
+		if errors.Is(err, arbortype.ErrAmbiguous) && wctx.Err() == nil {
+			continue // the key makes the reservation the same one
+		}
+		var over *arbortype.BudgetExhaustedError
+		if errors.As(err, &over) && over.Ended {
+			r.sink.ending(r)
+			r.mu.Lock()
+			r.ended = true
+			r.mu.Unlock()
+		}
+		r.over(err)
+		return res, err
+	}
+}
+
+// Record closes res with what the call really cost: actual replaces the
+// amount held on every budget above the task (the unused part released,
+// or more spent than held). Recording twice with the same actual is one
+// record. A reservation of an earlier run of the task, or one spent in
+// full because its run was over first, is refused (ErrNotRunning).
+func (r *Run) Record(ctx context.Context, res arbortype.Reservation, actual int64) error {
+	if res.TaskID != r.Task.ID {
+		return fmt.Errorf("record task %d: reservation %d is task %d's: %w", r.Task.ID, res.ID, res.TaskID, arbortype.ErrInvalidArgument)
+	}
+	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
+		_, err := r.core.RecordBudget(ctx, tx, r.Task.ID, res.ID, actual)
+		return struct{}{}, err
+	})
+	return err
+}
+
+// Release gives back everything res holds: the call was not made.
+func (r *Run) Release(ctx context.Context, res arbortype.Reservation) error {
+	return r.Record(ctx, res, 0)
+}
+
+func reservation(r store.ReservationRow) arbortype.Reservation {
+	return arbortype.Reservation{ID: r.ID, TaskID: r.TaskID, Counter: r.Counter, Amount: r.Amount}
+}

@@ -1,0 +1,2 @@
+DROP TABLE {schema}.budget_reservations;
+DROP TABLE {schema}.budgets;

@@ -1,0 +1,339 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/arbortype"
+)
+
+// Budgets and their reservations (migration 009; internal/core/budget.go).
+
+// BudgetRow is a row of the budgets table. Max is arbortype.Unlimited for
+// a tally (NULL in the table).
+type BudgetRow struct {
+	ConversationID string
+	TaskID         int64 // 0: the conversation
+	Counter        string
+	Max            int64
+	Spent          int64
+	Reserved       int64
+	OnExhausted    arbortype.BudgetAction
+	UpdatedAt      time.Time
+}
+
+// ReservationRow is a row of budget_reservations.
+type ReservationRow struct {
+	ID             int64
+	ConversationID string
+	TaskID         int64
+	Counter        string
+	RunToken       int64
+	IdempotencyKey string
+	Amount         int64
+	Actual         *int64
+	Lapsed         bool
+	// RunOver: the run that reserved is over (its task is no longer running
+	// under RunToken); filled by OpenReservations only.
+	RunOver bool
+}
+
+// ScopeNode is a task of a reserving task's chain (itself and its owners
+// up to the root), with when it was created.
+type ScopeNode struct {
+	TaskID    int64
+	CreatedAt time.Time
+	// Now is the database's clock when the chain was read.
+	Now time.Time
+}
+
+// RunTask is what a reservation reads of the reserving task.
+type RunTask struct {
+	ConversationID string
+	Status         arbortype.Status
+	Token          int64
+}
+
+const budgetColumns = `conversation_id, coalesce(task_id, 0), counter, coalesce(max, 9223372036854775807), spent, reserved,
+	on_exhausted, updated_at`
+
+const reservationColumns = `id, conversation_id, task_id, counter, run_token, idempotency_key, amount, actual, lapsed`
+
+func scanBudget(row pgx.Row) (BudgetRow, error) {
+	var b BudgetRow
+	err := row.Scan(&b.ConversationID, &b.TaskID, &b.Counter, &b.Max, &b.Spent, &b.Reserved, &b.OnExhausted, &b.UpdatedAt)
+	return b, err
+}
+
+func scanReservation(row pgx.Row) (ReservationRow, error) {
+	var r ReservationRow
+	err := row.Scan(&r.ID, &r.ConversationID, &r.TaskID, &r.Counter, &r.RunToken, &r.IdempotencyKey, &r.Amount, &r.Actual, &r.Lapsed)
+	return r, err
+}
+
+var (
+	// The reserving task, share-locked: no take-over or settle of it
+	// commits while a reservation is made for its run.
+	qRunTask = define(`SELECT conversation_id, status, coalesce(token, 0) FROM {schema}.tasks WHERE id = $1 FOR SHARE`)
+	// A task and its owners up to the root, the task first.
+	qScopeChain = define(`WITH RECURSIVE chain (id, owner_task_id, created_at, depth) AS (
+			SELECT id, owner_task_id, created_at, 0 FROM {schema}.tasks WHERE conversation_id = $1 AND id = $2
+			UNION ALL
+			SELECT t.id, t.owner_task_id, t.created_at, c.depth + 1 FROM {schema}.tasks t
+			JOIN chain c ON t.conversation_id = $1 AND t.id = c.owner_task_id)
+		SELECT id, created_at, now() FROM chain ORDER BY depth`)
+	qConversationCreated = define(`SELECT created_at FROM {schema}.conversations WHERE id = $1`)
+	// Every budget of the conversation for the counters $2, locked in one
+	// order (counter, then scope; the conversation's first) by every
+	// writer, so reservations of one counter in one conversation queue on
+	// the conversation's row.
+	qLockBudgets = define(`SELECT ` + budgetColumns + ` FROM {schema}.budgets
+		WHERE conversation_id = $1 AND counter = ANY($2)
+		ORDER BY counter, coalesce(task_id, 0) FOR UPDATE`)
+	qLockBudget = define(`SELECT ` + budgetColumns + ` FROM {schema}.budgets
+		WHERE conversation_id = $1 AND counter = $2 AND coalesce(task_id, 0) = $3 FOR UPDATE`)
+	// A wall-time budget's spend is the time since its scope's creation.
+	qConversationBudgets = define(`SELECT b.conversation_id, coalesce(b.task_id, 0), b.counter,
+			coalesce(b.max, 9223372036854775807),
+			CASE WHEN b.counter = 'wall_ms'
+				THEN (extract(epoch FROM now() - coalesce(t.created_at, c.created_at)) * 1000)::bigint
+				ELSE b.spent END,
+			b.reserved, b.on_exhausted, b.updated_at
+		FROM {schema}.budgets b
+		JOIN {schema}.conversations c ON c.id = b.conversation_id
+		LEFT JOIN {schema}.tasks t ON t.conversation_id = b.conversation_id AND t.id = b.task_id
+		WHERE b.conversation_id = $1 ORDER BY coalesce(b.task_id, 0), b.counter`)
+	// A new budget counts what its scope's subtree has spent and holds
+	// already: a budget set late is as exact as one set at the start.
+	qInsertBudget = define(`WITH RECURSIVE sub (id) AS (
+			SELECT id FROM {schema}.tasks WHERE conversation_id = $1 AND id = $2
+			UNION ALL
+			SELECT t.id FROM {schema}.tasks t JOIN sub s ON t.conversation_id = $1 AND t.owner_task_id = s.id),
+		so_far AS (
+			SELECT coalesce(sum(r.actual), 0) AS spent, coalesce(sum(r.amount) FILTER (WHERE r.actual IS NULL), 0) AS reserved
+			FROM {schema}.budget_reservations r
+			WHERE r.conversation_id = $1 AND r.counter = $3 AND ($2 = 0 OR r.task_id IN (SELECT id FROM sub)))
+		INSERT INTO {schema}.budgets (conversation_id, task_id, counter, max, on_exhausted, spent, reserved)
+		SELECT $1, nullif($2::bigint, 0), $3, $4, $5, so_far.spent, so_far.reserved FROM so_far
+		ON CONFLICT (conversation_id, counter, (coalesce(task_id, 0))) DO NOTHING
+		RETURNING ` + budgetColumns)
+	qUpdateBudget = define(`UPDATE {schema}.budgets SET max = $4, on_exhausted = $5, updated_at = now()
+		WHERE conversation_id = $1 AND counter = $3 AND coalesce(task_id, 0) = $2
+		RETURNING ` + budgetColumns)
+	// Moves amount $4 of held reservation into spend $5 on the scopes $3
+	// (a chain, the conversation's 0 included).
+	qChargeBudgets = define(`UPDATE {schema}.budgets
+		SET reserved = reserved - $4, spent = spent + $5, updated_at = now()
+		WHERE conversation_id = $1 AND counter = $2 AND coalesce(task_id, 0) = ANY($3)`)
+	qReservationByKey = define(`SELECT ` + reservationColumns + ` FROM {schema}.budget_reservations
+		WHERE conversation_id = $1 AND task_id = $2 AND idempotency_key = $3`)
+	qReservationByID = define(`SELECT ` + reservationColumns + ` FROM {schema}.budget_reservations
+		WHERE conversation_id = $1 AND id = $2`)
+	qInsertReservation = define(`INSERT INTO {schema}.budget_reservations
+			(conversation_id, task_id, counter, run_token, idempotency_key, amount, actual, closed_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7::bigint IS NULL THEN NULL ELSE now() END)
+		RETURNING ` + reservationColumns)
+	qCloseReservation = define(`UPDATE {schema}.budget_reservations SET actual = $3, lapsed = $4, closed_at = now()
+		WHERE conversation_id = $1 AND id = $2 AND actual IS NULL`)
+	// The open reservations of a counter in a conversation, each with
+	// whether its run is over.
+	qOpenReservations = define(`SELECT r.id, r.conversation_id, r.task_id, r.counter, r.run_token, r.idempotency_key,
+			r.amount, r.actual, r.lapsed, NOT (t.status = 'running' AND t.token IS NOT DISTINCT FROM r.run_token)
+		FROM {schema}.budget_reservations r
+		JOIN {schema}.tasks t ON t.conversation_id = r.conversation_id AND t.id = r.task_id
+		WHERE r.conversation_id = $1 AND r.counter = $2 AND r.actual IS NULL
+		ORDER BY r.id`)
+	// Spend by task: what each task recorded and holds, per counter.
+	qSpendByTask = define(`SELECT task_id, counter, coalesce(sum(actual), 0), coalesce(sum(amount) FILTER (WHERE actual IS NULL), 0)
+		FROM {schema}.budget_reservations WHERE conversation_id = $1
+		GROUP BY task_id, counter ORDER BY task_id, counter`)
+	// Across conversations (a maintenance scan, like the deadline scan):
+	// counters of conversations with a reservation whose run is over.
+	qLapsedReservations = define(`SELECT DISTINCT r.conversation_id, r.counter
+		FROM {schema}.budget_reservations r
+		JOIN {schema}.tasks t ON t.conversation_id = r.conversation_id AND t.id = r.task_id
+		WHERE r.actual IS NULL AND NOT (t.status = 'running' AND t.token IS NOT DISTINCT FROM r.run_token)
+		LIMIT $1`)
+	// Across conversations: live tasks under a "fail" wall-time budget
+	// that is over — the budget's task, or a conversation's live roots.
+	qOverWallTime = define(`SELECT t.id FROM {schema}.budgets b
+		JOIN {schema}.conversations c ON c.id = b.conversation_id
+		JOIN {schema}.tasks t ON t.conversation_id = b.conversation_id
+			AND (t.id = b.task_id OR (b.task_id IS NULL AND t.owner_task_id IS NULL))
+		WHERE b.counter = 'wall_ms' AND b.max IS NOT NULL AND b.on_exhausted = 'fail'
+			AND t.status IN ({live})
+			AND (CASE WHEN b.task_id IS NULL THEN c.created_at ELSE t.created_at END) + b.max * interval '1 millisecond' <= now()
+		ORDER BY t.id LIMIT $1`)
+)
+
+// RunTask share-locks the reserving task and reads what a reservation
+// checks of it.
+func (s *Store) RunTask(ctx context.Context, db DB, taskID int64) (RunTask, error) {
+	var t RunTask
+	err := db.QueryRow(ctx, s.sql[qRunTask], taskID).Scan(&t.ConversationID, &t.Status, &t.Token)
+	return t, err
+}
+
+// ScopeChain reads task taskID and its owners up to the root, the task
+// first.
+func (s *Store) ScopeChain(ctx context.Context, db DB, conv string, taskID int64) ([]ScopeNode, error) {
+	rows, err := db.Query(ctx, s.sql[qScopeChain], conv, taskID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ScopeNode, error) {
+		var n ScopeNode
+		err := row.Scan(&n.TaskID, &n.CreatedAt, &n.Now)
+		return n, err
+	})
+}
+
+// ConversationCreated reads when a conversation was created.
+func (s *Store) ConversationCreated(ctx context.Context, db DB, conv string) (time.Time, error) {
+	var at time.Time
+	err := db.QueryRow(ctx, s.sql[qConversationCreated], conv).Scan(&at)
+	return at, err
+}
+
+// LockBudgets locks every budget of conv for the counters, in the one
+// order every writer uses.
+func (s *Store) LockBudgets(ctx context.Context, tx pgx.Tx, conv string, counters []string) ([]BudgetRow, error) {
+	return collectBudgets(tx.Query(ctx, s.sql[qLockBudgets], conv, counters))
+}
+
+// LockBudget locks one budget (taskID 0: the conversation's).
+func (s *Store) LockBudget(ctx context.Context, tx pgx.Tx, conv, counter string, taskID int64) (BudgetRow, error) {
+	return scanBudget(tx.QueryRow(ctx, s.sql[qLockBudget], conv, counter, taskID))
+}
+
+// ConversationBudgets reads every budget of a conversation.
+func (s *Store) ConversationBudgets(ctx context.Context, db DB, conv string) ([]BudgetRow, error) {
+	return collectBudgets(db.Query(ctx, s.sql[qConversationBudgets], conv))
+}
+
+// InsertBudget creates a budget counting its scope's spend so far; ok is
+// false when the scope has one for the counter already.
+func (s *Store) InsertBudget(ctx context.Context, tx pgx.Tx, b BudgetRow) (BudgetRow, bool, error) {
+	row, err := scanBudget(tx.QueryRow(ctx, s.sql[qInsertBudget], b.ConversationID, b.TaskID, b.Counter, nullMax(b.Max), b.OnExhausted))
+	if IsNoRows(err) {
+		return BudgetRow{}, false, nil
+	}
+	return row, err == nil, err
+}
+
+// UpdateBudget sets a budget's maximum and action.
+func (s *Store) UpdateBudget(ctx context.Context, tx pgx.Tx, b BudgetRow) (BudgetRow, error) {
+	return scanBudget(tx.QueryRow(ctx, s.sql[qUpdateBudget], b.ConversationID, b.TaskID, b.Counter, nullMax(b.Max), b.OnExhausted))
+}
+
+// ChargeBudgets moves held from reserved to spent as spent on the scopes
+// (task ids, 0 for the conversation) of one counter.
+func (s *Store) ChargeBudgets(ctx context.Context, tx pgx.Tx, conv, counter string, scopes []int64, held, spent int64) error {
+	_, err := tx.Exec(ctx, s.sql[qChargeBudgets], conv, counter, scopes, held, spent)
+	return err
+}
+
+// ReservationByKey reads a task's reservation by its idempotency key.
+func (s *Store) ReservationByKey(ctx context.Context, db DB, conv string, taskID int64, key string) (ReservationRow, error) {
+	return scanReservation(db.QueryRow(ctx, s.sql[qReservationByKey], conv, taskID, key))
+}
+
+// ReservationByID reads a reservation.
+func (s *Store) ReservationByID(ctx context.Context, db DB, conv string, id int64) (ReservationRow, error) {
+	return scanReservation(db.QueryRow(ctx, s.sql[qReservationByID], conv, id))
+}
+
+// InsertReservation records a reservation; with actual not nil it is
+// closed at once (a spend).
+func (s *Store) InsertReservation(ctx context.Context, tx pgx.Tx, r ReservationRow) (ReservationRow, error) {
+	return scanReservation(tx.QueryRow(ctx, s.sql[qInsertReservation], r.ConversationID, r.TaskID, r.Counter, r.RunToken,
+		r.IdempotencyKey, r.Amount, r.Actual))
+}
+
+// CloseReservation closes an open reservation; false when it was closed.
+func (s *Store) CloseReservation(ctx context.Context, tx pgx.Tx, conv string, id, actual int64, lapsed bool) (bool, error) {
+	tag, err := tx.Exec(ctx, s.sql[qCloseReservation], conv, id, actual, lapsed)
+	return tag.RowsAffected() == 1, err
+}
+
+// OpenReservations reads the open reservations of a counter in a
+// conversation, each with whether its run is over.
+func (s *Store) OpenReservations(ctx context.Context, tx pgx.Tx, conv, counter string) ([]ReservationRow, error) {
+	rows, err := tx.Query(ctx, s.sql[qOpenReservations], conv, counter)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ReservationRow, error) {
+		var r ReservationRow
+		err := row.Scan(&r.ID, &r.ConversationID, &r.TaskID, &r.Counter, &r.RunToken, &r.IdempotencyKey,
+			&r.Amount, &r.Actual, &r.Lapsed, &r.RunOver)
+		return r, err
+	})
+}
+
+// TaskSpend is what one task recorded and holds of one counter.
+type TaskSpend struct {
+	TaskID   int64
+	Counter  string
+	Spent    int64
+	Reserved int64
+}
+
+// SpendByTask reads each task's own spend in a conversation.
+func (s *Store) SpendByTask(ctx context.Context, db DB, conv string) ([]TaskSpend, error) {
+	rows, err := db.Query(ctx, s.sql[qSpendByTask], conv)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (TaskSpend, error) {
+		var t TaskSpend
+		err := row.Scan(&t.TaskID, &t.Counter, &t.Spent, &t.Reserved)
+		return t, err
+	})
+}
+
+// ConversationCounter is one counter of one conversation.
+type ConversationCounter struct {
+	ConversationID string
+	Counter        string
+}
+
+// LapsedReservations lists up to limit (conversation, counter) pairs with
+// a reservation whose run is over.
+func (s *Store) LapsedReservations(ctx context.Context, db DB, limit int) ([]ConversationCounter, error) {
+	rows, err := db.Query(ctx, s.sql[qLapsedReservations], limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ConversationCounter, error) {
+		var c ConversationCounter
+		err := row.Scan(&c.ConversationID, &c.Counter)
+		return c, err
+	})
+}
+
+// OverWallTime lists up to limit live tasks under a "fail" wall-time
+// budget that is over.
+func (s *Store) OverWallTime(ctx context.Context, db DB, limit int) ([]int64, error) {
+	rows, err := db.Query(ctx, s.sql[qOverWallTime], limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+func collectBudgets(rows pgx.Rows, err error) ([]BudgetRow, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (BudgetRow, error) { return scanBudget(row) })
+}
+
+func nullMax(m int64) *int64 {
+	if m == arbortype.Unlimited {
+		return nil
+	}
+	return &m
+}

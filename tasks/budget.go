@@ -1,0 +1,79 @@
+package tasks
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/store"
+)
+
+// BudgetParams set one budget (see Engine.SetBudget).
+type BudgetParams struct {
+	// ConversationID is the budget's conversation. Required.
+	ConversationID string
+	// TaskID is the task whose subtree the budget covers (a turn, a
+	// sub-agent); 0 for the whole conversation.
+	TaskID int64
+	// Counter names what is counted: an application's name ("tokens",
+	// "cost_micros", "tool_calls": lower-case letters, digits, '_' and
+	// '.'), or arbortype.CounterWallTime.
+	Counter string
+	// Max is the most the scope may spend, 0..2^53; arbortype.Unlimited
+	// makes a tally that counts and never refuses.
+	Max int64
+	// OnExhausted is what a reservation over Max does to its run: fail
+	// (the default), park, or return (see arbortype.BudgetAction).
+	OnExhausted arbortype.BudgetAction
+}
+
+// ErrBudgetExhausted and ErrUnknownCounter are arbortype's.
+var (
+	ErrBudgetExhausted = arbortype.ErrBudgetExhausted
+	ErrUnknownCounter  = arbortype.ErrUnknownCounter
+)
+
+// SetBudget creates or changes a budget, in a transaction of its own. A
+// task's spend counts against every budget above it: its own, its
+// owners' up to the turn, the conversation's. A budget set on a scope that
+// has spent already counts that spend. Raising a budget (a larger Max, or
+// an action that no longer parks) lets the conversation's tasks parked on
+// a budget run again: they reserve anew, and one still over parks again.
+// An unknown conversation or task is ErrNotFound, a task of another
+// conversation ErrForeignTask, a settled one ErrSettled; a bad counter,
+// amount or action ErrInvalidArgument. Nothing is written then.
+func (e *Engine) SetBudget(ctx context.Context, p BudgetParams) (arbortype.Budget, error) {
+	return core.Tx(ctx, e.core, func(tx pgx.Tx) (arbortype.Budget, error) { return e.setBudget(ctx, tx, p) })
+}
+
+// SetBudgetTx is SetBudget inside the caller's transaction.
+func (e *Engine) SetBudgetTx(ctx context.Context, tx pgx.Tx, p BudgetParams) (arbortype.Budget, error) {
+	return core.Savepoint(ctx, tx, func(tx pgx.Tx) (arbortype.Budget, error) { return e.setBudget(ctx, tx, p) })
+}
+
+func (e *Engine) setBudget(ctx context.Context, tx pgx.Tx, p BudgetParams) (arbortype.Budget, error) {
+	row, err := e.core.SetBudget(ctx, tx, core.BudgetParams(p))
+	if err != nil {
+		return arbortype.Budget{}, err
+	}
+	return arbortype.Budget{ConversationID: row.ConversationID, TaskID: row.TaskID, Counter: row.Counter, Max: row.Max,
+		Spent: row.Spent, Reserved: row.Reserved, OnExhausted: row.OnExhausted, UpdatedAt: row.UpdatedAt}, nil
+}
+
+// Budgets reads every budget of a conversation (a wall-time budget's Spent
+// is the time elapsed) and what each task spent and holds itself.
+func (e *Engine) Budgets(ctx context.Context, conversationID string) (arbortype.ConversationBudgets, error) {
+	return core.Read(ctx, e.core, func(db store.DB) (arbortype.ConversationBudgets, error) {
+		bs, spend, err := e.core.Budgets(ctx, db, conversationID)
+		if err != nil {
+			return arbortype.ConversationBudgets{}, err
+		}
+		out := arbortype.ConversationBudgets{Budgets: bs}
+		for _, s := range spend {
+			out.Spend = append(out.Spend, arbortype.Spend(s))
+		}
+		return out, nil
+	})
+}
