@@ -2,10 +2,10 @@ package core
 
 import (
 	"cmp"
-	"slices"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
