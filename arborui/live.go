@@ -58,6 +58,10 @@ func (h *handler) taskLive(w http.ResponseWriter, r *http.Request) {
 func (h *handler) live(w http.ResponseWriter, r *http.Request, conv string, view func(context.Context) (string, any, error)) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	if _, err := h.engine.Conversation(ctx, conv); err != nil {
+		h.errPage(w, r, err)
+		return
+	}
 	head, err := h.engine.LogHead(ctx, conv)
 	if err != nil {
 		h.errPage(w, r, err)
