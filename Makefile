@@ -1,13 +1,15 @@
 # The two commands a fresh machine needs: `make demo` and `make test`;
 # `make lint` runs the linters (CI runs it too), `make chaos` the fault tests,
-# `make bench` the side-by-side benchmarks (docs/performance.md).
+# `make bench` the side-by-side benchmarks (docs/performance.md), `make ui`
+# the web view on the demo's work, `make browser` the web view's test in a
+# real browser.
 # Each starts a private, throwaway PostgreSQL unless ARBOR_DATABASE_URL is set
 # (see scripts/with-postgres.sh), and removes it when it ends.
 
 GO ?= go
 WITH_PG := scripts/with-postgres.sh
 
-.PHONY: test chaos demo lint bench generate vet
+.PHONY: test chaos demo ui browser lint bench generate vet
 
 test:
 	$(WITH_PG) $(GO) test -race -count=1 -timeout 20m ./...
@@ -26,6 +28,22 @@ chaos:
 demo:
 	$(WITH_PG) $(GO) run ./cmd/arbor demo
 
+# The web view (docs/ui.md) on a throwaway PostgreSQL: the demo's handlers
+# run in the same process on a few of its conversations, actions on (the
+# database is thrown away at Ctrl-C). UIFLAGS=--addr=127.0.0.1:9090 moves it.
+ui:
+	$(WITH_PG) $(GO) run ./cmd/arbor ui --demo --actions $(UIFLAGS)
+
+# The web view driven in a real headless Chromium (arborui/browsertest, a
+# module of its own so that chromedp is no dependency of arbor's). Chromium
+# comes from Debian's packages, installed if missing (scripts/with-chromium.sh
+# skips with a loud message only where the package cannot be had).
+# ARBOR_UI_SCREENSHOT=$$PWD/docs/ui.png refreshes the README's screenshot.
+BROWSERTEST := arborui/browsertest
+
+browser:
+	scripts/with-chromium.sh $(WITH_PG) $(GO) -C $(BROWSERTEST) test -race -count=1 -timeout 10m ./...
+
 # Every scenario at three sizes against the ceiling, River and DBOS, on a
 # throwaway PostgreSQL with fsync on (or ARBOR_DATABASE_URL); writes
 # bench-results.json. BENCHFLAGS=--quick for a smoke run of seconds; see
@@ -43,7 +61,9 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 lint: vet
 	$(GO) run $(STATICCHECK) ./...
+	cd $(BROWSERTEST) && $(GO) run $(STATICCHECK) ./...
 
 vet:
 	$(GO) vet ./...
+	$(GO) -C $(BROWSERTEST) vet ./...
 	@test -z "$$(gofmt -l .)" || (echo "gofmt would change:"; gofmt -l .; exit 1)

@@ -60,3 +60,34 @@ func (s *Store) LiveConversations(ctx context.Context, db DB, statuses []arborty
 	}
 	return out, rows.Err()
 }
+
+var qRecentConversations = define(`WITH recent AS (
+			SELECT conversation_id, max(id) AS last
+			FROM (SELECT conversation_id, id FROM {schema}.tasks ORDER BY id DESC LIMIT 1000) t
+			GROUP BY conversation_id
+			ORDER BY last DESC LIMIT $1)
+		SELECT c.id, coalesce(c.holder, ''), c.epoch, c.lease_expires_at, c.created_at
+		FROM recent r JOIN {schema}.conversations c ON c.id = r.conversation_id
+		ORDER BY r.last DESC`)
+
+// RecentConversations lists up to limit conversations that had a task
+// created lately, the most recent first: those of the newest
+// 1,000 tasks, live or settled. It reads those tasks backwards along the
+// primary key, so that it costs the same on a table of a billion tasks as
+// on one of a thousand.
+func (s *Store) RecentConversations(ctx context.Context, db DB, limit int) ([]arbortype.Conversation, error) {
+	rows, err := db.Query(ctx, s.sql[qRecentConversations], limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []arbortype.Conversation
+	for rows.Next() {
+		var c arbortype.Conversation
+		if err := rows.Scan(&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &c.CreatedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}

@@ -87,3 +87,13 @@ func (e *Engine) ListConversations(ctx context.Context, p ListParams) ([]arborty
 		return e.core.ListConversations(ctx, db, core.ListParams(p))
 	})
 }
+
+// RecentConversations lists up to limit (1..1000) conversations that had a
+// task created lately, live or settled, the most recent first: those of the
+// newest 1,000 tasks. Like ListConversations it is for operators (the web
+// view's front page) and has no …Tx form.
+func (e *Engine) RecentConversations(ctx context.Context, limit int) ([]arbortype.Conversation, error) {
+	return core.Read(ctx, e.core, func(db store.DB) ([]arbortype.Conversation, error) {
+		return e.core.RecentConversations(ctx, db, limit)
+	})
+}

@@ -7,6 +7,7 @@
 //	arbor show TASK [--json]
 //	arbor abort TASK | cancel TASK | wake TASK
 //	arbor check [CONVERSATION]
+//	arbor ui [--addr A] [--actions] [--demo]
 //	arbor demo
 //
 // The database URL comes from --database-url or ARBOR_DATABASE_URL, the
@@ -80,6 +81,7 @@ Usage:
   arbor pending CONVERSATION             what the conversation awaits, with the tokens that answer it
   arbor log CONVERSATION                 the conversation's log (--follow)
   arbor check [CONVERSATION]             run the invariant checker (exit 1 on violations)
+  arbor ui                               serve the web view (--addr, --actions, --demo)
   arbor demo                             run the end-to-end demo
   arbor demo-worker --node NAME          the demo's worker process (arbor demo starts it)
 
@@ -102,6 +104,7 @@ var commands = map[string]command{
 	"pending": cmdPending,
 	"log":     cmdLog,
 	"check":   cmdCheck,
+	"ui":      cmdUI,
 	"demo":    cmdDemo,
 	// demo-worker is the runner process the demo starts (and kills).
 	"demo-worker": cmdDemoWorker,

@@ -118,3 +118,16 @@ func (e *Engine) ListConversations(ctx context.Context, db store.DB, p ListParam
 	}
 	return out, nil
 }
+
+// RecentConversations lists up to limit (1..1000) conversations that had a
+// task created lately, the most recent first.
+func (e *Engine) RecentConversations(ctx context.Context, db store.DB, limit int) ([]arbortype.Conversation, error) {
+	if limit < 1 || limit > 1000 {
+		return nil, fmt.Errorf("recent conversations: limit %d is outside 1..1000: %w", limit, ErrInvalidArgument)
+	}
+	out, err := e.Store.RecentConversations(ctx, db, limit)
+	if err != nil {
+		return nil, fmt.Errorf("recent conversations: %w", err)
+	}
+	return out, nil
+}

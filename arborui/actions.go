@@ -1,0 +1,193 @@
+package arborui
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/arborhq/arbor/tasks"
+)
+
+// maxForm bounds an action's form: an event's payload (64 KiB) and the rest.
+const maxForm = 128 << 10
+
+// allowed says whether r may act: actions are on, and r is a same-origin
+// POST carrying the handler's token. A cross-site form cannot know the
+// token (it is in the handler's pages only, which another origin cannot
+// read); the origin check refuses it even where the token leaked into a
+// copied page.
+func (h *handler) allowed(w http.ResponseWriter, r *http.Request) bool {
+	if !h.opts.Actions {
+		h.errPage(w, r, &requestError{code: http.StatusForbidden,
+			msg: "actions are disabled: this view is read-only (arbor ui --actions, or arborui.Options.Actions, enables them)"})
+		return false
+	}
+	if !sameOrigin(r) {
+		h.errPage(w, r, &requestError{code: http.StatusForbidden, msg: "refused: the request did not come from this view's own pages"})
+		return false
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+	if err := r.ParseForm(); err != nil {
+		h.errPage(w, r, badRequest("the form could not be read: %v", err))
+		return false
+	}
+	token := r.PostFormValue("csrf")
+	if subtle.ConstantTimeCompare([]byte(token), []byte(h.csrf)) != 1 {
+		h.errPage(w, r, &requestError{code: http.StatusForbidden,
+			msg: "refused: the form's token is missing or stale (reload the page and try again)"})
+		return false
+	}
+	return true
+}
+
+// sameOrigin says whether r comes from a page of the handler's own origin,
+// by what browsers send: Sec-Fetch-Site, else Origin, else Referer. A
+// request with none of them is not from a browser (which sends Origin with
+// every POST), and carries the token or fails anyway.
+func sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin"
+	}
+	from := r.Header.Get("Origin")
+	if from == "" {
+		from = r.Header.Get("Referer")
+	}
+	if from == "" {
+		return true
+	}
+	u, err := url.Parse(from)
+	return err == nil && u.Host == r.Host
+}
+
+func (h *handler) taskAction(w http.ResponseWriter, r *http.Request) {
+	if !h.allowed(w, r) {
+		return
+	}
+	id, err := taskID(r)
+	if err != nil {
+		h.errPage(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	switch action := r.PathValue("action"); action {
+	case "abort":
+		var opts []tasks.AbortOption
+		if reason := strings.TrimSpace(r.PostFormValue("reason")); reason != "" {
+			opts = append(opts, tasks.WithReason(reason))
+		}
+		_, err = h.engine.Abort(ctx, id, opts...)
+	case "cancel":
+		var result json.RawMessage
+		if result, err = payload(r, "result"); err == nil {
+			_, err = h.engine.Cancel(ctx, id, result)
+		}
+	case "wake":
+		_, err = h.engine.WakeNow(ctx, id)
+	case "emit":
+		err = h.emitToTask(r, id)
+	default:
+		h.errPage(w, r, &requestError{code: http.StatusNotFound, msg: fmt.Sprintf("no action %q (abort, cancel, wake, emit)", action)})
+		return
+	}
+	if err != nil {
+		h.errPage(w, r, err)
+		return
+	}
+	h.back(w, r, fmt.Sprintf("%s/tasks/%d", h.opts.Prefix, id))
+}
+
+func (h *handler) conversationAction(w http.ResponseWriter, r *http.Request) {
+	if !h.allowed(w, r) {
+		return
+	}
+	conv := r.PostFormValue("id")
+	if conv == "" {
+		h.errPage(w, r, badRequest("no conversation: the form needs its id"))
+		return
+	}
+	ctx := r.Context()
+	var err error
+	switch action := r.PathValue("action"); action {
+	case "abort":
+		var opts []tasks.AbortOption
+		if reason := strings.TrimSpace(r.PostFormValue("reason")); reason != "" {
+			opts = append(opts, tasks.WithReason(reason))
+		}
+		_, err = h.engine.AbortConversation(ctx, conv, opts...)
+	case "emit":
+		var p json.RawMessage
+		if p, err = payload(r, "payload"); err == nil {
+			_, _, err = h.engine.Emit(ctx, tasks.EmitParams{ConversationID: conv, Name: r.PostFormValue("name"),
+				Payload: p, Queue: r.PostFormValue("queue") != ""})
+		}
+	default:
+		h.errPage(w, r, &requestError{code: http.StatusNotFound, msg: fmt.Sprintf("no action %q (abort, emit)", action)})
+		return
+	}
+	if err != nil {
+		h.errPage(w, r, err)
+		return
+	}
+	h.back(w, r, h.opts.Prefix+"/conversation?id="+url.QueryEscape(conv))
+}
+
+// emitToTask emits the form's event to task id, or answers the await
+// whose token the form carries.
+func (h *handler) emitToTask(r *http.Request, id int64) error {
+	p, err := payload(r, "payload")
+	if err != nil {
+		return err
+	}
+	if token := r.PostFormValue("token"); token != "" {
+		_, _, err = h.engine.EmitToken(r.Context(), token, p)
+		return err
+	}
+	t, err := h.engine.Get(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	_, _, err = h.engine.Emit(r.Context(), tasks.EmitParams{ConversationID: t.ConversationID, TaskID: id,
+		Name: r.PostFormValue("name"), Payload: p, Queue: r.PostFormValue("queue") != ""})
+	return err
+}
+
+// payload reads a form field holding JSON; empty is none. JSON that does
+// not parse is refused here, with the field's name, before anything is
+// written.
+func payload(r *http.Request, field string) (json.RawMessage, error) {
+	s := strings.TrimSpace(r.PostFormValue(field))
+	if s == "" {
+		return nil, nil
+	}
+	if !json.Valid([]byte(s)) {
+		return nil, badRequest("%s is not JSON: %s", field, strconv.Quote(truncate(s, 80)))
+	}
+	return json.RawMessage(s), nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !isRuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// back sends the browser, after an action, to the page it acted from (its
+// "back" field, a path of this handler's), else to fallback: a 303, so that
+// a reload does not post again.
+func (h *handler) back(w http.ResponseWriter, r *http.Request, fallback string) {
+	to := r.PostFormValue("back")
+	if !strings.HasPrefix(to, h.opts.Prefix+"/") || strings.HasPrefix(to, "//") || strings.ContainsAny(to, "\\\r\n") {
+		to = fallback
+	}
+	http.Redirect(w, r, to, http.StatusSeeOther)
+}
