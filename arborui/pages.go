@@ -202,6 +202,10 @@ type record struct {
 	Log      []arbortype.LogEntry
 	// LogFrom is the count of the task's entries left out before Log.
 	LogFrom int
+	// Budgets are the task's own and its conversation's; Spend what the
+	// task itself spent and holds, per counter.
+	Budgets []arbortype.Budget
+	Spend   []arbortype.Spend
 }
 
 // logShown is how many of a task's newest log entries its record shows.
@@ -238,6 +242,20 @@ func (h *handler) record(ctx context.Context, id int64) (record, error) {
 	}
 	if i := slices.IndexFunc(pending, func(p arbortype.PendingEvent) bool { return p.TaskID == id }); i >= 0 {
 		v.Await = &pending[i]
+	}
+	budgets, err := h.engine.Budgets(ctx, t.ConversationID)
+	if err != nil {
+		return record{}, err
+	}
+	for _, b := range budgets.Budgets {
+		if b.TaskID == id || b.TaskID == 0 {
+			v.Budgets = append(v.Budgets, b)
+		}
+	}
+	for _, sp := range budgets.Spend {
+		if sp.TaskID == id {
+			v.Spend = append(v.Spend, sp)
+		}
 	}
 	for after := int64(0); ; {
 		entries, err := h.engine.ReadLog(ctx, t.ConversationID, after, 10000)
