@@ -87,6 +87,10 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 
+	budgets, err := engine.Budgets(ctx, t.ConversationID)
+	if err != nil {
+		return taskErr("show", id, err)
+	}
 	if *asJSON {
 		doc := showDoc{Task: toJSON(t), Conversation: conversationJSON{
 			ID: conv.ID, Holder: conv.Holder, Epoch: conv.Epoch, LeaseExpiresAt: (*jsonTime)(conv.LeaseExpiresAt)}}
@@ -100,10 +104,11 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return writeJSON(stdout, doc, false)
 	}
-	return renderShow(stdout, t, owner, children, conv, time.Now())
+	return renderShow(stdout, t, owner, children, conv, budgets, time.Now())
 }
 
-func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children []arbortype.Task, conv arbortype.Conversation, now time.Time) error {
+func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children []arbortype.Task, conv arbortype.Conversation,
+	budgets arbortype.ConversationBudgets, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	// Each row is escaped whole: its values are the task's data.
 	row := func(k, format string, args ...any) {
@@ -165,6 +170,16 @@ func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children [
 		row("holder", "%s (epoch %d, lease until %s, %s)", conv.Holder, conv.Epoch, formatTime(conv.LeaseExpiresAt), state)
 	} else {
 		row("holder", "none: no machine holds the conversation")
+	}
+	for _, b := range budgets.Budgets {
+		if b.TaskID == t.ID {
+			row("budget "+b.Counter, "%s", budgetText(b))
+		}
+	}
+	for _, sp := range budgets.Spend {
+		if sp.TaskID == t.ID {
+			row("spent "+sp.Counter, "%s", spendText(sp))
+		}
 	}
 	row("idempotency key", "%s", orDash(t.IdempotencyKey))
 	row("created", "%s", formatTime(&t.CreatedAt))

@@ -65,6 +65,10 @@ func cmdTree(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return fmt.Errorf("read conversation %q: %w", conv, err)
 		}
+		budgets, err := engine.Budgets(ctx, conv)
+		if err != nil {
+			return fmt.Errorf("read conversation %q: %w", conv, err)
+		}
 		if *asJSON {
 			return writeJSON(w, treeJSON(conv, all), compact)
 		}
@@ -72,7 +76,7 @@ func cmdTree(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *noAge {
 			now = time.Time{}
 		}
-		renderTree(w, conv, all, now)
+		renderTree(w, conv, all, budgets, now)
 		return nil
 	}
 	if !*watch {
@@ -165,8 +169,8 @@ const maxDrawnDepth = 24
 // a waiting task waits on, and a mark on background tasks. It walks the
 // tree with a stack of its own, not by recursion, so that no depth can
 // exhaust the goroutine's stack.
-func renderTree(w io.Writer, conv string, all []arbortype.Task, now time.Time) {
-	fmt.Fprintf(w, "conversation %s\n", printable(conv))
+func renderTree(w io.Writer, conv string, all []arbortype.Task, budgets arbortype.ConversationBudgets, now time.Time) {
+	fmt.Fprintf(w, "conversation %s%s\n", printable(conv), budgetNotes(budgets, 0))
 	children := map[int64][]arbortype.Task{}
 	var roots []arbortype.Task
 	for _, t := range all {
@@ -209,7 +213,7 @@ func renderTree(w io.Writer, conv string, all []arbortype.Task, now time.Time) {
 			branch = fmt.Sprintf("… (depth %d) ", p.depth)
 		}
 		kids := children[p.task.ID]
-		fmt.Fprintf(w, "%s%s%s\n", strings.Join(rails, ""), branch, describe(p.task, kids, now))
+		fmt.Fprintf(w, "%s%s%s%s\n", strings.Join(rails, ""), branch, describe(p.task, kids, now), budgetNotes(budgets, p.task.ID))
 		if p.depth <= maxDrawnDepth {
 			rails = append(rails, rail)
 		}
@@ -257,6 +261,50 @@ func describe(t arbortype.Task, kids []arbortype.Task, now time.Time) string {
 		fmt.Fprintf(&b, " error=%q", t.Error.Message)
 	}
 	return b.String()
+}
+
+// budgetNotes describes the budgets of scope (0: the conversation) and,
+// for a task, what it spent itself: " budget tokens=120/1000 spent tokens=30".
+func budgetNotes(budgets arbortype.ConversationBudgets, scope int64) string {
+	var b strings.Builder
+	for _, x := range budgets.Budgets {
+		if x.TaskID == scope {
+			fmt.Fprintf(&b, " budget %s=%s", printable(x.Counter), budgetText(x))
+		}
+	}
+	if scope != 0 {
+		for _, sp := range budgets.Spend {
+			if sp.TaskID == scope {
+				fmt.Fprintf(&b, " spent %s=%s", printable(sp.Counter), spendText(sp))
+			}
+		}
+	}
+	return b.String()
+}
+
+// budgetText is "120/1000" (with "+30 held" while reservations are open,
+// and the action when it is not the default), or "120 (tally)".
+func budgetText(b arbortype.Budget) string {
+	if b.Max == arbortype.Unlimited {
+		return fmt.Sprintf("%d%s (tally)", b.Spent, held(b.Reserved))
+	}
+	s := fmt.Sprintf("%d%s/%d", b.Spent, held(b.Reserved), b.Max)
+	if b.Counter == arbortype.CounterWallTime {
+		s += "ms"
+	}
+	if b.OnExhausted != arbortype.BudgetFail {
+		s += " (" + string(b.OnExhausted) + ")"
+	}
+	return s
+}
+
+func spendText(sp arbortype.Spend) string { return fmt.Sprintf("%d%s", sp.Spent, held(sp.Reserved)) }
+
+func held(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("+%d held", n)
 }
 
 // idList writes ids as "#2 #3 #4", or "(none)".
