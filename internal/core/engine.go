@@ -34,6 +34,9 @@ type Config struct {
 	IdleInTransaction    time.Duration
 	TurnPolicies         map[string]arbortype.TurnPolicy
 	LogRetention         time.Duration
+	Retention            time.Duration
+	PruneBatch           int
+	PruneInterval        time.Duration
 	Logger               *slog.Logger
 }
 

@@ -7,4 +7,7 @@ BEGIN
     RETURN NULL;
 END $$;
 DROP INDEX {schema}.tasks_settled_roots_idx;
+DROP INDEX {schema}.tasks_owner_idx;
+DROP INDEX {schema}.events_task_idx;
+DROP INDEX {schema}.events_delivered_to_idx;
 ALTER TABLE {schema}.tasks DROP COLUMN forked_from;

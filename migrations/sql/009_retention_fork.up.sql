@@ -12,6 +12,15 @@ ALTER TABLE {schema}.tasks ADD COLUMN forked_from bigint;
 CREATE INDEX tasks_settled_roots_idx ON {schema}.tasks (settled_at, id)
     WHERE owner_task_id IS NULL AND settled_at IS NOT NULL;
 
+-- Deleting a task checks that nothing refers to it (the ownership and the
+-- events' foreign keys): without these, each deleted row would scan its
+-- conversation's tasks and the whole events table. Only settled rows are
+-- looked up through them (live children have tasks_live_children_idx).
+CREATE INDEX tasks_owner_idx ON {schema}.tasks (conversation_id, owner_task_id)
+    WHERE owner_task_id IS NOT NULL;
+CREATE INDEX events_task_idx ON {schema}.events (conversation_id, task_id) WHERE task_id IS NOT NULL;
+CREATE INDEX events_delivered_to_idx ON {schema}.events (conversation_id, delivered_to) WHERE delivered_to IS NOT NULL;
+
 -- A fork copies the source's log entries itself (in their order, with the
 -- copies' ids): the rows it inserts log nothing of their own.
 CREATE OR REPLACE FUNCTION {schema}.log_task_insert() RETURNS trigger LANGUAGE plpgsql AS $$
