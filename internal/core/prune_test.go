@@ -10,6 +10,7 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -243,4 +244,62 @@ func TestGuardRefusesForgedDeletes(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.engine.Abort(b.ctx, live.ID)
 	require.NoError(t, err)
+}
+
+// A Create that races the prune of its conversation, which deletes its
+// row, waits for the prune's lock and then makes the conversation afresh;
+// an Emit, which needs an existing conversation, finds it gone
+// (ErrNotFound), as it would after the prune. Neither sees a half-pruned
+// conversation or fails otherwise.
+func TestRaceCreateWhileThePruneDeletesTheConversation(t *testing.T) {
+	t.Parallel()
+	for _, op := range []string{"create", "emit"} {
+		t.Run(op, func(t *testing.T) {
+			t.Parallel()
+			b := setupPrune(t)
+			done := b.root(t, "turn")
+			_, err := b.engine.Cancel(b.ctx, done.ID, nil)
+			require.NoError(t, err)
+			r := newRacer(t, b)
+			// The prune's last batch of the conversation, held open.
+			tx, err := b.pool.Begin(b.ctx)
+			require.NoError(t, err)
+			_, err = tx.Exec(b.ctx, `SELECT 1 FROM `+b.schema+`.conversations WHERE id = $1 FOR UPDATE`, b.conv)
+			require.NoError(t, err)
+			_, err = tx.Exec(b.ctx, `SELECT set_config('arbor.prune', 'on', true)`)
+			require.NoError(t, err)
+			for _, q := range []string{`DELETE FROM ` + b.schema + `.conversation_log WHERE conversation_id = $1`,
+				`DELETE FROM ` + b.schema + `.tasks WHERE conversation_id = $1`,
+				`DELETE FROM ` + b.schema + `.conversations WHERE id = $1`} {
+				_, err = tx.Exec(b.ctx, q, b.conv)
+				require.NoError(t, err)
+			}
+			r.holder = tx
+			var task arbortype.Task
+			r.queue(func(e *enginetest.Engine) error {
+				var err error
+				if op == "create" {
+					task, _, err = e.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+				} else {
+					_, _, err = e.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, Name: "message"})
+				}
+				return err
+			})
+			require.NoError(t, tx.Commit(b.ctx))
+			if err := <-r.done[0]; op == "emit" {
+				require.ErrorIs(t, err, tasks.ErrNotFound)
+				return
+			} else {
+				require.NoError(t, err)
+			}
+			conv, err := b.engine.Conversation(b.ctx, b.conv)
+			require.NoError(t, err)
+			require.Zero(t, conv.Epoch, "a conversation made afresh")
+			if op == "create" {
+				require.Equal(t, arbortype.StatusPending, b.get(t, task.ID).Status)
+				_, err = b.engine.Cancel(b.ctx, task.ID, nil)
+				require.NoError(t, err)
+			}
+		})
+	}
 }
