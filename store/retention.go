@@ -69,7 +69,7 @@ var (
 		return
 	}()
 
-	qMarkPrune  = define(`SELECT set_config('arbor.prune', 'on', true)`)
+	qMarkPrune   = define(`SELECT set_config('arbor.prune', 'on', true)`)
 	qPruneCutoff = define(`SELECT now() - $1 * interval '1 microsecond'`)
 
 	// Settled turns settled before $1, after the cursor ($2, $3), oldest
