@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/arborhq/arbor/store"
 )
@@ -202,4 +204,31 @@ func (e *Engine) countConversation(ctx context.Context, conv string, cutoff time
 		res.Conversations++
 	}
 	return nil
+}
+
+// PruneJobKind and PruneQueue name the River job that prunes
+// periodically (package machine's prune worker) and its queue.
+const (
+	PruneJobKind = "arbor_prune"
+	PruneQueue   = "arbor_maintenance"
+)
+
+// PruneArgs are the arguments of a prune job: none; the engine's
+// configuration says what to prune.
+type PruneArgs struct{}
+
+// Kind is the River job kind of prune jobs.
+func (PruneArgs) Kind() string { return PruneJobKind }
+
+// InsertOpts puts prune jobs on their queue, one at a time: a prune still
+// pending or running makes the next period's insert a no-op.
+func (PruneArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{
+		Queue:       PruneQueue,
+		MaxAttempts: 3,
+		UniqueOpts: river.UniqueOpts{ByState: []rivertype.JobState{
+			rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
+			rivertype.JobStateRunning, rivertype.JobStateScheduled,
+		}},
+	}
 }
