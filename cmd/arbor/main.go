@@ -80,6 +80,8 @@ Usage:
   arbor pending CONVERSATION             what the conversation awaits, with the tokens that answer it
   arbor log CONVERSATION                 the conversation's log (--follow)
   arbor check [CONVERSATION]             run the invariant checker (exit 1 on violations)
+  arbor prune --older-than D             delete settled history older than D (--dry-run)
+  arbor fork CONVERSATION TURN           copy the history through a turn into a new conversation
   arbor demo                             run the end-to-end demo
   arbor demo-worker --node NAME          the demo's worker process (arbor demo starts it)
 
@@ -102,6 +104,8 @@ var commands = map[string]command{
 	"pending": cmdPending,
 	"log":     cmdLog,
 	"check":   cmdCheck,
+	"prune":   cmdPrune,
+	"fork":    cmdFork,
 	"demo":    cmdDemo,
 	// demo-worker is the runner process the demo starts (and kills).
 	"demo-worker": cmdDemoWorker,
