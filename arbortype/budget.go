@@ -75,8 +75,10 @@ type Budget struct {
 	// Spent is what the scope's subtree recorded; Reserved what its open
 	// reservations hold. For CounterWallTime, Spent is the time elapsed
 	// since the scope's creation when it was read.
-	Spent       int64
-	Reserved    int64
+	Spent    int64
+	Reserved int64
+	// Pruned is the part of Spent recorded by tasks since pruned (retention).
+	Pruned      int64
 	OnExhausted BudgetAction
 	UpdatedAt   time.Time
 }

@@ -62,6 +62,13 @@ var (
 	// ErrBusy: a turn created with the reject policy while another turn of
 	// the conversation is live.
 	ErrBusy = errors.New("a turn of the conversation is live")
+	// ErrNotSettled: a fork through a turn that is still live (only
+	// settled history is copied).
+	ErrNotSettled = errors.New("task is not settled")
+	// ErrNotRoot: a fork through a task that is not a turn (a root task).
+	ErrNotRoot = errors.New("task is not a root task")
+	// ErrConversationExists: a fork into a conversation id that is taken.
+	ErrConversationExists = errors.New("conversation already exists")
 	// ErrUnavailable: the database could not be reached, or kept dropping
 	// the connection, for longer than the engine's retry budget
 	// (tasks.Config.UnavailableTimeout). Nothing was written: every attempt

@@ -139,6 +139,7 @@ func ColumnRules() []ColumnRule {
 		{Column: "delivered", Changes: union(on(Sleep, Retry, Await), from(arbortype.StatusSleeping, on(Wake))),
 			Why: "what woke an await (the event, or its timeout), cleared when the task parks again"},
 		immutable("deadline", "fixed at create"),
+		immutable("forked_from", "fixed at insert: the task a fork copied"),
 	}
 }
 
@@ -177,5 +178,68 @@ func InsertRules() []string {
 		"NEW.result IS NULL", "NEW.error IS NULL", "NEW.error_history = '[]'::jsonb",
 		"NEW.wait_policy IS NULL", "NEW.wait_ids IS NULL", "NEW.wake_at IS NULL", "NEW.wake_job_id IS NULL",
 		"NEW.await_name IS NULL", "NEW.await_token IS NULL", "NEW.delivered IS NULL",
+	}
+}
+
+// ForkCopied are the columns a forked row (forked_from set) carries over
+// from its source verbatim: its whole settled history, times included. A
+// fork may insert a settled row only so (docs/design.md §3.10).
+func ForkCopied() []string {
+	return []string{
+		"kind", "status", "background", "input", "phase", "state", "result", "error",
+		"attempt", "restart_limit", "abandon_on_restart", "abort_requested", "wait_policy",
+		"wake_at", "sleep_seq", "max_retries", "retries", "retry_backoff_base", "retry_backoff_cap",
+		"error_history", "idempotency_key", "created_at", "started_at", "settled_at",
+		"await_name", "deadline",
+	}
+}
+
+// ForkRules are the conditions a forked row meets besides ForkCopied, over
+// NEW and src (its source row): the copy lives in another conversation that
+// has nothing live, its owner is the copy of its source's owner, it holds
+// no run, no wake job and no await token of its own, and it is numbered as
+// it settled. wait_ids (remapped to the copies) and the event id in
+// delivered (remapped to the copied event) are the only values that differ.
+func ForkRules() []string {
+	settled := quoted(settledStatuses())
+	return []string{
+		"src.status IN (" + settled + ")",
+		"NEW.conversation_id <> src.conversation_id",
+		"NOT EXISTS (SELECT 1 FROM {schema}.tasks l WHERE l.conversation_id = NEW.conversation_id AND l.status NOT IN (" + settled + "))",
+		"(NEW.owner_task_id IS NULL) = (src.owner_task_id IS NULL)",
+		"(NEW.owner_task_id IS NULL OR EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id AND o.forked_from = src.owner_task_id))",
+		"NEW.token IS NULL", "NEW.run_epoch IS NULL", "NEW.lease_expires_at IS NULL",
+		"NEW.wake_job_id IS NULL", "NEW.await_token IS NULL", "NEW.settle_seq IS NOT NULL",
+		"cardinality(NEW.wait_ids) IS NOT DISTINCT FROM cardinality(src.wait_ids)",
+		"(NEW.delivered - 'event_id') IS NOT DISTINCT FROM (src.delivered - 'event_id')",
+	}
+}
+
+// DeleteRules are what the guard checks of every task row a DELETE
+// removes (docs/design.md §3.9): the delete runs on the prune path (its
+// transaction set arbor.prune), the task is settled, nothing above it is
+// live (no live owner, however far up), and a turn of a conversation that
+// still has a live task is not its newest settled turn. A task's children
+// cannot outlive it (the ownership foreign key), so a subtree goes only as
+// a whole, and only when every task of it is settled; events refer to
+// their tasks by foreign key too, so a task an event names goes only with
+// that event.
+func DeleteRules() []ColumnRule {
+	settled := quoted(settledStatuses())
+	return []ColumnRule{
+		{Column: "prune", Value: "current_setting('arbor.prune', true) = 'on'",
+			Why: "only the prune path deletes (tasks.Engine.Prune, the runners' prune job)"},
+		{Column: "status", Value: "OLD.status IN (" + settled + ")", Why: "a live task is never deleted"},
+		{Column: "owner_task_id", Value: `NOT EXISTS (WITH RECURSIVE up AS (
+                SELECT o.id, o.owner_task_id, o.status FROM {schema}.tasks o WHERE o.id = OLD.owner_task_id
+                UNION ALL
+                SELECT o.id, o.owner_task_id, o.status FROM {schema}.tasks o JOIN up ON o.id = up.owner_task_id)
+            SELECT 1 FROM up WHERE up.status NOT IN (` + settled + `))`,
+			Why: "nothing live above it still reads it"},
+		{Column: "id", Value: `OLD.owner_task_id IS NOT NULL
+            OR NOT EXISTS (SELECT 1 FROM {schema}.tasks l WHERE l.conversation_id = OLD.conversation_id AND l.status NOT IN (` + settled + `))
+            OR EXISTS (SELECT 1 FROM {schema}.tasks n WHERE n.conversation_id = OLD.conversation_id AND n.owner_task_id IS NULL
+                AND n.id > OLD.id AND n.status IN (` + settled + `))`,
+			Why: "a conversation in use keeps its newest settled turn"},
 	}
 }

@@ -59,8 +59,11 @@ func Mermaid() string {
 	for _, r := range RowRules() {
 		fmt.Fprintf(&b, "- %s: `%s`\n", r.Why, r.Value)
 	}
-	b.WriteString("\nA task is inserted only as a fresh pending task, never deleted, and the table never truncated;\n")
-	b.WriteString("a conversation's epoch moves only by one, with a new holder, and a conversation is never deleted.\n")
+	b.WriteString("\nA task is inserted only as a fresh pending task, or by a fork as a faithful copy of a settled task\n")
+	b.WriteString("of another conversation (`forked_from`; `fsm.ForkRules`). It is deleted only by the prune, and only\n")
+	b.WriteString("when it is settled, nothing above it is live, and it is not the newest settled turn of a conversation\n")
+	b.WriteString("still in use (`fsm.DeleteRules`); the table is never truncated. A conversation's epoch moves only by\n")
+	b.WriteString("one, with a new holder; a conversation is deleted only by the prune, with no task left and no lease held.\n")
 	return b.String()
 }
 
@@ -88,19 +91,20 @@ const (
 	SQLStateImmutable         = "AB003" // a change to id, conversation, owner, kind or background
 	SQLStateInvalidInsert     = "AB004" // a task inserted other than as a fresh pending task
 	SQLStateColumn            = "AB005" // a column changed outside its rule, or a row breaking a row rule
-	SQLStateDelete            = "AB006" // a DELETE or TRUNCATE of tasks, or a DELETE of a conversation
+	SQLStateDelete            = "AB006" // a DELETE of tasks or a conversation off the prune path or of what is live (DeleteRules), or a TRUNCATE
 	SQLStateConversation      = "AB007" // a conversation's identity or epoch forged
+	SQLStateFork              = "AB008" // a forked row that is not a faithful copy of its source (ForkRules)
 )
 
 // GuardMigration is the migration file GuardSQL writes: the latest guard.
 // A change to the transition table or to the column rules needs a new
 // migration (a new number here, and its .down.sql restoring the previous
 // guard); the older guard files stay as they were applied.
-const GuardMigration = "008_agent_guard"
+const GuardMigration = "011_retention_guard"
 
 // PreviousGuard is the up migration of the guard GuardMigration replaces:
 // its down migration restores it.
-const PreviousGuard = "005_column_guard"
+const PreviousGuard = "008_agent_guard"
 
 // GuardSQL returns the up migration of GuardMigration: the trigger that makes
 // the database refuse any status change the table does not allow, any change
@@ -121,10 +125,38 @@ CREATE OR REPLACE FUNCTION {schema}.task_guard() RETURNS trigger
 LANGUAGE plpgsql AS $guard$
 DECLARE
     change text;
+    src {schema}.tasks%ROWTYPE;
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        RAISE EXCEPTION 'arbor: task % cannot be deleted', OLD.id
-            USING ERRCODE = '` + SQLStateDelete + `';
+`)
+	for _, r := range DeleteRules() {
+		fmt.Fprintf(&b, `        IF NOT (%s) THEN
+            RAISE EXCEPTION 'arbor: task %% cannot be deleted: %s', OLD.id
+                USING ERRCODE = '%s';
+        END IF;
+`, r.Value, strings.ReplaceAll(r.Why, "'", "''"), SQLStateDelete)
+	}
+	b.WriteString(`        RETURN OLD;
+    END IF;
+    IF TG_OP = 'INSERT' AND NEW.forked_from IS NOT NULL THEN
+        SELECT * INTO src FROM {schema}.tasks WHERE id = NEW.forked_from;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'arbor: task % is forked from task %, which does not exist', NEW.id, NEW.forked_from
+                USING ERRCODE = '` + SQLStateFork + `';
+        END IF;
+`)
+	var copied []string
+	for _, c := range ForkCopied() {
+		copied = append(copied, fmt.Sprintf("NEW.%[1]s IS NOT DISTINCT FROM src.%[1]s", c))
+	}
+	for _, r := range append(copied, ForkRules()...) {
+		fmt.Fprintf(&b, `        IF NOT (%s) THEN
+            RAISE EXCEPTION 'arbor: task %% is not a faithful fork of task %%: %s does not hold', NEW.id, NEW.forked_from
+                USING ERRCODE = '%s';
+        END IF;
+`, r, strings.ReplaceAll(strings.ReplaceAll(r, "'", "''"), "%", "%%"), SQLStateFork)
+	}
+	b.WriteString(`        RETURN NEW;
     END IF;
     IF TG_OP = 'INSERT' THEN
 `)
@@ -224,8 +256,19 @@ CREATE OR REPLACE FUNCTION {schema}.conversation_guard() RETURNS trigger
 LANGUAGE plpgsql AS $guard$
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        RAISE EXCEPTION 'arbor: conversation %% cannot be deleted', OLD.id
-            USING ERRCODE = '%[1]s';
+        IF current_setting('arbor.prune', true) IS DISTINCT FROM 'on' THEN
+            RAISE EXCEPTION 'arbor: conversation %% cannot be deleted: only the prune path deletes', OLD.id
+                USING ERRCODE = '%[1]s';
+        END IF;
+        IF EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = OLD.id) THEN
+            RAISE EXCEPTION 'arbor: conversation %% cannot be deleted: it still has tasks', OLD.id
+                USING ERRCODE = '%[1]s';
+        END IF;
+        IF OLD.holder IS NOT NULL AND OLD.lease_expires_at > now() THEN
+            RAISE EXCEPTION 'arbor: conversation %% cannot be deleted: %% holds its lease', OLD.id, OLD.holder
+                USING ERRCODE = '%[1]s';
+        END IF;
+        RETURN OLD;
     END IF;
     IF TG_OP = 'INSERT' THEN
         IF NEW.epoch <> 0 OR NEW.holder IS NOT NULL OR NEW.lease_expires_at IS NOT NULL THEN

@@ -377,3 +377,50 @@ func TestBudgetBadInputWritesNothing(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// Pruning a conversation's old turns keeps what they spent counted in the
+// conversation's budgets (a session's budget is not reset by retention),
+// and the budgets still equal their reservations (invariant 10).
+func TestPruneKeepsTheSessionSpend(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var turns []int64
+	for i := range 3 {
+		turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+			ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 1000}},
+			Budgets:             []arbortype.BudgetLimit{{Counter: "tokens", Max: 500}}})
+		require.NoError(t, err)
+		lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
+		require.NoError(t, err)
+		run, err := lease.Start(b.ctx, turn.ID)
+		require.NoError(t, err)
+		require.NoError(t, run.Spend(b.ctx, "tokens", int64(100*(i+1))))
+		if i == 0 {
+			_, err = run.Reserve(b.ctx, "tokens", 50) // never recorded: spent in full by the next reservation
+			require.NoError(t, err)
+		}
+		require.NoError(t, run.Complete(b.ctx, nil))
+		require.NoError(t, lease.Release(b.ctx))
+		turns = append(turns, turn.ID)
+	}
+	// The conversation is in use: a fourth turn waits its turn.
+	_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	require.NoError(t, err)
+	before := b.budgetOf(t, 0, "tokens")
+	require.Equal(t, int64(650), before.Spent)
+	require.Zero(t, before.Reserved)
+
+	res, err := b.engine.Prune(b.ctx, tasks.PruneParams{OlderThan: 1})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), res.Turns, "every settled turn but the newest")
+	require.Equal(t, int64(3), res.Reservations)
+	after := b.budgetOf(t, 0, "tokens")
+	require.Equal(t, int64(650), after.Spent, "the pruned turns' spend stays")
+	require.Zero(t, after.Reserved)
+	require.Equal(t, int64(350), after.Pruned)
+	all, err := b.engine.Budgets(b.ctx, b.conv)
+	require.NoError(t, err)
+	require.Len(t, all.Budgets, 2, "the conversation's and the newest turn's")
+	require.Equal(t, turns[2], all.Budgets[1].TaskID)
+	b.requireClean(t)
+}

@@ -670,10 +670,9 @@ func (r *Runner) watchLoop() {
 
 // maintenanceLoop fails, each PollInterval, the live tasks past their
 // deadline (their foreground subtrees aborted), and, less often, the
-// never-started tasks of kinds no runner claimed within UnknownKindGrace,
-// and prunes the conversation logs past tasks.Config.LogRetention. Every
-// runner does it; the engine's transactions make a second runner's attempt
-// a no-op.
+// never-started tasks of kinds no runner claimed within UnknownKindGrace
+// (the prune is a periodic River job: pruneworker.go). Every runner does
+// it; the engine's transactions make a second runner's attempt a no-op.
 func (r *Runner) maintenanceLoop() {
 	defer r.loops.Done()
 	interval := min(r.cfg.UnknownKindGrace/4, time.Minute)
@@ -693,7 +692,6 @@ func (r *Runner) maintenanceLoop() {
 			r.expireWallTime()
 		case <-slow.C:
 			r.failUnknownKinds()
-			r.pruneLog()
 			r.sweepLapsedReservations()
 		}
 	}
@@ -762,19 +760,6 @@ func (r *Runner) failUnknownKinds() {
 		})
 		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) {
 			r.logger.WarnContext(r.runCtx, "arbor: failing a task of unknown kind failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
-		}
-	}
-}
-
-// pruneLog deletes log entries past the retention, a bounded batch at a
-// time.
-func (r *Runner) pruneLog() {
-	for range 10 {
-		n, err := core.Read(r.runCtx, r.core, func(db store.DB) (int64, error) {
-			return r.core.Store.PruneLog(r.runCtx, db, r.core.Cfg.LogRetention, 10_000)
-		})
-		if err != nil || n < 10_000 {
-			return
 		}
 	}
 }

@@ -205,9 +205,22 @@ func NewWaker(engine *tasks.Engine, cfg *WakerConfig) (*Waker, error) {
 	if err := river.AddWorkerSafely(workers, newWakeWorker(c, cfg.OnWake, cfg.Logger)); err != nil {
 		return nil, fmt.Errorf("machine.NewWaker: %w", err)
 	}
+	if err := river.AddWorkerSafely(workers, &pruneWorker{core: c, logger: cfg.Logger}); err != nil {
+		return nil, fmt.Errorf("machine.NewWaker: %w", err)
+	}
+	// The prune (the log past LogRetention, settled history past
+	// Retention) runs as a periodic job: River's leader inserts it, so one
+	// node of the cluster prunes each period.
+	prune := river.NewPeriodicJob(river.PeriodicInterval(c.Cfg.PruneInterval),
+		func() (river.JobArgs, *river.InsertOpts) { return core.PruneArgs{}, nil },
+		&river.PeriodicJobOpts{RunOnStart: true})
 	client, err := river.NewClient(riverpgxv5.New(c.Pool), &river.Config{
-		Schema:            c.Cfg.Schema,
-		Queues:            map[string]river.QueueConfig{core.WakeQueue: {MaxWorkers: cfg.Workers}},
+		Schema: c.Cfg.Schema,
+		Queues: map[string]river.QueueConfig{
+			core.WakeQueue:  {MaxWorkers: cfg.Workers},
+			core.PruneQueue: {MaxWorkers: 1},
+		},
+		PeriodicJobs:      []*river.PeriodicJob{prune},
 		Workers:           workers,
 		FetchPollInterval: cfg.FetchPollInterval,
 		FetchCooldown:     min(river.FetchCooldownDefault, cfg.FetchPollInterval),

@@ -20,6 +20,7 @@ type BudgetRow struct {
 	Max            int64
 	Spent          int64
 	Reserved       int64
+	Carried        int64
 	OnExhausted    arbortype.BudgetAction
 	UpdatedAt      time.Time
 }
@@ -57,13 +58,13 @@ type RunTask struct {
 }
 
 const budgetColumns = `conversation_id, coalesce(task_id, 0), counter, coalesce(max, 9223372036854775807), spent, reserved,
-	on_exhausted, updated_at`
+	carried, on_exhausted, updated_at`
 
 const reservationColumns = `id, conversation_id, task_id, counter, run_token, idempotency_key, amount, actual, lapsed`
 
 func scanBudget(row pgx.Row) (BudgetRow, error) {
 	var b BudgetRow
-	err := row.Scan(&b.ConversationID, &b.TaskID, &b.Counter, &b.Max, &b.Spent, &b.Reserved, &b.OnExhausted, &b.UpdatedAt)
+	err := row.Scan(&b.ConversationID, &b.TaskID, &b.Counter, &b.Max, &b.Spent, &b.Reserved, &b.Carried, &b.OnExhausted, &b.UpdatedAt)
 	return b, err
 }
 
@@ -100,7 +101,7 @@ var (
 			CASE WHEN b.counter = 'wall_ms'
 				THEN (extract(epoch FROM now() - coalesce(t.created_at, c.created_at)) * 1000)::bigint
 				ELSE b.spent END,
-			b.reserved, b.on_exhausted, b.updated_at
+			b.reserved, b.carried, b.on_exhausted, b.updated_at
 		FROM {schema}.budgets b
 		JOIN {schema}.conversations c ON c.id = b.conversation_id
 		LEFT JOIN {schema}.tasks t ON t.conversation_id = b.conversation_id AND t.id = b.task_id

@@ -59,7 +59,7 @@ func (e *Engine) setBudget(ctx context.Context, tx pgx.Tx, p BudgetParams) (arbo
 		return arbortype.Budget{}, err
 	}
 	return arbortype.Budget{ConversationID: row.ConversationID, TaskID: row.TaskID, Counter: row.Counter, Max: row.Max,
-		Spent: row.Spent, Reserved: row.Reserved, OnExhausted: row.OnExhausted, UpdatedAt: row.UpdatedAt}, nil
+		Spent: row.Spent, Reserved: row.Reserved, Pruned: row.Carried, OnExhausted: row.OnExhausted, UpdatedAt: row.UpdatedAt}, nil
 }
 
 // Budgets reads every budget of a conversation (a wall-time budget's Spent

@@ -25,6 +25,8 @@ const (
 	UnavailableTimeoutDefault   = 30 * time.Second
 	IdleInTransactionDefault    = 5 * time.Second
 	LogRetentionDefault         = 7 * 24 * time.Hour
+	PruneBatchDefault           = 500
+	PruneIntervalDefault        = time.Hour
 )
 
 // Config configures an Engine. The zero value of every field means its default.
@@ -98,6 +100,22 @@ type Config struct {
 	// LogRetention is how long a conversation's log entries are kept; the
 	// runners prune older ones. Default LogRetentionDefault (7 days).
 	LogRetention time.Duration
+	// Retention is how long settled history is kept after it settled:
+	// the runners' prune job (and Engine.Prune without OlderThan) deletes
+	// whole conversations idle longer than this, and the turns of
+	// conversations still in use that settled longer ago, except each
+	// conversation's newest settled turn (docs/operations.md,
+	// "Retention"). Default 0: history is kept forever and nothing is
+	// pruned; set it (at least a minute) to prune.
+	Retention time.Duration
+	// PruneBatch is how many tasks one prune transaction deletes, with
+	// their events, log entries and wake jobs. Default PruneBatchDefault
+	// (500).
+	PruneBatch int
+	// PruneInterval is how often the runners' prune job runs when
+	// Retention is set (River runs it on one node, its leader). Default
+	// PruneIntervalDefault (1 hour).
+	PruneInterval time.Duration
 	// Logger receives the engine's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -144,6 +162,12 @@ func (c *Config) WithDefaults() *Config {
 	if out.LogRetention == 0 {
 		out.LogRetention = LogRetentionDefault
 	}
+	if out.PruneBatch == 0 {
+		out.PruneBatch = PruneBatchDefault
+	}
+	if out.PruneInterval == 0 {
+		out.PruneInterval = PruneIntervalDefault
+	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -188,6 +212,15 @@ func (c *Config) validate() error {
 	}
 	if c.LogRetention < time.Minute {
 		return fmt.Errorf("Config.LogRetention: %s is below a minute", c.LogRetention)
+	}
+	if c.Retention != 0 && (c.Retention < time.Minute || c.Retention > 100*365*24*time.Hour) {
+		return fmt.Errorf("Config.Retention: %s is outside 1m..100y (0 keeps history forever)", c.Retention)
+	}
+	if c.PruneBatch < 1 || c.PruneBatch > 100_000 {
+		return fmt.Errorf("Config.PruneBatch: %d is outside 1..100000", c.PruneBatch)
+	}
+	if c.PruneInterval < time.Second || c.PruneInterval > 7*24*time.Hour {
+		return fmt.Errorf("Config.PruneInterval: %s is outside 1s..7d", c.PruneInterval)
 	}
 	return nil
 }

@@ -47,6 +47,12 @@ var (
 	// ErrBusy: a turn created with TurnReject while another turn of the
 	// conversation is live; the error names it.
 	ErrBusy = arbortype.ErrBusy
+	// ErrNotSettled: Fork through a turn that is still live.
+	ErrNotSettled = arbortype.ErrNotSettled
+	// ErrNotRoot: Fork through a task that is not a turn (a root task).
+	ErrNotRoot = arbortype.ErrNotRoot
+	// ErrConversationExists: Fork into a conversation id that is taken.
+	ErrConversationExists = arbortype.ErrConversationExists
 	// ErrAlreadyRunning: another run started the task first.
 	ErrAlreadyRunning = arbortype.ErrAlreadyRunning
 	// ErrNotRunning: a write of a run (checkpoint, heartbeat, spawn,
@@ -61,8 +67,8 @@ var (
 	ErrNotChild = arbortype.ErrNotChild
 	// ErrLeaseHeld: a conversation's lease is held by a live holder.
 	ErrLeaseHeld = arbortype.ErrLeaseHeld
-	// ErrForeignTask: a start under a conversation's lease named a task of
-	// another conversation.
+	// ErrForeignTask: a start under a conversation's lease, or a Fork,
+	// named a task of another conversation.
 	ErrForeignTask = arbortype.ErrForeignTask
 	// ErrUnavailable: the database could not be reached, or kept dropping
 	// the connection, for longer than Config.UnavailableTimeout; nothing was

@@ -84,6 +84,8 @@ Usage:
   arbor log CONVERSATION                 the conversation's log (--follow)
   arbor check [CONVERSATION]             run the invariant checker (exit 1 on violations)
   arbor ui                               serve the web view (--addr, --actions, --demo)
+  arbor prune --older-than D             delete settled history older than D (--dry-run)
+  arbor fork CONVERSATION TURN           copy the history through a turn into a new conversation
   arbor demo                             run the end-to-end demo
   arbor demo-worker --node NAME          the demo's worker process (arbor demo starts it)
 
@@ -108,6 +110,8 @@ var commands = map[string]command{
 	"log":     cmdLog,
 	"check":   cmdCheck,
 	"ui":      cmdUI,
+	"prune":   cmdPrune,
+	"fork":    cmdFork,
 	"demo":    cmdDemo,
 	// demo-worker is the runner process the demo starts (and kills).
 	"demo-worker": cmdDemoWorker,

@@ -625,5 +625,5 @@ func (e *Engine) Budgets(ctx context.Context, db store.DB, conv string) ([]arbor
 
 func budget(b store.BudgetRow) arbortype.Budget {
 	return arbortype.Budget{ConversationID: b.ConversationID, TaskID: b.TaskID, Counter: b.Counter, Max: b.Max,
-		Spent: b.Spent, Reserved: b.Reserved, OnExhausted: b.OnExhausted, UpdatedAt: b.UpdatedAt}
+		Spent: b.Spent, Reserved: b.Reserved, Pruned: b.Carried, OnExhausted: b.OnExhausted, UpdatedAt: b.UpdatedAt}
 }

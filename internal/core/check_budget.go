@@ -41,7 +41,7 @@ func (e *Engine) budgetViolations(ctx context.Context, tx pgx.Tx, conv string, b
 				Message: "a budget of " + b.Counter + " for a task that is not in the conversation"})
 			continue
 		}
-		var spent, reserved int64
+		spent, reserved := b.Pruned, int64(0)
 		for _, s := range spend {
 			if s.Counter == b.Counter && (b.TaskID == 0 || within(s.TaskID, b.TaskID)) {
 				spent += s.Spent

@@ -34,6 +34,9 @@ type Config struct {
 	IdleInTransaction    time.Duration
 	TurnPolicies         map[string]arbortype.TurnPolicy
 	LogRetention         time.Duration
+	Retention            time.Duration
+	PruneBatch           int
+	PruneInterval        time.Duration
 	Logger               *slog.Logger
 }
 
@@ -231,7 +234,7 @@ func mapDBError(err error) error {
 	}
 	switch pgErr.Code {
 	case fsm.SQLStateInvalidTransition, fsm.SQLStateSettled, fsm.SQLStateImmutable, fsm.SQLStateInvalidInsert,
-		fsm.SQLStateColumn, fsm.SQLStateDelete, fsm.SQLStateConversation:
+		fsm.SQLStateColumn, fsm.SQLStateDelete, fsm.SQLStateConversation, fsm.SQLStateFork:
 		return fmt.Errorf("%w: refused by the database: %w", ErrInvalidTransition, err)
 	case sqlStateInvalidText, sqlStateInvalidEscape, sqlStateInvalidJSONText, sqlStateUnicodeEscape,
 		sqlStateNotInRepertoire, sqlStateNumericOutOfRange:

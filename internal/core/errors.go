@@ -30,6 +30,9 @@ var (
 	ErrNotSleeping         = arbortype.ErrNotSleeping
 	ErrSettled             = arbortype.ErrSettled
 	ErrBusy                = arbortype.ErrBusy
+	ErrNotSettled          = arbortype.ErrNotSettled
+	ErrNotRoot             = arbortype.ErrNotRoot
+	ErrConversationExists  = arbortype.ErrConversationExists
 	ErrUnavailable         = arbortype.ErrUnavailable
 	ErrDatabase            = arbortype.ErrDatabase
 	ErrAmbiguous           = arbortype.ErrAmbiguous

@@ -4,7 +4,8 @@
 -- spent is what the scope's subtree recorded; reserved what its open
 -- reservations hold. A reservation (budget_reservations) is open while
 -- actual is NULL; it is closed once, by its run's record or, when its run
--- is over first, in full (lapsed).
+-- is over first, in full (lapsed). spent = the scope's closed reservations
+-- + carried; reserved = its open ones (docs/design.md invariant 10).
 CREATE TABLE {schema}.budgets (
     conversation_id text   NOT NULL REFERENCES {schema}.conversations (id),
     task_id         bigint,
@@ -12,6 +13,8 @@ CREATE TABLE {schema}.budgets (
     max             bigint CHECK (max >= 0),
     spent           bigint NOT NULL DEFAULT 0 CHECK (spent >= 0),
     reserved        bigint NOT NULL DEFAULT 0 CHECK (reserved >= 0),
+    -- The part of spent whose reservations were pruned with their tasks.
+    carried         bigint NOT NULL DEFAULT 0 CHECK (carried >= 0),
     on_exhausted    text   NOT NULL DEFAULT 'fail' CHECK (on_exhausted IN ('fail', 'park', 'return')),
     created_at      timestamptz NOT NULL DEFAULT now(),
     updated_at      timestamptz NOT NULL DEFAULT now(),

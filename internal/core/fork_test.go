@@ -1,0 +1,251 @@
+package core_test
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/testdb"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// requireCopy checks that conversation copy holds a faithful copy of
+// original's tasks want (in order), and passes the checker.
+func requireCopy(t *testing.T, b *bundle, copyID string, want []arbortype.Task) []arbortype.Task {
+	t.Helper()
+	got, err := b.engine.ConversationTasks(b.ctx, copyID)
+	require.NoError(t, err)
+	require.Len(t, got, len(want))
+	newOf := map[int64]int64{}
+	for i, w := range want {
+		g := got[i]
+		newOf[w.ID] = g.ID
+		require.NotEqual(t, w.ID, g.ID)
+		require.Equal(t, copyID, g.ConversationID)
+		require.Equal(t, newOf[w.OwnerID], g.OwnerID, "owner remapped")
+		require.Equal(t, w.Kind, g.Kind)
+		require.Equal(t, w.Status, g.Status)
+		require.JSONEq(t, string(orNull(w.Result)), string(orNull(g.Result)))
+		require.Equal(t, w.Attempt, g.Attempt)
+		require.Equal(t, w.SettledAt, g.SettledAt)
+	}
+	vs, err := b.engine.Check(b.ctx, copyID)
+	require.NoError(t, err)
+	require.Empty(t, vs)
+	return got
+}
+
+func orNull(j []byte) []byte {
+	if len(j) == 0 {
+		return []byte("null")
+	}
+	return j
+}
+
+// A fork through a turn copies the settled turns up to it with their
+// subtrees, events and log, and nothing after it; the original is not
+// written; a new turn runs in the copy.
+func TestForkThroughATurn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := settledTurn(t, b)
+	second := settledTurn(t, b)
+	live := b.root(t, "turn")
+	before := b.snapshot(t)
+	all, err := b.engine.ConversationTasks(b.ctx, b.conv)
+	require.NoError(t, err)
+
+	f, err := b.engine.Fork(b.ctx, tasks.ForkParams{ConversationID: b.conv, ThroughTurn: first.ID})
+	require.NoError(t, err)
+	require.Equal(t, tasks.Forked{ConversationID: f.ConversationID, Tasks: 2, Events: 1, LogEntries: f.LogEntries}, f)
+	requireCopy(t, b, f.ConversationID, all[:2])
+	require.Equal(t, before, b.snapshot(t), "the original is not written")
+
+	f2, err := b.engine.Fork(b.ctx, tasks.ForkParams{ConversationID: b.conv, ThroughTurn: second.ID, NewConversationID: testdb.Conversation(t)})
+	require.NoError(t, err)
+	got := requireCopy(t, b, f2.ConversationID, all[:4])
+	require.Equal(t, "answer", string(got[2].Result[1:len(got[2].Result)-1]))
+
+	// The copy's log reads like the original's, up to the copied turn's
+	// end, with the copies' ids.
+	orig, err := b.engine.ReadLog(b.ctx, b.conv, 0, 1000)
+	require.NoError(t, err)
+	copied, err := b.engine.ReadLog(b.ctx, f2.ConversationID, 0, 1000)
+	require.NoError(t, err)
+	require.EqualValues(t, len(copied), f2.LogEntries)
+	require.NotEmpty(t, copied)
+	for i, c := range copied {
+		require.Equal(t, orig[i].Kind, c.Kind)
+		require.Equal(t, orig[i].Status, c.Status)
+		if orig[i].TaskID != 0 {
+			require.NotEqual(t, orig[i].TaskID, c.TaskID)
+		}
+	}
+
+	// A new turn in the copy: edit and regenerate.
+	regen, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: f.ConversationID, Kind: "turn"})
+	require.NoError(t, err)
+	_, err = b.engine.Cancel(b.ctx, regen.ID, nil)
+	require.NoError(t, err)
+	vs, err := b.engine.Check(b.ctx, f.ConversationID)
+	require.NoError(t, err)
+	require.Empty(t, vs)
+	_, err = b.engine.Abort(b.ctx, live.ID)
+	require.NoError(t, err)
+}
+
+// Bad input is refused with arbor's errors and writes nothing.
+func TestForkBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	done := settledTurn(t, b)
+	live := b.root(t, "turn")
+	child := b.child(t, live.ID, "tool")
+	other := setup(t)
+	foreign := other.root(t, "turn")
+	_, err := other.engine.Cancel(other.ctx, foreign.ID, nil)
+	require.NoError(t, err)
+	taken := testdb.Conversation(t)
+	_, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: taken, Kind: "x"})
+	require.NoError(t, err)
+	_, err = b.engine.AbortConversation(b.ctx, taken)
+	require.NoError(t, err)
+	// What a fork of this conversation could write: copies of its tasks
+	// anywhere, and anything in the taken conversation; and the original.
+	count := func() string {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT (SELECT count(*) FROM `+b.schema+`.tasks
+			WHERE forked_from IN (SELECT id FROM `+b.schema+`.tasks WHERE conversation_id = $1) OR conversation_id = $2)`, b.conv, taken).Scan(&n))
+		return strconv.Itoa(n) + b.snapshot(t)
+	}
+	for _, c := range []struct {
+		name string
+		p    tasks.ForkParams
+		want error
+	}{
+		{"unknown conversation", tasks.ForkParams{ConversationID: "no_such_conversation", ThroughTurn: done.ID}, tasks.ErrNotFound},
+		{"unknown turn", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: 1 << 60}, tasks.ErrNotFound},
+		{"a turn of another conversation", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: foreign.ID}, tasks.ErrForeignTask},
+		{"a live turn", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: live.ID}, tasks.ErrNotSettled},
+		{"a child", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: child.ID}, tasks.ErrNotRoot},
+		{"a taken id", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: done.ID, NewConversationID: taken}, tasks.ErrConversationExists},
+		{"no conversation", tasks.ForkParams{ThroughTurn: done.ID}, tasks.ErrInvalidArgument},
+		{"no turn", tasks.ForkParams{ConversationID: b.conv}, tasks.ErrInvalidArgument},
+	} {
+		n := count()
+		_, err := b.engine.Fork(b.ctx, c.p)
+		require.ErrorIs(t, err, c.want, c.name)
+		require.Equal(t, n, count(), c.name+": nothing written")
+	}
+	_, err = b.engine.Abort(b.ctx, live.ID)
+	require.NoError(t, err)
+}
+
+// Settled rows inserted off the fork path, or forks that are not
+// faithful copies of a settled task, are refused by the database.
+func TestGuardRefusesForgedForks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	done := settledTurn(t, b)
+	live := b.root(t, "turn")
+	s := b.schema
+	copyOf := func(src int64, conv string, change string) string {
+		return `INSERT INTO ` + s + `.tasks (id, conversation_id, kind, status, background, input, phase, state, result, error,
+			attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, wake_at, sleep_seq, max_retries, retries,
+			settle_seq, created_at, started_at, settled_at, retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, forked_from)
+			OVERRIDING SYSTEM VALUE
+			SELECT nextval(pg_get_serial_sequence('` + s + `.tasks', 'id')), '` + conv + `', kind, status, background, input, phase, state, ` + change + `, error,
+			attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, wake_at, sleep_seq, max_retries, retries,
+			nextval('` + s + `.task_settle_seq'), created_at, started_at, settled_at, retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, id
+			FROM ` + s + `.tasks WHERE id = ` + itoa(src)
+	}
+	target := testdb.Conversation(t)
+	for _, f := range []struct {
+		name, sql, code string
+	}{
+		{"a settled row, not forked", `INSERT INTO ` + s + `.tasks (conversation_id, kind, status, settle_seq, settled_at, started_at) VALUES ('` + target + `', 'x', 'completed', 1, now(), now())`, fsm.SQLStateInvalidInsert},
+		{"forked from nothing", `INSERT INTO ` + s + `.tasks (conversation_id, kind, forked_from) VALUES ('` + target + `', 'x', 424242424242)`, fsm.SQLStateFork},
+		{"a changed result", copyOf(done.ID, target, `'"forged"'::jsonb`), fsm.SQLStateFork},
+		{"a copy of a live task", copyOf(live.ID, target, "result"), fsm.SQLStateFork},
+		{"a copy into its own conversation", copyOf(done.ID, b.conv, "result"), fsm.SQLStateFork},
+	} {
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(b.ctx, `INSERT INTO `+s+`.conversations (id) VALUES ($1) ON CONFLICT DO NOTHING`, target); err != nil {
+				return err
+			}
+			_, err := tx.Exec(b.ctx, f.sql)
+			return err
+		})
+		requireSQLState(t, err, f.code)
+	}
+	// The faithful copy is what the fork path makes; the guard lets it in.
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(b.ctx, `INSERT INTO `+s+`.conversations (id) VALUES ($1)`, target); err != nil {
+			return err
+		}
+		_, err := tx.Exec(b.ctx, copyOf(done.ID, target, "result"))
+		return err
+	})
+	require.NoError(t, err)
+	_, err = b.engine.Abort(b.ctx, live.ID)
+	require.NoError(t, err)
+}
+
+// Forks taken while turns are created and settled on the conversation
+// each copy one consistent moment: a prefix of its turns, each whole, and
+// the copy passes the checker.
+func TestForkWhileTheConversationGetsNewTurns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.root(t, "turn")
+	_, err := b.engine.Cancel(b.ctx, first.ID, nil)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for range 20 {
+			r, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if _, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: r.ID, Kind: "tool"}); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := b.engine.Cancel(b.ctx, r.ID, nil); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	var forks []string
+	for range 10 {
+		f, err := b.engine.Fork(b.ctx, tasks.ForkParams{ConversationID: b.conv, ThroughTurn: latestSettled(t, b)})
+		require.NoError(t, err)
+		forks = append(forks, f.ConversationID)
+	}
+	wg.Wait()
+	all, err := b.engine.ConversationTasks(b.ctx, b.conv)
+	require.NoError(t, err)
+	for _, c := range forks {
+		got, err := b.engine.ConversationTasks(b.ctx, c)
+		require.NoError(t, err)
+		require.Equal(t, 1, len(got)%2, "whole turns: the first alone, then each root with its child")
+		requireCopy(t, b, c, all[:len(got)])
+	}
+}
+
+func latestSettled(t *testing.T, b *bundle) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT max(id) FROM `+b.schema+`.tasks
+		WHERE conversation_id = $1 AND owner_task_id IS NULL AND settled_at IS NOT NULL`, b.conv).Scan(&id))
+	return id
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,56 @@
+package machine
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/riverqueue/river"
+
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/store"
+)
+
+// pruneWorker is the River worker of the periodic prune job (River's
+// leader inserts one every tasks.Config.PruneInterval, and at its start):
+// it deletes the log entries older than tasks.Config.LogRetention and,
+// when tasks.Config.Retention is set, the settled history older than it
+// (tasks.Engine.Prune). One node runs each job; the prune's own
+// transactions make a concurrent prune harmless.
+type pruneWorker struct {
+	river.WorkerDefaults[core.PruneArgs]
+
+	core   *core.Engine
+	logger *slog.Logger
+}
+
+// logPruneBatch is how many log entries one statement deletes.
+const logPruneBatch = 10_000
+
+// Work prunes; an error is returned for River to retry the job (what
+// committed before it stays pruned).
+func (w *pruneWorker) Work(ctx context.Context, _ *river.Job[core.PruneArgs]) error {
+	var logEntries int64
+	for {
+		n, err := core.Write(ctx, w.core, func(db store.DB) (int64, error) {
+			return w.core.Store.PruneLog(ctx, db, w.core.Cfg.LogRetention, logPruneBatch)
+		})
+		if err != nil {
+			return err
+		}
+		logEntries += n
+		if n < logPruneBatch {
+			break
+		}
+	}
+	attrs := []any{slog.Int64("log_entries", logEntries)}
+	if w.core.Cfg.Retention > 0 {
+		res, err := w.core.Prune(ctx, core.PruneParams{OlderThan: w.core.Cfg.Retention, Batch: w.core.Cfg.PruneBatch})
+		if err != nil {
+			return err
+		}
+		attrs = append(attrs, slog.Int64("conversations", res.Conversations), slog.Int64("turns", res.Turns),
+			slog.Int64("tasks", res.Tasks), slog.Int64("skipped", res.Skipped))
+	}
+	w.logger.InfoContext(ctx, "arbor: pruned", attrs...)
+	return nil
+}

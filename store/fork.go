@@ -1,0 +1,196 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Fork: a conversation's settled history copied into a new conversation
+// (docs/agents.md, "Fork: edit and regenerate"). Every copied row names its
+// source (forked_from) and the guard checks it is a faithful copy
+// (fsm.ForkRules).
+
+var (
+	qInsertForkConversation = define(`INSERT INTO {schema}.conversations (id) VALUES ($1)
+		ON CONFLICT (id) DO NOTHING RETURNING id`)
+
+	// The tasks a fork of conversation $1 through turn $2 copies: the
+	// settled turns up to it with their settled subtrees (a live task, and
+	// what is under it, is not history yet), ascending, with their settle
+	// numbers.
+	qForkSource = define(`WITH RECURSIVE tree AS (
+			SELECT id, settle_seq FROM {schema}.tasks
+			WHERE conversation_id = $1 AND owner_task_id IS NULL AND id <= $2 AND status NOT IN ({live})
+			UNION ALL
+			SELECT c.id, c.settle_seq FROM {schema}.tasks c JOIN tree t ON c.owner_task_id = t.id
+			WHERE c.conversation_id = $1 AND c.status NOT IN ({live}))
+		SELECT id, settle_seq FROM tree ORDER BY id`)
+
+	// The events a fork copies: those of the copied tasks (addressed to
+	// one, or delivered to one), ascending.
+	qForkEvents = define(`SELECT id FROM {schema}.events
+		WHERE conversation_id = $1 AND (task_id = ANY($2::bigint[]) OR delivered_to = ANY($2::bigint[])) ORDER BY id`)
+
+	qNextTaskIDs  = define(`SELECT nextval(pg_get_serial_sequence('{schema}.tasks', 'id')) FROM generate_series(1, $1)`)
+	qNextSettles  = define(`SELECT nextval('{schema}.task_settle_seq') FROM generate_series(1, $1)`)
+	qNextEventIDs = define(`SELECT nextval(pg_get_serial_sequence('{schema}.events', 'id')) FROM generate_series(1, $1)`)
+
+	// $1 the new conversation; $2, $3 the old and new task ids; $4 the old
+	// ids' new settle numbers; $5, $6 the old and new event ids.
+	qInsertForkTasks = define(`INSERT INTO {schema}.tasks
+			(id, conversation_id, owner_task_id, kind, status, background, input, phase, state, result, error,
+			 attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, wait_ids, wake_at, sleep_seq,
+			 max_retries, retries, idempotency_key, settle_seq, created_at, started_at, settled_at,
+			 retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, forked_from)
+		OVERRIDING SYSTEM VALUE
+		SELECT m.new, $1, om.new, s.kind, s.status, s.background, s.input, s.phase, s.state, s.result, s.error,
+			s.attempt, s.restart_limit, s.abandon_on_restart, s.abort_requested, s.wait_policy,
+			CASE WHEN s.wait_ids IS NOT NULL THEN coalesce((SELECT array_agg(w.new ORDER BY x.ord)
+				FROM unnest(s.wait_ids) WITH ORDINALITY x(old, ord)
+				JOIN unnest($2::bigint[], $3::bigint[]) w(old, new) ON w.old = x.old), '{}') END,
+			s.wake_at, s.sleep_seq, s.max_retries, s.retries, s.idempotency_key, m.settle, s.created_at, s.started_at, s.settled_at,
+			s.retry_backoff_base, s.retry_backoff_cap, s.error_history, s.await_name,
+			CASE WHEN s.delivered ? 'event_id' THEN jsonb_set(s.delivered, '{event_id}',
+				coalesce((SELECT to_jsonb(ev.new) FROM unnest($5::bigint[], $6::bigint[]) ev(old, new)
+					WHERE ev.old = (s.delivered->>'event_id')::bigint), 'null'::jsonb))
+			ELSE s.delivered END,
+			s.deadline, s.id
+		FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) m(old, new, settle)
+		JOIN {schema}.tasks s ON s.id = m.old
+		LEFT JOIN unnest($2::bigint[], $3::bigint[]) om(old, new) ON om.old = s.owner_task_id
+		ORDER BY m.new`)
+
+	qInsertForkEvents = define(`INSERT INTO {schema}.events
+			(id, conversation_id, task_id, name, payload, idempotency_key, queued, emitted_at, delivered_to, delivered_at)
+		OVERRIDING SYSTEM VALUE
+		SELECT ev.new, $1, tm.new, e.name, e.payload, e.idempotency_key, e.queued, e.emitted_at, dm.new,
+			CASE WHEN dm.new IS NOT NULL THEN e.delivered_at END
+		FROM unnest($5::bigint[], $6::bigint[]) ev(old, new)
+		JOIN {schema}.events e ON e.id = ev.old
+		LEFT JOIN unnest($2::bigint[], $3::bigint[]) tm(old, new) ON tm.old = e.task_id
+		LEFT JOIN unnest($2::bigint[], $3::bigint[]) dm(old, new) ON dm.old = e.delivered_to
+		WHERE $4::text IS NOT NULL
+		ORDER BY ev.new`)
+
+	// The log up to the last entry of the copied tasks: their entries and
+	// the conversation's own, in order, with the copies' ids.
+	qInsertForkLog = define(`INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload, at)
+		SELECT $1, tm.new, l.kind, l.status, l.name,
+			CASE WHEN l.payload IS NULL OR jsonb_typeof(l.payload) <> 'object' THEN l.payload
+			ELSE l.payload
+				|| CASE WHEN l.payload ? 'owner' THEN jsonb_build_object('owner',
+					(SELECT om.new FROM unnest($3::bigint[], $4::bigint[]) om(old, new) WHERE om.old = (l.payload->>'owner')::bigint)) ELSE '{}' END
+				|| CASE WHEN l.payload ? 'event_id' THEN jsonb_build_object('event_id',
+					(SELECT ev.new FROM unnest($5::bigint[], $6::bigint[]) ev(old, new) WHERE ev.old = (l.payload->>'event_id')::bigint)) ELSE '{}' END
+			END,
+			l.at
+		FROM {schema}.conversation_log l
+		LEFT JOIN unnest($3::bigint[], $4::bigint[]) tm(old, new) ON tm.old = l.task_id
+		WHERE l.conversation_id = $2
+		  AND (l.task_id IS NULL OR tm.new IS NOT NULL)
+		  AND l.seq <= (SELECT coalesce(max(seq), 0) FROM {schema}.conversation_log
+				WHERE conversation_id = $2 AND task_id = ANY($3::bigint[]))
+		ORDER BY l.seq`)
+)
+
+// InsertForkConversation inserts conversation id for a fork, and reports
+// false when it exists already.
+func (s *Store) InsertForkConversation(ctx context.Context, tx pgx.Tx, id string) (bool, error) {
+	var got string
+	err := tx.QueryRow(ctx, s.sql[qInsertForkConversation], id).Scan(&got)
+	if IsNoRows(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// ForkCounts counts what a fork copied.
+type ForkCounts struct {
+	Tasks, Events, LogEntries int64
+}
+
+// CopyHistory copies the settled history of conversation from through
+// turn through into conversation to (inserted already): tasks with new ids
+// (owners, waits and delivered events remapped), their events, and the log
+// up to the copied tasks' last entry.
+func (s *Store) CopyHistory(ctx context.Context, tx pgx.Tx, from string, through int64, to string) (ForkCounts, error) {
+	var c ForkCounts
+	rows, err := tx.Query(ctx, s.sql[qForkSource], from, through)
+	if err != nil {
+		return c, err
+	}
+	type src struct{ id, settle int64 }
+	source, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (src, error) {
+		var v src
+		err := row.Scan(&v.id, &v.settle)
+		return v, err
+	})
+	if err != nil {
+		return c, err
+	}
+	oldIDs := make([]int64, len(source))
+	for i, v := range source {
+		oldIDs[i] = v.id
+	}
+	newIDs, err := s.sequence(ctx, tx, qNextTaskIDs, len(source))
+	if err != nil {
+		return c, err
+	}
+	// The copies settle in their sources' order.
+	settles, err := s.sequence(ctx, tx, qNextSettles, len(source))
+	if err != nil {
+		return c, err
+	}
+	bySettle := slices.Clone(source)
+	slices.SortFunc(bySettle, func(a, b src) int { return cmp.Compare(a.settle, b.settle) })
+	settleOf := map[int64]int64{}
+	for i, v := range bySettle {
+		settleOf[v.id] = settles[i]
+	}
+	newSettles := make([]int64, len(source))
+	for i, v := range source {
+		newSettles[i] = settleOf[v.id]
+	}
+	rows, err = tx.Query(ctx, s.sql[qForkEvents], from, oldIDs)
+	if err != nil {
+		return c, err
+	}
+	oldEvents, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return c, err
+	}
+	newEvents, err := s.sequence(ctx, tx, qNextEventIDs, len(oldEvents))
+	if err != nil {
+		return c, err
+	}
+	tag, err := tx.Exec(ctx, s.sql[qInsertForkTasks], to, oldIDs, newIDs, newSettles, oldEvents, newEvents)
+	if err != nil {
+		return c, err
+	}
+	c.Tasks = tag.RowsAffected()
+	tag, err = tx.Exec(ctx, s.sql[qInsertForkEvents], to, oldIDs, newIDs, from, oldEvents, newEvents)
+	if err != nil {
+		return c, err
+	}
+	c.Events = tag.RowsAffected()
+	tag, err = tx.Exec(ctx, s.sql[qInsertForkLog], to, from, oldIDs, newIDs, oldEvents, newEvents)
+	if err != nil {
+		return c, err
+	}
+	c.LogEntries = tag.RowsAffected()
+	return c, nil
+}
+
+// sequence returns n values of a sequence, ascending.
+func (s *Store) sequence(ctx context.Context, tx pgx.Tx, q query, n int) ([]int64, error) {
+	rows, err := tx.Query(ctx, s.sql[q], n)
+	if err != nil {
+		return nil, err
+	}
+	vals, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	slices.Sort(vals)
+	return vals, err
+}
