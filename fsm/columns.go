@@ -139,6 +139,7 @@ func ColumnRules() []ColumnRule {
 		{Column: "delivered", Changes: union(on(Sleep, Retry, Await), from(arbortype.StatusSleeping, on(Wake))),
 			Why: "what woke an await (the event, or its timeout), cleared when the task parks again"},
 		immutable("deadline", "fixed at create"),
+		immutable("trace", "the trace context the task was created in, fixed at create"),
 	}
 }
 

@@ -98,6 +98,13 @@ type Config struct {
 	// LogRetention is how long a conversation's log entries are kept; the
 	// runners prune older ones. Default LogRetentionDefault (7 days).
 	LogRetention time.Duration
+	// TraceInjector, if not nil, gives every task the trace context of the
+	// context it is created in (Create, CreateTx, CreateMany, CreateManyTx,
+	// the turn policies' creates, and a handler's Spawn and SpawnMany), stored
+	// with the task and restored by the runner's middleware on every run
+	// (see TraceInjector; otelarbor.Middleware is one). Default: none, and
+	// tasks carry no trace context.
+	TraceInjector TraceInjector
 	// Logger receives the engine's logs. Default: discard.
 	Logger *slog.Logger
 }

@@ -35,6 +35,7 @@ var forged = map[string]string{
 	"started_at": "coalesce(started_at, now()) - interval '1 day'", "settled_at": "coalesce(settled_at, now()) + interval '1 day'",
 	"await_name": "coalesce(await_name, 'x') || 'y'", "await_token": "coalesce(await_token, '') || 'x'",
 	"delivered": `'{"forged": 1}'::jsonb`, "deadline": "coalesce(deadline, now()) + interval '1 day'",
+	"trace": `'{"traceparent": "forged"}'::jsonb`,
 }
 
 // TestColumnRulesCoverTheTable: the guard's rules name every column of
