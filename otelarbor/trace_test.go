@@ -390,4 +390,3 @@ func histogramCount(t *testing.T, rm metricdata.ResourceMetrics, name string) ui
 	}
 	return n
 }
-
