@@ -103,6 +103,13 @@ type Task struct {
 	// Deadline is when the task, still live, fails with code
 	// "deadline_exceeded" (its foreground subtree aborted); nil for none.
 	Deadline *time.Time
+	// Trace is the trace context the task was created in, as propagation
+	// headers (with otelarbor, W3C "traceparent" and "tracestate"): set
+	// at create by the engine's trace injector (tasks.Config.TraceInjector)
+	// from the creating context — a handler's spawn inherits its run's —
+	// and never changed after. A runner's middleware restores it on every
+	// run. Nil when there was none.
+	Trace map[string]string
 }
 
 // Delivered is what ended an await: an event emitted to the task or its

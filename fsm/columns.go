@@ -140,6 +140,7 @@ func ColumnRules() []ColumnRule {
 			Why: "what woke an await (the event, or its timeout), cleared when the task parks again"},
 		immutable("deadline", "fixed at create"),
 		immutable("forked_from", "fixed at insert: the task a fork copied"),
+		immutable("trace", "the trace context the task was created in, fixed at create"),
 	}
 }
 

@@ -100,11 +100,11 @@ const (
 // A change to the transition table or to the column rules needs a new
 // migration (a new number here, and its .down.sql restoring the previous
 // guard); the older guard files stay as they were applied.
-const GuardMigration = "011_retention_guard"
+const GuardMigration = "013_trace_guard"
 
 // PreviousGuard is the up migration of the guard GuardMigration replaces:
 // its down migration restores it.
-const PreviousGuard = "008_agent_guard"
+const PreviousGuard = "011_retention_guard"
 
 // GuardSQL returns the up migration of GuardMigration: the trigger that makes
 // the database refuse any status change the table does not allow, any change

@@ -102,6 +102,14 @@ type RunnerConfig struct {
 	// runner takes (empty when there was nothing to recover). It is called
 	// from the runner's loop: it must not block.
 	OnReconcile func(reconcile.Report)
+	// Middleware wraps every run this runner starts, the first outermost
+	// (see Middleware; otelarbor.Middleware makes a span of each run).
+	// Default: none.
+	Middleware []Middleware
+	// Observer, if not nil, receives what the runner does: every run's end,
+	// take-overs, wakes (see Observer; otelarbor.Middleware records metrics
+	// from them). Default: none.
+	Observer Observer
 	// Logger receives the runner's logs. Default: the engine's.
 	Logger *slog.Logger
 }
@@ -158,6 +166,11 @@ func (c *RunnerConfig) validate() error {
 		return fmt.Errorf("RunnerConfig.PollInterval: %s is below 1ms", c.PollInterval)
 	case c.IdleRelease < 0 || c.ShutdownGrace < 0 || c.UnknownKindGrace < 0:
 		return errors.New("RunnerConfig: IdleRelease, ShutdownGrace and UnknownKindGrace must not be negative")
+	}
+	for i, m := range c.Middleware {
+		if m == nil {
+			return fmt.Errorf("RunnerConfig.Middleware[%d]: nil", i)
+		}
 	}
 	return nil
 }

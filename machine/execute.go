@@ -33,6 +33,7 @@ func (r *Runner) execute(ctx context.Context, run *Run) {
 		run.spawns = 0
 		run.mu.Unlock()
 		err := callHandler(ctx, r.handlers[t.Kind], run)
+		run.handlerErr = err
 		if run.Ended() && run.endedInTxForm() && !stopped(ctx) {
 			confirmTxEnding(ctx, r.core, run)
 			return

@@ -301,6 +301,9 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 		if r.cfg.OnReconcile != nil {
 			r.cfg.OnReconcile(rep)
 		}
+		if r.cfg.Observer != nil && !rep.Empty() {
+			r.cfg.Observer.Observe(Event{Kind: EventTakeOver, Report: rep})
+		}
 	}
 	r.unreserve(k - len(o.claimed))
 	r.dispatch(o.claimed)

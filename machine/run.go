@@ -90,12 +90,14 @@ type Run struct {
 	sink  sink
 	token int64
 
-	mu        sync.Mutex
-	ended     bool
-	endedInTx bool      // ended by a …Tx form: landed only if the caller's tx committed
-	deadline  time.Time // local estimate of the task lease's end
-	spawns    int       // spawns without a key of the caller's, numbered for their keys
-	budgets   int       // reservations and spends, numbered for their keys
+	mu         sync.Mutex
+	ended      bool
+	endedInTx  bool      // ended by a …Tx form: landed only if the caller's tx committed
+	deadline   time.Time // local estimate of the task lease's end
+	spawns     int       // spawns without a key of the caller's, numbered for their keys
+	budgets    int       // reservations and spends, numbered for their keys
+	outcome    Outcome   // how the run ended (see Outcome)
+	handlerErr error     // the error fail records, for the outcome
 }
 
 // sink applies a run's spawns and ending writes.
@@ -193,6 +195,7 @@ func (r *Run) finish(ctx context.Context, o core.Outcome) error {
 	r.sink.ending(r)
 	res := r.sink.apply(ctx, r, o)
 	r.end(res.Err)
+	r.record(o, res, r.handlerErr)
 	return res.Err
 }
 
@@ -333,7 +336,7 @@ func (r *Run) SpawnMany(ctx context.Context, ps []SpawnParams) ([]arbortype.Task
 	if len(ps) == 0 {
 		return nil, nil
 	}
-	cps, err := r.spawnParams(ps)
+	cps, err := r.spawnParams(ctx, ps)
 	if err != nil {
 		return nil, err
 	}
@@ -359,8 +362,9 @@ func (r *Run) SpawnMany(ctx context.Context, ps []SpawnParams) ([]arbortype.Task
 
 // spawnParams turns a handler's spawns into the engine's creates, with keys
 // of the run's own where the handler gave none.
-func (r *Run) spawnParams(ps []SpawnParams) ([]core.CreateParams, error) {
+func (r *Run) spawnParams(ctx context.Context, ps []SpawnParams) ([]core.CreateParams, error) {
 	cps := make([]core.CreateParams, len(ps))
+	trace := r.core.Trace(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, p := range ps {
@@ -372,7 +376,7 @@ func (r *Run) spawnParams(ps []SpawnParams) ([]core.CreateParams, error) {
 				r.Task.ID, p.IdempotencyKey, tasks.ErrInvalidArgument)
 		}
 		cps[i] = core.CreateParams{
-			ConversationID: r.Task.ConversationID, OwnerID: r.Task.ID, OwnerToken: r.token,
+			ConversationID: r.Task.ConversationID, OwnerID: r.Task.ID, OwnerToken: r.token, Trace: trace,
 			Kind: p.Kind, Input: p.Input, Background: p.Background, AbandonOnRestart: p.AbandonOnRestart,
 			RestartLimit: p.RestartLimit, MaxRetries: p.MaxRetries, IdempotencyKey: p.IdempotencyKey,
 			RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap, Deadline: p.Deadline,
@@ -438,6 +442,7 @@ func (r *Run) SleepUntil(ctx context.Context, t time.Time, phase string, state j
 // fail ends the run with the handler's error (retried under the task's
 // policy unless non-retryable).
 func (r *Run) fail(ctx context.Context, handlerErr error) error {
+	r.handlerErr = handlerErr
 	return r.finish(ctx, core.Outcome{Kind: core.OutFail, Error: failure(handlerErr)})
 }
 

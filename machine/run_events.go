@@ -75,6 +75,7 @@ func (r *Run) CompleteTx(ctx context.Context, tx pgx.Tx, result json.RawMessage)
 	if err == nil {
 		r.mu.Lock()
 		r.ended, r.endedInTx = true, true
+		r.outcome = Outcome{Kind: OutcomeCompleted}
 		r.mu.Unlock()
 	}
 	r.over(err)
@@ -83,7 +84,7 @@ func (r *Run) CompleteTx(ctx context.Context, tx pgx.Tx, result json.RawMessage)
 
 // SpawnTx is Spawn inside tx: the child exists only if tx commits.
 func (r *Run) SpawnTx(ctx context.Context, tx pgx.Tx, p SpawnParams) (arbortype.Task, error) {
-	cps, err := r.spawnParams([]SpawnParams{p})
+	cps, err := r.spawnParams(ctx, []SpawnParams{p})
 	if err != nil {
 		return arbortype.Task{}, err
 	}

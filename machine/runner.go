@@ -28,6 +28,9 @@ type Runner struct {
 	kinds    []string
 	waker    *Waker
 	comp     *completer
+	// runWith runs a dispatched run: execute, wrapped in the middleware;
+	// execute itself without any.
+	runWith func(ctx context.Context, run *Run)
 
 	// claimMu is read-held by every transaction that claims runs or takes
 	// leases, until their bookkeeping here is done; adopt write-holds it,
@@ -122,9 +125,31 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		r.kinds = append(r.kinds, kind)
 	}
 	slices.Sort(r.kinds)
+	r.runWith = func(ctx context.Context, run *Run) {
+		r.execute(ctx, run)
+		run.noteStop(ctx)
+	}
+	for i := len(cfg.Middleware) - 1; i >= 0; i-- {
+		m, inner := cfg.Middleware[i], r.runWith
+		r.runWith = func(ctx context.Context, run *Run) {
+			m.Run(ctx, run, func(ctx context.Context) Outcome {
+				inner(ctx, run)
+				return run.Outcome()
+			})
+		}
+	}
 	wcfg := cfg.Waker.WithDefaults()
 	if wcfg.Logger == nil {
 		wcfg.Logger = cfg.Logger
+	}
+	if obs := cfg.Observer; obs != nil {
+		onWake := wcfg.OnWake
+		wcfg.OnWake = func(e WakeEvent) {
+			obs.Observe(Event{Kind: EventWoken, Wake: e})
+			if onWake != nil {
+				onWake(e)
+			}
+		}
 	}
 	waker, err := NewWaker(engine, wcfg)
 	if err != nil {
@@ -295,10 +320,24 @@ func (r *Runner) dispatch(claimed []arbortype.Task) {
 		r.handlerWG.Add(1)
 		go func() {
 			defer r.handlerWG.Done()
-			r.execute(ctx, run)
+			r.run(ctx, run)
 			cancel(context.Canceled)
 			r.runDone(t.ID)
 		}()
+	}
+}
+
+// run runs a dispatched run through the middleware, and reports its end to
+// the observer.
+func (r *Runner) run(ctx context.Context, run *Run) {
+	var started time.Time
+	if r.cfg.Observer != nil {
+		started = time.Now()
+	}
+	r.runWith(ctx, run)
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.Observe(Event{Kind: EventRunEnded, Task: &run.Task, Outcome: run.Outcome(),
+			Started: started, Ended: time.Now()})
 	}
 }
 

@@ -49,6 +49,10 @@ type WakeEvent struct {
 	SleepSeq       int64
 	ConversationID string
 	By             WakeSource
+	// Late is how long after its wake time the wake committed, by this
+	// process's clock (a timer's corrected to the database's; River's by
+	// the job's scheduled time). 0 when it was not late.
+	Late time.Duration
 }
 
 // WakerConfig configures a Waker. The zero value of every field means its
@@ -179,6 +183,8 @@ type timerEntry struct {
 	touched time.Time
 	// failed marks a timer whose wake failed; the next poll re-arms it.
 	failed bool
+	// wakeAt is the sleep's wake time, by the database's clock.
+	wakeAt time.Time
 }
 
 // NewWaker returns a Waker for engine's schema. It does not start anything.
@@ -386,7 +392,7 @@ func (w *Waker) consider(ctx context.Context, st store.SleepingTask, seenAt time
 	if e, ok := w.timers[key]; ok && !(e.failed && e.touched.Before(seenAt)) {
 		return
 	}
-	w.armLocked(ctx, key, st.ConversationID, delay)
+	w.armLocked(ctx, key, st.ConversationID, st.WakeAt, delay)
 }
 
 // untilDB is how long until t by the database's clock.
@@ -394,8 +400,8 @@ func (w *Waker) untilDB(t time.Time) time.Duration {
 	return time.Until(t) - time.Duration(w.offset.Load())
 }
 
-func (w *Waker) armLocked(ctx context.Context, key sleepKey, conversationID string, delay time.Duration) {
-	e := &timerEntry{touched: time.Now()}
+func (w *Waker) armLocked(ctx context.Context, key sleepKey, conversationID string, wakeAt time.Time, delay time.Duration) {
+	e := &timerEntry{touched: time.Now(), wakeAt: wakeAt}
 	e.timer = time.AfterFunc(max(delay, 0), func() { w.fire(ctx, key, conversationID, e) })
 	w.timers[key] = e
 }
@@ -434,7 +440,7 @@ func (w *Waker) fire(ctx context.Context, key sleepKey, conversationID string, e
 	case errors.As(err, &notDue):
 		// Our clock ran ahead of the database's: try again when it is due.
 		if w.running && w.timers[key] == e {
-			w.armLocked(ctx, key, conversationID, notDue.Remaining()+time.Millisecond)
+			w.armLocked(ctx, key, conversationID, e.wakeAt, notDue.Remaining()+time.Millisecond)
 		}
 		w.mu.Unlock()
 		return
@@ -450,7 +456,8 @@ func (w *Waker) fire(ctx context.Context, key sleepKey, conversationID string, e
 	e.touched = time.Now()
 	w.mu.Unlock()
 	if woken && w.cfg.OnWake != nil {
-		w.cfg.OnWake(WakeEvent{TaskID: key.taskID, SleepSeq: key.sleepSeq, ConversationID: conversationID, By: WokenByTimer})
+		w.cfg.OnWake(WakeEvent{TaskID: key.taskID, SleepSeq: key.sleepSeq, ConversationID: conversationID, By: WokenByTimer,
+			Late: max(-w.untilDB(e.wakeAt), 0)})
 	}
 }
 

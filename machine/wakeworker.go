@@ -62,7 +62,8 @@ func (w *wakeWorker) Work(ctx context.Context, job *river.Job[core.WakeArgs]) er
 		return err
 	}
 	if woken && w.onWake != nil {
-		w.onWake(WakeEvent{TaskID: job.Args.TaskID, SleepSeq: job.Args.SleepSeq, ConversationID: job.Args.ConversationID, By: WokenByRiver})
+		w.onWake(WakeEvent{TaskID: job.Args.TaskID, SleepSeq: job.Args.SleepSeq, ConversationID: job.Args.ConversationID, By: WokenByRiver,
+			Late: max(time.Since(job.ScheduledAt), 0)})
 	}
 	return nil
 }

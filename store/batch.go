@@ -30,12 +30,12 @@ var (
 
 	qInsertTasks = define(`INSERT INTO {schema}.tasks
 		(conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
-		 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline)
+		 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace)
 		SELECT v.conv, nullif(v.owner, 0), v.kind, v.bg, v.input::jsonb, v.rl, v.ab, v.mr, nullif(v.key, ''),
-		       v.base * interval '1 microsecond', v.cap * interval '1 microsecond', v.deadline
+		       v.base * interval '1 microsecond', v.cap * interval '1 microsecond', v.deadline, v.trace::jsonb
 		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bool[], $5::text[], $6::int[], $7::bool[],
-		            $8::int[], $9::text[], $10::bigint[], $11::bigint[], $12::timestamptz[])
-		     WITH ORDINALITY AS v(conv, owner, kind, bg, input, rl, ab, mr, key, base, cap, deadline, ord)
+		            $8::int[], $9::text[], $10::bigint[], $11::bigint[], $12::timestamptz[], $13::text[])
+		     WITH ORDINALITY AS v(conv, owner, kind, bg, input, rl, ab, mr, key, base, cap, deadline, trace, ord)
 		ORDER BY v.ord
 		RETURNING id, created_at`)
 )
@@ -130,6 +130,7 @@ func (s *Store) InsertTasks(ctx context.Context, db DB, ps []InsertParams) ([]In
 		bases  = make([]int64, n)
 		caps   = make([]int64, n)
 		dls    = make([]*time.Time, n)
+		traces = make([]*string, n)
 	)
 	for i, p := range ps {
 		convs[i], owners[i], kinds[i], bgs[i] = p.ConversationID, p.OwnerID, p.Kind, p.Background
@@ -139,8 +140,12 @@ func (s *Store) InsertTasks(ctx context.Context, db DB, ps []InsertParams) ([]In
 		}
 		rls[i], abs[i], mrs[i], keys[i] = int32(p.RestartLimit), p.AbandonOnRestart, int32(p.MaxRetries), p.IdempotencyKey
 		bases[i], caps[i], dls[i] = micros(p.RetryBackoffBase), micros(p.RetryBackoffCap), p.Deadline
+		if len(p.Trace) > 0 {
+			tr := string(p.Trace)
+			traces[i] = &tr
+		}
 	}
-	rows, err := db.Query(ctx, s.sql[qInsertTasks], convs, owners, kinds, bgs, inputs, rls, abs, mrs, keys, bases, caps, dls)
+	rows, err := db.Query(ctx, s.sql[qInsertTasks], convs, owners, kinds, bgs, inputs, rls, abs, mrs, keys, bases, caps, dls, traces)
 	if err != nil {
 		return nil, err
 	}

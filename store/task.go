@@ -20,6 +20,7 @@ type taskScan struct {
 	errRaw       []byte
 	histRaw      []byte
 	deliveredRaw []byte
+	traceRaw     []byte
 }
 
 // taskColumnList names every column a task row is read with, beside where
@@ -68,6 +69,7 @@ var taskColumnList = []struct {
 	{"coalesce(await_token, '')", func(s *taskScan) any { return &s.t.AwaitToken }},
 	{"delivered", func(s *taskScan) any { return &s.deliveredRaw }},
 	{"deadline", func(s *taskScan) any { return &s.t.Deadline }},
+	{"trace", func(s *taskScan) any { return &s.traceRaw }},
 }
 
 // taskColumns is the SELECT list of a whole task row.
@@ -134,6 +136,11 @@ func scanColumns(list []taskColumn, row pgx.Row, extra ...any) (arbortype.Task, 
 	if len(s.deliveredRaw) > 0 {
 		s.t.Delivered = new(arbortype.Delivered)
 		if err := json.Unmarshal(s.deliveredRaw, s.t.Delivered); err != nil {
+			return arbortype.Task{}, err
+		}
+	}
+	if len(s.traceRaw) > 0 {
+		if err := json.Unmarshal(s.traceRaw, &s.t.Trace); err != nil {
 			return arbortype.Task{}, err
 		}
 	}

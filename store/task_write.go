@@ -26,14 +26,15 @@ type InsertParams struct {
 	RetryBackoffCap  time.Duration
 	IdempotencyKey   string // "" for none
 	Deadline         *time.Time
+	Trace            json.RawMessage // the trace context, a JSON object of strings; nil for none
 }
 
 var (
 	qInsertTask = define(`INSERT INTO {schema}.tasks
 		(conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
-		 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline)
+		 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace)
 		VALUES ($1, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''),
-		        $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12)
+		        $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12, $13)
 		RETURNING {task_columns}`)
 
 	// A root task created in one statement, and its conversation on first
@@ -52,9 +53,9 @@ var (
 		ins AS (
 			INSERT INTO {schema}.tasks
 			(conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
-			 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline)
+			 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace)
 			SELECT ready.id, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''),
-			       $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12::timestamptz
+			       $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12::timestamptz, $13::jsonb
 			FROM ready
 			ON CONFLICT (conversation_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 			RETURNING {task_columns})
@@ -128,7 +129,7 @@ func marshalError(e *arbortype.TaskError) ([]byte, error) {
 func (s *Store) InsertTask(ctx context.Context, db DB, p InsertParams) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qInsertTask], p.ConversationID, p.OwnerID, p.Kind, p.Background,
 		nullJSON(p.Input), p.RestartLimit, p.AbandonOnRestart, p.MaxRetries, p.IdempotencyKey,
-		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap), p.Deadline))
+		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap), p.Deadline, nullJSON(p.Trace)))
 }
 
 // CreateRoot creates a root task, and its conversation on first use, in
@@ -137,7 +138,7 @@ func (s *Store) InsertTask(ctx context.Context, db DB, p InsertParams) (arbortyp
 func (s *Store) CreateRoot(ctx context.Context, db DB, p InsertParams) (t arbortype.Task, ok bool, err error) {
 	t, err = scanTask(db.QueryRow(ctx, s.sql[qCreateRoot], p.ConversationID, p.OwnerID, p.Kind, p.Background,
 		nullJSON(p.Input), p.RestartLimit, p.AbandonOnRestart, p.MaxRetries, p.IdempotencyKey,
-		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap), p.Deadline))
+		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap), p.Deadline, nullJSON(p.Trace)))
 	if IsNoRows(err) {
 		return arbortype.Task{}, false, nil
 	}

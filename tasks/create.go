@@ -76,6 +76,10 @@ type CreateParams struct {
 // conversation is live (see arbortype.TurnPolicy).
 type TurnPolicy = arbortype.TurnPolicy
 
+// TraceInjector gives a new task the trace context it is created in (see
+// Config.TraceInjector and arbortype.TraceInjector).
+type TraceInjector = arbortype.TraceInjector
+
 // The turn policies.
 const (
 	TurnQueue     = arbortype.TurnQueue
@@ -87,8 +91,9 @@ const (
 // SteerEventDefault is the event name of a steered input.
 const SteerEventDefault = "message"
 
-func (p CreateParams) core() core.CreateParams {
+func (p CreateParams) core(trace map[string]string) core.CreateParams {
 	return core.CreateParams{
+		Trace:          trace,
 		ConversationID: p.ConversationID, OwnerID: p.OwnerID, Kind: p.Kind, Input: p.Input,
 		Background: p.Background, AbandonOnRestart: p.AbandonOnRestart, RestartLimit: p.RestartLimit,
 		MaxRetries: p.MaxRetries, RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap,
@@ -113,13 +118,14 @@ func (p CreateParams) core() core.CreateParams {
 // created by another transaction at the same moment or whose idempotency
 // key is taken, go through a transaction.
 func (e *Engine) Create(ctx context.Context, p CreateParams) (task arbortype.Task, created bool, err error) {
+	trace := e.core.Trace(ctx)
 	if p.OwnerID == 0 && !strings.HasPrefix(p.IdempotencyKey, "arbor:") && e.policy(p) == TurnQueue {
-		t, ok, err := core.CreateRoot(ctx, e.core, p.core())
+		t, ok, err := core.CreateRoot(ctx, e.core, p.core(trace))
 		if err != nil || ok {
 			return t, ok, err
 		}
 	}
-	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (createResult, error) { return e.create(ctx, tx, p) })
+	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (createResult, error) { return e.create(ctx, tx, p, trace) })
 	return r.task, r.created, err
 }
 
@@ -127,7 +133,8 @@ func (e *Engine) Create(ctx context.Context, p CreateParams) (task arbortype.Tas
 // if that transaction commits, so it can commit together with the caller's
 // own rows (the user's message and the turn that answers it, say).
 func (e *Engine) CreateTx(ctx context.Context, tx pgx.Tx, p CreateParams) (task arbortype.Task, created bool, err error) {
-	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (createResult, error) { return e.create(ctx, tx, p) })
+	trace := e.core.Trace(ctx)
+	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (createResult, error) { return e.create(ctx, tx, p, trace) })
 	return r.task, r.created, err
 }
 
@@ -136,7 +143,7 @@ type createResult struct {
 	created bool
 }
 
-func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams) (createResult, error) {
+func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams, trace map[string]string) (createResult, error) {
 	if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
 		return createResult{}, fmt.Errorf("create task: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", p.IdempotencyKey, ErrInvalidArgument)
 	}
@@ -153,7 +160,7 @@ func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams) (createR
 			return r, err
 		}
 	}
-	cp := p.core()
+	cp := p.core(trace)
 	t, created, err := e.core.Create(ctx, tx, cp)
 	if err == nil && created && cp.HasBudgets() {
 		err = e.core.ApplyCreateBudgets(ctx, tx, []core.CreateParams{cp}, []arbortype.Task{t}, []bool{true})
@@ -226,13 +233,15 @@ func (e *Engine) busy(ctx context.Context, tx pgx.Tx, p CreateParams, policy Tur
 // batch. One refused task refuses the batch, naming its index, and nothing
 // is written. At most 10,000 tasks; they come back in the order given.
 func (e *Engine) CreateMany(ctx context.Context, ps []CreateParams) (tasks []arbortype.Task, created []bool, err error) {
-	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (manyResult, error) { return e.createMany(ctx, tx, ps) })
+	trace := e.core.Trace(ctx)
+	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (manyResult, error) { return e.createMany(ctx, tx, ps, trace) })
 	return r.tasks, r.created, err
 }
 
 // CreateManyTx is CreateMany inside the caller's transaction.
 func (e *Engine) CreateManyTx(ctx context.Context, tx pgx.Tx, ps []CreateParams) (tasks []arbortype.Task, created []bool, err error) {
-	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (manyResult, error) { return e.createMany(ctx, tx, ps) })
+	trace := e.core.Trace(ctx)
+	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (manyResult, error) { return e.createMany(ctx, tx, ps, trace) })
 	return r.tasks, r.created, err
 }
 
@@ -241,13 +250,13 @@ type manyResult struct {
 	created []bool
 }
 
-func (e *Engine) createMany(ctx context.Context, tx pgx.Tx, ps []CreateParams) (manyResult, error) {
+func (e *Engine) createMany(ctx context.Context, tx pgx.Tx, ps []CreateParams, trace map[string]string) (manyResult, error) {
 	cps := make([]core.CreateParams, len(ps))
 	for i, p := range ps {
 		if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
 			return manyResult{}, fmt.Errorf("create tasks: task %d of %d: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", i, len(ps), p.IdempotencyKey, ErrInvalidArgument)
 		}
-		cps[i] = p.core()
+		cps[i] = p.core(trace)
 	}
 	ts, created, err := e.core.CreateMany(ctx, tx, cps)
 	if err == nil {

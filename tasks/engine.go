@@ -116,6 +116,13 @@ type Config struct {
 	// Retention is set (River runs it on one node, its leader). Default
 	// PruneIntervalDefault (1 hour).
 	PruneInterval time.Duration
+	// TraceInjector, if not nil, gives every task the trace context of the
+	// context it is created in (Create, CreateTx, CreateMany, CreateManyTx,
+	// the turn policies' creates, and a handler's Spawn and SpawnMany), stored
+	// with the task and restored by the runner's middleware on every run
+	// (see TraceInjector; otelarbor.Middleware is one). Default: none, and
+	// tasks carry no trace context.
+	TraceInjector TraceInjector
 	// Logger receives the engine's logs. Default: discard.
 	Logger *slog.Logger
 }

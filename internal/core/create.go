@@ -65,11 +65,19 @@ type CreateParams struct {
 	// the counter yet.
 	Budgets             []arbortype.BudgetLimit
 	ConversationBudgets []arbortype.BudgetLimit
+	// Trace is the trace context to store with the task (see
+	// arbortype.Task.Trace): at most MaxTraceBytes as JSON, no empty key.
+	// Nil for none.
+	Trace map[string]string
 }
 
 // HasBudgets says whether p sets budgets (its create then needs
 // ApplyCreateBudgets in its transaction).
 func (p CreateParams) HasBudgets() bool { return len(p.Budgets)+len(p.ConversationBudgets) > 0 }
+
+// MaxTraceBytes bounds a task's trace context, encoded as JSON (the
+// tasks table's check says the same).
+const MaxTraceBytes = 4096
 
 // Create creates a task (see tasks.Engine.Create). created is false when
 // the idempotency key matched an existing task, which is returned instead.
@@ -229,7 +237,12 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 		d := p.Deadline
 		deadline = &d
 	}
+	trace, err := traceJSON(p.Trace)
+	if err != nil {
+		return store.InsertParams{}, err
+	}
 	return store.InsertParams{
+		Trace:            trace,
 		ConversationID:   p.ConversationID,
 		OwnerID:          p.OwnerID,
 		Kind:             p.Kind,
@@ -243,6 +256,27 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 		IdempotencyKey:   p.IdempotencyKey,
 		Deadline:         deadline,
 	}, nil
+}
+
+// traceJSON encodes a task's trace context, refusing one that is too large
+// or has an empty key.
+func traceJSON(trace map[string]string) (json.RawMessage, error) {
+	if len(trace) == 0 {
+		return nil, nil
+	}
+	for k := range trace {
+		if k == "" {
+			return nil, fmt.Errorf("trace context: an empty key: %w", ErrInvalidArgument)
+		}
+	}
+	b, err := json.Marshal(trace)
+	if err != nil {
+		return nil, fmt.Errorf("trace context: %w: %w", ErrInvalidArgument, err)
+	}
+	if len(b) > MaxTraceBytes {
+		return nil, fmt.Errorf("trace context: %d bytes as JSON, over %d: %w", len(b), MaxTraceBytes, ErrInvalidArgument)
+	}
+	return b, nil
 }
 
 // LockLiveRoots locks conversation conv (creating it on first use) and

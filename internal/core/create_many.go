@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -218,7 +219,7 @@ func ownerStateCanSpawn(o store.OwnerState, token int64) error {
 // freshTask is the row a create inserted, built from what it was inserted
 // with: the statement returns only what the database chose.
 func freshTask(p store.InsertParams, in store.Inserted) Task {
-	return Task{
+	t := Task{
 		ID: in.ID, ConversationID: p.ConversationID, OwnerID: p.OwnerID, Kind: p.Kind,
 		Status: arbortype.StatusPending, Background: p.Background, Input: p.Input,
 		RestartLimit: p.RestartLimit, AbandonOnRestart: p.AbandonOnRestart, MaxRetries: p.MaxRetries,
@@ -226,4 +227,9 @@ func freshTask(p store.InsertParams, in store.Inserted) Task {
 		IdempotencyKey: p.IdempotencyKey, CreatedAt: in.CreatedAt, UpdatedAt: in.CreatedAt, Deadline: p.Deadline,
 		ErrorHistory: []arbortype.FailedTry{},
 	}
+	if len(p.Trace) > 0 {
+		// traceJSON encoded it from a map of strings: it decodes.
+		_ = json.Unmarshal(p.Trace, &t.Trace)
+	}
+	return t
 }

@@ -37,7 +37,17 @@ type Config struct {
 	Retention            time.Duration
 	PruneBatch           int
 	PruneInterval        time.Duration
+	TraceInjector        arbortype.TraceInjector
 	Logger               *slog.Logger
+}
+
+// Trace returns the trace context a create in ctx stores with its tasks:
+// the injector's, or nil without one.
+func (e *Engine) Trace(ctx context.Context) map[string]string {
+	if e.Cfg.TraceInjector == nil {
+		return nil
+	}
+	return e.Cfg.TraceInjector.InjectTrace(ctx)
 }
 
 // maxTextBytes bounds conversation ids, kinds, phases, codes and

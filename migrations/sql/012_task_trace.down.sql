@@ -1,0 +1,1 @@
+ALTER TABLE {schema}.tasks DROP COLUMN trace;
