@@ -36,7 +36,7 @@ var forged = map[string]string{
 	"await_name": "coalesce(await_name, 'x') || 'y'", "await_token": "coalesce(await_token, '') || 'x'",
 	"delivered": `'{"forged": 1}'::jsonb`, "deadline": "coalesce(deadline, now()) + interval '1 day'",
 	"forked_from": "coalesce(forked_from, 0) + 1",
-	"trace": `'{"traceparent": "forged"}'::jsonb`,
+	"trace":       `'{"traceparent": "forged"}'::jsonb`,
 }
 
 // TestColumnRulesCoverTheTable: the guard's rules name every column of
