@@ -71,6 +71,10 @@ func (r *Run) reserve(ctx context.Context, counter string, amount int64, spend b
 			r.sink.ending(r)
 			r.mu.Lock()
 			r.ended = true
+			r.outcome = Outcome{Kind: OutcomeFailed, Err: err}
+			if over.Budget.OnExhausted == arbortype.BudgetPark {
+				r.outcome = Outcome{Kind: OutcomeAwaiting}
+			}
 			r.mu.Unlock()
 		}
 		r.over(err)

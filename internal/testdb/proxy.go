@@ -187,7 +187,16 @@ func (p *Proxy) drop(c *proxyConn) {
 // clientToServer forwards the client's messages, watching for COMMIT.
 func (p *Proxy) clientToServer(c *proxyConn) {
 	defer p.wg.Done()
-	defer p.drop(c)
+	// After a COMMIT forwarded for CutAfterCommit, serverToClient cuts the
+	// connection once the server has answered it: closing the server's
+	// socket here, with its answers unread, would reset the connection and
+	// could beat the COMMIT to the server (a flaky "committed" fault).
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			p.drop(c)
+		}
+	}()
 	// The startup message has no type byte: a length, then the body.
 	var head [4]byte
 	if _, err := io.ReadFull(c.client, head[:]); err != nil {
@@ -235,6 +244,7 @@ func (p *Proxy) clientToServer(c *proxyConn) {
 			return
 		}
 		if fault == CutAfterCommit {
+			handedOver = true
 			return // stop reading the client; serverToClient cuts
 		}
 	}
