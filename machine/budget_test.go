@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -423,4 +424,50 @@ func TestPruneKeepsTheSessionSpend(t *testing.T) {
 	require.Len(t, all.Budgets, 2, "the conversation's and the newest turn's")
 	require.Equal(t, turns[2], all.Budgets[1].TaskID)
 	b.requireClean(t)
+}
+
+// A raise racing the park of a run over its budget is never lost: after
+// both, the task either got its reservation (the raise came first) or was
+// parked and woken by the raise — never parked on arbor:budget with room
+// left in the budget. Many rounds, the raise and the reservation released
+// together.
+func TestBudgetRaiseRacingThePark(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for round := range 20 {
+		conv := fmt.Sprintf("%s-%d", b.conv, round)
+		task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn",
+			ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetPark}}})
+		require.NoError(t, err)
+		lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, conv, nil)
+		require.NoError(t, err)
+		run, err := lease.Start(b.ctx, task.ID)
+		require.NoError(t, err)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var reserveErr error
+		wg.Go(func() {
+			<-start
+			_, reserveErr = run.Reserve(b.ctx, "tokens", 150)
+		})
+		wg.Go(func() {
+			<-start
+			_, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: conv, Counter: "tokens", Max: 1000, OnExhausted: arbortype.BudgetPark})
+			require.NoError(t, err)
+		})
+		close(start)
+		wg.Wait()
+		got := b.get(t, task.ID)
+		if reserveErr == nil {
+			require.Equal(t, arbortype.StatusRunning, got.Status, "round %d: reserved after the raise", round)
+			require.NoError(t, run.Complete(b.ctx, nil))
+		} else {
+			require.ErrorIs(t, reserveErr, tasks.ErrBudgetExhausted, "round %d", round)
+			require.Equal(t, arbortype.StatusPending, got.Status, "round %d: parked before the raise, and woken by it", round)
+			require.NotNil(t, got.Delivered, "round %d", round)
+			require.Equal(t, arbortype.BudgetEvent, got.Delivered.Name)
+		}
+		require.NoError(t, lease.Release(b.ctx))
+		b.requireClean(t, conv)
+	}
 }

@@ -93,8 +93,9 @@ var (
 	qLockBudgets = define(`SELECT ` + budgetColumns + ` FROM {schema}.budgets
 		WHERE conversation_id = $1 AND counter = ANY($2)
 		ORDER BY counter, coalesce(task_id, 0) FOR UPDATE`)
-	qLockBudget = define(`SELECT ` + budgetColumns + ` FROM {schema}.budgets
-		WHERE conversation_id = $1 AND counter = $2 AND coalesce(task_id, 0) = $3 FOR UPDATE`)
+	qReadBudgets = define(`SELECT ` + budgetColumns + ` FROM {schema}.budgets
+		WHERE conversation_id = $1 AND counter = ANY($2)
+		ORDER BY counter, coalesce(task_id, 0)`)
 	// A wall-time budget's spend is the time since its scope's creation.
 	qConversationBudgets = define(`SELECT b.conversation_id, coalesce(b.task_id, 0), b.counter,
 			coalesce(b.max, 9223372036854775807),
@@ -204,9 +205,10 @@ func (s *Store) LockBudgets(ctx context.Context, tx pgx.Tx, conv string, counter
 	return collectBudgets(tx.Query(ctx, s.sql[qLockBudgets], conv, counters))
 }
 
-// LockBudget locks one budget (taskID 0: the conversation's).
-func (s *Store) LockBudget(ctx context.Context, tx pgx.Tx, conv, counter string, taskID int64) (BudgetRow, error) {
-	return scanBudget(tx.QueryRow(ctx, s.sql[qLockBudget], conv, counter, taskID))
+// ReadBudgets reads, without locking, every budget of conv for the
+// counters.
+func (s *Store) ReadBudgets(ctx context.Context, db DB, conv string, counters []string) ([]BudgetRow, error) {
+	return collectBudgets(db.Query(ctx, s.sql[qReadBudgets], conv, counters))
 }
 
 // ConversationBudgets reads every budget of a conversation.

@@ -31,18 +31,22 @@ import (
 //
 // Locking. Every writer of a counter's budgets in a conversation locks all
 // of them, ordered by scope with the conversation's first, before it
-// reads them; a budget of a counter always comes with the conversation's
+// changes them; a budget of a counter always comes with the conversation's
 // row of that counter (SetBudget makes a tally when there is none), so
-// that row is the counter's mutex in its conversation. Reserve's common
-// path locks the reserving task FOR SHARE and then the budgets, not the
-// conversation (runners lock conversations for their batches): it only
-// checks and moves amounts. When a budget is over and its action ends the
-// run (fail, park), the reservation is made again in a transaction that
-// locks the conversation first (conversation → task → budgets, the order
-// of every multi-task write): the failure or the park and SetBudget's
-// raise (which emits BudgetEvent to the parked tasks under the same
-// conversation lock) are then ordered, so a raise cannot slip between the
-// check and the park and be lost.
+// that row is the counter's mutex in its conversation. Budgets come last
+// in every transaction's lock order (conversation → tasks → budgets): no
+// writer locks a live task after a budget (the prune, which carries the
+// spend of the settled tasks it deletes into the conversation's budgets,
+// locks only those settled rows after them, which no budget writer locks). Reserve's common path locks the
+// reserving task FOR SHARE and then the budgets, not the conversation
+// (runners lock conversations for their batches): it only checks and moves
+// amounts. When a budget is over and its action ends the run (fail, park),
+// the reservation is made again in a transaction that locks the
+// conversation and the task first and reads the budgets without locking
+// them, then ends the run (which locks its subtree and owner). The failure
+// or the park and SetBudget's raise (which emits BudgetEvent to the parked
+// tasks under the same conversation lock) are thus ordered, so a raise
+// cannot slip between the check and the park and be lost.
 
 // MaxBudgetAmount bounds one amount (reserve, record, spend, max): sums of
 // many stay far from overflowing a bigint.
@@ -131,50 +135,56 @@ func (e *Engine) SetBudget(ctx context.Context, tx pgx.Tx, p BudgetParams) (stor
 			return store.BudgetRow{}, fmt.Errorf("set budget: task %d is %s: %w", p.TaskID, t.Status, ErrSettled)
 		}
 	}
-	row, raised, err := e.setBudgetLocked(ctx, tx, p)
+	// A raise wakes the parked tasks first: their rows are locked before
+	// the budgets (budgets come last in every lock order). Max and action
+	// change only under the conversation's lock, held here, so the reading
+	// stands.
+	rows, err := e.Store.ReadBudgets(ctx, tx, p.ConversationID, []string{p.Counter})
 	if err != nil {
 		return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
 	}
-	if raised {
-		if err := e.wakeBudgetParked(ctx, tx, row); err != nil {
-			return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
+	if i := slices.IndexFunc(rows, func(b store.BudgetRow) bool { return b.TaskID == p.TaskID }); i >= 0 {
+		old := rows[i]
+		if p.Max > old.Max || (old.OnExhausted == arbortype.BudgetPark && p.OnExhausted != arbortype.BudgetPark) {
+			if err := e.wakeBudgetParked(ctx, tx, p); err != nil {
+				return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
+			}
 		}
+	}
+	row, err := e.setBudgetLocked(ctx, tx, p)
+	if err != nil {
+		return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
 	}
 	return row, nil
 }
 
 // setBudgetLocked writes a budget under the conversation's lock: the
 // counter's budgets locked, the conversation's tally made when missing.
-func (e *Engine) setBudgetLocked(ctx context.Context, tx pgx.Tx, p BudgetParams) (row store.BudgetRow, raised bool, err error) {
+func (e *Engine) setBudgetLocked(ctx context.Context, tx pgx.Tx, p BudgetParams) (store.BudgetRow, error) {
 	rows, err := e.Store.LockBudgets(ctx, tx, p.ConversationID, []string{p.Counter})
 	if err != nil {
-		return row, false, err
+		return store.BudgetRow{}, err
 	}
 	if !slices.ContainsFunc(rows, func(b store.BudgetRow) bool { return b.TaskID == 0 }) && p.TaskID != 0 {
 		if _, _, err := e.Store.InsertBudget(ctx, tx, store.BudgetRow{ConversationID: p.ConversationID, Counter: p.Counter,
 			Max: arbortype.Unlimited, OnExhausted: arbortype.BudgetFail}); err != nil {
-			return row, false, mapDBError(err)
+			return store.BudgetRow{}, mapDBError(err)
 		}
 	}
 	want := store.BudgetRow{ConversationID: p.ConversationID, TaskID: p.TaskID, Counter: p.Counter, Max: p.Max, OnExhausted: p.OnExhausted}
 	i := slices.IndexFunc(rows, func(b store.BudgetRow) bool { return b.TaskID == p.TaskID })
 	if i < 0 {
 		row, _, err := e.Store.InsertBudget(ctx, tx, want)
-		return row, false, mapDBError(err)
+		return row, mapDBError(err)
 	}
-	old := rows[i]
-	row, err = e.Store.UpdateBudget(ctx, tx, want)
-	if err != nil {
-		return row, false, mapDBError(err)
-	}
-	raised = row.Max > old.Max || (old.OnExhausted == arbortype.BudgetPark && row.OnExhausted != arbortype.BudgetPark)
-	return row, raised, nil
+	row, err := e.Store.UpdateBudget(ctx, tx, want)
+	return row, mapDBError(err)
 }
 
 // wakeBudgetParked emits BudgetEvent to every task of the conversation
 // parked on it (each reserves again when it runs; one still over parks
 // again).
-func (e *Engine) wakeBudgetParked(ctx context.Context, tx pgx.Tx, b store.BudgetRow) error {
+func (e *Engine) wakeBudgetParked(ctx context.Context, tx pgx.Tx, b BudgetParams) error {
 	parked, err := e.Store.PendingAwaits(ctx, tx, b.ConversationID)
 	if err != nil {
 		return err
@@ -221,13 +231,13 @@ func (e *Engine) ApplyCreateBudgets(ctx context.Context, tx pgx.Tx, ps []CreateP
 				continue
 			}
 			bp, _ := checkBudgetParams(BudgetParams{ConversationID: p.ConversationID, Counter: b.Counter, Max: b.Max, OnExhausted: b.OnExhausted})
-			if _, _, err := e.setBudgetLocked(ctx, tx, bp); err != nil {
+			if _, err := e.setBudgetLocked(ctx, tx, bp); err != nil {
 				return err
 			}
 		}
 		for _, b := range p.Budgets {
 			bp, _ := checkBudgetParams(BudgetParams{ConversationID: p.ConversationID, TaskID: ts[i].ID, Counter: b.Counter, Max: b.Max, OnExhausted: b.OnExhausted})
-			if _, _, err := e.setBudgetLocked(ctx, tx, bp); err != nil {
+			if _, err := e.setBudgetLocked(ctx, tx, bp); err != nil {
 				return err
 			}
 		}
@@ -318,7 +328,33 @@ func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conver
 	if err != nil {
 		return ReserveResult{}, err
 	}
-	rows, err := e.Store.LockBudgets(ctx, tx, rt.ConversationID, []string{p.Counter, arbortype.CounterWallTime})
+	counters := []string{p.Counter, arbortype.CounterWallTime}
+	if conversationLocked {
+		// The run may end here, and ending it locks tasks (its subtree, its
+		// owner): that must not come after budget locks, which the common
+		// path takes after its task's. So the budgets are read, not locked:
+		// a lapse moves amounts from reserved to spent and leaves what is
+		// left unchanged, and a raise takes the conversation's lock, held
+		// here, so the reading stands until the end is written.
+		rows, err := e.Store.ReadBudgets(ctx, tx, rt.ConversationID, counters)
+		if err != nil {
+			return ReserveResult{}, err
+		}
+		over, _, err := e.overBudget(ctx, tx, rt.ConversationID, chain, rows, p.Counter, p.Amount)
+		if err != nil {
+			return ReserveResult{}, err
+		}
+		if over != nil && over.Budget.OnExhausted != arbortype.BudgetReturn {
+			if err := e.endOnExhausted(ctx, tx, held, p.Token, over); err != nil {
+				return ReserveResult{}, err
+			}
+			over.Ended = true
+			return ReserveResult{Exhausted: over}, nil
+		}
+		// Released meanwhile: reserve as the common path does (no task is
+		// locked after the budgets from here on).
+	}
+	rows, err := e.Store.LockBudgets(ctx, tx, rt.ConversationID, counters)
 	if err != nil {
 		return ReserveResult{}, err
 	}
@@ -335,17 +371,12 @@ func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conver
 		return ReserveResult{}, fmt.Errorf("counter %q in conversation %q: %w", p.Counter, rt.ConversationID, ErrUnknownCounter)
 	}
 	if over != nil {
-		switch {
-		case over.Budget.OnExhausted == arbortype.BudgetReturn:
+		if over.Budget.OnExhausted == arbortype.BudgetReturn || conversationLocked {
+			// (Locked: it went over again between the reading and the
+			// locks; the handler is told, the run goes on.)
 			return ReserveResult{}, over
-		case !conversationLocked:
-			return ReserveResult{}, errNeedsConversation
 		}
-		if err := e.endOnExhausted(ctx, tx, held, p.Token, over); err != nil {
-			return ReserveResult{}, err
-		}
-		over.Ended = true
-		return ReserveResult{Exhausted: over}, nil
+		return ReserveResult{}, errNeedsConversation
 	}
 	r := store.ReservationRow{ConversationID: rt.ConversationID, TaskID: p.TaskID, Counter: p.Counter,
 		RunToken: p.Token, IdempotencyKey: p.Key, Amount: p.Amount}
