@@ -47,7 +47,7 @@ ui:
 BROWSERTEST := arborui/browsertest
 
 browser:
-	scripts/with-chromium.sh $(WITH_PG) $(GO) -C $(BROWSERTEST) test -race -count=1 -timeout 10m ./...
+	scripts/with-chromium.sh $(WITH_PG) $(GO) -C $(BROWSERTEST) test -race -count=1 -timeout 10m -v ./...
 
 # Every scenario at three sizes against the ceiling, River and DBOS, on a
 # throwaway PostgreSQL with fsync on (or ARBOR_DATABASE_URL); writes

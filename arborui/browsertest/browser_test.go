@@ -158,13 +158,29 @@ func TestBrowser(t *testing.T) {
 	require.Equal(t, "same page", loaded)
 
 	// The test completes one tool and fails another; the page shows both
-	// without a reload.
+	// without a reload. The page notes when each first shows (a
+	// MutationObserver, on the same clock as the test): the figure printed is
+	// release → shown, an upper bound of commit → shown (it includes the
+	// handler's own Complete), not asserted.
+	_, err = chromedp.Run(b, chromedp.Evaluate[bool](fmt.Sprintf(`(() => {
+		const want = %q;
+		const seen = () => { if (!window.arborSeen && document.querySelector(want)) { window.arborSeen = Date.now(); } };
+		new MutationObserver(seen).observe(document.body, {subtree: true, childList: true, attributes: true});
+		return true;
+	})()`, sel("search_web", "completed"))))
+	require.NoError(t, err)
+	released := time.Now()
 	g.release("search_web", nil)
 	g.release("read_docs", errors.New("docs server returned 503"))
 	require.NoError(t, chromedp.Do(b,
 		chromedp.WaitVisible(sel("search_web", "completed")),
 		chromedp.WaitVisible(sel("read_docs", "failed")),
 	), "the changes appear")
+	seenAt, err := chromedp.Run(b, chromedp.Evaluate[float64](`window.arborSeen || 0`))
+	require.NoError(t, err)
+	require.NotZero(t, seenAt, "the observer saw the completed tool")
+	t.Logf("a tool's completion shown %d ms after the test released it (upper bound of commit → DOM; goal 100 ms)",
+		int64(seenAt)-released.UnixMilli())
 	mark, err := chromedp.Run(b, chromedp.Evaluate[string](`window.arborMark`))
 	require.NoError(t, err)
 	require.Equal(t, "same page", mark, "the page was not reloaded")
