@@ -34,7 +34,24 @@ type Config struct {
 	IdleInTransaction    time.Duration
 	TurnPolicies         map[string]arbortype.TurnPolicy
 	LogRetention         time.Duration
+	TransactionPooler    bool
+	ListenPool           *pgxpool.Pool
 	Logger               *slog.Logger
+}
+
+// Listener returns the pool arbor's LISTEN connections come from: the
+// configured ListenPool, else the engine's pool, or nil behind a pooler in
+// transaction mode with no ListenPool, where nothing may LISTEN (a LISTEN
+// through it would hear nothing) and the listeners poll instead.
+func (e *Engine) Listener() *pgxpool.Pool {
+	switch {
+	case e.Cfg.ListenPool != nil:
+		return e.Cfg.ListenPool
+	case e.Cfg.TransactionPooler:
+		return nil
+	default:
+		return e.Pool
+	}
 }
 
 // maxTextBytes bounds conversation ids, kinds, phases, codes and
