@@ -22,13 +22,7 @@ const EnvPgBouncerURL = "ARBOR_PGBOUNCER_URL"
 // test is skipped, saying so loudly.
 func PgBouncerPool(tb testing.TB, appName string) *pgxpool.Pool {
 	tb.Helper()
-	url := os.Getenv(EnvPgBouncerURL)
-	if url == "" {
-		tb.Skipf("SKIPPED: %s is not set, so arbor is NOT tested through PgBouncer: run the tests with `make test` "+
-			"(scripts/with-postgres.sh starts a PgBouncer in transaction mode and sets it), or set %s to one in front of %s",
-			EnvPgBouncerURL, EnvPgBouncerURL, EnvURL)
-	}
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := pgxpool.ParseConfig(PgBouncerURL(tb))
 	if err != nil {
 		tb.Fatalf("parse %s: %v", EnvPgBouncerURL, err)
 	}
@@ -41,6 +35,19 @@ func PgBouncerPool(tb testing.TB, appName string) *pgxpool.Pool {
 	}
 	tb.Cleanup(pool.Close)
 	return pool
+}
+
+// PgBouncerURL returns ARBOR_PGBOUNCER_URL, or skips the test, saying
+// loudly that arbor is not tested through PgBouncer and how to make it so.
+func PgBouncerURL(tb testing.TB) string {
+	tb.Helper()
+	url := os.Getenv(EnvPgBouncerURL)
+	if url == "" {
+		tb.Skipf("SKIPPED: %s is not set, so arbor is NOT tested through PgBouncer: run the tests with `make test` "+
+			"(scripts/with-postgres.sh starts a PgBouncer in transaction mode and sets it), or set %s to one in front of %s",
+			EnvPgBouncerURL, EnvPgBouncerURL, EnvURL)
+	}
+	return url
 }
 
 // NamedPool opens a pool on the test database (directly, not through a
