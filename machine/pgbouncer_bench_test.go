@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/machine"
@@ -22,7 +23,7 @@ import (
 //
 //	scripts/with-postgres.sh go test ./machine -run '^$' -bench RunnerPgBouncer -benchtime=1x
 func BenchmarkRunnerPgBouncer(b *testing.B) {
-	const turns = 200
+	const turns = 500
 	rates := map[string]float64{}
 	for _, via := range []string{"direct", "pgbouncer"} {
 		b.Run(via, func(b *testing.B) {
@@ -48,8 +49,12 @@ func BenchmarkRunnerPgBouncer(b *testing.B) {
 				for done := 0; done < turns; {
 					time.Sleep(10 * time.Millisecond)
 					require.NoError(b, bd.pool.QueryRow(bd.ctx, `SELECT count(*) FROM `+bd.schema+`.tasks
-						WHERE kind = 'turn' AND status = 'completed' AND conversation_id LIKE $1 || '-%'`, prefix).Scan(&done))
+						WHERE kind = 'turn' AND status IN ('completed', 'failed', 'aborted', 'cancelled', 'orphaned') AND conversation_id LIKE $1 || '-%'`, prefix).Scan(&done))
 				}
+				var failed int
+				require.NoError(b, bd.pool.QueryRow(bd.ctx, `SELECT count(*) FROM `+bd.schema+`.tasks
+					WHERE status <> 'completed' AND conversation_id LIKE $1 || '-%'`, prefix).Scan(&failed))
+				require.Zero(b, failed, "every turn and tool call completed")
 				elapsed := time.Since(start)
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				require.NoError(b, r.Stop(ctx))
@@ -75,7 +80,7 @@ func benchTurn() map[string]machine.Handler {
 			if err != nil {
 				return err
 			}
-			return run.Wait(ctx, machine.WaitParams{ChildIDs: []int64{kids[0].ID, kids[1].ID, kids[2].ID}, Phase: "gathering"})
+			return run.Wait(ctx, machine.WaitParams{ChildIDs: []int64{kids[0].ID, kids[1].ID, kids[2].ID}, Policy: arbortype.AllSettled, Phase: "gathering"})
 		},
 		"tool": func(ctx context.Context, run *machine.Run) error { return run.Complete(ctx, nil) },
 	}
