@@ -258,7 +258,7 @@ func endedBy(ctx context.Context, c *core.Engine, o core.Outcome) error {
 // crash runs again from its last checkpoint.
 func (r *Run) Checkpoint(ctx context.Context, phase string, state json.RawMessage) error {
 	t, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
-		return r.core.Checkpoint(ctx, tx, r.Task.ID, r.token, phase, state)
+		return r.core.Checkpoint(ctx, tx, r.Task.ConversationID, r.Task.ID, r.token, phase, state)
 	})
 	if err == nil {
 		r.Task.Phase, r.Task.State = t.Phase, t.State
@@ -272,7 +272,7 @@ func (r *Run) Checkpoint(ctx context.Context, phase string, state json.RawMessag
 // checkpoints.
 func (r *Run) Heartbeat(ctx context.Context) error {
 	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
-		return r.core.Heartbeat(ctx, tx, r.Task.ID, r.token)
+		return r.core.Heartbeat(ctx, tx, r.Task.ConversationID, r.Task.ID, r.token)
 	})
 	if err == nil {
 		r.extended()

@@ -58,7 +58,7 @@ func (r *Run) reserve(ctx context.Context, counter string, amount int64, spend b
 	r.budgets++
 	key := fmt.Sprintf("arbor:run-%d-budget-%d", r.token, r.budgets)
 	r.mu.Unlock()
-	p := core.ReserveParams{TaskID: r.Task.ID, Token: r.token, Counter: counter, Amount: amount, Key: key, Spend: spend}
+	p := core.ReserveParams{ConversationID: r.Task.ConversationID, TaskID: r.Task.ID, Token: r.token, Counter: counter, Amount: amount, Key: key, Spend: spend}
 	wctx, cancel := writeCtx(ctx)
 	defer cancel()
 	for {
@@ -92,7 +92,7 @@ func (r *Run) Record(ctx context.Context, res arbortype.Reservation, actual int6
 		return fmt.Errorf("record task %d: reservation %d is task %d's: %w", r.Task.ID, res.ID, res.TaskID, arbortype.ErrInvalidArgument)
 	}
 	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
-		_, err := r.core.RecordBudget(ctx, tx, r.Task.ID, res.ID, actual)
+		_, err := r.core.RecordBudget(ctx, tx, r.Task.ConversationID, r.Task.ID, res.ID, actual)
 		return struct{}{}, err
 	})
 	return err

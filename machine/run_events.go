@@ -102,7 +102,7 @@ func (r *Run) SpawnTx(ctx context.Context, tx pgx.Tx, p SpawnParams) (arbortype.
 // CheckpointTx is Checkpoint inside tx.
 func (r *Run) CheckpointTx(ctx context.Context, tx pgx.Tx, phase string, state json.RawMessage) error {
 	t, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (arbortype.Task, error) {
-		return r.core.Checkpoint(ctx, tx, r.Task.ID, r.token, phase, state)
+		return r.core.Checkpoint(ctx, tx, r.Task.ConversationID, r.Task.ID, r.token, phase, state)
 	})
 	if err == nil {
 		r.Task.Phase, r.Task.State = t.Phase, t.State

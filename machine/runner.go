@@ -492,9 +492,16 @@ func (r *Runner) markOpen() {
 // new work, or a run stopped elsewhere (its handlers are checked); an
 // unheld one's is work for the producer to open. What changed while it was
 // not listening is found by polling at once.
+//
+// Behind a transaction-mode pooler with no ListenPool there is nothing to
+// LISTEN on: the slow poll (PollInterval) finds the news instead.
 func (r *Runner) listenLoop() {
 	defer r.loops.Done()
-	listen(r.runCtx, r.core.Pool, r.core.Store.ChangeChannel(), r.logger, "runner",
+	pool := r.core.Listener()
+	if pool == nil {
+		return
+	}
+	listen(r.runCtx, pool, r.core.Store.ChangeChannel(), r.logger, "runner",
 		func() {
 			r.markOpen()
 			r.markHeld()

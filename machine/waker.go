@@ -146,9 +146,11 @@ func (c *WakerConfig) validate() error {
 // path as River's worker, so a sleep woken by both, or by two wakers, wakes
 // once.
 //
-// Start it once and Stop it once. It needs one pool connection for LISTEN
-// while it runs (so, unlike the rest of arbor, it does not work through
-// PgBouncer in transaction mode; set DisableTimers there).
+// Start it once and Stop it once. It holds one connection for LISTEN while
+// it runs, from the engine's tasks.Config.ListenPool if there is one. Behind
+// a transaction-mode pooler (tasks.Config.TransactionPooler) River's client
+// runs poll-only, and with no ListenPool the timers learn of sleeps from the
+// poll alone (PollInterval).
 type Waker struct {
 	core   *core.Engine
 	cfg    *WakerConfig
@@ -231,7 +233,10 @@ func NewWaker(engine *tasks.Engine, cfg *WakerConfig) (*Waker, error) {
 		FetchPollInterval: cfg.FetchPollInterval,
 		FetchCooldown:     min(river.FetchCooldownDefault, cfg.FetchPollInterval),
 		Logger:            cfg.Logger,
-		TestOnly:          cfg.RiverTestOnly,
+		// River LISTENs on the pool it is given; through a pooler in
+		// transaction mode that would hear nothing, so it polls.
+		PollOnly: c.Cfg.TransactionPooler,
+		TestOnly: cfg.RiverTestOnly,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("machine.NewWaker: river client: %w", err)
@@ -292,7 +297,11 @@ func (w *Waker) Stop(ctx context.Context) error {
 // (re)subscription it asks for a poll, which covers what it missed.
 func (w *Waker) listenLoop(ctx context.Context) {
 	defer w.wg.Done()
-	listen(ctx, w.core.Pool, w.core.Store.SleepChannel(), w.logger, "waker", w.pollSoon, func(n *pgconn.Notification) {
+	pool := w.core.Listener()
+	if pool == nil {
+		return // behind a pooler with no ListenPool: the poll alone
+	}
+	listen(ctx, pool, w.core.Store.SleepChannel(), w.logger, "waker", w.pollSoon, func(n *pgconn.Notification) {
 		var notice store.SleepNotice
 		if err := json.Unmarshal([]byte(n.Payload), &notice); err != nil {
 			w.logger.WarnContext(ctx, "arbor: waker got a malformed sleep notification", slog.String("payload", n.Payload))

@@ -125,7 +125,7 @@ func repair(ctx context.Context, engine *core.Engine, tx pgx.Tx, rep *Report) er
 		return fmt.Errorf("reconcile %q: %w", conversationID, err)
 	}
 	for _, t := range waiting {
-		woken, err := engine.RepairWait(ctx, tx, t.ID)
+		woken, err := engine.RepairWait(ctx, tx, t.ConversationID, t.ID)
 		if err != nil {
 			return fmt.Errorf("reconcile %q: %w", conversationID, err)
 		}
@@ -142,7 +142,7 @@ func repair(ctx context.Context, engine *core.Engine, tx pgx.Tx, rep *Report) er
 	// completing owner in the same call, which then reports false.
 	slices.Reverse(completing)
 	for _, t := range completing {
-		done, err := engine.RepairCompleting(ctx, tx, t.ID)
+		done, err := engine.RepairCompleting(ctx, tx, t.ConversationID, t.ID)
 		if err != nil {
 			return fmt.Errorf("reconcile %q: %w", conversationID, err)
 		}
@@ -232,7 +232,7 @@ func OnOpenMany(ctx context.Context, engine *core.Engine, tx pgx.Tx, convs []str
 		rep := &reps[at[t.ConversationID]]
 		switch statuses[i] {
 		case arbortype.StatusWaiting:
-			woken, err := engine.RepairWait(ctx, tx, id)
+			woken, err := engine.RepairWait(ctx, tx, t.ConversationID, id)
 			if err != nil {
 				return reps, fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
 			}
@@ -240,7 +240,7 @@ func OnOpenMany(ctx context.Context, engine *core.Engine, tx pgx.Tx, convs []str
 				rep.WaitsWoken = append(rep.WaitsWoken, id)
 			}
 		case arbortype.StatusCompleting:
-			done, err := engine.RepairCompleting(ctx, tx, id)
+			done, err := engine.RepairCompleting(ctx, tx, t.ConversationID, id)
 			if err != nil {
 				return reps, fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
 			}

@@ -96,7 +96,7 @@ func TestOnOpenRecoversRunningTasks(t *testing.T) {
 	root := create(tasks.CreateParams{Kind: "turn"})
 	requeue := create(tasks.CreateParams{Kind: "step", OwnerID: root.ID})
 	h.tx(func(tx pgx.Tx) error {
-		_, err := c.Checkpoint(ctx, tx, requeue.ID, requeue.Token, "half-way", []byte(`{"page": 3}`))
+		_, err := c.Checkpoint(ctx, tx, requeue.ConversationID, requeue.ID, requeue.Token, "half-way", []byte(`{"page": 3}`))
 		return err
 	})
 	abandon := create(tasks.CreateParams{Kind: "pay", OwnerID: root.ID, AbandonOnRestart: true})

@@ -77,7 +77,7 @@ func scanReservation(row pgx.Row) (ReservationRow, error) {
 var (
 	// The reserving task, share-locked: no take-over or settle of it
 	// commits while a reservation is made for its run.
-	qRunTask = define(`SELECT conversation_id, status, coalesce(token, 0) FROM {schema}.tasks WHERE id = $1 FOR SHARE`)
+	qRunTask = define(`SELECT conversation_id, status, coalesce(token, 0) FROM {schema}.tasks WHERE id = $1 AND conversation_id = $2 FOR SHARE`)
 	// A task and its owners up to the root, the task first.
 	qScopeChain = define(`WITH RECURSIVE chain (id, owner_task_id, created_at, depth) AS (
 			SELECT id, owner_task_id, created_at, 0 FROM {schema}.tasks WHERE conversation_id = $1 AND id = $2
@@ -172,9 +172,9 @@ var (
 
 // RunTask share-locks the reserving task and reads what a reservation
 // checks of it.
-func (s *Store) RunTask(ctx context.Context, db DB, taskID int64) (RunTask, error) {
+func (s *Store) RunTask(ctx context.Context, db DB, conv string, taskID int64) (RunTask, error) {
 	var t RunTask
-	err := db.QueryRow(ctx, s.sql[qRunTask], taskID).Scan(&t.ConversationID, &t.Status, &t.Token)
+	err := db.QueryRow(ctx, s.sql[qRunTask], taskID, conv).Scan(&t.ConversationID, &t.Status, &t.Token)
 	return t, err
 }
 

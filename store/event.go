@@ -63,7 +63,7 @@ var (
 		WHERE conversation_id = $1 AND name = $2 AND delivered_to IS NULL AND (task_id = $3 OR task_id IS NULL)
 		ORDER BY (task_id IS NULL), id LIMIT 1 FOR UPDATE`)
 	qMarkDelivered = define(`UPDATE {schema}.events SET delivered_to = $2, delivered_at = now()
-		WHERE id = $1 AND delivered_to IS NULL`)
+		WHERE id = $1 AND conversation_id = $3 AND delivered_to IS NULL`)
 	// The oldest task of the conversation awaiting $2 (for an event
 	// addressed to the conversation).
 	qOldestAwaiting = define(`SELECT {task_columns} FROM {schema}.tasks
@@ -73,10 +73,10 @@ var (
 		SET status = $2, phase = $3, state = $4, await_name = $5, await_token = $6, wake_at = $7,
 		    wake_job_id = nullif($8::bigint, 0), sleep_seq = sleep_seq + 1, delivered = NULL,
 		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE id = $1
+		WHERE id = $1 AND conversation_id = $9
 		RETURNING {task_columns}`)
 	qDeliverTask = define(`UPDATE {schema}.tasks SET status = $2, delivered = $3, updated_at = now()
-		WHERE id = $1
+		WHERE id = $1 AND conversation_id = $4
 		RETURNING {task_columns}`)
 	qPendingAwaits = define(`SELECT {task_columns} FROM {schema}.tasks
 		WHERE conversation_id = $1 AND status = 'sleeping' AND await_name IS NOT NULL ORDER BY id`)
@@ -125,8 +125,8 @@ func (s *Store) UndeliveredFor(ctx context.Context, db DB, conv, name string, ta
 }
 
 // MarkDelivered records that event id woke task taskID.
-func (s *Store) MarkDelivered(ctx context.Context, db DB, id, taskID int64) error {
-	_, err := db.Exec(ctx, s.sql[qMarkDelivered], id, taskID)
+func (s *Store) MarkDelivered(ctx context.Context, db DB, conv string, id, taskID int64) error {
+	_, err := db.Exec(ctx, s.sql[qMarkDelivered], id, taskID, conv)
 	return err
 }
 
@@ -137,13 +137,13 @@ func (s *Store) OldestAwaiting(ctx context.Context, db DB, conv, name string) (a
 
 // AwaitTask parks a running task (to: sleeping) awaiting name, with a
 // fresh token, until wakeAt (nil: no timeout) with wake job jobID.
-func (s *Store) AwaitTask(ctx context.Context, db DB, id int64, to arbortype.Status, phase string, state json.RawMessage, name, token string, wakeAt *time.Time, jobID int64) (arbortype.Task, error) {
-	return scanTask(db.QueryRow(ctx, s.sql[qAwaitTask], id, string(to), phase, nullJSON(state), name, token, wakeAt, jobID))
+func (s *Store) AwaitTask(ctx context.Context, db DB, conv string, id int64, to arbortype.Status, phase string, state json.RawMessage, name, token string, wakeAt *time.Time, jobID int64) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qAwaitTask], id, string(to), phase, nullJSON(state), name, token, wakeAt, jobID, conv))
 }
 
 // DeliverTask wakes an awaiting task (to: pending) with what woke it.
-func (s *Store) DeliverTask(ctx context.Context, db DB, id int64, to arbortype.Status, delivered json.RawMessage) (arbortype.Task, error) {
-	return scanTask(db.QueryRow(ctx, s.sql[qDeliverTask], id, string(to), delivered))
+func (s *Store) DeliverTask(ctx context.Context, db DB, conv string, id int64, to arbortype.Status, delivered json.RawMessage) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qDeliverTask], id, string(to), delivered, conv))
 }
 
 // PendingAwaits lists the tasks of conv awaiting an event.

@@ -54,7 +54,7 @@ var (
 		SET status = $2, phase = $3, state = $4, wake_at = $5, sleep_seq = sleep_seq + 1,
 		    wake_job_id = $6, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
 		    await_name = NULL, await_token = NULL, delivered = NULL
-		WHERE id = $1
+		WHERE id = $1 AND conversation_id = $7
 		RETURNING {task_columns}`)
 
 	qRetryTask = define(`UPDATE {schema}.tasks
@@ -63,7 +63,7 @@ var (
 		    wake_job_id = $7, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
 		    await_name = NULL, await_token = NULL, delivered = NULL,
 		    ` + fmt.Sprintf(historyAppend, 5, 6) + `
-		WHERE id = $1
+		WHERE id = $1 AND conversation_id = $8
 		RETURNING {task_columns}`)
 
 	qNotifySleep = define(`SELECT pg_notify($1, $2)`)
@@ -93,15 +93,15 @@ var (
 
 // SleepTask parks a running task until wakeAt with phase and state saved,
 // as sleep number sleep_seq + 1, whose wake job is jobID.
-func (s *Store) SleepTask(ctx context.Context, db DB, id int64, to arbortype.Status, phase string, state json.RawMessage, wakeAt time.Time, jobID int64) (arbortype.Task, error) {
-	return scanTask(db.QueryRow(ctx, s.sql[qSleepTask], id, string(to), phase, nullJSON(state), wakeAt, jobID))
+func (s *Store) SleepTask(ctx context.Context, db DB, conv string, id int64, to arbortype.Status, phase string, state json.RawMessage, wakeAt time.Time, jobID int64) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qSleepTask], id, string(to), phase, nullJSON(state), wakeAt, jobID, conv))
 }
 
 // RetryTask parks a running task that failed until wakeAt, recording
 // taskErr as its error and in its error history (newest historyLimit
 // entries kept), with retries + 1 and sleep number sleep_seq + 1, whose wake
 // job is jobID.
-func (s *Store) RetryTask(ctx context.Context, db DB, id int64, to arbortype.Status, taskErr *arbortype.TaskError, wakeAt time.Time, historyLimit int, jobID int64) (arbortype.Task, error) {
+func (s *Store) RetryTask(ctx context.Context, db DB, conv string, id int64, to arbortype.Status, taskErr *arbortype.TaskError, wakeAt time.Time, historyLimit int, jobID int64) (arbortype.Task, error) {
 	errJSON, err := marshalError(taskErr)
 	if err != nil {
 		return arbortype.Task{}, err
@@ -110,7 +110,7 @@ func (s *Store) RetryTask(ctx context.Context, db DB, id int64, to arbortype.Sta
 	if err != nil {
 		return arbortype.Task{}, err
 	}
-	return scanTask(db.QueryRow(ctx, s.sql[qRetryTask], id, string(to), nullJSON(errJSON), wakeAt, entry, historyLimit, jobID))
+	return scanTask(db.QueryRow(ctx, s.sql[qRetryTask], id, string(to), nullJSON(errJSON), wakeAt, entry, historyLimit, jobID, conv))
 }
 
 func historyEntry(taskErr *arbortype.TaskError) (string, error) {

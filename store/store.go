@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"runtime"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -74,7 +75,19 @@ func expand(sql string, pairs ...string) string {
 	return strings.NewReplacer(pairs...).Replace(sql)
 }
 
+// querySites are where each of queries is defined (file and line of its
+// define call), indexed by query: the co-location test (colocate_test.go)
+// names a statement by the variable it is assigned to there.
+var querySites []querySite
+
+type querySite struct {
+	file string
+	line int
+}
+
 func define(sql string) query {
+	_, file, line, _ := runtime.Caller(1)
 	queries = append(queries, sql)
+	querySites = append(querySites, querySite{file, line})
 	return query(len(queries) - 1)
 }

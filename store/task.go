@@ -201,21 +201,21 @@ func IsNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 
 var (
 	qGetTask           = define(`SELECT {task_columns} FROM {schema}.tasks WHERE id = $1`)
-	qLockTask          = define(`SELECT {task_columns} FROM {schema}.tasks WHERE id = $1 FOR NO KEY UPDATE`)
+	qLockTask          = define(`SELECT {task_columns} FROM {schema}.tasks WHERE id = $1 AND conversation_id = $2 FOR NO KEY UPDATE`)
 	qGetTasks          = define(`SELECT {task_columns} FROM {schema}.tasks WHERE id = ANY($1) ORDER BY id`)
 	qTaskConversation  = define(`SELECT conversation_id FROM {schema}.tasks WHERE id = $1`)
 	qConversationTasks = define(`SELECT {task_columns} FROM {schema}.tasks WHERE conversation_id = $1 ORDER BY id`)
 	qLiveChildren      = define(`SELECT {task_columns} FROM {schema}.tasks
-		WHERE owner_task_id = $1 AND status IN ({live}) ORDER BY id`)
-	qChildren = define(`SELECT {task_columns} FROM {schema}.tasks WHERE owner_task_id = $1 ORDER BY id`)
+		WHERE owner_task_id = $1 AND conversation_id = $2 AND status IN ({live}) ORDER BY id`)
+	qChildren = define(`SELECT {task_columns} FROM {schema}.tasks WHERE owner_task_id = $1 AND conversation_id = $2 ORDER BY id`)
 	// The first live foreground child is found by the live-children index
 	// and EXISTS stops there, so this costs the same with 1 or 10,000 children.
 	qHasLiveForeground = define(`SELECT EXISTS (SELECT 1 FROM {schema}.tasks
-		WHERE owner_task_id = $1 AND NOT background AND status IN ({live}))`)
+		WHERE owner_task_id = $1 AND conversation_id = $2 AND NOT background AND status IN ({live}))`)
 	// "id + 0" keeps the planner on the live-children index: probing the
 	// primary key for every waited id would cost as many probes as children.
 	qHasLiveWaited = define(`SELECT EXISTS (SELECT 1 FROM {schema}.tasks
-		WHERE owner_task_id = $1 AND id + 0 = ANY($2) AND status IN ({live}))`)
+		WHERE owner_task_id = $1 AND conversation_id = $3 AND id + 0 = ANY($2) AND status IN ({live}))`)
 	qTaskByKey = define(`SELECT {task_columns} FROM {schema}.tasks WHERE conversation_id = $1 AND idempotency_key = $2`)
 )
 
@@ -225,8 +225,8 @@ func (s *Store) GetTask(ctx context.Context, db DB, id int64) (arbortype.Task, e
 }
 
 // LockTask reads one task and locks its row until the transaction ends.
-func (s *Store) LockTask(ctx context.Context, db DB, id int64) (arbortype.Task, error) {
-	return scanTask(db.QueryRow(ctx, s.sql[qLockTask], id))
+func (s *Store) LockTask(ctx context.Context, db DB, conv string, id int64) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qLockTask], id, conv))
 }
 
 // GetTasks reads the tasks with the given ids, in id order; ids that do not
@@ -251,28 +251,28 @@ func (s *Store) ConversationTasks(ctx context.Context, db DB, conversationID str
 
 // LiveChildren reads the live children of owner (foreground and background)
 // in id order.
-func (s *Store) LiveChildren(ctx context.Context, db DB, ownerID int64) ([]arbortype.Task, error) {
-	return collectTasks(db.Query(ctx, s.sql[qLiveChildren], ownerID))
+func (s *Store) LiveChildren(ctx context.Context, db DB, conv string, ownerID int64) ([]arbortype.Task, error) {
+	return collectTasks(db.Query(ctx, s.sql[qLiveChildren], ownerID, conv))
 }
 
 // Children reads every child of owner in id order.
-func (s *Store) Children(ctx context.Context, db DB, ownerID int64) ([]arbortype.Task, error) {
-	return collectTasks(db.Query(ctx, s.sql[qChildren], ownerID))
+func (s *Store) Children(ctx context.Context, db DB, conv string, ownerID int64) ([]arbortype.Task, error) {
+	return collectTasks(db.Query(ctx, s.sql[qChildren], ownerID, conv))
 }
 
 // HasLiveForegroundChildren reports whether owner has a live, non-background
 // child, at a cost that does not grow with the number of children.
-func (s *Store) HasLiveForegroundChildren(ctx context.Context, db DB, ownerID int64) (bool, error) {
+func (s *Store) HasLiveForegroundChildren(ctx context.Context, db DB, conv string, ownerID int64) (bool, error) {
 	var ok bool
-	err := db.QueryRow(ctx, s.sql[qHasLiveForeground], ownerID).Scan(&ok)
+	err := db.QueryRow(ctx, s.sql[qHasLiveForeground], ownerID, conv).Scan(&ok)
 	return ok, err
 }
 
 // HasLiveWaitedChildren reports whether any of owner's children among
 // waitIDs is live.
-func (s *Store) HasLiveWaitedChildren(ctx context.Context, db DB, ownerID int64, waitIDs []int64) (bool, error) {
+func (s *Store) HasLiveWaitedChildren(ctx context.Context, db DB, conv string, ownerID int64, waitIDs []int64) (bool, error) {
 	var ok bool
-	err := db.QueryRow(ctx, s.sql[qHasLiveWaited], ownerID, waitIDs).Scan(&ok)
+	err := db.QueryRow(ctx, s.sql[qHasLiveWaited], ownerID, waitIDs, conv).Scan(&ok)
 	return ok, err
 }
 

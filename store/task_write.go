@@ -65,19 +65,19 @@ var (
 
 	qCheckpointTask = define(`UPDATE {schema}.tasks
 		SET phase = $3, state = $4, lease_expires_at = now() + $5 * interval '1 microsecond', updated_at = now()
-		WHERE id = $1 AND token = $2 AND status = 'running' AND NOT abort_requested
+		WHERE id = $1 AND conversation_id = $6 AND token = $2 AND status = 'running' AND NOT abort_requested
 		RETURNING {task_columns}`)
 
 	qHeartbeatTask = define(`UPDATE {schema}.tasks
 		SET lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
-		WHERE id = $1 AND token = $2 AND status = 'running' AND NOT abort_requested
+		WHERE id = $1 AND conversation_id = $4 AND token = $2 AND status = 'running' AND NOT abort_requested
 		RETURNING {task_columns}`)
 
 	qSettleTask = define(`UPDATE {schema}.tasks
 		SET status = $2, result = coalesce($3, result), error = coalesce($4, error),
 		    settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass),
 		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE id = $1
+		WHERE id = $1 AND conversation_id = $5
 		RETURNING {task_columns}`)
 
 	// A failure settles with its error in the error history, in the same
@@ -87,27 +87,27 @@ var (
 		    settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass),
 		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
 		    ` + fmt.Sprintf(historyAppend, 4, 5) + `
-		WHERE id = $1
+		WHERE id = $1 AND conversation_id = $6
 		RETURNING {task_columns}`)
 
 	qHoldTask = define(`UPDATE {schema}.tasks
 		SET status = $2, result = $3, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE id = $1
+		WHERE id = $1 AND conversation_id = $4
 		RETURNING {task_columns}`)
 
 	qWaitTask = define(`UPDATE {schema}.tasks
 		SET status = $2, phase = $3, state = $4, wait_policy = $5, wait_ids = $6,
 		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE id = $1
+		WHERE id = $1 AND conversation_id = $7
 		RETURNING {task_columns}`)
 
 	qWakeTask = define(`UPDATE {schema}.tasks SET status = $2, updated_at = now()
-		WHERE id = $1
+		WHERE id = $1 AND conversation_id = $3
 		RETURNING {task_columns}`)
 
 	qRecoverTask = define(`UPDATE {schema}.tasks
 		SET status = $2, attempt = attempt + 1, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE id = $1
+		WHERE id = $1 AND conversation_id = $3
 		RETURNING {task_columns}`)
 
 	qRecoverTasks = define(`UPDATE {schema}.tasks
@@ -154,30 +154,30 @@ func (s *Store) Announce(ctx context.Context, db DB, channel string, convs []str
 
 // CheckpointTask replaces phase and state of a running task held with token
 // and extends its lease. ErrNoRows means the write was fenced off.
-func (s *Store) CheckpointTask(ctx context.Context, db DB, id, token int64, phase string, state json.RawMessage, lease time.Duration) (arbortype.Task, error) {
-	return scanTask(db.QueryRow(ctx, s.sql[qCheckpointTask], id, token, phase, nullJSON(state), micros(lease)))
+func (s *Store) CheckpointTask(ctx context.Context, db DB, conv string, id, token int64, phase string, state json.RawMessage, lease time.Duration) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qCheckpointTask], id, token, phase, nullJSON(state), micros(lease), conv))
 }
 
 // HeartbeatTask extends the lease of a running task held with token.
 // ErrNoRows means the write was fenced off.
-func (s *Store) HeartbeatTask(ctx context.Context, db DB, id, token int64, lease time.Duration) (arbortype.Task, error) {
-	return scanTask(db.QueryRow(ctx, s.sql[qHeartbeatTask], id, token, micros(lease)))
+func (s *Store) HeartbeatTask(ctx context.Context, db DB, conv string, id, token int64, lease time.Duration) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qHeartbeatTask], id, token, micros(lease), conv))
 }
 
 // SettleTask moves a task to the settled status `to`, recording result and
 // error when they are not nil, and gives it the next settle sequence number.
-func (s *Store) SettleTask(ctx context.Context, db DB, id int64, to arbortype.Status, result json.RawMessage, taskErr *arbortype.TaskError) (arbortype.Task, error) {
+func (s *Store) SettleTask(ctx context.Context, db DB, conv string, id int64, to arbortype.Status, result json.RawMessage, taskErr *arbortype.TaskError) (arbortype.Task, error) {
 	errJSON, err := marshalError(taskErr)
 	if err != nil {
 		return arbortype.Task{}, err
 	}
-	return scanTask(db.QueryRow(ctx, s.sql[qSettleTask], id, string(to), nullJSON(result), nullJSON(errJSON)))
+	return scanTask(db.QueryRow(ctx, s.sql[qSettleTask], id, string(to), nullJSON(result), nullJSON(errJSON), conv))
 }
 
 // SettleFailedTask settles a task as failed (`to`) with taskErr as its
 // error, appended to its error history (the newest historyLimit entries
 // kept), in one statement.
-func (s *Store) SettleFailedTask(ctx context.Context, db DB, id int64, to arbortype.Status, taskErr *arbortype.TaskError, historyLimit int) (arbortype.Task, error) {
+func (s *Store) SettleFailedTask(ctx context.Context, db DB, conv string, id int64, to arbortype.Status, taskErr *arbortype.TaskError, historyLimit int) (arbortype.Task, error) {
 	errJSON, err := marshalError(taskErr)
 	if err != nil {
 		return arbortype.Task{}, err
@@ -186,30 +186,30 @@ func (s *Store) SettleFailedTask(ctx context.Context, db DB, id int64, to arbort
 	if err != nil {
 		return arbortype.Task{}, err
 	}
-	return scanTask(db.QueryRow(ctx, s.sql[qSettleFailedTask], id, string(to), nullJSON(errJSON), entry, historyLimit))
+	return scanTask(db.QueryRow(ctx, s.sql[qSettleFailedTask], id, string(to), nullJSON(errJSON), entry, historyLimit, conv))
 }
 
 // HoldTask moves a running task to `to` (completing), holding its result.
-func (s *Store) HoldTask(ctx context.Context, db DB, id int64, to arbortype.Status, result json.RawMessage) (arbortype.Task, error) {
-	return scanTask(db.QueryRow(ctx, s.sql[qHoldTask], id, string(to), nullJSON(result)))
+func (s *Store) HoldTask(ctx context.Context, db DB, conv string, id int64, to arbortype.Status, result json.RawMessage) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qHoldTask], id, string(to), nullJSON(result), conv))
 }
 
 // WaitTask parks a running task on its children with the given policy,
 // saving phase and state.
-func (s *Store) WaitTask(ctx context.Context, db DB, id int64, to arbortype.Status, phase string, state json.RawMessage, policy arbortype.WaitPolicy, childIDs []int64) (arbortype.Task, error) {
-	return scanTask(db.QueryRow(ctx, s.sql[qWaitTask], id, string(to), phase, nullJSON(state), string(policy), childIDs))
+func (s *Store) WaitTask(ctx context.Context, db DB, conv string, id int64, to arbortype.Status, phase string, state json.RawMessage, policy arbortype.WaitPolicy, childIDs []int64) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qWaitTask], id, string(to), phase, nullJSON(state), string(policy), childIDs, conv))
 }
 
 // WakeTask moves a waiting or sleeping task to `to` (pending). Its last
 // wait (policy and ids) and wake time stay recorded.
-func (s *Store) WakeTask(ctx context.Context, db DB, id int64, to arbortype.Status) (arbortype.Task, error) {
-	return scanTask(db.QueryRow(ctx, s.sql[qWakeTask], id, string(to)))
+func (s *Store) WakeTask(ctx context.Context, db DB, conv string, id int64, to arbortype.Status) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qWakeTask], id, string(to), conv))
 }
 
 // RecoverTask puts a running task whose holder died back to `to` (pending)
 // with attempt + 1.
-func (s *Store) RecoverTask(ctx context.Context, db DB, id int64, to arbortype.Status) (arbortype.Task, error) {
-	return scanTask(db.QueryRow(ctx, s.sql[qRecoverTask], id, string(to)))
+func (s *Store) RecoverTask(ctx context.Context, db DB, conv string, id int64, to arbortype.Status) (arbortype.Task, error) {
+	return scanTask(db.QueryRow(ctx, s.sql[qRecoverTask], id, string(to), conv))
 }
 
 // RecoverTasks puts the running tasks among ids back to `to` (pending) with

@@ -14,11 +14,11 @@ import (
 var (
 	qLockLiveSubtrees = define(`WITH RECURSIVE sub(id) AS (
 			SELECT id FROM {schema}.tasks
-			WHERE id = ANY($1) AND status IN ({live})
+			WHERE conversation_id = $2 AND id = ANY($1) AND status IN ({live})
 			UNION
-			SELECT t.id FROM {schema}.tasks t JOIN sub s ON t.owner_task_id = s.id
+			SELECT t.id FROM {schema}.tasks t JOIN sub s ON t.conversation_id = $2 AND t.owner_task_id = s.id
 			WHERE t.status IN ({live}) AND NOT t.background)
-		SELECT {task_columns} FROM {schema}.tasks WHERE id IN (SELECT id FROM sub)
+		SELECT {task_columns} FROM {schema}.tasks WHERE conversation_id = $2 AND id IN (SELECT id FROM sub)
 		ORDER BY id FOR NO KEY UPDATE`)
 
 	qLockLiveConversation = define(`SELECT {task_columns} FROM {schema}.tasks
@@ -38,8 +38,8 @@ var (
 // LockLiveSubtrees locks and returns each live task among rootIDs with all
 // its live descendants that are not background (a background child, and
 // everything under it, is left out), in ascending id order.
-func (s *Store) LockLiveSubtrees(ctx context.Context, db DB, rootIDs []int64) ([]arbortype.Task, error) {
-	return collectTasks(db.Query(ctx, s.sql[qLockLiveSubtrees], rootIDs))
+func (s *Store) LockLiveSubtrees(ctx context.Context, db DB, conv string, rootIDs []int64) ([]arbortype.Task, error) {
+	return collectTasks(db.Query(ctx, s.sql[qLockLiveSubtrees], rootIDs, conv))
 }
 
 // LockLiveConversationTasks locks and returns every live task of a

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/arborhq/arbor/internal/core"
@@ -123,6 +124,32 @@ type Config struct {
 	// (see TraceInjector; otelarbor.Middleware is one). Default: none, and
 	// tasks carry no trace context.
 	TraceInjector TraceInjector
+	// TransactionPooler says that the engine's pool reaches PostgreSQL
+	// through a pooler in transaction mode (PgBouncer's pool_mode =
+	// transaction), where a client connection is one server session only
+	// for the length of a transaction: session state does not last, and a
+	// LISTEN through it hears nothing. Everything arbor does but LISTEN
+	// works there. With it set, arbor LISTENs only on ListenPool; with no
+	// ListenPool, nothing of arbor LISTENs: the runner, the waker and
+	// Follow/AwaitSettled find news by their slow polls instead
+	// (machine.RunnerConfig.PollInterval, machine.WakerConfig.PollInterval,
+	// FollowPoll), and New logs a warning saying so. Either way the
+	// Waker's River client runs poll-only (River's own LISTEN cannot be
+	// moved to another pool). The pool must not use pgx's
+	// prepared-statement cache (its default) unless the pooler keeps
+	// prepared statements (PgBouncer 1.21+ with max_prepared_statements):
+	// set its ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeExec (or
+	// ...CacheDescribe, or default_query_exec_mode=exec in the URL); New
+	// warns about a pool that does not. See docs/scaling.md. Default false.
+	TransactionPooler bool
+	// ListenPool is the pool arbor's LISTEN connections come from, when
+	// they must not come from the engine's pool: behind a pooler in
+	// transaction mode, a pool of direct connections to the same database.
+	// A runner holds one of its connections while it runs, a Waker one,
+	// and an Engine one while anything follows a log or awaits a task.
+	// The caller owns it, as the engine's pool. Default nil: the engine's
+	// pool, or, with TransactionPooler, no LISTEN at all.
+	ListenPool *pgxpool.Pool
 	// Logger receives the engine's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -269,11 +296,36 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Engine, error) 
 	if err := migrations.Check(ctx, pool, cfg.Schema); err != nil {
 		return nil, fmt.Errorf("tasks.New: %w", err)
 	}
+	if cfg.ListenPool != nil {
+		// The notifications come from the engine's database: a ListenPool
+		// that reaches another would hear none of them.
+		if err := migrations.Check(ctx, cfg.ListenPool, cfg.Schema); err != nil {
+			return nil, fmt.Errorf("tasks.New: Config.ListenPool: %w", err)
+		}
+	}
 	c, err := core.New(pool, core.Config(*cfg))
 	if err != nil {
 		return nil, fmt.Errorf("tasks.New: %w", err)
 	}
+	if cfg.TransactionPooler {
+		warnPooler(ctx, pool, cfg)
+	}
 	return &Engine{core: c, hub: newHub(c)}, nil
+}
+
+// warnPooler logs what a configuration behind a transaction-mode pooler
+// gives up or risks: polling for lack of a ListenPool, and a pool whose
+// prepared-statement cache the pooler may not keep.
+func warnPooler(ctx context.Context, pool *pgxpool.Pool, cfg *Config) {
+	if cfg.ListenPool == nil {
+		cfg.Logger.WarnContext(ctx, "arbor: behind a transaction-mode pooler with no Config.ListenPool: nothing LISTENs; "+
+			"the runner, the waker and followers poll instead (news arrives within their poll intervals, not at once)")
+	}
+	if pool.Config().ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+		cfg.Logger.WarnContext(ctx, "arbor: behind a transaction-mode pooler the pool uses pgx's prepared-statement cache; "+
+			"unless the pooler keeps prepared statements (PgBouncer 1.21+ with max_prepared_statements) set "+
+			"ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeExec or default_query_exec_mode=exec in the URL")
+	}
 }
 
 // Config returns the engine's configuration, with defaults filled in.

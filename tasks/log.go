@@ -100,7 +100,9 @@ var errSettled = errors.New("settled")
 
 // AwaitSettled returns taskID once it has settled, within milliseconds of
 // the commit that settled it, from any process, following its
-// conversation's log (no busy polling); at once if it has already. ctx
+// conversation's log (no busy polling); at once if it has already. (Behind
+// a transaction-mode pooler with no Config.ListenPool it polls: within
+// FollowPoll.) ctx
 // bounds the wait. An unknown task is ErrNotFound.
 func (e *Engine) AwaitSettled(ctx context.Context, taskID int64) (arbortype.Task, error) {
 	t, err := e.Get(ctx, taskID)
@@ -154,16 +156,23 @@ func newHub(c *core.Engine) *hub { return &hub{core: c, subs: map[string]map[*su
 // commits after it is unheard.
 func (h *hub) subscribe(ctx context.Context, conv string) (*subscriber, error) {
 	s := &subscriber{conv: conv, news: make(chan struct{}, 1)}
+	pool := h.core.Listener()
 	h.mu.Lock()
 	if h.subs[conv] == nil {
 		h.subs[conv] = map[*subscriber]bool{}
 	}
 	h.subs[conv][s] = true
 	h.n++
+	if pool == nil {
+		// Behind a pooler with no ListenPool: nothing to LISTEN on, the
+		// follower polls (FollowPoll).
+		h.mu.Unlock()
+		return s, nil
+	}
 	if h.n == 1 {
 		lctx, cancel := context.WithCancel(context.Background())
 		h.cancel, h.done, h.ready = cancel, make(chan struct{}), make(chan struct{})
-		go h.listen(lctx, h.core.Pool, h.done, h.ready)
+		go h.listen(lctx, pool, h.done, h.ready)
 	}
 	ready := h.ready
 	h.mu.Unlock()

@@ -21,9 +21,9 @@ func TestBudgetCommand(t *testing.T) {
 		b.arbor(t, "budget", b.conv, "tokens", "300", "--task", "1", "--on-exhausted", "park").ok(t).stdout)
 
 	run := b.start(t, 4) // ask_approval, under the turn #1
-	_, err := b.engine.C.ReserveBudget(b.ctx, core.ReserveParams{TaskID: run.ID, Token: run.Token, Counter: "tokens", Amount: 120, Key: "k1", Spend: true})
+	_, err := b.engine.C.ReserveBudget(b.ctx, core.ReserveParams{ConversationID: b.conv, TaskID: run.ID, Token: run.Token, Counter: "tokens", Amount: 120, Key: "k1", Spend: true})
 	require.NoError(t, err)
-	_, err = b.engine.C.ReserveBudget(b.ctx, core.ReserveParams{TaskID: run.ID, Token: run.Token, Counter: "tokens", Amount: 30, Key: "k2"})
+	_, err = b.engine.C.ReserveBudget(b.ctx, core.ReserveParams{ConversationID: b.conv, TaskID: run.ID, Token: run.Token, Counter: "tokens", Amount: 30, Key: "k2"})
 	require.NoError(t, err)
 
 	out := b.arbor(t, "budget", b.conv).ok(t).stdout

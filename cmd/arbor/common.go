@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/arborhq/arbor/arbortype"
@@ -22,64 +23,125 @@ import (
 // dbFlags are the flags every command shares.
 type dbFlags struct {
 	url    string
+	direct string
 	schema string
 }
 
 func (f *dbFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "database-url", os.Getenv("ARBOR_DATABASE_URL"), "PostgreSQL URL (default $ARBOR_DATABASE_URL)")
+	fs.StringVar(&f.direct, "direct-url", os.Getenv("ARBOR_DIRECT_URL"),
+		"when --database-url goes through PgBouncer in transaction mode: a direct URL of the same database, for LISTEN and migrations (default $ARBOR_DIRECT_URL)")
 	fs.StringVar(&f.schema, "schema", migrations.SchemaDefault, "schema arbor's tables live in")
 }
 
-// connect opens a pool and checks that the database answers, with one clear
-// line when it does not.
-func (f *dbFlags) connect(ctx context.Context) (*pgxpool.Pool, error) {
+// pools are a command's connections: main on --database-url, and direct on
+// --direct-url when it was given (nil otherwise).
+type pools struct {
+	main, direct *pgxpool.Pool
+}
+
+// Close closes both.
+func (p *pools) Close() {
+	p.main.Close()
+	if p.direct != nil {
+		p.direct.Close()
+	}
+}
+
+// unpooled is the pool for what needs one server session across
+// transactions (the migrations' session advisory lock, LISTEN): the direct
+// one when there is one.
+func (p *pools) unpooled() *pgxpool.Pool {
+	if p.direct != nil {
+		return p.direct
+	}
+	return p.main
+}
+
+// config sets the engine configuration's pooler fields: with a direct URL,
+// the database URL is taken for a transaction-mode pooler's.
+func (p *pools) config(cfg *tasks.Config) *tasks.Config {
+	if p.direct != nil {
+		cfg.TransactionPooler, cfg.ListenPool = true, p.direct
+	}
+	return cfg
+}
+
+// connect opens the pools and checks that the database answers, with one
+// clear line when it does not. Unless the URL chooses a
+// default_query_exec_mode, statements go without pgx's prepared-statement
+// cache, which a PgBouncer in transaction mode (before 1.21) breaks and a
+// command that runs a few statements does not need.
+func (f *dbFlags) connect(ctx context.Context) (*pools, error) {
 	if f.url == "" {
 		return nil, errors.New("no database: pass --database-url or set ARBOR_DATABASE_URL")
 	}
 	if err := migrations.ValidateSchema(f.schema); err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.New(ctx, f.url)
+	main, err := openPool(ctx, f.url, "database URL")
 	if err != nil {
-		return nil, fmt.Errorf("database URL: %w", err)
+		return nil, err
+	}
+	p := &pools{main: main}
+	if f.direct != "" {
+		if p.direct, err = openPool(ctx, f.direct, "direct URL"); err != nil {
+			main.Close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func openPool(ctx context.Context, url, what string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if !strings.Contains(url, "default_query_exec_mode") {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot reach the database: %w", err)
+		return nil, fmt.Errorf("cannot reach the database (%s): %w", what, err)
 	}
 	return pool, nil
 }
 
-// conn is an engine on a pool of the command's own, closed by Close.
+// conn is an engine on pools of the command's own, closed by Close.
 type conn struct {
 	*tasks.Engine
-	pool *pgxpool.Pool
+	pools *pools
 }
 
-// Close closes the pool.
-func (c *conn) Close() { c.pool.Close() }
+// Close closes the pools.
+func (c *conn) Close() { c.pools.Close() }
 
 // engine connects and opens an engine on the schema. A schema that is not
 // at this build's version is reported by the migrations' own one-line
 // message, which says what to run, without the engine's prefix. The caller
 // closes it.
 func (f *dbFlags) engine(ctx context.Context) (*conn, error) {
-	pool, err := f.connect(ctx)
+	p, err := f.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: f.schema})
+	engine, err := tasks.New(ctx, p.main, p.config(&tasks.Config{Schema: f.schema}))
 	if err != nil {
-		pool.Close()
+		p.Close()
 		var ve *migrations.VersionError
 		if errors.As(err, &ve) {
 			return nil, ve
 		}
 		return nil, err
 	}
-	return &conn{Engine: engine, pool: pool}, nil
+	return &conn{Engine: engine, pools: p}, nil
 }
 
 func newFlagSet(name, help string, stderr io.Writer) *flag.FlagSet {

@@ -50,19 +50,19 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if _, err := parseArgs(fs, args, 0, 0, ""); err != nil {
 		return err
 	}
-	pool, err := db.connect(ctx)
+	pools, err := db.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	m, err := migrations.New(pool, db.schema, nil)
+	defer pools.Close()
+	m, err := migrations.New(pools.unpooled(), db.schema, nil)
 	if err != nil {
 		return err
 	}
 	if _, err := m.Up(ctx); err != nil {
 		return err
 	}
-	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: db.schema})
+	engine, err := tasks.New(ctx, pools.main, pools.config(&tasks.Config{Schema: db.schema}))
 	if err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	d := &demo{ctx: ctx, e: engine, out: stdout, errOut: stderr, conv: fmt.Sprintf("demo-%d", time.Now().UnixNano()),
-		exe: exe, dbArgs: []string{"--database-url", db.url, "--schema", db.schema}, start: time.Now()}
+		exe: exe, dbArgs: []string{"--database-url", db.url, "--direct-url", db.direct, "--schema", db.schema}, start: time.Now()}
 	defer d.stopWorkers()
 	return d.run()
 }

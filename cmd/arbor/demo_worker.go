@@ -36,13 +36,13 @@ func cmdDemoWorker(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *node == "" {
 		return fmt.Errorf("demo-worker: --node is required")
 	}
-	pool, err := db.connect(ctx)
+	pools, err := db.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer pools.Close()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: db.schema, TaskLease: demoLease, Logger: logger})
+	engine, err := tasks.New(ctx, pools.main, pools.config(&tasks.Config{Schema: db.schema, TaskLease: demoLease, Logger: logger}))
 	if err != nil {
 		return err
 	}

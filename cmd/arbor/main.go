@@ -90,8 +90,10 @@ Usage:
   arbor demo-worker --node NAME          the demo's worker process (arbor demo starts it)
 
 Every command takes --database-url (default $ARBOR_DATABASE_URL) and
---schema (default "arbor"). Run "arbor COMMAND --help" for its flags and an
-example.
+--schema (default "arbor"). Through PgBouncer in transaction mode, add
+--direct-url (default $ARBOR_DIRECT_URL), a direct URL of the same database,
+on which migrate runs and log --follow and the demo LISTEN (docs/scaling.md).
+Run "arbor COMMAND --help" for its flags and an example.
 `
 
 type command func(ctx context.Context, args []string, stdout, stderr io.Writer) error

@@ -42,12 +42,13 @@ func cmdMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case len(pos) > 1:
 		return fmt.Errorf("migrate %s: unexpected argument %q", verb, pos[1])
 	}
-	pool, err := db.connect(ctx)
+	pools, err := db.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	m, err := migrations.New(pool, db.schema, nil)
+	defer pools.Close()
+	// The migrator holds a session advisory lock: not through a pooler.
+	m, err := migrations.New(pools.unpooled(), db.schema, nil)
 	if err != nil {
 		return err
 	}

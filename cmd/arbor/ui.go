@@ -53,7 +53,7 @@ func cmdUI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		m, err := migrations.New(pool, db.schema, nil)
+		m, err := migrations.New(pool.unpooled(), db.schema, nil)
 		if err == nil {
 			_, err = m.Up(ctx)
 		}

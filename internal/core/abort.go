@@ -38,7 +38,7 @@ func (e *Engine) AbortWhy(ctx context.Context, tx pgx.Tx, taskID int64, reason s
 	if t.Status.Settled() {
 		return AbortReport{}, errorf("abort", taskID, transitionError(taskID, t.Status, fsm.Abort))
 	}
-	nodes, err := e.abortSubtreesWhy(ctx, tx, []int64{taskID}, why)
+	nodes, err := e.abortSubtreesWhy(ctx, tx, t.ConversationID, []int64{taskID}, why)
 	if err != nil {
 		return AbortReport{}, errorf("abort", taskID, err)
 	}

@@ -247,9 +247,11 @@ func (e *Engine) ApplyCreateBudgets(ctx context.Context, tx pgx.Tx, ps []CreateP
 
 // ReserveParams describe a reservation (or, with Spend, a spend) of a run.
 type ReserveParams struct {
-	TaskID, Token int64
-	Counter       string
-	Amount        int64
+	// ConversationID is the task's conversation (the run's).
+	ConversationID string
+	TaskID, Token  int64
+	Counter        string
+	Amount         int64
 	// Key makes the reservation idempotent per task (a run's own key: a
 	// write retried after a lost commit answer is the same reservation).
 	Key string
@@ -309,7 +311,7 @@ func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conver
 		}
 		held = t
 	}
-	rt, err := e.Store.RunTask(ctx, tx, p.TaskID)
+	rt, err := e.Store.RunTask(ctx, tx, p.ConversationID, p.TaskID)
 	if store.IsNoRows(err) {
 		return ReserveResult{}, ErrNotFound
 	}
@@ -530,15 +532,8 @@ func (e *Engine) closeReservation(ctx context.Context, tx pgx.Tx, r store.Reserv
 // spent already); one recorded with another actual ErrInvalidArgument.
 // Recording does not need the run to hold its task still: the reservation
 // is what is fenced (closed once).
-func (e *Engine) RecordBudget(ctx context.Context, tx pgx.Tx, taskID, id, actual int64) (store.ReservationRow, error) {
+func (e *Engine) RecordBudget(ctx context.Context, tx pgx.Tx, conv string, taskID, id, actual int64) (store.ReservationRow, error) {
 	if err := checkAmount("actual", actual); err != nil {
-		return store.ReservationRow{}, errorf("record", taskID, err)
-	}
-	conv, err := e.Store.TaskConversation(ctx, tx, taskID)
-	if store.IsNoRows(err) {
-		return store.ReservationRow{}, errorf("record", taskID, ErrNotFound)
-	}
-	if err != nil {
 		return store.ReservationRow{}, errorf("record", taskID, err)
 	}
 	r, err := e.Store.ReservationByID(ctx, tx, conv, id)

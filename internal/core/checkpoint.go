@@ -14,7 +14,7 @@ import (
 
 // Checkpoint replaces a running task's phase and state and extends its task
 // lease, fenced by token (see machine.Run.Checkpoint).
-func (e *Engine) Checkpoint(ctx context.Context, tx pgx.Tx, taskID, token int64, phase string, state json.RawMessage) (Task, error) {
+func (e *Engine) Checkpoint(ctx context.Context, tx pgx.Tx, conv string, taskID, token int64, phase string, state json.RawMessage) (Task, error) {
 	if err := checkText("phase", phase, false); err != nil {
 		return Task{}, fmt.Errorf("checkpoint task %d: %w", taskID, err)
 	}
@@ -24,7 +24,7 @@ func (e *Engine) Checkpoint(ctx context.Context, tx pgx.Tx, taskID, token int64,
 	if _, err := fsm.Transition(arbortype.StatusRunning, fsm.Checkpoint); err != nil {
 		return Task{}, err
 	}
-	task, err := e.Store.CheckpointTask(ctx, tx, taskID, token, phase, state, e.Cfg.TaskLease)
+	task, err := e.Store.CheckpointTask(ctx, tx, conv, taskID, token, phase, state, e.Cfg.TaskLease)
 	if err == nil {
 		return task, nil
 	}
@@ -33,8 +33,8 @@ func (e *Engine) Checkpoint(ctx context.Context, tx pgx.Tx, taskID, token int64,
 
 // Heartbeat extends a running task's lease by Config.LeaseDuration. It is
 // fenced like Checkpoint.
-func (e *Engine) Heartbeat(ctx context.Context, tx pgx.Tx, taskID, token int64) (Task, error) {
-	task, err := e.Store.HeartbeatTask(ctx, tx, taskID, token, e.Cfg.TaskLease)
+func (e *Engine) Heartbeat(ctx context.Context, tx pgx.Tx, conv string, taskID, token int64) (Task, error) {
+	task, err := e.Store.HeartbeatTask(ctx, tx, conv, taskID, token, e.Cfg.TaskLease)
 	if err != nil {
 		return Task{}, errorf("heartbeat", taskID, e.fencedOff(ctx, tx, taskID, token, err))
 	}

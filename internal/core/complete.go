@@ -23,7 +23,7 @@ func (e *Engine) Complete(ctx context.Context, tx pgx.Tx, taskID, token int64, r
 	if err := checkHolder(t, token); err != nil {
 		return Task{}, errorf("complete", taskID, err)
 	}
-	live, err := e.Store.HasLiveForegroundChildren(ctx, tx, t.ID)
+	live, err := e.Store.HasLiveForegroundChildren(ctx, tx, t.ConversationID, t.ID)
 	if err != nil {
 		return Task{}, errorf("complete", taskID, err)
 	}
@@ -32,7 +32,7 @@ func (e *Engine) Complete(ctx context.Context, tx pgx.Tx, taskID, token int64, r
 		if err != nil {
 			return Task{}, errorf("complete", taskID, transitionError(taskID, t.Status, fsm.Hold))
 		}
-		held, err := e.Store.HoldTask(ctx, tx, t.ID, to, result)
+		held, err := e.Store.HoldTask(ctx, tx, t.ConversationID, t.ID, to, result)
 		if err != nil {
 			return Task{}, errorf("complete", taskID, mapDBError(err))
 		}

@@ -118,7 +118,7 @@ func (e *Engine) Create(ctx context.Context, tx pgx.Tx, p CreateParams) (Task, b
 		}
 	}
 	if p.OwnerID != 0 {
-		owner, err := e.Store.LockTask(ctx, tx, p.OwnerID)
+		owner, err := e.Store.LockTask(ctx, tx, p.ConversationID, p.OwnerID)
 		if err != nil {
 			return Task{}, false, fmt.Errorf("create task: owner %d: %w", p.OwnerID, err)
 		}

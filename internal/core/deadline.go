@@ -54,7 +54,7 @@ func (e *Engine) expireLocked(ctx context.Context, tx pgx.Tx, t Task, te *TaskEr
 	if err := e.dropWakeJobs(ctx, tx, t); err != nil {
 		return err
 	}
-	settled, err := e.Store.SettleFailedTask(ctx, tx, t.ID, to, te, e.Cfg.ErrorHistoryLimit)
+	settled, err := e.Store.SettleFailedTask(ctx, tx, t.ConversationID, t.ID, to, te, e.Cfg.ErrorHistoryLimit)
 	if err != nil {
 		return mapDBError(err)
 	}

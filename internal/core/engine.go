@@ -38,6 +38,8 @@ type Config struct {
 	PruneBatch           int
 	PruneInterval        time.Duration
 	TraceInjector        arbortype.TraceInjector
+	TransactionPooler    bool
+	ListenPool           *pgxpool.Pool
 	Logger               *slog.Logger
 }
 
@@ -48,6 +50,21 @@ func (e *Engine) Trace(ctx context.Context) map[string]string {
 		return nil
 	}
 	return e.Cfg.TraceInjector.InjectTrace(ctx)
+}
+
+// Listener returns the pool arbor's LISTEN connections come from: the
+// configured ListenPool, else the engine's pool, or nil behind a pooler in
+// transaction mode with no ListenPool, where nothing may LISTEN (a LISTEN
+// through it would hear nothing) and the listeners poll instead.
+func (e *Engine) Listener() *pgxpool.Pool {
+	switch {
+	case e.Cfg.ListenPool != nil:
+		return e.Cfg.ListenPool
+	case e.Cfg.TransactionPooler:
+		return nil
+	default:
+		return e.Pool
+	}
 }
 
 // maxTextBytes bounds conversation ids, kinds, phases, codes and

@@ -101,14 +101,20 @@ func (e *Engine) Emit(ctx context.Context, tx pgx.Tx, p EmitParams) (Emitted, er
 	}
 	var target Task
 	if p.TaskID != 0 {
-		t, err := e.Store.LockTask(ctx, tx, p.TaskID)
+		t, err := e.Store.LockTask(ctx, tx, p.ConversationID, p.TaskID)
 		switch {
 		case store.IsNoRows(err):
+			// Not a task of the conversation: of another one, or none.
+			other, oerr := e.Store.TaskConversation(ctx, tx, p.TaskID)
+			switch {
+			case oerr == nil:
+				return Emitted{}, fmt.Errorf("%s: task %d is in conversation %q: %w", what, p.TaskID, other, ErrForeignTask)
+			case !store.IsNoRows(oerr):
+				return Emitted{}, fmt.Errorf("%s: %w", what, oerr)
+			}
 			return Emitted{}, fmt.Errorf("%s: task %d: %w", what, p.TaskID, ErrNotFound)
 		case err != nil:
 			return Emitted{}, fmt.Errorf("%s: %w", what, err)
-		case t.ConversationID != p.ConversationID:
-			return Emitted{}, fmt.Errorf("%s: task %d is in conversation %q: %w", what, p.TaskID, t.ConversationID, ErrForeignTask)
 		case t.Status.Settled():
 			return Emitted{}, fmt.Errorf("%s: task %d is %s: %w", what, p.TaskID, t.Status, ErrSettled)
 		}
@@ -167,7 +173,7 @@ func (e *Engine) deliverLocked(ctx context.Context, tx pgx.Tx, t Task, ev *store
 	}
 	d := arbortype.Delivered{Name: t.AwaitName, TimedOut: ev == nil}
 	if ev != nil {
-		if err := e.Store.MarkDelivered(ctx, tx, ev.ID, t.ID); err != nil {
+		if err := e.Store.MarkDelivered(ctx, tx, ev.ConversationID, ev.ID, t.ID); err != nil {
 			return Task{}, mapDBError(err)
 		}
 		at := ev.EmittedAt
@@ -177,7 +183,7 @@ func (e *Engine) deliverLocked(ctx context.Context, tx pgx.Tx, t Task, ev *store
 	if err != nil {
 		return Task{}, err
 	}
-	woken, err := e.Store.DeliverTask(ctx, tx, t.ID, to, raw)
+	woken, err := e.Store.DeliverTask(ctx, tx, t.ConversationID, t.ID, to, raw)
 	if err != nil {
 		return Task{}, mapDBError(err)
 	}
@@ -251,7 +257,7 @@ func (e *Engine) AwaitEvent(ctx context.Context, tx pgx.Tx, taskID, token int64,
 			return AwaitResult{}, errorf("await", taskID, err)
 		}
 	}
-	parked, err := e.Store.AwaitTask(ctx, tx, taskID, to, p.Phase, p.State, p.Name, awaitToken, wakeAt, jobID)
+	parked, err := e.Store.AwaitTask(ctx, tx, t.ConversationID, taskID, to, p.Phase, p.State, p.Name, awaitToken, wakeAt, jobID)
 	if err != nil {
 		return AwaitResult{}, errorf("await", taskID, mapDBError(err))
 	}

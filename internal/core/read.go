@@ -49,10 +49,11 @@ func (e *Engine) GetMany(ctx context.Context, db store.DB, taskIDs []int64) ([]T
 // and settled) in ascending id order. ErrNotFound when the task does not
 // exist.
 func (e *Engine) Children(ctx context.Context, db store.DB, taskID int64) ([]Task, error) {
-	if _, err := e.Get(ctx, db, taskID); err != nil {
+	t, err := e.Get(ctx, db, taskID)
+	if err != nil {
 		return nil, err
 	}
-	kids, err := e.Store.Children(ctx, db, taskID)
+	kids, err := e.Store.Children(ctx, db, t.ConversationID, taskID)
 	if err != nil {
 		return nil, errorf("read the children of", taskID, err)
 	}

@@ -80,8 +80,8 @@ func (e *Engine) ForceFail(ctx context.Context, tx pgx.Tx, taskID int64, taskErr
 // applies it (fail_fast aborts, wake). It reports whether the task woke.
 // Every settle applies waits in its own transaction, so this finds nothing
 // to do unless a wait was written by something other than the engine.
-func (e *Engine) RepairWait(ctx context.Context, tx pgx.Tx, taskID int64) (bool, error) {
-	t, err := e.Store.LockTask(ctx, tx, taskID)
+func (e *Engine) RepairWait(ctx context.Context, tx pgx.Tx, conv string, taskID int64) (bool, error) {
+	t, err := e.Store.LockTask(ctx, tx, conv, taskID)
 	if err != nil {
 		return false, errorf("repair wait", taskID, mapNotFound(err))
 	}
@@ -97,15 +97,15 @@ func (e *Engine) RepairWait(ctx context.Context, tx pgx.Tx, taskID int64) (bool,
 
 // RepairCompleting completes a completing task whose foreground children
 // are all settled (and reconciles its owner). It reports whether it did.
-func (e *Engine) RepairCompleting(ctx context.Context, tx pgx.Tx, taskID int64) (bool, error) {
-	t, err := e.Store.LockTask(ctx, tx, taskID)
+func (e *Engine) RepairCompleting(ctx context.Context, tx pgx.Tx, conv string, taskID int64) (bool, error) {
+	t, err := e.Store.LockTask(ctx, tx, conv, taskID)
 	if err != nil {
 		return false, errorf("repair completing", taskID, mapNotFound(err))
 	}
 	if t.Status != arbortype.StatusCompleting {
 		return false, nil
 	}
-	live, err := e.Store.HasLiveForegroundChildren(ctx, tx, taskID)
+	live, err := e.Store.HasLiveForegroundChildren(ctx, tx, conv, taskID)
 	if err != nil || live {
 		return false, err
 	}

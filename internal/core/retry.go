@@ -110,7 +110,7 @@ func (e *Engine) retryIfAllowed(ctx context.Context, tx pgx.Tx, t Task, fromRunn
 	if err != nil {
 		return Task{}, false, err
 	}
-	parked, err := e.Store.RetryTask(ctx, tx, t.ID, to, recorded, wakeAt, e.Cfg.ErrorHistoryLimit, jobID)
+	parked, err := e.Store.RetryTask(ctx, tx, t.ConversationID, t.ID, to, recorded, wakeAt, e.Cfg.ErrorHistoryLimit, jobID)
 	if err != nil {
 		return Task{}, false, mapDBError(err)
 	}

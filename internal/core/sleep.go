@@ -140,7 +140,7 @@ func (e *Engine) SleepUntil(ctx context.Context, tx pgx.Tx, taskID, token int64,
 	if err != nil {
 		return Task{}, errorf("sleep", taskID, err)
 	}
-	slept, err := e.Store.SleepTask(ctx, tx, taskID, to, phase, state, wakeAt, jobID)
+	slept, err := e.Store.SleepTask(ctx, tx, t.ConversationID, taskID, to, phase, state, wakeAt, jobID)
 	if err != nil {
 		return Task{}, errorf("sleep", taskID, mapDBError(err))
 	}
@@ -263,7 +263,7 @@ func (e *Engine) wakeLocked(ctx context.Context, tx pgx.Tx, t Task) (Task, error
 	if err := e.dropWakeJobs(ctx, tx, t); err != nil {
 		return Task{}, err
 	}
-	woken, err := e.Store.WakeTask(ctx, tx, t.ID, to)
+	woken, err := e.Store.WakeTask(ctx, tx, t.ConversationID, t.ID, to)
 	if err != nil {
 		return Task{}, mapDBError(err)
 	}

@@ -20,13 +20,14 @@ import (
 // lockConversationOf locks the conversation of taskID and then the task
 // itself: the first two locks of every multi-task operation.
 func (e *Engine) lockConversationOf(ctx context.Context, tx pgx.Tx, taskID int64) (Task, error) {
-	if _, err := e.Store.LockConversationOfTask(ctx, tx, taskID); err != nil {
+	c, err := e.Store.LockConversationOfTask(ctx, tx, taskID)
+	if err != nil {
 		if store.IsNoRows(err) {
 			return Task{}, ErrNotFound
 		}
 		return Task{}, err
 	}
-	return e.Store.LockTask(ctx, tx, taskID)
+	return e.Store.LockTask(ctx, tx, c.ID, taskID)
 }
 
 // settle moves the locked, live task t to its settled status through event,
@@ -39,7 +40,7 @@ func (e *Engine) settle(ctx context.Context, tx pgx.Tx, t Task, event fsm.Event,
 	if err := e.dropWakeJobs(ctx, tx, t); err != nil {
 		return Task{}, err
 	}
-	settled, err := e.Store.SettleTask(ctx, tx, t.ID, to, result, taskErr)
+	settled, err := e.Store.SettleTask(ctx, tx, t.ConversationID, t.ID, to, result, taskErr)
 	if err != nil {
 		return Task{}, mapDBError(err)
 	}
@@ -60,7 +61,7 @@ func (e *Engine) settleFailed(ctx context.Context, tx pgx.Tx, t Task, taskErr *T
 	if err := e.dropWakeJobs(ctx, tx, t); err != nil {
 		return Task{}, err
 	}
-	settled, err := e.Store.SettleFailedTask(ctx, tx, t.ID, to, taskErr, e.Cfg.ErrorHistoryLimit)
+	settled, err := e.Store.SettleFailedTask(ctx, tx, t.ConversationID, t.ID, to, taskErr, e.Cfg.ErrorHistoryLimit)
 	if err != nil {
 		return Task{}, mapDBError(err)
 	}
@@ -79,7 +80,7 @@ func (e *Engine) settleFailed(ctx context.Context, tx pgx.Tx, t Task, taskErr *T
 //     completed, and its own owner is reconciled in turn.
 func (e *Engine) reconcileOwner(ctx context.Context, tx pgx.Tx, child Task) error {
 	for child.OwnerID != 0 {
-		owner, err := e.Store.LockTask(ctx, tx, child.OwnerID)
+		owner, err := e.Store.LockTask(ctx, tx, child.ConversationID, child.OwnerID)
 		if err != nil {
 			return err
 		}
@@ -94,7 +95,7 @@ func (e *Engine) reconcileOwner(ctx context.Context, tx pgx.Tx, child Task) erro
 			if child.Background {
 				return nil
 			}
-			live, err := e.Store.HasLiveForegroundChildren(ctx, tx, owner.ID)
+			live, err := e.Store.HasLiveForegroundChildren(ctx, tx, owner.ConversationID, owner.ID)
 			if err != nil || live {
 				return err
 			}
@@ -102,7 +103,7 @@ func (e *Engine) reconcileOwner(ctx context.Context, tx pgx.Tx, child Task) erro
 			if err != nil {
 				return err
 			}
-			if child, err = e.Store.SettleTask(ctx, tx, owner.ID, to, nil, nil); err != nil {
+			if child, err = e.Store.SettleTask(ctx, tx, owner.ConversationID, owner.ID, to, nil, nil); err != nil {
 				return mapDBError(err)
 			}
 		default:
@@ -160,7 +161,7 @@ func (e *Engine) applyWait(ctx context.Context, tx pgx.Tx, owner Task, settled *
 	if settled != nil {
 		tripped = owner.WaitPolicy == FailFast && settled.Status != arbortype.StatusCompleted
 		if !tripped {
-			live, err := e.Store.HasLiveWaitedChildren(ctx, tx, owner.ID, owner.WaitIDs)
+			live, err := e.Store.HasLiveWaitedChildren(ctx, tx, owner.ConversationID, owner.ID, owner.WaitIDs)
 			if err != nil || live {
 				return false, err
 			}
@@ -178,7 +179,7 @@ func (e *Engine) applyWait(ctx context.Context, tx pgx.Tx, owner Task, settled *
 	}
 	if tripped {
 		// LockLiveSubtrees takes the live ones among the waited ids.
-		if _, err := e.abortSubtrees(ctx, tx, owner.WaitIDs); err != nil {
+		if _, err := e.abortSubtrees(ctx, tx, owner.ConversationID, owner.WaitIDs); err != nil {
 			return false, err
 		}
 	}
@@ -186,7 +187,7 @@ func (e *Engine) applyWait(ctx context.Context, tx pgx.Tx, owner Task, settled *
 	if err != nil {
 		return false, err
 	}
-	if _, err := e.Store.WakeTask(ctx, tx, owner.ID, to); err != nil {
+	if _, err := e.Store.WakeTask(ctx, tx, owner.ConversationID, owner.ID, to); err != nil {
 		return false, mapDBError(err)
 	}
 	return true, nil
@@ -199,14 +200,14 @@ func (e *Engine) applyWait(ctx context.Context, tx pgx.Tx, owner Task, settled *
 // Owners outside the subtrees are not reconciled: the caller does that for
 // the roots it aborted. It returns the tasks it settled, roots included,
 // with their new statuses.
-func (e *Engine) abortSubtrees(ctx context.Context, tx pgx.Tx, rootIDs []int64) ([]Task, error) {
-	return e.abortSubtreesWhy(ctx, tx, rootIDs, nil)
+func (e *Engine) abortSubtrees(ctx context.Context, tx pgx.Tx, conv string, rootIDs []int64) ([]Task, error) {
+	return e.abortSubtreesWhy(ctx, tx, conv, rootIDs, nil)
 }
 
 // abortSubtreesWhy is abortSubtrees recording why on the roots (nil:
 // nothing).
-func (e *Engine) abortSubtreesWhy(ctx context.Context, tx pgx.Tx, rootIDs []int64, why *TaskError) ([]Task, error) {
-	nodes, err := e.Store.LockLiveSubtrees(ctx, tx, rootIDs)
+func (e *Engine) abortSubtreesWhy(ctx context.Context, tx pgx.Tx, conv string, rootIDs []int64, why *TaskError) ([]Task, error) {
+	nodes, err := e.Store.LockLiveSubtrees(ctx, tx, conv, rootIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +251,7 @@ func (e *Engine) abortLockedWhy(ctx context.Context, tx pgx.Tx, nodes []Task, ro
 // abortForegroundChildren aborts the live foreground children of t, each
 // with its subtree; t itself is not touched.
 func (e *Engine) abortForegroundChildren(ctx context.Context, tx pgx.Tx, t Task) error {
-	children, err := e.Store.LiveChildren(ctx, tx, t.ID)
+	children, err := e.Store.LiveChildren(ctx, tx, t.ConversationID, t.ID)
 	if err != nil {
 		return err
 	}
@@ -263,7 +264,7 @@ func (e *Engine) abortForegroundChildren(ctx context.Context, tx pgx.Tx, t Task)
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err = e.abortSubtrees(ctx, tx, ids)
+	_, err = e.abortSubtrees(ctx, tx, t.ConversationID, ids)
 	return err
 }
 

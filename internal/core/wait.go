@@ -87,7 +87,7 @@ func (e *Engine) WaitForChildren(ctx context.Context, tx pgx.Tx, taskID, token i
 
 	out := evaluateWait(p.Policy, children)
 	if out.failFastBy != 0 && len(out.live) > 0 {
-		if _, err := e.abortSubtrees(ctx, tx, out.live); err != nil {
+		if _, err := e.abortSubtrees(ctx, tx, t.ConversationID, out.live); err != nil {
 			return WaitResult{}, errorf("wait", taskID, err)
 		}
 	}
@@ -95,7 +95,7 @@ func (e *Engine) WaitForChildren(ctx context.Context, tx pgx.Tx, taskID, token i
 	if err != nil {
 		return WaitResult{}, errorf("wait", taskID, transitionError(taskID, t.Status, fsm.Wait))
 	}
-	parked, err := e.Store.WaitTask(ctx, tx, taskID, to, p.Phase, p.State, p.Policy, ids)
+	parked, err := e.Store.WaitTask(ctx, tx, t.ConversationID, taskID, to, p.Phase, p.State, p.Policy, ids)
 	if err != nil {
 		return WaitResult{}, errorf("wait", taskID, mapDBError(err))
 	}

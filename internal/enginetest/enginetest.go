@@ -117,11 +117,21 @@ func (e *Engine) Claim(ctx context.Context, conv string, limit int) ([]arbortype
 }
 
 func (e *Engine) Checkpoint(ctx context.Context, taskID, token int64, phase string, state json.RawMessage) (arbortype.Task, error) {
-	return tx(ctx, e, func(tx pgx.Tx) (arbortype.Task, error) { return e.C.Checkpoint(ctx, tx, taskID, token, phase, state) })
+	conv, err := e.conversationOf(ctx, taskID)
+	if err != nil {
+		return arbortype.Task{}, err
+	}
+	return tx(ctx, e, func(tx pgx.Tx) (arbortype.Task, error) {
+		return e.C.Checkpoint(ctx, tx, conv, taskID, token, phase, state)
+	})
 }
 
 func (e *Engine) Heartbeat(ctx context.Context, taskID, token int64) (arbortype.Task, error) {
-	return tx(ctx, e, func(tx pgx.Tx) (arbortype.Task, error) { return e.C.Heartbeat(ctx, tx, taskID, token) })
+	conv, err := e.conversationOf(ctx, taskID)
+	if err != nil {
+		return arbortype.Task{}, err
+	}
+	return tx(ctx, e, func(tx pgx.Tx) (arbortype.Task, error) { return e.C.Heartbeat(ctx, tx, conv, taskID, token) })
 }
 
 func (e *Engine) Complete(ctx context.Context, taskID, token int64, result json.RawMessage) (arbortype.Task, error) {
