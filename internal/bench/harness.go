@@ -230,6 +230,9 @@ type Scenario struct {
 	Goal string
 	// Sizes are the default and the --quick sizes, as specs ParseSize reads.
 	Sizes, QuickSizes []string
+	// Unit names what a size's Tasks count, in the table's headings
+	// (tasks/s, µs/task, per task). Default "task".
+	Unit string
 	// SizeForm documents the spec form, for --help and errors.
 	SizeForm  string
 	ParseSize func(spec string) (Size, error)
