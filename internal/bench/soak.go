@@ -207,14 +207,20 @@ func Soak(ctx context.Context, opts SoakOptions) (*SoakReport, error) {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
 	rep := &SoakReport{Machine: mach, StartedAt: started.UTC(), Options: soakReportOptions(o)}
+	var naptime int64
+	if err := env.Pool.QueryRow(ctx, `SELECT current_setting('autovacuum'), setting::bigint FROM pg_settings WHERE name = 'autovacuum_naptime'`).
+		Scan(&rep.Autovacuum, &naptime); err != nil {
+		return nil, fmt.Errorf("soak: read the autovacuum settings: %w", err)
+	}
+	rep.AutovacuumNaptime = time.Duration(naptime) * time.Second
 	printSoakHeader(o.Out, rep)
 
-	schema, drop, err := newSchema(ctx, env.Pool)
+	schema, drop, err := newSchemaNamed(ctx, env.Pool, "arbor_soak")
 	if err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
 	defer drop()
-	env.Schema = schema
+	env.Schema, rep.Schema = schema, schema
 
 	// The sampler reads through a pool of its own, outside the statement
 	// counter: the counts are the workload's.
@@ -307,7 +313,7 @@ func Soak(ctx context.Context, opts SoakOptions) (*SoakReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
-	rep.Verdict = soakVerdict(rep.Samples[firstSteady], rep.Samples[len(rep.Samples)-1], rep.End)
+	rep.Verdict = soakVerdict(rep.Samples, firstSteady, rep.AutovacuumNaptime, rep.End)
 	rep.Flat = rep.Verdict.Flat
 	rep.Elapsed = time.Since(started)
 	rep.PeakRSSBytes = peakRSS()

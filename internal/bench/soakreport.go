@@ -43,12 +43,17 @@ type SoakReport struct {
 	Machine   Machine           `json:"machine"`
 	Options   SoakReportOptions `json:"options"`
 	StartedAt time.Time         `json:"started_at"`
-	Elapsed   time.Duration     `json:"elapsed_ns"`
-	Samples   []SoakSample      `json:"samples"`
-	Steady    SoakSteady        `json:"steady"`
-	End       SoakEnd           `json:"end"`
-	Verdict   SoakVerdictResult `json:"verdict"`
-	Flat      bool              `json:"flat"`
+	// Schema is the soak's schema (dropped when Soak returns).
+	Schema  string            `json:"schema"`
+	Elapsed time.Duration     `json:"elapsed_ns"`
+	Samples []SoakSample      `json:"samples"`
+	Steady  SoakSteady        `json:"steady"`
+	End     SoakEnd           `json:"end"`
+	Verdict SoakVerdictResult `json:"verdict"`
+	Flat    bool              `json:"flat"`
+	// Autovacuum and AutovacuumNaptime are the server's settings.
+	Autovacuum        string        `json:"autovacuum"`
+	AutovacuumNaptime time.Duration `json:"autovacuum_naptime_ns"`
 	// PeakRSSBytes is the harness process's peak resident memory.
 	PeakRSSBytes int64 `json:"peak_rss_bytes"`
 }
@@ -182,10 +187,13 @@ type SoakEnd struct {
 // warm-up.
 type SoakVerdictResult struct {
 	// First and Last are the indexes of the samples compared.
-	First  int         `json:"first_index"`
-	Last   int         `json:"last_index"`
-	Checks []SoakCheck `json:"checks"`
-	Flat   bool        `json:"flat"`
+	First int `json:"first_index"`
+	Last  int `json:"last_index"`
+	// DeadWindow is the intervals of each window whose dead tuples' peaks
+	// are compared.
+	DeadWindow int         `json:"dead_window"`
+	Checks     []SoakCheck `json:"checks"`
+	Flat       bool        `json:"flat"`
 }
 
 // SoakCheck is one line of the verdict.
@@ -200,8 +208,33 @@ type SoakCheck struct {
 	OK      bool    `json:"ok"`
 }
 
-func soakVerdict(first, last SoakSample, end SoakEnd) SoakVerdictResult {
+// soakVerdict compares the last sample with the first after the warm-up
+// (samples[firstSteady]): sizes, rows and the latency point against point.
+// Dead tuples rise between two autovacuums of a table and fall at each, a
+// sawtooth whose period is autovacuum_naptime (a minute by default), so a
+// point compared with a point would say more about where each fell in its
+// cycle than about growth: they are compared as the peak of the last
+// window against the peak of the first window after the warm-up, each
+// window naptime plus one interval long (so that it holds a whole cycle;
+// shorter when the soak is too short for two).
+func soakVerdict(samples []SoakSample, firstSteady int, naptime time.Duration, end SoakEnd) SoakVerdictResult {
+	first, last := samples[firstSteady], samples[len(samples)-1]
 	v := SoakVerdictResult{First: first.Index, Last: last.Index, Flat: true}
+	steady := samples[firstSteady:]
+	win := 1
+	if first.To > first.From {
+		interval := first.To - first.From
+		win = int((naptime + 2*interval - 1) / interval)
+	}
+	win = max(1, min(win, len(steady)/2))
+	v.DeadWindow = win
+	peakDead := func(ss []SoakSample, table int) (peak, trigger int64) {
+		for _, s := range ss {
+			peak = max(peak, s.Tables[table].Dead)
+			trigger = max(trigger, s.Tables[table].VacuumTrigger)
+		}
+		return peak, trigger
+	}
 	add := func(c SoakCheck) {
 		if c.AtLeast {
 			c.OK = c.Last >= c.Limit
@@ -219,8 +252,10 @@ func soakVerdict(first, last SoakSample, end SoakEnd) SoakVerdictResult {
 			Limit: soakSizeFactor*float64(f.IndexBytes) + float64(soakSizeSlack), Unit: "bytes"})
 		add(SoakCheck{Name: f.Name + " rows", First: float64(f.Rows), Last: float64(l.Rows),
 			Limit: soakSizeFactor*float64(f.Rows) + float64(soakRowsSlack), Unit: "rows"})
-		add(SoakCheck{Name: f.Name + " dead tuples", First: float64(f.Dead), Last: float64(l.Dead),
-			Limit: soakSizeFactor*float64(f.Dead) + float64(max(l.VacuumTrigger, f.VacuumTrigger)), Unit: "rows"})
+		fd, ft := peakDead(steady[:win], i)
+		ld, lt := peakDead(steady[len(steady)-win:], i)
+		add(SoakCheck{Name: f.Name + " dead tuples (peak)", First: float64(fd), Last: float64(ld),
+			Limit: soakSizeFactor*float64(fd) + float64(max(ft, lt)), Unit: "rows"})
 	}
 	add(SoakCheck{Name: "turn latency p99", First: micros(first.P99) / 1e3, Last: micros(last.P99) / 1e3,
 		Limit: soakP99Factor * micros(first.P99) / 1e3, Unit: "ms"})
@@ -442,11 +477,15 @@ func printSoakEnd(w io.Writer, r *SoakReport) {
 
 	v := r.Verdict
 	first, last := r.Samples[v.First], r.Samples[v.Last]
-	fmt.Fprintf(w, "verdict: interval %d (%s–%s) against interval %d (%s–%s), the first after the warm-up; limits: sizes ≤ %.1f× + %s, "+
-		"rows ≤ %.1f× + %d, dead tuples ≤ %.1f× + autovacuum's trigger (threshold + scale factor × rows), p99 ≤ %.0f×, "+
-		"turns completed ≥ %.0f%% of those created in the interval, and none timed out, failed or broke an invariant\n",
-		v.Last, last.From, last.To, v.First, first.From, first.To, soakSizeFactor, bytesText(soakSizeSlack),
-		soakSizeFactor, soakRowsSlack, soakSizeFactor, soakP99Factor, soakKeptUp*100)
+	for _, line := range wrap(fmt.Sprintf("verdict: interval %d (%s–%s) against interval %d (%s–%s), the first after the warm-up; "+
+		"dead tuples: the peak of the last %d intervals against the peak of the first %d after the warm-up (autovacuum %s, naptime %s: "+
+		"dead tuples are a sawtooth of that period); limits: sizes ≤ %.1f× + %s, rows ≤ %.1f× + %d, dead tuples ≤ %.1f× + autovacuum's "+
+		"trigger (threshold + scale factor × rows), p99 ≤ %.0f×, turns completed ≥ %.0f%% of those created in the interval, and none "+
+		"timed out, failed or broke an invariant",
+		v.Last, last.From, last.To, v.First, first.From, first.To, v.DeadWindow, v.DeadWindow, r.Autovacuum, r.AutovacuumNaptime,
+		soakSizeFactor, bytesText(soakSizeSlack), soakSizeFactor, soakRowsSlack, soakSizeFactor, soakP99Factor, soakKeptUp*100), 110) {
+		fmt.Fprintln(w, line)
+	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "  check\tfirst\tlast\tlimit\tlast÷first\t\t")
 	for _, c := range v.Checks {
