@@ -33,7 +33,7 @@ import (
 const (
 	SoakDurationDefault      = 4 * time.Minute
 	SoakIntervalDefault      = 20 * time.Second
-	SoakRateDefault          = 20.0
+	SoakRateDefault          = 10.0
 	SoakRetentionDefault     = time.Minute
 	SoakPruneIntervalDefault = 5 * time.Second
 	SoakThinkTimeDefault     = 8 * time.Second
@@ -47,15 +47,17 @@ const (
 // records what it used, makes soakToolCalls tool calls at once and waits
 // on them (all_settled); one turn in soakAwaitEvery then awaits an event
 // the producer emitted to it right after creating it. A tool call spends
-// one "tool_calls" (the conversation's budget) and completes, or, one in
-// soakSleepEvery, first sleeps soakSleep.
+// one "tool_calls" (the conversation's budget) and completes; in one turn
+// in soakSleepEvery the first tool call sleeps soakSleep first (a wake job
+// and a timer: River's table in the workload), a short sleep so that the
+// turns' latency says what arbor adds rather than what the workload waits.
 const (
 	soakMaxTurns   = 3
 	soakToolCalls  = 2
 	soakProgress   = 3
 	soakAwaitEvery = 3
-	soakSleepEvery = 4
-	soakSleep      = 200 * time.Millisecond
+	soakSleepEvery = 8
+	soakSleep      = 50 * time.Millisecond
 	// soakMeanTurns is the mean of 1 + n mod soakMaxTurns: the producer
 	// starts Rate / soakMeanTurns conversations a second.
 	soakMeanTurns = (soakMaxTurns + 1) / 2.0
@@ -87,7 +89,8 @@ type SoakOptions struct {
 	Warmup time.Duration
 	// Rate is the turns created per second, once the conversations' later
 	// turns come in (new conversations start at Rate / 2 a second). Default
-	// SoakRateDefault (20: a few percent of what (h) measures on 2 cores).
+	// SoakRateDefault (10: about a fifth of this 2-core machine, client and
+	// server together).
 	Rate float64
 	// Retention is tasks.Config.Retention: the runner's periodic prune job
 	// (River's, the path a deployment uses) deletes settled history older
@@ -237,9 +240,9 @@ func Soak(ctx context.Context, opts SoakOptions) (*SoakReport, error) {
 
 	logs := &soakLogState{}
 	logger := slog.New(&soakLogHandler{inner: o.Logger.Handler(), state: logs})
-	cfg := tasks.Config{Logger: logger, PruneInterval: o.PruneInterval}
+	cfg := tasks.Config{Logger: logger}
 	if o.PruneOlderThan == 0 {
-		cfg.Retention = o.Retention
+		cfg.Retention, cfg.PruneInterval = o.Retention, o.PruneInterval
 	}
 	pool, eng, err := machinePoolWith(ctx, env, cfg)
 	if err != nil {
@@ -275,7 +278,7 @@ func Soak(ctx context.Context, opts SoakOptions) (*SoakReport, error) {
 	var steady *Window
 	var sampleErr error
 	for k := 1; k <= intervals && sampleErr == nil; k++ {
-		if err := sleepCtx(ctx, time.Until(s.start.Add(time.Duration(k)*o.Interval))); err != nil {
+		if err := s.watchDead(ctx, s.start.Add(time.Duration(k)*o.Interval)); err != nil {
 			sampleErr = err
 			break
 		}
@@ -341,6 +344,8 @@ type soakWorkload struct {
 
 	signals       settleSignals
 	conversations sync.WaitGroup
+	// turns numbers the turns created, for the workload's choices.
+	turns atomic.Int64
 
 	mu  sync.Mutex
 	cur soakBucket
@@ -395,6 +400,7 @@ func (w *soakWorkload) harnessError(err error) {
 
 type soakTurnInput struct {
 	Await bool `json:"await,omitempty"`
+	Sleep bool `json:"sleep,omitempty"`
 }
 
 type soakToolInput struct {
@@ -463,9 +469,8 @@ func (w *soakWorkload) handlers() map[string]machine.Handler {
 			}
 			ps := make([]machine.SpawnParams, soakToolCalls)
 			for i := range ps {
-				sleep := (run.Task.ID+int64(i))%soakSleepEvery == 0
-				in, _ := json.Marshal(soakToolInput{Sleep: sleep})
-				ps[i] = machine.SpawnParams{Kind: "tool", Input: in}
+				tin, _ := json.Marshal(soakToolInput{Sleep: in.Sleep && i == 0})
+				ps[i] = machine.SpawnParams{Kind: "tool", Input: tin}
 			}
 			kids, err := run.SpawnMany(ctx, ps)
 			if err != nil {
@@ -542,7 +547,7 @@ func (w *soakWorkload) conversation(ctx context.Context, stop <-chan struct{}, n
 			return
 		default:
 		}
-		if !w.turn(ctx, conv, n*soakMaxTurns+k) {
+		if !w.turn(ctx, conv, int(w.turns.Add(1))) {
 			return
 		}
 	}
@@ -553,7 +558,7 @@ func (w *soakWorkload) conversation(ctx context.Context, stop <-chan struct{}, n
 // interval. false: the turn failed or timed out, and the conversation
 // stops.
 func (w *soakWorkload) turn(ctx context.Context, conv string, seq int) bool {
-	in, _ := json.Marshal(soakTurnInput{Await: seq%soakAwaitEvery == 0})
+	in, _ := json.Marshal(soakTurnInput{Await: seq%soakAwaitEvery == 0, Sleep: seq%soakSleepEvery == 0})
 	t, _, err := w.eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", Input: in,
 		Budgets: soakTurnBudgets, ConversationBudgets: soakConversationBudgets})
 	if err != nil {

@@ -127,7 +127,10 @@ type SoakTable struct {
 	// IndexBytes pg_indexes_size.
 	TotalBytes int64 `json:"total_bytes"`
 	IndexBytes int64 `json:"index_bytes"`
-	// Rows is count(*); Dead is pg_stat_user_tables.n_dead_tup.
+	// Rows is count(*) at the sample. Dead is the most dead tuples
+	// (pg_stat_user_tables.n_dead_tup) read in the interval: they are read
+	// every few seconds between the samples (soakDeadEvery), since they
+	// rise and fall with each autovacuum.
 	Rows int64 `json:"rows"`
 	Dead int64 `json:"dead"`
 	// Autovacuums is pg_stat_user_tables.autovacuum_count so far.
@@ -215,8 +218,9 @@ type SoakCheck struct {
 // point compared with a point would say more about where each fell in its
 // cycle than about growth: they are compared as the peak of the last
 // window against the peak of the first window after the warm-up, each
-// window naptime plus one interval long (so that it holds a whole cycle;
-// shorter when the soak is too short for two).
+// window the intervals that cover naptime (a whole cycle; shorter when the
+// soak is too short for two windows that do not overlap), each interval's
+// figure its peak (see SoakTable.Dead).
 func soakVerdict(samples []SoakSample, firstSteady int, naptime time.Duration, end SoakEnd) SoakVerdictResult {
 	first, last := samples[firstSteady], samples[len(samples)-1]
 	v := SoakVerdictResult{First: first.Index, Last: last.Index, Flat: true}
@@ -224,7 +228,7 @@ func soakVerdict(samples []SoakSample, firstSteady int, naptime time.Duration, e
 	win := 1
 	if first.To > first.From {
 		interval := first.To - first.From
-		win = int((naptime + 2*interval - 1) / interval)
+		win = int((naptime + interval - 1) / interval)
 	}
 	win = max(1, min(win, len(steady)/2))
 	v.DeadWindow = win
@@ -285,11 +289,50 @@ type soakSampler struct {
 	w     *soakWorkload
 	start time.Time
 
-	stmts0               int64
-	clientCPU0, server0  time.Duration
-	serverOK             bool
-	lastAt               time.Time
-	rowsQuery, statQuery string
+	stmts0              int64
+	clientCPU0, server0 time.Duration
+	serverOK            bool
+	lastAt              time.Time
+	rowsQuery           string
+	// deadPeak is the most dead tuples of each table read since the last
+	// sample.
+	deadPeak map[string]int64
+}
+
+// soakDeadEvery is how often dead tuples are read between two samples (a
+// quarter of the interval when that is shorter).
+const soakDeadEvery = 5 * time.Second
+
+// watchDead reads the tables' dead tuples every soakDeadEvery until the
+// next sample is due, keeping each table's peak.
+func (s *soakSampler) watchDead(ctx context.Context, until time.Time) error {
+	every := min(soakDeadEvery, s.o.Interval/4)
+	for {
+		next := time.Now().Add(every)
+		if !next.Before(until) {
+			return sleepCtx(ctx, time.Until(until))
+		}
+		if err := sleepCtx(ctx, time.Until(next)); err != nil {
+			return err
+		}
+		rows, err := s.pool.Query(ctx, `SELECT relname::text, n_dead_tup FROM pg_stat_user_tables
+			WHERE schemaname = $1 AND relname = ANY($2)`, s.env.Schema, soakTables)
+		if err != nil {
+			return fmt.Errorf("read the dead tuples: %w", err)
+		}
+		for rows.Next() {
+			var name string
+			var dead int64
+			if err := rows.Scan(&name, &dead); err != nil {
+				rows.Close()
+				return fmt.Errorf("read the dead tuples: %w", err)
+			}
+			s.deadPeak[name] = max(s.deadPeak[name], dead)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read the dead tuples: %w", err)
+		}
+	}
 }
 
 // sample ends interval k (0: the baseline before the producer starts,
@@ -361,12 +404,14 @@ func (s *soakSampler) sample(ctx context.Context, k int, to time.Duration) (Soak
 		}
 		if p := byName[name]; p != nil {
 			t.Name = name
+			t.Dead = max(t.Dead, s.deadPeak[name])
 			*p = t
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return smp, fmt.Errorf("sample the tables: %w", err)
 	}
+	s.deadPeak = map[string]int64{}
 	counts := make([]any, len(soakTables))
 	for i := range smp.Tables {
 		counts[i] = &smp.Tables[i].Rows
@@ -404,7 +449,7 @@ func printSoakHeader(w io.Writer, r *SoakReport) {
 	for _, line := range wrap(fmt.Sprintf("soak: %s, sampled every %s, warm-up %s; a machine.Runner with RunnerConfig{} (only the logger set), "+
 		"%d connections; %.1f turns/s offered: %.1f new conversations/s of 1–%d turns, %s to %s apart; a turn reserves and records tokens "+
 		"(its budget and the conversation's), publishes %d progress entries, makes %d tool calls (each spends one tool_calls of the "+
-		"conversation's budget; one in %d sleeps %s) and waits on them (all_settled); one turn in %d then awaits an event the "+
+		"conversation's budget; in one turn in %d the first sleeps %s) and waits on them (all_settled); one turn in %d then awaits an event the "+
 		"producer emitted to it; prune: %s", o.Duration, o.Interval, o.Warmup, o.Conns, o.Rate, o.Rate/soakMeanTurns, soakMaxTurns,
 		o.ThinkTime/4, o.ThinkTime, soakProgress, soakToolCalls, soakSleepEvery, soakSleep, soakAwaitEvery, prune), 110) {
 		fmt.Fprintln(w, line)
@@ -429,7 +474,7 @@ func printSoakSample(w io.Writer, s SoakSample) {
 			s.ClientCPU, server, s.Statements)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  table\ttotal\tindexes\trows\tdead\tautovacuums\t")
+	fmt.Fprintln(tw, "  table\ttotal\tindexes\trows\tdead (peak)\tautovacuums\t")
 	for _, t := range s.Tables {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%d\t\n", t.Name, bytesText(t.TotalBytes), bytesText(t.IndexBytes), t.Rows, t.Dead, t.Autovacuums)
 	}
@@ -440,7 +485,7 @@ func printSoakSample(w io.Writer, s SoakSample) {
 // printSoakEnd prints the series of every interval, the verdict and the
 // end's checks.
 func printSoakEnd(w io.Writer, r *SoakReport) {
-	fmt.Fprintf(w, "series (sizes: total relation size, KiB; rows and dead tuples of tasks):\n")
+	fmt.Fprintf(w, "series (sizes: total relation size, KiB; rows of tasks, and its dead tuples' peak in the interval):\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := []string{"  t", "turns/s", "p50 ms", "p99 ms", "pruned turns"}
 	head = append(head, soakTables...)
