@@ -353,6 +353,9 @@ type soakWorkload struct {
 	// that failed (the first error's text kept), prunes that failed.
 	timeouts, harnessErrors, pruneErrors int
 	firstError                           string
+	// created and completed count the turns of the whole soak, the drain
+	// after the last sample included.
+	created, completed int
 }
 
 // soakBucket is what one interval counted.
@@ -569,6 +572,7 @@ func (w *soakWorkload) turn(ctx context.Context, conv string, seq int) bool {
 	settled := w.signals.await(t.ID)
 	w.mu.Lock()
 	w.cur.created++
+	w.created++
 	w.mu.Unlock()
 	if seq%soakAwaitEvery == 0 {
 		if _, _, err := w.eng.Emit(ctx, tasks.EmitParams{ConversationID: conv, TaskID: t.ID, Name: soakEvent,
@@ -584,6 +588,7 @@ func (w *soakWorkload) turn(ctx context.Context, conv string, seq int) bool {
 		lat := time.Since(created)
 		w.mu.Lock()
 		w.cur.completed++
+		w.completed++
 		w.cur.latencies = append(w.cur.latencies, lat)
 		w.mu.Unlock()
 		return true
@@ -641,6 +646,7 @@ func (w *soakWorkload) finalCheck(ctx context.Context, env *Env) (SoakEnd, error
 	}
 	w.mu.Lock()
 	end.Timeouts, end.HarnessErrors, end.PruneErrors, end.FirstHarnessError = w.timeouts, w.harnessErrors, w.pruneErrors, w.firstError
+	end.TurnsCreated, end.TurnsCompleted = w.created, w.completed
 	w.mu.Unlock()
 	end.Warnings, end.Errors, end.FirstLogError = w.logs.counts()
 	return end, nil

@@ -63,9 +63,12 @@ func TestSoakShort(t *testing.T) {
 	}
 	require.Zero(t, rep.Samples[0].Tables[0].Rows, "no task before the producer starts")
 	require.Positive(t, created)
-	// Every turn created completed: the turns in flight at the end were
+	// Every turn created completed: the turns in flight at the end (some
+	// created after the last sample, before the producer stopped) were
 	// waited for, and none timed out.
-	require.Equal(t, created, completed)
+	require.LessOrEqual(t, created, rep.End.TurnsCreated)
+	require.LessOrEqual(t, completed, rep.End.TurnsCompleted)
+	require.Equal(t, rep.End.TurnsCreated, rep.End.TurnsCompleted)
 	require.Positive(t, prunedTurns, "the prune loop deleted turns")
 	require.Zero(t, rep.End.Timeouts)
 	require.Zero(t, rep.End.HarnessErrors, rep.End.FirstHarnessError)

@@ -166,6 +166,10 @@ func soakSteady(m Measurement, turns int) SoakSteady {
 
 // SoakEnd is what was checked after the last turn settled.
 type SoakEnd struct {
+	// TurnsCreated and TurnsCompleted count the turns of the whole soak,
+	// those that settled after the last sample included.
+	TurnsCreated   int `json:"turns_created"`
+	TurnsCompleted int `json:"turns_completed"`
 	// TasksLeft are the tasks not pruned; TasksNotCompleted those of them
 	// not completed (failed, aborted, cancelled, or still live).
 	TasksLeft         int64 `json:"tasks_left"`
@@ -511,8 +515,9 @@ func printSoakEnd(w io.Writer, r *SoakReport) {
 	fmt.Fprintf(w, "after the warm-up: %d turns, per turn %.1f statements, %s commits, %.0f WAL bytes (prune and the runner's upkeep included)\n",
 		st.Turns, st.StatementsPerTurn, commits, st.WALBytesPerTurn)
 	e := r.End
-	fmt.Fprintf(w, "at the end: %d tasks left (not pruned), %d of them not completed; invariant violations %d; "+
-		"warnings logged %d, errors %d\n", e.TasksLeft, e.TasksNotCompleted, e.Violations, e.Warnings, e.Errors)
+	fmt.Fprintf(w, "at the end: %d turns created, %d completed; %d tasks left (not pruned), %d of them not completed; "+
+		"invariant violations %d; warnings logged %d, errors %d\n", e.TurnsCreated, e.TurnsCompleted, e.TasksLeft,
+		e.TasksNotCompleted, e.Violations, e.Warnings, e.Errors)
 	for _, s := range []string{e.FirstViolation, e.FirstHarnessError, e.FirstLogError} {
 		if s != "" {
 			fmt.Fprintf(w, "  first: %s\n", s)
