@@ -116,12 +116,12 @@ type Reservation struct {
 	Amount  int64
 }
 
-// ErrBudgetExhausted: a reservation or spend would take a budget over its
-// maximum. The error is a *BudgetExhaustedError naming the budget.
+// ErrBudgetExhausted is the error of a reservation or spend that would take
+// a budget over its maximum. The error is a *BudgetExhaustedError naming the budget.
 var ErrBudgetExhausted = errors.New("budget exhausted")
 
-// ErrUnknownCounter: a reservation or spend of a counter that no budget
-// above the task names (a typo must not spend without limit). Set one, a
+// ErrUnknownCounter is the error of a reservation or spend of a counter
+// that no budget above the task names (a typo must not spend without limit). Set one, a
 // tally (Unlimited) if nothing should be refused.
 var ErrUnknownCounter = errors.New("no budget names the counter")
 
