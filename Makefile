@@ -1,6 +1,7 @@
 # The two commands a fresh machine needs: `make demo` and `make test`;
 # `make lint` runs the linters (CI runs it too), `make chaos` the fault tests,
-# `make bench` the side-by-side benchmarks (docs/performance.md), `make ui`
+# `make bench` the side-by-side benchmarks and `make soak` the soak
+# (docs/performance.md), `make ui`
 # the web view on the demo's work, `make browser` the web view's test in a
 # real browser.
 # Each starts a private, throwaway PostgreSQL unless ARBOR_DATABASE_URL is set
@@ -9,7 +10,7 @@
 GO ?= go
 WITH_PG := scripts/with-postgres.sh
 
-.PHONY: test chaos demo ui browser lint bench generate vet
+.PHONY: test chaos demo ui browser lint bench soak generate vet
 
 # The core module, then the modules nested in it (otelarbor: `go test ./...`
 # at the root does not enter a nested module), on the same server.
@@ -55,6 +56,16 @@ browser:
 # `go run ./cmd/arborbench --help` for sizes and the rest.
 bench:
 	$(WITH_PG) $(GO) run ./cmd/arborbench $(BENCHFLAGS)
+
+# The soak (docs/performance.md, "Soak: create, run, prune"): a Runner for
+# 4 minutes under a steady load of conversations while the periodic prune
+# job deletes what aged out (retention 1 min); the tables and the turns'
+# latency sampled every 20 s, and a verdict comparing the last interval with
+# the first after the warm-up. Exits non-zero when it is not flat; writes
+# bench-results-soak.json. SOAKFLAGS=--soak-duration=10m for longer; see
+# `go run ./cmd/arborbench --help` (the --soak-… flags).
+soak:
+	$(WITH_PG) $(GO) run ./cmd/arborbench --soak $(SOAKFLAGS)
 
 generate:
 	$(GO) generate ./...

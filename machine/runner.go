@@ -84,6 +84,7 @@ type active struct {
 	token  int64
 	kind   string
 	conv   string
+	epoch  int64 // the conversation's lease epoch the run was claimed under
 	cancel context.CancelCauseFunc
 	warned bool
 	slot   bool // holds a worker slot (until its ending write is queued)
@@ -305,7 +306,7 @@ func (r *Runner) dispatch(claimed []arbortype.Task) {
 	for _, t := range claimed {
 		ctx, cancel := context.WithCancelCause(r.runCtx)
 		run := newRun(r.core, r.comp, t)
-		a := &active{run: run, token: t.Token, kind: t.Kind, conv: t.ConversationID, cancel: cancel, slot: true}
+		a := &active{run: run, token: t.Token, kind: t.Kind, conv: t.ConversationID, epoch: t.Epoch, cancel: cancel, slot: true}
 		r.mu.Lock()
 		h := r.held[t.ConversationID]
 		if h == nil || h.lease.Epoch != t.Epoch {
@@ -322,7 +323,7 @@ func (r *Runner) dispatch(claimed []arbortype.Task) {
 			defer r.handlerWG.Done()
 			r.run(ctx, run)
 			cancel(context.Canceled)
-			r.runDone(t.ID)
+			r.runDone(t.ID, a)
 		}()
 	}
 }
@@ -426,20 +427,27 @@ func (r *Runner) adopt(ctx context.Context, convs map[string]bool) {
 	r.dispatch(orphans)
 }
 
-// runDone forgets a handler that returned.
-func (r *Runner) runDone(taskID int64) {
+// runDone forgets a handler that returned: its entry in runs, its worker
+// slot if it still holds one, and its count in its conversation. The entry
+// may be a later run's of the same task already — the flush that applied
+// this run's ending write can make the task runnable again and claim it
+// (an await whose event was waiting, a wait already satisfied) before this
+// handler has returned — and is then left to that run; the count is this
+// run's either way, when the conversation is still held under the lease
+// it was claimed under.
+func (r *Runner) runDone(taskID int64, a *active) {
 	r.mu.Lock()
-	a := r.runs[taskID]
-	if a != nil {
+	if r.runs[taskID] == a {
 		delete(r.runs, taskID)
-		if a.slot {
-			r.busy--
-		}
-		if h := r.held[a.conv]; h != nil {
-			h.running--
-			if h.running == 0 {
-				h.idleSince = time.Now()
-			}
+	}
+	if a.slot {
+		a.slot = false
+		r.busy--
+	}
+	if h := r.held[a.conv]; h != nil && h.lease.Epoch == a.epoch {
+		h.running--
+		if h.running == 0 {
+			h.idleSince = time.Now()
 		}
 	}
 	r.mu.Unlock()

@@ -2,9 +2,13 @@
 // scenario at three sizes, against the plain-SQL ceiling, River and DBOS
 // Transact Go, measured in the same run on the same PostgreSQL. It prints a
 // table per scenario and the peak memory, and writes the results as JSON.
+// With --soak it runs the soak instead (issue 14): a Runner under a steady
+// load for minutes while prune runs, the tables sampled every interval, and
+// a verdict on whether they stayed flat (exit status 1 when not).
 //
 //	make bench                      # a throwaway PostgreSQL, fsync on
 //	ARBOR_DATABASE_URL=… go run ./cmd/arborbench --quick
+//	make soak                       # --soak: minutes of steady load with prune; exits 1 when not flat
 //
 // Run it from the repository's root, where bench/dbos (the DBOS module) is
 // found, or say where that is with --dbos-dir.
@@ -54,6 +58,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 		timeout = fs.Duration("run-timeout", bench.RunTimeoutDefault, "bound of one subject's run at one size")
 		poll    = fs.Duration("runner-poll", 0, "PollInterval of the machine.Runners of (a) and (f), for diagnosis (default: the runner's own, 1s)")
 		leave   = fs.String("leave", "", "leave these subjects out, as scenario/subject, e.g. 'e/river-only,a/arbor-batch'")
+
+		soak           = fs.Bool("soak", false, "run the soak instead of the scenarios: a Runner for minutes under a steady load while prune runs; exits non-zero when it is not flat (see docs/performance.md)")
+		soakDuration   = fs.Duration("soak-duration", bench.SoakDurationDefault, "soak: how long the producer runs")
+		soakInterval   = fs.Duration("soak-interval", bench.SoakIntervalDefault, "soak: how often the tables and latencies are sampled")
+		soakWarmup     = fs.Duration("soak-warmup", 0, "soak: time before the first interval the verdict compares with the last (default: retention or IdleRelease, the longer, + think times + 2 prune intervals, in whole intervals)")
+		soakRate       = fs.Float64("soak-rate", bench.SoakRateDefault, "soak: turns created per second")
+		soakRetention  = fs.Duration("soak-retention", bench.SoakRetentionDefault, "soak: tasks.Config.Retention of the runner's periodic prune job (at least 1m)")
+		soakPruneEvery = fs.Duration("soak-prune-interval", bench.SoakPruneIntervalDefault, "soak: tasks.Config.PruneInterval (or the pause of --soak-prune-older-than's loop)")
+		soakOlderThan  = fs.Duration("soak-prune-older-than", 0, "soak: prune with the harness's own loop of Engine.Prune(OlderThan) instead of the periodic job (default: the job)")
+		soakThink      = fs.Duration("soak-think-time", bench.SoakThinkTimeDefault, "soak: the longest a conversation waits between a turn and its next")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: arborbench [flags]\n\nScenarios:\n")
@@ -74,7 +88,26 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
 	}
 	if *url == "" {
-		return errors.New("no database: set ARBOR_DATABASE_URL or --database-url, or run `make bench`, which starts a throwaway PostgreSQL")
+		return errors.New("no database: set ARBOR_DATABASE_URL or --database-url, or run `make bench` (`make soak`), which starts a throwaway PostgreSQL")
+	}
+	jsonSet := false
+	fs.Visit(func(f *flag.Flag) { jsonSet = jsonSet || f.Name == "json" })
+	var logger *slog.Logger
+	if *verbose {
+		logger = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *soak {
+		path := bench.SoakJSONPathDefault
+		if jsonSet {
+			path = *out
+		}
+		return runSoak(ctx, bench.SoakOptions{
+			DatabaseURL: *url, Duration: *soakDuration, Interval: *soakInterval, Warmup: *soakWarmup, Rate: *soakRate,
+			Retention: *soakRetention, PruneInterval: *soakPruneEvery, PruneOlderThan: *soakOlderThan, ThinkTime: *soakThink,
+			Conns: *conns, Out: stdout, Logger: logger,
+		}, path, stdout)
 	}
 	opts := bench.Options{
 		DatabaseURL: *url, Quick: *quick, Conns: *conns, ClaimBatch: *batch, Reps: *reps,
@@ -84,9 +117,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *leave != "" {
 		opts.Leave = strings.Split(*leave, ",")
 	}
-	if *verbose {
-		opts.Logger = slog.New(slog.NewTextHandler(stderr, nil))
-	}
+	opts.Logger = logger
 	if *only != "" {
 		opts.Only = strings.Split(*only, ",")
 	}
@@ -111,8 +142,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	rep, err := bench.Run(ctx, opts)
 	if err != nil {
 		return err
@@ -122,6 +151,27 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("write %s: %w", *out, err)
 		}
 		fmt.Fprintf(stdout, "results written to %s\n", *out)
+	}
+	return nil
+}
+
+// errNotFlat is the error of a soak that ran and is not flat: the verdict
+// printed above it says why.
+var errNotFlat = errors.New("soak: not flat (see the verdict above)")
+
+func runSoak(ctx context.Context, opts bench.SoakOptions, path string, stdout io.Writer) error {
+	rep, err := bench.Soak(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if path != "" {
+		if err := rep.WriteJSON(path); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		fmt.Fprintf(stdout, "results written to %s\n", path)
+	}
+	if !rep.Flat {
+		return errNotFlat
 	}
 	return nil
 }

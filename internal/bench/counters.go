@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,24 +21,44 @@ import (
 // database does not have it yet; it drops it again at the end of the run.
 const walinspectSchema = "arbor_bench_walinspect"
 
+// walinspectUsers counts the runs of this process (Run and Soak, which the
+// tests start side by side) using the pg_walinspect that setupWalinspect
+// created: the last one to end drops it.
+var walinspectUsers struct {
+	sync.Mutex
+	n int
+}
+
 // setupWalinspect finds pg_walinspect, or creates it in a schema of its
 // own. It returns the extension's schema ("" when it cannot be had: then
-// commits are not counted) and a function that drops what it created. Two
-// harness runs sharing one database may drop it under each other; the
-// other's commits then show as not counted, never as a wrong number.
+// commits are not counted) and a function that drops what it created once
+// no other run of this process uses it. Two harness processes sharing one
+// database may still drop it under each other; the other's commits then
+// show as not counted, never as a wrong number.
 func setupWalinspect(ctx context.Context, pool *pgxpool.Pool) (string, func()) {
+	walinspectUsers.Lock()
+	defer walinspectUsers.Unlock()
 	var schema string
 	err := pool.QueryRow(ctx, `SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
 		WHERE e.extname = 'pg_walinspect'`).Scan(&schema)
-	if err == nil {
-		return schema, func() {}
+	ours := err == nil && walinspectUsers.n > 0 && schema == walinspectSchema
+	if err == nil && !ours {
+		return schema, func() {} // the database's own: left as it is
 	}
 	q := pgx.Identifier{walinspectSchema}.Sanitize()
-	if _, err := pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+q+`; CREATE EXTENSION pg_walinspect WITH SCHEMA `+q); err != nil {
-		_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+q)
-		return "", func() {}
+	if !ours {
+		if _, err := pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+q+`; CREATE EXTENSION pg_walinspect WITH SCHEMA `+q); err != nil {
+			_, _ = pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+q)
+			return "", func() {}
+		}
 	}
+	walinspectUsers.n++
 	return walinspectSchema, func() {
+		walinspectUsers.Lock()
+		defer walinspectUsers.Unlock()
+		if walinspectUsers.n--; walinspectUsers.n > 0 {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		_, _ = pool.Exec(ctx, `DROP EXTENSION IF EXISTS pg_walinspect; DROP SCHEMA IF EXISTS `+q+` CASCADE`)

@@ -19,6 +19,10 @@
 // [Scenarios]; the scenarios that wait for the runner (issue 5) and the sleep
 // work are already listed with the reason they cannot run yet.
 //
+// Soak is the other half (issue 14): a Runner for minutes under a steady
+// load while prune deletes what ages out, the tables and the latency
+// sampled every interval, and a verdict on whether they stayed flat.
+//
 // The harness is test and tooling code: it may run SQL of its own (the
 // ceiling baseline, the bulk tree builder, the counters), which arbor's
 // library packages must not.

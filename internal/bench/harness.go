@@ -230,6 +230,9 @@ type Scenario struct {
 	Goal string
 	// Sizes are the default and the --quick sizes, as specs ParseSize reads.
 	Sizes, QuickSizes []string
+	// Unit names what a size's Tasks count, in the table's headings
+	// (tasks/s, µs/task, per task). Default "task".
+	Unit string
 	// SizeForm documents the spec form, for --help and errors.
 	SizeForm  string
 	ParseSize func(spec string) (Size, error)
@@ -274,7 +277,12 @@ type Env struct {
 // newSchema creates and migrates a fresh schema (arbor's tables and
 // River's) and returns a function that drops it.
 func newSchema(ctx context.Context, pool *pgxpool.Pool) (string, func(), error) {
-	schema := randomName("arbor_bench")
+	return newSchemaNamed(ctx, pool, "arbor_bench")
+}
+
+// newSchemaNamed is newSchema with the schema's name starting with prefix.
+func newSchemaNamed(ctx context.Context, pool *pgxpool.Pool, prefix string) (string, func(), error) {
+	schema := randomName(prefix)
 	m, err := migrations.New(pool, schema, nil)
 	if err != nil {
 		return "", nil, err

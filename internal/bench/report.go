@@ -173,9 +173,13 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 		}
 	}
 
+	unit := s.Unit
+	if unit == "" {
+		unit = "task"
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := []string{"size", "tasks"}
-	figure := "tasks/s "
+	head := []string{"size", unit + "s"}
+	figure := unit + "s/s "
 	if s.Metric == Latency {
 		figure = "p50/p99/max ms "
 	}
@@ -189,7 +193,7 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 	if s.Metric == Throughput {
 		for i, sub := range s.Subjects {
 			if i == 0 {
-				head = append(head, "µs/task "+sub.Key)
+				head = append(head, "µs/"+unit+" "+sub.Key)
 			} else {
 				head = append(head, sub.Key)
 			}
@@ -240,7 +244,7 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 	// What each subject cost the database, per task: the figures that say
 	// why one is faster than another.
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  per task:\tsize\tstatements\tcommits\txids\tWAL bytes\tCPU µs client\tserver\tphases\t")
+	fmt.Fprintln(tw, "  per "+unit+":\tsize\tstatements\tcommits\txids\tWAL bytes\tCPU µs client\tserver\tphases\t")
 	for _, sub := range s.Subjects {
 		for _, sr := range res.Sizes {
 			for _, r := range sr.Subjects {

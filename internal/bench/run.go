@@ -37,20 +37,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	started := time.Now()
 
-	ctr := &counter{}
-	cfg, err := pgxpool.ParseConfig(o.DatabaseURL)
+	env, closeEnv, err := openEnv(ctx, o.DatabaseURL, o.Conns, o.Logger)
 	if err != nil {
-		return nil, fmt.Errorf("bench: parse database URL: %w", err)
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	cfg.MaxConns = int32(o.Conns)
-	cfg.ConnConfig.Tracer = ctr
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("bench: connect: %w", err)
-	}
-	defer pool.Close()
+	defer closeEnv()
+	env.ClaimBatch, env.WakeSpread, env.RunnerPollInterval = o.ClaimBatch, o.WakeSpread, o.RunnerPollInterval
 
-	machine, err := readMachine(ctx, pool)
+	machine, err := readMachine(ctx, env.Pool)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -61,14 +55,6 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			Reps: o.Reps},
 	}
 	printMachine(o.Out, rep)
-
-	env := &Env{Pool: pool, URL: o.DatabaseURL, Conns: o.Conns, ClaimBatch: o.ClaimBatch, WakeSpread: o.WakeSpread,
-		RunnerPollInterval: o.RunnerPollInterval,
-		Logger:             o.Logger, counter: ctr}
-	env.postmaster = findPostmaster(ctx, pool)
-	var dropWalinspect func()
-	env.walinspect, dropWalinspect = setupWalinspect(ctx, pool)
-	defer dropWalinspect()
 	if env.walinspect == "" {
 		fmt.Fprintf(o.Out, "note: pg_walinspect is not available, so commits are not counted (shown as ?)\n\n")
 	}
@@ -98,6 +84,33 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	printFooter(o.Out, rep)
 	return rep, nil
+}
+
+// openEnv connects the harness's pool (conns connections, counted by the
+// statement counter) and finds what the counters read: the server's
+// postmaster for its CPU time, pg_walinspect for the commits. The
+// returned function undoes it (pg_walinspect dropped when openEnv created
+// it, the pool closed). Run and Soak share it.
+func openEnv(ctx context.Context, url string, conns int, logger *slog.Logger) (*Env, func(), error) {
+	ctr := &counter{}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse database URL: %w", err)
+	}
+	cfg.MaxConns = int32(conns)
+	cfg.ConnConfig.Tracer = ctr
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	env := &Env{Pool: pool, URL: url, Conns: conns, Logger: logger, counter: ctr}
+	env.postmaster = findPostmaster(ctx, pool)
+	var dropWalinspect func()
+	env.walinspect, dropWalinspect = setupWalinspect(ctx, pool)
+	return env, func() {
+		dropWalinspect()
+		pool.Close()
+	}, nil
 }
 
 func (o *Options) wants(key string) bool {

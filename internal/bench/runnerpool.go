@@ -21,17 +21,27 @@ const listenConns = 4
 // counter as env.Pool, and an engine on the run's schema over it. The
 // caller closes the pool.
 func machinePool(ctx context.Context, env *Env) (*pgxpool.Pool, *tasks.Engine, error) {
-	cfg, err := pgxpool.ParseConfig(env.URL)
+	return machinePoolWith(ctx, env, tasks.Config{})
+}
+
+// machinePoolWith is machinePool with an engine configured by cfg (its
+// Schema, and its Logger when nil, are the run's).
+func machinePoolWith(ctx context.Context, env *Env, cfg tasks.Config) (*pgxpool.Pool, *tasks.Engine, error) {
+	pcfg, err := pgxpool.ParseConfig(env.URL)
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg.MaxConns = int32(env.Conns + listenConns)
-	cfg.ConnConfig.Tracer = env.counter
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pcfg.MaxConns = int32(env.Conns + listenConns)
+	pcfg.ConnConfig.Tracer = env.counter
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect: %w", err)
 	}
-	eng, err := tasks.New(ctx, pool, &tasks.Config{Schema: env.Schema, Logger: env.Logger})
+	cfg.Schema = env.Schema
+	if cfg.Logger == nil {
+		cfg.Logger = env.Logger
+	}
+	eng, err := tasks.New(ctx, pool, &cfg)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

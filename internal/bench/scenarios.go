@@ -112,6 +112,27 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
+			Key:   "j",
+			Title: "budget reservation cost: Run.Reserve + Run.Record and Run.Spend against Run.Checkpoint, per operation",
+			About: "One handler, run by a machine.Runner with RunnerConfig{}, makes N calls one after the other; only those are timed and " +
+				"counted. Its task is a tool call under a sub-agent under a turn, with three budgets above it: the sub-agent's " +
+				"(SpawnParams.Budgets), the turn's (CreateParams.Budgets) and the conversation's (CreateParams.ConversationBudgets), one " +
+				"counter, never exhausted. reserve: Run.Reserve then Run.Record (two transactions), one operation; spend: Run.Spend (one); " +
+				"checkpoint, the baseline: Run.Checkpoint with a small state (one). Afterwards every budget must show the N operations " +
+				"spent and nothing held. The ratios divide ops/s: reserve÷checkpoint 0.5x means a reservation costs two checkpoints.",
+			Metric:     Throughput,
+			Unit:       "op",
+			Sizes:      []string{"100", "300", "1000"},
+			QuickSizes: []string{"10", "20", "40"},
+			SizeForm:   "N, the number of operations",
+			ParseSize:  parseN,
+			Subjects: []Subject{
+				{Key: "reserve", Arbor: true, Versus: []string{"checkpoint"}, Label: "Run.Reserve + Run.Record under three budgets", Run: budgetReserve},
+				{Key: "spend", Arbor: true, Versus: []string{"checkpoint"}, Label: "Run.Spend under three budgets", Run: budgetSpend},
+				{Key: "checkpoint", Label: "Run.Checkpoint, a small state (the baseline: a handler's plainest write)", Run: budgetCheckpoint},
+			},
+		},
+		{
 			Key:   "h",
 			Title: "agent turns: P turns × C parallel tool calls, all_settled",
 			About: "The shape of an agent backend: P turns, each a conversation of its own (a message each, one Engine.Create), whose " +

@@ -1,0 +1,128 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/internal/bench"
+	"github.com/arborhq/arbor/internal/testdb"
+)
+
+// TestSoakShort runs the soak for a few seconds with the harness's own
+// prune loop (a second's retention: the periodic job's least is a minute).
+// It asserts what the soak did and what its report holds — turns created
+// and completed, history pruned, every table sampled every interval, a
+// verdict with every check, the end clean — and not the verdict itself:
+// whether a few seconds on a busy machine are flat (autovacuum has not come
+// round yet) is not what this test is about.
+func TestSoakShort(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	rep, err := bench.Soak(context.Background(), bench.SoakOptions{
+		DatabaseURL:    testdb.URL(t),
+		Duration:       5 * time.Second,
+		Interval:       time.Second,
+		Warmup:         2 * time.Second,
+		Rate:           10,
+		PruneOlderThan: 500 * time.Millisecond,
+		PruneInterval:  300 * time.Millisecond,
+		ThinkTime:      200 * time.Millisecond,
+		Conns:          4,
+		Out:            &out,
+		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	require.NoError(t, err)
+
+	require.Len(t, rep.Samples, 6, "the baseline and one sample per interval")
+	var created, completed int
+	var prunedTurns int64
+	for i, s := range rep.Samples {
+		require.Equal(t, i, s.Index)
+		require.Len(t, s.Tables, 7)
+		for _, tb := range s.Tables {
+			require.NotEmpty(t, tb.Name)
+			require.Positive(t, tb.TotalBytes, "%s at %d", tb.Name, i)
+			require.GreaterOrEqual(t, tb.TotalBytes, tb.IndexBytes, tb.Name)
+		}
+		created += s.Created
+		completed += s.Completed
+		prunedTurns += s.PrunedTurns
+		if s.Completed > 0 {
+			require.Positive(t, s.P50)
+			require.GreaterOrEqual(t, s.P99, s.P50)
+			require.GreaterOrEqual(t, s.Max, s.P99)
+		}
+	}
+	require.Zero(t, rep.Samples[0].Tables[0].Rows, "no task before the producer starts")
+	require.Positive(t, created)
+	// Every turn created completed: the turns in flight at the end (some
+	// created after the last sample, before the producer stopped) were
+	// waited for, and none timed out.
+	require.LessOrEqual(t, created, rep.End.TurnsCreated)
+	require.LessOrEqual(t, completed, rep.End.TurnsCompleted)
+	require.Equal(t, rep.End.TurnsCreated, rep.End.TurnsCompleted)
+	require.Positive(t, prunedTurns, "the prune loop deleted turns")
+	require.Zero(t, rep.End.Timeouts)
+	require.Zero(t, rep.End.HarnessErrors, rep.End.FirstHarnessError)
+	require.Zero(t, rep.End.PruneErrors)
+	require.Zero(t, rep.End.Errors, rep.End.FirstLogError)
+	require.Zero(t, rep.End.TasksNotCompleted)
+	require.Zero(t, rep.End.Violations, rep.End.FirstViolation)
+	require.Positive(t, rep.Steady.Turns)
+	require.Positive(t, rep.Steady.StatementsPerTurn)
+
+	require.Equal(t, 3, rep.Verdict.First, "the first interval after a 2 s warm-up")
+	require.Equal(t, 5, rep.Verdict.Last)
+	require.Len(t, rep.Verdict.Checks, 7*4+2+6)
+	flat := true
+	for _, c := range rep.Verdict.Checks {
+		flat = flat && c.OK
+	}
+	require.Equal(t, flat, rep.Flat)
+	require.Contains(t, out.String(), "interval 5 (4s–5s)")
+	require.Contains(t, out.String(), "budget_reservations")
+	require.Contains(t, out.String(), "verdict: ")
+
+	path := filepath.Join(t.TempDir(), "soak.json")
+	require.NoError(t, rep.WriteJSON(path))
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var back bench.SoakReport
+	require.NoError(t, json.Unmarshal(raw, &back))
+	require.Equal(t, rep.Samples[3].Tables[0].TotalBytes, back.Samples[3].Tables[0].TotalBytes)
+
+	// The soak dropped its schema.
+	require.NotEmpty(t, rep.Schema)
+	pool := testdb.NewPool(t)
+	var left int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_namespace WHERE nspname = $1`, rep.Schema).Scan(&left))
+	require.Zero(t, left, "schema left behind")
+}
+
+func TestSoakOptionsRefused(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		o    bench.SoakOptions
+		want string
+	}{
+		"no url":          {bench.SoakOptions{}, "DatabaseURL"},
+		"too short":       {bench.SoakOptions{DatabaseURL: "postgres://x", Duration: time.Minute}, "fewer than two intervals"},
+		"short retention": {bench.SoakOptions{DatabaseURL: "postgres://x", Retention: time.Second}, "Retention"},
+		"bad rate":        {bench.SoakOptions{DatabaseURL: "postgres://x", Rate: -1}, "Rate"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := bench.Soak(context.Background(), tc.o)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
