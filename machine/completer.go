@@ -123,6 +123,9 @@ func (c *completer) flush(batch []*queued) {
 	for i, q := range batch {
 		outs[i] = q.o
 	}
+	convs := batchConvs(batch)
+	r.flushBegin(convs)
+	defer r.flushEnd(convs)
 	k := r.reserve(len(batch))
 	slow := false
 	for {
@@ -231,6 +234,36 @@ func resolveXact(ctx context.Context, r *Runner, xact int64) (bool, error) {
 }
 
 // batchConvs lists the conversations of a batch's outcomes.
+// flushBegin counts a flush in flight in each of its conversations, before
+// it can lock them; flushEnd, after its commit (or its end), claims in the
+// conversations a claim skipped while a flush held them.
+func (r *Runner) flushBegin(convs []string) {
+	r.mu.Lock()
+	for _, c := range convs {
+		r.flushingIn[c]++
+	}
+	r.mu.Unlock()
+}
+
+func (r *Runner) flushEnd(convs []string) {
+	var again []string
+	r.mu.Lock()
+	for _, c := range convs {
+		if r.flushingIn[c]--; r.flushingIn[c] > 0 {
+			continue
+		}
+		delete(r.flushingIn, c)
+		if r.afterFlush[c] {
+			delete(r.afterFlush, c)
+			again = append(again, c)
+		}
+	}
+	r.mu.Unlock()
+	if again != nil {
+		r.markDirty(again...)
+	}
+}
+
 func batchConvs(batch []*queued) []string {
 	convs := make([]string, len(batch))
 	for i, q := range batch {

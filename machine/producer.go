@@ -183,7 +183,9 @@ const skippedRetry = 5 * time.Millisecond
 
 // retrySkipped marks dirty again the conversations among convs (sorted
 // locked aside) that a claim could not lock, and pokes the producer after
-// skippedRetry.
+// skippedRetry. One that a flush of this node's holds is not polled: it is
+// claimed in when that flush is over (flushEnd), so a busy conversation,
+// locked flush after flush, costs no claim every few milliseconds.
 func (r *Runner) retrySkipped(convs, locked []string) {
 	got := make(map[string]bool, len(locked))
 	for _, c := range locked {
@@ -192,7 +194,11 @@ func (r *Runner) retrySkipped(convs, locked []string) {
 	r.mu.Lock()
 	n := 0
 	for _, c := range convs {
-		if !got[c] && r.held[c] != nil {
+		switch {
+		case got[c] || r.held[c] == nil:
+		case r.flushingIn[c] > 0:
+			r.afterFlush[c] = true
+		default:
 			r.dirty[c] = true
 			n++
 		}

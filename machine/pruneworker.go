@@ -42,7 +42,16 @@ func (w *pruneWorker) Work(ctx context.Context, _ *river.Job[core.PruneArgs]) er
 			break
 		}
 	}
-	attrs := []any{slog.Int64("log_entries", logEntries)}
+	// River keeps finished jobs for a day (its cleaner's default): the
+	// prune's own would pile up one per PruneInterval. The newest few are
+	// kept, to show when the prune last ran.
+	jobs, err := core.Write(ctx, w.core, func(db store.DB) (int64, error) {
+		return w.core.Store.PruneFinishedPruneJobs(ctx, db, 10*w.core.Cfg.PruneInterval)
+	})
+	if err != nil {
+		return err
+	}
+	attrs := []any{slog.Int64("log_entries", logEntries), slog.Int64("prune_jobs", jobs)}
 	if w.core.Cfg.Retention > 0 {
 		res, err := w.core.Prune(ctx, core.PruneParams{OlderThan: w.core.Cfg.Retention, Batch: w.core.Cfg.PruneBatch})
 		if err != nil {

@@ -37,17 +37,22 @@ type Runner struct {
 	// so that what it finds in the database and not here is an orphan.
 	claimMu sync.RWMutex
 
-	mu       sync.Mutex
-	held     map[string]*heldConv // by conversation id
-	runs     map[int64]*active    // by task id
-	busy     int                  // worker slots taken (running handlers, and claims in flight)
-	dirty    map[string]bool      // held conversations that may have work to claim
-	news     map[string]bool      // conversations not held here that the change channel named
-	gaveUp   map[string]gaveUp    // conversations given up by fenceOverdue, not to be adopted back
-	wantHeld bool                 // any held conversation may have work (the slow poll)
-	wantOpen bool                 // a conversation with no holder may have work
-	started  bool
-	stopping bool
+	mu    sync.Mutex
+	held  map[string]*heldConv // by conversation id
+	runs  map[int64]*active    // by task id
+	busy  int                  // worker slots taken (running handlers, and claims in flight)
+	dirty map[string]bool      // held conversations that may have work to claim
+	// flushingIn counts this node's flushes in flight per conversation;
+	// afterFlush are held conversations a claim skipped while one of them
+	// held it, to be claimed in once those flushes are over.
+	flushingIn map[string]int
+	afterFlush map[string]bool
+	news       map[string]bool   // conversations not held here that the change channel named
+	gaveUp     map[string]gaveUp // conversations given up by fenceOverdue, not to be adopted back
+	wantHeld   bool              // any held conversation may have work (the slow poll)
+	wantOpen   bool              // a conversation with no holder may have work
+	started    bool
+	stopping   bool
 
 	runCtx    context.Context
 	cancelRun context.CancelCauseFunc
@@ -108,16 +113,18 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		cfg.Logger = c.Logger
 	}
 	r := &Runner{
-		core:     c,
-		cfg:      cfg,
-		logger:   cfg.Logger.With(slog.String("node", cfg.NodeID)),
-		handlers: handlers,
-		held:     map[string]*heldConv{},
-		runs:     map[int64]*active{},
-		dirty:    map[string]bool{},
-		news:     map[string]bool{},
-		gaveUp:   map[string]gaveUp{},
-		kick:     make(chan struct{}, 1),
+		core:       c,
+		cfg:        cfg,
+		logger:     cfg.Logger.With(slog.String("node", cfg.NodeID)),
+		handlers:   handlers,
+		held:       map[string]*heldConv{},
+		runs:       map[int64]*active{},
+		dirty:      map[string]bool{},
+		flushingIn: map[string]int{},
+		afterFlush: map[string]bool{},
+		news:       map[string]bool{},
+		gaveUp:     map[string]gaveUp{},
+		kick:       make(chan struct{}, 1),
 	}
 	for kind, h := range handlers {
 		if kind == "" || h == nil {

@@ -96,6 +96,10 @@ var (
 		return
 	}()
 
+	// The prune's own River jobs, finished longer than $1 ago.
+	qPruneFinishedPruneJobs = define(`DELETE FROM {schema}.river_job
+		WHERE kind = '` + PruneJobKind + `' AND finalized_at < now() - $1 * interval '1 microsecond'`)
+
 	qMarkPrune   = define(`SELECT set_config('arbor.prune', 'on', true)`)
 	qPruneCutoff = define(`SELECT now() - $1 * interval '1 microsecond'`)
 
@@ -280,4 +284,14 @@ func (s *Store) DeleteTasks(ctx context.Context, tx pgx.Tx, conv string, ids []i
 func (s *Store) DeleteConversation(ctx context.Context, tx pgx.Tx, conv string) (bool, error) {
 	tag, err := tx.Exec(ctx, s.sql[qDeleteConversation], conv)
 	return tag.RowsAffected() == 1, err
+}
+
+// PruneJobKind is the River job kind of the periodic prune (core.PruneArgs).
+const PruneJobKind = "arbor_prune"
+
+// PruneFinishedPruneJobs deletes the prune's own River jobs finished longer
+// than keep ago, and returns how many.
+func (s *Store) PruneFinishedPruneJobs(ctx context.Context, db DB, keep time.Duration) (int64, error) {
+	tag, err := db.Exec(ctx, s.sql[qPruneFinishedPruneJobs], micros(keep))
+	return tag.RowsAffected(), err
 }

@@ -209,7 +209,7 @@ func (e *Engine) countConversation(ctx context.Context, conv string, cutoff time
 // PruneJobKind and PruneQueue name the River job that prunes
 // periodically (package machine's prune worker) and its queue.
 const (
-	PruneJobKind = "arbor_prune"
+	PruneJobKind = store.PruneJobKind
 	PruneQueue   = "arbor_maintenance"
 )
 
