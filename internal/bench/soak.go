@@ -24,7 +24,8 @@ import (
 // steady rate well under capacity, and prune keeps deleting the history
 // that aged out; every interval the harness samples the tables' sizes,
 // rows and dead tuples and the turns' latency, and at the end it says
-// whether the last interval is flat against the first after the warm-up.
+// whether the last interval is flat against the one half-way through the
+// steady part (after the warm-up).
 // A benchmark answers "how fast"; the soak answers "does it stay that way,
 // and does the database stay the same size" — what a deployment that
 // keeps running needs to know.

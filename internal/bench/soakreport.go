@@ -536,7 +536,7 @@ func printSoakEnd(w io.Writer, r *SoakReport) {
 
 	v := r.Verdict
 	first, last := r.Samples[v.First], r.Samples[v.Last]
-	for _, line := range wrap(fmt.Sprintf("verdict: interval %d (%s–%s) against interval %d (%s–%s), the first after the warm-up; "+
+	for _, line := range wrap(fmt.Sprintf("verdict: interval %d (%s–%s) against interval %d (%s–%s), half-way through the steady part (after the warm-up); "+
 		"dead tuples: the peak of the last %d intervals against the peak of the first %d after the warm-up (autovacuum %s, naptime %s: "+
 		"dead tuples are a sawtooth of that period); limits: sizes ≤ %.1f× + %s, rows ≤ %.1f× + %d, dead tuples ≤ %.1f× + autovacuum's "+
 		"trigger (threshold + scale factor × rows), p99 ≤ %.0f×, turns completed ≥ %.0f%% of those created in the interval, and none "+
