@@ -89,8 +89,10 @@ var (
 		for _, d := range dependents {
 			del = append(del, define(`DELETE FROM {schema}.`+d.table+` WHERE `+d.ofTasks))
 			cnt = append(cnt, define(`SELECT count(*) FROM {schema}.`+d.table+` WHERE `+d.ofTasks))
-			delConv = append(delConv, define(`DELETE FROM {schema}.`+d.table+` WHERE `+d.key+` IN (
-				SELECT `+d.key+` FROM {schema}.`+d.table+` WHERE `+d.ofConversation+` LIMIT $2)`))
+			// = ANY(ARRAY(…)): the batch's keys looked up one by one (an
+			// index, or a TID scan for ctid), never a scan of the table.
+			delConv = append(delConv, define(`DELETE FROM {schema}.`+d.table+` WHERE `+d.key+` = ANY(ARRAY(
+				SELECT `+d.key+` FROM {schema}.`+d.table+` WHERE `+d.ofConversation+` LIMIT $2))`))
 			cntConv = append(cntConv, define(`SELECT count(*) FROM {schema}.`+d.table+` WHERE `+d.ofConversation+` AND $2::int IS NOT NULL`))
 		}
 		return
