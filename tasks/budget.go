@@ -54,12 +54,7 @@ func (e *Engine) SetBudgetTx(ctx context.Context, tx pgx.Tx, p BudgetParams) (ar
 }
 
 func (e *Engine) setBudget(ctx context.Context, tx pgx.Tx, p BudgetParams) (arbortype.Budget, error) {
-	row, err := e.core.SetBudget(ctx, tx, core.BudgetParams(p))
-	if err != nil {
-		return arbortype.Budget{}, err
-	}
-	return arbortype.Budget{ConversationID: row.ConversationID, TaskID: row.TaskID, Counter: row.Counter, Max: row.Max,
-		Spent: row.Spent, Reserved: row.Reserved, Pruned: row.Carried, OnExhausted: row.OnExhausted, UpdatedAt: row.UpdatedAt}, nil
+	return e.core.SetBudget(ctx, tx, core.BudgetParams(p))
 }
 
 // Budgets reads every budget of a conversation (a wall-time budget's Spent

@@ -105,34 +105,41 @@ func checkBudgetParams(p BudgetParams) (BudgetParams, error) {
 	return p, nil
 }
 
+// limitParams are the BudgetParams of a budget set with a create (checked
+// by createParams before anything was written).
+func limitParams(conv string, taskID int64, b arbortype.BudgetLimit) BudgetParams {
+	p, _ := checkBudgetParams(BudgetParams{ConversationID: conv, TaskID: taskID, Counter: b.Counter, Max: b.Max, OnExhausted: b.OnExhausted})
+	return p
+}
+
 // SetBudget creates or changes one budget; the conversation must exist
 // and a task scope must be a live task of it. A new budget counts what its
 // scope spent and holds already. A budget raised (a larger maximum, or an
 // action that no longer parks) wakes the conversation's tasks parked on
 // BudgetEvent: they run again and reserve anew.
-func (e *Engine) SetBudget(ctx context.Context, tx pgx.Tx, p BudgetParams) (store.BudgetRow, error) {
+func (e *Engine) SetBudget(ctx context.Context, tx pgx.Tx, p BudgetParams) (arbortype.Budget, error) {
 	p, err := checkBudgetParams(p)
 	if err != nil {
-		return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
+		return arbortype.Budget{}, fmt.Errorf("set budget: %w", err)
 	}
 	if _, err := e.Store.LockConversation(ctx, tx, p.ConversationID); err != nil {
 		if store.IsNoRows(err) {
 			err = fmt.Errorf("conversation %q: %w", p.ConversationID, ErrNotFound)
 		}
-		return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
+		return arbortype.Budget{}, fmt.Errorf("set budget: %w", err)
 	}
 	if p.TaskID != 0 {
 		t, err := e.Store.GetTask(ctx, tx, p.TaskID)
 		switch {
 		case store.IsNoRows(err):
-			return store.BudgetRow{}, fmt.Errorf("set budget: task %d: %w", p.TaskID, ErrNotFound)
+			return arbortype.Budget{}, fmt.Errorf("set budget: task %d: %w", p.TaskID, ErrNotFound)
 		case err != nil:
-			return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
+			return arbortype.Budget{}, fmt.Errorf("set budget: %w", err)
 		case t.ConversationID != p.ConversationID:
-			return store.BudgetRow{}, fmt.Errorf("set budget: task %d is in conversation %q, not %q: %w",
+			return arbortype.Budget{}, fmt.Errorf("set budget: task %d is in conversation %q, not %q: %w",
 				p.TaskID, t.ConversationID, p.ConversationID, ErrForeignTask)
 		case t.Status.Settled():
-			return store.BudgetRow{}, fmt.Errorf("set budget: task %d is %s: %w", p.TaskID, t.Status, ErrSettled)
+			return arbortype.Budget{}, fmt.Errorf("set budget: task %d is %s: %w", p.TaskID, t.Status, ErrSettled)
 		}
 	}
 	// A raise wakes the parked tasks first: their rows are locked before
@@ -141,21 +148,21 @@ func (e *Engine) SetBudget(ctx context.Context, tx pgx.Tx, p BudgetParams) (stor
 	// stands.
 	rows, err := e.Store.ReadBudgets(ctx, tx, p.ConversationID, []string{p.Counter})
 	if err != nil {
-		return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
+		return arbortype.Budget{}, fmt.Errorf("set budget: %w", err)
 	}
 	if i := slices.IndexFunc(rows, func(b store.BudgetRow) bool { return b.TaskID == p.TaskID }); i >= 0 {
 		old := rows[i]
 		if p.Max > old.Max || (old.OnExhausted == arbortype.BudgetPark && p.OnExhausted != arbortype.BudgetPark) {
 			if err := e.wakeBudgetParked(ctx, tx, p); err != nil {
-				return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
+				return arbortype.Budget{}, fmt.Errorf("set budget: %w", err)
 			}
 		}
 	}
 	row, err := e.setBudgetLocked(ctx, tx, p)
 	if err != nil {
-		return store.BudgetRow{}, fmt.Errorf("set budget: %w", err)
+		return arbortype.Budget{}, fmt.Errorf("set budget: %w", err)
 	}
-	return row, nil
+	return budget(row), nil
 }
 
 // setBudgetLocked writes a budget under the conversation's lock: the
@@ -230,14 +237,12 @@ func (e *Engine) ApplyCreateBudgets(ctx context.Context, tx pgx.Tx, ps []CreateP
 			if slices.ContainsFunc(rows, func(r store.BudgetRow) bool { return r.TaskID == 0 }) {
 				continue
 			}
-			bp, _ := checkBudgetParams(BudgetParams{ConversationID: p.ConversationID, Counter: b.Counter, Max: b.Max, OnExhausted: b.OnExhausted})
-			if _, err := e.setBudgetLocked(ctx, tx, bp); err != nil {
+			if _, err := e.setBudgetLocked(ctx, tx, limitParams(p.ConversationID, 0, b)); err != nil {
 				return err
 			}
 		}
 		for _, b := range p.Budgets {
-			bp, _ := checkBudgetParams(BudgetParams{ConversationID: p.ConversationID, TaskID: ts[i].ID, Counter: b.Counter, Max: b.Max, OnExhausted: b.OnExhausted})
-			if _, err := e.setBudgetLocked(ctx, tx, bp); err != nil {
+			if _, err := e.setBudgetLocked(ctx, tx, limitParams(p.ConversationID, ts[i].ID, b)); err != nil {
 				return err
 			}
 		}
