@@ -50,7 +50,10 @@ func treeHandlers(blockTool bool) map[string]machine.Handler {
 			if run.Task.Phase == "waited" {
 				return run.Complete(ctx, json.RawMessage(`"done"`))
 			}
-			kid, err := run.Spawn(ctx, machine.SpawnParams{Kind: child})
+			// A key of the handler's own (keys are per conversation): a
+			// parent run again after the crash gets its first child back
+			// rather than a second one.
+			kid, err := run.Spawn(ctx, machine.SpawnParams{Kind: child, IdempotencyKey: "spawn-" + child})
 			if err != nil {
 				return err
 			}
@@ -239,7 +242,12 @@ func TestTreeIsOneTraceAcrossACrash(t *testing.T) {
 		}
 		return s
 	}
-	waitUntil(t, "the tool to run in the child", func() bool { return status("tool") == "running" })
+	// The kill comes while the tool runs and its owners wait on it (a
+	// parent killed between its spawn and its wait is run again, and gets
+	// its child back by the spawn's key).
+	waitUntil(t, "the tool to run in the child, its owners waiting", func() bool {
+		return status("tool") == "running" && status("agent") == "waiting" && status("turn") == "waiting"
+	})
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
 
@@ -258,7 +266,7 @@ func TestTreeIsOneTraceAcrossACrash(t *testing.T) {
 		byKind[task.Kind] = task
 		require.Equal(t, arbortype.StatusCompleted, task.Status, "task %d (%s)", task.ID, task.Kind)
 	}
-	require.Equal(t, 1, byKind["tool"].Attempt, "the tool was recovered once")
+	require.Equal(t, 1, byKind["tool"].Attempt, "the tool was recovered once: %+v", byKind["tool"])
 
 	// The spans: the child's (the runs that ended before the kill) and ours.
 	var spans []spanLine
