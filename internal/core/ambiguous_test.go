@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/internal/core"
@@ -54,4 +55,51 @@ func TestAmbiguousCommitIsNotRunAgain(t *testing.T) {
 
 	require.ErrorIs(t, <-done, tasks.ErrAmbiguous)
 	require.EqualValues(t, 1, tries.Load(), "the transaction ran once")
+}
+
+// TestNoConnectionIsNotAmbiguous: a one-statement Create whose context
+// ends while it waits for a connection of an exhausted pool sent nothing.
+// It is the context's error — not ErrAmbiguous, which would have the
+// caller read back a write that cannot have happened — and nothing is
+// written.
+func TestNoConnectionIsNotAmbiguous(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	other, schema := testdb.Fresh(t)
+	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	e := enginetest.New(t, pool, &tasks.Config{Schema: schema})
+	conv := testdb.Conversation(t)
+
+	held, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"a deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 20*time.Millisecond) }, context.DeadlineExceeded},
+		{"a cancel", func() (context.Context, context.CancelFunc) {
+			cctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(20*time.Millisecond, cancel)
+			return cctx, cancel
+		}, context.Canceled},
+	} {
+		cctx, cancel := c.ctx()
+		waited := pool.Stat().CanceledAcquireCount()
+		_, _, err := e.Create(cctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+		cancel()
+		require.ErrorIs(t, err, c.want, c.name)
+		require.NotErrorIs(t, err, tasks.ErrAmbiguous, c.name)
+		require.Greater(t, pool.Stat().CanceledAcquireCount(), waited, "%s: it ended waiting for a connection", c.name)
+	}
+	held.Release()
+
+	var n int
+	require.NoError(t, other.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{schema, "tasks"}.Sanitize()+` WHERE conversation_id = $1`, conv).Scan(&n))
+	require.Zero(t, n, "nothing was written")
 }

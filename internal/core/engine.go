@@ -158,26 +158,42 @@ func Read[T any](ctx context.Context, e *Engine, fn func(db store.DB) (T, error)
 }
 
 // Write runs fn, one statement that writes and commits on its own (an
-// implicit transaction), on the pool. A fault before the statement was
-// sent, or an ERROR the server answered with (the statement rolled back),
-// is retried like Tx's; a fault after it was sent — the connection lost,
-// a FATAL — may have come after its commit: ErrAmbiguous, never retried.
+// implicit transaction), on a connection of the pool. The connection is
+// acquired first, so that a failure to get one — the pool's wait ended by
+// ctx, a connect refused — is told apart from a failure of the statement:
+// nothing was sent then, and it is ctx's error, or retried like Tx's
+// (ErrUnavailable once Cfg.UnavailableTimeout has passed). A fault before
+// the statement was sent, or an ERROR the server answered with (the
+// statement rolled back), is retried the same way. A fault after it was
+// sent — the connection lost, a FATAL, ctx ended while the answer was
+// awaited — may have come after its commit: ErrAmbiguous, never retried.
 func Write[T any](ctx context.Context, e *Engine, fn func(db store.DB) (T, error)) (T, error) {
 	r := retrier{e: e}
 	for {
-		v, err := fn(e.Pool)
-		if err == nil {
-			return v, nil
-		}
-		var connectErr *pgconn.ConnectError
-		if !commitAnswered(err) && !errors.As(err, &connectErr) && transient(err) {
-			return v, fmt.Errorf("%w: %w", ErrAmbiguous, err)
+		v, err := writeOnce(ctx, e, fn)
+		if err == nil || errors.Is(err, ErrAmbiguous) {
+			return v, err
 		}
 		again, err := r.again(ctx, err)
 		if !again {
 			return v, classify(ctx, err)
 		}
 	}
+}
+
+// writeOnce is one try of Write.
+func writeOnce[T any](ctx context.Context, e *Engine, fn func(db store.DB) (T, error)) (T, error) {
+	conn, err := e.Pool.Acquire(ctx)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer conn.Release()
+	v, err := fn(conn)
+	if err != nil && !commitAnswered(err) && (transient(err) || contextError(err)) {
+		return v, fmt.Errorf("%w: %w", ErrAmbiguous, err)
+	}
+	return v, err
 }
 
 // ReadIn runs one read on db (the caller's transaction) without retrying,

@@ -57,8 +57,24 @@ const (
 // transient reports whether err says that the database could not be
 // reached or dropped the connection: the transaction that got it did not
 // commit (it never reached COMMIT), so it may run again as a whole.
+//
+// A context's end is not a fault: context.Canceled and
+// context.DeadlineExceeded, and every error that wraps one, are the
+// caller's (DeadlineExceeded would pass for a fault otherwise: it is a
+// net.Error). The one exception is a connection that could not be made
+// (*pgconn.ConnectError): its deadline is the connect's own
+// (connect_timeout), a server that did not answer; a connect that the
+// caller's context ended is not retried anyway, since every retry stops
+// once that context is done.
 func transient(err error) bool {
 	if err == nil {
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return true
+	}
+	if contextError(err) {
 		return false
 	}
 	var pgErr *pgconn.PgError
@@ -73,10 +89,14 @@ func transient(err error) bool {
 	if pgconn.SafeToRetry(err) || errors.Is(err, pgconn.ErrConnClosed) {
 		return true
 	}
-	var connectErr *pgconn.ConnectError
 	var netErr net.Error
-	return errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+	return errors.As(err, &netErr) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+}
+
+// contextError reports whether err is, or wraps, a context's end.
+func contextError(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // commitAnswered reports whether a failed COMMIT got an answer that says
@@ -118,7 +138,7 @@ func classify(ctx context.Context, err error) error {
 	if err == nil || IsArborError(err) {
 		return err
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || transient(err)) {
+	if ctxErr := ctx.Err(); ctxErr != nil && (contextError(err) || transient(err)) {
 		if errors.Is(err, ctxErr) {
 			return err
 		}
