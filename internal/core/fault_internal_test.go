@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"net"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,4 +63,59 @@ func TestContextErrorsAreNotFaults(t *testing.T) {
 	_, err = pgconn.ConnectConfig(context.Background(), cfg)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.True(t, transient(err), "a connect timeout is a fault: %v", err)
+}
+
+// TestEverySentinelIsListed fails when an Err… of arbortype is not in
+// sentinels: classify would wrap that refusal in ErrDatabase ("database
+// error: …"), and a caller testing errors.Is(err, ErrDatabase) would take
+// bad input for a broken database.
+func TestEverySentinelIsListed(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	defined := map[string]bool{}
+	files, err := filepath.Glob("../../arbortype/*.go")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.VAR {
+				for _, spec := range g.Specs {
+					for _, n := range spec.(*ast.ValueSpec).Names {
+						if strings.HasPrefix(n.Name, "Err") {
+							defined[n.Name] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	require.Contains(t, defined, "ErrNotFound", "the parse found arbortype's sentinels")
+
+	f, err := parser.ParseFile(fset, "fault.go", nil, 0)
+	require.NoError(t, err)
+	listed := map[string]bool{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		vs, ok := n.(*ast.ValueSpec)
+		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != "sentinels" {
+			return true
+		}
+		for _, el := range vs.Values[0].(*ast.CompositeLit).Elts {
+			if sel, ok := el.(*ast.SelectorExpr); ok && sel.X.(*ast.Ident).Name == "arbortype" {
+				listed[sel.Sel.Name] = true
+			}
+		}
+		return false
+	})
+	for name := range defined {
+		require.True(t, listed[name], "arbortype.%s is not in sentinels (internal/core/fault.go): classify would call it a database error", name)
+	}
+	for _, s := range sentinels {
+		err := fmt.Errorf("op: %w", s)
+		require.Same(t, err, classify(context.Background(), err), "%v is returned as it is", s)
+	}
 }

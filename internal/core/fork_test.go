@@ -140,6 +140,7 @@ func TestForkBadInput(t *testing.T) {
 		n := count()
 		_, err := b.engine.Fork(b.ctx, c.p)
 		require.ErrorIs(t, err, c.want, c.name)
+		require.NotErrorIs(t, err, tasks.ErrDatabase, "%s: a refusal, not a database error", c.name)
 		require.Equal(t, n, count(), c.name+": nothing written")
 	}
 	_, err = b.engine.Abort(b.ctx, live.ID)
