@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"slices"
 
@@ -27,12 +28,15 @@ var (
 
 	qNextSettleSeqs = define(`SELECT nextval('{schema}.task_settle_seq'::regclass) FROM generate_series(1, $1)`)
 
+	// v's columns are named apart from the tasks', which RETURNING lists
+	// unqualified.
 	qSettleMany = define(`UPDATE {schema}.tasks t
-		SET status = v.status, settle_seq = v.seq, abort_requested = true,
+		SET status = v.to_status, settle_seq = v.seq, abort_requested = true,
 		    settled_at = now(), token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
 		    error = CASE WHEN t.id = ANY($4) THEN $5::jsonb ELSE t.error END
-		FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS v(id, status, seq)
-		WHERE t.id = v.id`)
+		FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS v(task_id, to_status, seq)
+		WHERE t.id = v.task_id
+		RETURNING {task_columns}`)
 )
 
 // LockLiveSubtrees locks and returns each live task among rootIDs with all
@@ -50,17 +54,18 @@ func (s *Store) LockLiveConversationTasks(ctx context.Context, db DB, conversati
 
 // AbortMany settles every task of ids with the status at the same index,
 // marks them abort_requested, and numbers their settles in the order given:
-// ids[0] settles first. It is the bulk form of SettleTask for aborts.
+// ids[0] settles first. It is the bulk form of SettleTask for aborts, and
+// returns the rows as it wrote them, in the order of ids.
 //
 // The tasks among reasonIDs record why as their error (the reason of the
 // abort that targeted them).
-func (s *Store) AbortMany(ctx context.Context, db DB, ids []int64, statuses []arbortype.Status, reasonIDs []int64, why *arbortype.TaskError) error {
+func (s *Store) AbortMany(ctx context.Context, db DB, ids []int64, statuses []arbortype.Status, reasonIDs []int64, why *arbortype.TaskError) ([]arbortype.Task, error) {
 	if len(ids) == 0 {
-		return nil
+		return nil, nil
 	}
 	seqs, err := collect[int64](db.Query(ctx, s.sql[qNextSettleSeqs], len(ids)))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// One session's nextval calls increase; sort anyway so the order given
 	// is the order recorded whatever the series returned.
@@ -72,12 +77,17 @@ func (s *Store) AbortMany(ctx context.Context, db DB, ids []int64, statuses []ar
 	var whyJSON []byte
 	if why != nil {
 		if whyJSON, err = marshalError(why); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if reasonIDs == nil {
 		reasonIDs = []int64{}
 	}
-	_, err = db.Exec(ctx, s.sql[qSettleMany], ids, names, seqs, reasonIDs, nullJSON(whyJSON))
-	return err
+	settled, err := collectTasks(db.Query(ctx, s.sql[qSettleMany], ids, names, seqs, reasonIDs, nullJSON(whyJSON)))
+	if err != nil {
+		return nil, err
+	}
+	// RETURNING has no order: the settle numbers are the order given.
+	slices.SortFunc(settled, func(a, b arbortype.Task) int { return cmp.Compare(a.SettleSeq, b.SettleSeq) })
+	return settled, nil
 }

@@ -12,8 +12,10 @@ import (
 
 // AbortReport says what an abort settled.
 type AbortReport struct {
-	// Settled are the tasks the abort settled, leaves first (the order their
-	// settles were recorded in); the target, when it was live, is last.
+	// Settled are the tasks the abort settled, as it wrote them (status,
+	// SettleSeq, SettledAt, and the reason as the target's Error), leaves
+	// first (the order their settles were recorded in); the target, when it
+	// was live, is last.
 	Settled []arbortype.Task
 }
 

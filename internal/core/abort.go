@@ -13,8 +13,10 @@ import (
 
 // AbortReport says what an abort settled.
 type AbortReport struct {
-	// Settled are the tasks the abort settled, leaves first (the order their
-	// settles were recorded in); the target, when it was live, is last.
+	// Settled are the tasks the abort settled, as it wrote them (status,
+	// settle_seq, settled_at, the reason as error), leaves first (the order
+	// their settles were recorded in); the target, when it was live, is
+	// last.
 	Settled []Task
 }
 
@@ -38,11 +40,11 @@ func (e *Engine) AbortWhy(ctx context.Context, tx pgx.Tx, taskID int64, reason s
 	if t.Status.Settled() {
 		return AbortReport{}, errorf("abort", taskID, transitionError(taskID, t.Status, fsm.Abort))
 	}
-	nodes, err := e.abortSubtreesWhy(ctx, tx, t.ConversationID, []int64{taskID}, why)
+	settled, err := e.abortSubtreesWhy(ctx, tx, t.ConversationID, []int64{taskID}, why)
 	if err != nil {
 		return AbortReport{}, errorf("abort", taskID, err)
 	}
-	rep := AbortReport{Settled: reversed(nodes)}
+	rep := AbortReport{Settled: settled}
 	target := rep.Settled[len(rep.Settled)-1]
 	if err := e.reconcileOwner(ctx, tx, target); err != nil {
 		return AbortReport{}, errorf("abort", taskID, err)
@@ -86,15 +88,7 @@ func (e *Engine) AbortConversationWhy(ctx context.Context, tx pgx.Tx, conversati
 	if err != nil {
 		return AbortReport{}, fmt.Errorf("abort conversation %q: %w", conversationID, err)
 	}
-	return AbortReport{Settled: reversed(settled)}, nil
-}
-
-func reversed(ts []Task) []Task {
-	out := make([]Task, len(ts))
-	for i, t := range ts {
-		out[len(ts)-1-i] = t
-	}
-	return out
+	return AbortReport{Settled: settled}, nil
 }
 
 // CodeAborted is the error code an abort with a reason records.

@@ -199,7 +199,8 @@ func (e *Engine) applyWait(ctx context.Context, tx pgx.Tx, owner Task, settled *
 // child before its owner, in one statement whose settle order is recorded.
 // Owners outside the subtrees are not reconciled: the caller does that for
 // the roots it aborted. It returns the tasks it settled, roots included,
-// with their new statuses.
+// as written (status, settle_seq, settled_at, error), in their settle
+// order: leaves first.
 func (e *Engine) abortSubtrees(ctx context.Context, tx pgx.Tx, conv string, rootIDs []int64) ([]Task, error) {
 	return e.abortSubtreesWhy(ctx, tx, conv, rootIDs, nil)
 }
@@ -217,7 +218,8 @@ func (e *Engine) abortSubtreesWhy(ctx context.Context, tx pgx.Tx, conv string, r
 // abortLockedWhy settles the locked live tasks of nodes (ascending id)
 // leaves first, in descending id order (an owner's id is always smaller
 // than its children's), recording why (nil: nothing) as the error of those
-// among them that are in roots.
+// among them that are in roots. It returns the rows as settled, in that
+// order.
 func (e *Engine) abortLockedWhy(ctx context.Context, tx pgx.Tx, nodes []Task, roots []int64, why *TaskError) ([]Task, error) {
 	if err := e.dropWakeJobs(ctx, tx, nodes...); err != nil {
 		return nil, err
@@ -225,7 +227,7 @@ func (e *Engine) abortLockedWhy(ctx context.Context, tx pgx.Tx, nodes []Task, ro
 	ids := make([]int64, 0, len(nodes))
 	statuses := make([]arbortype.Status, 0, len(nodes))
 	for i := len(nodes) - 1; i >= 0; i-- {
-		n := &nodes[i]
+		n := nodes[i]
 		event := fsm.Abort
 		if n.Status == arbortype.StatusPending && n.StartedAt == nil {
 			event = fsm.Orphan
@@ -236,16 +238,19 @@ func (e *Engine) abortLockedWhy(ctx context.Context, tx pgx.Tx, nodes []Task, ro
 		}
 		ids = append(ids, n.ID)
 		statuses = append(statuses, to)
-		n.Status, n.AbortRequested = to, true
 	}
 	var reasons []int64
 	if why != nil {
 		reasons = roots
 	}
-	if err := e.Store.AbortMany(ctx, tx, ids, statuses, reasons, why); err != nil {
+	settled, err := e.Store.AbortMany(ctx, tx, ids, statuses, reasons, why)
+	if err != nil {
 		return nil, mapDBError(err)
 	}
-	return nodes, nil
+	if len(settled) != len(ids) {
+		return nil, fmt.Errorf("abort settled %d of the %d tasks it locked", len(settled), len(ids))
+	}
+	return settled, nil
 }
 
 // abortForegroundChildren aborts the live foreground children of t, each

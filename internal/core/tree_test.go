@@ -3,6 +3,7 @@ package core_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -220,4 +221,47 @@ func TestAbortConversationReachesBackground(t *testing.T) {
 	require.Equal(t, []int64{bgKid.ID, bg.ID}, []int64{rep.Settled[0].ID, rep.Settled[1].ID})
 	require.Equal(t, arbortype.StatusOrphaned, b.get(t, bgKid.ID).Status)
 	require.Equal(t, arbortype.StatusAborted, b.get(t, bg.ID).Status)
+}
+
+// TestAbortReportsTheRowsAsSettled: the report of an abort is the rows
+// it wrote — status, settle_seq, settled_at, the reason as the target's
+// error — not the rows as they were locked before the settle, so a
+// caller can show the settle without reading every task again.
+func TestAbortReportsTheRowsAsSettled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	root := b.start(t, b.root(t, "turn").ID)
+	tool := b.start(t, b.child(t, root.ID, "tool").ID)
+	never := b.child(t, tool.ID, "never.ran")
+	_, err := b.engine.SleepUntil(b.ctx, tool.ID, tool.Token, time.Now().Add(time.Hour), "napping", nil)
+	require.NoError(t, err)
+	bg := b.start(t, b.background(t, root.ID, "bg").ID)
+
+	requireAsStored := func(rep tasks.AbortReport, ids ...int64) {
+		t.Helper()
+		var got []int64
+		var last int64
+		for _, s := range rep.Settled {
+			got = append(got, s.ID)
+			require.Equal(t, b.get(t, s.ID), s, "task %d is reported as it was settled", s.ID)
+			require.True(t, s.Status.Settled())
+			require.NotZero(t, s.SettleSeq)
+			require.NotNil(t, s.SettledAt)
+			require.Greater(t, s.SettleSeq, last, "in settle order")
+			last = s.SettleSeq
+		}
+		require.Equal(t, ids, got, "leaves first")
+	}
+	rep, err := b.engine.Abort(b.ctx, root.ID, tasks.WithReason("the user pressed stop"))
+	require.NoError(t, err)
+	requireAsStored(rep, never.ID, tool.ID, root.ID)
+	require.Equal(t, arbortype.StatusOrphaned, rep.Settled[0].Status)
+	require.Equal(t, arbortype.StatusAborted, rep.Settled[1].Status)
+	require.Equal(t, &arbortype.TaskError{Code: tasks.CodeAborted, Message: "the user pressed stop"}, rep.Settled[2].Error)
+	require.True(t, rep.Settled[2].AbortRequested)
+
+	rep, err = b.engine.AbortConversation(b.ctx, b.conv, tasks.WithReason("closed"))
+	require.NoError(t, err)
+	requireAsStored(rep, bg.ID)
+	require.Nil(t, rep.Settled[0].Error, "the reason goes on the conversation's live roots only")
 }
