@@ -19,6 +19,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/arborui"
+	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
@@ -374,4 +375,20 @@ func TestActionsOn(t *testing.T) {
 		require.Equal(t, http.StatusSeeOther, code)
 		require.Equal(t, fmt.Sprintf("/tasks/%d", other.ID), to)
 	})
+}
+
+// TestAnswerFormOfAnAwaitingTask: with actions on, an awaiting task's page
+// renders its answer form, carrying the await's token, posting to the task.
+func TestAnswerFormOfAnAwaitingTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &arborui.Options{Actions: true})
+	task := b.create(t, tasks.CreateParams{Kind: "turn"})
+	run, err := b.engine.Start(b.ctx, task.ID)
+	require.NoError(t, err)
+	res, err := b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval", Phase: "decided"})
+	require.NoError(t, err)
+	code, page := b.get(t, fmt.Sprintf("/tasks/%d", task.ID))
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, `value="`+res.Task.AwaitToken+`"`)
+	require.Contains(t, page, fmt.Sprintf(`action="/tasks/%d/emit"`, task.ID))
 }
