@@ -59,6 +59,12 @@ var (
 	ErrNotSleeping = errors.New("task is not sleeping")
 	// ErrSettled: an event emitted to a task that is settled.
 	ErrSettled = errors.New("task is settled")
+	// ErrAwaitEnded: an await's token posted after that await ended (its
+	// event came, it timed out, its task was woken, cancelled, aborted or
+	// settled, or awaited again): a token answers its own await only, and
+	// nothing is emitted. A token that was accepted once is not refused:
+	// posting it again returns that emit.
+	ErrAwaitEnded = errors.New("the await this token belongs to is over")
 	// ErrBusy: a turn created with the reject policy while another turn of
 	// the conversation is live.
 	ErrBusy = errors.New("a turn of the conversation is live")

@@ -34,7 +34,9 @@ type PendingEvent struct {
 	OwnerID int64
 	// Name is the event awaited.
 	Name string
-	// Token answers exactly this await (tasks.Engine.EmitToken).
+	// Token answers exactly this await, while it lasts
+	// (tasks.Engine.EmitToken); once the await is over it is refused
+	// (ErrAwaitEnded), never kept for a later await of the name.
 	Token string
 	// Timeout is when the await ends without an event; nil for never.
 	Timeout *time.Time

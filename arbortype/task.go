@@ -94,8 +94,10 @@ type Task struct {
 	// AwaitName is the event the task's current (or last) await waits for;
 	// "" if it never awaited, or slept since.
 	AwaitName string
-	// AwaitToken answers exactly the task's current await
-	// (tasks.Engine.EmitToken); "" when it is not awaiting.
+	// AwaitToken is the token of the task's current (or last) await; it
+	// answers that await while it lasts (tasks.Engine.EmitToken), and is
+	// refused with ErrAwaitEnded once it is over. "" if the task never
+	// awaited, or slept since.
 	AwaitToken string
 	// Delivered is what woke the task's last await: the event, or its
 	// timeout; nil before it woke, and once the task parks again.

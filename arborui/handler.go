@@ -200,7 +200,7 @@ func statusOf(err error) int {
 		errors.Is(err, tasks.ErrPayloadTooLarge), errors.Is(err, tasks.ErrForeignTask):
 		return http.StatusBadRequest
 	case errors.Is(err, tasks.ErrInvalidTransition), errors.Is(err, tasks.ErrNotSleeping),
-		errors.Is(err, tasks.ErrSettled):
+		errors.Is(err, tasks.ErrSettled), errors.Is(err, tasks.ErrAwaitEnded):
 		return http.StatusConflict
 	case errors.Is(err, tasks.ErrUnavailable):
 		return http.StatusServiceUnavailable

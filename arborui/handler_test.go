@@ -392,3 +392,41 @@ func TestAnswerFormOfAnAwaitingTask(t *testing.T) {
 	require.Contains(t, page, `value="`+res.Task.AwaitToken+`"`)
 	require.Contains(t, page, fmt.Sprintf(`action="/tasks/%d/emit"`, task.ID))
 }
+
+// TestAnswerOfAnAwaitThatEnded: the answer form carries its await's
+// token; posted from a page left open after that await ended, it is
+// refused (409, saying so) and nothing is emitted, so a later await of
+// the name is not answered by it.
+func TestAnswerOfAnAwaitThatEnded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &arborui.Options{Actions: true})
+	task := b.create(t, tasks.CreateParams{Kind: "turn"})
+	await := func() string {
+		run, err := b.engine.Start(b.ctx, task.ID)
+		require.NoError(t, err)
+		res, err := b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval", Phase: "decided"})
+		require.NoError(t, err)
+		return res.Task.AwaitToken
+	}
+	stale := await()
+	_, page := b.get(t, fmt.Sprintf("/tasks/%d", task.ID))
+	require.Contains(t, page, `value="`+stale+`"`, "the page left open holds the first await's form")
+	csrf := token(t, page)
+	_, err := b.engine.WakeNow(b.ctx, task.ID)
+	require.NoError(t, err)
+	live := await()
+
+	code, body, _ := b.post(t, fmt.Sprintf("/tasks/%d/emit", task.ID), url.Values{"csrf": {csrf}, "token": {stale}, "payload": {`{"approved": true}`}}, nil)
+	require.Equal(t, http.StatusConflict, code, body)
+	require.Contains(t, body, "the await this token belongs to is over")
+	got, err := b.engine.Get(b.ctx, task.ID)
+	require.NoError(t, err)
+	require.Equal(t, arbortype.StatusSleeping, got.Status, "the later await is not answered")
+
+	code, body, _ = b.post(t, fmt.Sprintf("/tasks/%d/emit", task.ID), url.Values{"csrf": {csrf}, "token": {live}, "payload": {`{"approved": true}`}}, nil)
+	require.Equal(t, http.StatusSeeOther, code, body)
+	got, err = b.engine.Get(b.ctx, task.ID)
+	require.NoError(t, err)
+	require.Equal(t, arbortype.StatusPending, got.Status)
+	require.JSONEq(t, `{"approved": true}`, string(got.Delivered.Payload))
+}

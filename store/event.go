@@ -151,7 +151,8 @@ func (s *Store) PendingAwaits(ctx context.Context, db DB, conv string) ([]arbort
 	return collectTasks(db.Query(ctx, s.sql[qPendingAwaits], conv))
 }
 
-// TaskByAwaitToken reads the task whose current await has token.
+// TaskByAwaitToken reads the task whose current (or last) await has
+// token: how a token of the form that does not name its task is found.
 func (s *Store) TaskByAwaitToken(ctx context.Context, db DB, token string) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qTaskByAwaitToken], token))
 }

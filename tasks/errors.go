@@ -44,6 +44,11 @@ var (
 	ErrNotSleeping = arbortype.ErrNotSleeping
 	// ErrSettled: Emit to a task that is settled.
 	ErrSettled = arbortype.ErrSettled
+	// ErrAwaitEnded: EmitToken with the token of an await that is over
+	// (answered, timed out, woken, cancelled, aborted, its task settled or
+	// awaiting again); nothing is emitted. A token accepted once returns
+	// its emit instead, however often it is posted.
+	ErrAwaitEnded = arbortype.ErrAwaitEnded
 	// ErrBusy: a turn created with TurnReject while another turn of the
 	// conversation is live; the error names it.
 	ErrBusy = arbortype.ErrBusy

@@ -66,9 +66,19 @@ func (e *Engine) emit(ctx context.Context, tx pgx.Tx, p EmitParams) (core.Emitte
 
 // EmitToken answers the await whose token is token (PendingEvent.Token, a
 // parked task's AwaitToken) with payload: an event of the await's name
-// addressed to its task, emitted once however often the token is posted
-// (a client's retry, a double click). An unknown token is ErrNotFound; the
-// token of an await that ended delivers nothing new (created false).
+// addressed to its task and delivered to that await in the same
+// transaction, emitted once however often the token is posted (a client's
+// retry, a double click: created false, the first emit returned, also after
+// the task has moved on).
+//
+// A token answers its own await and nothing else. Posted after that await
+// is over — its event came, it timed out, the task was woken, cancelled,
+// aborted or settled, or it awaited again — and never accepted before, it
+// is ErrAwaitEnded and nothing is written: unlike an Emit by name, which
+// waits for the next await of its name, a late answer is never kept for a
+// later await. A token racing its await's timeout is either the await's
+// answer or refused. An unknown token is ErrNotFound; a payload over 64
+// KiB ErrPayloadTooLarge.
 func (e *Engine) EmitToken(ctx context.Context, token string, payload json.RawMessage) (ev arbortype.Event, created bool, err error) {
 	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (core.Emitted, error) { return e.core.EmitToken(ctx, tx, token, payload) })
 	return event(r.Event), r.Created, err

@@ -19,7 +19,10 @@ oldest task awaiting it takes it, or the next one to await it), or to one
 task with --task. PAYLOAD is JSON (a bare word is taken as a JSON string).
 By default the first emit of a name wins; --queue makes every emit a
 delivery of its own. With --token, it answers exactly the await that token
-names (what "arbor pending" lists): an approval.
+names (what "arbor pending" lists): an approval. A token answers its own
+await only: once that await is over (answered, timed out, woken, its task
+ended or awaiting again) it is refused and nothing is emitted; posting a
+token that was accepted again says so and emits nothing new.
 
 Example:
   arbor emit chat-7 approval '{"approved": true}' --task 12
@@ -63,8 +66,11 @@ func cmdEmit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *token != "" {
 		ev, created, err := engine.EmitToken(ctx, *token, payload)
 		if err != nil {
-			if errors.Is(err, tasks.ErrNotFound) {
+			switch {
+			case errors.Is(err, tasks.ErrNotFound):
 				return fmt.Errorf("no await has the token %s", printable(*token))
+			case errors.Is(err, tasks.ErrAwaitEnded):
+				return fmt.Errorf("the await of the token %s is over (answered, timed out, or its task moved on): nothing was emitted", printable(*token))
 			}
 			return err
 		}

@@ -44,6 +44,19 @@ func TestEmitAnswersAnApproval(t *testing.T) {
 	require.Contains(t, b.arbor(t, "show", "4").ok(t).stdout, "delivered")
 	require.Equal(t, fmt.Sprintf("conversation %s awaits nothing\n", b.conv), b.arbor(t, "pending", b.conv).ok(t).stdout)
 
+	// The task awaits again: the first token still says it was emitted; a
+	// token of an await that timed out, or was woken, is refused.
+	run = b.start(t, 4)
+	res, err = b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval", Phase: "decided"})
+	require.NoError(t, err)
+	out = b.arbor(t, "emit", "--token", token, `{"approved": false}`).ok(t).stdout
+	require.Contains(t, out, "was emitted already: nothing new")
+	_, err = b.engine.WakeNow(b.ctx, 4)
+	require.NoError(t, err)
+	b.arbor(t, "emit", "--token", res.Task.AwaitToken, `{"approved": true}`).fails(t, 1,
+		"the await of the token "+res.Task.AwaitToken+" is over (answered, timed out, or its task moved on): nothing was emitted")
+	require.True(t, b.get(t, 4).Delivered.TimedOut, "woken without the refused answer")
+
 	out = b.arbor(t, "emit", b.conv, "note", "hello", "--queue").ok(t).stdout
 	require.Contains(t, out, "nothing awaits it yet")
 	var payload struct {

@@ -26,6 +26,8 @@ func untouched(t *testing.T, pool *pgxpool.Pool, schema string) func(what string
 		err := pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT
 			(SELECT count(*) || ':' || coalesce(string_agg(id || '@' || xmin::text, ',' ORDER BY id), '') FROM %[1]s.tasks) || ' | ' ||
 			(SELECT count(*) || ':' || coalesce(string_agg(id || '@' || xmin::text, ',' ORDER BY id), '') FROM %[1]s.conversations) || ' | ' ||
+			(SELECT count(*) || ':' || coalesce(string_agg(id || '@' || xmin::text, ',' ORDER BY id), '') FROM %[1]s.events) || ' | ' ||
+			(SELECT count(*) || ':' || coalesce(max(seq), 0) FROM %[1]s.conversation_log) || ' | ' ||
 			(SELECT count(*) || ':' || coalesce(string_agg(id || '@' || xmin::text, ',' ORDER BY id), '') FROM %[1]s.river_job)`, schema)).Scan(&s)
 		require.NoError(t, err)
 		return s
@@ -50,6 +52,26 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	run, err := eng.Start(ctx, turn.ID)
 	require.NoError(t, err)
+	// Tokens of awaits that are over: one cancelled, one woken early.
+	staleToken := func(end func(id int64) error) string {
+		child, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "approver", OwnerID: turn.ID})
+		require.NoError(t, err)
+		crun, err := eng.Start(ctx, child.ID)
+		require.NoError(t, err)
+		aw, err := eng.AwaitEvent(ctx, crun.ID, crun.Token, core.AwaitParams{Name: "approval", Timeout: time.Hour})
+		require.NoError(t, err)
+		require.NoError(t, end(child.ID))
+		return aw.Task.AwaitToken
+	}
+	cancelled := staleToken(func(id int64) error { _, err := eng.Cancel(ctx, id, nil); return err })
+	woken := staleToken(func(id int64) error { _, err := eng.WakeNow(ctx, id); return err })
+	emitToken := func(token string) error {
+		_, created, err := eng.EmitToken(ctx, token, []byte(`{"approved": true}`))
+		if created {
+			return fmt.Errorf("token %s: created", token)
+		}
+		return err
+	}
 
 	create := func(p tasks.CreateParams) error {
 		if p.ConversationID == "" {
@@ -101,6 +123,14 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 			_, err := eng.Complete(ctx, run.ID, run.Token, []byte(`[1e1000000]`))
 			return err
 		}, tasks.ErrInvalidJSON},
+		{"the token of a cancelled await", func() error { return emitToken(cancelled) }, tasks.ErrAwaitEnded},
+		{"the token of an await woken early", func() error { return emitToken(woken) }, tasks.ErrAwaitEnded},
+		{"a token naming no task", func() error { return emitToken("awt_999999999999" + woken[strings.LastIndex(woken, "_"):]) }, tasks.ErrNotFound},
+		{"a forged token", func() error { return emitToken("awt_forged") }, tasks.ErrNotFound},
+		{"a token with a payload over 64 KiB", func() error {
+			_, _, err := eng.EmitToken(ctx, woken, []byte(`"`+strings.Repeat("x", core.MaxEventBytes)+`"`))
+			return err
+		}, tasks.ErrPayloadTooLarge},
 	}
 	check := untouched(t, pool, schema)
 	for _, c := range cases {

@@ -29,6 +29,7 @@ var (
 	ErrForeignTask         = arbortype.ErrForeignTask
 	ErrNotSleeping         = arbortype.ErrNotSleeping
 	ErrSettled             = arbortype.ErrSettled
+	ErrAwaitEnded          = arbortype.ErrAwaitEnded
 	ErrBusy                = arbortype.ErrBusy
 	ErrNotSettled          = arbortype.ErrNotSettled
 	ErrNotRoot             = arbortype.ErrNotRoot

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +31,11 @@ import (
 //     settled): the event waits for the next await of its name, if any.
 // A delivery or a settle of an awaiting task drops its timeout's wake job
 // in the same transaction, as a sleep's.
+//
+// That is for an event addressed by name, to the conversation or to a
+// task. An await's token names one await, not a name: posted after that
+// await ended, it is refused (ErrAwaitEnded) and nothing is kept for the
+// next await (see EmitToken).
 
 // MaxEventBytes bounds an event's or a progress entry's payload.
 const MaxEventBytes = 64 << 10
@@ -63,16 +70,7 @@ type Emitted struct {
 
 // Emit emits an event in tx.
 func (e *Engine) Emit(ctx context.Context, tx pgx.Tx, p EmitParams) (Emitted, error) {
-	if err := checkText("conversation id", p.ConversationID, true); err != nil {
-		return Emitted{}, fmt.Errorf("emit: %w", err)
-	}
-	if err := checkText("event name", p.Name, true); err != nil {
-		return Emitted{}, fmt.Errorf("emit: %w", err)
-	}
-	if err := checkText("idempotency key", p.IdempotencyKey, false); err != nil {
-		return Emitted{}, fmt.Errorf("emit: %w", err)
-	}
-	if err := e.checkPayload("event payload", p.Payload); err != nil {
+	if err := e.checkEmit(p); err != nil {
 		return Emitted{}, fmt.Errorf("emit: %w", err)
 	}
 	if p.TaskID < 0 {
@@ -88,15 +86,14 @@ func (e *Engine) Emit(ctx context.Context, tx pgx.Tx, p EmitParams) (Emitted, er
 	// A repeat (its key) returns the first emit, whatever became of its
 	// task since.
 	if p.IdempotencyKey != "" {
-		ev, err := e.Store.EventByKey(ctx, tx, p.ConversationID, p.IdempotencyKey)
+		ev, found, err := e.emitted(ctx, tx, p.ConversationID, p.IdempotencyKey)
 		switch {
-		case err == nil:
-			if ev.Name != p.Name || ev.TaskID != p.TaskID {
-				return Emitted{}, fmt.Errorf("%s: key %q is event %d (%q to task %d): %w", what, p.IdempotencyKey, ev.ID, ev.Name, ev.TaskID, ErrIdempotencyConflict)
-			}
-			return Emitted{Event: ev}, nil
-		case !store.IsNoRows(err):
+		case err != nil:
 			return Emitted{}, fmt.Errorf("%s: %w", what, err)
+		case found && (ev.Name != p.Name || ev.TaskID != p.TaskID):
+			return Emitted{}, fmt.Errorf("%s: key %q is event %d (%q to task %d): %w", what, p.IdempotencyKey, ev.ID, ev.Name, ev.TaskID, ErrIdempotencyConflict)
+		case found:
+			return Emitted{Event: ev}, nil
 		}
 	}
 	var target Task
@@ -120,45 +117,87 @@ func (e *Engine) Emit(ctx context.Context, tx pgx.Tx, p EmitParams) (Emitted, er
 		}
 		target = t
 	}
+	out, err := e.emitLocked(ctx, tx, p, target)
+	if err != nil {
+		return Emitted{}, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+// checkEmit checks an emit's texts and payload.
+func (e *Engine) checkEmit(p EmitParams) error {
+	if err := checkText("conversation id", p.ConversationID, true); err != nil {
+		return err
+	}
+	if err := checkText("event name", p.Name, true); err != nil {
+		return err
+	}
+	if err := checkText("idempotency key", p.IdempotencyKey, false); err != nil {
+		return err
+	}
+	return e.checkPayload("event payload", p.Payload)
+}
+
+// emitted reads the event of conv emitted with key, if any.
+func (e *Engine) emitted(ctx context.Context, tx pgx.Tx, conv, key string) (store.Event, bool, error) {
+	ev, err := e.Store.EventByKey(ctx, tx, conv, key)
+	switch {
+	case err == nil:
+		return ev, true, nil
+	case store.IsNoRows(err):
+		return store.Event{}, false, nil
+	}
+	return store.Event{}, false, err
+}
+
+// emitLocked emits p (checked, its conversation locked, not a repeat of
+// its key) and delivers it to the await it is for, if one is parked now:
+// target's (locked), when p is addressed to a task, else the oldest of the
+// conversation's awaits of its name.
+func (e *Engine) emitLocked(ctx context.Context, tx pgx.Tx, p EmitParams, target Task) (Emitted, error) {
 	if !p.Queue {
 		ev, err := e.Store.FirstEvent(ctx, tx, p.ConversationID, p.Name, p.TaskID)
 		switch {
 		case err == nil:
 			return Emitted{Event: ev}, nil
 		case !store.IsNoRows(err):
-			return Emitted{}, fmt.Errorf("%s: %w", what, err)
+			return Emitted{}, err
 		}
 	}
 	ev, err := e.Store.InsertEvent(ctx, tx, p.ConversationID, p.TaskID, p.Name, p.Payload, p.IdempotencyKey, p.Queue)
 	if err != nil {
-		return Emitted{}, fmt.Errorf("%s: %w", what, mapDBError(err))
+		return Emitted{}, mapDBError(err)
 	}
 	logPayload, err := json.Marshal(map[string]any{"event_id": ev.ID, "payload": ev.Payload})
 	if err != nil {
-		return Emitted{}, fmt.Errorf("%s: %w", what, err)
+		return Emitted{}, err
 	}
 	if _, err := e.Store.AppendLog(ctx, tx, p.ConversationID, p.TaskID, "event", p.Name, logPayload); err != nil {
-		return Emitted{}, fmt.Errorf("%s: log: %w", what, mapDBError(err))
+		return Emitted{}, fmt.Errorf("log: %w", mapDBError(err))
 	}
 	out := Emitted{Event: ev, Created: true}
-	// Deliver to the await it is for, if one is parked now.
 	if p.TaskID == 0 {
 		t, err := e.Store.OldestAwaiting(ctx, tx, p.ConversationID, p.Name)
 		switch {
 		case err == nil:
 			target = t
 		case !store.IsNoRows(err):
-			return Emitted{}, fmt.Errorf("%s: %w", what, err)
+			return Emitted{}, err
 		}
 	}
-	if target.ID != 0 && target.Status == arbortype.StatusSleeping && target.AwaitName == p.Name {
+	if target.ID != 0 && awaiting(target) && target.AwaitName == p.Name {
 		if _, err := e.deliverLocked(ctx, tx, target, &ev); err != nil {
-			return Emitted{}, fmt.Errorf("%s: %w", what, err)
+			return Emitted{}, err
 		}
 		out.Delivered = target.ID
 		out.Event.DeliveredTo = target.ID
 	}
 	return out, nil
+}
+
+// awaiting reports whether t is parked in an await now.
+func awaiting(t Task) bool {
+	return t.Status == arbortype.StatusSleeping && t.AwaitName != ""
 }
 
 // deliverLocked wakes t, a locked awaiting task, with ev (nil: its timeout
@@ -242,7 +281,7 @@ func (e *Engine) AwaitEvent(ctx context.Context, tx pgx.Tx, taskID, token int64,
 	if err != nil && !store.IsNoRows(err) {
 		return AwaitResult{}, errorf("await", taskID, err)
 	}
-	awaitToken, err := newAwaitToken()
+	awaitToken, err := newAwaitToken(taskID)
 	if err != nil {
 		return AwaitResult{}, errorf("await", taskID, err)
 	}
@@ -276,13 +315,40 @@ func (e *Engine) AwaitEvent(ctx context.Context, tx pgx.Tx, taskID, token int64,
 	return AwaitResult{Task: parked}, nil
 }
 
-// newAwaitToken returns an unguessable token for one await.
-func newAwaitToken() (string, error) {
+// newAwaitToken returns an unguessable token for one await of task
+// taskID: "awt_", the task's id, "_", 128 random bits in hex. The id is
+// what finds the await's conversation once the token is no longer the
+// task's (it awaited again), so that the token can still be told apart
+// from one never issued (ErrAwaitEnded, or its first emit again, rather
+// than ErrNotFound); the random part is what makes it unguessable.
+func newAwaitToken(taskID int64) (string, error) {
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
 	}
-	return "awt_" + hex.EncodeToString(b), nil
+	return "awt_" + strconv.FormatInt(taskID, 10) + "_" + hex.EncodeToString(b), nil
+}
+
+// awaitTokenTask returns the task id a token names (see newAwaitToken);
+// false for a token of another form (one issued before tokens named their
+// task, or not arbor's).
+func awaitTokenTask(token string) (int64, bool) {
+	rest, ok := strings.CutPrefix(token, "awt_")
+	if !ok {
+		return 0, false
+	}
+	id, random, ok := strings.Cut(rest, "_")
+	if !ok || len(random) != 32 {
+		return 0, false
+	}
+	if _, err := hex.DecodeString(random); err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != id {
+		return 0, false
+	}
+	return n, true
 }
 
 // PendingAwaits lists the tasks of a conversation awaiting an event, at any
@@ -307,22 +373,86 @@ func (e *Engine) PendingAwaits(ctx context.Context, db store.DB, conv string) ([
 // EmitToken answers the await whose token is token with payload: an event
 // of the await's name addressed to its task, emitted once however often the
 // token is posted (the token is the emit's idempotency key).
+//
+// A token answers its own await, while it lasts, and nothing else. Once
+// that await is over — its event came, it timed out, the task was woken,
+// cancelled, aborted or settled, or it awaited again — the token is
+// refused with ErrAwaitEnded and nothing is written: an answer posted late
+// is never kept for a later await, which would take it at once (an
+// approval nobody gave to that await). A repeat of a token that was
+// accepted returns its emit (created false) whatever became of the await
+// since: the key is looked up first. All of it runs under the
+// conversation's lock, as an emit, a timeout and an await do, so a token
+// racing its timeout is either the await's answer or refused.
 func (e *Engine) EmitToken(ctx context.Context, tx pgx.Tx, token string, payload json.RawMessage) (Emitted, error) {
 	if err := checkText("await token", token, true); err != nil {
 		return Emitted{}, fmt.Errorf("emit to token: %w", err)
 	}
+	if err := e.checkPayload("event payload", payload); err != nil {
+		return Emitted{}, fmt.Errorf("emit to token: %w", err)
+	}
+	conv, taskID, err := e.tokenTask(ctx, tx, token)
+	if err != nil {
+		return Emitted{}, fmt.Errorf("emit to token: %w", err)
+	}
+	what := fmt.Sprintf("emit to token of task %d", taskID)
+	if _, err := e.Store.LockConversation(ctx, tx, conv); err != nil {
+		if store.IsNoRows(err) {
+			err = ErrNotFound
+		}
+		return Emitted{}, fmt.Errorf("%s: %w", what, err)
+	}
+	key := "arbor:token:" + token
+	if ev, found, err := e.emitted(ctx, tx, conv, key); err != nil || found {
+		if err != nil {
+			return Emitted{}, fmt.Errorf("%s: %w", what, err)
+		}
+		return Emitted{Event: ev}, nil
+	}
+	t, err := e.Store.LockTask(ctx, tx, conv, taskID)
+	switch {
+	case store.IsNoRows(err):
+		return Emitted{}, fmt.Errorf("%s: %w", what, ErrNotFound)
+	case err != nil:
+		return Emitted{}, fmt.Errorf("%s: %w", what, err)
+	case t.AwaitToken != token:
+		return Emitted{}, fmt.Errorf("%s: the task is %s, and not in the await this token answered: %w", what, t.Status, ErrAwaitEnded)
+	case !awaiting(t):
+		return Emitted{}, fmt.Errorf("%s: the task is %s, its await of %q over: %w", what, t.Status, t.AwaitName, ErrAwaitEnded)
+	}
+	p := EmitParams{ConversationID: conv, TaskID: t.ID, Name: t.AwaitName, Payload: payload, Queue: true, IdempotencyKey: key}
+	out, err := e.emitLocked(ctx, tx, p, t)
+	if err != nil {
+		return Emitted{}, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+// tokenTask finds, without locking, the conversation and the task of the
+// await a token was issued for: by the task id it names, or, for a token
+// of the older form, by the task that still holds it.
+func (e *Engine) tokenTask(ctx context.Context, tx pgx.Tx, token string) (string, int64, error) {
+	if id, ok := awaitTokenTask(token); ok {
+		conv, err := e.Store.TaskConversation(ctx, tx, id)
+		switch {
+		case store.IsNoRows(err):
+			return "", 0, fmt.Errorf("no await has this token (its task %d does not exist): %w", id, ErrNotFound)
+		case err != nil:
+			return "", 0, err
+		}
+		return conv, id, nil
+	}
 	t, err := e.Store.TaskByAwaitToken(ctx, tx, token)
 	switch {
 	case store.IsNoRows(err):
-		// A token of an await that ended is kept by its task until the next
-		// one: an unknown token was never issued, or is of an await long
-		// replaced.
-		return Emitted{}, fmt.Errorf("emit to token: no await has this token: %w", ErrNotFound)
+		// A token of the older form is found by the task holding it: one
+		// its task no longer holds (it awaited again) is not told apart
+		// from one never issued.
+		return "", 0, fmt.Errorf("no await has this token: %w", ErrNotFound)
 	case err != nil:
-		return Emitted{}, fmt.Errorf("emit to token: %w", err)
+		return "", 0, err
 	}
-	return e.Emit(ctx, tx, EmitParams{ConversationID: t.ConversationID, TaskID: t.ID, Name: t.AwaitName,
-		Payload: payload, Queue: true, IdempotencyKey: "arbor:token:" + token})
+	return t.ConversationID, t.ID, nil
 }
 
 // Progress appends a progress entry to the conversation's log for the
