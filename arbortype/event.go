@@ -52,7 +52,10 @@ type LogEntry struct {
 	// Kind is "status" (a task's status changed: Status, and Name its
 	// kind), "progress" (a handler published Payload, Name its label) or
 	// "event" (an event named Name was emitted; Payload has its id and
-	// payload).
+	// payload). A status entry's Payload has, when they apply, "owner" (the
+	// owner's id), "error" and "message" (a settle's error code and
+	// message: an abort's reason is its message, see SettleError) and
+	// "await" (the event an await waits for).
 	Kind    string
 	Status  Status
 	Name    string
@@ -62,6 +65,25 @@ type LogEntry struct {
 
 // Terminal reports whether the entry is a task settling.
 func (e LogEntry) Terminal() bool { return e.Kind == "status" && e.Status.Settled() }
+
+// SettleError is the error a settle's entry records — its code and
+// message, as the task's Error has them (an abort WithReason: code
+// CodeAborted, the reason as message) — or nil for an entry of another
+// kind, a settle without an error, or an entry written before the log
+// carried messages (its code only, then).
+func (e LogEntry) SettleError() *TaskError {
+	if !e.Terminal() || len(e.Payload) == 0 {
+		return nil
+	}
+	var p struct {
+		Code    string `json:"error"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(e.Payload, &p) != nil || (p.Code == "" && p.Message == "") {
+		return nil
+	}
+	return &TaskError{Code: p.Code, Message: p.Message}
+}
 
 // TurnPolicy says what creating a turn (a root task) does when another root
 // task of the conversation is live — the message that arrives mid-turn.

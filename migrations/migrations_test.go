@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -129,4 +130,67 @@ func TestBadSchemaName(t *testing.T) {
 		_, err := migrations.New(nil, name, nil)
 		require.Error(t, err, name)
 	}
+}
+
+// TestLogErrorMessageUpDown: 014_log_error_message puts a settle's error
+// message in its log entry beside the code, and its down restores 007's
+// function exactly (an entry with the code only); up again brings the
+// message back. The settles are written by hand: the engine refuses a
+// schema at version 13.
+func TestLogErrorMessageUpDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testdb.Fresh(t)
+	m, err := migrations.New(pool, schema, nil)
+	require.NoError(t, err)
+	q := func(sql string) string { return strings.ReplaceAll(sql, "{schema}", pgx.Identifier{schema}.Sanitize()) }
+	settle := func(conv string) map[string]any {
+		t.Helper()
+		var payload map[string]any
+		err := pool.QueryRow(ctx, q(`WITH c AS (INSERT INTO {schema}.conversations (id) VALUES ($1) RETURNING id),
+			t AS (INSERT INTO {schema}.tasks (conversation_id, kind) SELECT id, 'turn' FROM c RETURNING id)
+			SELECT id FROM t`), conv).Scan(new(int64))
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, q(`UPDATE {schema}.tasks SET status = 'cancelled', error = '{"code": "stopped", "message": "the user pressed stop"}',
+			settle_seq = nextval('{schema}.task_settle_seq'), settled_at = now(), updated_at = now() WHERE conversation_id = $1`), conv)
+		require.NoError(t, err)
+		require.NoError(t, pool.QueryRow(ctx, q(`SELECT payload FROM {schema}.conversation_log
+			WHERE conversation_id = $1 AND status = 'cancelled'`), conv).Scan(&payload))
+		return payload
+	}
+	function := func() string {
+		var def string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT pg_get_functiondef(to_regproc($1))`, schema+".log_task_update").Scan(&def))
+		return def
+	}
+
+	latest := function()
+	require.Equal(t, map[string]any{"error": "stopped", "message": "the user pressed stop"}, settle("at-14"))
+	_, err = m.Down(ctx, 13)
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"error": "stopped"}, settle("at-13"), "007's entry: the code only")
+	require.NotEqual(t, latest, function())
+	_, err = m.Up(ctx)
+	require.NoError(t, err)
+	require.Equal(t, latest, function())
+	require.Equal(t, map[string]any{"error": "stopped", "message": "the user pressed stop"}, settle("at-14-again"))
+}
+
+// TestDownRestoresTheFunctionItReplaced: a down file that replaces a
+// function restores the body of the migration it replaced: 014's down is
+// 007's log_task_update, character for character.
+func TestDownRestoresTheFunctionItReplaced(t *testing.T) {
+	t.Parallel()
+	body := func(file string) string {
+		t.Helper()
+		b, err := os.ReadFile("sql/" + file)
+		require.NoError(t, err)
+		s := string(b)
+		i := strings.Index(s, "{schema}.log_task_update() RETURNS trigger")
+		require.GreaterOrEqual(t, i, 0, file)
+		j := strings.Index(s[i:], "END $$;")
+		require.GreaterOrEqual(t, j, 0, file)
+		return s[i : i+j]
+	}
+	require.Equal(t, body("007_events_log.up.sql"), body("014_log_error_message.down.sql"))
 }

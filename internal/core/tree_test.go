@@ -265,3 +265,32 @@ func TestAbortReportsTheRowsAsSettled(t *testing.T) {
 	requireAsStored(rep, bg.ID)
 	require.Nil(t, rep.Settled[0].Error, "the reason goes on the conversation's live roots only")
 }
+
+// TestSettleErrorIsInTheLog: a settle's log entry carries its error's
+// code and message — an abort's reason, a failure's message — so a
+// follower of the conversation learns why without reading the task.
+func TestSettleErrorIsInTheLog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	root := b.start(t, b.root(t, "turn").ID)
+	tool := b.start(t, b.child(t, root.ID, "tool").ID)
+	_, err := b.engine.Fail(b.ctx, tool.ID, tool.Token, arbortype.TaskError{Message: "the tool broke"})
+	require.NoError(t, err)
+	_, err = b.engine.Abort(b.ctx, root.ID, tasks.WithReason("the user pressed stop"))
+	require.NoError(t, err)
+
+	entries, err := b.engine.ReadLog(b.ctx, b.conv, 0, 100)
+	require.NoError(t, err)
+	why := map[int64]*arbortype.TaskError{}
+	for _, en := range entries {
+		if en.Terminal() {
+			why[en.TaskID] = en.SettleError()
+		} else {
+			require.Nil(t, en.SettleError(), "entry %d (%s %s) is no settle", en.Seq, en.Kind, en.Status)
+		}
+	}
+	require.Equal(t, map[int64]*arbortype.TaskError{
+		tool.ID: {Message: "the tool broke"},
+		root.ID: {Code: tasks.CodeAborted, Message: "the user pressed stop"},
+	}, why)
+}
