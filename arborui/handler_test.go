@@ -430,3 +430,18 @@ func TestAnswerOfAnAwaitThatEnded(t *testing.T) {
 	require.Equal(t, arbortype.StatusPending, got.Status)
 	require.JSONEq(t, `{"approved": true}`, string(got.Delivered.Payload))
 }
+
+// TestLogShowsWhyATaskSettled: a task's log on its page carries the
+// settle's error code and message — an abort's reason.
+func TestLogShowsWhyATaskSettled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	task := b.create(t, tasks.CreateParams{Kind: "turn"})
+	_, err := b.engine.Abort(b.ctx, task.ID, tasks.WithReason("the user pressed <stop>"))
+	require.NoError(t, err)
+	code, page := b.get(t, fmt.Sprintf("/tasks/%d", task.ID))
+	require.Equal(t, http.StatusOK, code)
+	i := strings.Index(page, `id="log"`)
+	require.GreaterOrEqual(t, i, 0, "the page shows the log")
+	require.Contains(t, page[i:], `<span class="why">aborted: the user pressed &lt;stop&gt;</span>`)
+}

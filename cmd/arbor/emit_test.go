@@ -96,7 +96,21 @@ func TestAbortReasonAndConversationAndLog(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.GreaterOrEqual(t, len(lines), 8)
 	require.Contains(t, lines[0], "#1 chat_turn pending")
-	require.Contains(t, out, "#6 chat_turn aborted")
+	require.Contains(t, out, "#6 chat_turn aborted (aborted: the user pressed stop)\n", "the log says why")
 	out = b.arbor(t, "log", b.conv, "--follow", "--until-settled", "1").ok(t).stdout
 	require.Contains(t, out, "#1 chat_turn aborted", "following stops at the settle, already in the log")
+}
+
+// A failure's log line carries its message (code-less: a handler's error),
+// with its control characters escaped, on one line.
+func TestLogPrintsAFailuresMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	task := b.create(t, 0, "turn", false)
+	run := b.start(t, task.ID)
+	_, err := b.engine.Fail(b.ctx, run.ID, run.Token, arbortype.TaskError{Message: "tool said:\nno \x1b[31mred\x1b[0m"})
+	require.NoError(t, err)
+	out := b.arbor(t, "log", b.conv).ok(t).stdout
+	require.Contains(t, out, fmt.Sprintf(`#%d turn failed (tool said:\nno \x1b[31mred\x1b[0m)`+"\n", task.ID))
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 3, "pending, running, failed: one line each")
 }

@@ -11,7 +11,8 @@ import (
 
 const logHelp = `Usage: arbor log CONVERSATION [flags]
 
-Prints a conversation's log — every status change of every task, the
+Prints a conversation's log — every status change of every task (a
+settle with its error's code and message: an abort's reason), the
 handlers' progress and the events, in commit order — after --after (a
 seq), and with --follow keeps printing new entries as they commit, until
 interrupted (or, with --until-settled TASK, until that task settles).
@@ -68,11 +69,27 @@ func cmdLog(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return err
 }
 
+// errorText is a settle's error as a line says it: "code: message", or
+// the one of the two it has.
+func errorText(te *arbortype.TaskError) string {
+	switch {
+	case te.Code == "":
+		return te.Message
+	case te.Message == "":
+		return te.Code
+	}
+	return te.Code + ": " + te.Message
+}
+
 func printEntry(w io.Writer, en arbortype.LogEntry) {
 	at := en.At.UTC().Format("15:04:05.000")
 	switch en.Kind {
 	case "status":
-		fmt.Fprintf(w, "%d %s #%d %s %s\n", en.Seq, at, en.TaskID, printable(en.Name), printable(string(en.Status)))
+		why := ""
+		if te := en.SettleError(); te != nil {
+			why = " (" + printable(errorText(te)) + ")"
+		}
+		fmt.Fprintf(w, "%d %s #%d %s %s%s\n", en.Seq, at, en.TaskID, printable(en.Name), printable(string(en.Status)), why)
 	case "progress":
 		fmt.Fprintf(w, "%d %s #%d progress %s %s\n", en.Seq, at, en.TaskID, printable(en.Name), printable(string(en.Payload)))
 	default:
