@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/internal/testdb"
@@ -57,11 +58,12 @@ func TestAmbiguousCommitIsNotRunAgain(t *testing.T) {
 	require.EqualValues(t, 1, tries.Load(), "the transaction ran once")
 }
 
-// TestNoConnectionIsNotAmbiguous: a one-statement Create whose context
-// ends while it waits for a connection of an exhausted pool sent nothing.
-// It is the context's error — not ErrAmbiguous, which would have the
-// caller read back a write that cannot have happened — and nothing is
-// written.
+// TestNoConnectionIsNotAmbiguous: an operation whose context ends while
+// it waits for a connection of an exhausted pool sent nothing. It is the
+// context's error — not ErrAmbiguous, which would have the caller read
+// back a write that cannot have happened, nor a fault retried until
+// ErrUnavailable — and nothing is written: the one-statement root Create
+// (Write), a Create in a transaction (Tx: a turn with a budget) and a read.
 func TestNoConnectionIsNotAmbiguous(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -75,27 +77,46 @@ func TestNoConnectionIsNotAmbiguous(t *testing.T) {
 	e := enginetest.New(t, pool, &tasks.Config{Schema: schema})
 	conv := testdb.Conversation(t)
 
+	ops := []struct {
+		name string
+		op   func(ctx context.Context) error
+	}{
+		{"a one-statement create", func(ctx context.Context) error {
+			_, _, err := e.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+			return err
+		}},
+		{"a create in a transaction", func(ctx context.Context) error {
+			_, _, err := e.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn",
+				Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 10}}})
+			return err
+		}},
+		{"a read", func(ctx context.Context) error { _, err := e.ConversationTasks(ctx, conv); return err }},
+	}
 	held, err := pool.Acquire(ctx)
 	require.NoError(t, err)
-	for _, c := range []struct {
-		name string
-		ctx  func() (context.Context, context.CancelFunc)
-		want error
-	}{
-		{"a deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 20*time.Millisecond) }, context.DeadlineExceeded},
-		{"a cancel", func() (context.Context, context.CancelFunc) {
-			cctx, cancel := context.WithCancel(ctx)
-			time.AfterFunc(20*time.Millisecond, cancel)
-			return cctx, cancel
-		}, context.Canceled},
-	} {
-		cctx, cancel := c.ctx()
-		waited := pool.Stat().CanceledAcquireCount()
-		_, _, err := e.Create(cctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
-		cancel()
-		require.ErrorIs(t, err, c.want, c.name)
-		require.NotErrorIs(t, err, tasks.ErrAmbiguous, c.name)
-		require.Greater(t, pool.Stat().CanceledAcquireCount(), waited, "%s: it ended waiting for a connection", c.name)
+	for _, op := range ops {
+		for _, c := range []struct {
+			name string
+			ctx  func() (context.Context, context.CancelFunc)
+			want error
+		}{
+			{"a deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 20*time.Millisecond) }, context.DeadlineExceeded},
+			{"a cancel", func() (context.Context, context.CancelFunc) {
+				cctx, cancel := context.WithCancel(ctx)
+				time.AfterFunc(20*time.Millisecond, cancel)
+				return cctx, cancel
+			}, context.Canceled},
+		} {
+			what := op.name + ", " + c.name
+			cctx, cancel := c.ctx()
+			waited := pool.Stat().CanceledAcquireCount()
+			err := op.op(cctx)
+			cancel()
+			require.ErrorIs(t, err, c.want, what)
+			require.NotErrorIs(t, err, tasks.ErrAmbiguous, what)
+			require.NotErrorIs(t, err, tasks.ErrUnavailable, what)
+			require.Greater(t, pool.Stat().CanceledAcquireCount(), waited, "%s: it ended waiting for a connection", what)
+		}
 	}
 	held.Release()
 
