@@ -109,7 +109,8 @@ func ColumnRules() []ColumnRule {
 		{Column: "result", Changes: union(on(Hold), from(arbortype.StatusRunning, on(Complete)), on(Cancel)),
 			Why: "a completion (held while completing, kept when it completes) or a cancel"},
 		{Column: "error", Changes: union(on(Retry), on(Fail, Expire), on(Cancel), on(Abort, Orphan)), Why: "a failure, retried or final, an abandon's code, or an abort's reason"},
-		{Column: "attempt", Changes: on(Recover), Value: "NEW.attempt = OLD.attempt + 1", Why: "one more per recovery, and only then"},
+		{Column: "attempt", Changes: on(Recover), Value: "NEW.attempt = OLD.attempt + 1",
+			Why: "one more per counted recovery (its holder died or lost its lease), and only then"},
 		immutable("restart_limit", "fixed at create"),
 		immutable("abandon_on_restart", "fixed at create"),
 		{Column: "abort_requested", Changes: on(Abort, Orphan), Value: "NEW.abort_requested",
@@ -150,7 +151,7 @@ var freeColumns = []string{"updated_at"}
 // RowRules are conditions every row of the tasks table meets after any
 // update, whatever changed: the run columns exactly while running, the
 // settle columns exactly when settled, and the changes some status changes
-// must make (a recovery counts its attempt, a sleep numbers itself). They are what makes "a run ends,
+// must make (a sleep numbers itself). They are what makes "a run ends,
 // its token goes" and "a settled task is numbered" facts of the table.
 func RowRules() []ColumnRule {
 	settled := quoted(settledStatuses())
@@ -161,7 +162,6 @@ func RowRules() []ColumnRule {
 		{Column: "settle_seq", Value: "(NEW.status IN (" + settled + ")) = (NEW.settle_seq IS NOT NULL)", Why: "a settle number exactly when settled"},
 		{Column: "settled_at", Value: "(NEW.status IN (" + settled + ")) = (NEW.settled_at IS NOT NULL)", Why: "a settle time exactly when settled"},
 		{Column: "abort_requested", Value: "NOT NEW.abort_requested OR NEW.status IN ('aborted', 'orphaned')", Why: "only an abort marks a task, as it settles it"},
-		{Column: "attempt", Value: "change <> 'running>pending' OR NEW.attempt = OLD.attempt + 1", Why: "a recovery counts its attempt"},
 		{Column: "sleep_seq", Value: "change <> 'running>sleeping' OR NEW.sleep_seq = OLD.sleep_seq + 1", Why: "every sleep has a number of its own"},
 		{Column: "token", Value: "change <> 'pending>running' OR NEW.token IS DISTINCT FROM OLD.token", Why: "every start has a token of its own"},
 	}

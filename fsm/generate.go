@@ -63,7 +63,8 @@ func Mermaid() string {
 	b.WriteString("of another conversation (`forked_from`; `fsm.ForkRules`). It is deleted only by the prune, and only\n")
 	b.WriteString("when it is settled, nothing above it is live, and it is not the newest settled turn of a conversation\n")
 	b.WriteString("still in use (`fsm.DeleteRules`); the table is never truncated. A conversation's epoch moves only by\n")
-	b.WriteString("one, with a new holder; a conversation is deleted only by the prune, with no task left and no lease held.\n")
+	b.WriteString("one, with a new holder, and its holder changes only so (or to none); a conversation is deleted only by\n")
+	b.WriteString("the prune, with no task left and no live holder.\n")
 	return b.String()
 }
 
@@ -100,11 +101,11 @@ const (
 // A change to the transition table or to the column rules needs a new
 // migration (a new number here, and its .down.sql restoring the previous
 // guard); the older guard files stay as they were applied.
-const GuardMigration = "013_trace_guard"
+const GuardMigration = "016_holder_guard"
 
 // PreviousGuard is the up migration of the guard GuardMigration replaces:
 // its down migration restores it.
-const PreviousGuard = "011_retention_guard"
+const PreviousGuard = "013_trace_guard"
 
 // GuardSQL returns the up migration of GuardMigration: the trigger that makes
 // the database refuse any status change the table does not allow, any change
@@ -250,8 +251,9 @@ CREATE TRIGGER task_guard_truncate
     FOR EACH STATEMENT EXECUTE FUNCTION {schema}.task_guard_truncate();
 
 -- A conversation's id never changes, and its epoch only grows: by one, with
--- a new holder, when the lease is taken. Its rows are never deleted (its
--- tasks refer to it).
+-- a new holder, when the lease is taken. Its holder changes only so (or to
+-- none, a release). Its rows are deleted only by the prune, with no task
+-- left and no live holder.
 CREATE OR REPLACE FUNCTION {schema}.conversation_guard() RETURNS trigger
 LANGUAGE plpgsql AS $guard$
 BEGIN
@@ -264,14 +266,14 @@ BEGIN
             RAISE EXCEPTION 'arbor: conversation %% cannot be deleted: it still has tasks', OLD.id
                 USING ERRCODE = '%[1]s';
         END IF;
-        IF OLD.holder IS NOT NULL AND OLD.lease_expires_at > now() THEN
+        IF EXISTS (SELECT 1 FROM {schema}.holders h WHERE h.id = OLD.holder_id AND h.expires_at >= now()) THEN
             RAISE EXCEPTION 'arbor: conversation %% cannot be deleted: %% holds its lease', OLD.id, OLD.holder
                 USING ERRCODE = '%[1]s';
         END IF;
         RETURN OLD;
     END IF;
     IF TG_OP = 'INSERT' THEN
-        IF NEW.epoch <> 0 OR NEW.holder IS NOT NULL OR NEW.lease_expires_at IS NOT NULL THEN
+        IF NEW.epoch <> 0 OR NEW.holder IS NOT NULL OR NEW.holder_id IS NOT NULL THEN
             RAISE EXCEPTION 'arbor: a conversation is inserted free, at epoch 0'
                 USING ERRCODE = '%[2]s';
         END IF;
@@ -281,12 +283,17 @@ BEGIN
         RAISE EXCEPTION 'arbor: conversation %%: its id and created_at never change', OLD.id
             USING ERRCODE = '%[2]s';
     END IF;
-    IF NEW.epoch <> OLD.epoch AND NOT (NEW.epoch = OLD.epoch + 1 AND NEW.holder IS NOT NULL) THEN
+    IF NEW.epoch <> OLD.epoch AND NOT (NEW.epoch = OLD.epoch + 1 AND NEW.holder_id IS NOT NULL) THEN
         RAISE EXCEPTION 'arbor: conversation %%: the epoch moves by one, when a holder takes the lease (%% -> %%)', OLD.id, OLD.epoch, NEW.epoch
             USING ERRCODE = '%[2]s';
     END IF;
-    IF (NEW.holder IS NULL) <> (NEW.lease_expires_at IS NULL) THEN
-        RAISE EXCEPTION 'arbor: conversation %%: a holder has a lease deadline, and only a holder', OLD.id
+    IF (NEW.holder IS NULL) <> (NEW.holder_id IS NULL) THEN
+        RAISE EXCEPTION 'arbor: conversation %%: a holder has a name and a row, or neither', OLD.id
+            USING ERRCODE = '%[2]s';
+    END IF;
+    IF (NEW.holder_id IS DISTINCT FROM OLD.holder_id OR NEW.holder IS DISTINCT FROM OLD.holder)
+        AND NEW.holder_id IS NOT NULL AND NEW.epoch = OLD.epoch THEN
+        RAISE EXCEPTION 'arbor: conversation %%: a new holder takes the lease with a new epoch', OLD.id
             USING ERRCODE = '%[2]s';
     END IF;
     RETURN NEW;

@@ -144,7 +144,7 @@ func TestCrashBetweenReserveAndRecord(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(100), b.budgetOf(t, task.ID, "tokens").Reserved)
 	// The crash: the lease is given up with the run in flight; the task is
-	// requeued (attempt 1), the run's token dead.
+	// requeued (a release counts no restart), the run's token dead.
 	require.NoError(t, lease.Release(b.ctx))
 	require.Equal(t, int64(100), b.budgetOf(t, task.ID, "tokens").Reserved, "held until someone sweeps it")
 	b.requireClean(t)
@@ -154,7 +154,8 @@ func TestCrashBetweenReserveAndRecord(t *testing.T) {
 	t.Cleanup(func() { _ = lease.Release(context.Background()) })
 	second, err := lease.Start(b.ctx, task.ID)
 	require.NoError(t, err)
-	require.Equal(t, 1, second.Task.Attempt)
+	require.Equal(t, 0, second.Task.Attempt)
+	require.NotEqual(t, first.Task.Token, second.Task.Token)
 	res, err := second.Reserve(b.ctx, "tokens", 50)
 	require.NoError(t, err)
 	got := b.budgetOf(t, task.ID, "tokens")

@@ -3,6 +3,7 @@ package machine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -35,6 +36,20 @@ type queued struct {
 	run *Run
 	o   core.Outcome
 	res chan core.OutcomeResult
+	// deferrals counts the flushes that skipped it (its conversation was
+	// locked by another transaction), for its backoff.
+	deferrals int
+}
+
+// deferredWait is how long an outcome whose conversation another
+// transaction held waits before the next flush tries it: 5 ms doubling
+// to at most 100 ms (a conversation locked for long costs a lock attempt
+// per 100 ms, and delays only its own outcomes).
+func deferredWait(try int) time.Duration {
+	if try >= 5 {
+		return 100 * time.Millisecond
+	}
+	return 5 * time.Millisecond << try
 }
 
 // stopDrain bounds how long stop waits for the flushes in flight before it
@@ -49,8 +64,10 @@ func newCompleter(r *Runner) *completer {
 func (c *completer) ending(run *Run) { c.r.ending(run) }
 
 // apply queues o and returns its own outcome once the flush it went in has
-// committed. A flush starts at once when fewer than Flushers are in flight;
-// otherwise o goes in the next one, with everything queued meanwhile.
+// committed — or at once when ctx is cancelled first (the run is over; o
+// still lands, or its token's fence refuses it). A flush starts at once
+// when fewer than Flushers are in flight; otherwise o goes in the next
+// one, with everything queued meanwhile.
 func (c *completer) apply(ctx context.Context, run *Run, o core.Outcome) core.OutcomeResult {
 	c.mu.Lock()
 	if c.closed {
@@ -58,14 +75,54 @@ func (c *completer) apply(ctx context.Context, run *Run, o core.Outcome) core.Ou
 		return directSink{c.r.core}.apply(ctx, run, o)
 	}
 	q := &queued{run: run, o: o, res: make(chan core.OutcomeResult, 1)}
+	c.enqueue(q)
+	c.mu.Unlock()
+	select {
+	case res := <-q.res:
+		return res
+	case <-ctx.Done():
+		select {
+		case res := <-q.res: // both ready: the outcome is the truth
+			return res
+		default:
+		}
+		return core.OutcomeResult{Err: run.stoppedErr(ctx)}
+	}
+}
+
+// enqueue queues q and starts a flush if fewer than Flushers are in flight
+// (under c.mu).
+func (c *completer) enqueue(q *queued) {
 	c.queue = append(c.queue, q)
 	if c.flushing < c.r.cfg.Flushers {
 		c.flushing++
 		c.wg.Add(1)
 		go c.flushLoop()
 	}
-	c.mu.Unlock()
-	return <-q.res
+}
+
+// requeue puts back the outcomes a flush skipped, each after its backoff;
+// one whose conversation a flush of this node holds goes again when that
+// flush ends (flushEnd), at the latest after its backoff.
+func (c *completer) requeue(qs []*queued) {
+	for _, q := range qs {
+		q.deferrals++
+		c.wg.Add(1)
+		time.AfterFunc(deferredWait(q.deferrals-1), func() {
+			defer c.wg.Done()
+			if c.ctx.Err() != nil {
+				// Stopping, past the drain: the conversation stayed locked.
+				// The run's write is not made; the release (or the next
+				// holder) recovers its task.
+				q.res <- core.OutcomeResult{Err: fmt.Errorf("task %d: its conversation stayed locked by another transaction while the runner stopped: %w",
+					q.o.TaskID, tasks.ErrUnavailable)}
+				return
+			}
+			c.mu.Lock()
+			c.enqueue(q)
+			c.mu.Unlock()
+		})
+	}
 }
 
 // stop flushes what is queued and makes later writes go straight to the
@@ -138,19 +195,38 @@ func (c *completer) flush(batch []*queued) {
 			r.unreserve(k - len(res.Claimed))
 			r.dispatch(res.Claimed)
 			r.claimMu.RUnlock()
-			r.core.AnnounceLog(batchConvs(batch)...)
+			deferred := make(map[int]bool, len(res.Deferred))
+			var later []*queued
+			for _, i := range res.Deferred {
+				deferred[i] = true
+				later = append(later, batch[i])
+			}
+			var applied []*queued
 			for i, q := range batch {
-				q.res <- res.Results[i]
+				if !deferred[i] {
+					q.res <- res.Results[i]
+					applied = append(applied, q)
+				}
+			}
+			c.requeue(later)
+			r.core.AnnounceLog(batchConvs(applied)...)
+			if fails := failedConvs(applied); len(fails) > 0 {
+				// A failure may have tripped a fail_fast wait, whose abort of
+				// the siblings this flush committed: their handlers here
+				// are stopped now, not at the next notification.
+				r.watch.check(fails...)
 			}
 			if len(res.Claimed) == k {
 				// The slots ran out before the work may have: the
 				// producer claims the rest when slots are free.
-				r.markDirty(batchConvs(batch)...)
+				r.markDirty(batchConvs(applied)...)
 			}
 			return
 		}
 		r.claimMu.RUnlock()
 		switch {
+		case errors.Is(err, tasks.ErrAmbiguous) && xact == 0:
+			continue // it locked nothing, so it wrote nothing: as if never tried
 		case errors.Is(err, tasks.ErrAmbiguous) && xact != 0:
 			if c.resolve(ctx, batch, xact) {
 				continue // rolled back: as if never tried
@@ -262,6 +338,17 @@ func (r *Runner) flushEnd(convs []string) {
 	if again != nil {
 		r.markDirty(again...)
 	}
+}
+
+// failedConvs lists the conversations of the failures among qs.
+func failedConvs(qs []*queued) []string {
+	var out []string
+	for _, q := range qs {
+		if q.o.Kind == core.OutFail {
+			out = append(out, q.o.ConversationID)
+		}
+	}
+	return out
 }
 
 func batchConvs(batch []*queued) []string {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/arborhq/arbor/reconcile"
 )
 
@@ -36,6 +38,11 @@ const (
 	FlushersDefault = 2
 	// MaxBatchDefault: outcomes one flush applies at most.
 	MaxBatchDefault = 1000
+	// WorkPoolExtraConns: the connections of a runner's own pool besides
+	// its Flushers' (the producer, maintenance, the LISTEN connections of
+	// the runner and its wake service, River's client, timers' wakes and the
+	// handlers' own calls).
+	WorkPoolExtraConns = 10
 )
 
 // RunnerConfig configures a Runner. The zero value of every field means its
@@ -58,13 +65,16 @@ type RunnerConfig struct {
 	// worth of runs, so fewer workers mean smaller batches and more
 	// transactions per task. Default WorkersDefault (1,000).
 	Workers int
-	// ConversationLease is how long this runner's hold on a conversation
-	// lasts without renewal: a runner that stops renewing (it died, or is
-	// paused) loses its conversations this long after its last renewal, and
-	// only then can another runner take them over and recover their tasks.
-	// Renewed every third of it, for all held conversations in one
-	// statement. (Not the task lease, tasks.Config.TaskLease, which only
-	// drives the watchdog.) Default ConversationLeaseDefault (15 s).
+	// ConversationLease is how long this runner's hold on its conversations
+	// lasts without renewal: a runner that stops renewing (it died, is
+	// paused, or is cut off from the database) loses its conversations this
+	// long after its last renewal, and only then can another runner take
+	// them over and recover their tasks. The runner renews its lease (one
+	// row, whatever it holds) every quarter of it, and stops its handlers
+	// at three quarters of it after the last renewal that succeeded
+	// (docs/guarantees.md: a handler has the last quarter to return). Not
+	// the task lease, tasks.Config.TaskLease, which only drives the
+	// watchdog's warning. Default ConversationLeaseDefault (15 s).
 	ConversationLease time.Duration
 	// PollInterval is the slow poll that covers missed notifications: one
 	// claim across every held conversation and one look for conversations
@@ -94,6 +104,26 @@ type RunnerConfig struct {
 	// MaxBatch bounds the outcomes one flush applies. Default
 	// MaxBatchDefault (1,000).
 	MaxBatch int
+	// Pool is the runner's own pool: its producer, completer, maintenance,
+	// wake service and its handlers' calls (Checkpoint, Spawn, Children…)
+	// use it, never the engine's, so that a runner and the application do
+	// not starve each other (pgxpool's default on a 2-core machine is 4
+	// connections). The renewer and the watchdog use a pool of two
+	// connections of their own besides, made from this one's configuration.
+	// The caller owns a pool given here (Stop does not close it). Default:
+	// a pool the runner makes from the engine pool's configuration, with
+	// Flushers + WorkPoolExtraConns connections (12 by default), opened by
+	// Start (lazily) and closed by Stop.
+	Pool *pgxpool.Pool
+	// BlockedAfter, when not zero, is how long a handler may run outside
+	// arbor's calls without a checkpoint or heartbeat before the watchdog
+	// cancels it (cause ErrBlocked; the task then fails as its handler
+	// returns). Time spent inside an arbor call (waiting for a flush, a
+	// reservation) is not counted. Default 0: never cancelled for it — a
+	// handler waiting minutes on a model is not lost while its node holds
+	// the conversation; the watchdog only warns once it passed its task
+	// lease (tasks.Config.TaskLease).
+	BlockedAfter time.Duration
 	// Waker configures the wake service the runner starts (the River client
 	// that works wake jobs, and local timers for the sleeps of the
 	// conversations it holds). Default: WakerConfig's defaults.
@@ -164,8 +194,8 @@ func (c *RunnerConfig) validate() error {
 		return fmt.Errorf("RunnerConfig.ConversationLease: %s is outside 100ms..24h", c.ConversationLease)
 	case c.PollInterval < time.Millisecond:
 		return fmt.Errorf("RunnerConfig.PollInterval: %s is below 1ms", c.PollInterval)
-	case c.IdleRelease < 0 || c.ShutdownGrace < 0 || c.UnknownKindGrace < 0:
-		return errors.New("RunnerConfig: IdleRelease, ShutdownGrace and UnknownKindGrace must not be negative")
+	case c.IdleRelease < 0 || c.ShutdownGrace < 0 || c.UnknownKindGrace < 0 || c.BlockedAfter < 0:
+		return errors.New("RunnerConfig: IdleRelease, ShutdownGrace, UnknownKindGrace and BlockedAfter must not be negative")
 	}
 	for i, m := range c.Middleware {
 		if m == nil {

@@ -1,115 +1,199 @@
 // Package machine runs arbor inside a process: the node [Runner], which runs
 // the handlers of the conversations it holds; a handler's view of its task,
-// [Run]; [Lease], for code that runs tasks itself; and the wake service,
-// [Waker] (River's client for the wake queue, and local timers so that
-// sleeps end on time).
+// [Run]; [Lease], for code that runs tasks itself; and the wake service
+// (River's client for the wake queue, and local timers so that sleeps end
+// on time).
 //
 // A runner decides nothing itself about tasks: every change goes through the
 // engine (internal/core), in the engine's transactions and locking order.
 // Process memory is a cache: whatever it loses costs latency, never work,
 // because PostgreSQL holds every task, lease and wake job.
 //
-// # The runner: node-level loops, set-based statements
+// # Holders and their leases
+//
+// A conversation is held by a holder — a runner's node, or one Lease — at
+// an epoch: the conversation row names the holder (holder, the name shown
+// to operators, and holder_id, the holder's row in the holders table) and
+// the epoch, and only a transaction that holds the conversation's row lock
+// changes them (a take-over, a release). The lease itself is the holder's
+// row: a holder holds all its conversations while its row's deadline has
+// not passed, by the database's clock, and renews them all with one
+// single-row UPDATE. Nothing else locks a holder's row (a take-over only
+// reads it), so a renewal waits for no lock that a user's statement, an
+// abort, a flush, a long transaction or a migration can hold on a
+// conversation: one stuck conversation cannot keep a node from renewing.
+// The cost of holding does not grow with the conversations held.
+//
+// A holder row is a life, not a name: a runner inserts a row of its own
+// when it starts (and a new one after its row expired in the database), a
+// Lease one per AcquireLease. Two processes given the same NodeID are two
+// lives and never fence each other's writes as their own.
+//
+// A conversation can be taken only when it has no holder, or its holder's
+// row has expired (or is gone). The take-over locks the conversation row
+// (skipping it while another transaction holds it), bumps the epoch, and
+// recovers, in the same transaction, every task left running
+// (reconcile_on_open): each goes back to pending and its token dies, so no
+// write of the former holder can land.
+//
+// # Fencing
+//
+//   - Writes: a start or claim is fenced by the conversation row's lock
+//     and the holder's id and epoch read under it; every write of a run by
+//     its token, which every recovery kills.
+//   - Handlers, across nodes: a runner stops its handlers before its lease
+//     can have expired, from its local clock alone. Confirmed is the send
+//     time of the last renewal that succeeded, plus the lease (the
+//     database's deadline counts from when the statement ran, so it is no
+//     earlier). At confirmed − lease/4 the fence fires: every handler's
+//     context is cancelled and every held conversation is marked lapsed.
+//     The fence is a timer goroutine that touches neither the pool nor the
+//     network, and every handler context also checks the clock in its Err
+//     method, so that a process resumed from a freeze sees its context
+//     cancelled at its very next check, before the timer goroutine has run.
+//     A handler then has the last quarter of the lease to return before
+//     another node may take its conversation.
+//   - Handlers, on one node: a task has at most one handler running on a
+//     node, measured from the handler's entry to its return. A run claimed
+//     for a task whose previous handler has not returned (cancelled, or
+//     returning from the ending call that made the task runnable again)
+//     waits for it: it is dispatched when the old handler returns. A handler
+//     that ignores its cancelled context keeps its task held — its
+//     conversation is never released while one of its handlers lives —
+//     and the runner warns, naming it, every lease while it does.
+//   - No dispatch while unconfirmed: runs claimed while the lease is not
+//     confirmed (past confirmed − lease/4, or lapsed) are not started; their
+//     conversations are re-validated first (below).
+//
+// After the fence fired, the next renewal that succeeds re-validates every
+// lapsed conversation in a reopen transaction: locked (skipping those
+// another transaction holds, which are tried again), still held by this
+// life at the epoch known, its tasks left running recovered, its runnable
+// work claimed. One taken over meanwhile is forgotten. When the renewal
+// finds this life's row expired in the database, the runner starts a new
+// life; its former conversations are then free, and it takes back through
+// the open path those no other node took.
+//
+// # Restarts: what counts
+//
+// A task's attempt counts the recoveries of runs whose holder died or lost
+// its lease while running them (docs/design.md §3.8): a take-over of a
+// lapsed holder's conversation. It does not count a recovery of runs the
+// recovering runner stopped itself (a fence that fired, a lapse it noticed,
+// a release at idle or at shutdown, a Lease's release), nor a take-over of
+// a holder whose last renewal came before the database server's start (a
+// database restart lapses every holder at once). So a dropped connection,
+// ErrUnavailable or a database restart never spends a task's restart_limit.
+//
+// # The runner's services
 //
 // A runner's cost is per batch, not per task or per conversation it holds.
-// It has no goroutine, ticker or poll per conversation: a held conversation
-// with nothing to run is a few words in a map. Its loops are:
+// It has no goroutine, ticker or poll per conversation. Its services:
 //
+//   - the lease: the renewer renews the node's holder row every quarter of
+//     the lease on a connection of its own (never behind the application's
+//     pool), and the fence stops the handlers when renewals stop confirming
+//     it (above);
 //   - the producer: one goroutine that starts work while worker slots are
 //     free. One transaction claims runnable tasks in the held conversations
-//     a notification marked dirty (locked first, in id order, as held
-//     by this node; those another transaction holds are looked at again in
-//     5 ms), or, on the slow poll, across every held one; another takes up
-//     to K conversations that have work and no live holder — those the
-//     change channel named, by primary key, or found by a scan on the slow
-//     poll — with the lease UPDATE, recovery (reconcile_on_open) for those
-//     with anything to recover, and the claim of their runnable tasks,
-//     fenced by the new epochs, in one transaction. K is the free slots,
-//     and the room left under Capacity; a full node releases its longest
-//     idle conversations only as far as there is work to open. It runs
-//     when told (a notification, a completer's flush that ran out of slots,
-//     a slot given back) and on a slow poll that covers missed
-//     notifications;
+//     a notification marked dirty (locked first, in id order, skipping
+//     those another transaction holds: looked at again shortly, or, when
+//     a flush of this node holds them, when it ends), or, on the slow
+//     poll, across every held one; another takes up to K conversations that
+//     have work and no live holder — those the change channel named, by
+//     primary key, or found by a scan on the slow poll — with the epoch
+//     bump, recovery for those with anything to recover, and the claim of
+//     their runnable tasks, in one transaction. K is the free slots, and the
+//     room left under Capacity; a full node releases its longest idle
+//     conversations only as far as there is work to open;
 //   - the completer: a handler's ending call (complete, wait, sleep, the
 //     failure of a returned error) and its spawns are queued, and a flush
 //     applies everything queued in one transaction of a handful of
-//     statements — conversations locked in id order, tasks checked by token,
-//     settled with unnest, owners reconciled set-based (waits satisfied,
-//     completing owners completed) — and claims, in the same transaction,
-//     the runnable work those settles created, for the slots the batch gave
-//     back: a woken parent goes straight to a worker, with no notification
-//     round trip. Each handler gets its own outcome. A flush starts as soon
-//     as the last one committed, so batches grow with the load and a lone
-//     outcome waits for no timer;
+//     statements — conversations locked in id order, skipping those
+//     another transaction holds, tasks checked by token, settled with
+//     unnest, owners reconciled set-based — and claims, in the same
+//     transaction, the runnable work those settles created. The outcomes of
+//     a skipped conversation go again in a later flush (after this node's
+//     flush that holds it, or after a short backoff), so a conversation
+//     locked by someone else delays only its own outcomes. The tasks a
+//     flush aborted (a fail_fast wait tripped) that run here have their
+//     handlers cancelled as soon as it commits. A flush starts as soon as
+//     the last one committed, so batches grow with the load;
 //   - workers: one goroutine per running handler, at most Workers at once.
-//     A run's slot is given back when its ending call is queued: what a
-//     handler does after it is not counted;
-//   - the renewer renews every held lease in one statement, each third of
-//     the conversation lease, and learns of take-overs from what it could
-//     not renew;
+//     A run's slot is given back when its ending call is queued;
 //   - the listener LISTENs to the schema's change channel: a notification
 //     names a conversation; a held one is marked for a claim (and its
 //     running handlers are checked: an abort or cancel elsewhere cancels
 //     their context), an unheld one wakes the producer;
-//   - the watchdog checks running handlers against their task lease.
+//   - the watchdog checks running handlers against the database (a task
+//     stopped elsewhere) with a bounded wait, and warns about a handler
+//     that spent longer than its task lease outside arbor's calls without
+//     a checkpoint or heartbeat; time spent inside an arbor call (waiting
+//     for a flush) is not the handler's;
+//   - maintenance: deadlines, wall-time budgets, unknown kinds, lapsed
+//     reservations, and the holder rows of lives long over.
+//
+// The producer, completer, maintenance and River's wake client use the
+// runner's own pool (RunnerConfig.Pool; by default one made from the
+// engine pool's configuration), the renewer and the watchdog a small pool
+// of their own, and the LISTEN connection one of its own: a Runner never
+// starves the application's pool, nor is starved by it.
 //
 // Leases are held across turns: a conversation stays held while the node
 // lives and has capacity, and is released when it has been idle for
-// IdleRelease (long by default), when the node needs room for a
-// conversation with work (the longest idle first), or at shutdown.
+// IdleRelease, when the node needs room for a conversation with work (the
+// longest idle first), or at shutdown — each time only when no handler of
+// it runs here.
 //
-// # Locking order and fencing
+// # Locking order
 //
 // Every transaction takes conversation rows first, in id order, then task
-// rows (docs/design.md §5). Claims lock the conversations they claim in, as
-// held by this node — exclusively (FOR NO KEY UPDATE), as every writer of a
-// conversation's log holds its row, so that the log's order is its commit
-// order — and skip rows other transactions hold (both the conversation and
-// the task rows: a claim never waits, so it cannot close a cycle of waits
-// with a flush or a user's operation that holds a conversation and wants a
-// task row). A flush locks its conversations for update, in id order,
-// before any task row.
-//
-// Fencing is two-fold, as before: a start is fenced by the conversation
-// lease (the holder's name and the row's lock; the epoch is recorded
-// on the run), and every write of a run by its token, which recovery kills
-// when it requeues the task. A node whose lease was taken over (it was
-// paused, partitioned) can neither claim nor write.
+// rows (docs/design.md §5); a holder row is read, never locked, except by
+// its own renewal, a take-over of its conversations locks only them. Claims
+// lock the conversations they claim in exclusively (FOR NO KEY UPDATE), as
+// every writer of a conversation's log holds its row, so that the log's
+// order is its commit order — and skip rows other transactions hold (both
+// the conversation and the task rows: a claim never waits, so it cannot
+// close a cycle of waits with a flush or a user's operation that holds a
+// conversation and wants a task row). A flush locks its conversations for
+// update, in id order, skipping locked ones, before any task row.
 //
 // # Failure cases
 //
-//   - The node dies: its leases expire; another runner takes its
-//     conversations and recovers them. Nothing is lost.
+//   - The node dies: its holder row expires; another runner takes its
+//     conversations and recovers them (the restart counted). Nothing is
+//     lost.
+//   - The node is cut off from the database, starved, or frozen: its
+//     renewals stop confirming; the fence stops its handlers at three
+//     quarters of the lease; another node takes over only after the lease.
+//     A process frozen past the whole lease resumes with its handlers'
+//     contexts cancelled, and every write of theirs is refused.
+//   - A conversation row is locked by someone else for long: its claims
+//     skip it, its flushes skip it and retry, its renewal is not involved;
+//     other conversations go on.
 //   - A flush fails: a transient fault is retried whole; a set-based
 //     statement the database refuses makes the batch go again one outcome
-//     at a time, each in a savepoint, so that one refusal cannot fail the
-//     others. No outcome is lost or applied twice.
-//   - A commit gets no answer (the connection is lost while COMMIT is in
-//     flight, ErrAmbiguous) — a flush's, a claim's or an open's: the runner
-//     asks the database what became of the transaction (pg_xact_status of
-//     the id its first statement read, waiting while it is in progress). Not
-//     committed: the batch goes again. Committed: each outcome is over; a
-//     spawn is written again by its keys to return its children; and what
-//     the transaction took is adopted — leases of this node the runner did
-//     not know, and runs at their epochs no handler here runs — under an
-//     exclusive hold of the claim lock, so that no claim of its own is
-//     between its commit and its dispatch meanwhile.
-//   - The renewal is late (a slow database, a starved process): a
-//     conversation whose lease no renewal confirmed within three quarters
-//     of it is given up here — its handlers cancelled, before the lease can
-//     expire in the database — and its next holder recovers it.
-//   - A handler blocks: the watchdog warns when it passes its task lease and
-//     cancels its context at twice the lease.
+//     at a time, each in a savepoint. No outcome is lost or applied twice.
+//   - A commit gets no answer (ErrAmbiguous) — a flush's, a claim's or an
+//     open's: the runner asks the database what became of the transaction
+//     (pg_xact_status), and adopts what a committed one took.
+//   - A handler blocks: the watchdog warns when it passed its task lease
+//     outside arbor's calls; it is not cancelled for it (its node holds the
+//     conversation and its goroutine lives) unless RunnerConfig.BlockedAfter
+//     says so.
+//   - A handler ignores its cancelled context: its task stays held here,
+//     its next run waits for it, and the runner warns every lease, naming it.
 //   - A handler panics: a failure (with the panic and stack), not a crash.
 //   - A task's kind is unknown here (a rolling deploy): the runner never
-//     claims it, so a node that knows it does. Past UnknownKindGrace a
-//     never-started task of a kind no runner claimed fails with code
-//     "unknown_kind".
+//     claims it. Past UnknownKindGrace a never-started task of a kind no
+//     runner claimed fails with code "unknown_kind".
 //   - The database is unavailable: a handler's write that gives up
 //     (ErrUnavailable) does not fail its task; the handler runs again with
-//     the same run when the database is back.
+//     the same run when the database is back, if its lease held meanwhile.
 //   - Shutdown: Stop stops claiming, lets handlers finish for
 //     ShutdownGrace, cancels the rest, flushes the completer, and releases
-//     every lease, recovering any task still running in the release's
-//     transaction: a stopped runner writes nothing.
+//     every conversation with no handler left running, recovering any task
+//     still running in the release's transaction (not counted); a
+//     conversation whose handler ignored its cancellation is left to
+//     lapse with the node's lease.
 package machine

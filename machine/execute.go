@@ -30,7 +30,7 @@ func (r *Runner) execute(ctx context.Context, run *Run) {
 		slog.String("kind", t.Kind), slog.Int("attempt", t.Attempt))
 	for try := 0; ; try++ {
 		run.mu.Lock()
-		run.spawns = 0
+		run.spawns, run.ending = 0, false
 		run.mu.Unlock()
 		err := callHandler(ctx, r.handlers[t.Kind], run)
 		run.handlerErr = err
@@ -60,6 +60,12 @@ func (r *Runner) execute(ctx context.Context, run *Run) {
 // again until it lands, the run is over, or the runner stops (then the
 // release, or the next holder, recovers the task).
 func (r *Runner) endFor(ctx context.Context, run *Run, handlerErr error, log *slog.Logger) {
+	// The handler returned: its context may be cancelled (ErrBlocked, or a
+	// context of the handler's own), and the runner's write of its end is
+	// the runner's, not the handler's. A run stopped outright (the task
+	// taken from it, the lease unconfirmed, a shutdown) is never ended here:
+	// see execute.
+	ctx = context.WithoutCancel(ctx)
 	for try := 0; ; try++ {
 		var err error
 		if handlerErr == nil {

@@ -79,11 +79,17 @@ func AcquireLease(ctx context.Context, engine *tasks.Engine, conversationID stri
 	}
 	l := &Lease{core: c, ttl: conf.Duration}
 	_, err := core.Tx(ctx, c, func(tx pgx.Tx) (struct{}, error) {
-		lease, err := c.TakeLease(ctx, tx, conversationID, conf.Holder, conf.Duration)
+		// A holder row of the Lease's own (a life): its deadline is the
+		// lease's.
+		holderID, err := c.NewHolder(ctx, tx, conf.Holder, conf.Duration)
 		if err != nil {
 			return struct{}{}, err
 		}
-		rep, err := reconcile.OnOpen(ctx, c, tx, conversationID)
+		lease, taken, err := c.TakeLease(ctx, tx, conversationID, conf.Holder, holderID)
+		if err != nil {
+			return struct{}{}, err
+		}
+		rep, err := reconcile.OnOpen(ctx, c, tx, conversationID, taken.Counted())
 		l.lease, l.report = lease, rep
 		return struct{}{}, err
 	})
@@ -136,42 +142,31 @@ func (l *Lease) Claim(ctx context.Context, limit int) ([]*Run, error) {
 // Renew extends the lease by its Duration. tasks.ErrLeaseLost when it was
 // taken over (it had expired).
 func (l *Lease) Renew(ctx context.Context) error {
-	renewed, err := core.Read(ctx, l.core, func(db store.DB) ([]string, error) {
-		return l.core.RenewLeases(ctx, db, l.lease.Holder, []string{l.lease.ConversationID}, []int64{l.lease.Epoch}, l.ttl)
+	live, err := core.Read(ctx, l.core, func(db store.DB) (bool, error) {
+		return l.core.RenewHolder(ctx, db, l.lease.HolderID, l.ttl)
 	})
 	if err != nil {
 		return fmt.Errorf("renew the lease of conversation %q: %w", l.lease.ConversationID, err)
 	}
-	if len(renewed) == 0 {
-		return fmt.Errorf("renew the lease of conversation %q: %w", l.lease.ConversationID, tasks.ErrLeaseLost)
+	if !live {
+		// Expired: another holder may have taken the conversation. Even if
+		// none did, the lease is not revived: take a new one.
+		return fmt.Errorf("renew the lease of conversation %q: it expired: %w", l.lease.ConversationID, tasks.ErrLeaseLost)
 	}
 	return nil
 }
 
 // Release gives the conversation up. Tasks still running under the lease
-// are recovered in the same transaction (back to pending with attempt + 1,
-// or abandoned, or failed past their restart limit), so that no run of the
-// lease can write after Release returns. tasks.ErrLeaseLost when the lease
-// was taken over already.
+// are recovered in the same transaction (back to pending, not counted as a
+// restart: the holder gave them up; or abandoned when abandon_on_restart),
+// so that no run of the lease can write after Release returns.
+// tasks.ErrLeaseLost when the lease was taken over already.
 func (l *Lease) Release(ctx context.Context) error {
 	_, err := release(ctx, l.core, l.lease)
+	if err == nil {
+		_, _ = core.Read(context.WithoutCancel(ctx), l.core, func(db store.DB) (bool, error) {
+			return l.core.EndHolder(ctx, db, l.lease.HolderID)
+		})
+	}
 	return err
-}
-
-// release frees a lease, recovering the runs still under it, in one
-// transaction.
-func release(ctx context.Context, c *core.Engine, lease core.Lease) (reconcile.Report, error) {
-	return core.Tx(ctx, c, func(tx pgx.Tx) (reconcile.Report, error) {
-		if err := c.LockLease(ctx, tx, lease); err != nil {
-			return reconcile.Report{}, fmt.Errorf("release conversation %q: %w", lease.ConversationID, err)
-		}
-		rep, err := reconcile.RecoverRunning(ctx, c, tx, lease.ConversationID)
-		if err != nil {
-			return rep, err
-		}
-		if _, err := c.ReleaseLease(ctx, tx, lease); err != nil {
-			return rep, fmt.Errorf("release conversation %q: %w", lease.ConversationID, err)
-		}
-		return rep, nil
-	})
 }

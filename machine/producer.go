@@ -46,10 +46,21 @@ func (r *Runner) produce() {
 // conversations with work and no holder are opened.
 func (r *Runner) produceOnce() {
 	for r.runCtx.Err() == nil {
+		// Nothing is claimed or opened while the node's lease is not
+		// confirmed: what a claim took could not be run.
+		if !r.lease.usable(time.Now()) {
+			return
+		}
 		r.mu.Lock()
 		if r.stopping {
 			r.mu.Unlock()
 			return
+		}
+		if r.wantReopen {
+			r.wantReopen = false
+			r.mu.Unlock()
+			r.reopen()
+			continue
 		}
 		var dirty []string
 		if len(r.dirty) > 0 && !r.wantHeld {
@@ -152,7 +163,7 @@ func (r *Runner) claimHeld(convs []string) (full, noSlot bool) {
 			// no notification says when they are free: they are looked at
 			// again shortly.
 			var err error
-			if locked, err = r.core.LockHeld(r.runCtx, tx, r.cfg.NodeID, convs); err != nil || len(locked) == 0 {
+			if locked, err = r.core.LockHeld(r.runCtx, tx, p.Holder, convs); err != nil || len(locked) == 0 {
 				return nil, err
 			}
 			p.Conversations = locked
@@ -210,7 +221,8 @@ func (r *Runner) retrySkipped(convs, locked []string) {
 }
 
 func (r *Runner) claimParams(limit int) core.ClaimParamsFor {
-	return core.ClaimParamsFor{Holder: r.cfg.NodeID, Kinds: r.kinds, GenerationKinds: r.cfg.GenerationKinds, Limit: limit}
+	holderID, _ := r.lease.holder()
+	return core.ClaimParamsFor{Holder: holderID, Kinds: r.kinds, GenerationKinds: r.cfg.GenerationKinds, Limit: limit}
 }
 
 // open takes conversations that have work and no live holder — as many as
@@ -253,10 +265,10 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 	var xact int64
 	r.claimMu.RLock()
 	defer r.claimMu.RUnlock()
-	sent := time.Now()
+	holderID, ownLives := r.lease.holder()
 	o, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (opened, error) {
 		var o opened
-		op, err := r.core.OpenConversations(r.runCtx, tx, r.cfg.NodeID, r.cfg.ConversationLease, r.kinds, limit, named)
+		op, err := r.core.OpenConversations(r.runCtx, tx, r.cfg.NodeID, holderID, r.kinds, limit, named)
 		xact, o.leases = op.Xact, op.Leases
 		if err != nil || len(o.leases) == 0 {
 			return o, err
@@ -266,8 +278,10 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 			convs[i] = l.ConversationID
 		}
 		// Recovery only where it has something to look at; the others get
-		// an empty report.
-		reps, err := reconcile.OnOpenMany(r.runCtx, r.core, tx, op.Recover)
+		// an empty report. A take-over counts restarts only from a holder
+		// that lapsed (not from this process's own earlier lives, nor one
+		// lapsed by a database restart).
+		reps, err := reconcile.OnOpenMany(r.runCtx, r.core, tx, op.Recover, func(c string) bool { return op.Taken[c].Counted(ownLives...) })
 		if err != nil {
 			return o, err
 		}
@@ -297,7 +311,7 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 	now := time.Now()
 	r.mu.Lock()
 	for _, l := range o.leases {
-		r.held[l.ConversationID] = &heldConv{lease: l, idleSince: now, confirmed: sent.Add(r.cfg.ConversationLease)}
+		r.hold(l, now)
 	}
 	r.mu.Unlock()
 	for i, rep := range o.reps {
@@ -380,8 +394,8 @@ func (r *Runner) claimFailed(err error, xact int64, what string) {
 func (r *Runner) releaseIdle(now time.Time) {
 	r.mu.Lock()
 	var ls []core.Lease
-	for _, h := range r.held {
-		if h.running == 0 && !h.releasing && now.Sub(h.idleSince) >= r.cfg.IdleRelease {
+	for id, h := range r.held {
+		if r.liveIn[id] == 0 && !h.releasing && now.Sub(h.idleSince) >= r.cfg.IdleRelease {
 			h.releasing = true
 			ls = append(ls, h.lease)
 		}
@@ -395,8 +409,8 @@ func (r *Runner) releaseIdle(now time.Time) {
 func (r *Runner) releaseForRoom(n int) int {
 	r.mu.Lock()
 	var idle []*heldConv
-	for _, h := range r.held {
-		if h.running == 0 && !h.releasing {
+	for id, h := range r.held {
+		if r.liveIn[id] == 0 && !h.releasing {
 			idle = append(idle, h)
 		}
 	}
@@ -420,8 +434,9 @@ func (r *Runner) releaseLeases(ls []core.Lease) int {
 	if len(ls) == 0 {
 		return 0
 	}
+	holderID, _ := r.lease.holder()
 	freed, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]string, error) {
-		return r.core.ReleaseIdle(r.runCtx, db, r.cfg.NodeID, ls)
+		return r.core.ReleaseIdle(r.runCtx, db, holderID, ls)
 	})
 	if err != nil && r.runCtx.Err() == nil {
 		r.logger.Warn("arbor: releasing idle conversations failed", slog.String("error", err.Error()))
@@ -433,6 +448,11 @@ func (r *Runner) releaseLeases(ls []core.Lease) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, l := range ls {
+		if done[l.ConversationID] {
+			if la, ok := r.lapsed[l.ConversationID]; ok && la.Epoch == l.Epoch {
+				delete(r.lapsed, l.ConversationID) // released before the fence fired
+			}
+		}
 		h := r.held[l.ConversationID]
 		if h == nil || h.lease.Epoch != l.Epoch {
 			continue

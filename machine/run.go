@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,10 +42,18 @@ import (
 // this run. A panic is a failure (with the panic and its stack), not a
 // crash.
 //
-// ctx is cancelled when the task is aborted or cancelled elsewhere, when the
-// runner loses the conversation's lease, when the watchdog gives up on a
-// handler blocked past twice its task lease, and at the end of the runner's
-// shutdown grace. context.Cause(ctx) says which.
+// ctx is cancelled when the task is aborted, cancelled or past its
+// deadline (failed, code "deadline_exceeded") elsewhere, when the runner
+// cannot confirm its lease in time or lost it, at the end of the runner's
+// shutdown grace, and, with RunnerConfig.BlockedAfter set, when the handler
+// ran that long outside arbor's calls without a checkpoint or heartbeat.
+// context.Cause(ctx) says which. Once ctx is cancelled, every call of run
+// returns at once (with an error whose chain holds the cause), and the
+// handler should return: its task is no longer its own to advance, and the
+// lease it ran under may be taken over a quarter of a conversation lease
+// later (docs/guarantees.md, "When a handler is stopped"). Check ctx (its
+// Err method also reads the node's lease against the clock) before each
+// side effect that must not happen twice.
 type Handler func(ctx context.Context, run *Run) error
 
 // Causes of a handler context's cancellation.
@@ -52,13 +61,11 @@ var (
 	// ErrTaskStopped: the task was aborted, cancelled or otherwise taken
 	// from this run.
 	ErrTaskStopped = errors.New("arbor: the task was stopped (aborted, cancelled or taken over)")
-	// ErrBlocked: the handler ran past twice its task lease without a
-	// checkpoint or heartbeat.
-	ErrBlocked = errors.New("arbor: handler blocked past twice its task lease")
+	// ErrBlocked: the handler ran past RunnerConfig.BlockedAfter outside
+	// arbor's calls without a checkpoint or heartbeat.
+	ErrBlocked = errors.New("arbor: handler blocked past RunnerConfig.BlockedAfter without a checkpoint or heartbeat")
 	// ErrShutdown: the runner's shutdown grace ran out.
 	ErrShutdown = errors.New("arbor: runner shutting down")
-	// errConversationLost: the runner lost the conversation's lease.
-	errConversationLost = fmt.Errorf("%w: the conversation's lease was lost", tasks.ErrLeaseLost)
 )
 
 // ErrNonRetryable marks a handler's error as final: the task fails at once,
@@ -72,9 +79,11 @@ func NonRetryable(err error) error { return core.NonRetryable(err) }
 // Run is a handler's view of the task it runs and what it may do with it.
 // Every write is fenced by the run's token: once the task is taken from the
 // run (aborted, cancelled, recovered by another holder), every write is
-// refused and nothing is written. A write runs to its end even if the
-// handler's context is cancelled meanwhile (bounded by 30 s), so that a
-// write already committing is not turned into tasks.ErrAmbiguous.
+// refused and nothing is written. A call whose context is cancelled returns
+// at once; a write it had sent already runs to its end in the background
+// (bounded by 30 s), so that a write already committing is not turned into
+// tasks.ErrAmbiguous — and, its context being cancelled, the run is over
+// either way.
 //
 // A Runner's runs send their spawns and ending calls through its batching
 // completer: the call returns when the batch it went in has committed, with
@@ -92,12 +101,15 @@ type Run struct {
 
 	mu         sync.Mutex
 	ended      bool
-	endedInTx  bool      // ended by a …Tx form: landed only if the caller's tx committed
-	deadline   time.Time // local estimate of the task lease's end
-	spawns     int       // spawns without a key of the caller's, numbered for their keys
-	budgets    int       // reservations and spends, numbered for their keys
-	outcome    Outcome   // how the run ended (see Outcome)
-	handlerErr error     // the error fail records, for the outcome
+	endedInTx  bool         // ended by a …Tx form: landed only if the caller's tx committed
+	halted     *atomic.Bool // set when its Runner stopped (nil: a Lease's run)
+	ending     bool         // its ending write is queued or sent: the watchdog leaves it alone
+	inCall     int          // arbor calls in progress: time in them is not the handler's
+	lastActive time.Time    // the start, or the end of the handler's last arbor call
+	spawns     int          // spawns without a key of the caller's, numbered for their keys
+	budgets    int          // reservations and spends, numbered for their keys
+	outcome    Outcome      // how the run ended (see Outcome)
+	handlerErr error        // the error fail records, for the outcome
 }
 
 // sink applies a run's spawns and ending writes.
@@ -126,7 +138,79 @@ func writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 func newRun(c *core.Engine, s sink, t arbortype.Task) *Run {
-	return &Run{Task: t, core: c, sink: s, token: t.Token, deadline: time.Now().Add(c.Cfg.TaskLease)}
+	return &Run{Task: t, core: c, sink: s, token: t.Token, lastActive: time.Now()}
+}
+
+// enter begins an arbor call of the handler's: a cancelled ctx refuses it
+// at once (the run is over: nothing is sent). Time until the returned
+// leave is called is arbor's, not the handler's (see activity).
+func (r *Run) enter(ctx context.Context) (leave func(), err error) {
+	if ctx.Err() != nil {
+		return nil, r.stoppedErr(ctx)
+	}
+	if r.halted != nil && r.halted.Load() {
+		r.mu.Lock()
+		r.ended = true
+		r.mu.Unlock()
+		return nil, fmt.Errorf("task %d: the runner stopped: %w", r.Task.ID, ErrShutdown)
+	}
+	r.mu.Lock()
+	r.inCall++
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		r.inCall--
+		r.lastActive = time.Now()
+		r.mu.Unlock()
+	}, nil
+}
+
+// stoppedErr is what a call returns when the run's context was cancelled:
+// the run is over (nothing more of it is written), and the error's chain
+// holds the context's cause.
+func (r *Run) stoppedErr(ctx context.Context) error {
+	r.mu.Lock()
+	r.ended = true
+	r.mu.Unlock()
+	cause := context.Cause(ctx)
+	if cause == nil {
+		cause = ctx.Err()
+	}
+	return fmt.Errorf("task %d: the run was stopped: %w", r.Task.ID, cause)
+}
+
+// activity reports whether an arbor call is in progress, and when the
+// handler's last one ended (or the run started): the watchdog counts only
+// the time outside arbor's calls.
+func (r *Run) activity() (inCall bool, last time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inCall > 0, r.lastActive
+}
+
+// detached runs fn, a write of the run, on a goroutine of its own, and
+// returns its result — or, when ctx is cancelled first, at once with the
+// run stopped: fn goes on to its end (under writeCtx, bounded), so that a
+// write already committing is not cut into an unknown outcome.
+func detached[T any](ctx context.Context, r *Run, fn func(ctx context.Context) (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		wctx, cancel := writeCtx(ctx)
+		defer cancel()
+		v, err := fn(wctx)
+		done <- result{v, err}
+	}()
+	select {
+	case res := <-done:
+		return res.v, res.err
+	case <-ctx.Done():
+		var zero T
+		return zero, r.stoppedErr(ctx)
+	}
 }
 
 // Ended reports whether the run is over: ended by Complete, Wait or
@@ -137,15 +221,19 @@ func (r *Run) Ended() bool {
 	return r.ended
 }
 
-func (r *Run) leaseDeadline() time.Time {
+// endingOrEnded reports whether the run is over or has sent the write
+// that ends it: its task's changing status is its own doing, and its
+// context must not be cancelled for it (its handler is about to hear the
+// outcome and return).
+func (r *Run) endingOrEnded() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.deadline
+	return r.ended || r.ending
 }
 
 func (r *Run) extended() {
 	r.mu.Lock()
-	r.deadline = time.Now().Add(r.core.Cfg.TaskLease)
+	r.lastActive = time.Now()
 	r.mu.Unlock()
 }
 
@@ -175,23 +263,39 @@ func runOver(err error) bool {
 }
 
 // write runs one fenced write of the run that does not end it and is not
-// batched (checkpoint, heartbeat) in a transaction of its own. Each such
-// write is idempotent, so a commit whose outcome is unknown (ErrAmbiguous)
-// is simply written again.
+// batched (checkpoint, heartbeat) in a transaction of its own, detached
+// from ctx's cancellation (see detached). Each such write is idempotent, so
+// a commit whose outcome is unknown (ErrAmbiguous) is simply written again.
 func write[T any](ctx context.Context, r *Run, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
-	ctx, cancel := writeCtx(ctx)
-	defer cancel()
-	for {
-		v, err := core.Tx(ctx, r.core, func(tx pgx.Tx) (T, error) { return fn(ctx, tx) })
-		if !errors.Is(err, tasks.ErrAmbiguous) || ctx.Err() != nil {
-			return v, err
-		}
+	leave, err := r.enter(ctx)
+	if err != nil {
+		var zero T
+		return zero, err
 	}
+	defer leave()
+	return detached(ctx, r, func(wctx context.Context) (T, error) {
+		for {
+			v, err := core.Tx(wctx, r.core, func(tx pgx.Tx) (T, error) { return fn(wctx, tx) })
+			if !errors.Is(err, tasks.ErrAmbiguous) || wctx.Err() != nil {
+				return v, err
+			}
+		}
+	})
 }
 
 // finish sends the write that ends the run (complete, wait, sleep, fail).
+// A cancelled ctx returns at once (the write, if queued already, still
+// lands or is refused by the token's fence).
 func (r *Run) finish(ctx context.Context, o core.Outcome) error {
+	leave, err := r.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	o.TaskID, o.Token, o.ConversationID = r.Task.ID, r.token, r.Task.ConversationID
+	r.mu.Lock()
+	r.ending = true
+	r.mu.Unlock()
 	r.sink.ending(r)
 	res := r.sink.apply(ctx, r, o)
 	r.end(res.Err)
@@ -211,8 +315,16 @@ func (directSink) ending(*Run) {}
 // written again; otherwise the run is over (nil, or ErrAborted for a task
 // that was aborted).
 func (d directSink) apply(ctx context.Context, r *Run, o core.Outcome) core.OutcomeResult {
-	ctx, cancel := writeCtx(ctx)
-	defer cancel()
+	res, err := detached(ctx, r, func(wctx context.Context) (core.OutcomeResult, error) {
+		return d.applyDetached(wctx, o), nil
+	})
+	if err != nil {
+		return core.OutcomeResult{Err: err}
+	}
+	return res
+}
+
+func (d directSink) applyDetached(ctx context.Context, o core.Outcome) core.OutcomeResult {
 	for {
 		res, err := core.Tx(ctx, d.core, func(tx pgx.Tx) (core.OutcomeResult, error) { return d.core.Apply(ctx, tx, o) })
 		if !errors.Is(err, tasks.ErrAmbiguous) || ctx.Err() != nil {
@@ -351,8 +463,13 @@ func (r *Run) SpawnMany(ctx context.Context, ps []SpawnParams) ([]arbortype.Task
 		r.over(err)
 		return kids, err
 	}
+	leave, err := r.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
 	res := r.sink.apply(ctx, r, core.Outcome{Kind: core.OutSpawn, TaskID: r.Task.ID, Token: r.token,
 		ConversationID: r.Task.ConversationID, Spawns: cps})
+	leave()
 	r.over(res.Err)
 	if res.Err != nil {
 		return nil, res.Err
@@ -388,6 +505,11 @@ func (r *Run) spawnParams(ctx context.Context, ps []SpawnParams) ([]core.CreateP
 
 // Children reads every child of the task, with its status, result and error.
 func (r *Run) Children(ctx context.Context) ([]arbortype.Task, error) {
+	leave, err := r.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	return core.Read(ctx, r.core, func(db store.DB) ([]arbortype.Task, error) { return r.core.Children(ctx, db, r.Task.ID) })
 }
 
@@ -397,6 +519,11 @@ func (r *Run) Waited(ctx context.Context) ([]arbortype.Task, error) {
 	if len(r.Task.WaitIDs) == 0 {
 		return nil, nil
 	}
+	leave, err := r.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	return core.Read(ctx, r.core, func(db store.DB) ([]arbortype.Task, error) { return r.core.GetMany(ctx, db, r.Task.WaitIDs) })
 }
 

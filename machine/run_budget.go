@@ -59,8 +59,15 @@ func (r *Run) reserve(ctx context.Context, counter string, amount int64, spend b
 	key := fmt.Sprintf("arbor:run-%d-budget-%d", r.token, r.budgets)
 	r.mu.Unlock()
 	p := core.ReserveParams{ConversationID: r.Task.ConversationID, TaskID: r.Task.ID, Token: r.token, Counter: counter, Amount: amount, Key: key, Spend: spend}
-	wctx, cancel := writeCtx(ctx)
-	defer cancel()
+	leave, err := r.enter(ctx)
+	if err != nil {
+		return core.ReserveResult{}, err
+	}
+	defer leave()
+	return detached(ctx, r, func(wctx context.Context) (core.ReserveResult, error) { return r.reserveDetached(wctx, p) })
+}
+
+func (r *Run) reserveDetached(wctx context.Context, p core.ReserveParams) (core.ReserveResult, error) {
 	for {
 		res, err := r.core.ReserveBudget(wctx, p)
 		if errors.Is(err, arbortype.ErrAmbiguous) && wctx.Err() == nil {

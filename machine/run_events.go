@@ -69,7 +69,12 @@ func (r *Run) Progress(ctx context.Context, name string, payload json.RawMessage
 // running under this run when the handler returns and fails the run (code
 // "ending_not_committed", retried under the task's policy).
 func (r *Run) CompleteTx(ctx context.Context, tx pgx.Tx, result json.RawMessage) error {
-	_, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (arbortype.Task, error) {
+	leave, err := r.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	_, err = core.Savepoint(ctx, tx, func(tx pgx.Tx) (arbortype.Task, error) {
 		return r.core.Complete(ctx, tx, r.Task.ID, r.token, result)
 	})
 	if err == nil {
@@ -84,6 +89,11 @@ func (r *Run) CompleteTx(ctx context.Context, tx pgx.Tx, result json.RawMessage)
 
 // SpawnTx is Spawn inside tx: the child exists only if tx commits.
 func (r *Run) SpawnTx(ctx context.Context, tx pgx.Tx, p SpawnParams) (arbortype.Task, error) {
+	leave, err := r.enter(ctx)
+	if err != nil {
+		return arbortype.Task{}, err
+	}
+	defer leave()
 	cps, err := r.spawnParams(ctx, []SpawnParams{p})
 	if err != nil {
 		return arbortype.Task{}, err
@@ -101,6 +111,11 @@ func (r *Run) SpawnTx(ctx context.Context, tx pgx.Tx, p SpawnParams) (arbortype.
 
 // CheckpointTx is Checkpoint inside tx.
 func (r *Run) CheckpointTx(ctx context.Context, tx pgx.Tx, phase string, state json.RawMessage) error {
+	leave, err := r.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer leave()
 	t, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (arbortype.Task, error) {
 		return r.core.Checkpoint(ctx, tx, r.Task.ConversationID, r.Task.ID, r.token, phase, state)
 	})

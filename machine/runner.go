@@ -7,10 +7,11 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
@@ -21,13 +22,16 @@ import (
 // Runner is a node's runner: it holds conversations by lease, claims their
 // runnable tasks and runs their handlers (see the package doc).
 type Runner struct {
-	core     *core.Engine
+	app      *core.Engine // the engine as the application made it (its pool)
+	core     *core.Engine // the same engine on the runner's own pool (Start)
 	cfg      *RunnerConfig
 	logger   *slog.Logger
 	handlers map[string]Handler
 	kinds    []string
 	waker    *Waker
 	comp     *completer
+	lease    *nodeLease
+	pools    runnerPools
 	// runWith runs a dispatched run: execute, wrapped in the middleware;
 	// execute itself without any.
 	runWith func(ctx context.Context, run *Run)
@@ -37,66 +41,83 @@ type Runner struct {
 	// so that what it finds in the database and not here is an orphan.
 	claimMu sync.RWMutex
 
-	mu    sync.Mutex
-	held  map[string]*heldConv // by conversation id
-	runs  map[int64]*active    // by task id
-	busy  int                  // worker slots taken (running handlers, and claims in flight)
-	dirty map[string]bool      // held conversations that may have work to claim
+	mu   sync.Mutex
+	held map[string]*heldConv // by conversation id
+	// lapsed are the conversations this life holds in the database whose
+	// handlers the fence stopped: re-validated by a reopen once the lease
+	// is confirmed again (see lapse.go).
+	lapsed map[string]core.Lease
+	// runs are the live handlers, by task id: from the handler's entry to
+	// its return, whatever became of its task or its conversation's lease.
+	runs map[int64]*active
+	// waiting are runs claimed for a task whose previous handler here has
+	// not returned yet: dispatched when it does.
+	waiting map[int64]*active
+	// liveIn counts, by conversation, the runs of runs and waiting: a
+	// conversation is released only when it has none.
+	liveIn map[string]int
+	busy   int             // worker slots taken (running handlers, waiting runs, claims in flight)
+	dirty  map[string]bool // held conversations that may have work to claim
 	// flushingIn counts this node's flushes in flight per conversation;
 	// afterFlush are held conversations a claim skipped while one of them
 	// held it, to be claimed in once those flushes are over.
 	flushingIn map[string]int
 	afterFlush map[string]bool
-	news       map[string]bool   // conversations not held here that the change channel named
-	gaveUp     map[string]gaveUp // conversations given up by fenceOverdue, not to be adopted back
-	wantHeld   bool              // any held conversation may have work (the slow poll)
-	wantOpen   bool              // a conversation with no holder may have work
+	news       map[string]bool // conversations not held here that the change channel named
+	wantHeld   bool            // any held conversation may have work (the slow poll)
+	wantOpen   bool            // a conversation with no holder may have work
+	wantReopen bool            // lapsed conversations wait for a reopen
 	started    bool
 	stopping   bool
+	// halted is set once Stop is done: a handler that outlived it can make
+	// no call of arbor's any more (its connections are gone).
+	halted atomic.Bool
 
 	runCtx    context.Context
 	cancelRun context.CancelCauseFunc
 	kick      chan struct{} // the producer's wake-up
 	loops     sync.WaitGroup
 	handlerWG sync.WaitGroup
+	watch     *watchdog
 }
 
 // heldConv is what a runner keeps of a conversation it holds: a few words.
 type heldConv struct {
 	lease     core.Lease
-	running   int
 	idleSince time.Time
 	releasing bool
-	// confirmed is the local time until which the lease surely lasts: the
-	// send time of the last statement that set it, plus the lease. The
-	// database's deadline is no earlier (it counts from when the statement
-	// ran), so a runner that stops its handlers before confirmed has them
-	// stopped before any other node can take the conversation.
-	confirmed time.Time
 }
 
-// gaveUp is a lease fenceOverdue gave up: the database may still name this
-// node its holder until it expires, but its runs were stopped, so it must
-// not be adopted back (its next holder recovers them).
-type gaveUp struct {
-	epoch int64
-	at    time.Time
-}
-
-// active is a running handler.
+// active is a run of this node: running its handler, or waiting for the
+// previous handler of its task to return.
 type active struct {
-	run    *Run
-	token  int64
-	kind   string
-	conv   string
-	epoch  int64 // the conversation's lease epoch the run was claimed under
-	cancel context.CancelCauseFunc
-	warned bool
-	slot   bool // holds a worker slot (until its ending write is queued)
+	run     *Run
+	token   int64
+	kind    string
+	conv    string
+	epoch   int64 // the conversation's lease epoch the run was claimed under
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	warned  bool
+	slot    bool // holds a worker slot (until its ending write is queued)
+	started bool // its handler was called
+
+	// cancelledAt is when its context was cancelled (zero: not yet);
+	// stuckWarned when the watchdog last warned that it had not returned.
+	cancelledAt time.Time
+	stuckWarned time.Time
+}
+
+// stop cancels the run's context with cause, and notes when (under r.mu).
+func (a *active) stop(cause error) {
+	if a.cancelledAt.IsZero() {
+		a.cancelledAt = time.Now()
+	}
+	a.cancel(cause)
 }
 
 // NewRunner returns a runner with a handler per task kind. It does not start
-// anything.
+// anything, nor connect: Start does.
 func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerConfig) (*Runner, error) {
 	c := core.Of(engine)
 	if c == nil {
@@ -109,21 +130,26 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 	if len(handlers) == 0 {
 		return nil, fmt.Errorf("machine.NewRunner: no handlers: %w", tasks.ErrInvalidArgument)
 	}
+	if err := cfg.Waker.WithDefaults().validate(); err != nil {
+		return nil, fmt.Errorf("machine.NewRunner: %w: %w", tasks.ErrInvalidArgument, err)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = c.Logger
 	}
 	r := &Runner{
-		core:       c,
+		app:        c,
 		cfg:        cfg,
 		logger:     cfg.Logger.With(slog.String("node", cfg.NodeID)),
 		handlers:   handlers,
 		held:       map[string]*heldConv{},
+		lapsed:     map[string]core.Lease{},
 		runs:       map[int64]*active{},
+		waiting:    map[int64]*active{},
+		liveIn:     map[string]int{},
 		dirty:      map[string]bool{},
 		flushingIn: map[string]int{},
 		afterFlush: map[string]bool{},
 		news:       map[string]bool{},
-		gaveUp:     map[string]gaveUp{},
 		kick:       make(chan struct{}, 1),
 	}
 	for kind, h := range handlers {
@@ -146,11 +172,62 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 			})
 		}
 	}
-	wcfg := cfg.Waker.WithDefaults()
-	if wcfg.Logger == nil {
-		wcfg.Logger = cfg.Logger
+	return r, nil
+}
+
+// NodeID returns the name this runner holds conversations under.
+func (r *Runner) NodeID() string { return r.cfg.NodeID }
+
+// Start connects the runner's own pools, takes the node's lease (a holder
+// row of its own), and starts the wake service and the runner's services.
+// ctx bounds the start only; Stop ends the runner.
+func (r *Runner) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started {
+		return errors.New("machine: Runner.Start: a runner starts once")
 	}
-	if obs := cfg.Observer; obs != nil {
+	pools, err := newRunnerPools(ctx, r.app, r.cfg)
+	if err != nil {
+		return fmt.Errorf("machine: Runner.Start: %w", err)
+	}
+	r.pools = pools
+	r.core = r.app.WithPool(pools.work)
+	r.lease = newNodeLease(r.app.WithPool(pools.control), r.cfg.NodeID, r.cfg.ConversationLease, r.logger)
+	r.lease.onFire, r.lease.onConfirm = r.fenceFired, r.leaseConfirmed
+	if err := r.lease.begin(ctx); err != nil {
+		pools.close()
+		return fmt.Errorf("machine: Runner.Start: taking the node's lease: %w", err)
+	}
+	if err := r.startWaker(ctx); err != nil {
+		r.endHolder()
+		pools.close()
+		return fmt.Errorf("machine: Runner.Start: %w", err)
+	}
+	r.comp = newCompleter(r)
+	r.watch = newWatchdog(r)
+	r.started = true
+	r.wantOpen, r.wantHeld = true, true
+	r.runCtx, r.cancelRun = context.WithCancelCause(context.WithoutCancel(ctx))
+	r.loops.Add(7)
+	go func() { defer r.loops.Done(); r.lease.renewLoop(r.runCtx) }()
+	go func() { defer r.loops.Done(); r.lease.fenceLoop(r.runCtx) }()
+	go r.produce()
+	go r.listenLoop()
+	go r.watch.loop()
+	go r.watch.checkLoop()
+	go r.maintenanceLoop()
+	r.poke()
+	return nil
+}
+
+// startWaker builds and starts the wake service on the runner's pool.
+func (r *Runner) startWaker(ctx context.Context) error {
+	wcfg := r.cfg.Waker.WithDefaults()
+	if wcfg.Logger == nil {
+		wcfg.Logger = r.cfg.Logger
+	}
+	if obs := r.cfg.Observer; obs != nil {
 		onWake := wcfg.OnWake
 		wcfg.OnWake = func(e WakeEvent) {
 			obs.Observe(Event{Kind: EventWoken, Wake: e})
@@ -159,47 +236,25 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 			}
 		}
 	}
-	waker, err := NewWaker(engine, wcfg)
+	waker, err := newWaker(r.core, wcfg)
 	if err != nil {
-		return nil, fmt.Errorf("machine.NewRunner: %w", err)
+		return err
+	}
+	if err := waker.Start(ctx); err != nil {
+		return err
 	}
 	r.waker = waker
-	r.comp = newCompleter(r)
-	return r, nil
-}
-
-// NodeID returns the name this runner holds conversations under.
-func (r *Runner) NodeID() string { return r.cfg.NodeID }
-
-// Start starts the wake service and the runner's loops. ctx bounds the
-// start only; Stop ends the runner.
-func (r *Runner) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started {
-		return errors.New("machine: Runner.Start: a runner starts once")
-	}
-	if err := r.waker.Start(ctx); err != nil {
-		return fmt.Errorf("machine: Runner.Start: %w", err)
-	}
-	r.started = true
-	r.wantOpen, r.wantHeld = true, true
-	r.runCtx, r.cancelRun = context.WithCancelCause(context.WithoutCancel(ctx))
-	r.loops.Add(5)
-	go r.produce()
-	go r.renewLoop()
-	go r.listenLoop()
-	go r.watchLoop()
-	go r.maintenanceLoop()
-	r.poke()
 	return nil
 }
 
 // Stop stops claiming, lets running handlers finish for ShutdownGrace, then
 // cancels the rest, flushes the completer, releases every conversation
-// (recovering any task still running) and stops the wake service. ctx
-// bounds the wait for handlers: when it ends first, they are cancelled at
-// once.
+// with no handler left running (recovering any task still running, not
+// counted as a restart), stops the wake service, and gives up the node's
+// lease. A conversation whose handler ignored its cancelled context is not
+// released: it lapses with the lease, so that no other node runs its task
+// while that handler runs here. ctx bounds the wait for handlers: when it
+// ends first, they are cancelled at once.
 func (r *Runner) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	if !r.started || r.stopping {
@@ -233,19 +288,44 @@ func (r *Runner) Stop(ctx context.Context) error {
 	case <-drained:
 	default:
 		r.mu.Lock()
-		n := len(r.runs)
+		var ids []int64
+		for id, a := range r.runs {
+			if a.started {
+				ids = append(ids, id)
+			}
+		}
 		r.mu.Unlock()
-		stuck = fmt.Errorf("machine: Runner.Stop: %d handlers ignored their cancelled context; their conversations were released and their tasks recovered", n)
+		slices.Sort(ids)
+		stuck = fmt.Errorf("machine: Runner.Stop: the handlers of tasks %v ignored their cancelled context; their conversations were not released, and lapse with the node's lease", ids)
 	}
 	// Every queued outcome is written before the leases go.
 	r.comp.stop()
+	r.releaseAll()
 	r.cancelRun(ErrShutdown)
 	r.loops.Wait()
-	r.releaseAll()
-	if err := r.waker.Stop(ctx); err != nil {
-		return err
+	werr := r.waker.Stop(ctx)
+	if stuck == nil {
+		r.endHolder()
+	}
+	r.halted.Store(true)
+	r.mu.Lock()
+	r.held, r.lapsed = map[string]*heldConv{}, map[string]core.Lease{}
+	r.mu.Unlock()
+	r.pools.close()
+	if werr != nil {
+		return werr
 	}
 	return stuck
+}
+
+// endHolder removes the node's holder row once it holds nothing.
+func (r *Runner) endHolder() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, _ := r.lease.holder()
+	if _, err := core.Read(ctx, r.lease.core, func(db store.DB) (bool, error) { return r.lease.core.EndHolder(ctx, db, id) }); err != nil {
+		r.logger.Debug("arbor: removing the node's holder row failed; it is removed once long expired", slog.String("error", err.Error()))
+	}
 }
 
 // Held returns the conversations this runner holds now.
@@ -272,7 +352,7 @@ func (r *Runner) cancelAll(cause error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, a := range r.runs {
-		a.cancel(cause)
+		a.stop(cause)
 	}
 }
 
@@ -305,34 +385,96 @@ func (r *Runner) unreserve(n int) {
 // dispatch starts the handlers of claimed tasks, each on a slot reserved
 // for it.
 //
-// A run claimed in a conversation this runner no longer counts as held (it
-// stopped it for a lease it could not confirm in time, see fenceOverdue)
-// is not started: its task stays running until the conversation's next
-// holder recovers it, so that no handler runs past the lease.
+//   - A run of a conversation this runner no longer holds at the run's
+//     epoch (given up, lapsed) is not started: its task stays running until
+//     recovery (a reopen, a release, the next holder) requeues it.
+//   - Nor is any run while the node's lease is not usable (the fence is
+//     due or fired): the fence fires, and the conversations are re-validated
+//     before anything of theirs runs.
+//   - A run of a task whose previous handler here has not returned waits
+//     for it (see runDone).
 func (r *Runner) dispatch(claimed []arbortype.Task) {
+	if len(claimed) == 0 {
+		return
+	}
+	now := time.Now()
+	var start []*active
+	fire := false
+	r.mu.Lock()
+	usable := r.lease.usable(now)
 	for _, t := range claimed {
-		ctx, cancel := context.WithCancelCause(r.runCtx)
-		run := newRun(r.core, r.comp, t)
-		a := &active{run: run, token: t.Token, kind: t.Kind, conv: t.ConversationID, epoch: t.Epoch, cancel: cancel, slot: true}
-		r.mu.Lock()
 		h := r.held[t.ConversationID]
-		if h == nil || h.lease.Epoch != t.Epoch {
+		if !usable || h == nil || h.lease.Epoch != t.Epoch {
 			r.busy--
-			r.mu.Unlock()
-			cancel(errConversationLost)
+			fire = fire || !usable
+			continue
+		}
+		a := r.newActive(t)
+		r.liveIn[t.ConversationID]++
+		if r.runs[t.ID] != nil {
+			if old := r.waiting[t.ID]; old != nil {
+				r.drop(old) // claimed before this one: its token is dead
+			}
+			r.waiting[t.ID] = a
 			continue
 		}
 		r.runs[t.ID] = a
-		h.running++
-		r.mu.Unlock()
-		r.handlerWG.Add(1)
-		go func() {
-			defer r.handlerWG.Done()
-			r.run(ctx, run)
-			cancel(context.Canceled)
-			r.runDone(t.ID, a)
-		}()
+		start = append(start, a)
 	}
+	r.mu.Unlock()
+	if fire {
+		r.lease.fire()
+	}
+	for _, a := range start {
+		r.start(a)
+	}
+}
+
+// newActive makes a run's bookkeeping and context (under r.mu).
+func (r *Runner) newActive(t arbortype.Task) *active {
+	inner, cancel := context.WithCancelCause(r.runCtx)
+	run := newRun(r.core, r.comp, t)
+	run.halted = &r.halted
+	return &active{run: run, token: t.Token, kind: t.Kind, conv: t.ConversationID, epoch: t.Epoch,
+		ctx: fencedCtx{Context: inner, lease: r.lease}, cancel: cancel, slot: true}
+}
+
+// drop forgets a run that will not be started, with its slot (under r.mu).
+func (r *Runner) drop(a *active) {
+	if a.slot {
+		a.slot = false
+		r.busy--
+	}
+	r.liveDone(a.conv)
+	a.cancel(context.Canceled)
+}
+
+// liveDone counts a run of conv over (under r.mu).
+func (r *Runner) liveDone(conv string) {
+	if r.liveIn[conv]--; r.liveIn[conv] <= 0 {
+		delete(r.liveIn, conv)
+		if h := r.held[conv]; h != nil {
+			h.idleSince = time.Now()
+		}
+	}
+}
+
+// start runs a's handler on a goroutine of its own.
+func (r *Runner) start(a *active) {
+	r.handlerWG.Add(1)
+	go func() {
+		defer r.handlerWG.Done()
+		// A run whose context was cancelled before it began (the fence
+		// fired, the task was stopped) does not call its handler.
+		if a.ctx.Err() == nil {
+			r.mu.Lock()
+			a.started = true
+			r.mu.Unlock()
+			r.run(a.ctx, a.run)
+		}
+		a.cancel(context.Canceled)
+		r.runDone(a)
+	}()
 }
 
 // run runs a dispatched run through the middleware, and reports its end to
@@ -347,6 +489,41 @@ func (r *Runner) run(ctx context.Context, run *Run) {
 		r.cfg.Observer.Observe(Event{Kind: EventRunEnded, Task: &run.Task, Outcome: run.Outcome(),
 			Started: started, Ended: time.Now()})
 	}
+}
+
+// runDone forgets a handler that returned: its entry in runs, its worker
+// slot if it still holds one, and its count in its conversation; and
+// starts the run of its task that waited for it, if there is one and the
+// node may still run it (the flush that applied this run's ending write
+// may have made the task runnable again and claimed it before this handler
+// returned: an await whose event was waiting, a wait already satisfied).
+func (r *Runner) runDone(a *active) {
+	id := a.run.Task.ID
+	var next *active
+	r.mu.Lock()
+	if r.runs[id] == a {
+		delete(r.runs, id)
+	}
+	if a.slot {
+		a.slot = false
+		r.busy--
+	}
+	r.liveDone(a.conv)
+	if w := r.waiting[id]; w != nil {
+		delete(r.waiting, id)
+		h := r.held[w.conv]
+		if h != nil && h.lease.Epoch == w.epoch && r.lease.usable(time.Now()) {
+			r.runs[id] = w
+			next = w
+		} else {
+			r.drop(w)
+		}
+	}
+	r.mu.Unlock()
+	if next != nil {
+		r.start(next)
+	}
+	r.poke() // a slot is free: the producer may have work waiting for one
 }
 
 // ending gives a run's worker slot back when it queues its ending write
@@ -371,32 +548,44 @@ func (r *Runner) retake(run *Run) {
 	r.mu.Unlock()
 }
 
+// stopRuns cancels, with cause, the runs here of the tasks among ids
+// (holding the token given, same index; 0: any).
+func (r *Runner) stopRuns(ids, tokens []int64, cause error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, id := range ids {
+		if a := r.runs[id]; a != nil && (tokens[i] == 0 || a.token == tokens[i]) && !a.run.endingOrEnded() {
+			a.stop(cause)
+		}
+	}
+}
+
 // adopt starts the runs that a transaction whose commit's answer was lost
-// claimed: running tasks of the conversations (nil: every one the node
-// holds, its leases read back too) under this node's current epoch that no
-// handler here runs. It write-holds claimMu, so no claim of the runner's
-// own is between its commit and its dispatch meanwhile.
+// claimed: running tasks of the conversations (nil: every one the node's
+// life holds, its leases read back too) under this node's current epoch
+// that no handler here runs. It write-holds claimMu, so no claim of the
+// runner's own is between its commit and its dispatch meanwhile.
 func (r *Runner) adopt(ctx context.Context, convs map[string]bool) {
 	r.claimMu.Lock()
 	defer r.claimMu.Unlock()
 	if convs == nil {
-		leases, err := core.Read(ctx, r.core, func(db store.DB) ([]core.Lease, error) { return r.core.HeldBy(ctx, db, r.cfg.NodeID) })
+		holderID, _ := r.lease.holder()
+		leases, err := core.Read(ctx, r.core, func(db store.DB) ([]core.Lease, error) {
+			return r.core.HeldBy(ctx, db, r.cfg.NodeID, holderID)
+		})
 		if err != nil {
-			r.logger.Warn("arbor: reading back this node's leases failed; those it took unawares expire", slog.String("error", err.Error()))
+			r.logger.Warn("arbor: reading back this node's leases failed; those it took unawares are recovered when it releases them or its lease lapses",
+				slog.String("error", err.Error()))
 			return
 		}
 		now := time.Now()
 		convs = make(map[string]bool, len(leases))
 		r.mu.Lock()
 		for _, l := range leases {
-			if g, ok := r.gaveUp[l.ConversationID]; ok && g.epoch == l.Epoch {
-				continue
+			if _, lapsed := r.lapsed[l.ConversationID]; lapsed {
+				continue // re-validated by a reopen
 			}
-			if r.held[l.ConversationID] == nil {
-				// Renewed at the next round; until then confirmed by the
-				// read, which ran after now.
-				r.held[l.ConversationID] = &heldConv{lease: l, idleSince: now, confirmed: now.Add(r.cfg.ConversationLease / 2)}
-			}
+			r.hold(l, now)
 			convs[l.ConversationID] = true
 		}
 		r.mu.Unlock()
@@ -422,7 +611,7 @@ func (r *Runner) adopt(ctx context.Context, convs map[string]bool) {
 	var orphans []arbortype.Task
 	r.mu.Lock()
 	for _, t := range running {
-		if h := r.held[t.ConversationID]; h != nil && r.runs[t.ID] == nil && t.Epoch == h.lease.Epoch {
+		if h := r.held[t.ConversationID]; h != nil && r.runs[t.ID] == nil && r.waiting[t.ID] == nil && t.Epoch == h.lease.Epoch {
 			orphans = append(orphans, t)
 		}
 	}
@@ -432,33 +621,6 @@ func (r *Runner) adopt(ctx context.Context, convs map[string]bool) {
 		r.logger.Info("arbor: adopted runs claimed by a commit whose answer was lost", slog.Int("runs", len(orphans)))
 	}
 	r.dispatch(orphans)
-}
-
-// runDone forgets a handler that returned: its entry in runs, its worker
-// slot if it still holds one, and its count in its conversation. The entry
-// may be a later run's of the same task already — the flush that applied
-// this run's ending write can make the task runnable again and claim it
-// (an await whose event was waiting, a wait already satisfied) before this
-// handler has returned — and is then left to that run; the count is this
-// run's either way, when the conversation is still held under the lease
-// it was claimed under.
-func (r *Runner) runDone(taskID int64, a *active) {
-	r.mu.Lock()
-	if r.runs[taskID] == a {
-		delete(r.runs, taskID)
-	}
-	if a.slot {
-		a.slot = false
-		r.busy--
-	}
-	if h := r.held[a.conv]; h != nil && h.lease.Epoch == a.epoch {
-		h.running--
-		if h.running == 0 {
-			h.idleSince = time.Now()
-		}
-	}
-	r.mu.Unlock()
-	r.poke() // a slot is free: the producer may have work waiting for one
 }
 
 // markDirty says that the held conversations convs may have work; markHeld
@@ -504,9 +666,9 @@ func (r *Runner) markOpen() {
 }
 
 // listenLoop hears the change channel: a held conversation's change may be
-// new work, or a run stopped elsewhere (its handlers are checked); an
-// unheld one's is work for the producer to open. What changed while it was
-// not listening is found by polling at once.
+// new work, or a run stopped elsewhere (the watchdog checks its handlers);
+// an unheld one's is work for the producer to open. What changed while it
+// was not listening is found by polling at once.
 //
 // Behind a transaction-mode pooler with no ListenPool there is nothing to
 // LISTEN on: the slow poll (PollInterval) finds the news instead.
@@ -527,348 +689,54 @@ func (r *Runner) listenLoop() {
 			r.mu.Unlock()
 			if held {
 				r.markDirty(n.Payload)
-				r.checkRuns(n.Payload)
+				r.watch.check(n.Payload)
 			} else {
 				r.markNews(n.Payload)
 			}
 		})
 }
 
-// renewLoop renews every held lease each third of the lease, in one
-// statement; a lease it could not renew was taken over: that
-// conversation's handlers are cancelled and it is forgotten.
-func (r *Runner) renewLoop() {
-	defer r.loops.Done()
-	tick := time.NewTicker(r.cfg.ConversationLease / 3)
-	defer tick.Stop()
-	for {
-		select {
-		case <-r.runCtx.Done():
-			return
-		case <-tick.C:
-		}
-		r.mu.Lock()
-		var ids []string
-		var epochs []int64
-		for id, h := range r.held {
-			if !h.releasing {
-				ids, epochs = append(ids, id), append(epochs, h.lease.Epoch)
-			}
-		}
-		r.mu.Unlock()
-		if len(ids) == 0 {
-			continue
-		}
-		sent := time.Now()
-		renewed, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]string, error) {
-			return r.core.RenewLeases(r.runCtx, db, r.cfg.NodeID, ids, epochs, r.cfg.ConversationLease)
-		})
+// runnerPools are a runner's own connections: work for the producer, the
+// completer, maintenance, the wake service and the handlers' calls (the
+// configured RunnerConfig.Pool, or one made from the engine pool's
+// configuration); control for the renewer and the watchdog, so that they
+// wait behind nothing.
+type runnerPools struct {
+	work, control *pgxpool.Pool
+	ownWork       bool
+}
+
+func newRunnerPools(ctx context.Context, c *core.Engine, cfg *RunnerConfig) (runnerPools, error) {
+	var p runnerPools
+	base := c.Pool.Config()
+	if cfg.Pool != nil {
+		p.work = cfg.Pool
+		base = cfg.Pool.Config()
+	} else {
+		wc := base.Copy()
+		wc.MaxConns, wc.MinConns = int32(cfg.Flushers+WorkPoolExtraConns), 0
+		pool, err := pgxpool.NewWithConfig(ctx, wc)
 		if err != nil {
-			if r.runCtx.Err() == nil {
-				r.logger.WarnContext(r.runCtx, "arbor: renewing leases failed", slog.String("error", err.Error()))
-			}
-			continue
+			return p, fmt.Errorf("the runner's pool: %w", err)
 		}
-		ok := make(map[string]bool, len(renewed))
-		for _, id := range renewed {
-			ok[id] = true
-		}
-		until := sent.Add(r.cfg.ConversationLease)
-		r.mu.Lock()
-		for i, id := range ids {
-			if h := r.held[id]; ok[id] && h != nil && h.lease.Epoch == epochs[i] && until.After(h.confirmed) {
-				h.confirmed = until
-			}
-		}
-		r.mu.Unlock()
-		for i, id := range ids {
-			if !ok[id] {
-				r.lost(id, epochs[i])
-			}
-		}
+		p.work, p.ownWork = pool, true
 	}
-}
-
-// lost handles a lease taken over: its handlers are cancelled (their
-// writes are refused anyway) and the conversation is forgotten. A lease the
-// runner gave up itself meanwhile is not a take-over.
-func (r *Runner) lost(id string, epoch int64) {
-	r.mu.Lock()
-	h := r.held[id]
-	if h == nil || h.releasing || h.lease.Epoch != epoch {
-		r.mu.Unlock()
-		return
-	}
-	delete(r.held, id)
-	for _, a := range r.runs {
-		if a.conv == id {
-			a.cancel(errConversationLost)
-		}
-	}
-	r.mu.Unlock()
-	r.logger.WarnContext(r.runCtx, "arbor: conversation lease lost", slog.String("conversation_id", id), slog.Int64("epoch", epoch))
-}
-
-// fenceMargin is how long before the end of its confirmed lease a runner
-// stops a conversation's handlers when no renewal has confirmed it since:
-// the time its handlers have to honour their cancelled context before
-// another node may take the conversation over.
-func (r *Runner) fenceMargin() time.Duration { return r.cfg.ConversationLease / 4 }
-
-// fenceOverdue gives up, here, every held conversation whose lease no
-// renewal confirmed in time (the renewer is stuck behind a slow database,
-// or the process was starved): its handlers are cancelled and it is
-// forgotten, before the lease can expire in the database. The lease itself
-// expires (or a late renewal extends it), and its next holder recovers the
-// tasks. A runner that cannot renew cannot know that it still holds a
-// conversation, so it stops acting as if it did.
-func (r *Runner) fenceOverdue(now time.Time) {
-	margin := r.fenceMargin()
-	r.mu.Lock()
-	var overdue []string
-	for id, h := range r.held {
-		if !h.releasing && now.After(h.confirmed.Add(-margin)) {
-			overdue = append(overdue, id)
-			delete(r.held, id)
-			delete(r.dirty, id)
-			r.gaveUp[id] = gaveUp{epoch: h.lease.Epoch, at: now}
-		}
-	}
-	for id, g := range r.gaveUp {
-		if now.Sub(g.at) > 2*r.cfg.ConversationLease {
-			delete(r.gaveUp, id) // expired long since: the database no longer names this node
-		}
-	}
-	if len(overdue) > 0 {
-		gone := make(map[string]bool, len(overdue))
-		for _, id := range overdue {
-			gone[id] = true
-		}
-		for _, a := range r.runs {
-			if gone[a.conv] {
-				a.cancel(errConversationLost)
-			}
-		}
-	}
-	r.mu.Unlock()
-	if len(overdue) > 0 {
-		r.logger.Warn("arbor: conversation leases not renewed in time; their handlers are stopped before the leases can expire",
-			slog.Int("conversations", len(overdue)), slog.String("first", overdue[0]))
-	}
-}
-
-// checkRuns cancels the handlers whose task is no longer theirs (aborted,
-// cancelled, taken over), of one conversation or (conv "") all.
-func (r *Runner) checkRuns(conv string) {
-	r.mu.Lock()
-	var ids []int64
-	for id, a := range r.runs {
-		if conv == "" || a.conv == conv {
-			ids = append(ids, id)
-		}
-	}
-	r.mu.Unlock()
-	if len(ids) == 0 {
-		return
-	}
-	states, err := r.core.Store.RunStates(r.runCtx, r.core.Pool, ids)
+	cc := base.Copy()
+	cc.MaxConns, cc.MinConns = 2, 1
+	pool, err := pgxpool.NewWithConfig(ctx, cc)
 	if err != nil {
-		return
+		p.close()
+		return p, fmt.Errorf("the runner's control pool: %w", err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, st := range states {
-		if a := r.runs[st.ID]; a != nil && (st.Status != arbortype.StatusRunning || st.Token != a.token) {
-			a.cancel(ErrTaskStopped)
-		}
-	}
+	p.control = pool
+	return p, nil
 }
 
-// watchLoop checks every running handler each PollInterval: one whose task
-// was taken from it is cancelled, one past its task lease warned about, and
-// one past twice its task lease cancelled. Its cost grows with the running
-// handlers (at most Workers), not with the conversations held.
-//
-// It also stops the handlers of every conversation whose lease it could not
-// confirm in time (fenceOverdue), so it ticks at least eight times a
-// conversation lease.
-func (r *Runner) watchLoop() {
-	defer r.loops.Done()
-	tick := time.NewTicker(min(r.cfg.PollInterval, r.cfg.ConversationLease/8))
-	defer tick.Stop()
-	lease := r.core.Cfg.TaskLease
-	lastCheck := time.Now()
-	for {
-		select {
-		case <-r.runCtx.Done():
-			return
-		case <-tick.C:
-		}
-		r.fenceOverdue(time.Now())
-		if time.Since(lastCheck) < r.cfg.PollInterval {
-			continue
-		}
-		lastCheck = time.Now()
-		r.checkRuns("")
-		now := time.Now()
-		r.mu.Lock()
-		for id, a := range r.runs {
-			deadline := a.run.leaseDeadline()
-			switch {
-			case now.After(deadline.Add(lease)):
-				r.logger.Warn("arbor: handler blocked past twice its task lease; cancelling it",
-					slog.Int64("task_id", id), slog.String("kind", a.kind))
-				a.cancel(ErrBlocked)
-			case now.After(deadline) && !a.warned:
-				a.warned = true
-				r.logger.Warn("arbor: handler ran past its task lease without a checkpoint or heartbeat",
-					slog.Int64("task_id", id), slog.String("kind", a.kind))
-			}
-		}
-		r.mu.Unlock()
+func (p runnerPools) close() {
+	if p.ownWork && p.work != nil {
+		p.work.Close()
 	}
-}
-
-// maintenanceLoop fails, each PollInterval, the live tasks past their
-// deadline (their foreground subtrees aborted), and, less often, the
-// never-started tasks of kinds no runner claimed within UnknownKindGrace
-// (the prune is a periodic River job: pruneworker.go). Every runner does
-// it; the engine's transactions make a second runner's attempt a no-op.
-func (r *Runner) maintenanceLoop() {
-	defer r.loops.Done()
-	interval := min(r.cfg.UnknownKindGrace/4, time.Minute)
-	if interval <= 0 {
-		interval = time.Minute
+	if p.control != nil {
+		p.control.Close()
 	}
-	slow := time.NewTicker(interval)
-	defer slow.Stop()
-	fast := time.NewTicker(r.cfg.PollInterval)
-	defer fast.Stop()
-	for {
-		select {
-		case <-r.runCtx.Done():
-			return
-		case <-fast.C:
-			r.expireDeadlines()
-			r.expireWallTime()
-		case <-slow.C:
-			r.failUnknownKinds()
-			r.sweepLapsedReservations()
-		}
-	}
-}
-
-// expireDeadlines fails the live tasks past their deadline.
-func (r *Runner) expireDeadlines() {
-	ids, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]int64, error) { return r.core.LiveDeadlines(r.runCtx, db, 100) })
-	if err != nil {
-		return
-	}
-	for _, id := range ids {
-		_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (bool, error) { return r.core.Expire(r.runCtx, tx, id) })
-		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) && r.runCtx.Err() == nil {
-			r.logger.WarnContext(r.runCtx, "arbor: failing a task past its deadline failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
-		}
-	}
-}
-
-// expireWallTime fails the live tasks under a "fail" wall-time budget
-// that is over (arbortype.CounterWallTime).
-func (r *Runner) expireWallTime() {
-	ids, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]int64, error) { return r.core.OverWallTime(r.runCtx, db, 100) })
-	if err != nil {
-		return
-	}
-	for _, id := range ids {
-		_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (bool, error) { return r.core.ExpireWallTime(r.runCtx, tx, id) })
-		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) && r.runCtx.Err() == nil {
-			r.logger.WarnContext(r.runCtx, "arbor: failing a task over its wall-time budget failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
-		}
-	}
-}
-
-// sweepLapsedReservations spends in full the reservations whose run is
-// over (a crash between reserve and record), so that budgets read right
-// without waiting for the next reservation of the counter, which would
-// sweep them too.
-func (r *Runner) sweepLapsedReservations() {
-	pairs, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]store.ConversationCounter, error) {
-		return r.core.LapsedReservations(r.runCtx, db, 100)
-	})
-	if err != nil {
-		return
-	}
-	for _, p := range pairs {
-		_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (struct{}, error) {
-			return struct{}{}, r.core.SweepLapsed(r.runCtx, tx, p.ConversationID, p.Counter)
-		})
-		if err != nil && r.runCtx.Err() == nil {
-			r.logger.WarnContext(r.runCtx, "arbor: spending lapsed reservations failed", slog.String("conversation_id", p.ConversationID),
-				slog.String("counter", p.Counter), slog.String("error", err.Error()))
-		}
-	}
-}
-
-func (r *Runner) failUnknownKinds() {
-	ids, err := r.core.Store.StaleUnknownKinds(r.runCtx, r.core.Pool, r.kinds, r.cfg.UnknownKindGrace, 100)
-	if err != nil {
-		return
-	}
-	for _, id := range ids {
-		_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (arbortype.Task, error) {
-			return r.core.ForceFail(r.runCtx, tx, id, arbortype.TaskError{Code: core.CodeUnknownKind,
-				Message: fmt.Sprintf("no runner had a handler for its kind within %s", r.cfg.UnknownKindGrace)})
-		})
-		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) {
-			r.logger.WarnContext(r.runCtx, "arbor: failing a task of unknown kind failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
-		}
-	}
-}
-
-// releaseAll gives every held conversation up at shutdown: the idle ones
-// in one statement, those with a handler still running (one that ignored
-// its cancelled context) one by one, each recovering its runs in its
-// release's transaction, so that nothing the handler writes later lands.
-func (r *Runner) releaseAll() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r.mu.Lock()
-	var idle, busy []core.Lease
-	for _, h := range r.held {
-		h.releasing = true
-		if h.running == 0 {
-			idle = append(idle, h.lease)
-		} else {
-			busy = append(busy, h.lease)
-		}
-	}
-	r.mu.Unlock()
-	freed, err := core.Read(ctx, r.core, func(db store.DB) ([]string, error) {
-		return r.core.ReleaseIdle(ctx, db, r.cfg.NodeID, idle)
-	})
-	if err != nil {
-		r.logger.Warn("arbor: releasing conversations at shutdown failed; their leases will expire", slog.String("error", err.Error()))
-	}
-	done := map[string]bool{}
-	for _, id := range freed {
-		done[id] = true
-	}
-	for _, l := range idle {
-		if !done[l.ConversationID] {
-			busy = append(busy, l) // a run appeared since: the one-by-one path recovers it
-		}
-	}
-	for _, l := range busy {
-		rep, err := release(ctx, r.core, l)
-		switch {
-		case errors.Is(err, tasks.ErrLeaseLost):
-		case err != nil:
-			r.logger.Warn("arbor: releasing a conversation failed; its lease will expire", slog.String("conversation_id", l.ConversationID), slog.String("error", err.Error()))
-		case !rep.Empty():
-			r.logger.Info("arbor: released a conversation with tasks still running; they were recovered", slog.Any("report", rep))
-		}
-	}
-	r.mu.Lock()
-	r.held = map[string]*heldConv{}
-	r.mu.Unlock()
 }

@@ -46,9 +46,11 @@ func (l *logRecorder) count(substr string) int {
 }
 
 // TestStoppedRunnerWritesNothing: a handler that ignores its cancelled
-// context outlives Stop. Stop releases its conversation anyway, recovering
-// the task in the release's transaction, so what the handler writes later
-// — a checkpoint, its nil return that would complete the task — is refused.
+// context outlives Stop. Stop does not release its conversation (another
+// node would run the task while the handler still runs here): the task
+// stays running under the node's lease, which lapses. What the handler
+// writes after the stop — a checkpoint, its nil return that would complete
+// the task — is refused, and nothing lands.
 func TestStoppedRunnerWritesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -70,14 +72,16 @@ func TestStoppedRunnerWritesNothing(t *testing.T) {
 	<-entered
 
 	err = r.Stop(context.Background())
-	require.Error(t, err, "Stop says a handler outlived it")
+	require.ErrorContains(t, err, fmt.Sprintf("tasks [%d] ignored their cancelled context", task.ID), "Stop names the handler that outlived it")
 	got := b.get(t, task.ID)
-	require.Equal(t, arbortype.StatusPending, got.Status, "recovered by the release")
-	require.Equal(t, 1, got.Attempt)
+	require.Equal(t, arbortype.StatusRunning, got.Status, "still the stubborn run's: no other run may start while it runs")
+	conv, err := b.engine.Conversation(b.ctx, b.conv)
+	require.NoError(t, err)
+	require.Equal(t, r.NodeID(), conv.Holder, "not released: it lapses with the node's lease")
 	before := snapshot(t, b)
 	close(unblock)
-	require.ErrorIs(t, <-late, tasks.ErrNotRunning, "the stopped runner's handler cannot write")
-	waitUntil(t, "the late handler's run to end", func() bool { return len(r.Held()) == 0 })
+	require.ErrorIs(t, <-late, machine.ErrShutdown, "the stopped runner's handler cannot write")
+	require.Empty(t, r.Held(), "a stopped runner holds nothing of its own accord")
 	require.Equal(t, before, snapshot(t, b), "nothing of the stopped runner landed")
 	b.requireClean(t)
 	_, err = b.engine.AbortConversation(b.ctx, b.conv)

@@ -195,6 +195,11 @@ func NewWaker(engine *tasks.Engine, cfg *WakerConfig) (*Waker, error) {
 	if c == nil {
 		return nil, fmt.Errorf("machine.NewWaker: engine is nil: %w", tasks.ErrInvalidArgument)
 	}
+	return newWaker(c, cfg)
+}
+
+// newWaker is NewWaker on c (a Runner's: the engine on the runner's pool).
+func newWaker(c *core.Engine, cfg *WakerConfig) (*Waker, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("machine.NewWaker: %w", err)

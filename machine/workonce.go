@@ -63,7 +63,7 @@ func workLeased(ctx context.Context, c *core.Engine, lease *Lease, taskID int64,
 		return rep, err
 	}
 	rep.Started = t
-	sink := &flushSink{core: c, holder: lease.lease.Holder}
+	sink := &flushSink{core: c, holder: lease.lease.HolderID}
 	run := newRun(c, sink, t)
 	err = callHandler(ctx, h, run)
 	rep.HandlerErr = err
@@ -101,7 +101,7 @@ func workLeased(ctx context.Context, c *core.Engine, lease *Lease, taskID int64,
 // claiming nothing, and records the run's last ending write.
 type flushSink struct {
 	core   *core.Engine
-	holder string
+	holder int64
 
 	mu       sync.Mutex
 	last     core.Outcome
@@ -124,13 +124,20 @@ func (s *flushSink) apply(ctx context.Context, _ *Run, o core.Outcome) core.Outc
 	ctx, cancel := writeCtx(ctx)
 	defer cancel()
 	slow := false
-	for {
+	for try := 0; ; try++ {
 		var xact int64
 		res, err := core.Tx(ctx, s.core, func(tx pgx.Tx) (core.FlushResult, error) {
 			return s.core.Flush(ctx, tx, []core.Outcome{o}, core.ClaimParamsFor{Holder: s.holder}, slow, &xact)
 		})
 		var out core.OutcomeResult
 		switch {
+		case err == nil && len(res.Deferred) > 0:
+			// Another transaction holds the conversation (the test's own,
+			// say): the flush skipped it; again once it may be free.
+			if !sleepCtx(ctx, deferredWait(try)) {
+				return core.OutcomeResult{Err: fmt.Errorf("task %d: %w", o.TaskID, ctx.Err())}
+			}
+			continue
 		case err == nil:
 			s.core.AnnounceLog(o.ConversationID)
 			out = res.Results[0]

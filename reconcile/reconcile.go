@@ -15,8 +15,11 @@ import (
 // Report says what OnOpen did to a conversation, task by task.
 type Report struct {
 	ConversationID string
-	// Requeued went from running back to pending with attempt + 1.
+	// Requeued went from running back to pending.
 	Requeued []int64
+	// Restarted are those of Requeued whose recovery counted as a restart
+	// (attempt + 1): their holder died or lost its lease while running them.
+	Restarted []int64
 	// Abandoned were abandon_on_restart tasks, settled cancelled.
 	Abandoned []int64
 	// LimitExceeded were failed with restart_limit_exceeded.
@@ -37,6 +40,7 @@ func (r Report) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("conversation_id", r.ConversationID),
 		slog.Int("requeued", len(r.Requeued)),
+		slog.Int("restarted", len(r.Restarted)),
 		slog.Int("abandoned", len(r.Abandoned)),
 		slog.Int("restart_limit_exceeded", len(r.LimitExceeded)),
 		slog.Int("waits_woken", len(r.WaitsWoken)),
@@ -45,15 +49,16 @@ func (r Report) LogValue() slog.Value {
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("conversation %s: requeued %v, abandoned %v, restart limit exceeded %v, waits woken %v, completed %v",
-		r.ConversationID, r.Requeued, r.Abandoned, r.LimitExceeded, r.WaitsWoken, r.Completed)
+	return fmt.Sprintf("conversation %s: requeued %v (restarts counted %v), abandoned %v, restart limit exceeded %v, waits woken %v, completed %v",
+		r.ConversationID, r.Requeued, r.Restarted, r.Abandoned, r.LimitExceeded, r.WaitsWoken, r.Completed)
 }
 
 // OnOpen runs reconcile_on_open for a conversation inside tx, which must
 // hold the conversation's row lock (the transaction that takes its lease):
-// RecoverRunning, then the repair of waits and completing tasks.
-func OnOpen(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID string) (Report, error) {
-	rep, err := RecoverRunning(ctx, engine, tx, conversationID)
+// RecoverRunning, then the repair of waits and completing tasks. counted
+// says whether the runs it recovers count as restarts (see RecoverRunning).
+func OnOpen(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID string, counted bool) (Report, error) {
+	rep, err := RecoverRunning(ctx, engine, tx, conversationID, counted)
 	if err != nil {
 		return rep, err
 	}
@@ -61,60 +66,92 @@ func OnOpen(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID 
 }
 
 // RecoverRunning recovers the running tasks of a conversation whose runs
-// are over (their holder died, or is releasing the conversation): each goes
-// back to pending with attempt + 1, or is abandoned (abandon_on_restart) or
-// failed (past its restart limit). tx must hold the conversation's row lock.
-// A release runs it so that no run of the releasing holder can write after
-// the release commits.
-func RecoverRunning(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID string) (Report, error) {
+// are over (their holder died, lost its lease, or is releasing the
+// conversation): each goes back to pending, or is abandoned
+// (abandon_on_restart: its run was cut, and might have done its side
+// effect). counted says the runs' holder died or lost its lease while
+// running them (docs/design.md §3.8): their attempt grows by one, and a
+// task past its restart limit fails instead. A holder's own release, or a
+// take-over of a holder lapsed by a database restart, counts nothing. tx
+// must hold the conversation's row lock. A release runs it so that no run
+// of the releasing holder can write after the release commits.
+func RecoverRunning(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID string, counted bool) (Report, error) {
 	rep := Report{ConversationID: conversationID}
 	running, err := engine.Store.TasksInStatus(ctx, tx, conversationID, arbortype.StatusRunning)
 	if err != nil {
 		return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
 	}
-	// Tasks that must not simply run again settle first, one by one (an
-	// abandon aborts a subtree and reconciles owners); the rest are
-	// requeued in one statement, which skips any that a settle above
-	// already took out of running.
-	var requeue []int64
+	reps := []Report{rep}
+	if err := recoverRuns(ctx, engine, tx, running, func(string) (*Report, bool) { return &reps[0], counted }); err != nil {
+		return reps[0], err
+	}
+	slices.Sort(reps[0].Requeued)
+	slices.Sort(reps[0].Restarted)
+	return reps[0], nil
+}
+
+// recoverRuns recovers running tasks (of conversations tx holds locked):
+// the abandon_on_restart ones and, when counted, those past their restart
+// limit settle one by one (an abandon aborts a subtree and reconciles
+// owners); the rest are requeued in one statement per kind of count, which
+// skips any that a settle above already took out of running. of gives the
+// report of a task's conversation and whether its recovery counts.
+func recoverRuns(ctx context.Context, engine *core.Engine, tx pgx.Tx, running []arbortype.Task, of func(conv string) (*Report, bool)) error {
+	var requeue [2][]int64 // [uncounted, counted]
+	conv := map[int64]string{}
 	for _, t := range running {
+		rep, counted := of(t.ConversationID)
 		switch {
 		case t.AbandonOnRestart:
 			cur, err := engine.Get(ctx, tx, t.ID)
 			if err != nil {
-				return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
+				return fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
 			}
 			if cur.Status != arbortype.StatusRunning {
 				continue // aborted with an abandoned owner's subtree
 			}
 			if _, err := engine.Abandon(ctx, tx, t.ID); err != nil {
-				return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
+				return fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
 			}
 			rep.Abandoned = append(rep.Abandoned, t.ID)
-		case t.Attempt+1 > t.RestartLimit:
+		case counted && t.Attempt+1 > t.RestartLimit:
 			cur, err := engine.Get(ctx, tx, t.ID)
 			if err != nil {
-				return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
+				return fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
 			}
 			if cur.Status != arbortype.StatusRunning {
 				continue
 			}
 			if _, err := engine.ForceFail(ctx, tx, t.ID, arbortype.TaskError{
 				Code:    core.CodeRestartLimitExceeded,
-				Message: fmt.Sprintf("recovered %d times, its restart limit is %d", t.Attempt+1, t.RestartLimit),
+				Message: fmt.Sprintf("recovered %d times after its holder died or lost its lease; its restart limit is %d", t.Attempt+1, t.RestartLimit),
 			}); err != nil {
-				return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
+				return fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
 			}
 			rep.LimitExceeded = append(rep.LimitExceeded, t.ID)
 		default:
-			requeue = append(requeue, t.ID)
+			i := 0
+			if counted {
+				i = 1
+			}
+			requeue[i] = append(requeue[i], t.ID)
+			conv[t.ID] = t.ConversationID
 		}
 	}
-	if rep.Requeued, err = engine.RequeueMany(ctx, tx, requeue); err != nil {
-		return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
+	for i, ids := range requeue {
+		moved, err := engine.RequeueMany(ctx, tx, ids, i == 1)
+		if err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
+		for _, id := range moved {
+			rep, _ := of(conv[id])
+			rep.Requeued = append(rep.Requeued, id)
+			if i == 1 {
+				rep.Restarted = append(rep.Restarted, id)
+			}
+		}
 	}
-	slices.Sort(rep.Requeued)
-	return rep, nil
+	return nil
 }
 
 // repair re-checks the conversation's waits and completing tasks.
@@ -155,13 +192,15 @@ func repair(ctx context.Context, engine *core.Engine, tx pgx.Tx, rep *Report) er
 
 // OnOpenMany is OnOpen for many conversations taken in one transaction (a
 // node's claim), at the cost of a few statements for all of them: their
-// running tasks read in one, requeued in one (abandon_on_restart tasks and
-// those past their restart limit settled one by one, as OnOpen does), and
-// the waits and completing tasks to repair found in one (there are none
-// unless something wrote behind the engine's back) and repaired one by one.
-// tx must hold the conversations' row locks. Reports come back in the order
-// of convs; a conversation with nothing to recover has an empty one.
-func OnOpenMany(ctx context.Context, engine *core.Engine, tx pgx.Tx, convs []string) ([]Report, error) {
+// running tasks read in one, requeued in one per kind of count
+// (abandon_on_restart tasks and those past their restart limit settled one
+// by one, as OnOpen does), and the waits and completing tasks to repair
+// found in one (there are none unless something wrote behind the engine's
+// back) and repaired one by one. counted says, by conversation, whether its
+// recovered runs count as restarts. tx must hold the conversations' row
+// locks. Reports come back in the order of convs; a conversation with
+// nothing to recover has an empty one.
+func OnOpenMany(ctx context.Context, engine *core.Engine, tx pgx.Tx, convs []string, counted func(conv string) bool) ([]Report, error) {
 	reps := make([]Report, len(convs))
 	at := make(map[string]int, len(convs))
 	for i, c := range convs {
@@ -175,50 +214,8 @@ func OnOpenMany(ctx context.Context, engine *core.Engine, tx pgx.Tx, convs []str
 	if err != nil {
 		return reps, fmt.Errorf("reconcile %d conversations: %w", len(convs), err)
 	}
-	var requeue []int64
-	conv := map[int64]string{}
-	for _, t := range running {
-		rep := &reps[at[t.ConversationID]]
-		switch {
-		case t.AbandonOnRestart:
-			cur, err := engine.Get(ctx, tx, t.ID)
-			if err != nil {
-				return reps, fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
-			}
-			if cur.Status != arbortype.StatusRunning {
-				continue
-			}
-			if _, err := engine.Abandon(ctx, tx, t.ID); err != nil {
-				return reps, fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
-			}
-			rep.Abandoned = append(rep.Abandoned, t.ID)
-		case t.Attempt+1 > t.RestartLimit:
-			cur, err := engine.Get(ctx, tx, t.ID)
-			if err != nil {
-				return reps, fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
-			}
-			if cur.Status != arbortype.StatusRunning {
-				continue
-			}
-			if _, err := engine.ForceFail(ctx, tx, t.ID, arbortype.TaskError{
-				Code:    core.CodeRestartLimitExceeded,
-				Message: fmt.Sprintf("recovered %d times, its restart limit is %d", t.Attempt+1, t.RestartLimit),
-			}); err != nil {
-				return reps, fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
-			}
-			rep.LimitExceeded = append(rep.LimitExceeded, t.ID)
-		default:
-			requeue = append(requeue, t.ID)
-			conv[t.ID] = t.ConversationID
-		}
-	}
-	moved, err := engine.RequeueMany(ctx, tx, requeue)
-	if err != nil {
-		return reps, fmt.Errorf("reconcile %d conversations: %w", len(convs), err)
-	}
-	for _, id := range moved {
-		rep := &reps[at[conv[id]]]
-		rep.Requeued = append(rep.Requeued, id)
+	if err := recoverRuns(ctx, engine, tx, running, func(c string) (*Report, bool) { return &reps[at[c]], counted(c) }); err != nil {
+		return reps, err
 	}
 	ids, statuses, err := engine.Store.ToRepair(ctx, tx, convs)
 	if err != nil {
@@ -251,6 +248,7 @@ func OnOpenMany(ctx context.Context, engine *core.Engine, tx pgx.Tx, convs []str
 	}
 	for i := range reps {
 		slices.Sort(reps[i].Requeued)
+		slices.Sort(reps[i].Restarted)
 	}
 	return reps, nil
 }

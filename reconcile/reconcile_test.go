@@ -52,7 +52,11 @@ func (h *harness) start(task arbortype.Task) arbortype.Task {
 	var started arbortype.Task
 	h.tx(func(tx pgx.Tx) error {
 		if h.lease == nil {
-			l, err := h.c.TakeLease(h.ctx, tx, h.conv, "dead-node", time.Hour)
+			holder, err := h.c.NewHolder(h.ctx, tx, "dead-node", time.Hour)
+			if err != nil {
+				return err
+			}
+			l, _, err := h.c.TakeLease(h.ctx, tx, h.conv, "dead-node", holder)
 			if err != nil {
 				return err
 			}
@@ -68,15 +72,20 @@ func (h *harness) start(task arbortype.Task) arbortype.Task {
 // open expires the dead holder's lease and takes the conversation over.
 func (h *harness) open() reconcile.Report {
 	h.t.Helper()
-	_, err := h.pool.Exec(h.ctx, `UPDATE `+h.schema+`.conversations SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, h.conv)
+	_, err := h.pool.Exec(h.ctx, `UPDATE `+h.schema+`.holders SET expires_at = now() - interval '1 second'
+		WHERE id = (SELECT holder_id FROM `+h.schema+`.conversations WHERE id = $1)`, h.conv)
 	require.NoError(h.t, err)
 	var rep reconcile.Report
 	h.tx(func(tx pgx.Tx) error {
-		if _, err := h.c.TakeLease(h.ctx, tx, h.conv, "node", time.Minute); err != nil {
+		holder, err := h.c.NewHolder(h.ctx, tx, "node", time.Minute)
+		if err != nil {
 			return err
 		}
-		var err error
-		rep, err = reconcile.OnOpen(h.ctx, h.c, tx, h.conv)
+		_, taken, err := h.c.TakeLease(h.ctx, tx, h.conv, "node", holder)
+		if err != nil {
+			return err
+		}
+		rep, err = reconcile.OnOpen(h.ctx, h.c, tx, h.conv, taken.Counted())
 		return err
 	})
 	return rep

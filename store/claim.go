@@ -41,14 +41,6 @@ var (
 		WHERE conversation_id = $1 AND owner_task_id IS NULL AND status IN ({live})
 		ORDER BY id`)
 
-	qClaimableConversations = define(`SELECT t.conversation_id
-		FROM {schema}.tasks t JOIN {schema}.conversations c ON c.id = t.conversation_id
-		WHERE (t.status = 'running' OR (t.status = 'pending' AND t.kind = ANY($1)))
-		  AND (c.holder IS NULL OR c.lease_expires_at IS NULL OR c.lease_expires_at < now())
-		GROUP BY t.conversation_id
-		ORDER BY min(t.id)
-		LIMIT $2`)
-
 	qTasksInStatus = define(`SELECT {task_columns} FROM {schema}.tasks
 		WHERE conversation_id = $1 AND status = $2 ORDER BY id`)
 
@@ -86,13 +78,6 @@ func (s *Store) ClaimRunnable(ctx context.Context, db DB, conversationID string,
 // LiveRoots reads a conversation's live root tasks in id order.
 func (s *Store) LiveRoots(ctx context.Context, db DB, conversationID string) ([]arbortype.Task, error) {
 	return collectTasks(db.Query(ctx, s.sql[qLiveRoots], conversationID))
-}
-
-// ClaimableConversations lists up to limit conversations with no live holder
-// that have work for a node knowing kinds: a pending task of one of those
-// kinds, or a running task left by a dead holder.
-func (s *Store) ClaimableConversations(ctx context.Context, db DB, kinds []string, limit int) ([]string, error) {
-	return collect[string](db.Query(ctx, s.sql[qClaimableConversations], kinds, limit))
 }
 
 // TasksInStatus reads a conversation's tasks in one status, in id order.

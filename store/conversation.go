@@ -6,7 +6,10 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 )
 
-const conversationColumns = `id, coalesce(holder, ''), epoch, lease_expires_at, created_at`
+// conversationColumns read conversation c (the alias is the statement's);
+// its lease deadline is its holder's.
+const conversationColumns = `c.id, coalesce(c.holder, ''), c.epoch,
+		(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at`
 
 var (
 	qEnsureConversation = define(`INSERT INTO {schema}.conversations (id) VALUES ($1) ON CONFLICT (id) DO NOTHING`)
@@ -14,10 +17,10 @@ var (
 	// notification is delivered when the transaction commits (once, however
 	// often it locked), and never if it rolls back, so the machine holding
 	// the conversation hears of every multi-task change at no extra round trip.
-	qLockConversation       = define(`SELECT ` + conversationColumns + `, pg_notify($2, id) FROM {schema}.conversations WHERE id = $1 FOR NO KEY UPDATE`)
-	qLockConversationOfTask = define(`SELECT ` + conversationColumns + `, pg_notify($2, id) FROM {schema}.conversations
-		WHERE id = (SELECT conversation_id FROM {schema}.tasks WHERE id = $1) FOR NO KEY UPDATE`)
-	qGetConversation = define(`SELECT ` + conversationColumns + ` FROM {schema}.conversations WHERE id = $1`)
+	qLockConversation       = define(`SELECT ` + conversationColumns + `, pg_notify($2, c.id) FROM {schema}.conversations c WHERE c.id = $1 FOR NO KEY UPDATE OF c`)
+	qLockConversationOfTask = define(`SELECT ` + conversationColumns + `, pg_notify($2, c.id) FROM {schema}.conversations c
+		WHERE c.id = (SELECT conversation_id FROM {schema}.tasks WHERE id = $1) FOR NO KEY UPDATE OF c`)
+	qGetConversation = define(`SELECT ` + conversationColumns + ` FROM {schema}.conversations c WHERE c.id = $1`)
 )
 
 func scanConversation(row interface{ Scan(...any) error }, extra ...any) (arbortype.Conversation, error) {

@@ -18,7 +18,8 @@ var qLiveConversations = define(`WITH live AS (
 			SELECT DISTINCT conversation_id FROM live
 			WHERE cardinality($1::text[]) = 0 OR status = ANY($1::text[])
 			ORDER BY conversation_id LIMIT $2)
-		SELECT c.id, coalesce(c.holder, ''), c.epoch, c.lease_expires_at, l.status, l.n
+		SELECT c.id, coalesce(c.holder, ''), c.epoch,
+			(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), l.status, l.n
 		FROM picked p
 		JOIN {schema}.conversations c ON c.id = p.conversation_id
 		JOIN live l ON l.conversation_id = p.conversation_id
@@ -66,7 +67,7 @@ var qRecentConversations = define(`WITH recent AS (
 			FROM (SELECT conversation_id, id FROM {schema}.tasks ORDER BY id DESC LIMIT 1000) t
 			GROUP BY conversation_id
 			ORDER BY last DESC LIMIT $1)
-		SELECT c.id, coalesce(c.holder, ''), c.epoch, c.lease_expires_at, c.created_at
+		SELECT ` + conversationColumns + `
 		FROM recent r JOIN {schema}.conversations c ON c.id = r.conversation_id
 		ORDER BY r.last DESC`)
 

@@ -7,45 +7,69 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 )
 
-// Conversation leases (docs/design.md §3.8). A holder (a runner's node, or
-// a caller's lease) holds a conversation by its row's holder, epoch and
-// lease deadline; the deadline is always computed with the database's
-// clock. Taking a conversation over bumps the epoch, so every fence a former
-// holder writes with fails.
+// Holders and conversation leases (docs/design.md §3.8, package machine's
+// doc). A holder is one row of the holders table — a life of a runner's
+// node, or one machine.Lease — and holds every conversation whose
+// holder_id names it while its deadline (expires_at, by the database's
+// clock) has not passed. Taking a conversation over bumps its epoch, so
+// every fence a former holder writes with fails. Only the holder's own
+// renewal locks its row: take-overs read it.
+
+// heldLive says that conversation c's holder is live: its row's deadline
+// has not passed. (The alias c is the statement's.)
+const heldLive = `EXISTS (SELECT 1 FROM {schema}.holders hl WHERE hl.id = c.holder_id AND hl.expires_at >= now())`
+
+// freeToTake says that conversation c has no live holder.
+const freeToTake = `(c.holder_id IS NULL OR NOT ` + heldLive + `)`
+
+// prevHolder is what a take-over reports of the holder it took c from: its
+// id (0: none), and whether its last renewal came before the server's start
+// (a database restart lapsed it: the restarts it leaves are not counted).
+const prevHolder = `coalesce(c.holder_id, 0) AS prev_holder,
+		coalesce((SELECT hp.renewed_at < pg_postmaster_start_time() FROM {schema}.holders hp WHERE hp.id = c.holder_id), false) AS prev_restarted`
 
 var (
+	qNewHolder = define(`INSERT INTO {schema}.holders (name, expires_at)
+		VALUES ($1, now() + $2 * interval '1 microsecond') RETURNING id`)
+
+	// A renewal extends a live row only: a row whose deadline passed may
+	// have lost conversations to take-overs, and its holder must find out
+	// which before it acts again (it starts a new life).
+	qRenewHolder = define(`UPDATE {schema}.holders SET expires_at = now() + $2 * interval '1 microsecond', renewed_at = now()
+		WHERE id = $1 AND expires_at >= now() RETURNING id`)
+
+	// A holder that is done (a stopped runner, a released Lease) removes its
+	// row, if it holds nothing any more.
+	qEndHolder = define(`DELETE FROM {schema}.holders h WHERE h.id = $1
+		AND NOT EXISTS (SELECT 1 FROM {schema}.conversations c WHERE c.holder_id = h.id)`)
+
+	// Lives long over that hold nothing, removed a batch at a time.
+	qPruneHolders = define(`DELETE FROM {schema}.holders WHERE id IN (
+		SELECT h.id FROM {schema}.holders h
+		WHERE h.expires_at < now() - $1 * interval '1 microsecond'
+		  AND NOT EXISTS (SELECT 1 FROM {schema}.conversations c WHERE c.holder_id = h.id)
+		ORDER BY h.id LIMIT $2)`)
+
 	// SKIP LOCKED: a conversation another holder is taking over right now
 	// (or that a transaction is working on) is skipped, not waited for; the
 	// caller comes back to it.
-	qTakeConversation = define(`UPDATE {schema}.conversations
-		SET holder = $2, epoch = epoch + 1, lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
-		WHERE id = (SELECT id FROM {schema}.conversations
-			WHERE id = $1 AND (holder IS NULL OR lease_expires_at IS NULL OR lease_expires_at < now())
-			FOR NO KEY UPDATE SKIP LOCKED)
-		RETURNING ` + conversationColumns)
-
-	// Many leases renewed in one statement: the rows locked in id order
-	// first, like every transaction that locks several conversations (an
-	// UPDATE from unnest would lock them in the order of its join, and
-	// could deadlock with a flush).
-	qRenewConversations = define(`WITH locked AS (
-			SELECT c.id FROM {schema}.conversations c
-			JOIN unnest($1::text[], $2::bigint[]) AS v(id, epoch) ON c.id = v.id AND c.epoch = v.epoch
-			WHERE c.holder = $4
-			ORDER BY c.id FOR NO KEY UPDATE OF c)
+	qTakeConversation = define(`WITH picked AS (
+			SELECT c.id, ` + prevHolder + ` FROM {schema}.conversations c
+			WHERE c.id = $1 AND ` + freeToTake + `
+			FOR NO KEY UPDATE OF c SKIP LOCKED)
 		UPDATE {schema}.conversations c
-		SET lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
-		FROM locked WHERE c.id = locked.id
-		RETURNING c.id`)
+		SET holder = $2, holder_id = $3, epoch = c.epoch + 1, updated_at = now()
+		FROM picked WHERE c.id = picked.id
+		RETURNING ` + conversationColumns + `, picked.prev_holder, picked.prev_restarted`)
 
 	// The release locks the row (the engine requeues the holder's running
 	// tasks in the same transaction, see LockHeldConversation) and frees it.
-	qLockHeldConversation = define(`SELECT ` + conversationColumns + `, pg_notify($4, id) FROM {schema}.conversations
-		WHERE id = $1 AND holder = $2 AND epoch = $3 FOR NO KEY UPDATE`)
+	qLockHeldConversation = define(`SELECT ` + conversationColumns + `, pg_notify($4, c.id) FROM {schema}.conversations c
+		WHERE c.id = $1 AND c.holder_id = $2 AND c.epoch = $3 FOR NO KEY UPDATE OF c`)
 
 	qReleaseConversation = define(`UPDATE {schema}.conversations
-		SET holder = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE id = $1 AND holder = $2 AND epoch = $3`)
+		SET holder = NULL, holder_id = NULL, updated_at = now()
+		WHERE id = $1 AND holder_id = $2 AND epoch = $3`)
 
 	// Locked: a take-over (an UPDATE of the row) waits for the fenced
 	// transaction to end, and the fenced transaction, if it comes second,
@@ -53,43 +77,83 @@ var (
 	// of the conversation's log holds it, so that the log's order is its
 	// commit order.
 	qFenceConversation = define(`SELECT epoch FROM {schema}.conversations
-		WHERE id = $1 AND holder = $2 AND epoch = $3 FOR NO KEY UPDATE`)
+		WHERE id = $1 AND holder_id = $2 AND epoch = $3 FOR NO KEY UPDATE`)
 )
 
-// TakeConversation gives the conversation to holder with a fresh epoch and a
-// lease of ttl, if it is free or its lease expired. ErrNoRows when another
-// holder's lease is live, when another transaction holds the row right now
-// (skipped, not waited for), or when the conversation does not exist. The
-// row stays locked until the transaction ends: recovery runs under it.
-func (s *Store) TakeConversation(ctx context.Context, db DB, id, holder string, ttl time.Duration) (arbortype.Conversation, error) {
-	return scanConversation(db.QueryRow(ctx, s.sql[qTakeConversation], id, holder, micros(ttl)))
+// Taken is a conversation a holder took, and what the take-over found of
+// the holder before it.
+type Taken struct {
+	arbortype.Conversation
+	// PrevHolder is the former holder's row (0: it had none).
+	PrevHolder int64
+	// PrevRestarted says the former holder's last renewal came before the
+	// database server's start.
+	PrevRestarted bool
 }
 
-// RenewConversations extends the leases holder holds on ids (at the epochs
-// given, same index) and returns the ids it renewed: a missing one was taken
-// over.
-func (s *Store) RenewConversations(ctx context.Context, db DB, holder string, ids []string, epochs []int64, ttl time.Duration) ([]string, error) {
-	return collect[string](db.Query(ctx, s.sql[qRenewConversations], ids, epochs, micros(ttl), holder))
+// NewHolder inserts a new holder row (a life) named name, live for ttl,
+// and returns its id.
+func (s *Store) NewHolder(ctx context.Context, db DB, name string, ttl time.Duration) (int64, error) {
+	var id int64
+	err := db.QueryRow(ctx, s.sql[qNewHolder], name, micros(ttl)).Scan(&id)
+	return id, err
 }
 
-// LockHeldConversation locks the conversation if holder still holds it at
-// epoch (announcing it at commit, as LockConversation does). ErrNoRows when
-// it does not.
-func (s *Store) LockHeldConversation(ctx context.Context, db DB, id, holder string, epoch int64) (arbortype.Conversation, error) {
-	var notified any
-	return scanConversation(db.QueryRow(ctx, s.sql[qLockHeldConversation], id, holder, epoch, s.ChangeChannel()), &notified)
+// RenewHolder extends holder row id by ttl from now, if it has not expired.
+// It reports whether it did: false when the row expired (or is gone).
+func (s *Store) RenewHolder(ctx context.Context, db DB, id int64, ttl time.Duration) (bool, error) {
+	var got int64
+	err := db.QueryRow(ctx, s.sql[qRenewHolder], id, micros(ttl)).Scan(&got)
+	if IsNoRows(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
-// ReleaseConversation frees a conversation holder holds at epoch. It reports
-// whether it did (false: it had been taken over already).
-func (s *Store) ReleaseConversation(ctx context.Context, db DB, id, holder string, epoch int64) (bool, error) {
-	tag, err := db.Exec(ctx, s.sql[qReleaseConversation], id, holder, epoch)
+// EndHolder removes holder row id if no conversation names it any more,
+// and reports whether it did.
+func (s *Store) EndHolder(ctx context.Context, db DB, id int64) (bool, error) {
+	tag, err := db.Exec(ctx, s.sql[qEndHolder], id)
 	return tag.RowsAffected() == 1, err
 }
 
-// FenceConversation share-locks the conversation if holder still holds it at
-// epoch. ErrNoRows when it does not: the caller lost its lease.
-func (s *Store) FenceConversation(ctx context.Context, db DB, id, holder string, epoch int64) error {
+// PruneHolders removes up to limit holder rows expired for longer than
+// after that no conversation names, and returns how many.
+func (s *Store) PruneHolders(ctx context.Context, db DB, after time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, s.sql[qPruneHolders], micros(after), limit)
+	return tag.RowsAffected(), err
+}
+
+// TakeConversation gives the conversation to holder (name and row id) with
+// a fresh epoch, if it has no live holder. ErrNoRows when another holder's
+// lease is live, when another transaction holds the row right now (skipped,
+// not waited for), or when the conversation does not exist. The row stays
+// locked until the transaction ends: recovery runs under it.
+func (s *Store) TakeConversation(ctx context.Context, db DB, id, holder string, holderID int64) (Taken, error) {
+	var t Taken
+	c, err := scanConversation(db.QueryRow(ctx, s.sql[qTakeConversation], id, holder, holderID), &t.PrevHolder, &t.PrevRestarted)
+	t.Conversation = c
+	return t, err
+}
+
+// LockHeldConversation locks the conversation if holder row holderID still
+// holds it at epoch (announcing it at commit, as LockConversation does).
+// ErrNoRows when it does not.
+func (s *Store) LockHeldConversation(ctx context.Context, db DB, id string, holderID, epoch int64) (arbortype.Conversation, error) {
+	var notified any
+	return scanConversation(db.QueryRow(ctx, s.sql[qLockHeldConversation], id, holderID, epoch, s.ChangeChannel()), &notified)
+}
+
+// ReleaseConversation frees a conversation holder row holderID holds at
+// epoch. It reports whether it did (false: it had been taken over already).
+func (s *Store) ReleaseConversation(ctx context.Context, db DB, id string, holderID, epoch int64) (bool, error) {
+	tag, err := db.Exec(ctx, s.sql[qReleaseConversation], id, holderID, epoch)
+	return tag.RowsAffected() == 1, err
+}
+
+// FenceConversation locks the conversation if holder row holderID still
+// holds it at epoch. ErrNoRows when it does not: the caller lost its lease.
+func (s *Store) FenceConversation(ctx context.Context, db DB, id string, holderID, epoch int64) error {
 	var e int64
-	return db.QueryRow(ctx, s.sql[qFenceConversation], id, holder, epoch).Scan(&e)
+	return db.QueryRow(ctx, s.sql[qFenceConversation], id, holderID, epoch).Scan(&e)
 }

@@ -38,20 +38,20 @@ var (
 	qOpenConversations = define(`WITH cand AS (
 			(SELECT t.conversation_id AS id FROM {schema}.tasks t
 			WHERE t.status = 'pending' AND NOT t.abort_requested AND ($3::text[] IS NULL OR t.kind = ANY($3))
-			  AND NOT EXISTS (SELECT 1 FROM {schema}.conversations h
-				WHERE h.id = t.conversation_id AND h.holder IS NOT NULL AND h.lease_expires_at >= now())
+			  AND NOT EXISTS (SELECT 1 FROM {schema}.conversations h JOIN {schema}.holders hh ON hh.id = h.holder_id
+				WHERE h.id = t.conversation_id AND hh.expires_at >= now())
 			ORDER BY t.id LIMIT $5)
 			UNION
-			SELECT c.id FROM {schema}.conversations c
-			WHERE c.holder IS NOT NULL AND c.lease_expires_at < now()
+			SELECT c.id FROM {schema}.holders hx JOIN {schema}.conversations c ON c.holder_id = hx.id
+			WHERE hx.expires_at < now()
 			  AND EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status = 'running')),
 		picked AS (
-			SELECT c.id FROM {schema}.conversations c WHERE c.id IN (SELECT id FROM cand)
-			  AND (c.holder IS NULL OR c.lease_expires_at < now())
+			SELECT c.id, ` + prevHolder + ` FROM {schema}.conversations c WHERE c.id IN (SELECT id FROM cand)
+			  AND ` + freeToTake + `
 			ORDER BY c.id LIMIT $4
-			FOR NO KEY UPDATE SKIP LOCKED)
+			FOR NO KEY UPDATE OF c SKIP LOCKED)
 		UPDATE {schema}.conversations c
-		SET holder = $1, epoch = c.epoch + 1, lease_expires_at = now() + $2 * interval '1 microsecond', updated_at = now()
+		SET holder = $1, holder_id = $2, epoch = c.epoch + 1, updated_at = now()
 		FROM picked WHERE c.id = picked.id
 		RETURNING ` + openedColumns)
 
@@ -61,17 +61,30 @@ var (
 	// notification: the first to lock a conversation takes it, the others
 	// skip it.
 	qOpenNamed = define(`WITH picked AS (
-			SELECT c.id FROM {schema}.conversations c
-			WHERE c.id = ANY($5) AND (c.holder IS NULL OR c.lease_expires_at < now())
+			SELECT c.id, ` + prevHolder + ` FROM {schema}.conversations c
+			WHERE c.id = ANY($5) AND ` + freeToTake + `
 			  AND (EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status = 'pending'
 					AND NOT t.abort_requested AND ($3::text[] IS NULL OR t.kind = ANY($3)))
-				OR (c.holder IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status = 'running')))
+				OR (c.holder_id IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status = 'running')))
 			ORDER BY c.id LIMIT $4
-			FOR NO KEY UPDATE SKIP LOCKED)
+			FOR NO KEY UPDATE OF c SKIP LOCKED)
 		UPDATE {schema}.conversations c
-		SET holder = $1, epoch = c.epoch + 1, lease_expires_at = now() + $2 * interval '1 microsecond', updated_at = now()
+		SET holder = $1, holder_id = $2, epoch = c.epoch + 1, updated_at = now()
 		FROM picked WHERE c.id = picked.id
 		RETURNING ` + openedColumns)
+
+	// A holder's own conversations after its fence fired (it could not
+	// confirm its lease for a while, and its row has not expired): those
+	// still held by it at the epochs it knows, locked in id order, skipping
+	// those another transaction holds. The epoch stays: the holder's runs
+	// there are recovered in the same transaction, which kills their tokens.
+	qReopen = define(`WITH picked AS (
+			SELECT c.id, ` + prevHolder + ` FROM {schema}.conversations c
+			JOIN unnest($2::text[], $3::bigint[]) AS v(id, epoch) ON c.id = v.id AND c.epoch = v.epoch
+			WHERE c.holder_id = $1
+			ORDER BY c.id
+			FOR NO KEY UPDATE OF c SKIP LOCKED)
+		SELECT ` + openedColumns + ` FROM picked JOIN {schema}.conversations c ON c.id = picked.id ORDER BY c.id`)
 
 	// How many conversations an open would find (at most $2): a full node
 	// releases idle conversations for room only when there is something to
@@ -79,17 +92,17 @@ var (
 	// qOpenConversations does, the $4 oldest pending tasks).
 	qCountOpenable = define(`SELECT count(*) FROM (
 			SELECT c.id FROM {schema}.conversations c
-			WHERE (c.holder IS NULL OR c.lease_expires_at < now())
+			WHERE ` + freeToTake + `
 			  AND ($3::text[] IS NULL OR c.id = ANY($3))
 			  AND (($3::text[] IS NULL AND c.id IN (
 					SELECT t.conversation_id FROM {schema}.tasks t
 					WHERE t.status = 'pending' AND NOT t.abort_requested AND ($1::text[] IS NULL OR t.kind = ANY($1))
-					  AND NOT EXISTS (SELECT 1 FROM {schema}.conversations h
-						WHERE h.id = t.conversation_id AND h.holder IS NOT NULL AND h.lease_expires_at >= now())
+					  AND NOT EXISTS (SELECT 1 FROM {schema}.conversations h JOIN {schema}.holders hh ON hh.id = h.holder_id
+						WHERE h.id = t.conversation_id AND hh.expires_at >= now())
 					ORDER BY t.id LIMIT $4))
 				OR ($3::text[] IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = c.id
 					AND t.status = 'pending' AND NOT t.abort_requested AND ($1::text[] IS NULL OR t.kind = ANY($1))))
-				OR (c.holder IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status = 'running')))
+				OR (c.holder_id IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status = 'running')))
 			LIMIT $2) x`)
 
 	// The claims of a node: in the conversations given ($2), or in all it
@@ -100,7 +113,7 @@ var (
 	// its conversation share-locked as held by $1, both skipping rows
 	// another transaction holds, and checked again as locked.
 	qClaimIn   = define(claimSQL(`SELECT DISTINCT unnest($2::text[]) AS id`))
-	qClaimHeld = define(claimSQL(`SELECT c.id FROM {schema}.conversations c WHERE c.holder = $1 AND $2::text[] IS NULL`))
+	qClaimHeld = define(claimSQL(`SELECT c.id FROM {schema}.conversations c WHERE c.holder_id = $1 AND $2::text[] IS NULL`))
 
 	qRunningIn = define(`SELECT {task_columns} FROM {schema}.tasks
 		WHERE conversation_id = ANY($1) AND status = 'running' ORDER BY id`)
@@ -124,18 +137,20 @@ var (
 	qReleaseIdle = define(`WITH locked AS (
 			SELECT c.id FROM {schema}.conversations c
 			JOIN unnest($1::text[], $2::bigint[]) AS v(id, epoch) ON c.id = v.id AND c.epoch = v.epoch
-			WHERE c.holder = $3
-			ORDER BY c.id FOR NO KEY UPDATE OF c)
+			WHERE c.holder_id = $3
+			ORDER BY c.id FOR NO KEY UPDATE OF c SKIP LOCKED)
 		UPDATE {schema}.conversations c
-		SET holder = NULL, lease_expires_at = NULL, updated_at = now()
+		SET holder = NULL, holder_id = NULL, updated_at = now()
 		FROM locked WHERE c.id = locked.id
 		  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status = 'running')
 		RETURNING c.id`)
 
-	// A flush's conversations, locked in id order; held says whether this
-	// node still holds each (the flush claims only in those).
-	qLockForFlush = define(`SELECT id, coalesce(holder = $2, false), pg_current_xact_id()::text::bigint FROM {schema}.conversations
-		WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`)
+	// A flush's conversations, locked in id order, skipping those another
+	// transaction holds (their outcomes go in a later flush: a conversation
+	// locked elsewhere delays only its own); held says whether this node
+	// still holds each (the flush claims only in those).
+	qLockForFlush = define(`SELECT id, coalesce(holder_id = $2, false), pg_current_xact_id()::text::bigint FROM {schema}.conversations
+		WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED`)
 
 	// The transaction's id, for resolving a commit whose outcome is unknown.
 	qXactID = define(`SELECT pg_current_xact_id()::text::bigint`)
@@ -150,11 +165,11 @@ var (
 	// conversation's log holds it): a claim in them then cannot skip their
 	// rows.
 	qLockHeld = define(`SELECT id FROM {schema}.conversations
-		WHERE id = ANY($1) AND holder = $2 ORDER BY id FOR NO KEY UPDATE SKIP LOCKED`)
+		WHERE id = ANY($1) AND holder_id = $2 ORDER BY id FOR NO KEY UPDATE SKIP LOCKED`)
 
-	// The leases holder holds that have not expired.
+	// The conversations a holder row holds.
 	qHeldBy = define(`SELECT id, epoch FROM {schema}.conversations
-		WHERE holder = $1 AND lease_expires_at > now() ORDER BY id`)
+		WHERE holder_id = $1 ORDER BY id`)
 
 	// Completions that need nothing else: running under the run's token, not
 	// being aborted, with no live foreground child. The others are applied
@@ -219,7 +234,7 @@ func claimSQL(convs string) string {
 		picked AS (
 			SELECT t.id AS picked_id, c.epoch AS picked_epoch FROM {schema}.tasks t
 			JOIN {schema}.conversations c ON c.id = t.conversation_id
-			WHERE t.id = ANY(ARRAY(SELECT id FROM cand)) AND t.status = 'pending' AND NOT t.abort_requested AND c.holder = $1
+			WHERE t.id = ANY(ARRAY(SELECT id FROM cand)) AND t.status = 'pending' AND NOT t.abort_requested AND c.holder_id = $1
 			FOR NO KEY UPDATE OF t, c SKIP LOCKED)
 		UPDATE {schema}.tasks t SET `+claimSet+`
 		FROM picked WHERE t.id = picked.picked_id
@@ -232,23 +247,35 @@ func claimSQL(convs string) string {
 // completing task that might need repair); a conversation with none of
 // them needs no reconcile_on_open.
 const openedColumns = `c.id, c.epoch, pg_current_xact_id()::text::bigint,
-		EXISTS (SELECT 1 FROM {schema}.tasks r WHERE r.conversation_id = c.id AND r.status IN ('running', 'waiting', 'completing'))`
+		EXISTS (SELECT 1 FROM {schema}.tasks r WHERE r.conversation_id = c.id AND r.status IN ('running', 'waiting', 'completing')),
+		picked.prev_holder, picked.prev_restarted`
 
 // OpenedLease is a conversation a node took: its id and new epoch, the
-// opening transaction's id, and whether it needs recovery.
+// opening transaction's id, whether it needs recovery, and what the
+// take-over found of the holder before it (see Taken).
 type OpenedLease struct {
 	ConversationID string
 	Epoch          int64
 	Xact           int64
 	Recover        bool
+	PrevHolder     int64
+	PrevRestarted  bool
 }
 
-// OpenConversations gives holder up to limit conversations that have work
-// for kinds (nil: any kind) and no live holder, with a lease of ttl; scan
-// bounds how many of the oldest pending tasks are looked at to find them.
-// Their rows stay locked until the transaction ends.
-func (s *Store) OpenConversations(ctx context.Context, db DB, holder string, ttl time.Duration, kinds []string, limit, scan int) ([]OpenedLease, error) {
-	return collectOpened(db.Query(ctx, s.sql[qOpenConversations], holder, micros(ttl), kinds, limit, scan))
+// OpenConversations gives holder (its name and row) up to limit
+// conversations that have work for kinds (nil: any kind) and no live
+// holder; scan bounds how many of the oldest pending tasks are looked at to
+// find them. Their rows stay locked until the transaction ends.
+func (s *Store) OpenConversations(ctx context.Context, db DB, holder string, holderID int64, kinds []string, limit, scan int) ([]OpenedLease, error) {
+	return collectOpened(db.Query(ctx, s.sql[qOpenConversations], holder, holderID, kinds, limit, scan))
+}
+
+// Reopen locks, in id order, the conversations among ids (at the epochs
+// given, same index) that holder row holderID still holds and no other
+// transaction holds, and returns them as an open would (their epochs
+// unchanged). Their rows stay locked until the transaction ends.
+func (s *Store) Reopen(ctx context.Context, db DB, holderID int64, ids []string, epochs []int64) ([]OpenedLease, error) {
+	return collectOpened(db.Query(ctx, s.sql[qReopen], holderID, ids, epochs))
 }
 
 // CountOpenable says how many conversations (at most limit) an open for
@@ -261,8 +288,8 @@ func (s *Store) CountOpenable(ctx context.Context, db DB, kinds []string, limit 
 }
 
 // OpenNamed is OpenConversations among the conversations ids only.
-func (s *Store) OpenNamed(ctx context.Context, db DB, holder string, ttl time.Duration, kinds []string, limit int, ids []string) ([]OpenedLease, error) {
-	return collectOpened(db.Query(ctx, s.sql[qOpenNamed], holder, micros(ttl), kinds, limit, ids))
+func (s *Store) OpenNamed(ctx context.Context, db DB, holder string, holderID int64, kinds []string, limit int, ids []string) ([]OpenedLease, error) {
+	return collectOpened(db.Query(ctx, s.sql[qOpenNamed], holder, holderID, kinds, limit, ids))
 }
 
 func collectOpened(rows pgx.Rows, err error) ([]OpenedLease, error) {
@@ -273,7 +300,7 @@ func collectOpened(rows pgx.Rows, err error) ([]OpenedLease, error) {
 	var out []OpenedLease
 	for rows.Next() {
 		var l OpenedLease
-		if err := rows.Scan(&l.ConversationID, &l.Epoch, &l.Xact, &l.Recover); err != nil {
+		if err := rows.Scan(&l.ConversationID, &l.Epoch, &l.Xact, &l.Recover, &l.PrevHolder, &l.PrevRestarted); err != nil {
 			return nil, err
 		}
 		out = append(out, l)
@@ -287,7 +314,7 @@ func collectOpened(rows pgx.Rows, err error) ([]OpenedLease, error) {
 // own token and the conversation's epoch. It returns the runs' rows (the
 // run columns), in no particular order, and the transaction's id (0 when
 // it claimed nothing).
-func (s *Store) ClaimIn(ctx context.Context, db DB, holder string, convs, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration) ([]arbortype.Task, int64, error) {
+func (s *Store) ClaimIn(ctx context.Context, db DB, holder int64, convs, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration) ([]arbortype.Task, int64, error) {
 	if convs == nil {
 		convs = []string{}
 	}
@@ -295,7 +322,7 @@ func (s *Store) ClaimIn(ctx context.Context, db DB, holder string, convs, kinds,
 }
 
 // ClaimHeld is ClaimIn across every conversation holder holds.
-func (s *Store) ClaimHeld(ctx context.Context, db DB, holder string, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration) ([]arbortype.Task, int64, error) {
+func (s *Store) ClaimHeld(ctx context.Context, db DB, holder int64, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration) ([]arbortype.Task, int64, error) {
 	return collectRunTasksXact(db.Query(ctx, s.sql[qClaimHeld], holder, nil, kinds, gen, limit, string(status), micros(lease)))
 }
 
@@ -327,13 +354,14 @@ func (s *Store) ToRepair(ctx context.Context, db DB, convs []string) (ids []int6
 
 // ReleaseIdle frees the conversations holder holds at the epochs given
 // (same index) that have no running task, and returns those it freed.
-func (s *Store) ReleaseIdle(ctx context.Context, db DB, holder string, ids []string, epochs []int64) ([]string, error) {
+func (s *Store) ReleaseIdle(ctx context.Context, db DB, holder int64, ids []string, epochs []int64) ([]string, error) {
 	return collect[string](db.Query(ctx, s.sql[qReleaseIdle], ids, epochs, holder))
 }
 
-// LockForFlush locks the conversations in id order and says which holder
-// still holds; xact is the transaction's id.
-func (s *Store) LockForFlush(ctx context.Context, db DB, ids []string, holder string) (held map[string]bool, xact int64, err error) {
+// LockForFlush locks the conversations in id order, skipping those another
+// transaction holds (missing from held), and says which holder row holder
+// still holds; xact is the transaction's id (0 when it locked none).
+func (s *Store) LockForFlush(ctx context.Context, db DB, ids []string, holder int64) (held map[string]bool, xact int64, err error) {
 	rows, err := db.Query(ctx, s.sql[qLockForFlush], ids, holder)
 	if err != nil {
 		return nil, 0, err
@@ -355,7 +383,7 @@ func (s *Store) LockForFlush(ctx context.Context, db DB, ids []string, holder st
 
 // LockHeld share-locks, in id order, the conversations among ids that
 // holder holds and no other transaction holds, and returns them.
-func (s *Store) LockHeld(ctx context.Context, db DB, ids []string, holder string) ([]string, error) {
+func (s *Store) LockHeld(ctx context.Context, db DB, ids []string, holder int64) ([]string, error) {
 	return collect[string](db.Query(ctx, s.sql[qLockHeld], ids, holder))
 }
 
@@ -374,8 +402,8 @@ func (s *Store) XactStatus(ctx context.Context, db DB, xact int64) (string, erro
 	return st, err
 }
 
-// HeldBy lists the unexpired leases holder holds.
-func (s *Store) HeldBy(ctx context.Context, db DB, holder string) ([]OpenedLease, error) {
+// HeldBy lists the conversations holder row holder holds.
+func (s *Store) HeldBy(ctx context.Context, db DB, holder int64) ([]OpenedLease, error) {
 	rows, err := db.Query(ctx, s.sql[qHeldBy], holder)
 	if err != nil {
 		return nil, err

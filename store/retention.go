@@ -123,8 +123,8 @@ var (
 
 	// The conversation, locked for a prune's batch: skipped (no row) while
 	// another transaction holds it. held says a live holder has its lease.
-	qLockConversationForPrune = define(`SELECT holder IS NOT NULL AND lease_expires_at > now()
-		FROM {schema}.conversations WHERE id = $1 FOR UPDATE SKIP LOCKED`)
+	qLockConversationForPrune = define(`SELECT ` + heldLive + `
+		FROM {schema}.conversations c WHERE c.id = $1 FOR UPDATE OF c SKIP LOCKED`)
 
 	// What a prune may delete of conversation $1 with cutoff $2: the tasks
 	// of its ripe turns (up to $3, newest id first, so that every task's

@@ -106,12 +106,14 @@ var (
 		RETURNING {task_columns}`)
 
 	qRecoverTask = define(`UPDATE {schema}.tasks
-		SET status = $2, attempt = attempt + 1, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
+		SET status = $2, attempt = attempt + CASE WHEN $3 THEN 1 ELSE 0 END,
+		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE id = $1 AND conversation_id = $3
 		RETURNING {task_columns}`)
 
 	qRecoverTasks = define(`UPDATE {schema}.tasks
-		SET status = $2, attempt = attempt + 1, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
+		SET status = $2, attempt = attempt + CASE WHEN $3 THEN 1 ELSE 0 END,
+		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		WHERE id = ANY($1) AND status = 'running'
 		RETURNING id`)
 )
@@ -212,10 +214,11 @@ func (s *Store) RecoverTask(ctx context.Context, db DB, conv string, id int64, t
 	return scanTask(db.QueryRow(ctx, s.sql[qRecoverTask], id, string(to), conv))
 }
 
-// RecoverTasks puts the running tasks among ids back to `to` (pending) with
-// attempt + 1, in one statement, and returns the ids it moved.
-func (s *Store) RecoverTasks(ctx context.Context, db DB, ids []int64, to arbortype.Status) ([]int64, error) {
-	return collect[int64](db.Query(ctx, s.sql[qRecoverTasks], ids, string(to)))
+// RecoverTasks puts the running tasks among ids back to `to` (pending),
+// with attempt + 1 when counted, in one statement, and returns the ids it
+// moved.
+func (s *Store) RecoverTasks(ctx context.Context, db DB, ids []int64, to arbortype.Status, counted bool) ([]int64, error) {
+	return collect[int64](db.Query(ctx, s.sql[qRecoverTasks], ids, string(to), counted))
 }
 
 // nullJSON turns an empty document into SQL NULL.

@@ -26,8 +26,7 @@ func TestLs(t *testing.T) {
 	_, err := b.engine.WaitForChildren(b.ctx, turn.ID, turn.Token, tasksWait(tool.ID, other.ID))
 	require.NoError(t, err)
 	// Name the holder and its deadline as a runner's node would have them.
-	_, err = b.pool.Exec(b.ctx, `UPDATE `+pgx.Identifier{b.schema, "conversations"}.Sanitize()+
-		` SET holder = 'node-7', lease_expires_at = '2030-01-02T03:04:05Z' WHERE id = 'conv-a'`)
+	_, err = b.pool.Exec(b.ctx, setHolder(b.schema, "$3"), "conv-a", "node-7", "2030-01-02T03:04:05Z")
 	require.NoError(t, err)
 
 	b.conv = "conv-b"
@@ -66,11 +65,20 @@ conv-a        3     1        1        1        0         0           node-7  203
 	require.Len(t, entries, 2)
 	require.Equal(t, "conv-a", entries[0].ID)
 	require.Equal(t, "node-7", entries[0].Holder)
-	require.Equal(t, int64(1), entries[0].Epoch)
+	require.Equal(t, int64(2), entries[0].Epoch)
 	require.Equal(t, map[string]int{"pending": 1, "running": 1, "waiting": 1}, entries[0].Live)
 	require.Equal(t, map[string]int{"pending": 1}, entries[1].Live)
 }
 
 func tasksWait(ids ...int64) core.WaitParams {
 	return core.WaitParams{ChildIDs: ids, Policy: arbortype.AllSettled, Phase: "waiting"}
+}
+
+// setHolder is a statement that gives conversation $1 to a new holder row
+// named $2 whose lease ends at the time given (a placeholder, or a
+// literal), as a runner's take-over would: a new epoch.
+func setHolder(schema, until string) string {
+	s := pgx.Identifier{schema}.Sanitize()
+	return `WITH h AS (INSERT INTO ` + s + `.holders (name, expires_at) VALUES ($2, ` + until + `::timestamptz) RETURNING id)
+		UPDATE ` + s + `.conversations SET holder = $2, holder_id = (SELECT id FROM h), epoch = epoch + 1 WHERE id = $1`
 }

@@ -9,7 +9,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
@@ -61,8 +60,7 @@ func TestHostileText(t *testing.T) {
 	require.NoError(t, err)
 	victim := create(0, "victim\u009b2J")
 	cancelled := create(0, "cancelled\x1b\\")
-	_, err = b.pool.Exec(b.ctx, `UPDATE `+pgx.Identifier{b.schema, "conversations"}.Sanitize()+` SET holder = $2 WHERE id = $1`,
-		b.conv, "node\x1b]8;;http://evil\x07")
+	_, err = b.pool.Exec(b.ctx, setHolder(b.schema, "$3"), b.conv, "node\x1b]8;;http://evil\x07", "2100-01-01T00:00:00Z")
 	require.NoError(t, err)
 	require.Equal(t, []int64{1, 2, 3, 4}, []int64{turn.ID, tool.ID, victim.ID, cancelled.ID})
 
@@ -85,7 +83,7 @@ func TestHostileText(t *testing.T) {
 		"task #1 " + `turn\x1b]0;pwned\a` + "\n",
 		"\nconversation        " + conv + "\n",
 		"\nphase               " + `nap\x1b[8m\n` + "\n",
-		"\nholder              " + `node\x1b]8;;http://evil\a` + " (epoch 1, lease until ",
+		"\nholder              " + `node\x1b]8;;http://evil\a` + " (epoch 2, lease until ",
 		"\nidempotency key     " + `key\x1b[K\u202e` + "\n",
 		"\ninput:\n  {\n    " + `"text": "a\u009b31mb\u202ec\x7fd \u001b[5m"` + "\n  }\n",
 		"\nstate:\n  [\n    " + `"\u0085"` + "\n  ]\n",

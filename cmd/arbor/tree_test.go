@@ -235,8 +235,7 @@ func TestFarFromNow(t *testing.T) {
 		VALUES ($1, 'future', '2500-01-01 00:00:00+00'), ($1, 'past', '1500-01-01 00:00:00+00'),
 		($1, 'far_future', '20000-01-01 00:00:00+00'), ($1, 'caesar', '0044-03-15 00:00:00+00 BC')`, b.conv)
 	require.NoError(t, err)
-	_, err = b.pool.Exec(b.ctx, `UPDATE `+pgx.Identifier{b.schema, "conversations"}.Sanitize()+
-		` SET holder = 'node-far', lease_expires_at = '20000-01-01 00:00:00+00' WHERE id = $1`, b.conv)
+	_, err = b.pool.Exec(b.ctx, setHolder(b.schema, "'20000-01-01 00:00:00+00'"), b.conv, "node-far")
 	require.NoError(t, err)
 
 	out := b.arbor(t, "tree", b.conv).ok(t).stdout
@@ -268,7 +267,7 @@ func TestFarFromNow(t *testing.T) {
 	require.Contains(t, b.arbor(t, "show", "4").ok(t).stdout, "\ncreated             20000-01-01T00:00:00Z\n")
 	out = b.arbor(t, "show", "5").ok(t).stdout
 	require.Contains(t, out, "\ncreated             -0043-03-15T00:00:00Z\n", "44 BC is the astronomical year -43")
-	require.Contains(t, out, "\nholder              node-far (epoch 0, lease until 20000-01-01T00:00:00Z, held)\n")
+	require.Contains(t, out, "\nholder              node-far (epoch 1, lease until 20000-01-01T00:00:00Z, held)\n")
 	var show struct {
 		Conversation struct {
 			LeaseExpiresAt string `json:"lease_expires_at"`

@@ -66,11 +66,16 @@ func reconcileArbor(ctx context.Context, env *Env, size Size) (Measurement, erro
 	}
 	c := core.Of(eng)
 	err = pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
-		if _, err := c.TakeLease(ctx, tx, reconcileConv, "bench-node", time.Minute); err != nil {
+		holder, err := c.NewHolder(ctx, tx, "bench-node", time.Minute)
+		if err != nil {
 			return fmt.Errorf("take conversation: %w", err)
 		}
-		var err error
-		rep, err = reconcile.OnOpen(ctx, c, tx, reconcileConv)
+		_, taken, err := c.TakeLease(ctx, tx, reconcileConv, "bench-node", holder)
+		if err != nil {
+			return fmt.Errorf("take conversation: %w", err)
+		}
+		_ = taken // the tasks are a dead node's: their recovery counts
+		rep, err = reconcile.OnOpen(ctx, c, tx, reconcileConv, true)
 		return err
 	})
 	if err != nil {

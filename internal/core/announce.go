@@ -43,7 +43,7 @@ func (e *Engine) AnnounceLog(convs ...string) {
 }
 
 func (e *Engine) announceOn(channel, conv string) {
-	a := &e.announcer
+	a := e.announcer
 	a.mu.Lock()
 	if a.pending == nil {
 		a.pending = map[string][]string{}
@@ -59,7 +59,7 @@ func (e *Engine) announceOn(channel, conv string) {
 }
 
 func (e *Engine) sendAnnouncements() {
-	a := &e.announcer
+	a := e.announcer
 	for {
 		a.mu.Lock()
 		batch := a.pending

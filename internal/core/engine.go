@@ -88,7 +88,7 @@ type Engine struct {
 	txOptions pgx.TxOptions
 	// announcer sends the change channel's notifications of one-statement
 	// creates, after their commits (see announce.go).
-	announcer announcer
+	announcer *announcer
 }
 
 // Of returns the engine behind a *tasks.Engine. Package tasks sets it; the
@@ -110,7 +110,17 @@ func New(pool *pgxpool.Pool, cfg Config) (*Engine, error) {
 	// protocol, which takes both statements at once.
 	begin := fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d", max(cfg.IdleInTransaction.Milliseconds(), 1))
 	return &Engine{Pool: pool, Store: st, Cfg: cfg, Logger: cfg.Logger, wakeJobs: wakeJobs,
-		txOptions: pgx.TxOptions{BeginQuery: begin}}, nil
+		txOptions: pgx.TxOptions{BeginQuery: begin}, announcer: &announcer{}}, nil
+}
+
+// WithPool returns the engine running its transactions on pool instead,
+// sharing everything else with e: a Runner's own connections (its work
+// pool, its renewer's), so that the runner and the application never wait
+// for each other's connections.
+func (e *Engine) WithPool(pool *pgxpool.Pool) *Engine {
+	c := *e
+	c.Pool = pool
+	return &c
 }
 
 // TxOptions begin a transaction of the engine's own: one whose session the

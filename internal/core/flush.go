@@ -81,6 +81,10 @@ type OutcomeResult struct {
 type FlushResult struct {
 	Results []OutcomeResult // same index as the outcomes
 	Claimed []Task          // runs started in the flush's held conversations
+	// Deferred are the outcomes (indexes) the flush did not apply: their
+	// conversation was locked by another transaction, and the flush skips
+	// it rather than wait (they go in a later flush).
+	Deferred []int
 }
 
 // Flush applies outs in tx and claims, in the conversations holder still
@@ -104,15 +108,23 @@ func (e *Engine) Flush(ctx context.Context, tx pgx.Tx, outs []Outcome, claim Cla
 	if err != nil {
 		return res, fmt.Errorf("flush: lock conversations: %w", err)
 	}
+	// held has the conversations locked; the others were skipped.
+	var apply []int
+	for i, o := range outs {
+		if _, locked := held[o.ConversationID]; locked {
+			apply = append(apply, i)
+		} else {
+			res.Deferred = append(res.Deferred, i)
+		}
+	}
 
 	var slowIdx []int
 	if slow {
-		for i := range outs {
-			slowIdx = append(slowIdx, i)
-		}
+		slowIdx = apply
 	} else {
 		var spawns, waits, completes []int
-		for i, o := range outs {
+		for _, i := range apply {
+			o := outs[i]
 			switch o.Kind {
 			case OutSpawn:
 				spawns = append(spawns, i)

@@ -116,7 +116,6 @@ func TestGuardRefusesForgedHistories(t *testing.T) {
 		from arbortype.Status
 		set  string
 	}{
-		{"recovery without attempt + 1", arbortype.StatusRunning, "status = 'pending', token = NULL, run_epoch = NULL, lease_expires_at = NULL"},
 		{"recovery counting two attempts", arbortype.StatusRunning, "status = 'pending', attempt = attempt + 2, token = NULL, run_epoch = NULL, lease_expires_at = NULL"},
 		{"a run ended keeping its token", arbortype.StatusRunning, "status = 'pending', attempt = attempt + 1, run_epoch = NULL, lease_expires_at = NULL"},
 		{"a start without a token", arbortype.StatusPending, "status = 'running', run_epoch = 1, lease_expires_at = now(), started_at = now()"},
@@ -196,13 +195,18 @@ func TestGuardRefusesForgedLeases(t *testing.T) {
 	b := setup(t)
 	b.root(t, "turn")
 	b.lease(t)
+	var forger int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, fmt.Sprintf(`INSERT INTO %s.holders (name, expires_at) VALUES ('forger', now() + interval '1 hour') RETURNING id`,
+		b.schema)).Scan(&forger))
 	before := b.snapshot(t)
 	for what, set := range map[string]string{
 		"an epoch moved back":           "epoch = epoch - 1",
 		"an epoch skipping ahead":       "epoch = epoch + 2",
-		"an epoch moved with no holder": "epoch = epoch + 1, holder = NULL, lease_expires_at = NULL",
-		"a holder without a deadline":   "lease_expires_at = NULL",
-		"a deadline without a holder":   "holder = NULL",
+		"an epoch moved with no holder": "epoch = epoch + 1, holder = NULL, holder_id = NULL",
+		"a holder name without a row":   "holder_id = NULL",
+		"a holder row without a name":   "holder = NULL",
+		"a holder renamed in place":     "holder = 'other'",
+		"a holder changed in place":     fmt.Sprintf("holder_id = %d", forger),
 		"an id changed":                 "id = id || 'x'",
 	} {
 		_, err := b.pool.Exec(b.ctx, fmt.Sprintf(`UPDATE %s.conversations SET %s WHERE id = $1`, b.schema, set), b.conv)
@@ -212,8 +216,8 @@ func TestGuardRefusesForgedLeases(t *testing.T) {
 	requireGuard(t, err, "a conversation inserted at a forged epoch")
 	require.Equal(t, before, b.snapshot(t), "nothing written")
 	// The engine's own take-over passes: epoch + 1 with a new holder.
-	_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`UPDATE %s.conversations SET holder = 'other', epoch = epoch + 1,
-		lease_expires_at = now() + interval '1 minute' WHERE id = $1`, b.schema), b.conv)
+	_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`WITH h AS (INSERT INTO %[1]s.holders (name, expires_at) VALUES ('other', now() + interval '1 minute') RETURNING id)
+		UPDATE %[1]s.conversations SET holder = 'other', holder_id = (SELECT id FROM h), epoch = epoch + 1 WHERE id = $1`, b.schema), b.conv)
 	require.NoError(t, err)
 	_, err = b.engine.AbortConversation(b.ctx, b.conv)
 	require.NoError(t, err)

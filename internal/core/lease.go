@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,39 +13,108 @@ import (
 	"github.com/arborhq/arbor/store"
 )
 
-// Lease names a holder's hold on a conversation: who holds it and the epoch
-// it took the lease at (docs/design.md §3.8). Every start under the lease is
-// fenced by it.
+// Lease names a holder's hold on a conversation: who holds it (the
+// holder's name, and its row in the holders table, whose deadline is the
+// lease's) and the epoch it took the lease at (docs/design.md §3.8). Every
+// start under the lease is fenced by the row and the epoch.
 type Lease struct {
 	ConversationID string
 	Holder         string
+	HolderID       int64
 	Epoch          int64
 }
 
-// TakeLease gives the conversation to holder with a fresh epoch and a lease
-// of ttl, if it is free or its lease expired, and leaves its row locked
-// until tx ends: the caller recovers the conversation under that lock
-// (package reconcile) before it commits. ErrLeaseHeld when a live holder
-// has it (or a transaction is taking it right now), ErrNotFound when the
-// conversation does not exist.
-func (e *Engine) TakeLease(ctx context.Context, tx pgx.Tx, conversationID, holder string, ttl time.Duration) (Lease, error) {
-	c, err := e.Store.TakeConversation(ctx, tx, conversationID, holder, ttl)
-	if store.IsNoRows(err) {
-		if _, gerr := e.Store.GetConversation(ctx, tx, conversationID); store.IsNoRows(gerr) {
-			return Lease{}, fmt.Errorf("take the lease of conversation %q: %w", conversationID, ErrNotFound)
-		}
-		return Lease{}, fmt.Errorf("take the lease of conversation %q: %w", conversationID, ErrLeaseHeld)
-	}
-	if err != nil {
-		return Lease{}, fmt.Errorf("take the lease of conversation %q: %w", conversationID, err)
-	}
-	return Lease{ConversationID: c.ID, Holder: c.Holder, Epoch: c.Epoch}, nil
+// Taken is what a take-over found of the holder before it: whether the
+// runs it recovers count as restarts (see Counted).
+type Taken struct {
+	// PrevHolder is the former holder's row (0: it had none).
+	PrevHolder int64
+	// PrevRestarted says the former holder's last renewal came before the
+	// database server's start: the restart lapsed it, not its death.
+	PrevRestarted bool
 }
 
-// Fence share-locks the lease's conversation if the lease still holds: a
+// Counted reports whether the runs a take-over recovers count as restarts
+// (docs/design.md §3.8): when the holder before it lapsed — died, or lost
+// its lease while running — and not when a database restart lapsed it, or
+// when the taker is that holder itself (ownLives lists the holder rows of
+// the taker's own earlier lives, whose runs it stopped itself).
+func (t Taken) Counted(ownLives ...int64) bool {
+	if t.PrevHolder == 0 || t.PrevRestarted {
+		return false
+	}
+	return !slices.Contains(ownLives, t.PrevHolder)
+}
+
+// NewHolder inserts a holder row (a life) named name, live for ttl, and
+// returns its id.
+func (e *Engine) NewHolder(ctx context.Context, db store.DB, name string, ttl time.Duration) (int64, error) {
+	if err := checkText("holder", name, true); err != nil {
+		return 0, fmt.Errorf("new holder: %w", err)
+	}
+	id, err := e.Store.NewHolder(ctx, db, name, ttl)
+	if err != nil {
+		return 0, fmt.Errorf("new holder %q: %w", name, mapDBError(err))
+	}
+	return id, nil
+}
+
+// RenewHolder extends holder row id by ttl from now and reports whether it
+// did: false when the row had expired (its conversations may have been
+// taken over; the holder must start a new life).
+func (e *Engine) RenewHolder(ctx context.Context, db store.DB, id int64, ttl time.Duration) (bool, error) {
+	ok, err := e.Store.RenewHolder(ctx, db, id, ttl)
+	if err != nil {
+		return false, fmt.Errorf("renew holder %d: %w", id, mapDBError(err))
+	}
+	return ok, nil
+}
+
+// EndHolder removes holder row id once it holds nothing (a stopped runner,
+// a released Lease); it reports whether it did.
+func (e *Engine) EndHolder(ctx context.Context, db store.DB, id int64) (bool, error) {
+	ok, err := e.Store.EndHolder(ctx, db, id)
+	if err != nil {
+		return false, fmt.Errorf("end holder %d: %w", id, mapDBError(err))
+	}
+	return ok, nil
+}
+
+// PruneHolders removes up to limit holder rows expired for longer than
+// after that hold nothing, and returns how many it removed.
+func (e *Engine) PruneHolders(ctx context.Context, db store.DB, after time.Duration, limit int) (int64, error) {
+	n, err := e.Store.PruneHolders(ctx, db, after, limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune holders: %w", mapDBError(err))
+	}
+	return n, nil
+}
+
+// TakeLease gives the conversation to the holder (name and row) with a
+// fresh epoch, if it has no live holder, and leaves its row locked until tx
+// ends: the caller recovers the conversation under that lock (package
+// reconcile) before it commits, counting its restarts as Taken says.
+// ErrLeaseHeld when a live holder has it (or a transaction is taking it
+// right now), ErrNotFound when the conversation does not exist.
+func (e *Engine) TakeLease(ctx context.Context, tx pgx.Tx, conversationID, holder string, holderID int64) (Lease, Taken, error) {
+	c, err := e.Store.TakeConversation(ctx, tx, conversationID, holder, holderID)
+	if store.IsNoRows(err) {
+		if _, gerr := e.Store.GetConversation(ctx, tx, conversationID); store.IsNoRows(gerr) {
+			return Lease{}, Taken{}, fmt.Errorf("take the lease of conversation %q: %w", conversationID, ErrNotFound)
+		}
+		return Lease{}, Taken{}, fmt.Errorf("take the lease of conversation %q: %w", conversationID, ErrLeaseHeld)
+	}
+	if err != nil {
+		return Lease{}, Taken{}, fmt.Errorf("take the lease of conversation %q: %w", conversationID, mapDBError(err))
+	}
+	return Lease{ConversationID: c.ID, Holder: c.Holder, HolderID: holderID, Epoch: c.Epoch},
+		Taken{PrevHolder: c.PrevHolder, PrevRestarted: c.PrevRestarted}, nil
+}
+
+// Fence locks the lease's conversation if the lease still holds: a
 // take-over waits for tx, or came first and tx gets ErrLeaseLost.
 func (e *Engine) Fence(ctx context.Context, tx pgx.Tx, l Lease) error {
-	err := e.Store.FenceConversation(ctx, tx, l.ConversationID, l.Holder, l.Epoch)
+	err := e.Store.FenceConversation(ctx, tx, l.ConversationID, l.HolderID, l.Epoch)
 	if store.IsNoRows(err) {
 		return fmt.Errorf("conversation %q at epoch %d: %w", l.ConversationID, l.Epoch, ErrLeaseLost)
 	}
@@ -55,7 +125,7 @@ func (e *Engine) Fence(ctx context.Context, tx pgx.Tx, l Lease) error {
 // recovers the holder's running tasks first) if the lease still holds;
 // ErrLeaseLost when it does not.
 func (e *Engine) LockLease(ctx context.Context, tx pgx.Tx, l Lease) error {
-	_, err := e.Store.LockHeldConversation(ctx, tx, l.ConversationID, l.Holder, l.Epoch)
+	_, err := e.Store.LockHeldConversation(ctx, tx, l.ConversationID, l.HolderID, l.Epoch)
 	if store.IsNoRows(err) {
 		return fmt.Errorf("conversation %q at epoch %d: %w", l.ConversationID, l.Epoch, ErrLeaseLost)
 	}
@@ -65,14 +135,7 @@ func (e *Engine) LockLease(ctx context.Context, tx pgx.Tx, l Lease) error {
 // ReleaseLease frees the lease's conversation. It reports whether it did
 // (false: it had been taken over already).
 func (e *Engine) ReleaseLease(ctx context.Context, tx pgx.Tx, l Lease) (bool, error) {
-	return e.Store.ReleaseConversation(ctx, tx, l.ConversationID, l.Holder, l.Epoch)
-}
-
-// RenewLeases extends the leases holder holds on ids at epochs (same index)
-// in one statement and returns the ids it renewed: a missing one was taken
-// over.
-func (e *Engine) RenewLeases(ctx context.Context, db store.DB, holder string, ids []string, epochs []int64, ttl time.Duration) ([]string, error) {
-	return e.Store.RenewConversations(ctx, db, holder, ids, epochs, ttl)
+	return e.Store.ReleaseConversation(ctx, tx, l.ConversationID, l.HolderID, l.Epoch)
 }
 
 func (e *Engine) run(l Lease) (store.Run, error) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -27,56 +26,85 @@ func (e *Engine) CountOpenable(ctx context.Context, db store.DB, kinds []string,
 	return n, nil
 }
 
-// Opened is what OpenConversations took.
+// Opened is what OpenConversations or Reopen took.
 type Opened struct {
 	// Leases of the conversations taken, in id order.
 	Leases []Lease
 	// Recover lists those among them with something for recovery to look
 	// at (reconcile.OnOpenMany); the others need none.
 	Recover []string
+	// Taken says, by conversation, what each take-over found of the holder
+	// before it (whether its recoveries count as restarts).
+	Taken map[string]Taken
 	// Xact is the transaction's id (0 when nothing was taken).
 	Xact int64
 }
 
-// OpenConversations gives holder up to limit conversations that have work
-// for kinds and no live holder, with a lease of ttl. The rows stay locked
-// until tx ends: the caller recovers those in Recover
+// OpenConversations gives the holder (name and row) up to limit
+// conversations that have work for kinds and no live holder. The rows stay
+// locked until tx ends: the caller recovers those in Recover
 // (reconcile.OnOpenMany) and claims their work before it commits.
 //
 // With named, only those conversations are looked at (the ones the
 // change channel named), by primary key; without, the oldest pending tasks
-// are scanned for conversations with no live holder.
-func (e *Engine) OpenConversations(ctx context.Context, tx pgx.Tx, holder string, ttl time.Duration, kinds []string, limit int, named []string) (Opened, error) {
+// are scanned for conversations with no live holder, and the
+// conversations of lapsed holders with runs left.
+func (e *Engine) OpenConversations(ctx context.Context, tx pgx.Tx, holder string, holderID int64, kinds []string, limit int, named []string) (Opened, error) {
 	var (
 		opened []store.OpenedLease
 		err    error
 	)
 	if named != nil {
-		opened, err = e.Store.OpenNamed(ctx, tx, holder, ttl, kinds, limit, named)
+		opened, err = e.Store.OpenNamed(ctx, tx, holder, holderID, kinds, limit, named)
 	} else {
-		opened, err = e.Store.OpenConversations(ctx, tx, holder, ttl, kinds, limit, max(100, 4*limit))
+		opened, err = e.Store.OpenConversations(ctx, tx, holder, holderID, kinds, limit, max(100, 4*limit))
 	}
 	if err != nil {
 		return Opened{}, fmt.Errorf("open conversations: %w", mapDBError(err))
 	}
-	var out Opened
+	return opened2(holder, holderID, opened), nil
+}
+
+// Reopen locks the conversations of ls (leases of one holder row) that it
+// still holds at their epochs, skipping those another transaction holds,
+// and returns them as an open would: the caller recovers those in Recover
+// and claims their work before it commits. For a holder whose fence fired
+// while its row stayed live: its runs there were stopped by itself.
+func (e *Engine) Reopen(ctx context.Context, tx pgx.Tx, ls []Lease) (Opened, error) {
+	if len(ls) == 0 {
+		return Opened{}, nil
+	}
+	ids, epochs := make([]string, len(ls)), make([]int64, len(ls))
+	for i, l := range ls {
+		ids[i], epochs[i] = l.ConversationID, l.Epoch
+	}
+	opened, err := e.Store.Reopen(ctx, tx, ls[0].HolderID, ids, epochs)
+	if err != nil {
+		return Opened{}, fmt.Errorf("reopen %d conversations: %w", len(ls), mapDBError(err))
+	}
+	return opened2(ls[0].Holder, ls[0].HolderID, opened), nil
+}
+
+func opened2(holder string, holderID int64, opened []store.OpenedLease) Opened {
+	out := Opened{Taken: make(map[string]Taken, len(opened))}
 	for _, o := range opened {
-		out.Leases = append(out.Leases, Lease{ConversationID: o.ConversationID, Holder: holder, Epoch: o.Epoch})
+		out.Leases = append(out.Leases, Lease{ConversationID: o.ConversationID, Holder: holder, HolderID: holderID, Epoch: o.Epoch})
 		out.Xact = o.Xact
+		out.Taken[o.ConversationID] = Taken{PrevHolder: o.PrevHolder, PrevRestarted: o.PrevRestarted}
 		if o.Recover {
 			out.Recover = append(out.Recover, o.ConversationID)
 		}
 	}
 	slices.SortFunc(out.Leases, func(a, b Lease) int { return strings.Compare(a.ConversationID, b.ConversationID) })
-	return out, nil
+	return out
 }
 
 // ClaimParamsFor select what a node claims across the conversations it
 // holds.
 type ClaimParamsFor struct {
-	// Holder is the node's name: only conversations it holds are claimed
-	// in, share-locked as held.
-	Holder string
+	// Holder is the node's holder row: only conversations it holds are
+	// claimed in, locked as held.
+	Holder int64
 	// Conversations limits the claim to these (nil: every held one).
 	Conversations []string
 	// Kinds are the kinds the node has handlers for (nil: any).
@@ -110,7 +138,7 @@ func (e *Engine) ClaimFor(ctx context.Context, tx pgx.Tx, p ClaimParamsFor) (cla
 		claimed, xact, err = e.Store.ClaimHeld(ctx, tx, p.Holder, p.Kinds, p.GenerationKinds, min(p.Limit, maxBatch), to, e.Cfg.TaskLease)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("claim for %q: %w", p.Holder, mapDBError(err))
+		return nil, 0, fmt.Errorf("claim for holder %d: %w", p.Holder, mapDBError(err))
 	}
 	return claimed, xact, nil
 }
@@ -118,7 +146,7 @@ func (e *Engine) ClaimFor(ctx context.Context, tx pgx.Tx, p ClaimParamsFor) (cla
 // ReleaseIdle frees the leases among ls that have nothing running, in one
 // statement, and returns the conversations it freed; a lease taken over
 // already, or with a run under it, is left out.
-func (e *Engine) ReleaseIdle(ctx context.Context, db store.DB, holder string, ls []Lease) ([]string, error) {
+func (e *Engine) ReleaseIdle(ctx context.Context, db store.DB, holder int64, ls []Lease) ([]string, error) {
 	ids, epochs := make([]string, len(ls)), make([]int64, len(ls))
 	for i, l := range ls {
 		ids[i], epochs[i] = l.ConversationID, l.Epoch
@@ -134,7 +162,7 @@ func (e *Engine) ReleaseIdle(ctx context.Context, db store.DB, holder string, ls
 // no other transaction holds (the others are skipped, not waited for), and
 // returns them: the caller's claim in them then sees every runnable task,
 // and it knows which it could not look at.
-func (e *Engine) LockHeld(ctx context.Context, tx pgx.Tx, holder string, convs []string) ([]string, error) {
+func (e *Engine) LockHeld(ctx context.Context, tx pgx.Tx, holder int64, convs []string) ([]string, error) {
 	got, err := e.Store.LockHeld(ctx, tx, convs, holder)
 	if err != nil {
 		return nil, fmt.Errorf("lock %d held conversations: %w", len(convs), mapDBError(err))
@@ -178,15 +206,15 @@ func XactCommitted(ctx context.Context, e *Engine, xact int64) (bool, error) {
 	}
 }
 
-// HeldBy lists the unexpired leases holder holds.
-func (e *Engine) HeldBy(ctx context.Context, db store.DB, holder string) ([]Lease, error) {
-	ls, err := e.Store.HeldBy(ctx, db, holder)
+// HeldBy lists the conversations holder row holderID (named holder) holds.
+func (e *Engine) HeldBy(ctx context.Context, db store.DB, holder string, holderID int64) ([]Lease, error) {
+	ls, err := e.Store.HeldBy(ctx, db, holderID)
 	if err != nil {
 		return nil, fmt.Errorf("leases of %q: %w", holder, err)
 	}
 	out := make([]Lease, len(ls))
 	for i, l := range ls {
-		out[i] = Lease{ConversationID: l.ConversationID, Holder: holder, Epoch: l.Epoch}
+		out[i] = Lease{ConversationID: l.ConversationID, Holder: holder, HolderID: holderID, Epoch: l.Epoch}
 	}
 	return out, nil
 }

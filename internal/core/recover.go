@@ -24,10 +24,11 @@ const (
 	CodePanic                = arbortype.CodePanic
 )
 
-// RequeueMany puts the running tasks among ids, whose holder died, back to
-// pending with attempt + 1 (phase and state kept), in one statement. It
-// returns the ids it requeued (a task no longer running is left out).
-func (e *Engine) RequeueMany(ctx context.Context, tx pgx.Tx, ids []int64) ([]int64, error) {
+// RequeueMany puts the running tasks among ids, whose runs are over, back
+// to pending (phase and state kept), in one statement, with attempt + 1
+// when counted (their holder died or lost its lease: docs/design.md §3.8).
+// It returns the ids it requeued (a task no longer running is left out).
+func (e *Engine) RequeueMany(ctx context.Context, tx pgx.Tx, ids []int64, counted bool) ([]int64, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -37,7 +38,7 @@ func (e *Engine) RequeueMany(ctx context.Context, tx pgx.Tx, ids []int64) ([]int
 	if err != nil {
 		return nil, err
 	}
-	moved, err := e.Store.RecoverTasks(ctx, tx, ids, to)
+	moved, err := e.Store.RecoverTasks(ctx, tx, ids, to, counted)
 	if err != nil {
 		return nil, fmt.Errorf("requeue %d tasks: %w", len(ids), mapDBError(err))
 	}

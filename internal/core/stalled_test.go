@@ -46,7 +46,12 @@ func TestStalledTransactionFreesTheConversation(t *testing.T) {
 	<-locked
 	require.Eventually(t, func() bool {
 		_, err := core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (core.Lease, error) {
-			return b.engine.C.TakeLease(b.ctx, tx, b.conv, "other", time.Minute)
+			holder, err := b.engine.C.NewHolder(b.ctx, tx, "other", time.Minute)
+			if err != nil {
+				return core.Lease{}, err
+			}
+			l, _, err := b.engine.C.TakeLease(b.ctx, tx, b.conv, "other", holder)
+			return l, err
 		})
 		return err == nil
 	}, 30*time.Second, 20*time.Millisecond, "another holder takes the conversation the stalled transaction had locked")

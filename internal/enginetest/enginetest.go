@@ -71,11 +71,15 @@ func (e *Engine) Lease(ctx context.Context, conv string) (core.Lease, error) {
 		return l, nil
 	}
 	l, err := tx(ctx, e, func(tx pgx.Tx) (core.Lease, error) {
-		l, err := e.C.TakeLease(ctx, tx, conv, "test", time.Hour)
+		holder, err := e.C.NewHolder(ctx, tx, "test", time.Hour)
+		if err != nil {
+			return core.Lease{}, err
+		}
+		l, taken, err := e.C.TakeLease(ctx, tx, conv, "test", holder)
 		if err != nil {
 			return l, err
 		}
-		_, err = reconcile.OnOpen(ctx, e.C, tx, conv)
+		_, err = reconcile.OnOpen(ctx, e.C, tx, conv, taken.Counted())
 		return l, err
 	})
 	if err == nil {
@@ -189,7 +193,7 @@ func (e *Engine) Recover(ctx context.Context, taskID int64) ([]int64, error) {
 		if _, err := e.C.Store.LockConversationOfTask(ctx, tx, taskID); err != nil {
 			return nil, err
 		}
-		return e.C.RequeueMany(ctx, tx, []int64{taskID})
+		return e.C.RequeueMany(ctx, tx, []int64{taskID}, true)
 	})
 }
 
@@ -226,7 +230,7 @@ func (e *Engine) ReleaseLease(ctx context.Context, conv string) error {
 		if err := e.C.LockLease(ctx, tx, l); err != nil {
 			return struct{}{}, err
 		}
-		if _, err := reconcile.RecoverRunning(ctx, e.C, tx, conv); err != nil {
+		if _, err := reconcile.RecoverRunning(ctx, e.C, tx, conv, false); err != nil {
 			return struct{}{}, err
 		}
 		_, err := e.C.ReleaseLease(ctx, tx, l)

@@ -1,0 +1,96 @@
+package machine_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/machine"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// TestEndingWritesAreNotReportedStopped: a handler's ending call whose
+// write committed is never told the run was stopped — not while the
+// watchdog reads back runs on every poll and every notification (a run's
+// task leaving running by the run's own write is not a task stopped
+// elsewhere), nor for a CompleteTx committed in the handler's own
+// transaction (issue 19: "a committed CompleteTx is reported as
+// cancelled"). Conversations loop await → emit → complete, and complete
+// through CompleteTx and Commit, under a fast poll.
+func TestEndingWritesAreNotReportedStopped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	parked := map[string]chan int64{}
+	committed := make(chan error, 1000)
+	ch := func(c string) chan int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		if parked[c] == nil {
+			parked[c] = make(chan int64, 1)
+		}
+		return parked[c]
+	}
+	fastRunner(t, b, map[string]machine.Handler{
+		"turn": func(ctx context.Context, run *machine.Run) error {
+			if run.Task.Phase == "woken" {
+				tx, err := b.pool.Begin(ctx)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+				if err := run.CompleteTx(ctx, tx, nil); err != nil {
+					return err
+				}
+				err = tx.Commit(ctx)
+				committed <- err
+				return err
+			}
+			err := run.AwaitEvent(ctx, machine.AwaitParams{Name: "go", Phase: "woken"})
+			require.NoError(t, err, "an await that landed is not reported stopped")
+			ch(run.Task.ConversationID) <- run.Task.ID
+			return nil
+		},
+	}, func(c *machine.RunnerConfig) { c.PollInterval = 10 * time.Millisecond })
+	var wg sync.WaitGroup
+	const convs, rounds = 4, 25
+	for w := range convs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conv := fmt.Sprintf("%s-%d", b.conv, w)
+			for range rounds {
+				turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+				require.NoError(t, err)
+				select {
+				case <-ch(conv):
+				case <-time.After(time.Minute):
+					require.FailNow(t, "the turn never parked", "turn %d", turn.ID)
+				}
+				_, _, err = b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: conv, TaskID: turn.ID, Name: "go"})
+				require.NoError(t, err)
+				got, err := b.engine.AwaitSettled(b.ctx, turn.ID)
+				require.NoError(t, err)
+				require.Equal(t, arbortype.StatusCompleted, got.Status)
+			}
+		}()
+	}
+	wg.Wait()
+	close(committed)
+	n := 0
+	for err := range committed {
+		require.NoError(t, err, "a CompleteTx's Commit is never cancelled by the runner")
+		n++
+	}
+	require.Equal(t, convs*rounds, n)
+	var all []string
+	for w := range convs {
+		all = append(all, fmt.Sprintf("%s-%d", b.conv, w))
+	}
+	b.requireClean(t, all...)
+}

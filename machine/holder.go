@@ -1,0 +1,238 @@
+package machine
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/store"
+)
+
+// nodeLease is a runner's hold on everything it holds: its holder row (its
+// life), renewed by one statement every quarter of the lease on a pool of
+// its own, and the fence that stops the runner's handlers, from the local
+// clock alone, before the lease can have expired in the database (see the
+// package doc, "Fencing").
+//
+// Times are kept as nanoseconds since base, a reading of the monotonic
+// clock, so that a wall-clock step changes nothing.
+type nodeLease struct {
+	name   string
+	ttl    time.Duration
+	core   *core.Engine // on the renewer's own pool
+	logger *slog.Logger
+	base   time.Time
+
+	// confirmed: the lease surely lasts until then (the send time of the
+	// last renewal that succeeded, plus ttl).
+	confirmed atomic.Int64
+	// fired is set from the moment the fence fires until a renewal confirms
+	// the lease again (and the runner has re-validated what it held).
+	fired atomic.Bool
+
+	mu       sync.Mutex
+	id       int64   // the current life's holder row
+	ownLives []int64 // this process's earlier lives: their runs it stopped itself
+
+	// onFire stops every handler and marks every held conversation lapsed;
+	// onConfirm is called when a renewal confirms the lease after the fence
+	// fired (newLife: the old row had expired, and this is a new one). Both
+	// are called from the fence's and the renewer's goroutines, never with
+	// mu held.
+	onFire    func()
+	onConfirm func(newLife bool)
+
+	fireMu sync.Mutex // serializes fire
+	kick   chan struct{}
+}
+
+func newNodeLease(c *core.Engine, name string, ttl time.Duration, logger *slog.Logger) *nodeLease {
+	return &nodeLease{name: name, ttl: ttl, core: c, logger: logger, base: time.Now(), kick: make(chan struct{}, 1)}
+}
+
+func (l *nodeLease) since(t time.Time) int64 { return int64(t.Sub(l.base)) }
+
+// margin is how long before the end of the confirmed lease the fence fires:
+// the time handlers have to honour their cancelled context before another
+// node may take their conversations.
+func (l *nodeLease) margin() time.Duration { return l.ttl / 4 }
+
+// usable reports whether the runner may act as the holder at now: the fence
+// has not fired, and now is before confirmed − margin.
+func (l *nodeLease) usable(now time.Time) bool {
+	return !l.fired.Load() && l.since(now) < l.confirmed.Load()-int64(l.margin())
+}
+
+// holder returns the current life's row and this process's earlier lives.
+func (l *nodeLease) holder() (id int64, own []int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.id, append([]int64(nil), l.ownLives...)
+}
+
+// begin starts the first life: a holder row of the runner's own.
+func (l *nodeLease) begin(ctx context.Context) error {
+	sent := time.Now()
+	id, err := core.Read(ctx, l.core, func(db store.DB) (int64, error) { return l.core.NewHolder(ctx, db, l.name, l.ttl) })
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.id = id
+	l.mu.Unlock()
+	l.confirm(sent)
+	return nil
+}
+
+// confirm records a renewal sent at sent that succeeded.
+func (l *nodeLease) confirm(sent time.Time) {
+	until := l.since(sent) + int64(l.ttl)
+	for {
+		cur := l.confirmed.Load()
+		if until <= cur || l.confirmed.CompareAndSwap(cur, until) {
+			break
+		}
+	}
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// fire stops the runner's handlers: the lease is not confirmed. It is
+// idempotent until the lease is confirmed again.
+func (l *nodeLease) fire() {
+	l.fireMu.Lock()
+	defer l.fireMu.Unlock()
+	if l.fired.Swap(true) {
+		return
+	}
+	l.onFire()
+}
+
+// checkFence fires the fence if now is past confirmed − margin; it reports
+// whether the lease is usable. Handler contexts call it from Err.
+func (l *nodeLease) checkFence(now time.Time) bool {
+	if l.usable(now) {
+		return true
+	}
+	l.fire()
+	return false
+}
+
+// fenceLoop fires the fence at confirmed − margin unless a renewal moved it
+// first. It touches neither the pool nor the network.
+func (l *nodeLease) fenceLoop(ctx context.Context) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		if !l.fired.Load() {
+			due := time.Duration(l.confirmed.Load()-int64(l.margin())) - time.Since(l.base)
+			if due <= 0 {
+				l.fire()
+				continue
+			}
+			t.Reset(due)
+		} else {
+			t.Reset(time.Hour)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.kick:
+		case <-t.C:
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+	}
+}
+
+// renewLoop renews the holder row every quarter of the lease, and at once
+// again after a failure (every 50 ms, at most a sixteenth of the lease),
+// each try bounded by a quarter of the lease. A renewal that finds the row
+// expired starts a new life.
+func (l *nodeLease) renewLoop(ctx context.Context) {
+	every := l.ttl / 4
+	retry := min(50*time.Millisecond, l.ttl/16)
+	wait := every
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		ok := l.renewOnce(ctx)
+		wait = every
+		if !ok {
+			wait = retry
+		}
+	}
+}
+
+// renewOnce makes one renewal and reports whether it confirmed the lease.
+func (l *nodeLease) renewOnce(ctx context.Context) bool {
+	id, _ := l.holder()
+	rctx, cancel := context.WithTimeout(ctx, l.ttl/4)
+	defer cancel()
+	sent := time.Now()
+	live, err := l.core.RenewHolder(rctx, l.core.Pool, id, l.ttl)
+	if err != nil {
+		if ctx.Err() == nil {
+			level := slog.LevelDebug
+			if !l.usable(time.Now().Add(l.ttl / 4)) {
+				level = slog.LevelWarn // the fence may fire before the next try
+			}
+			l.logger.Log(ctx, level, "arbor: renewing the node's lease failed; trying again", slog.String("error", err.Error()))
+		}
+		return false
+	}
+	if !live {
+		// The row expired: the conversations it held may have been taken
+		// over. Stop everything (the fence has fired already, unless the
+		// clocks disagree) and start a new life.
+		l.fire()
+		sent = time.Now()
+		nid, err := l.core.NewHolder(rctx, l.core.Pool, l.name, l.ttl)
+		if err != nil {
+			if ctx.Err() == nil {
+				l.logger.Warn("arbor: the node's lease expired and a new one could not be taken yet; trying again", slog.String("error", err.Error()))
+			}
+			return false
+		}
+		l.mu.Lock()
+		l.ownLives = append(l.ownLives, l.id)
+		l.id = nid
+		l.mu.Unlock()
+		l.logger.Warn("arbor: the node's lease had expired in the database; its conversations are free, and it takes back those no other node took",
+			slog.Int64("holder_id", nid))
+		l.confirm(sent)
+		l.reconfirmed(true)
+		return true
+	}
+	l.confirm(sent)
+	if l.fired.Load() {
+		l.reconfirmed(false)
+	}
+	return true
+}
+
+// reconfirmed ends the fence's firing: the lease is confirmed again.
+func (l *nodeLease) reconfirmed(newLife bool) {
+	l.fireMu.Lock()
+	was := l.fired.Swap(false)
+	l.fireMu.Unlock()
+	if was || newLife {
+		l.onConfirm(newLife)
+	}
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}

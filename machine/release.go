@@ -1,0 +1,100 @@
+package machine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/reconcile"
+	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// releaseAll gives up, at shutdown, every conversation this life holds
+// (held or lapsed) with no handler left running here: the idle ones in one
+// statement, those with a task still running in the database (claimed and
+// never started, or left by a handler cut off by a fault) one by one, each
+// recovering its runs in its release's transaction (not counted: the
+// holder stopped them), so that nothing the handler writes later lands. A
+// conversation with a handler still running (one that ignored its
+// cancelled context) is kept: it lapses with the node's lease.
+func (r *Runner) releaseAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	holderID, _ := r.lease.holder()
+	r.mu.Lock()
+	var idle, busy []core.Lease
+	for id, h := range r.held {
+		h.releasing = true
+		if r.liveIn[id] == 0 {
+			idle = append(idle, h.lease)
+		}
+	}
+	for id, l := range r.lapsed {
+		if r.liveIn[id] == 0 {
+			busy = append(busy, l) // its runs were stopped by the fence: recovered by the release
+		}
+	}
+	r.mu.Unlock()
+	freed, err := core.Read(ctx, r.core, func(db store.DB) ([]string, error) {
+		return r.core.ReleaseIdle(ctx, db, holderID, idle)
+	})
+	if err != nil {
+		r.logger.Warn("arbor: releasing conversations at shutdown failed; they lapse with the node's lease", slog.String("error", err.Error()))
+	}
+	done := map[string]bool{}
+	for _, id := range freed {
+		done[id] = true
+	}
+	for _, l := range idle {
+		if !done[l.ConversationID] && err == nil {
+			busy = append(busy, l) // a run under it: the one-by-one path recovers it
+		}
+	}
+	for _, l := range busy {
+		rep, err := release(ctx, r.core, l)
+		switch {
+		case errors.Is(err, tasks.ErrLeaseLost):
+		case err != nil:
+			r.logger.Warn("arbor: releasing a conversation failed; it lapses with the node's lease", slog.String("conversation_id", l.ConversationID), slog.String("error", err.Error()))
+		case !rep.Empty():
+			r.logger.Info("arbor: released a conversation with tasks still running; they were recovered", slog.Any("report", rep))
+		}
+	}
+	r.mu.Lock()
+	for id := range r.held {
+		if r.liveIn[id] == 0 {
+			delete(r.held, id)
+		}
+	}
+	for id := range r.lapsed {
+		if r.liveIn[id] == 0 {
+			delete(r.lapsed, id)
+		}
+	}
+	r.mu.Unlock()
+}
+
+// release frees a lease, recovering the runs still under it (not counted
+// as restarts: the holder gives them up), in one transaction. A
+// conversation another transaction holds is waited for.
+func release(ctx context.Context, c *core.Engine, lease core.Lease) (reconcile.Report, error) {
+	return core.Tx(ctx, c, func(tx pgx.Tx) (reconcile.Report, error) {
+		if err := c.LockLease(ctx, tx, lease); err != nil {
+			return reconcile.Report{}, fmt.Errorf("release conversation %q: %w", lease.ConversationID, err)
+		}
+		rep, err := reconcile.RecoverRunning(ctx, c, tx, lease.ConversationID, false)
+		if err != nil {
+			return rep, err
+		}
+		if _, err := c.ReleaseLease(ctx, tx, lease); err != nil {
+			return rep, fmt.Errorf("release conversation %q: %w", lease.ConversationID, err)
+		}
+		return rep, nil
+	})
+}
