@@ -2,12 +2,17 @@ package machine_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -99,4 +104,65 @@ func TestReadmeHandlerCannotLoseTheResult(t *testing.T) {
 			b.requireClean(t)
 		})
 	}
+}
+
+// TestReadmePoolLeavesTheApplicationRoom: the README's code as written, on
+// a pool made with pgxpool's defaults (4 connections on a 2-core machine),
+// a Runner on the engine and an AwaitSettled holding its listener, beside
+// an application making its own calls — Create, Get, AbortConversation —
+// each bounded by a few seconds: every call of the application succeeds
+// (the runner's connections are its own, RunnerConfig.Pool), and every turn
+// completes.
+func TestReadmePoolLeavesTheApplicationRoom(t *testing.T) {
+	t.Parallel()
+	_, schema := testdb.Fresh(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testdb.URL(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.Equal(t, int32(max(4, runtime.NumCPU())), pool.Config().MaxConns, "pgxpool's defaults")
+	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	entered := 0
+	runner, err := machine.NewRunner(engine, map[string]machine.Handler{
+		"turn":   readmeTurn(func() {}, &entered, &mu),
+		"search": func(ctx context.Context, run *machine.Run) error { return run.Complete(ctx, []byte(`"3 hits"`)) },
+		"fetch":  func(ctx context.Context, run *machine.Run) error { return run.Complete(ctx, []byte(`"a page"`)) },
+	}, &machine.RunnerConfig{})
+	require.NoError(t, err)
+	require.NoError(t, runner.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, runner.Stop(context.Background())) })
+
+	conv := testdb.Conversation(t)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() { // a user waiting for a turn's answer, as an HTTP handler does
+			defer wg.Done()
+			turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("%s-%d", conv, i), Kind: "turn"})
+			require.NoError(t, err)
+			done, err := engine.AwaitSettled(ctx, turn.ID)
+			require.NoError(t, err)
+			require.Equal(t, arbortype.StatusCompleted, done.Status)
+		}()
+	}
+	for i := range 3 {
+		wg.Add(1)
+		go func() { // the application's own calls
+			defer wg.Done()
+			for j := range 10 {
+				callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				c := fmt.Sprintf("%s-app-%d-%d", conv, i, j)
+				turn, _, err := engine.Create(callCtx, tasks.CreateParams{ConversationID: c, Kind: "other"})
+				require.NoError(t, err, "the application's Create")
+				_, err = engine.Get(callCtx, turn.ID)
+				require.NoError(t, err, "the application's Get")
+				_, err = engine.AbortConversation(callCtx, c)
+				require.NoError(t, err, "the application's AbortConversation")
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
 }

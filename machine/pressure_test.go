@@ -223,3 +223,69 @@ func TestStuckConversationAffectsOnlyItself(t *testing.T) {
 	require.Zero(t, logs.count("could not confirm its lease"), "the node's lease was never in doubt")
 	b.requireClean(t, append(convs, stuckConv)...)
 }
+
+// TestFailFastFanOutRunsNoChildTwice: a parent of 10,000 children under
+// fail_fast; the first fails, and its settle aborts the 9,999 others in
+// one transaction that holds the conversation for long (seconds on a
+// loaded machine), with a conversation lease of one second. The node's
+// lease is not in doubt meanwhile (its renewal locks no conversation), so
+// no child is given up and run again: every child's handler is called at
+// most once, and none overlaps another call of its task.
+func TestFailFastFanOutRunsNoChildTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const children = 10_000
+	var log runLog
+	logs := &logRecorder{}
+	fastRunner(t, b, map[string]machine.Handler{
+		"parent": func(ctx context.Context, run *machine.Run) error {
+			if run.Task.Phase == "decided" {
+				return run.Complete(ctx, nil)
+			}
+			ps := make([]machine.SpawnParams, children)
+			for i := range ps {
+				ps[i] = machine.SpawnParams{Kind: "child", IdempotencyKey: fmt.Sprint("child-", i)}
+			}
+			ps[0].Kind = "doomed"
+			kids, err := run.SpawnMany(ctx, ps)
+			if err != nil {
+				return err
+			}
+			ids := make([]int64, len(kids))
+			for i, k := range kids {
+				ids[i] = k.ID
+			}
+			return run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.FailFast, Phase: "decided"})
+		},
+		"doomed": func(ctx context.Context, run *machine.Run) error {
+			i := log.enter(run)
+			defer log.leave(run, i)
+			return machine.NonRetryable(fmt.Errorf("the tool refused"))
+		},
+		"child": func(ctx context.Context, run *machine.Run) error {
+			i := log.enter(run)
+			defer log.leave(run, i)
+			<-ctx.Done() // until the fail_fast abort reaches it
+			return ctx.Err()
+		},
+	}, func(c *machine.RunnerConfig) {
+		c.ConversationLease = time.Second
+		c.Workers = 200
+		c.Logger = slog.New(logs)
+	})
+	parent, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "parent"})
+	require.NoError(t, err)
+	got, err := b.engine.AwaitSettled(b.ctx, parent.ID)
+	require.NoError(t, err)
+	require.Equal(t, arbortype.StatusCompleted, got.Status)
+	kids, err := b.engine.Children(b.ctx, parent.ID)
+	require.NoError(t, err)
+	require.Len(t, kids, children)
+	for _, k := range kids {
+		require.LessOrEqual(t, log.count(k.ID), 1, "child %d ran at most once", k.ID)
+		require.Zero(t, k.Attempt)
+	}
+	require.Empty(t, log.overlaps())
+	require.Zero(t, logs.count("could not confirm its lease"))
+	b.requireClean(t)
+}
