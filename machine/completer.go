@@ -42,14 +42,14 @@ type queued struct {
 }
 
 // deferredWait is how long an outcome whose conversation another
-// transaction held waits before the next flush tries it: 5 ms doubling
-// to at most 100 ms (a conversation locked for long costs a lock attempt
-// per 100 ms, and delays only its own outcomes).
+// transaction held waits before the next flush tries it: 1 ms doubling
+// to at most 64 ms (a conversation locked for long costs a lock attempt
+// per 64 ms, and delays only its own outcomes).
 func deferredWait(try int) time.Duration {
-	if try >= 5 {
-		return 100 * time.Millisecond
+	if try >= 6 {
+		return 64 * time.Millisecond
 	}
-	return 5 * time.Millisecond << try
+	return time.Millisecond << try
 }
 
 // stopDrain bounds how long stop waits for the flushes in flight before it
@@ -101,12 +101,15 @@ func (c *completer) enqueue(q *queued) {
 	}
 }
 
-// requeue puts back the outcomes a flush skipped, each after its backoff;
-// one whose conversation a flush of this node holds goes again when that
-// flush ends (flushEnd), at the latest after its backoff.
+// requeue puts back the outcomes a flush skipped: one whose conversation
+// another flush of this node holds goes again when that flush ends (its
+// first few times), the others after their backoff.
 func (c *completer) requeue(qs []*queued) {
 	for _, q := range qs {
 		q.deferrals++
+		if q.deferrals <= 3 && c.r.parkBehindFlush(q) {
+			continue
+		}
 		c.wg.Add(1)
 		time.AfterFunc(deferredWait(q.deferrals-1), func() {
 			defer c.wg.Done()
@@ -309,10 +312,10 @@ func resolveXact(ctx context.Context, r *Runner, xact int64) (bool, error) {
 	}
 }
 
-// batchConvs lists the conversations of a batch's outcomes.
 // flushBegin counts a flush in flight in each of its conversations, before
 // it can lock them; flushEnd, after its commit (or its end), claims in the
-// conversations a claim skipped while a flush held them.
+// conversations a claim skipped while a flush held them, and queues again
+// the outcomes a flush skipped while this one held their conversation.
 func (r *Runner) flushBegin(convs []string) {
 	r.mu.Lock()
 	for _, c := range convs {
@@ -323,6 +326,7 @@ func (r *Runner) flushBegin(convs []string) {
 
 func (r *Runner) flushEnd(convs []string) {
 	var again []string
+	var outs []*queued
 	r.mu.Lock()
 	for _, c := range convs {
 		if r.flushingIn[c]--; r.flushingIn[c] > 0 {
@@ -333,13 +337,37 @@ func (r *Runner) flushEnd(convs []string) {
 			delete(r.afterFlush, c)
 			again = append(again, c)
 		}
+		outs = append(outs, r.outcomesAfter[c]...)
+		delete(r.outcomesAfter, c)
 	}
 	r.mu.Unlock()
 	if again != nil {
 		r.markDirty(again...)
 	}
+	if len(outs) > 0 {
+		r.comp.mu.Lock()
+		for _, q := range outs {
+			r.comp.enqueue(q)
+		}
+		r.comp.mu.Unlock()
+	}
 }
 
+// parkBehindFlush keeps q, an outcome a flush skipped, for the end of
+// another flush of this node's in its conversation, if one is in flight
+// (besides the flush that skipped it, which counts in flushingIn too): it
+// holds the lock, or is about to, and its end is the moment to try again.
+func (r *Runner) parkBehindFlush(q *queued) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.flushingIn[q.o.ConversationID] <= 1 {
+		return false
+	}
+	r.outcomesAfter[q.o.ConversationID] = append(r.outcomesAfter[q.o.ConversationID], q)
+	return true
+}
+
+// batchConvs lists the conversations of a batch's outcomes.
 // failedConvs lists the conversations of the failures among qs.
 func failedConvs(qs []*queued) []string {
 	var out []string

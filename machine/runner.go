@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -63,12 +64,15 @@ type Runner struct {
 	// held it, to be claimed in once those flushes are over.
 	flushingIn map[string]int
 	afterFlush map[string]bool
-	news       map[string]bool // conversations not held here that the change channel named
-	wantHeld   bool            // any held conversation may have work (the slow poll)
-	wantOpen   bool            // a conversation with no holder may have work
-	wantReopen bool            // lapsed conversations wait for a reopen
-	started    bool
-	stopping   bool
+	// outcomesAfter are outcomes a flush skipped because another flush of
+	// this node held their conversation: queued again when it ends.
+	outcomesAfter map[string][]*queued
+	news          map[string]bool // conversations not held here that the change channel named
+	wantHeld      bool            // any held conversation may have work (the slow poll)
+	wantOpen      bool            // a conversation with no holder may have work
+	wantReopen    bool            // lapsed conversations wait for a reopen
+	started       bool
+	stopping      bool
 	// halted is set once Stop is done: a handler that outlived it can make
 	// no call of arbor's any more (its connections are gone).
 	halted atomic.Bool
@@ -137,20 +141,21 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		cfg.Logger = c.Logger
 	}
 	r := &Runner{
-		app:        c,
-		cfg:        cfg,
-		logger:     cfg.Logger.With(slog.String("node", cfg.NodeID)),
-		handlers:   handlers,
-		held:       map[string]*heldConv{},
-		lapsed:     map[string]core.Lease{},
-		runs:       map[int64]*active{},
-		waiting:    map[int64]*active{},
-		liveIn:     map[string]int{},
-		dirty:      map[string]bool{},
-		flushingIn: map[string]int{},
-		afterFlush: map[string]bool{},
-		news:       map[string]bool{},
-		kick:       make(chan struct{}, 1),
+		app:           c,
+		cfg:           cfg,
+		logger:        cfg.Logger.With(slog.String("node", cfg.NodeID)),
+		handlers:      handlers,
+		held:          map[string]*heldConv{},
+		lapsed:        map[string]core.Lease{},
+		runs:          map[int64]*active{},
+		waiting:       map[int64]*active{},
+		liveIn:        map[string]int{},
+		dirty:         map[string]bool{},
+		flushingIn:    map[string]int{},
+		afterFlush:    map[string]bool{},
+		outcomesAfter: map[string][]*queued{},
+		news:          map[string]bool{},
+		kick:          make(chan struct{}, 1),
 	}
 	for kind, h := range handlers {
 		if kind == "" || h == nil {
@@ -240,6 +245,7 @@ func (r *Runner) startWaker(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	waker.wake = r.wakeAndClaim
 	if err := waker.Start(ctx); err != nil {
 		return err
 	}
@@ -546,6 +552,51 @@ func (r *Runner) retake(run *Run) {
 		r.busy++
 	}
 	r.mu.Unlock()
+}
+
+// wakeAndClaim is a timer's wake on this node: the sleep ended and, when
+// this node holds the conversation and may act, the conversation's
+// runnable work claimed (the woken task first among it, oldest first) in
+// the same transaction and dispatched at once — no notification and no
+// producer between a sleep's time and its handler. A wake whose commit's
+// answer was lost is resolved like a claim's (adopt).
+func (r *Runner) wakeAndClaim(ctx context.Context, taskID, sleepSeq int64, conv string) (bool, error) {
+	r.mu.Lock()
+	h := r.held[conv]
+	r.mu.Unlock()
+	k := 0
+	if h != nil && r.lease.usable(time.Now()) {
+		k = r.reserve(1)
+	}
+	var (
+		claimed []arbortype.Task
+		xact    int64
+	)
+	r.claimMu.RLock()
+	woken, err := core.Tx(ctx, r.core, func(tx pgx.Tx) (bool, error) {
+		claimed = nil
+		woken, err := r.core.WakeSleeping(ctx, tx, taskID, sleepSeq)
+		if err != nil || !woken || k == 0 {
+			return woken, err
+		}
+		p := r.claimParams(k)
+		p.Conversations = []string{conv}
+		claimed, xact, err = r.core.ClaimFor(ctx, tx, p)
+		return woken, err
+	})
+	if err != nil {
+		r.claimMu.RUnlock()
+		r.unreserve(k)
+		if errors.Is(err, tasks.ErrAmbiguous) && xact != 0 {
+			go r.claimFailed(err, xact, "waking a sleep")
+		}
+		return woken, err
+	}
+	r.unreserve(k - len(claimed))
+	r.dispatch(claimed)
+	r.claimMu.RUnlock()
+	r.announceRuns(claimed)
+	return woken, nil
 }
 
 // stopRuns cancels, with cause, the runs here of the tasks among ids

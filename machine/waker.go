@@ -162,6 +162,11 @@ type Waker struct {
 	offset atomic.Int64
 	kick   chan struct{}
 
+	// wake, when set (a Runner's waker), makes a timer's wake: the wake and
+	// the claim of what it made runnable in one transaction, dispatched at
+	// once (see Runner.wakeAndClaim); nil: the wake alone.
+	wake func(ctx context.Context, taskID, sleepSeq int64, conv string) (bool, error)
+
 	mu      sync.Mutex
 	timers  map[sleepKey]*timerEntry
 	running bool
@@ -440,9 +445,13 @@ func (w *Waker) fire(ctx context.Context, key sleepKey, conversationID string, e
 	var woken bool
 	var err error
 	for {
-		woken, err = core.Tx(wakeCtx, w.core, func(tx pgx.Tx) (bool, error) {
-			return w.core.WakeSleeping(wakeCtx, tx, key.taskID, key.sleepSeq)
-		})
+		if w.wake != nil {
+			woken, err = w.wake(wakeCtx, key.taskID, key.sleepSeq, conversationID)
+		} else {
+			woken, err = core.Tx(wakeCtx, w.core, func(tx pgx.Tx) (bool, error) {
+				return w.core.WakeSleeping(wakeCtx, tx, key.taskID, key.sleepSeq)
+			})
+		}
 		if !errors.Is(err, tasks.ErrAmbiguous) || wakeCtx.Err() != nil {
 			break
 		}

@@ -201,7 +201,7 @@ var (
 
 	// The tasks of a batch's waits, locked, with what a wait checks.
 	qLockRunStates = define(`SELECT id, status, coalesce(token, 0), abort_requested FROM {schema}.tasks
-		WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`)
+		WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED`)
 
 	qChildStates = define(`SELECT id, coalesce(owner_task_id, 0), status, coalesce(settle_seq, 0) FROM {schema}.tasks
 		WHERE id = ANY($1)`)

@@ -39,6 +39,7 @@ func TestRunTiny(t *testing.T) {
 			"h": {"2x2", "3x2", "2x3"},
 			"i": {"3", "5", "4"},
 			"j": {"3", "5", "4"},
+			"k": {"3", "5", "4"},
 		},
 		// River alone wakes a sleep only when it promotes its scheduled
 		// job, every ~5 s: seconds per size, too slow for the smoke test.

@@ -207,6 +207,26 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
+			Key:   "k",
+			Title: "a Runner's reflexes: sleep re-entry lateness, fail_fast sibling cancel latency p50/p99/max",
+			About: "N conversations through one machine.Runner with RunnerConfig{}. sleep: a turn sleeps 1.5 s (SleepUntil) and " +
+				"notes when its handler is entered again; latency = that entry minus the wake time asked for (timer, wake " +
+				"transaction, claim, start). sibling-cancel: a group spawns a sibling that waits for its context and a doomed " +
+				"child that fails non-retryable once the sibling runs, under fail_fast; latency = the sibling's context cancelled " +
+				"minus the doomed handler's return (the failure's flush, its abort, the cancel on this node). Run once per size.",
+			Metric:     Latency,
+			Sizes:      []string{"50", "200", "500"},
+			QuickSizes: []string{"10", "20", "40"},
+			SizeForm:   "N, the number of conversations",
+			ParseSize:  parseN,
+			Reps:       1,
+			Goal:       "sleep p99 ≤ 50 ms; sibling cancel p50 ≤ 5 ms",
+			Subjects: []Subject{
+				{Key: "sleep", Arbor: true, Label: "arbor machine.Runner, SleepUntil → handler re-entered", Run: sleepReentry},
+				{Key: "sibling-cancel", Arbor: true, Label: "arbor machine.Runner, fail_fast failure → sibling's context cancelled", Run: siblingCancel},
+			},
+		},
+		{
 			Key:   "f",
 			Title: "child settles → parent's handler runs again: latency p50/p99/max",
 			About: "N parents, one conversation each, through one machine.Runner with RunnerConfig{} (1,000 workers: one is free whenever a parent wakes, so no time goes to queueing for a worker): " +
