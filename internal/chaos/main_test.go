@@ -17,6 +17,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envChild) != "" {
 		os.Exit(runChild())
 	}
+
 	os.Exit(testdb.Main(m))
 }
 
