@@ -343,6 +343,28 @@ func (s *scenario) rows(sql string, args ...any) []string {
 	return out
 }
 
+// column runs a query that returns one text column.
+func (s *scenario) column(sql string, args ...any) []string {
+	var out []string
+	s.retry(sql, func(ctx context.Context) error {
+		out = out[:0]
+		rows, err := s.pool.Query(ctx, s.q(sql), args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var v string
+			if err := rows.Scan(&v); err != nil {
+				return err
+			}
+			out = append(out, v)
+		}
+		return rows.Err()
+	})
+	return out
+}
+
 // callsCTE: every handler call with the end of its interval — its return,
 // or its process's death when it was killed first — and whether it was in
 // flight while its process was frozen past the lease.
