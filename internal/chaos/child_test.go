@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,6 +36,9 @@ const (
 	// runner process (a route through the test's fault proxy); the run log
 	// and the side effects always go to testdb.EnvURL directly.
 	envArborURL = "ARBOR_CHAOS_ARBOR_URL"
+	// envHog makes the test binary a CPU hog: that many goroutines busy
+	// looping, on as many threads, until its stdin closes.
+	envHog = "ARBOR_CHAOS_HOG"
 )
 
 // appPrefix starts the application_name of every runner process's arbor
@@ -145,6 +149,49 @@ func childPool(ctx context.Context, url, app string) (*pgxpool.Pool, error) {
 	cfg.MaxConns = poolConns
 	cfg.ConnConfig.RuntimeParams["application_name"] = app
 	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// runHog busy-loops on n threads until the test process closes its stdin
+// (or it is killed): load beside the runners, as a busy host has.
+func runHog(n int) int {
+	runtime.GOMAXPROCS(n)
+	for range n {
+		go func() {
+			x := uint64(1)
+			for {
+				x = x*6364136223846793005 + 1442695040888963407
+				if x == 0 {
+					fmt.Println(x) // never: keeps the loop from being optimised away
+				}
+			}
+		}()
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// startHog starts a CPU hog process of n busy threads, killed when the
+// test ends or by stopHog.
+func (s *scenario) startHog(n int) (stopHog func()) {
+	t := s.t
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", envHog, n))
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	var once sync.Once
+	stopHog = func() {
+		once.Do(func() {
+			_ = stdin.Close()
+			_ = cmd.Process.Kill()
+			<-done
+		})
+	}
+	t.Cleanup(stopHog)
+	return stopHog
 }
 
 // child is a runner process: this test binary re-executed.
