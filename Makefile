@@ -20,14 +20,15 @@ test:
 	$(WITH_PG) bash -c '$(GO) test -race -count=1 -timeout 20m ./... && \
 		for m in $(NESTED); do (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; done'
 
-# The fault tests (internal/chaos): runner processes killed and frozen, every
-# backend terminated, the database server restarted, all against a real
-# PostgreSQL. They restart that server, so they run only here, on a
-# throwaway server of their own: ARBOR_CHAOS=1 lets them run (under
-# `make test` they skip), and with ARBOR_DATABASE_URL set the restart test
-# fails rather than restart a server the script did not start. -v: the
-# figures of each scenario (kills, terminations, runs, recoveries) are the
-# report.
+# The fault tests (internal/chaos): runner processes killed (beside a CPU
+# hog, during large flushes) and frozen, every backend terminated, the
+# database server restarted, a conversation row locked, a node's route
+# blackholed, all against a real PostgreSQL. They restart that server, so
+# they run only here, on a throwaway server of their own: ARBOR_CHAOS=1 lets
+# them run (under `make test` they skip), and with ARBOR_DATABASE_URL set the
+# restart test fails rather than restart a server the script did not start.
+# -v: the figures of each scenario (overlaps, side effects after a take-over,
+# tasks failed, restarts, give-ups, stop latency) are the report.
 chaos:
 	ARBOR_CHAOS=1 $(WITH_PG) $(GO) test -race -count=1 -timeout 20m -v ./internal/chaos/
 

@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,10 +11,11 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,12 +32,24 @@ const (
 	envSchema = "ARBOR_CHAOS_SCHEMA"
 	envNode   = "ARBOR_CHAOS_NODE"
 	envLease  = "ARBOR_CHAOS_LEASE"
+	// envArborURL, when set, is the database URL of arbor's pool in the
+	// runner process (a route through the test's fault proxy); the run log
+	// and the side effects always go to testdb.EnvURL directly.
+	envArborURL = "ARBOR_CHAOS_ARBOR_URL"
+	// envHog makes the test binary a CPU hog: that many goroutines busy
+	// looping, on as many threads, until its stdin closes.
+	envHog = "ARBOR_CHAOS_HOG"
 )
 
-// appPrefix starts the application_name of every runner process's
+// appPrefix starts the application_name of every runner process's arbor
 // connections ("arbor-chaos-" + node): what test (b) terminates by, and
 // what the audit trigger records as the writer of each row version.
-const appPrefix = "arbor-chaos-"
+// logPrefix starts that of its run log's pool, which is not arbor's: no
+// fault but a server restart touches it.
+const (
+	appPrefix = "arbor-chaos-"
+	logPrefix = "chaos-log-"
+)
 
 // Runner settings of every runner process: a short conversation lease (a
 // killed or frozen runner's conversations are taken over a second later)
@@ -73,26 +87,30 @@ func runChild() int {
 		return 1
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg, err := pgxpool.ParseConfig(os.Getenv(testdb.EnvURL))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	arborURL := os.Getenv(envArborURL)
+	if arborURL == "" {
+		arborURL = os.Getenv(testdb.EnvURL)
 	}
-	cfg.MaxConns = poolConns
-	cfg.ConnConfig.RuntimeParams["application_name"] = appPrefix + node
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := childPool(ctx, arborURL, appPrefix+node)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer pool.Close()
-	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema, TaskLease: taskLease, RestartLimit: restartSafe,
+	logs, err := childPool(ctx, os.Getenv(testdb.EnvURL), logPrefix+node)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer logs.Close()
+	// The engine's default restart limit, as an application's.
+	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema, TaskLease: taskLease,
 		IdleInTransaction: idleInTx, Logger: logger})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	w := &worker{pool: pool, schema: schema, node: node, engine: engine}
+	w := &worker{logs: logs, schema: schema, node: node, engine: engine}
 	runner, err := machine.NewRunner(engine, w.handlers(), &machine.RunnerConfig{
 		NodeID:            node,
 		Workers:           workers,
@@ -120,6 +138,60 @@ func runChild() int {
 		return 1
 	}
 	return 0
+}
+
+// childPool opens a pool of a runner process, its connections named app.
+func childPool(ctx context.Context, url, app string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = poolConns
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// runHog busy-loops on n threads until the test process closes its stdin
+// (or it is killed): load beside the runners, as a busy host has.
+func runHog(n int) int {
+	runtime.GOMAXPROCS(n)
+	for range n {
+		go func() {
+			x := uint64(1)
+			for {
+				x = x*6364136223846793005 + 1442695040888963407
+				if x == 0 {
+					fmt.Println(x) // never: keeps the loop from being optimised away
+				}
+			}
+		}()
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// startHog starts a CPU hog process of n busy threads, killed when the
+// test ends or by stopHog.
+func (s *scenario) startHog(n int) (stopHog func()) {
+	t := s.t
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", envHog, n))
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	var once sync.Once
+	stopHog = func() {
+		once.Do(func() {
+			_ = stdin.Close()
+			_ = cmd.Process.Kill()
+			<-done
+		})
+	}
+	t.Cleanup(stopHog)
+	return stopHog
 }
 
 // child is a runner process: this test binary re-executed.
@@ -154,6 +226,13 @@ func (w *startedWriter) Write(p []byte) (int, error) {
 // appPrefix+node) with the given conversation lease, and waits until its
 // runner runs.
 func (s *scenario) startChild(node string, lease time.Duration) *child {
+	s.t.Helper()
+	return s.startChildVia(node, lease, "")
+}
+
+// startChildVia is startChild with arbor's pool on url (a route through
+// the fault proxy), "" for the database itself.
+func (s *scenario) startChildVia(node string, lease time.Duration, url string) *child {
 	t := s.t
 	t.Helper()
 	c := &child{node: node, log: filepath.Join(s.logDir, node+".log"), done: make(chan struct{})}
@@ -162,6 +241,9 @@ func (s *scenario) startChild(node string, lease time.Duration) *child {
 	defer logFile.Close() // the child has its own descriptor
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	c.cmd.Env = append(os.Environ(), envChild+"=1", envSchema+"="+s.schema, envNode+"="+node, envLease+"="+lease.String())
+	if url != "" {
+		c.cmd.Env = append(c.cmd.Env, envArborURL+"="+url)
+	}
 	c.cmd.Stderr = logFile
 	out := &startedWriter{started: make(chan struct{})}
 	c.cmd.Stdout = out
@@ -189,12 +271,13 @@ func (s *scenario) startChild(node string, lease time.Duration) *child {
 }
 
 // kill kills the child with SIGKILL, waits for it to be gone and records
-// the moment (database clock) in chaos_nodes: no run of it lasts beyond.
+// the moment in chaos_faults: no call of it lasts beyond.
 func (s *scenario) kill(c *child) {
 	s.t.Helper()
 	require.NoError(s.t, c.cmd.Process.Signal(syscall.SIGKILL))
 	<-c.done
-	s.exec(`INSERT INTO {s}.chaos_nodes (node, died_at) VALUES ($1, clock_timestamp())`, c.node)
+	at := time.Now()
+	s.fault("kill", c.node, "", at, at)
 }
 
 // stop asks the child to shut down gracefully and requires a clean exit:
@@ -210,17 +293,23 @@ func (s *scenario) stop(c *child) {
 	require.NoError(s.t, c.err, "runner %s stops cleanly; its log:\n%s", c.node, tail(c.log, 40))
 }
 
-// freeze stops the child with SIGSTOP and waits until the kernel says it
-// is stopped.
-func (s *scenario) freeze(c *child) {
+// freeze stops the child with SIGSTOP, waits until the kernel says it is
+// stopped and returns the moment it sent the signal: nothing of the child
+// ran after it.
+func (s *scenario) freeze(c *child) time.Time {
 	s.t.Helper()
+	at := time.Now()
 	require.NoError(s.t, c.cmd.Process.Signal(syscall.SIGSTOP))
 	s.waitFor("runner "+c.node+" to be stopped", func() bool { return procState(c.cmd.Process.Pid) == "T" })
+	return at
 }
 
-func (s *scenario) thaw(c *child) {
+// thaw resumes the child with SIGCONT and returns the moment it was sent:
+// nothing of the child ran before it since the freeze.
+func (s *scenario) thaw(c *child) time.Time {
 	s.t.Helper()
 	require.NoError(s.t, c.cmd.Process.Signal(syscall.SIGCONT))
+	return time.Now()
 }
 
 // procState is the state letter of /proc/<pid>/stat ("T": stopped).
@@ -250,30 +339,50 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// logSummary counts the messages of the runner processes' logs at WARN
-// and above, for the test's figures.
-func (s *scenario) logSummary(t *testing.T) {
-	counts := map[string]int{}
+// giveUpRe matches the runner's log lines that say a node stopped its
+// handlers for a lease it could not confirm, or lost a conversation's
+// lease. Today's texts (machine/runner.go) are "arbor: conversation leases
+// not renewed in time; …" (with a "conversations" count) and "arbor:
+// conversation lease lost" (one conversation); the runner's rework may
+// rename them, so any message about a lease that says lost, not renewed,
+// not confirmed or given up matches too — the figures name each message
+// they counted, so a renamed one shows.
+var giveUpRe = regexp.MustCompile(`(?i)lease.*(lost|not renewed|not confirmed|unconfirmed|could not (be )?(renew|confirm)|gave up|given up|giving up)`)
+
+// logLine is what the figures read of a runner's JSON log line.
+type logLine struct {
+	Level         string `json:"level"`
+	Msg           string `json:"msg"`
+	Conversations *int   `json:"conversations"`
+}
+
+// logSummary reads the runner processes' logs: the lines at WARN and
+// above by message, and the give-ups (giveUpRe) with the conversations
+// they name (the "conversations" attribute, one when there is none).
+func (s *scenario) logSummary() (warns map[string]int, giveUps map[string]int, giveUpConvs int) {
+	warns, giveUps = map[string]int{}, map[string]int{}
 	for _, c := range s.children {
 		b, err := os.ReadFile(c.log)
 		if err != nil {
 			continue
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			if !strings.Contains(line, `"level":"WARN"`) && !strings.Contains(line, `"level":"ERROR"`) {
+			var l logLine
+			if json.Unmarshal([]byte(line), &l) != nil {
 				continue
 			}
-			msg := line
-			if i := strings.Index(line, `"msg":"`); i >= 0 {
-				msg = line[i+7:]
-				if j := strings.Index(msg, `"`); j >= 0 {
-					msg = msg[:j]
+			if giveUpRe.MatchString(l.Msg) {
+				giveUps[l.Msg]++
+				if l.Conversations != nil {
+					giveUpConvs += *l.Conversations
+				} else {
+					giveUpConvs++
 				}
 			}
-			counts[msg]++
+			if l.Level == "WARN" || l.Level == "ERROR" {
+				warns[l.Msg]++
+			}
 		}
 	}
-	for msg, n := range counts {
-		t.Logf("runner log: %5d × %s", n, msg)
-	}
+	return warns, giveUps, giveUpConvs
 }

@@ -9,26 +9,74 @@ import (
 )
 
 // TestFrozenRunner (d): two runner processes; one is frozen with SIGSTOP
-// while it has tool runs in flight, until the other has taken over every
-// run it had in flight (its leases, 1 s, expired; the take-over recovered
-// the runs, killing their tokens), then resumed with SIGCONT. Its resumed
-// handlers go on — the tools are stubborn, they heartbeat, checkpoint and
-// complete whatever they are told — and every one of those writes must be
-// refused: nothing stamped by a run that was in flight at the freeze lands
-// after the resume, and no such run ends "ok". Then the end conditions of
-// every scenario.
+// while it has calls in flight — of the stubborn kind and well-behaved
+// ones — until the other has taken over every run it had in flight (its
+// leases, 1 s, expired; the take-over recovered the runs, killing their
+// tokens), then resumed with SIGCONT.
+//
+// A process frozen past its lease is the one case where two calls of a
+// task run at once and no runner can prevent it: the frozen calls resume
+// after another node took over. The proof exempts them from the overlap
+// rule and holds them instead to this: no side effect decided after the
+// take-over (a well-behaved call checks its context before each side
+// effect, so the runner must have cancelled it by the time it runs again),
+// every one of them returns (how long after the resume is logged), and the
+// stubborn calls — which heartbeat, checkpoint and complete whatever they
+// are told — have every write refused: nothing stamped by a run that was
+// in flight at the freeze lands after the resume, and no such call ends
+// "ok". Then the end conditions of every scenario.
 func TestFrozenRunner(t *testing.T) {
 	s := setup(t, conversations)
 	frozen := s.startChild("d-frozen", leaseDefault)
 	other := s.startChild("d-other", leaseDefault)
-	s.waitFor("tool runs in flight in "+frozen.node, func() bool {
-		return s.count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND kind = 'tool' AND ended_at IS NULL`, frozen.node) >= 3
+	s.waitFor("stubborn and well-behaved calls in flight in "+frozen.node, func() bool {
+		return s.count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND stubborn AND returned_at IS NULL`, frozen.node) >= 2 &&
+			s.count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND kind IN ('tool', 'once') AND returned_at IS NULL`, frozen.node) >= 2
 	})
-	s.freeze(frozen)
-	frozenAt := s.now()
+	frozenAt := s.freeze(frozen)
+	tokens := s.inFlight(frozen.node, frozenAt)
+	require.NotEmpty(t, tokens)
+	held := s.count(`SELECT count(*) FROM {s}.conversations WHERE holder = $1`, frozen.node)
+	s.waitFor("the other runner to take over every run the frozen one had in flight", func() bool {
+		return s.count(`SELECT count(*) FROM {s}.tasks WHERE status = 'running' AND token = ANY($1)`, tokens) == 0
+	})
+	thawedAt := s.thaw(frozen)
+	s.fault("freeze_past_lease", frozen.node, "", frozenAt, thawedAt)
+	s.waitSettled()
+	s.stopAll()
+	s.verify()
+
+	takenOver := s.count(`SELECT count(*) FROM {s}.chaos_audit WHERE old_token = ANY($1) AND new_token IS DISTINCT FROM old_token AND app = $2`,
+		tokens, appPrefix+other.node)
+	landed := s.count(`SELECT count(*) FROM {s}.chaos_audit WHERE by_token = ANY($1) AND at > $2`, tokens, thawedAt)
+	const resumedSQL = `FROM {s}.run_log WHERE node = $1 AND started_at < $2 AND (returned_at IS NULL OR returned_at > $3)`
+	resumed := s.count(`SELECT count(*) `+resumedSQL, frozen.node, frozenAt, thawedAt)
+	endedOK := s.count(`SELECT count(*) `+resumedSQL+` AND outcome = 'ok'`, frozen.node, frozenAt, thawedAt)
+	refused := s.count(`SELECT coalesce(sum(refused), 0) `+resumedSQL, frozen.node, frozenAt, thawedAt)
+	effects := s.rows(`SELECT stubborn, count(*) AS side_effects FROM {s}.side_effects e WHERE e.node = $1 AND e.checked_at > $3
+		AND e.call_id IN (SELECT id `+resumedSQL+`) GROUP BY stubborn ORDER BY 1`, frozen.node, frozenAt, thawedAt)
+	back := s.rows(`SELECT stubborn, count(*) AS calls,
+			round(1000 * extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY returned_at - $3::timestamptz)))::text || ' ms' AS p50,
+			round(1000 * extract(epoch FROM max(returned_at - $3::timestamptz)))::text || ' ms' AS max
+		`+resumedSQL+` GROUP BY stubborn ORDER BY 1`, frozen.node, frozenAt, thawedAt)
+	t.Logf("(d) frozen with %d runs in flight (%d conversations held) for %s; the other runner recovered %d of their tasks; after the resume %d calls went on, %d of their writes were refused, %d landed; %d ended ok",
+		len(tokens), held, thawedAt.Sub(frozenAt).Round(time.Millisecond), takenOver, resumed, refused, landed, endedOK)
+	t.Logf("(d) side effects the resumed calls decided after the resume: %v; return after the resume: %v", effects, back)
+	require.Positive(t, takenOver, "the other runner took the frozen one's runs over")
+	require.Positive(t, resumed, "handlers of the frozen runner went on after the resume")
+	require.Positive(t, refused, "the resumed handlers tried to write, and were refused")
+	require.Zero(t, landed, "nothing written by a run that was in flight at the freeze landed after the resume")
+	require.Zero(t, endedOK, "no call in flight at the freeze ended its run after the resume")
+}
+
+// inFlight returns the tokens of the node's calls in flight at the moment
+// at (entered before it, not returned by it).
+func (s *scenario) inFlight(node string, at time.Time) []int64 {
+	s.t.Helper()
 	var tokens []int64
 	s.retry("in-flight tokens", func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, s.q(`SELECT DISTINCT token FROM {s}.run_log WHERE node = $1 AND ended_at IS NULL`), frozen.node)
+		rows, err := s.pool.Query(ctx, s.q(`SELECT DISTINCT token FROM {s}.run_log
+			WHERE node = $1 AND started_at < $2 AND (returned_at IS NULL OR returned_at > $2)`), node, at)
 		if err != nil {
 			return err
 		}
@@ -43,31 +91,5 @@ func TestFrozenRunner(t *testing.T) {
 		}
 		return rows.Err()
 	})
-	require.NotEmpty(t, tokens)
-	held := s.count(`SELECT count(*) FROM {s}.conversations WHERE holder = $1`, frozen.node)
-	s.waitFor("the other runner to take over every run the frozen one had in flight", func() bool {
-		return s.count(`SELECT count(*) FROM {s}.tasks WHERE status = 'running' AND token = ANY($1)`, tokens) == 0
-	})
-	thawedAt := s.now()
-	s.thaw(frozen)
-	s.waitSettled()
-	s.stopAll()
-	s.verify()
-
-	takenOver := s.count(`SELECT count(*) FROM {s}.chaos_audit WHERE old_token = ANY($1) AND new_token IS DISTINCT FROM old_token AND app = $2`,
-		tokens, appPrefix+other.node)
-	landed := s.count(`SELECT count(*) FROM {s}.chaos_audit WHERE by_token = ANY($1) AND at > $2`, tokens, thawedAt)
-	resumed := s.count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND started_at < $2 AND (ended_at IS NULL OR ended_at > $3)`,
-		frozen.node, frozenAt, thawedAt)
-	endedOK := s.count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND started_at < $2 AND ended_at > $3 AND outcome = 'ok'`,
-		frozen.node, frozenAt, thawedAt)
-	refused := s.count(`SELECT coalesce(sum(refused), 0) FROM {s}.run_log WHERE node = $1 AND started_at < $2 AND (ended_at IS NULL OR ended_at > $3)`,
-		frozen.node, frozenAt, thawedAt)
-	t.Logf("(d) frozen with %d handler calls in flight (%d conversations held) for %s; the other runner recovered %d of their tasks; after the resume %d calls went on, %d of their writes were refused, %d landed",
-		len(tokens), held, thawedAt.Sub(frozenAt).Round(time.Millisecond), takenOver, resumed, refused, landed)
-	require.Positive(t, takenOver, "the other runner took the frozen one's runs over")
-	require.Positive(t, resumed, "handlers of the frozen runner went on after the resume")
-	require.Positive(t, refused, "the resumed handlers tried to write, and were refused")
-	require.Zero(t, landed, "nothing written by a run that was in flight at the freeze landed after the resume")
-	require.Zero(t, endedOK, "no run in flight at the freeze ended its run after the resume")
+	return tokens
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -38,9 +39,9 @@ const envKeepLogs = "ARBOR_CHAOS_LOGS"
 // calls after the last one), to run a scenario again as it was logged.
 const envSeed = "ARBOR_CHAOS_SEED"
 
-// scenario is what a test needs: its own schema (with the run log and the
-// audit trigger), the test's engine and pool, the turns it created, and the
-// runner processes it started.
+// scenario is what a test needs: its own schema (with the run log, the
+// side effects, the faults and the audit trigger), the test's engine and
+// pool, the turns it created, and the runner processes it started.
 type scenario struct {
 	t        *testing.T
 	ctx      context.Context
@@ -52,15 +53,21 @@ type scenario struct {
 	began    time.Time
 	convs    []string
 	turns    []int64
+	fans     []int // the leaves each turn spawns (0: none)
 	children []*child
 }
 
-// setup gives a test a migrated schema of its own with the run log and the
-// audit trigger, and creates conversations turns, one turn each. The tests
-// do not run in parallel (no t.Parallel): one of them restarts the
-// database server, which would hit every other test sharing it, and on a
-// two-core machine parallel runner processes would starve each other into
-// lease losses that belong to no scenario.
+// setup gives a test a migrated schema of its own with the run log, the
+// side effects, the faults and the audit trigger, and creates
+// conversations turns of the tree workload, one turn each. The tests do not
+// run in parallel (no t.Parallel): one of them restarts the database
+// server, which would hit every other test sharing it, and on a two-core
+// machine parallel runner processes would starve each other into lease
+// losses that belong to no scenario.
+//
+// Every task is created with the engine's default restart limit
+// (tasks.RestartLimitDefault): the proof accepts a task failed by it only
+// when kills and freezes really cut its runs more often (see verify).
 func setup(t *testing.T, conversations int) *scenario {
 	requireChaos(t)
 	pool, schema := testdb.Fresh(t)
@@ -78,43 +85,138 @@ func setup(t *testing.T, conversations int) *scenario {
 		require.NoError(t, os.MkdirAll(s.logDir, 0o755))
 		t.Logf("runner logs in %s", s.logDir)
 	}
-	for _, ddl := range []string{runLogDDL, nodesDDL, auditDDL} {
+	s.requireOneClock()
+	for _, ddl := range []string{runLogDDL, sideEffectsDDL, faultsDDL, auditDDL} {
 		s.exec(ddl)
 	}
-	engine, err := tasks.New(s.ctx, pool, &tasks.Config{Schema: schema, RestartLimit: restartSafe})
+	engine, err := tasks.New(s.ctx, pool, &tasks.Config{Schema: schema})
 	require.NoError(t, err)
+	require.Equal(t, tasks.RestartLimitDefault, engine.Config().RestartLimit, "the workload runs at the engine's default restart limit")
 	s.engine = engine
-	in, _ := json.Marshal(map[string]any{"value": map[string]any{"name": "turn"}})
-	for i := range conversations {
-		conv := fmt.Sprintf("chaos-%03d", i)
-		turn, _, err := engine.Create(s.ctx, tasks.CreateParams{ConversationID: conv, Kind: turnKind, Input: in})
-		require.NoError(t, err)
-		s.convs = append(s.convs, conv)
-		s.turns = append(s.turns, turn.ID)
-	}
+	s.addTurns(conversations, nil)
 	return s
 }
 
-// The run log: one row per call of a handler, written by the handler on
-// its runner's pool in statements of its own (not in arbor's
-// transactions). ended_at is when the call issued its ending write (or
-// returned its error); null when its process died first (chaos_nodes says
-// when). refused counts the writes of the call that arbor refused.
-const runLogDDL = `CREATE TABLE {s}.run_log (
-	id         bigint PRIMARY KEY,
-	task_id    bigint NOT NULL,
-	token      bigint NOT NULL,
-	node       text NOT NULL,
-	kind       text NOT NULL,
-	attempt    integer NOT NULL,
-	started_at timestamptz NOT NULL,
-	ended_at   timestamptz,
-	outcome    text,
-	refused    integer NOT NULL DEFAULT 0);
-CREATE INDEX ON {s}.run_log (task_id)`
+// addTurns creates n more conversations of one turn each; fan, when not
+// nil, gives the number of leaves the i-th of them spawns beside its tree
+// (see the workload).
+func (s *scenario) addTurns(n int, fan func(i int) int) {
+	s.t.Helper()
+	for range n {
+		i := len(s.convs)
+		k := 0
+		if fan != nil {
+			k = fan(i)
+		}
+		conv := fmt.Sprintf("chaos-%04d", i)
+		in, _ := json.Marshal(map[string]any{"value": map[string]any{"name": "turn", "fan": k}})
+		var turn arbortype.Task
+		s.retry("create "+conv, func(ctx context.Context) error {
+			var err error
+			turn, _, err = s.engine.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: turnKind, Input: in,
+				IdempotencyKey: "turn"})
+			return err
+		})
+		s.convs = append(s.convs, conv)
+		s.turns = append(s.turns, turn.ID)
+		s.fans = append(s.fans, k)
+	}
+}
 
-// chaos_nodes: when each killed runner process was gone.
-const nodesDDL = `CREATE TABLE {s}.chaos_nodes (node text PRIMARY KEY, died_at timestamptz NOT NULL)`
+// requireOneClock checks what the proof's timestamps rest on: the test
+// process, the runner processes and the database server run on one host
+// and read one clock (CLOCK_REALTIME), so a time.Now() of any of them and
+// the server's clock_timestamp() are comparable. The handlers stamp their
+// entry, their return and their side effects with time.Now() at the moment
+// itself, not with the server's clock at the moment the statement that
+// records it arrives: under a blackholed route, a frozen process or a
+// restarting server that statement comes late, and a late stamp would move
+// a return after a later call's entry that it preceded. A server on
+// another host (ARBOR_DATABASE_URL) would break this, so it is checked: the
+// server's clock is read between two readings of ours.
+func (s *scenario) requireOneClock() {
+	s.t.Helper()
+	for range 3 {
+		before := time.Now().Truncate(time.Microsecond)
+		var server time.Time
+		require.NoError(s.t, s.pool.QueryRow(s.ctx, `SELECT clock_timestamp()`).Scan(&server))
+		after := time.Now().Add(time.Microsecond)
+		require.False(s.t, server.Before(before) || server.After(after),
+			"the database server's clock (%s) is not between two readings of this process's (%s, %s): the chaos proof compares timestamps of both, so they must share one host's clock",
+			server, before, after)
+	}
+}
+
+// The run log: one row per call of a handler, written by the handler's
+// wrapper (workload_test.go) on its own pool — which goes to the database
+// directly even when arbor's pool of its process is cut off (a blackholed
+// route): it stands for the outside world, which sees every call — in
+// statements of its own, not in arbor's transactions.
+//
+// started_at is the call's entry (the wrapper's first act, before anything
+// of the call happens) and returned_at its return (the wrapper's last act,
+// after everything of the call happened), both read from the clock at that
+// moment (see requireOneClock); returned_at is null when the process died
+// first (chaos_faults says when). cancelled_at is when the call's context
+// was cancelled, if before it returned, and cause is context.Cause then.
+// stubborn marks the kind that ignores its context. refused counts the
+// writes of the call that arbor refused.
+const runLogDDL = `CREATE TABLE {s}.run_log (
+	id              bigint PRIMARY KEY,
+	task_id         bigint NOT NULL,
+	conversation_id text NOT NULL,
+	token           bigint NOT NULL,
+	node            text NOT NULL,
+	kind            text NOT NULL,
+	stubborn        boolean NOT NULL,
+	attempt         integer NOT NULL,
+	started_at      timestamptz NOT NULL,
+	returned_at     timestamptz,
+	cancelled_at    timestamptz,
+	cause           text,
+	outcome         text,
+	refused         integer NOT NULL DEFAULT 0);
+CREATE INDEX ON {s}.run_log (task_id);
+CREATE INDEX ON {s}.run_log (token)`
+
+// side_effects: every side effect of a call (a tool's work step, a call
+// upstream), recorded before it happens, on the same pool as the run log.
+// checked_at is the moment the call decided to do it: for a well-behaved
+// call, right after it found its context not cancelled; at is when the
+// record reached the database (later than checked_at when the process was
+// frozen, or the server restarting, in between).
+const sideEffectsDDL = `CREATE TABLE {s}.side_effects (
+	id         bigint PRIMARY KEY,
+	call_id    bigint NOT NULL,
+	task_id    bigint NOT NULL,
+	node       text NOT NULL,
+	what       text NOT NULL,
+	stubborn   boolean NOT NULL,
+	checked_at timestamptz NOT NULL,
+	at         timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE INDEX ON {s}.side_effects (task_id)`
+
+// chaos_faults: every fault the scenario made, with its window, by the
+// test's clock: "kill" (a node's process gone; from_at = to_at, the moment
+// the test saw it gone), "freeze" (SIGSTOP to SIGCONT, shorter than the
+// lease), "freeze_past_lease" (longer: another node took over meanwhile),
+// "cut" (the node's route to the database blackholed, to healed), "lock" (a
+// conversation row locked by the test). They are what explains a restart
+// (see recoveriesSQL) and what ends a killed call.
+const faultsDDL = `CREATE TABLE {s}.chaos_faults (
+	id              serial PRIMARY KEY,
+	kind            text NOT NULL,
+	node            text,
+	conversation_id text,
+	from_at         timestamptz NOT NULL,
+	to_at           timestamptz NOT NULL)`
+
+// fault records a fault and its window.
+func (s *scenario) fault(kind, node, conv string, from, to time.Time) {
+	s.t.Helper()
+	s.exec(`INSERT INTO {s}.chaos_faults (kind, node, conversation_id, from_at, to_at) VALUES ($1, nullif($2, ''), nullif($3, ''), $4, $5)`,
+		kind, node, conv, from, to)
+}
 
 // The audit: a row for every task row version that matters, written by a
 // trigger in the transaction that wrote the version — so it commits, or
@@ -125,9 +227,12 @@ const nodesDDL = `CREATE TABLE {s}.chaos_nodes (node text PRIMARY KEY, died_at t
 // run whose token was no longer current would show as by_token ≠ old_token.
 // For a start (→ running) it records the run's epoch next to the
 // conversation's holder and epoch at that moment. For every change of
-// status or token it records the transition, so the moment each token died
-// is known. app is the writer's application_name: which process wrote.
-// Heartbeats (no status, token or document change) are left out.
+// status or token it records the transition, with the attempts before and
+// after and the error code, so the moment each token died is known, and
+// every recovery (attempt + 1, or abandoned_on_restart, or
+// restart_limit_exceeded) is seen. app is the writer's application_name:
+// which process wrote. Heartbeats (no status, token or document change) are
+// left out.
 const auditDDL = `CREATE TABLE {s}.chaos_audit (
 	id            bigserial PRIMARY KEY,
 	task_id       bigint NOT NULL,
@@ -136,6 +241,9 @@ const auditDDL = `CREATE TABLE {s}.chaos_audit (
 	new_status    text NOT NULL,
 	old_token     bigint,
 	new_token     bigint,
+	old_attempt   integer,
+	new_attempt   integer NOT NULL,
+	error_code    text,
 	by_token      bigint,
 	by_node       text,
 	owner_status  text,
@@ -146,6 +254,7 @@ const auditDDL = `CREATE TABLE {s}.chaos_audit (
 	app           text NOT NULL,
 	at            timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE INDEX ON {s}.chaos_audit (task_id);
+CREATE INDEX ON {s}.chaos_audit (new_token);
 CREATE FUNCTION {s}.chaos_audit() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
 	v_doc     jsonb;
@@ -172,16 +281,18 @@ BEGIN
 		v_by := (v_doc->'by'->>'token')::bigint;
 		v_node := v_doc->'by'->>'node';
 	END IF;
-	IF TG_OP = 'UPDATE' AND v_by IS NULL AND NEW.status = OLD.status AND NEW.token IS NOT DISTINCT FROM OLD.token THEN
+	IF TG_OP = 'UPDATE' AND v_by IS NULL AND NEW.status = OLD.status AND NEW.token IS NOT DISTINCT FROM OLD.token
+		AND NEW.attempt = OLD.attempt THEN
 		RETURN NULL;
 	END IF;
 	IF NEW.status = 'running' AND (TG_OP = 'INSERT' OR OLD.status <> 'running') THEN
 		SELECT c.holder, c.epoch INTO v_holder, v_epoch FROM {s}.conversations c WHERE c.id = NEW.conversation_id;
 	END IF;
-	INSERT INTO {s}.chaos_audit (task_id, op, old_status, new_status, old_token, new_token, by_token, by_node,
-		owner_status, owner_token, new_run_epoch, conv_holder, conv_epoch, app)
+	INSERT INTO {s}.chaos_audit (task_id, op, old_status, new_status, old_token, new_token, old_attempt, new_attempt,
+		error_code, by_token, by_node, owner_status, owner_token, new_run_epoch, conv_holder, conv_epoch, app)
 	VALUES (NEW.id, lower(TG_OP), CASE WHEN TG_OP = 'UPDATE' THEN OLD.status END, NEW.status,
-		CASE WHEN TG_OP = 'UPDATE' THEN OLD.token END, NEW.token, v_by, v_node, v_ostatus, v_otoken,
+		CASE WHEN TG_OP = 'UPDATE' THEN OLD.token END, NEW.token, CASE WHEN TG_OP = 'UPDATE' THEN OLD.attempt END,
+		NEW.attempt, NEW.error->>'code', v_by, v_node, v_ostatus, v_otoken,
 		NEW.run_epoch, v_holder, v_epoch, current_setting('application_name'));
 	RETURN NULL;
 END $$;
@@ -223,14 +334,6 @@ func (s *scenario) count(sql string, args ...any) int {
 	var n int
 	s.retry(sql, func(ctx context.Context) error { return s.pool.QueryRow(ctx, s.q(sql), args...).Scan(&n) })
 	return n
-}
-
-// now is the database's clock.
-func (s *scenario) now() time.Time {
-	s.t.Helper()
-	var at time.Time
-	s.retry("clock", func(ctx context.Context) error { return s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&at) })
-	return at
 }
 
 // waitFor polls cond until it holds; the bound is for a broken test,
@@ -333,7 +436,7 @@ func (s *scenario) dumpTables() {
 	if os.Getenv(envKeepLogs) == "" {
 		return
 	}
-	for _, table := range []string{"run_log", "chaos_audit", "tasks", "conversations", "river_job"} {
+	for _, table := range []string{"run_log", "side_effects", "chaos_faults", "chaos_audit", "tasks", "conversations", "river_job"} {
 		f, err := os.Create(filepath.Join(s.logDir, table+".csv"))
 		require.NoError(s.t, err)
 		s.retry("dump "+table, func(ctx context.Context) error {

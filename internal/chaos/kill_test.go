@@ -16,7 +16,8 @@ const conversations = 120
 // since it started) twelve times, a new one started after each kill; the
 // last one finishes the work. Each new runner takes the conversations over
 // once the dead one's leases (1 s) expire, recovering their running tasks
-// (attempt + 1; abandon_on_restart ones settled cancelled).
+// (attempt + 1; abandon_on_restart ones settled cancelled). Every restart
+// must be of a run a kill cut, at the engine's default restart limit.
 func TestKilledRunners(t *testing.T) {
 	s := setup(t, conversations)
 	const kills = 12
@@ -25,7 +26,7 @@ func TestKilledRunners(t *testing.T) {
 		c := s.startChild(fmt.Sprintf("a%02d", i), leaseDefault)
 		s.waitProgress(s.runs(), 15+s.rng.IntN(90))
 		require.False(t, s.done(), "kill %d: the work was done before it; the workload is too small for %d kills", i+1, kills)
-		inFlight = append(inFlight, s.count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND ended_at IS NULL`, c.node))
+		inFlight = append(inFlight, s.count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND returned_at IS NULL`, c.node))
 		s.kill(c)
 	}
 	last := s.startChild("a-last", leaseDefault)
@@ -34,5 +35,5 @@ func TestKilledRunners(t *testing.T) {
 	f := s.verify()
 	t.Logf("(a) %d kills; handler calls in flight at each: %v", kills, inFlight)
 	require.Positive(t, f.cut, "some kills cut handlers mid-run")
-	require.Positive(t, f.recoveries, "some tasks were recovered")
+	require.Positive(t, f.restarts, "some tasks were recovered")
 }

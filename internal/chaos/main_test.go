@@ -1,7 +1,9 @@
 package chaos
 
 import (
+	"fmt"
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/arborhq/arbor/internal/testdb"
@@ -12,10 +14,19 @@ import (
 const envChaos = "ARBOR_CHAOS"
 
 // The test binary doubles as a runner process: re-executed with envChild
-// set, it runs a Runner with the workload's handlers (see child_test.go).
+// set, it runs a Runner with the workload's handlers (see child_test.go);
+// with envHog, it is a CPU hog.
 func TestMain(m *testing.M) {
 	if os.Getenv(envChild) != "" {
 		os.Exit(runChild())
+	}
+	if v := os.Getenv(envHog); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			fmt.Fprintln(os.Stderr, envHog, v, err)
+			os.Exit(1)
+		}
+		os.Exit(runHog(n))
 	}
 	os.Exit(testdb.Main(m))
 }

@@ -12,14 +12,18 @@ import (
 )
 
 // TestProofCatchesViolations checks the checks: the end-of-scenario queries
-// find a write that landed with a dead token, and two runs of a task whose
-// lives overlap, when the test makes them by hand (no runner involved).
+// find a write that landed with a dead token, two calls of a task whose
+// intervals from entry to return intersect, a side effect decided after
+// another call of its task started, and a restart that no fault explains,
+// when the test makes them by hand (no runner involved) — and the
+// exemptions and explanations, when the test records the faults that
+// account for them.
 func TestProofCatchesViolations(t *testing.T) {
 	s := setup(t, 1)
 	e := enginetest.Wrap(s.engine)
 	first, err := e.Start(s.ctx, s.turns[0])
 	require.NoError(t, err)
-	_, err = e.Recover(s.ctx, s.turns[0]) // the first run's token dies
+	_, err = e.Recover(s.ctx, s.turns[0]) // the first run's token dies: a restart
 	require.NoError(t, err)
 	second, err := e.Start(s.ctx, s.turns[0])
 	require.NoError(t, err)
@@ -34,15 +38,58 @@ func TestProofCatchesViolations(t *testing.T) {
 	s.exec(fmt.Sprintf(`UPDATE {s}.tasks SET state = '{"by": {"token": %d, "node": "x"}}' WHERE id = $1`, second.Token), s.turns[0])
 	require.Len(t, s.rows(staleWriteQueries[0].sql), 1, "a write of the current run is no stale write")
 
-	// Two calls of one task (tokens the audit never saw, so their lives
-	// end with their calls): 1 and 2 overlap, 3 starts as 2 ends.
+	// The recovery is a restart that nothing explains, until a fault of
+	// its conversation overlapping the run is recorded.
+	recs := s.recoveries()
+	require.Len(t, recs, 1, "the recovery is a restart counted")
+	require.Empty(t, recs[0].explainedBy, "no fault explains it")
+	s.fault("lock", "", s.convs[0], recs[0].started.Add(-time.Second), recs[0].recovered)
+	require.Equal(t, "lock", s.recoveries()[0].explainedBy, "the lock explains it")
+
+	// Calls of task -1 (the clock: at + the offsets): 1 and 2 intersect, 3
+	// enters as 2 returns; 4, on node "k", entered before 3 and never
+	// returned — until "k" is recorded killed at 3's entry.
 	at := time.Now()
-	for i, r := range []struct{ start, end time.Duration }{{0, 2 * time.Second}, {time.Second, 3 * time.Second}, {3 * time.Second, 4 * time.Second}} {
-		s.exec(`INSERT INTO {s}.run_log (id, task_id, token, node, kind, attempt, started_at, ended_at)
-			VALUES ($1, -1, $2, 'x', 'k', 0, $3, $4)`, int64(i+1), int64(-i-1), at.Add(r.start), at.Add(r.end))
+	call := func(id int64, node string, stubborn bool, start, end time.Duration) {
+		var ended *time.Time
+		if end >= 0 {
+			e := at.Add(end)
+			ended = &e
+		}
+		s.exec(`INSERT INTO {s}.run_log (id, task_id, conversation_id, token, node, kind, stubborn, attempt, started_at, returned_at)
+			VALUES ($1, -1, 'c', $1, $2, 'k', $3, 0, $4, $5)`, id, node, stubborn, at.Add(start), ended)
 	}
+	call(1, "x", false, 0, 2*time.Second)
+	call(2, "y", false, time.Second, 3*time.Second)
+	call(3, "x", false, 3*time.Second, 4*time.Second)
+	call(4, "k", false, 2500*time.Millisecond, -1)
 	overlaps := s.rows(overlapSQL)
-	require.Len(t, overlaps, 1, strings.Join(overlaps, "\n"))
-	require.Contains(t, overlaps[0], "run=1 ")
+	require.Len(t, overlaps, 3, strings.Join(overlaps, "\n"))
+	require.Contains(t, overlaps[0], "call=1 ")
 	require.Contains(t, overlaps[0], "other=2 ")
+	require.Len(t, s.rows(neverReturnedSQL), 1, "call 4 never returned")
+	s.fault("kill", "k", "", at.Add(3*time.Second), at.Add(3*time.Second))
+	require.Len(t, s.rows(overlapSQL), 2, "a killed call ends at its process's death: 4 no longer overlaps 3")
+	require.Empty(t, s.rows(neverReturnedSQL), "a killed call has no return")
+
+	// Call 1 frozen past the lease is exempt, and a stubborn call overlapping
+	// one on another node is counted apart.
+	s.fault("freeze_past_lease", "x", "", at.Add(500*time.Millisecond), at.Add(1500*time.Millisecond))
+	call(5, "z", true, 5*time.Second, 7*time.Second)
+	call(6, "w", false, 6*time.Second, 8*time.Second)
+	overlaps = s.rows(overlapSQL)
+	require.Len(t, overlaps, 1, strings.Join(overlaps, "\n"))
+	require.Contains(t, overlaps[0], "call=2 ", "2 overlapping 4 is left")
+	require.Equal(t, 1, s.count(overlapPairs+` SELECT count(*) FROM pairs WHERE class = 'frozen'`))
+	require.Equal(t, 1, s.count(overlapPairs+` SELECT count(*) FROM pairs WHERE class = 'stubborn'`))
+
+	// Side effects of call 1: one decided before 2 entered, one after —
+	// found, frozen or not.
+	for i, off := range []time.Duration{500 * time.Millisecond, 1500 * time.Millisecond} {
+		s.exec(`INSERT INTO {s}.side_effects (id, call_id, task_id, node, what, stubborn, checked_at) VALUES ($1, 1, -1, 'x', 'step', false, $2)`,
+			int64(i+1), at.Add(off))
+	}
+	after := s.rows(effectsAfterSQL)
+	require.Len(t, after, 1, strings.Join(after, "\n"))
+	require.Contains(t, after[0], "other=2 ")
 }

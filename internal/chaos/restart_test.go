@@ -16,8 +16,9 @@ const envPgCtl = "ARBOR_PG_CTL"
 // restarted twice at random moments (after 150 to 299 more handler calls),
 // first with `pg_ctl restart -m fast` (clients disconnected, a clean
 // shutdown), then with `-m immediate` (no shutdown checkpoint: crash
-// recovery at start, COMMITs in flight lost or not). Nothing may fail, and
-// every turn completes with its result.
+// recovery at start, COMMITs in flight lost or not). No runner process
+// dies: nothing may fail, nothing may be restarted (every task's attempt
+// stays 0), and every turn completes with its result.
 func TestRestartedServer(t *testing.T) {
 	requireChaos(t)
 	pgCtl := os.Getenv(envPgCtl)

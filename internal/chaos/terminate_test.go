@@ -3,27 +3,38 @@ package chaos
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-// TestTerminatedBackends (b): two runner processes; six times, at random
-// moments (after 60 to 179 more handler calls), every backend of theirs —
-// pool connections in and out of transactions, the runner's and the
-// waker's LISTEN connections, River's — is terminated with
-// pg_terminate_backend, found by the application_name their pools set.
-// Every transaction cut that way had not committed and is run again by the
-// engine; a COMMIT cut in flight is resolved by the run. Nothing may fail,
-// and every turn completes with its result.
+// terminateFor is how long (b) terminates backends, and liveTurns the turns
+// it keeps live meanwhile, creating more as they complete, so that there is
+// work in flight at every round.
+const (
+	terminateFor = 2 * time.Minute
+	liveTurns    = 40
+)
+
+// TestTerminatedBackends (b): two runner processes; every 1 to 3 s for two
+// minutes, every backend of theirs — pool connections in and out of
+// transactions, the runner's and the waker's LISTEN connections, River's —
+// is terminated with pg_terminate_backend, found by the application_name
+// their pools set (not their run logs': the outside world is not cut).
+// Every transaction cut that way had not committed and is run again by
+// the engine; a COMMIT cut in flight is resolved by the run. A backend
+// termination is a transient fault that no process dies of: nothing may
+// fail, nothing may be restarted (every task's attempt stays 0: no
+// recovery, no abandoned once), and every turn completes with its result.
+//
+// The rounds come every 1 to 3 s by the clock (the fault's schedule); each
+// waits first, on a condition, for both runners to LISTEN again.
 func TestTerminatedBackends(t *testing.T) {
 	s := setup(t, conversations)
 	nodes := []*child{s.startChild("b1", leaseDefault), s.startChild("b2", leaseDefault)}
-	const rounds = 6
-	from := s.runs()
-	var killed, listening, inTx int
-	for i := range rounds {
-		from = s.waitProgress(from, 60+s.rng.IntN(120))
-		require.False(t, s.done(), "round %d: the work was done before it; the workload is too small for %d rounds", i+1, rounds)
+	end := time.Now().Add(terminateFor)
+	var rounds, killed, listening, inTx, created int
+	for time.Now().Before(end) {
 		// Each round cuts the LISTEN connections too: wait until both
 		// runners are listening again after the last round.
 		for _, c := range nodes {
@@ -31,14 +42,21 @@ func TestTerminatedBackends(t *testing.T) {
 				return s.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query ILIKE 'LISTEN%'`, appPrefix+c.node) >= 2
 			})
 		}
+		time.Sleep(time.Second + time.Duration(s.rng.Int64N(int64(2*time.Second))))
+		if live := s.count(`SELECT count(*) FROM {s}.tasks WHERE kind = $1 AND status IN ('pending','running','waiting','sleeping','completing')`,
+			turnKind); live < liveTurns {
+			s.addTurns(liveTurns-live, nil)
+			created += liveTurns - live
+		}
 		n, l, x := s.terminate(appPrefix + "b%")
-		require.Positive(t, l, "round %d terminated LISTEN connections", i+1)
-		killed, listening, inTx = killed+n, listening+l, inTx+x
+		require.Positive(t, l, "round %d terminated LISTEN connections", rounds+1)
+		rounds, killed, listening, inTx = rounds+1, killed+n, listening+l, inTx+x
 	}
 	s.waitSettled()
 	s.stopAll()
 	s.verify()
-	t.Logf("(b) %d rounds: %d backends terminated, %d of them LISTENing, %d in a transaction or a statement", rounds, killed, listening, inTx)
+	t.Logf("(b) %d rounds in %s: %d backends terminated, %d of them LISTENing, %d in a transaction or a statement; %d turns created during the rounds",
+		rounds, terminateFor, killed, listening, inTx, created)
 }
 
 // terminate terminates every backend whose application_name is LIKE app,
@@ -52,6 +70,5 @@ func (s *scenario) terminate(app string) (n, listening, busy int) {
 			FROM (SELECT query, state, pg_terminate_backend(pid) AS done FROM pg_stat_activity
 				WHERE application_name LIKE $1 AND pid <> pg_backend_pid()) x WHERE done`, app).Scan(&n, &listening, &busy)
 	})
-	s.t.Logf("terminated %d backends of %s (%d LISTENing, %d busy)", n, app, listening, busy)
 	return n, listening, busy
 }

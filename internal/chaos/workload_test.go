@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,22 +18,30 @@ import (
 
 // The workload. Every conversation has one turn, whose tree is:
 //
-//	turn                      waits all_settled on its seven children, then
-//	│                         completes with their outcomes
-//	├── tool0, tool1, tool2   work 40/80/120 ms (heartbeats), checkpoint, complete
+//	turn                      waits all_settled on its seven children (and
+//	│                         its leaves), then completes with their outcomes
+//	├── tool0, tool1          work 40/80 ms in 20 ms steps, a side effect
+//	│                         before each, heartbeats; checkpoint, complete
+//	├── tool2                 the same for 120 ms, but stubborn (below)
 //	├── group                 waits fail_fast on its three children, then
 //	│   │                     completes with their outcomes
 //	│   ├── sibling0, sibling1  sleep an hour: only the fail_fast abort ends them
 //	│   └── doomed            once both siblings sleep, fails non-retryable
 //	├── nap                   sleeps 300 ms, completes after waking
-//	├── flaky                 fails its first try, completes on the retry
-//	│                         (MaxRetries 2, 20–40 ms backoff)
-//	└── once                  abandon_on_restart: works 100 ms, completes
+//	├── flaky                 calls upstream (a side effect), fails its first
+//	│                         try, completes on the retry (MaxRetries 2,
+//	│                         20–40 ms backoff)
+//	├── once                  abandon_on_restart: works 100 ms (side effects),
+//	│                         completes
+//	└── leaf000…              only in the fan-out variant (a turn whose input
+//	                          says "fan": K): K leaves, spawned with the seven
+//	                          in one SpawnMany, each a side effect and a
+//	                          complete — so that the turn's flush is large
 //
-// Eleven tasks, every one with an expected end: everything completed but
-// the siblings (aborted), doomed (failed, with its own message) and once
-// (completed, or cancelled with abandoned_on_restart when a crash or a
-// take-over cut its run).
+// Eleven tasks (plus the leaves), every one with an expected end:
+// everything completed but the siblings (aborted), doomed (failed, with its
+// own message) and once (completed, or cancelled with abandoned_on_restart
+// when a kill, a freeze or a cut ended its run).
 //
 // Every document a run writes through arbor carries the run that wrote it
 // ({"by": {"token", "node"}, "value": …}): results, checkpoint, wait and
@@ -41,18 +50,27 @@ import (
 // (auditDDL) compares that token with the task's token at the moment the
 // write lands, which is how a stale write would show.
 //
-// Tools are stubborn: they ignore their context and go on to their
-// checkpoint and Complete even after a refused heartbeat, so that a run cut
-// off by a take-over (a frozen process that resumes) does try to write, and
-// its writes are seen refused.
+// Every handler is wrapped (worker.handler): its entry is the wrapper's
+// first act and its return the wrapper's last, each read from the clock at
+// that moment and logged in run_log on the worker's own pool, outside
+// arbor's transactions; a context.AfterFunc records when the call's
+// context was cancelled. The handlers are well-behaved — they return on
+// ctx.Done, and check ctx before each side effect, which they log in
+// side_effects before it happens — except tool2's kind, "stubborn", which
+// ignores its context and goes on to its checkpoint and Complete even
+// after a refused heartbeat, so that a run cut off by a take-over (a frozen
+// process that resumes) does try to write, and its writes are seen
+// refused. Its side effects and its overlaps across nodes are counted
+// apart: no runner can stop a handler that ignores its context.
 
 const (
-	turnKind    = "turn"
-	restartSafe = 100 // every task's restart_limit: see setup
-	napFor      = 300 * time.Millisecond
-	pollFor     = 50 * time.Millisecond // doomed's poll of its siblings
-	siblingNap  = time.Hour
-	stepFor     = 20 * time.Millisecond
+	turnKind     = "turn"
+	stubbornKind = "stubborn"
+	leafKind     = "leaf"
+	napFor       = 300 * time.Millisecond
+	pollFor      = 50 * time.Millisecond // doomed's poll of its siblings
+	siblingNap   = time.Hour
+	stepFor      = 20 * time.Millisecond
 )
 
 // childSpec is one child the turn spawns.
@@ -67,7 +85,7 @@ func turnChildren() []childSpec {
 	return []childSpec{
 		{name: "tool0", kind: "tool", value: map[string]any{"work_ms": 40}},
 		{name: "tool1", kind: "tool", value: map[string]any{"work_ms": 80}},
-		{name: "tool2", kind: "tool", value: map[string]any{"work_ms": 120}},
+		{name: "tool2", kind: stubbornKind, value: map[string]any{"work_ms": 120}},
 		{name: "group", kind: "group"},
 		{name: "nap", kind: "nap"},
 		{name: "flaky", kind: "flaky", params: machine.SpawnParams{MaxRetries: 2,
@@ -77,7 +95,7 @@ func turnChildren() []childSpec {
 	}
 }
 
-// tasksPerTurn is how many tasks one turn's tree has.
+// tasksPerTurn is how many tasks one turn's tree has, leaves apart.
 const tasksPerTurn = 11
 
 // Designed failures' messages: fmt formats, then the patterns the check
@@ -109,10 +127,12 @@ type outcome struct {
 	Value  json.RawMessage  `json:"value"`
 }
 
-// worker runs the workload's handlers in one runner process, logging every
-// run in run_log (on its pool, outside arbor's transactions).
+// worker runs the workload's handlers in one runner process. logs is its
+// own pool for the run log and the side effects: the outside world's
+// record, which reaches the database directly even when arbor's pool is
+// cut off.
 type worker struct {
-	pool   *pgxpool.Pool
+	logs   *pgxpool.Pool
 	schema string
 	node   string
 	engine *tasks.Engine
@@ -120,8 +140,16 @@ type worker struct {
 
 func (w *worker) handlers() map[string]machine.Handler {
 	return map[string]machine.Handler{
-		turnKind: w.turn, "tool": w.tool, "group": w.group, "sibling": w.sibling,
-		"doomed": w.doomed, "nap": w.nap, "flaky": w.flaky, "once": w.once,
+		turnKind:     w.handler(false, w.turn),
+		"tool":       w.handler(false, w.tool),
+		stubbornKind: w.handler(true, w.tool),
+		"group":      w.handler(false, w.group),
+		"sibling":    w.handler(false, w.sibling),
+		"doomed":     w.handler(false, w.doomed),
+		"nap":        w.handler(false, w.nap),
+		"flaky":      w.handler(false, w.flaky),
+		"once":       w.handler(false, w.once),
+		leafKind:     w.handler(false, w.leaf),
 	}
 }
 
@@ -159,90 +187,151 @@ func nameOf(t arbortype.Task) string {
 	return v.Name
 }
 
-// entry is one run_log row: one call of a handler.
-type entry struct {
-	w       *worker
-	id      int64
-	refused int
+// call is one call of a handler: one run_log row.
+type call struct {
+	w        *worker
+	id       int64
+	run      *machine.Run
+	stubborn bool
+	refused  int
+
+	mu          sync.Mutex
+	returned    bool
+	cancelledAt time.Time
+	noted       chan struct{} // closed once cancelled ran
 }
 
-// Statements of the run log, by the database's clock. A call's start is
-// when its row was inserted, the first thing the handler does: nothing of
-// the call happened before. Its end is a reading of the clock taken before
-// it issues its ending write, so it is never later than that write, even
-// when a fault (a restart, a terminated connection, retried below) delays
-// the statement that records it.
+// Statements of the run log and the side effects. Their times are the
+// clock's at the moment they stand for (see requireOneClock), passed in:
+// the statement may arrive late.
 const (
-	logStartSQL = `INSERT INTO %s.run_log (id, task_id, token, node, kind, attempt, started_at)
-		VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp()) ON CONFLICT (id) DO NOTHING`
-	logEndSQL = `UPDATE %s.run_log SET ended_at = $2, outcome = $3, refused = $4 WHERE id = $1`
+	logEntrySQL = `INSERT INTO %s.run_log (id, task_id, conversation_id, token, node, kind, stubborn, attempt, started_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING`
+	logReturnSQL = `UPDATE %s.run_log SET returned_at = $2, cancelled_at = $3, cause = nullif($4, ''), outcome = $5, refused = $6
+		WHERE id = $1`
+	logEffectSQL = `INSERT INTO %s.side_effects (id, call_id, task_id, node, what, stubborn, checked_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING`
 )
 
-// begin logs the start of a call of a handler. A run log that cannot be
-// written for two minutes is the database's unavailability, not the
-// handler's failure: the runner calls the handler again when it is back.
-func (w *worker) begin(run *machine.Run) (*entry, error) {
-	e := &entry{w: w, id: rand.Int64()}
-	err := w.exec(func(ctx context.Context, db *pgxpool.Pool) error {
-		_, err := db.Exec(ctx, fmt.Sprintf(logStartSQL, w.schema), e.id, run.Task.ID, run.Task.Token, w.node, run.Task.Kind, run.Task.Attempt)
+// handler wraps a handler of the workload: the call's entry, its return
+// and the cancellation of its context are logged (see the run log).
+//
+// The entry is logged before the body runs, so that a call has a row
+// before it does anything; a call whose entry cannot be logged (the
+// database unreachable for two minutes) returns tasks.ErrUnavailable having
+// done nothing, and the runner calls it again. The return is logged before
+// the wrapper returns, so that a process killed right after a return does
+// not lose it; the time logged is taken before that statement.
+func (w *worker) handler(stubborn bool, body func(ctx context.Context, c *call) error) machine.Handler {
+	return func(ctx context.Context, run *machine.Run) (err error) {
+		entered := time.Now()
+		c := &call{w: w, id: rand.Int64(), run: run, stubborn: stubborn, noted: make(chan struct{})}
+		stop := context.AfterFunc(ctx, c.cancelled)
+		t := run.Task
+		if lerr := w.log(func(ctx context.Context, db *pgxpool.Pool) error {
+			_, err := db.Exec(ctx, fmt.Sprintf(logEntrySQL, w.schema), c.id, t.ID, t.ConversationID, t.Token, w.node, t.Kind,
+				stubborn, t.Attempt, entered)
+			return err
+		}); lerr != nil {
+			stop()
+			return fmt.Errorf("run_log: %w: %w", tasks.ErrUnavailable, lerr)
+		}
+		panicked := true
+		defer func() {
+			returned := time.Now()
+			if !stop() && ctx.Err() != nil {
+				// Cancelled before the return: the AfterFunc has started, in
+				// a goroutine of its own; its reading is the cancel's time.
+				<-c.noted
+			}
+			c.mu.Lock()
+			c.returned = true
+			cancelledAt := c.cancelledAt
+			c.mu.Unlock()
+			var cancelled *time.Time
+			var cause string
+			if !cancelledAt.IsZero() {
+				// A reading taken just after the return is the return's.
+				if cancelledAt.After(returned) {
+					cancelledAt = returned
+				}
+				cancelled, cause = &cancelledAt, context.Cause(ctx).Error()
+			}
+			out := "ok"
+			switch {
+			case panicked:
+				out = "panic"
+			case refusedErr(err):
+				out = "refused: " + err.Error()
+			case err != nil:
+				out = "error: " + err.Error()
+			}
+			if lerr := w.log(func(ctx context.Context, db *pgxpool.Pool) error {
+				_, err := db.Exec(ctx, fmt.Sprintf(logReturnSQL, w.schema), c.id, returned, cancelled, cause, out, c.refused)
+				return err
+			}); lerr != nil && err == nil && !panicked {
+				err = fmt.Errorf("run_log: %w: %w", tasks.ErrUnavailable, lerr)
+			}
+		}()
+		err = body(ctx, c)
+		panicked = false
 		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("run_log: %w: %w", tasks.ErrUnavailable, err)
 	}
-	return e, nil
 }
 
-// note counts a write of the run that arbor refused (the run is over) and
+// cancelled records when the call's context was cancelled (run by
+// context.AfterFunc; a cancellation after the return is not the call's).
+func (c *call) cancelled() {
+	at := time.Now()
+	c.mu.Lock()
+	if !c.returned {
+		c.cancelledAt = at
+	}
+	c.mu.Unlock()
+	close(c.noted)
+}
+
+// note counts a write of the call that arbor refused (the run is over) and
 // returns err.
-func (e *entry) note(err error) error {
+func (c *call) note(err error) error {
 	if refusedErr(err) {
-		e.refused++
+		c.refused++
 	}
 	return err
 }
 
-// finish issues the run's ending call (or returns the handler's error)
-// and logs the end, as the database's clock read just before: a later run
-// of the task may start as soon as the ending write commits, before this
-// process gets to log anything.
-func (e *entry) finish(ending func() error) error {
-	var at time.Time
-	if err := e.w.exec(func(ctx context.Context, db *pgxpool.Pool) error {
-		return db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&at)
-	}); err != nil {
-		return fmt.Errorf("run_log: %w: %w", tasks.ErrUnavailable, err)
+// effect records a side effect of the call before it happens. A
+// well-behaved call first checks its context, and does nothing once it is
+// cancelled; checked_at is the moment it found it not cancelled. A
+// stubborn call does not check.
+func (c *call) effect(ctx context.Context, what string) error {
+	if !c.stubborn && ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
-	err := e.note(ending())
-	out := "ok"
-	switch {
-	case refusedErr(err):
-		out = "refused: " + err.Error()
-	case err != nil:
-		out = "error: " + err.Error()
-	}
-	if lerr := e.w.exec(func(ctx context.Context, db *pgxpool.Pool) error {
-		_, err := db.Exec(ctx, fmt.Sprintf(logEndSQL, e.w.schema), e.id, at, out, e.refused)
+	checked := time.Now()
+	id := rand.Int64()
+	if err := c.w.log(func(ctx context.Context, db *pgxpool.Pool) error {
+		_, err := db.Exec(ctx, fmt.Sprintf(logEffectSQL, c.w.schema), id, c.id, c.run.Task.ID, c.w.node, what, c.stubborn, checked)
 		return err
-	}); lerr != nil && err == nil {
-		return fmt.Errorf("run_log: %w: %w", tasks.ErrUnavailable, lerr)
+	}); err != nil {
+		return fmt.Errorf("side_effects: %w: %w", tasks.ErrUnavailable, err)
 	}
-	return err
+	return nil
 }
 
 func refusedErr(err error) bool {
 	return errors.Is(err, tasks.ErrLeaseLost) || errors.Is(err, tasks.ErrNotRunning) || errors.Is(err, tasks.ErrAborted)
 }
 
-// exec runs a run-log statement, again after each error (a terminated
-// connection, a restarting server) for up to two minutes. The statements
-// are idempotent: a try whose commit was lost and that is made again
-// changes nothing more.
-func (w *worker) exec(fn func(ctx context.Context, db *pgxpool.Pool) error) error {
+// log runs a statement of the run log or the side effects, again after
+// each error (a terminated connection, a restarting server) for up to two
+// minutes. The statements are idempotent: a try whose commit was lost and
+// that is made again changes nothing more.
+func (w *worker) log(fn func(ctx context.Context, db *pgxpool.Pool) error) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := fn(ctx, w.pool)
+		err := fn(ctx, w.logs)
 		cancel()
 		if err == nil || time.Now().After(deadline) {
 			return err
@@ -251,15 +340,28 @@ func (w *worker) exec(fn func(ctx context.Context, db *pgxpool.Pool) error) erro
 	}
 }
 
-// work spends d in steps, heartbeating after each. stubborn goes on after
-// a refused heartbeat (and ignores ctx); otherwise the refusal is returned.
-func (e *entry) work(ctx context.Context, run *machine.Run, d time.Duration, stubborn bool) error {
-	for range int(d / stepFor) {
-		if !stubborn && ctx.Err() != nil {
-			return context.Cause(ctx)
+// work spends d in steps of stepFor, each a side effect recorded before
+// it happens, heartbeating after each. A well-behaved call returns as soon
+// as its context is cancelled, and returns a refused heartbeat; a stubborn
+// one sleeps through its steps and goes on after a refusal.
+func (c *call) work(ctx context.Context, d time.Duration) error {
+	for i := range int(d / stepFor) {
+		if err := c.effect(ctx, fmt.Sprint("step ", i)); err != nil {
+			return err
 		}
-		time.Sleep(stepFor)
-		if err := e.note(run.Heartbeat(ctx)); err != nil && !stubborn {
+		if c.stubborn {
+			time.Sleep(stepFor)
+			_ = c.note(c.run.Heartbeat(ctx))
+			continue
+		}
+		step := time.NewTimer(stepFor)
+		select {
+		case <-ctx.Done():
+			step.Stop()
+			return context.Cause(ctx)
+		case <-step.C:
+		}
+		if err := c.note(c.run.Heartbeat(ctx)); err != nil {
 			return err
 		}
 	}
@@ -272,179 +374,191 @@ func input[T any](run *machine.Run) T {
 	return v
 }
 
-func (w *worker) turn(ctx context.Context, run *machine.Run) error {
-	e, err := w.begin(run)
-	if err != nil {
-		return err
-	}
+func (w *worker) turn(ctx context.Context, c *call) error {
+	run := c.run
+	in := input[struct {
+		Fan int `json:"fan"`
+	}](run)
 	if run.Task.Phase == "gathering" {
 		waited, err := run.Waited(ctx)
 		if err != nil {
-			return e.finish(func() error { return err })
+			return c.note(err)
 		}
 		outs := map[string]outcome{}
-		for _, c := range waited {
-			outs[nameOf(c)] = outcome{Status: c.Status, Value: valueOf(c.Result)}
+		leaves := 0
+		for _, t := range waited {
+			if t.Kind == leafKind {
+				if t.Status == arbortype.StatusCompleted {
+					leaves++
+				}
+				continue
+			}
+			outs[nameOf(t)] = outcome{Status: t.Status, Value: valueOf(t.Result)}
 		}
-		return e.finish(func() error { return run.Complete(ctx, w.stamp(run, outs)) })
+		if in.Fan > 0 {
+			outs["leaves"] = outcome{Status: arbortype.StatusCompleted, Value: json.RawMessage(fmt.Sprint(leaves))}
+		}
+		return c.note(run.Complete(ctx, w.stamp(run, outs)))
 	}
-	var ids []int64
-	for _, c := range turnChildren() {
-		value := map[string]any{"name": c.name}
-		for k, v := range c.value {
+	var ps []machine.SpawnParams
+	for _, ch := range turnChildren() {
+		value := map[string]any{"name": ch.name}
+		for k, v := range ch.value {
 			value[k] = v
 		}
-		p := c.params
-		p.Kind, p.Input = c.kind, w.stamp(run, value)
+		p := ch.params
+		p.Kind, p.Input = ch.kind, w.stamp(run, value)
 		// A key of the turn's own: a turn run again after a crash finds the
 		// children its first run spawned.
-		p.IdempotencyKey = fmt.Sprintf("%d/%s", run.Task.ID, c.name)
-		child, err := run.Spawn(ctx, p)
-		if err != nil {
-			return e.finish(func() error { return err })
-		}
-		ids = append(ids, child.ID)
+		p.IdempotencyKey = fmt.Sprintf("%d/%s", run.Task.ID, ch.name)
+		ps = append(ps, p)
 	}
-	return e.finish(func() error {
-		return run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.AllSettled,
-			Phase: "gathering", State: w.stamp(run, nil)})
-	})
+	for i := range in.Fan {
+		name := fmt.Sprintf("leaf%03d", i)
+		ps = append(ps, machine.SpawnParams{Kind: leafKind, Input: w.stamp(run, map[string]any{"name": name}),
+			IdempotencyKey: fmt.Sprintf("%d/%s", run.Task.ID, name)})
+	}
+	var ids []int64
+	if in.Fan == 0 {
+		// One spawn at a time, each its own outcome in the runner's batch.
+		for _, p := range ps {
+			child, err := run.Spawn(ctx, p)
+			if err != nil {
+				return c.note(err)
+			}
+			ids = append(ids, child.ID)
+		}
+	} else {
+		kids, err := run.SpawnMany(ctx, ps)
+		if err != nil {
+			return c.note(err)
+		}
+		for _, k := range kids {
+			ids = append(ids, k.ID)
+		}
+	}
+	return c.note(run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.AllSettled,
+		Phase: "gathering", State: w.stamp(run, nil)}))
 }
 
-func (w *worker) tool(ctx context.Context, run *machine.Run) error {
-	e, err := w.begin(run)
-	if err != nil {
-		return err
-	}
+// tool is "tool" and, ignoring its context, "stubborn".
+func (w *worker) tool(ctx context.Context, c *call) error {
+	run := c.run
 	in := input[struct {
 		Name   string `json:"name"`
 		WorkMS int    `json:"work_ms"`
 	}](run)
-	_ = e.work(ctx, run, time.Duration(in.WorkMS)*time.Millisecond, true)
-	_ = e.note(run.Checkpoint(ctx, "worked", w.stamp(run, map[string]any{"work_ms": in.WorkMS})))
-	return e.finish(func() error { return run.Complete(ctx, w.stamp(run, map[string]any{"tool": in.Name})) })
-}
-
-func (w *worker) group(ctx context.Context, run *machine.Run) error {
-	e, err := w.begin(run)
-	if err != nil {
+	if err := c.work(ctx, time.Duration(in.WorkMS)*time.Millisecond); err != nil && !c.stubborn {
 		return err
 	}
+	if err := c.note(run.Checkpoint(ctx, "worked", w.stamp(run, map[string]any{"work_ms": in.WorkMS}))); err != nil && !c.stubborn {
+		return err
+	}
+	return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"tool": in.Name})))
+}
+
+func (w *worker) group(ctx context.Context, c *call) error {
+	run := c.run
 	if run.Task.Phase == "deciding" {
 		waited, err := run.Waited(ctx)
 		if err != nil {
-			return e.finish(func() error { return err })
+			return c.note(err)
 		}
 		v := struct {
 			Doomed   arbortype.Status   `json:"doomed"`
 			Siblings []arbortype.Status `json:"siblings"`
 		}{}
-		for _, c := range waited {
-			if c.Kind == "doomed" {
-				v.Doomed = c.Status
+		for _, t := range waited {
+			if t.Kind == "doomed" {
+				v.Doomed = t.Status
 			} else {
-				v.Siblings = append(v.Siblings, c.Status)
+				v.Siblings = append(v.Siblings, t.Status)
 			}
 		}
-		return e.finish(func() error { return run.Complete(ctx, w.stamp(run, v)) })
+		return c.note(run.Complete(ctx, w.stamp(run, v)))
 	}
 	spawn := func(kind, name string, value map[string]any) (int64, error) {
 		value["name"] = name
-		c, err := run.Spawn(ctx, machine.SpawnParams{Kind: kind, Input: w.stamp(run, value),
+		t, err := run.Spawn(ctx, machine.SpawnParams{Kind: kind, Input: w.stamp(run, value),
 			IdempotencyKey: fmt.Sprintf("%d/%s", run.Task.ID, name)})
-		return c.ID, err
+		return t.ID, c.note(err)
 	}
 	var ids []int64
 	for i := range 2 {
 		id, err := spawn("sibling", fmt.Sprint("sibling", i), map[string]any{})
 		if err != nil {
-			return e.finish(func() error { return err })
+			return err
 		}
 		ids = append(ids, id)
 	}
 	doomed, err := spawn("doomed", "doomed", map[string]any{"siblings": ids})
 	if err != nil {
-		return e.finish(func() error { return err })
-	}
-	return e.finish(func() error {
-		return run.Wait(ctx, machine.WaitParams{ChildIDs: append(ids, doomed), Policy: arbortype.FailFast,
-			Phase: "deciding", State: w.stamp(run, nil)})
-	})
-}
-
-func (w *worker) sibling(ctx context.Context, run *machine.Run) error {
-	e, err := w.begin(run)
-	if err != nil {
 		return err
 	}
+	return c.note(run.Wait(ctx, machine.WaitParams{ChildIDs: append(ids, doomed), Policy: arbortype.FailFast,
+		Phase: "deciding", State: w.stamp(run, nil)}))
+}
+
+func (w *worker) sibling(ctx context.Context, c *call) error {
+	run := c.run
 	if run.Task.Phase == "parked" { // never: the group's fail_fast aborts it first
-		return e.finish(func() error { return run.Complete(ctx, w.stamp(run, map[string]any{"woke": true})) })
+		return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"woke": true})))
 	}
-	return e.finish(func() error {
-		return run.SleepUntil(ctx, time.Now().Add(siblingNap), "parked", w.stamp(run, nil))
-	})
+	return c.note(run.SleepUntil(ctx, time.Now().Add(siblingNap), "parked", w.stamp(run, nil)))
 }
 
 // doomed fails once both its siblings sleep, so that the fail_fast abort
 // always finds them started (aborted, not orphaned).
-func (w *worker) doomed(ctx context.Context, run *machine.Run) error {
-	e, err := w.begin(run)
-	if err != nil {
-		return err
-	}
+func (w *worker) doomed(ctx context.Context, c *call) error {
+	run := c.run
 	in := input[struct {
 		Siblings []int64 `json:"siblings"`
 	}](run)
 	sibs, err := w.engine.GetMany(ctx, in.Siblings)
 	if err != nil {
-		return e.finish(func() error { return err })
+		return err
 	}
 	for _, s := range sibs {
 		if s.Status != arbortype.StatusSleeping {
-			return e.finish(func() error {
-				return run.SleepUntil(ctx, time.Now().Add(pollFor), "", w.stamp(run, nil))
-			})
+			return c.note(run.SleepUntil(ctx, time.Now().Add(pollFor), "", w.stamp(run, nil)))
 		}
 	}
-	return e.finish(func() error {
-		return machine.NonRetryable(fmt.Errorf(doomedMessage, run.Task.Token))
-	})
+	return machine.NonRetryable(fmt.Errorf(doomedMessage, run.Task.Token))
 }
 
-func (w *worker) nap(ctx context.Context, run *machine.Run) error {
-	e, err := w.begin(run)
-	if err != nil {
-		return err
-	}
+func (w *worker) nap(ctx context.Context, c *call) error {
+	run := c.run
 	if run.Task.Phase == "woke" {
-		return e.finish(func() error { return run.Complete(ctx, w.stamp(run, map[string]any{"slept": true})) })
+		return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"slept": true})))
 	}
-	return e.finish(func() error { return run.SleepUntil(ctx, time.Now().Add(napFor), "woke", w.stamp(run, nil)) })
+	return c.note(run.SleepUntil(ctx, time.Now().Add(napFor), "woke", w.stamp(run, nil)))
 }
 
-func (w *worker) flaky(ctx context.Context, run *machine.Run) error {
-	e, err := w.begin(run)
-	if err != nil {
+func (w *worker) flaky(ctx context.Context, c *call) error {
+	run := c.run
+	if err := c.effect(ctx, "upstream call"); err != nil {
 		return err
 	}
 	if run.Task.Retries == 0 {
-		return e.finish(func() error { return fmt.Errorf(flakyMessage, run.Task.Token) })
+		return fmt.Errorf(flakyMessage, run.Task.Token)
 	}
-	return e.finish(func() error {
-		return run.Complete(ctx, w.stamp(run, map[string]any{"retries": run.Task.Retries}))
-	})
+	return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"retries": run.Task.Retries})))
 }
 
-func (w *worker) once(ctx context.Context, run *machine.Run) error {
-	e, err := w.begin(run)
-	if err != nil {
-		return err
-	}
+func (w *worker) once(ctx context.Context, c *call) error {
+	run := c.run
 	in := input[struct {
 		WorkMS int `json:"work_ms"`
 	}](run)
-	if err := e.work(ctx, run, time.Duration(in.WorkMS)*time.Millisecond, false); err != nil {
-		return e.finish(func() error { return err })
+	if err := c.work(ctx, time.Duration(in.WorkMS)*time.Millisecond); err != nil {
+		return err
 	}
-	return e.finish(func() error { return run.Complete(ctx, w.stamp(run, map[string]any{"once": true})) })
+	return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"once": true})))
+}
+
+func (w *worker) leaf(ctx context.Context, c *call) error {
+	if err := c.effect(ctx, "leaf"); err != nil {
+		return err
+	}
+	return c.note(c.run.Complete(ctx, w.stamp(c.run, map[string]any{"leaf": nameOf(c.run.Task)})))
 }

@@ -18,8 +18,10 @@ import (
 // Proxy stands between a test's pool and the test database and injects the
 // faults a real network and a real server produce: every connection cut at
 // once (a failover, a proxy restart), the database unreachable for a while,
-// and a connection lost while COMMIT is in flight — with the COMMIT reaching
-// the server (it commits, the client never hears) or not (it does not).
+// a route blackholed (nothing forwarded, nothing closed, nothing answered,
+// as when a network partition drops packets), and a connection lost while
+// COMMIT is in flight — with the COMMIT reaching the server (it commits,
+// the client never hears) or not (it does not).
 //
 // It forwards bytes unchanged and parses just enough of the client's side of
 // PostgreSQL's protocol to see a COMMIT: the startup message, then typed
@@ -32,10 +34,16 @@ type Proxy struct {
 
 	mu       sync.Mutex
 	down     bool
+	closed   bool
 	conns    map[*proxyConn]bool
 	onCommit CommitFault
 	refused  int
-	wg       sync.WaitGroup
+	// hole is open (not closed) while the route is blackholed: every
+	// forwarding, dial and close waits on it; Heal closes it.
+	hole    chan struct{}
+	held    int          // connections accepted while blackholed
+	stalled atomic.Int32 // forwardings (and dials) waiting on the blackhole now
+	wg      sync.WaitGroup
 }
 
 // CommitFault says what the proxy does to the next COMMIT it sees.
@@ -96,10 +104,64 @@ func StartProxy(tb testing.TB) (*Proxy, string) {
 }
 
 func (p *Proxy) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.Heal()
 	_ = p.ln.Close()
 	p.CutAll()
 	p.wg.Wait()
 	_ = os.RemoveAll(p.dir)
+}
+
+// Blackhole stops forwarding in both directions without closing anything:
+// bytes already sent stay unanswered, a connection either side closes is
+// not closed on the other, and a new connection is accepted but not
+// forwarded (it reaches the server at Heal). It is what a client sees of a
+// partition that drops packets: no error, only silence, until its own
+// timeouts fire. The server side is as silent: it learns nothing of the
+// clients until Heal (its own timeouts, such as
+// idle_in_transaction_session_timeout, still end its sessions).
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hole == nil {
+		p.hole = make(chan struct{})
+	}
+}
+
+// Heal ends a blackhole: what was held is forwarded, in order, and what
+// either side closed meanwhile is closed on the other.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hole != nil {
+		close(p.hole)
+		p.hole = nil
+	}
+}
+
+// Held counts the connections accepted while the route was blackholed.
+func (p *Proxy) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
+}
+
+// Stalled counts what waits on the blackhole now: messages held in either
+// direction, dials of connections accepted meanwhile, closes.
+func (p *Proxy) Stalled() int { return int(p.stalled.Load()) }
+
+// waitHole waits while the route is blackholed.
+func (p *Proxy) waitHole() {
+	p.mu.Lock()
+	hole := p.hole
+	p.mu.Unlock()
+	if hole != nil {
+		p.stalled.Add(1)
+		<-hole
+		p.stalled.Add(-1)
+	}
 }
 
 // CutAll closes every connection through the proxy, as a failover does.
@@ -152,31 +214,60 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		down := p.down
+		down, holed := p.down, p.hole != nil
 		if down {
 			p.refused++
 		}
+		if holed {
+			p.held++
+		}
 		p.mu.Unlock()
 		if down {
 			_ = client.Close()
 			continue
 		}
-		server, err := net.Dial("unix", p.target)
-		if err != nil {
-			_ = client.Close()
+		if holed {
+			// Accepted, but not forwarded until Heal: the client's startup
+			// message waits unanswered.
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				p.waitHole()
+				p.connect(client)
+			}()
 			continue
 		}
-		c := &proxyConn{client: client, server: server}
-		p.mu.Lock()
-		p.conns[c] = true
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.clientToServer(c)
-		go p.serverToClient(c)
+		p.connect(client)
 	}
 }
 
+// connect dials the server for an accepted client and forwards between
+// them.
+func (p *Proxy) connect(client net.Conn) {
+	server, err := net.Dial("unix", p.target)
+	if err != nil {
+		_ = client.Close()
+		return
+	}
+	c := &proxyConn{client: client, server: server}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		_ = client.Close()
+		_ = server.Close()
+		return
+	}
+	p.conns[c] = true
+	p.mu.Unlock()
+	p.wg.Add(2)
+	go p.clientToServer(c)
+	go p.serverToClient(c)
+}
+
+// drop closes both sides of a connection one side ended — once the route
+// is not blackholed: a blackhole closes nothing.
 func (p *Proxy) drop(c *proxyConn) {
+	p.waitHole()
 	_ = c.client.Close()
 	_ = c.server.Close()
 	p.mu.Lock()
@@ -210,6 +301,7 @@ func (p *Proxy) clientToServer(c *proxyConn) {
 	if _, err := io.ReadFull(c.client, body); err != nil {
 		return
 	}
+	p.waitHole()
 	if _, err := c.server.Write(append(head[:], body...)); err != nil {
 		return
 	}
@@ -240,6 +332,7 @@ func (p *Proxy) clientToServer(c *proxyConn) {
 			// drops its answer and then cuts the connection.
 			c.swallow.Store(true)
 		}
+		p.waitHole()
 		if _, err := c.server.Write(append(h[:], msg...)); err != nil {
 			return
 		}
@@ -275,6 +368,7 @@ func (p *Proxy) serverToClient(c *proxyConn) {
 			}
 			continue
 		}
+		p.waitHole()
 		if _, err := c.client.Write(append(h[:], msg...)); err != nil {
 			return
 		}
