@@ -45,7 +45,7 @@ func TestBlackholedNode(t *testing.T) {
 			appPrefix+cut.node) == 0
 	})
 	held := s.count(`SELECT count(*) FROM {s}.conversations WHERE holder = $1`, cut.node)
-	s.exec(`CREATE TABLE {s}.chaos_cut_leases AS SELECT id AS conversation_id, lease_expires_at FROM {s}.conversations WHERE holder = $1`, cut.node)
+	s.exec(`CREATE TABLE {s}.chaos_cut_leases AS SELECT id AS conversation_id, lease_expires_at FROM {s}.conversation_leases WHERE holder = $1`, cut.node)
 	tokens := s.inFlight(cut.node, cutAt)
 	require.NotEmpty(t, tokens)
 	s.waitFor("three leases, and the direct runner's take-over of every run the cut one had in flight", func() bool {

@@ -341,13 +341,15 @@ func tail(path string, n int) string {
 
 // giveUpRe matches the runner's log lines that say a node stopped its
 // handlers for a lease it could not confirm, or lost a conversation's
-// lease. Today's texts (machine/runner.go) are "arbor: conversation leases
-// not renewed in time; …" (with a "conversations" count) and "arbor:
-// conversation lease lost" (one conversation); the runner's rework may
-// rename them, so any message about a lease that says lost, not renewed,
-// not confirmed or given up matches too — the figures name each message
-// they counted, so a renamed one shows.
-var giveUpRe = regexp.MustCompile(`(?i)lease.*(lost|not renewed|not confirmed|unconfirmed|could not (be )?(renew|confirm)|gave up|given up|giving up)`)
+// lease. The runner's texts (machine/lapse.go, machine/holder.go) are
+// "arbor: the node could not confirm its lease in time; …" (with a
+// "conversations" count: the fence fired) and "arbor: the node's lease had
+// expired in the database; …" (a new life); those of the runner before
+// issue 19 ("conversation leases not renewed in time", "conversation lease
+// lost") and any message about a lease that says lost, not renewed, not
+// confirmed or given up match too — the figures name each message they
+// counted, so a renamed one shows.
+var giveUpRe = regexp.MustCompile(`(?i)lease.*(lost|not renewed|not confirmed|unconfirmed|could not (be )?(renew|confirm)|gave up|given up|giving up)|could not confirm its lease|lease had expired`)
 
 // logLine is what the figures read of a runner's JSON log line.
 type logLine struct {

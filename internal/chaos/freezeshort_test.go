@@ -49,7 +49,7 @@ func TestBrieflyFrozenRunner(t *testing.T) {
 		s.retry("leases", func(ctx context.Context) error {
 			return s.pool.QueryRow(ctx, s.q(`SELECT coalesce(min(lease_expires_at) > clock_timestamp() + $2::interval, false),
 					(SELECT count(*) FROM {s}.run_log WHERE node = $1 AND kind IN ('tool', 'once') AND returned_at IS NULL)
-				FROM {s}.conversations WHERE holder = $1`), frozen.node, (7*lease/8).String()).Scan(&fresh, &calls)
+				FROM {s}.conversation_leases WHERE holder = $1`), frozen.node, (7*lease/8).String()).Scan(&fresh, &calls)
 		})
 		switch {
 		case fresh && calls > 0:
@@ -69,7 +69,7 @@ func TestBrieflyFrozenRunner(t *testing.T) {
 	var expires time.Time
 	var held int
 	s.retry("leases", func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, s.q(`SELECT min(lease_expires_at), count(*) FROM {s}.conversations WHERE holder = $1`),
+		return s.pool.QueryRow(ctx, s.q(`SELECT min(lease_expires_at), count(*) FROM {s}.conversation_leases WHERE holder = $1`),
 			frozen.node).Scan(&expires, &held)
 	})
 	require.Positive(t, held, "the frozen node holds conversations")

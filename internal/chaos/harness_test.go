@@ -86,7 +86,7 @@ func setup(t *testing.T, conversations int) *scenario {
 		t.Logf("runner logs in %s", s.logDir)
 	}
 	s.requireOneClock()
-	for _, ddl := range []string{runLogDDL, sideEffectsDDL, faultsDDL, auditDDL} {
+	for _, ddl := range []string{runLogDDL, sideEffectsDDL, faultsDDL, auditDDL, leasesViewDDL} {
 		s.exec(ddl)
 	}
 	engine, err := tasks.New(s.ctx, pool, &tasks.Config{Schema: schema})
@@ -298,6 +298,12 @@ BEGIN
 END $$;
 CREATE TRIGGER chaos_audit AFTER INSERT OR UPDATE ON {s}.tasks FOR EACH ROW EXECUTE FUNCTION {s}.chaos_audit()`
 
+// conversation_leases: each conversation with its holder and the holder's
+// lease deadline (the holder row's: docs/design.md §3.8).
+const leasesViewDDL = `CREATE VIEW {s}.conversation_leases AS
+	SELECT c.id, c.holder, c.epoch, h.expires_at AS lease_expires_at
+	FROM {s}.conversations c LEFT JOIN {s}.holders h ON h.id = c.holder_id`
+
 // q puts the scenario's schema into a statement.
 func (s *scenario) q(sql string) string {
 	return strings.ReplaceAll(sql, "{s}", pgx.Identifier{s.schema}.Sanitize())
@@ -408,7 +414,7 @@ func (s *scenario) dumpLive() string {
 		b.Reset()
 		rows, err := s.pool.Query(ctx, s.q(`SELECT t.id, t.conversation_id, t.kind, t.status, t.phase, t.attempt,
 				coalesce(t.token, 0), coalesce(c.holder, ''), c.epoch, coalesce(c.lease_expires_at::text, '')
-			FROM {s}.tasks t JOIN {s}.conversations c ON c.id = t.conversation_id
+			FROM {s}.tasks t JOIN {s}.conversation_leases c ON c.id = t.conversation_id
 			WHERE t.status IN ('pending','running','waiting','sleeping','completing') ORDER BY t.id LIMIT 40`))
 		if err != nil {
 			return err
