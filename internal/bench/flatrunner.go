@@ -116,9 +116,10 @@ func leftBehind(ctx context.Context, env *Env) string {
 	defer cancel()
 	var s string
 	err := env.Pool.QueryRow(ctx, env.sql(`SELECT coalesce(string_agg(format('task %s %s %s attempt %s retries %s, conversation owner %s lease %s',
-			t.id, t.kind, t.status, t.attempt, t.retries, c.holder, c.lease_expires_at - now()), '; '), 'none')
+			t.id, t.kind, t.status, t.attempt, t.retries, c.holder, h.expires_at - now()), '; '), 'none')
 		FROM (SELECT * FROM {schema}.tasks WHERE status <> 'completed' ORDER BY id LIMIT 5) t
-		JOIN {schema}.conversations c ON c.id = t.conversation_id`)).Scan(&s)
+		JOIN {schema}.conversations c ON c.id = t.conversation_id
+		LEFT JOIN {schema}.holders h ON h.id = c.holder_id`)).Scan(&s)
 	if err != nil {
 		return "left behind: " + err.Error()
 	}
