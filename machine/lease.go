@@ -27,12 +27,16 @@ import (
 // LeaseConfig configures a Lease. The zero value of every field means its
 // default.
 type LeaseConfig struct {
-	// Holder names the lease's holder, as arbor ls shows it. Default:
+	// Holder names the lease's holder, as arbor ls shows it. Each Lease is
+	// a holder of its own (a row of the holders table), whatever its name:
+	// two Leases given the same name do not renew each other. Default:
 	// hostname, pid and a random suffix.
 	Holder string
 	// Duration is the conversation lease: it expires this long after the
 	// last Renew, and only then can another holder take the conversation
-	// (recovering its running tasks). Default ConversationLeaseDefault.
+	// (recovering its running tasks, counted as restarts). A Renew after it
+	// expired is refused (tasks.ErrLeaseLost): take a new Lease. Default
+	// ConversationLeaseDefault.
 	Duration time.Duration
 }
 
