@@ -137,13 +137,25 @@ func ColumnRules() []ColumnRule {
 		{Column: "settled_at", Changes: settling(), Why: "stamped when the task settles"},
 		{Column: "await_name", Changes: on(Sleep, Retry, Await), Why: "set by an await, cleared by a plain sleep (kept after the wake, for the resumed handler)"},
 		{Column: "await_token", Changes: on(Sleep, Retry, Await), Why: "a fresh token with every await, none with a plain sleep"},
-		{Column: "delivered", Changes: union(on(Sleep, Retry, Await), from(arbortype.StatusSleeping, on(Wake))),
-			Why: "what woke an await (the event, or its timeout), cleared when the task parks again"},
+		{Column: "delivered", Changes: union(on(Sleep, Retry, Await), from(arbortype.StatusSleeping, on(Wake))), Value: deliveredRule,
+			Why: "what woke an await (the event, or its timeout), cleared when the task parks again: an event delivered to this task, carried as it was emitted, or a timeout with no event"},
 		immutable("deadline", "fixed at create"),
 		immutable("forked_from", "fixed at insert: the task a fork copied"),
 		immutable("trace", "the trace context the task was created in, fixed at create"),
 	}
 }
+
+// deliveredRule is what an await's wake may say woke it: nothing (the
+// column cleared), a timeout that names no event and carries no payload,
+// or an event of the task's conversation that was delivered to this very
+// task (events.delivered_to, written before the wake in the same
+// transaction), with its payload as emitted. A hand-written approval — a
+// delivered payload no emit made — is refused.
+const deliveredRule = `NEW.delivered IS NULL
+            OR (coalesce(NEW.delivered->>'timed_out', '') = 'true' AND NOT (NEW.delivered ? 'event_id') AND NOT (NEW.delivered ? 'payload'))
+            OR CASE WHEN NEW.delivered->>'event_id' ~ '^[0-9]{1,18}$' THEN EXISTS (SELECT 1 FROM {schema}.events ev
+                WHERE ev.conversation_id = NEW.conversation_id AND ev.id = (NEW.delivered->>'event_id')::bigint
+                  AND ev.delivered_to = NEW.id AND ev.payload IS NOT DISTINCT FROM NEW.delivered->'payload') ELSE false END`
 
 // freeColumns may change with any write.
 var freeColumns = []string{"updated_at"}
@@ -179,6 +191,12 @@ func InsertRules() []string {
 		"NEW.result IS NULL", "NEW.error IS NULL", "NEW.error_history = '[]'::jsonb",
 		"NEW.wait_policy IS NULL", "NEW.wait_ids IS NULL", "NEW.wake_at IS NULL", "NEW.wake_job_id IS NULL",
 		"NEW.await_name IS NULL", "NEW.await_token IS NULL", "NEW.delivered IS NULL",
+		// Stamped by the database, not by the writer.
+		"NEW.created_at = now()",
+		// A child only of an owner that can still take one (docs/design.md
+		// §3.1): not settled, completing or being aborted.
+		"(NEW.owner_task_id IS NULL OR EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id" +
+			" AND o.status IN ('pending', 'running', 'waiting', 'sleeping') AND NOT o.abort_requested))",
 	}
 }
 
@@ -228,7 +246,7 @@ func ForkRules() []string {
 func DeleteRules() []ColumnRule {
 	settled := quoted(settledStatuses())
 	return []ColumnRule{
-		{Column: "prune", Value: "current_setting('arbor.prune', true) = 'on'",
+		{Column: "prune", Value: "coalesce(current_setting('arbor.prune', true), '') = 'on'",
 			Why: "only the prune path deletes (tasks.Engine.Prune, the runners' prune job)"},
 		{Column: "status", Value: "OLD.status IN (" + settled + ")", Why: "a live task is never deleted"},
 		{Column: "owner_task_id", Value: `NOT EXISTS (WITH RECURSIVE up AS (

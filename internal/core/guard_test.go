@@ -12,6 +12,8 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/tasks"
 )
 
 // forged is, per column of the tasks table, an SQL expression for a value
@@ -219,6 +221,65 @@ func TestGuardRefusesForgedLeases(t *testing.T) {
 	_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`WITH h AS (INSERT INTO %[1]s.holders (name, expires_at) VALUES ('other', now() + interval '1 minute') RETURNING id)
 		UPDATE %[1]s.conversations SET holder = 'other', holder_id = (SELECT id FROM h), epoch = epoch + 1 WHERE id = $1`, b.schema), b.conv)
 	require.NoError(t, err)
+	_, err = b.engine.AbortConversation(b.ctx, b.conv)
+	require.NoError(t, err)
+}
+
+// TestGuardRefusesForgedEdges (issue 24): what the guard let through.
+//   - A DELETE of an old settled turn, by a connection that never set
+//     arbor.prune (the setting is then NULL, and NOT (NULL = 'on') raised
+//     nothing): refused, whatever else about the turn would allow a prune.
+//   - An approval forged by hand: an awaiting task woken with a delivered
+//     payload no emit made, or a "timeout" that carries one: refused; the
+//     engine's own delivery passes.
+//   - A child inserted under an owner that settled, or one that is
+//     completing; a row inserted with a created_at of its writer's choosing.
+func TestGuardRefusesForgedEdges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := b.start(t, b.root(t, "turn").ID)
+	_, err := b.engine.Complete(b.ctx, old.ID, old.Token, nil)
+	require.NoError(t, err)
+	newer := b.start(t, b.root(t, "turn").ID)
+	_, err = b.engine.Complete(b.ctx, newer.ID, newer.Token, nil)
+	require.NoError(t, err)
+
+	awaiting := b.start(t, b.root(t, "approve").ID)
+	_, err = b.engine.AwaitEvent(b.ctx, awaiting.ID, awaiting.Token, core.AwaitParams{Name: "approval"})
+	require.NoError(t, err)
+	before := b.snapshot(t)
+
+	conn, err := b.pool.Acquire(b.ctx) // a fresh session: arbor.prune never set on it
+	require.NoError(t, err)
+	_, err = conn.Exec(b.ctx, `RESET ALL`)
+	require.NoError(t, err)
+	_, err = conn.Exec(b.ctx, fmt.Sprintf(`DELETE FROM %s.tasks WHERE id = $1`, b.schema), old.ID)
+	conn.Release()
+	requireGuard(t, err, "an unmarked delete of an old settled turn")
+
+	for what, delivered := range map[string]string{
+		"an approval no emit made":     `{"name": "approval", "event_id": 424242, "payload": {"approved": true}}`,
+		"a timeout carrying a payload": `{"name": "approval", "timed_out": true, "payload": {"approved": true}}`,
+		"a malformed event id":         `{"name": "approval", "event_id": "x"}`,
+	} {
+		_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`UPDATE %s.tasks SET status = 'pending', delivered = $2::jsonb, wake_at = NULL, wake_job_id = NULL WHERE id = $1`,
+			b.schema), awaiting.ID, delivered)
+		requireGuard(t, err, what)
+	}
+
+	for what, owner := range map[string]int64{"a settled owner": old.ID} {
+		_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`INSERT INTO %s.tasks (conversation_id, owner_task_id, kind) VALUES ($1, $2, 'k')`, b.schema), b.conv, owner)
+		requireGuard(t, err, "a child of "+what)
+	}
+	_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`INSERT INTO %s.tasks (conversation_id, kind, created_at) VALUES ($1, 'k', '2400-01-01')`, b.schema), b.conv)
+	requireGuard(t, err, "a created_at of the writer's choosing")
+	require.Equal(t, before, b.snapshot(t), "nothing written")
+
+	// The engine's own delivery passes.
+	_, _, err = b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, TaskID: awaiting.ID, Name: "approval", Payload: []byte(`{"approved": true}`)})
+	require.NoError(t, err)
+	require.Equal(t, arbortype.StatusPending, b.get(t, awaiting.ID).Status)
+	b.requireInvariants(t)
 	_, err = b.engine.AbortConversation(b.ctx, b.conv)
 	require.NoError(t, err)
 }

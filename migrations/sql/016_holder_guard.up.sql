@@ -11,7 +11,7 @@ DECLARE
     src {schema}.tasks%ROWTYPE;
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        IF NOT (current_setting('arbor.prune', true) = 'on') THEN
+        IF NOT (coalesce(current_setting('arbor.prune', true), '') = 'on') THEN
             RAISE EXCEPTION 'arbor: task % cannot be deleted: only the prune path deletes (tasks.Engine.Prune, the runners'' prune job)', OLD.id
                 USING ERRCODE = 'AB006';
         END IF;
@@ -223,7 +223,9 @@ BEGIN
             AND NEW.wake_job_id IS NULL
             AND NEW.await_name IS NULL
             AND NEW.await_token IS NULL
-            AND NEW.delivered IS NULL) THEN
+            AND NEW.delivered IS NULL
+            AND NEW.created_at = now()
+            AND (NEW.owner_task_id IS NULL OR EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id AND o.status IN ('pending', 'running', 'waiting', 'sleeping') AND NOT o.abort_requested))) THEN
             IF NOT (NEW.status = 'pending') THEN
                 RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.status = ''pending'' does not hold'
                     USING ERRCODE = 'AB004';
@@ -316,6 +318,14 @@ BEGIN
                 RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.delivered IS NULL does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
+            IF NOT (NEW.created_at = now()) THEN
+                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.created_at = now() does not hold'
+                    USING ERRCODE = 'AB004';
+            END IF;
+            IF NOT ((NEW.owner_task_id IS NULL OR EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id AND o.status IN ('pending', 'running', 'waiting', 'sleeping') AND NOT o.abort_requested))) THEN
+                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: (NEW.owner_task_id IS NULL OR EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id AND o.status IN (''pending'', ''running'', ''waiting'', ''sleeping'') AND NOT o.abort_requested)) does not hold'
+                    USING ERRCODE = 'AB004';
+            END IF;
         END IF;
         RETURN NEW;
     END IF;
@@ -365,7 +375,11 @@ BEGIN
         AND (NEW.settled_at IS NOT DISTINCT FROM OLD.settled_at OR change IN ('pending>failed', 'pending>aborted', 'pending>cancelled', 'pending>orphaned', 'running>completed', 'running>failed', 'running>aborted', 'running>cancelled', 'waiting>failed', 'waiting>aborted', 'waiting>cancelled', 'sleeping>failed', 'sleeping>aborted', 'sleeping>cancelled', 'completing>completed', 'completing>failed', 'completing>aborted'))
         AND (NEW.await_name IS NOT DISTINCT FROM OLD.await_name OR change IN ('running>sleeping'))
         AND (NEW.await_token IS NOT DISTINCT FROM OLD.await_token OR change IN ('running>sleeping'))
-        AND (NEW.delivered IS NOT DISTINCT FROM OLD.delivered OR change IN ('running>sleeping', 'sleeping>pending'))
+        AND (NEW.delivered IS NOT DISTINCT FROM OLD.delivered OR (change IN ('running>sleeping', 'sleeping>pending') AND (NEW.delivered IS NULL
+            OR (coalesce(NEW.delivered->>'timed_out', '') = 'true' AND NOT (NEW.delivered ? 'event_id') AND NOT (NEW.delivered ? 'payload'))
+            OR CASE WHEN NEW.delivered->>'event_id' ~ '^[0-9]{1,18}$' THEN EXISTS (SELECT 1 FROM {schema}.events ev
+                WHERE ev.conversation_id = NEW.conversation_id AND ev.id = (NEW.delivered->>'event_id')::bigint
+                  AND ev.delivered_to = NEW.id AND ev.payload IS NOT DISTINCT FROM NEW.delivered->'payload') ELSE false END)))
         AND (NEW.deadline IS NOT DISTINCT FROM OLD.deadline OR false)
         AND (NEW.forked_from IS NOT DISTINCT FROM OLD.forked_from OR false)
         AND (NEW.trace IS NOT DISTINCT FROM OLD.trace OR false)
@@ -495,9 +509,13 @@ BEGIN
         RAISE EXCEPTION 'arbor: task %: column await_token may not change so on %', OLD.id, change
             USING ERRCODE = 'AB005', HINT = 'a fresh token with every await, none with a plain sleep';
     END IF;
-    IF NOT (NEW.delivered IS NOT DISTINCT FROM OLD.delivered OR change IN ('running>sleeping', 'sleeping>pending')) THEN
+    IF NOT (NEW.delivered IS NOT DISTINCT FROM OLD.delivered OR (change IN ('running>sleeping', 'sleeping>pending') AND (NEW.delivered IS NULL
+            OR (coalesce(NEW.delivered->>'timed_out', '') = 'true' AND NOT (NEW.delivered ? 'event_id') AND NOT (NEW.delivered ? 'payload'))
+            OR CASE WHEN NEW.delivered->>'event_id' ~ '^[0-9]{1,18}$' THEN EXISTS (SELECT 1 FROM {schema}.events ev
+                WHERE ev.conversation_id = NEW.conversation_id AND ev.id = (NEW.delivered->>'event_id')::bigint
+                  AND ev.delivered_to = NEW.id AND ev.payload IS NOT DISTINCT FROM NEW.delivered->'payload') ELSE false END))) THEN
         RAISE EXCEPTION 'arbor: task %: column delivered may not change so on %', OLD.id, change
-            USING ERRCODE = 'AB005', HINT = 'what woke an await (the event, or its timeout), cleared when the task parks again';
+            USING ERRCODE = 'AB005', HINT = 'what woke an await (the event, or its timeout), cleared when the task parks again: an event delivered to this task, carried as it was emitted, or a timeout with no event';
     END IF;
     IF NOT (NEW.deadline IS NOT DISTINCT FROM OLD.deadline OR false) THEN
         RAISE EXCEPTION 'arbor: task %: column deadline may not change so on %', OLD.id, change
