@@ -47,6 +47,9 @@ func cmdEmit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if least == 0 && *token == "" {
+		return fmt.Errorf("emit: --token is empty (the token an await gave: arbor pending lists them)")
+	}
 	var raw string
 	switch {
 	case *token != "" && len(pos) == 1:

@@ -99,6 +99,9 @@ func TestAbortReasonAndConversationAndLog(t *testing.T) {
 	require.Contains(t, out, "#6 chat_turn aborted (aborted: the user pressed stop)\n", "the log says why")
 	out = b.arbor(t, "log", b.conv, "--follow", "--until-settled", "1").ok(t).stdout
 	require.Contains(t, out, "#1 chat_turn aborted", "following stops at the settle, already in the log")
+	head := strings.Fields(lines[len(lines)-1])[0]
+	out = b.arbor(t, "log", b.conv, "--follow", "--after", head, "--until-settled", "1").ok(t).stdout
+	require.Empty(t, out, "a task settled before the entries followed: nothing to wait for (it once followed forever)")
 }
 
 // A failure's log line carries its message (code-less: a handler's error),

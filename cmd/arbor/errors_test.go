@@ -55,6 +55,17 @@ func TestErrorsAreOneLine(t *testing.T) {
 		{"migrate unknown verb", nil, []string{"migrate", "sideways"}, 1, `migrate: unknown verb "sideways"`},
 		{"migrate down without target", nil, []string{"migrate", "down", "--database-url", url, "--schema", b.schema}, 1, "migrate down: give the target version"},
 		{"migrate down bad target", nil, []string{"migrate", "down", "x"}, 1, `target "x" is not a number`},
+		// Issue 24: each of these panicked, followed forever or said what
+		// it had "deleted".
+		{"emit with an empty token", nil, []string{"emit", "--token", "", "--database-url", url, "--schema", b.schema}, 1, "emit: --token is empty"},
+		{"log until a negative task", nil, []string{"log", b.conv, "--follow", "--until-settled", "-1", "--database-url", url, "--schema", b.schema}, 1,
+			"--until-settled -1: a task id is positive"},
+		{"log until an unknown task", nil, []string{"log", b.conv, "--follow", "--until-settled", "999999", "--database-url", url, "--schema", b.schema}, 1,
+			"--until-settled 999999: no such task in conversation"},
+		{"log until without follow", nil, []string{"log", b.conv, "--until-settled", "1", "--database-url", url, "--schema", b.schema}, 1,
+			"--until-settled goes with --follow"},
+		{"prune dry run with a bad batch", nil, []string{"prune", "--older-than", "1h", "--dry-run", "--batch", "1000000000", "--database-url", url, "--schema", b.schema}, 1,
+			"(nothing was deleted)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

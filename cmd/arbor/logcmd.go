@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/tasks"
 )
 
 const logHelp = `Usage: arbor log CONVERSATION [flags]
@@ -32,6 +33,14 @@ func cmdLog(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	switch {
+	case *until < 0:
+		return fmt.Errorf("log: --until-settled %d: a task id is positive", *until)
+	case *until != 0 && !*follow:
+		return fmt.Errorf("log: --until-settled goes with --follow")
+	case *after < 0:
+		return fmt.Errorf("log: --after %d: a seq is not negative", *after)
+	}
 	engine, err := db.engine(ctx)
 	if err != nil {
 		return err
@@ -39,6 +48,19 @@ func cmdLog(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer engine.Close()
 	if _, err := requireConversation(ctx, engine, pos[0]); err != nil {
 		return err
+	}
+	if *until != 0 {
+		// A task the conversation does not have would never settle in its
+		// log; one settled already is followed up to now, then done.
+		t, err := engine.Get(ctx, *until)
+		switch {
+		case errors.Is(err, tasks.ErrNotFound) || (err == nil && t.ConversationID != pos[0]):
+			return fmt.Errorf("log: --until-settled %d: no such task in conversation %s", *until, printable(pos[0]))
+		case err != nil:
+			return err
+		case t.Status.Settled():
+			*follow = false
+		}
 	}
 	if !*follow {
 		for {

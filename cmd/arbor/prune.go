@@ -49,6 +49,9 @@ func cmdPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer engine.Close()
 	res, err := engine.Prune(ctx, tasks.PruneParams{OlderThan: *olderThan, Batch: *batch, DryRun: *dry})
+	if err != nil && (*dry || res == (tasks.PruneResult{})) {
+		return fmt.Errorf("prune: %w (nothing was deleted)", err)
+	}
 	verb := "pruned"
 	if *dry {
 		verb = "would prune"
