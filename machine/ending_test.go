@@ -94,3 +94,35 @@ func TestEndingWritesAreNotReportedStopped(t *testing.T) {
 	}
 	b.requireClean(t, all...)
 }
+
+// TestRunAddressesItsTaskWhateverTheHandlerDoesToTask: Run.Task is the
+// handler's to read (and, as it happens, to change); the run's writes go
+// to the task it claimed all the same (issue 24: with
+// run.Task.ConversationID changed, Progress and Wait were written and
+// Checkpoint failed with "database error: … %!w(<nil>)").
+func TestRunAddressesItsTaskWhateverTheHandlerDoesToTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	errs := make(chan error, 3)
+	fastRunner(t, b, map[string]machine.Handler{
+		"turn": func(ctx context.Context, run *machine.Run) error {
+			run.Task.ConversationID, run.Task.ID = "someone-else", run.Task.ID+1000
+			errs <- run.Checkpoint(ctx, "halfway", nil)
+			errs <- run.Progress(ctx, "step", []byte(`1`))
+			err := run.Complete(ctx, []byte(`"done"`))
+			errs <- err
+			return err
+		},
+	}, nil)
+	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	require.NoError(t, err)
+	for range 3 {
+		require.NoError(t, <-errs)
+	}
+	got, err := b.engine.AwaitSettled(b.ctx, turn.ID)
+	require.NoError(t, err)
+	require.Equal(t, arbortype.StatusCompleted, got.Status)
+	require.Equal(t, "halfway", got.Phase)
+	require.JSONEq(t, `"done"`, string(got.Result))
+	b.requireClean(t)
+}

@@ -96,7 +96,7 @@ func (r *Runner) stillOurs(ctx context.Context, run *Run, try int) bool {
 			return false
 		}
 		cur, err := core.Read(r.runCtx, r.core, func(db store.DB) (arbortype.Task, error) {
-			return r.core.Get(r.runCtx, db, run.Task.ID)
+			return r.core.Get(r.runCtx, db, run.id)
 		})
 		if err == nil {
 			return cur.Status == arbortype.StatusRunning && cur.Token == run.token && !stopped(ctx)

@@ -98,6 +98,11 @@ type Run struct {
 	core  *core.Engine
 	sink  sink
 	token int64
+	// id, conv and waitIDs are the task's, as claimed: every write of the
+	// run is addressed by them, whatever the handler does to Task.
+	id      int64
+	conv    string
+	waitIDs []int64
 
 	mu         sync.Mutex
 	ended      bool
@@ -138,7 +143,8 @@ func writeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 func newRun(c *core.Engine, s sink, t arbortype.Task) *Run {
-	return &Run{Task: t, core: c, sink: s, token: t.Token, lastActive: time.Now()}
+	return &Run{Task: t, core: c, sink: s, token: t.Token, id: t.ID, conv: t.ConversationID,
+		waitIDs: slices.Clone(t.WaitIDs), lastActive: time.Now()}
 }
 
 // enter begins an arbor call of the handler's: a cancelled ctx refuses it
@@ -152,7 +158,7 @@ func (r *Run) enter(ctx context.Context) (leave func(), err error) {
 		r.mu.Lock()
 		r.ended = true
 		r.mu.Unlock()
-		return nil, fmt.Errorf("task %d: the runner stopped: %w", r.Task.ID, ErrShutdown)
+		return nil, fmt.Errorf("task %d: the runner stopped: %w", r.id, ErrShutdown)
 	}
 	r.mu.Lock()
 	r.inCall++
@@ -176,7 +182,7 @@ func (r *Run) stoppedErr(ctx context.Context) error {
 	if cause == nil {
 		cause = ctx.Err()
 	}
-	return fmt.Errorf("task %d: the run was stopped: %w", r.Task.ID, cause)
+	return fmt.Errorf("task %d: the run was stopped: %w", r.id, cause)
 }
 
 // activity reports whether an arbor call is in progress, and when the
@@ -292,7 +298,7 @@ func (r *Run) finish(ctx context.Context, o core.Outcome) error {
 		return err
 	}
 	defer leave()
-	o.TaskID, o.Token, o.ConversationID = r.Task.ID, r.token, r.Task.ConversationID
+	o.TaskID, o.Token, o.ConversationID = r.id, r.token, r.conv
 	r.mu.Lock()
 	r.ending = true
 	r.mu.Unlock()
@@ -370,7 +376,7 @@ func endedBy(ctx context.Context, c *core.Engine, o core.Outcome) error {
 // crash runs again from its last checkpoint.
 func (r *Run) Checkpoint(ctx context.Context, phase string, state json.RawMessage) error {
 	t, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
-		return r.core.Checkpoint(ctx, tx, r.Task.ConversationID, r.Task.ID, r.token, phase, state)
+		return r.core.Checkpoint(ctx, tx, r.conv, r.id, r.token, phase, state)
 	})
 	if err == nil {
 		r.Task.Phase, r.Task.State = t.Phase, t.State
@@ -384,7 +390,7 @@ func (r *Run) Checkpoint(ctx context.Context, phase string, state json.RawMessag
 // checkpoints.
 func (r *Run) Heartbeat(ctx context.Context) error {
 	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
-		return r.core.Heartbeat(ctx, tx, r.Task.ConversationID, r.Task.ID, r.token)
+		return r.core.Heartbeat(ctx, tx, r.conv, r.id, r.token)
 	})
 	if err == nil {
 		r.extended()
@@ -467,8 +473,8 @@ func (r *Run) SpawnMany(ctx context.Context, ps []SpawnParams) ([]arbortype.Task
 	if err != nil {
 		return nil, err
 	}
-	res := r.sink.apply(ctx, r, core.Outcome{Kind: core.OutSpawn, TaskID: r.Task.ID, Token: r.token,
-		ConversationID: r.Task.ConversationID, Spawns: cps})
+	res := r.sink.apply(ctx, r, core.Outcome{Kind: core.OutSpawn, TaskID: r.id, Token: r.token,
+		ConversationID: r.conv, Spawns: cps})
 	leave()
 	r.over(res.Err)
 	if res.Err != nil {
@@ -490,10 +496,10 @@ func (r *Run) spawnParams(ctx context.Context, ps []SpawnParams) ([]core.CreateP
 			p.IdempotencyKey = fmt.Sprintf("arbor:run-%d-spawn-%d", r.token, r.spawns)
 		} else if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
 			return nil, fmt.Errorf("spawn under task %d: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w",
-				r.Task.ID, p.IdempotencyKey, tasks.ErrInvalidArgument)
+				r.id, p.IdempotencyKey, tasks.ErrInvalidArgument)
 		}
 		cps[i] = core.CreateParams{
-			ConversationID: r.Task.ConversationID, OwnerID: r.Task.ID, OwnerToken: r.token, Trace: trace,
+			ConversationID: r.conv, OwnerID: r.id, OwnerToken: r.token, Trace: trace,
 			Kind: p.Kind, Input: p.Input, Background: p.Background, AbandonOnRestart: p.AbandonOnRestart,
 			RestartLimit: p.RestartLimit, MaxRetries: p.MaxRetries, IdempotencyKey: p.IdempotencyKey,
 			RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap, Deadline: p.Deadline,
@@ -510,13 +516,13 @@ func (r *Run) Children(ctx context.Context) ([]arbortype.Task, error) {
 		return nil, err
 	}
 	defer leave()
-	return core.Read(ctx, r.core, func(db store.DB) ([]arbortype.Task, error) { return r.core.Children(ctx, db, r.Task.ID) })
+	return core.Read(ctx, r.core, func(db store.DB) ([]arbortype.Task, error) { return r.core.Children(ctx, db, r.id) })
 }
 
 // Waited reads the children of the task's last wait, in id order: after the
 // wait woke the task, their outcomes.
 func (r *Run) Waited(ctx context.Context) ([]arbortype.Task, error) {
-	if len(r.Task.WaitIDs) == 0 {
+	if len(r.waitIDs) == 0 {
 		return nil, nil
 	}
 	leave, err := r.enter(ctx)
@@ -524,7 +530,7 @@ func (r *Run) Waited(ctx context.Context) ([]arbortype.Task, error) {
 		return nil, err
 	}
 	defer leave()
-	return core.Read(ctx, r.core, func(db store.DB) ([]arbortype.Task, error) { return r.core.GetMany(ctx, db, r.Task.WaitIDs) })
+	return core.Read(ctx, r.core, func(db store.DB) ([]arbortype.Task, error) { return r.core.GetMany(ctx, db, r.waitIDs) })
 }
 
 // Complete ends the run with result. The task becomes completed, or

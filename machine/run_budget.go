@@ -58,7 +58,7 @@ func (r *Run) reserve(ctx context.Context, counter string, amount int64, spend b
 	r.budgets++
 	key := fmt.Sprintf("arbor:run-%d-budget-%d", r.token, r.budgets)
 	r.mu.Unlock()
-	p := core.ReserveParams{ConversationID: r.Task.ConversationID, TaskID: r.Task.ID, Token: r.token, Counter: counter, Amount: amount, Key: key, Spend: spend}
+	p := core.ReserveParams{ConversationID: r.conv, TaskID: r.id, Token: r.token, Counter: counter, Amount: amount, Key: key, Spend: spend}
 	leave, err := r.enter(ctx)
 	if err != nil {
 		return core.ReserveResult{}, err
@@ -95,11 +95,11 @@ func (r *Run) reserveDetached(wctx context.Context, p core.ReserveParams) (core.
 // record. A reservation of an earlier run of the task, or one spent in
 // full because its run was over first, is refused (ErrNotRunning).
 func (r *Run) Record(ctx context.Context, res arbortype.Reservation, actual int64) error {
-	if res.TaskID != r.Task.ID {
-		return fmt.Errorf("record task %d: reservation %d is task %d's: %w", r.Task.ID, res.ID, res.TaskID, arbortype.ErrInvalidArgument)
+	if res.TaskID != r.id {
+		return fmt.Errorf("record task %d: reservation %d is task %d's: %w", r.id, res.ID, res.TaskID, arbortype.ErrInvalidArgument)
 	}
 	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
-		_, err := r.core.RecordBudget(ctx, tx, r.Task.ConversationID, r.Task.ID, res.ID, actual)
+		_, err := r.core.RecordBudget(ctx, tx, r.conv, r.id, res.ID, actual)
 		return struct{}{}, err
 	})
 	return err

@@ -48,7 +48,7 @@ func (r *Run) AwaitEvent(ctx context.Context, p AwaitParams) error {
 func (r *Run) Progress(ctx context.Context, name string, payload json.RawMessage) error {
 	conv := ""
 	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (int64, error) {
-		seq, c, err := r.core.Progress(ctx, tx, r.Task.ID, r.token, name, payload)
+		seq, c, err := r.core.Progress(ctx, tx, r.id, r.token, name, payload)
 		conv = c
 		return seq, err
 	})
@@ -75,7 +75,7 @@ func (r *Run) CompleteTx(ctx context.Context, tx pgx.Tx, result json.RawMessage)
 	}
 	defer leave()
 	_, err = core.Savepoint(ctx, tx, func(tx pgx.Tx) (arbortype.Task, error) {
-		return r.core.Complete(ctx, tx, r.Task.ID, r.token, result)
+		return r.core.Complete(ctx, tx, r.id, r.token, result)
 	})
 	if err == nil {
 		r.mu.Lock()
@@ -117,7 +117,7 @@ func (r *Run) CheckpointTx(ctx context.Context, tx pgx.Tx, phase string, state j
 	}
 	defer leave()
 	t, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (arbortype.Task, error) {
-		return r.core.Checkpoint(ctx, tx, r.Task.ConversationID, r.Task.ID, r.token, phase, state)
+		return r.core.Checkpoint(ctx, tx, r.conv, r.id, r.token, phase, state)
 	})
 	if err == nil {
 		r.Task.Phase, r.Task.State = t.Phase, t.State

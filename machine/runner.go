@@ -504,7 +504,7 @@ func (r *Runner) run(ctx context.Context, run *Run) {
 // may have made the task runnable again and claimed it before this handler
 // returned: an await whose event was waiting, a wait already satisfied).
 func (r *Runner) runDone(a *active) {
-	id := a.run.Task.ID
+	id := a.run.id
 	var next *active
 	r.mu.Lock()
 	if r.runs[id] == a {
@@ -536,7 +536,7 @@ func (r *Runner) runDone(a *active) {
 // (the completer's flush may hand it to the work that write creates).
 func (r *Runner) ending(run *Run) {
 	r.mu.Lock()
-	if a := r.runs[run.Task.ID]; a != nil && a.run == run && a.slot {
+	if a := r.runs[run.id]; a != nil && a.run == run && a.slot {
 		a.slot = false
 		r.busy--
 	}
@@ -547,7 +547,7 @@ func (r *Runner) ending(run *Run) {
 // before its handler is called again.
 func (r *Runner) retake(run *Run) {
 	r.mu.Lock()
-	if a := r.runs[run.Task.ID]; a != nil && a.run == run && !a.slot {
+	if a := r.runs[run.id]; a != nil && a.run == run && !a.slot {
 		a.slot = true
 		r.busy++
 	}
