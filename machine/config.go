@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -182,6 +184,8 @@ func (c *RunnerConfig) validate() error {
 	switch {
 	case len(c.NodeID) > 200:
 		return errors.New("RunnerConfig.NodeID: over 200 bytes")
+	case !utf8.ValidString(c.NodeID) || strings.ContainsRune(c.NodeID, 0):
+		return fmt.Errorf("RunnerConfig.NodeID %q: not valid UTF-8 text", c.NodeID)
 	case c.Capacity < 1 || c.Capacity > 1_000_000:
 		return fmt.Errorf("RunnerConfig.Capacity: %d is outside 1..1000000", c.Capacity)
 	case c.Workers < 1 || c.Workers > 100_000:

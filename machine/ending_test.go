@@ -126,3 +126,30 @@ func TestRunAddressesItsTaskWhateverTheHandlerDoesToTask(t *testing.T) {
 	require.JSONEq(t, `"done"`, string(got.Result))
 	b.requireClean(t)
 }
+
+// TestAwaitOfArborsOwnEventIsRefused: arbortype.BudgetEvent is a budget
+// park's, raised only by a raise; a handler's await of it is refused and
+// writes nothing (issue 24).
+func TestAwaitOfArborsOwnEventIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, mustConversation(t, b), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lease.Release(context.Background()) })
+	runs, err := lease.Claim(b.ctx, 1)
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	err = runs[0].AwaitEvent(b.ctx, machine.AwaitParams{Name: arbortype.BudgetEvent})
+	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	require.Equal(t, arbortype.StatusRunning, b.status(t, runs[0].Task.ID), "nothing written")
+	require.NoError(t, runs[0].Complete(b.ctx, nil))
+	b.requireClean(t)
+}
+
+// mustConversation creates the bundle's conversation with one turn.
+func mustConversation(t *testing.T, b *bundle) string {
+	t.Helper()
+	_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	require.NoError(t, err)
+	return b.conv
+}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/tasks"
 )
 
 // AwaitParams describe an await of an event.
@@ -37,6 +39,12 @@ type AwaitParams struct {
 // handler runs again; the conversation's log shows the park). The handler
 // returns after AwaitEvent.
 func (r *Run) AwaitEvent(ctx context.Context, p AwaitParams) error {
+	if strings.HasPrefix(p.Name, "arbor:") {
+		// arbortype.BudgetEvent is awaited by a budget's park, and emitted
+		// only by a raise: an await of it would take a raise meant for a
+		// park, and be answered by nothing else.
+		return fmt.Errorf("await of task %d: event name %q: the prefix \"arbor:\" is arbor's own: %w", r.id, p.Name, tasks.ErrInvalidArgument)
+	}
 	return r.finish(ctx, core.Outcome{Kind: core.OutAwait, Await: core.AwaitParams(p)})
 }
 

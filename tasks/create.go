@@ -144,6 +144,9 @@ type createResult struct {
 }
 
 func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams, trace map[string]string) (createResult, error) {
+	if strings.HasPrefix(p.SteerEvent, "arbor:") {
+		return createResult{}, fmt.Errorf("create task: steer event %q: the prefix \"arbor:\" is arbor's own: %w", p.SteerEvent, ErrInvalidArgument)
+	}
 	if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
 		return createResult{}, fmt.Errorf("create task: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", p.IdempotencyKey, ErrInvalidArgument)
 	}

@@ -58,6 +58,10 @@ func (e *Engine) EmitTx(ctx context.Context, tx pgx.Tx, p EmitParams) (ev arbort
 }
 
 func (e *Engine) emit(ctx context.Context, tx pgx.Tx, p EmitParams) (core.Emitted, error) {
+	if strings.HasPrefix(p.Name, "arbor:") {
+		return core.Emitted{}, fmt.Errorf("emit: event name %q: the prefix \"arbor:\" is arbor's own (%s is emitted by a budget's raise): %w",
+			p.Name, arbortype.BudgetEvent, ErrInvalidArgument)
+	}
 	if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
 		return core.Emitted{}, fmt.Errorf("emit: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", p.IdempotencyKey, ErrInvalidArgument)
 	}

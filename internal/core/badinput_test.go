@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/internal/testdb"
@@ -127,6 +128,27 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"the token of an await woken early", func() error { return emitToken(woken) }, tasks.ErrAwaitEnded},
 		{"a token naming no task", func() error { return emitToken("awt_999999999999" + woken[strings.LastIndex(woken, "_"):]) }, tasks.ErrNotFound},
 		{"a forged token", func() error { return emitToken("awt_forged") }, tasks.ErrNotFound},
+		// Issue 24: reserved names, budget lists.
+		{"an emit of arbor's own event name", func() error {
+			_, _, err := eng.Emit(ctx, tasks.EmitParams{ConversationID: conv, Name: arbortype.BudgetEvent})
+			return err
+		}, tasks.ErrInvalidArgument},
+		{"a steer under arbor's own event name", func() error {
+			return create(tasks.CreateParams{OnBusy: tasks.TurnSteer, SteerEvent: arbortype.BudgetEvent})
+		}, tasks.ErrInvalidArgument},
+		{"a counter given twice in a create's budgets", func() error {
+			return create(tasks.CreateParams{Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 10}, {Counter: "tokens", Max: 20}}})
+		}, tasks.ErrInvalidArgument},
+		{"a counter given twice in a create's conversation budgets", func() error {
+			return create(tasks.CreateParams{ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 10}, {Counter: "tokens", Max: 20}}})
+		}, tasks.ErrInvalidArgument},
+		{"a create's budget list over the limit", func() error {
+			var bs []arbortype.BudgetLimit
+			for i := range core.MaxCreateBudgets + 1 {
+				bs = append(bs, arbortype.BudgetLimit{Counter: fmt.Sprintf("c%d", i), Max: 1})
+			}
+			return create(tasks.CreateParams{Budgets: bs})
+		}, tasks.ErrInvalidArgument},
 		{"a token with a payload over 64 KiB", func() error {
 			_, _, err := eng.EmitToken(ctx, woken, []byte(`"`+strings.Repeat("x", core.MaxEventBytes)+`"`))
 			return err

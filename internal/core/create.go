@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -70,6 +69,11 @@ type CreateParams struct {
 	// Nil for none.
 	Trace map[string]string
 }
+
+// MaxCreateBudgets bounds the budgets one create sets on its task, and on
+// its conversation: each is a row written and locked in the create's
+// transaction.
+const MaxCreateBudgets = 64
 
 // HasBudgets says whether p sets budgets (its create then needs
 // ApplyCreateBudgets in its transaction).
@@ -196,9 +200,19 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 	if err := e.checkJSON("input", p.Input); err != nil {
 		return store.InsertParams{}, err
 	}
-	for _, b := range append(slices.Clip(p.Budgets), p.ConversationBudgets...) {
-		if _, err := checkBudgetParams(BudgetParams{ConversationID: p.ConversationID, Counter: b.Counter, Max: b.Max, OnExhausted: b.OnExhausted}); err != nil {
-			return store.InsertParams{}, err
+	for what, list := range map[string][]arbortype.BudgetLimit{"budgets": p.Budgets, "conversation budgets": p.ConversationBudgets} {
+		if len(list) > MaxCreateBudgets {
+			return store.InsertParams{}, fmt.Errorf("%d %s, over the limit of %d: %w", len(list), what, MaxCreateBudgets, ErrInvalidArgument)
+		}
+		seen := make(map[string]bool, len(list))
+		for _, b := range list {
+			if _, err := checkBudgetParams(BudgetParams{ConversationID: p.ConversationID, Counter: b.Counter, Max: b.Max, OnExhausted: b.OnExhausted}); err != nil {
+				return store.InsertParams{}, err
+			}
+			if seen[b.Counter] {
+				return store.InsertParams{}, fmt.Errorf("%s: counter %q given twice: %w", what, b.Counter, ErrInvalidArgument)
+			}
+			seen[b.Counter] = true
 		}
 	}
 	if p.OwnerID < 0 {
