@@ -80,6 +80,10 @@ var (
 	// (tasks.Config.UnavailableTimeout). Nothing was written: every attempt
 	// failed before it could commit. Retry later.
 	ErrUnavailable = errors.New("database unavailable")
+	// ErrPermissionDenied: the database refused the role a statement ran as
+	// (a migration by a role that does not own the schema, a runtime role
+	// without a grant).
+	ErrPermissionDenied = errors.New("permission denied")
 	// ErrDatabase: the database refused an operation for a reason arbor does
 	// not map to one of its own errors (a bug, or the schema changed behind
 	// arbor's back). The database's error is in the chain.

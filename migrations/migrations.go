@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 )
@@ -93,7 +95,7 @@ func mustLoad() []Migration {
 // identifier of at most 63 bytes.
 func ValidateSchema(schema string) error {
 	if !schemaRE.MatchString(schema) {
-		return fmt.Errorf("schema %q: must be a lower-case identifier (letters, digits, underscores; at most 63 bytes)", schema)
+		return fmt.Errorf("schema %q: must be a lower-case identifier (letters, digits, underscores; at most 63 bytes): %w", schema, arbortype.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -172,7 +174,7 @@ func (m *Migrator) Up(ctx context.Context) ([]int, error) {
 		return m.river(ctx, rivermigrate.DirectionUp, nil)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("migrate schema %s up: %w", m.schema, err)
+		return nil, fmt.Errorf("migrate schema %s up: %w", m.schema, classify(err))
 	}
 	return applied, nil
 }
@@ -202,7 +204,7 @@ func (m *Migrator) createSchema(ctx context.Context, tx pgx.Tx) error {
 // tables too; the schema itself is left in place.
 func (m *Migrator) Down(ctx context.Context, target int) ([]int, error) {
 	if target < 0 || target > Latest() {
-		return nil, fmt.Errorf("migrate schema %s down: target %d is outside 0..%d", m.schema, target, Latest())
+		return nil, fmt.Errorf("migrate schema %s down: target %d is outside 0..%d: %w", m.schema, target, Latest(), arbortype.ErrInvalidArgument)
 	}
 	var reverted []int
 	err := m.locked(ctx, func(conn *pgxpool.Conn) error {
@@ -236,7 +238,7 @@ func (m *Migrator) Down(ctx context.Context, target int) ([]int, error) {
 		return m.river(ctx, rivermigrate.DirectionDown, &rivermigrate.MigrateOpts{TargetVersion: -1})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("migrate schema %s down: %w", m.schema, err)
+		return nil, fmt.Errorf("migrate schema %s down: %w", m.schema, classify(err))
 	}
 	return reverted, nil
 }
@@ -290,7 +292,8 @@ type Querier interface {
 // Version returns the arbor version of schema: 0 when arbor's version table
 // does not exist there.
 func Version(ctx context.Context, db Querier, schema string) (int, error) {
-	return versionTx(ctx, db, schema)
+	v, err := versionTx(ctx, db, schema)
+	return v, classify(err)
 }
 
 func versionTx(ctx context.Context, db Querier, schema string) (int, error) {
@@ -337,7 +340,7 @@ func (e *VersionError) Is(target error) bool { return target == ErrVersionMismat
 func Check(ctx context.Context, db Querier, schema string) error {
 	v, err := versionTx(ctx, db, schema)
 	if err != nil {
-		return err
+		return classify(err)
 	}
 	if v != Latest() {
 		return &VersionError{Schema: schema, Have: v, Want: Latest()}

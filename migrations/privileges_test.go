@@ -239,6 +239,16 @@ func (b *privBundle) requireRuntimeWorks(t *testing.T) {
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, "42501", pgErr.Code, "insufficient_privilege")
+
+	// Nor migrate it back down: the refusal is arbor's sentinel, the
+	// database's error in its chain (issue 24: it came back as a raw 42501).
+	rm, err := migrations.New(pool, b.schema, nil)
+	require.NoError(t, err)
+	_, err = rm.Down(ctx, migrations.Latest()-1)
+	require.ErrorIs(t, err, arbortype.ErrPermissionDenied)
+	require.ErrorAs(t, err, &pgErr)
+	_, err = migrations.New(pool, "Bad-Schema", nil)
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 }
 
 // next returns what a handler reports next, failing the test if none does

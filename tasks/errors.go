@@ -80,6 +80,9 @@ var (
 	// written. Transient faults shorter than that are retried inside the
 	// operation and never reach the caller.
 	ErrUnavailable = arbortype.ErrUnavailable
+	// ErrPermissionDenied: the database refused the role a statement ran
+	// as.
+	ErrPermissionDenied = arbortype.ErrPermissionDenied
 	// ErrDatabase: the database refused the operation for a reason arbor
 	// does not map to one of these errors; its error is in the chain.
 	ErrDatabase = arbortype.ErrDatabase

@@ -258,15 +258,16 @@ func Savepoint[T any](ctx context.Context, tx pgx.Tx, fn func(tx pgx.Tx) (T, err
 
 // SQLSTATEs the engine acts on.
 const (
-	sqlStateSerializationFailure = "40001"
-	sqlStateDeadlockDetected     = "40P01"
-	sqlStateInvalidText          = "22P02" // invalid_text_representation (malformed JSON)
-	sqlStateInvalidEscape        = "22P05" // untranslatable_character (\u0000 in jsonb)
-	sqlStateInvalidJSONText      = "22032" // invalid_json_text
-	sqlStateUnicodeEscape        = "22025" // invalid_escape_sequence
-	sqlStateNotInRepertoire      = "22021" // character_not_in_repertoire (invalid UTF-8)
-	sqlStateNumericOutOfRange    = "22003" // numeric_value_out_of_range (1e1000000 in jsonb)
-	sqlStateProgramLimit         = "54000" // program_limit_exceeded (a value over 256 MB)
+	sqlStateSerializationFailure  = "40001"
+	sqlStateDeadlockDetected      = "40P01"
+	sqlStateInvalidText           = "22P02" // invalid_text_representation (malformed JSON)
+	sqlStateInvalidEscape         = "22P05" // untranslatable_character (\u0000 in jsonb)
+	sqlStateInvalidJSONText       = "22032" // invalid_json_text
+	sqlStateUnicodeEscape         = "22025" // invalid_escape_sequence
+	sqlStateNotInRepertoire       = "22021" // character_not_in_repertoire (invalid UTF-8)
+	sqlStateNumericOutOfRange     = "22003" // numeric_value_out_of_range (1e1000000 in jsonb)
+	sqlStateProgramLimit          = "54000" // program_limit_exceeded (a value over 256 MB)
+	sqlStateInsufficientPrivilege = "42501" // the role lacks a grant
 )
 
 // retryable reports whether err is a serialization failure or a deadlock.
@@ -294,6 +295,8 @@ func mapDBError(err error) error {
 		return fmt.Errorf("%w: %w", ErrInvalidJSON, err)
 	case sqlStateProgramLimit:
 		return fmt.Errorf("%w: %w", ErrPayloadTooLarge, err)
+	case sqlStateInsufficientPrivilege:
+		return fmt.Errorf("%w: %w", arbortype.ErrPermissionDenied, err)
 	}
 	return err
 }
