@@ -72,7 +72,7 @@ type RunnerConfig struct {
 	// paused, or is cut off from the database) loses its conversations this
 	// long after its last renewal, and only then can another runner take
 	// them over and recover their tasks. The runner renews its lease (one
-	// row, whatever it holds) every quarter of it, and stops its handlers
+	// row, whatever it holds) every sixth of it, and stops its handlers
 	// at three quarters of it after the last renewal that succeeded
 	// (docs/guarantees.md: a handler has the last quarter to return). Not
 	// the task lease, tasks.Config.TaskLease, which only drives the
@@ -110,8 +110,8 @@ type RunnerConfig struct {
 	// wake service and its handlers' calls (Checkpoint, Spawn, Children…)
 	// use it, never the engine's, so that a runner and the application do
 	// not starve each other (pgxpool's default on a 2-core machine is 4
-	// connections). The renewer and the watchdog use a pool of two
-	// connections of their own besides, made from this one's configuration.
+	// connections). The renewer and the watchdog use a connection each of their own
+	// besides, made from this one's configuration.
 	// The caller owns a pool given here (Stop does not close it). Default:
 	// a pool the runner makes from the engine pool's configuration, with
 	// Flushers + WorkPoolExtraConns connections (12 by default), opened by

@@ -90,7 +90,7 @@
 // A runner's cost is per batch, not per task or per conversation it holds.
 // It has no goroutine, ticker or poll per conversation. Its services:
 //
-//   - the lease: the renewer renews the node's holder row every quarter of
+//   - the lease: the renewer renews the node's holder row every sixth of
 //     the lease on a connection of its own (never behind the application's
 //     pool), and the fence stops the handlers when renewals stop confirming
 //     it (above);
@@ -135,8 +135,8 @@
 //
 // The producer, completer, maintenance and River's wake client use the
 // runner's own pool (RunnerConfig.Pool; by default one made from the
-// engine pool's configuration), the renewer and the watchdog a small pool
-// of their own, and the LISTEN connection one of its own: a Runner never
+// engine pool's configuration), the renewer and the watchdog a connection
+// each of their own, and the LISTEN connection one of its own: a Runner never
 // starves the application's pool, nor is starved by it.
 //
 // Leases are held across turns: a conversation stays held while the node

@@ -198,7 +198,7 @@ func (r *Runner) Start(ctx context.Context) error {
 	}
 	r.pools = pools
 	r.core = r.app.WithPool(pools.work)
-	r.lease = newNodeLease(r.app.WithPool(pools.control), r.cfg.NodeID, r.cfg.ConversationLease, r.logger)
+	r.lease = newNodeLease(r.app.WithPool(pools.renew), r.cfg.NodeID, r.cfg.ConversationLease, r.logger)
 	r.lease.onFire, r.lease.onConfirm = r.fenceFired, r.leaseConfirmed
 	if err := r.lease.begin(ctx); err != nil {
 		pools.close()
@@ -750,11 +750,12 @@ func (r *Runner) listenLoop() {
 // runnerPools are a runner's own connections: work for the producer, the
 // completer, maintenance, the wake service and the handlers' calls (the
 // configured RunnerConfig.Pool, or one made from the engine pool's
-// configuration); control for the renewer and the watchdog, so that they
-// wait behind nothing.
+// configuration); renew, one connection kept open for the lease's renewer
+// alone; control for the watchdog's reads. The renewer waits behind
+// nothing, not even the watchdog.
 type runnerPools struct {
-	work, control *pgxpool.Pool
-	ownWork       bool
+	work, renew, control *pgxpool.Pool
+	ownWork              bool
 }
 
 func newRunnerPools(ctx context.Context, c *core.Engine, cfg *RunnerConfig) (runnerPools, error) {
@@ -772,14 +773,22 @@ func newRunnerPools(ctx context.Context, c *core.Engine, cfg *RunnerConfig) (run
 		}
 		p.work, p.ownWork = pool, true
 	}
+	rc := base.Copy()
+	rc.MaxConns, rc.MinConns = 1, 1
+	renew, err := pgxpool.NewWithConfig(ctx, rc)
+	if err != nil {
+		p.close()
+		return p, fmt.Errorf("the runner's renewal connection: %w", err)
+	}
+	p.renew = renew
 	cc := base.Copy()
-	cc.MaxConns, cc.MinConns = 2, 1
-	pool, err := pgxpool.NewWithConfig(ctx, cc)
+	cc.MaxConns, cc.MinConns = 1, 0
+	control, err := pgxpool.NewWithConfig(ctx, cc)
 	if err != nil {
 		p.close()
 		return p, fmt.Errorf("the runner's control pool: %w", err)
 	}
-	p.control = pool
+	p.control = control
 	return p, nil
 }
 
@@ -787,7 +796,9 @@ func (p runnerPools) close() {
 	if p.ownWork && p.work != nil {
 		p.work.Close()
 	}
-	if p.control != nil {
-		p.control.Close()
+	for _, pool := range []*pgxpool.Pool{p.renew, p.control} {
+		if pool != nil {
+			pool.Close()
+		}
 	}
 }

@@ -39,7 +39,7 @@ type watchdog struct {
 }
 
 func newWatchdog(r *Runner) *watchdog {
-	return &watchdog{r: r, core: r.lease.core, convs: map[string]bool{}, wakeUp: make(chan struct{}, 1)}
+	return &watchdog{r: r, core: r.app.WithPool(r.pools.control), convs: map[string]bool{}, wakeUp: make(chan struct{}, 1)}
 }
 
 // check asks for the runs of convs to be read back (none given: all).

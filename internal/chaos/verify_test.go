@@ -443,7 +443,8 @@ const recoveriesSQL = `WITH rec AS (
 	  AND (a.new_attempt > a.old_attempt OR a.error_code IN ('abandoned_on_restart', 'restart_limit_exceeded')))
 SELECT r.task_id, r.conversation_id, r.kind, r.old_token, r.run_started, r.at, r.new_status, r.code, coalesce(r.run_node, ''),
 	coalesce((SELECT string_agg(DISTINCT f.kind, ',') FROM {s}.chaos_faults f
-		WHERE (f.node = r.run_node OR f.conversation_id = r.conversation_id)
+		WHERE (f.node = r.run_node OR f.conversation_id = r.conversation_id
+			OR (f.kind = 'restart' AND r.code = 'abandoned_on_restart'))
 		  AND r.run_started <= f.to_at AND r.at >= f.from_at), '')
 FROM rec r ORDER BY r.at`
 
