@@ -31,6 +31,8 @@
 #     configures it: whichever node is primary is the one connected to;
 #   - ARBOR_FAILOVER_MONITOR_URL: the monitor's database (SELECT * FROM
 #     pgautofailover.current_state('default') tells who is primary);
+#   - ARBOR_FAILOVER_OUTSIDE_URL: a database on the monitor's server, which
+#     no fault touches, for what stands for the outside world in a test;
 #   - ARBOR_FAILOVER_NODES: "name=port" of each data node, space-separated;
 #   - ARBOR_FAILOVER_CTL: a command prefix, in bash quoting, that acts on
 #     the cluster: `$ARBOR_FAILOVER_CTL kill NODE` (SIGKILL to the node's
@@ -396,7 +398,13 @@ ALTER SYSTEM SET pgautofailover.health_check_retry_delay = $health_check_retry_d
 ALTER SYSTEM SET pgautofailover.node_considered_unhealthy_timeout = $node_considered_unhealthy_timeout_ms;
 ALTER SYSTEM SET pgautofailover.primary_demote_timeout = $primary_demote_timeout_ms;
 SELECT pg_reload_conf();
+CREATE DATABASE outside;
 SQL
+# "outside": a database on the monitor's server, which no fault touches,
+# for what stands for the outside world in the tests (the handlers' run
+# log and side effects): it goes on recording while the cluster fails over.
+echo "host outside postgres 127.0.0.1/32 trust" >>"$dir/monitor/pg_hba.conf"
+as_pg psql -X -q -h "$dir" -p "$ports_monitor" -U postgres -d postgres -Atc "SELECT pg_reload_conf()" >/dev/null
 
 # create_node NAME: registers a data node and runs its keeper; the first
 # becomes the primary (its data folder is ours, initialised above), the
@@ -426,6 +434,7 @@ a_port=$(node_port a)
 b_port=$(node_port b)
 export ARBOR_DATABASE_URL="host=127.0.0.1,127.0.0.1 port=$a_port,$b_port user=arbor dbname=arbor sslmode=disable target_session_attrs=read-write connect_timeout=5"
 export ARBOR_FAILOVER_MONITOR_URL=$monitor_uri
+export ARBOR_FAILOVER_OUTSIDE_URL="postgres://postgres@127.0.0.1:$ports_monitor/outside?sslmode=disable"
 export ARBOR_FAILOVER_NODES=$NODES
 export ARBOR_FAILOVER_DIR=$dir
 ARBOR_FAILOVER_CTL=$(printf '%q ' bash "$self" ctl)
