@@ -50,12 +50,13 @@ func TestSwitchover(t *testing.T) {
 // monitor first, then every TCP connection to it refused and its clients'
 // and walsenders' backends terminated — until the monitor promotes the
 // standby; then healed, and the old primary (which demoted itself on the
-// partition) rejoins as a standby.
+// partition) rejoins as a standby. The runners' timers are off, as in (2):
+// River alone wakes the sleeps, after an unplanned failover this time.
 func TestPrimaryCut(t *testing.T) {
 	if os.Getenv(envCut) == "" {
 		t.Skip("CUT TEST SKIPPED: cutting a node's network needs scripts/with-failover-cluster.sh run as root, in a network namespace of its own (iptables)")
 	}
-	s := setup(t, options{})
+	s := setup(t, options{riverOnly: true})
 	s.addTurns(conversations, nil)
 	s.run(failover{
 		name: "primary's network cut",
@@ -81,7 +82,7 @@ func TestKilledDuringFlush(t *testing.T) {
 		return 50 + (i*37)%151
 	})
 	var inFlush bool
-	s.run(killed, func() {
+	s.run(failover{name: "primary SIGKILLed during a flush", fault: killed.fault, after: killed.after}, func() {
 		s.waitUnderWay(150)
 		deadline := time.Now().Add(waitWithin)
 		for !inFlush && time.Now().Before(deadline) && !s.done() {
@@ -132,7 +133,7 @@ func TestKilledDuringPrune(t *testing.T) {
 		})
 		return pruner.Prune(s.ctx, tasks.PruneParams{OlderThan: olderThan, Batch: 20})
 	}
-	s.run(killed, func() {
+	s.run(failover{name: "primary SIGKILLed during a prune", fault: killed.fault, after: killed.after}, func() {
 		s.waitUnderWay(200)
 		wg.Add(1)
 		go func() { defer wg.Done(); pruned, pruneErr = prune() }()

@@ -674,8 +674,8 @@ func sum(m map[string]int) int {
 // checkBudget compares a conversation's budget with what its agent did:
 // nothing left reserved, and spent what the agent's runs recorded
 // (recordFor each), plus reserveFor for each reservation of a run that was
-// over before it recorded (spent in full, once): nothing lost, nothing
-// counted twice.
+// over before it recorded (spent in full, once), nothing for a run cut
+// before it reserved: nothing lost, nothing counted twice.
 func (s *scenario) checkBudget(conv string, all []arbortype.Task, add func(string, ...any)) {
 	var bs arbortype.ConversationBudgets
 	s.retry("budgets "+conv, func(ctx context.Context) error {
@@ -701,15 +701,19 @@ func (s *scenario) checkBudget(conv string, all []arbortype.Task, add func(strin
 			before = s.count(`SELECT count(*) FROM {s}.run_log WHERE task_id = $1`, task.ID) - 1
 		}
 	}
+	// A run cut before its reservation spent nothing; the last run before
+	// the await recorded.
 	fits := false
 	for recorded := 1; recorded <= before; recorded++ {
-		fits = fits || b.Spent == int64(recorded*recordFor+(before-recorded)*reserveFor)
+		for unrecorded := 0; recorded+unrecorded <= before; unrecorded++ {
+			fits = fits || b.Spent == int64(recorded*recordFor+unrecorded*reserveFor)
+		}
 	}
 	switch {
 	case b.Reserved != 0:
 		add("%s: %d %s still reserved", conv, b.Reserved, tokenCounter)
 	case !fits:
-		add("%s: spent %d %s, which is not %d for each of the agent's %d runs before its await that recorded and %d for each that did not",
+		add("%s: spent %d %s, which is not %d for each of the agent's %d runs before its await that recorded, %d for each that reserved and did not, 0 for each that did not reserve",
 			conv, b.Spent, tokenCounter, recordFor, before, reserveFor)
 	}
 }
