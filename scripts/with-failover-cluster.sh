@@ -89,6 +89,14 @@ as_pg() {
 		PGHOST="$dir" PATH="$bindir:$PATH" "$@"
 }
 
+# as_pg_bg runs a command as as_pg does, in the background, with no shell
+# of ours left waiting on it (a shell would report its SIGKILL).
+as_pg_bg() {
+	(exec "${run_as[@]}" env XDG_CONFIG_HOME="$dir/xdg/config" XDG_DATA_HOME="$dir/xdg/data" XDG_RUNTIME_DIR="$dir/xdg/run" \
+		PGHOST="$dir" PATH="$bindir:$PATH" "$@") &
+	disown
+}
+
 node_port() {
 	local n
 	for n in $NODES; do
@@ -125,7 +133,7 @@ node_pids() {
 
 start_node() {
 	local name=$1
-	as_pg setsid pg_autoctl run --pgdata "$dir/$name" >>"$dir/$name.log" 2>&1 </dev/null &
+	as_pg_bg setsid pg_autoctl run --pgdata "$dir/$name" >>"$dir/$name.log" 2>&1 </dev/null
 }
 
 ctl() {
@@ -282,9 +290,14 @@ fi
 # --- the cluster ----------------------------------------------------------
 
 dir=""
+child=""
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
+	if [ -n "$child" ] && kill -0 "$child" 2>/dev/null; then
+		kill -TERM "$child" 2>/dev/null || true
+		wait "$child" 2>/dev/null || true
+	fi
 	if [ -n "$dir" ]; then
 		local n pids
 		for n in a b monitor; do
@@ -299,7 +312,7 @@ cleanup() {
 				"${run_as[@]}" "$bindir/pg_ctl" stop -D "$dir/$n" -m immediate >/dev/null 2>&1 || true
 			fi
 		done
-		if [ "$rc" != 0 ] && [ -z "${ARBOR_FAILOVER_KEEP:-}" ]; then
+		if [ "$rc" != 0 ] && [ "$rc" != 130 ] && [ "$rc" != 143 ] && [ -z "${ARBOR_FAILOVER_KEEP:-}" ]; then
 			echo "with-failover-cluster: failed ($rc); the last lines of each node's log:" >&2
 			for n in monitor a b; do
 				echo "--- $n" >&2
@@ -416,10 +429,10 @@ create_node() {
 	if [ "${ARBOR_FAILOVER_NETNS:-}" != 1 ]; then
 		addr=127.0.0.1
 	fi
-	as_pg pg_autoctl create postgres --pgdata "$dir/$name" --pgport "$port" --listen 127.0.0.1 --hostname 127.0.0.1 \
+	as_pg_bg pg_autoctl create postgres --pgdata "$dir/$name" --pgport "$port" --listen 127.0.0.1 --hostname 127.0.0.1 \
 		--name "$name" --auth trust --no-ssl --pgctl "$bindir/pg_ctl" --username arbor --dbname arbor \
 		--monitor "postgres://autoctl_node@$addr:$ports_monitor/pg_auto_failover?sslmode=disable" \
-		--run >"$dir/$name.log" 2>&1 </dev/null &
+		--run >"$dir/$name.log" 2>&1 </dev/null
 	wait_state "$name" "$2"
 	as_pg pg_autoctl config set --pgdata "$dir/$name" timeout.network_partition_timeout "$network_partition_timeout_s" >/dev/null
 	as_pg pg_autoctl reload --pgdata "$dir/$name" >/dev/null
@@ -445,8 +458,12 @@ fi
 unset ARBOR_PG_CTL ARBOR_PGBOUNCER_URL
 sync_names=$(ctl sql a "SHOW synchronous_standby_names")
 echo "with-failover-cluster: pg_auto_failover $(pg_autoctl --version | awk 'NR==1{print $3}') on PostgreSQL $("$bindir/postgres" --version | awk '{print $3}'): monitor :$ports_monitor, primary a :$a_port, standby b :$b_port (synchronous_standby_names = $sync_names), ready in $(($(date +%s) - started)) s, at $dir" >&2
+# In the background, waited for: a signal to this script (Ctrl-C, a
+# TERM) runs its trap at once, which ends the command and the cluster.
 set +e
-"$@"
+"$@" &
+child=$!
+wait "$child"
 rc=$?
 set -e
 exit "$rc"
