@@ -10,7 +10,7 @@
 GO ?= go
 WITH_PG := scripts/with-postgres.sh
 
-.PHONY: test chaos demo ui browser lint bench soak generate vet
+.PHONY: test chaos failover demo ui browser lint bench soak generate vet
 
 # The core module, then the modules nested in it (otelarbor: `go test ./...`
 # at the root does not enter a nested module), on the same server.
@@ -31,6 +31,19 @@ test:
 # tasks failed, restarts, give-ups, stop latency) are the report.
 chaos:
 	ARBOR_CHAOS=1 $(WITH_PG) $(GO) test -race -count=1 -timeout 20m -v ./internal/chaos/
+
+# The failover tests (internal/failover): a throwaway pg_auto_failover
+# cluster — a monitor, a primary and a synchronous standby, PostgreSQL 15
+# from Debian's packages, installed if missing — in a network namespace of
+# its own (scripts/with-failover-cluster.sh), reached by a multi-host
+# connection string; the primary killed, switched over, cut off, and
+# killed during a completer flush and during a prune, with the chaos
+# proof after each. The modules are fetched first: the namespace has no
+# network. -v: the figures (fault → first task completed on the new
+# primary, → every conversation settled) are docs/operations.md's.
+failover:
+	$(GO) mod download
+	scripts/with-failover-cluster.sh $(GO) test -race -count=1 -timeout 15m -v ./internal/failover/
 
 demo:
 	$(WITH_PG) $(GO) run ./cmd/arbor demo

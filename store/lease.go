@@ -24,9 +24,13 @@ const freeToTake = `(c.holder_id IS NULL OR NOT ` + heldLive + `)`
 
 // prevHolder is what a take-over reports of the holder it took c from: its
 // id (0: none), and whether its last renewal came before the server's start
-// (a database restart lapsed it: the restarts it leaves are not counted).
+// (a database restart lapsed it: the restarts it leaves are not counted) or
+// before the server's promotion (a failover did): a promoted standby's
+// pg_postmaster_start_time() is its start as a standby, long before, while
+// pg_last_xact_replay_timestamp() stays at the last commit it replayed
+// before the promotion, which no renewal on the old primary came after.
 const prevHolder = `coalesce(c.holder_id, 0) AS prev_holder,
-		coalesce((SELECT hp.renewed_at < pg_postmaster_start_time() FROM {schema}.holders hp WHERE hp.id = c.holder_id), false) AS prev_restarted`
+		coalesce((SELECT hp.renewed_at < pg_postmaster_start_time() OR hp.renewed_at <= pg_last_xact_replay_timestamp() FROM {schema}.holders hp WHERE hp.id = c.holder_id), false) AS prev_restarted`
 
 var (
 	qNewHolder = define(`INSERT INTO {schema}.holders (name, expires_at)

@@ -1,0 +1,643 @@
+package failover
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/machine"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// The workload. Every conversation has one turn, whose tree is:
+//
+//	turn                      waits all_settled on its seven children (and
+//	│                         its leaves), then completes with their outcomes
+//	├── tool0, tool1          work 40/80 ms in 20 ms steps, a side effect
+//	│                         before each, heartbeats; checkpoint, complete
+//	├── tool2                 the same for 120 ms, but stubborn (below)
+//	├── group                 waits fail_fast on its three children, then
+//	│   │                     completes with their outcomes
+//	│   ├── sibling0, sibling1  sleep an hour: only the fail_fast abort ends them
+//	│   └── doomed            once both siblings sleep, fails non-retryable
+//	├── nap                   sleeps 0.3–4 s (by conversation, so that wakes
+//	│                         fall before, during and after a failover),
+//	│                         completes after waking
+//	├── flaky                 calls upstream (a side effect), fails its first
+//	│                         try, completes on the retry (MaxRetries 2,
+//	│                         20–40 ms backoff)
+//	├── once                  abandon_on_restart: works 100 ms (side effects),
+//	│                         completes
+//	├── agent                 reserves 100 tokens of the conversation's
+//	│                         budget, calls the model (a side effect),
+//	│                         records 60, then awaits the event "approve"
+//	│                         (which the test emits, some before the await
+//	│                         parks, some during the failover) and
+//	│                         completes with its payload
+//	├── waiter                awaits an event nobody emits, with a 1–3 s
+//	│                         timeout (a River job and a local timer, as a
+//	│                         sleep's), completes when it times out
+//	└── leaf000…              only in the fan-out variant (a turn whose input
+//	                          says "fan": K): K leaves, spawned with the seven
+//	                          in one SpawnMany, each a side effect and a
+//	                          complete — so that the turn's flush is large
+//
+// Thirteen tasks (plus the leaves), every one with an expected end:
+// everything completed but the siblings (aborted), doomed (failed, with its
+// own message) and once (completed, or cancelled with abandoned_on_restart
+// when a kill, a freeze or a cut ended its run).
+//
+// Every document a run writes through arbor carries the run that wrote it
+// ({"by": {"token", "node"}, "value": …}): results, checkpoint, wait and
+// sleep states, and the input of the children it spawns; the messages of
+// the designed failures end with "(token N)". The audit trigger
+// (auditDDL) compares that token with the task's token at the moment the
+// write lands, which is how a stale write would show.
+//
+// Every handler is wrapped (worker.handler): its entry is the wrapper's
+// first act and its return the wrapper's last, each read from the clock at
+// that moment and logged in run_log on the worker's own pool, outside
+// arbor's transactions; a context.AfterFunc records when the call's
+// context was cancelled. The handlers are well-behaved — they return on
+// ctx.Done, and check ctx before each side effect, which they log in
+// side_effects before it happens — except tool2's kind, "stubborn", which
+// ignores its context and goes on to its checkpoint and Complete even
+// after a refused heartbeat, so that a run cut off by a take-over (a frozen
+// process that resumes) does try to write, and its writes are seen
+// refused. Its side effects and its overlaps across nodes are counted
+// apart: no runner can stop a handler that ignores its context.
+
+const (
+	turnKind     = "turn"
+	stubbornKind = "stubborn"
+	leafKind     = "leaf"
+	doneKind     = "done" // the prune scenario's history: one task that completes at once
+	agentKind    = "agent"
+	waiterKind   = "waiter"
+	// The agent's model call: what it reserves and what it records, of the
+	// conversation's budget of budgetMax tokens.
+	tokenCounter = "tokens"
+	reserveFor   = 100
+	recordFor    = 60
+	budgetMax    = 1000
+	approveEvent = "approve"
+	pollFor      = 50 * time.Millisecond // doomed's poll of its siblings
+	siblingNap   = time.Hour
+	stepFor      = 20 * time.Millisecond
+)
+
+// childSpec is one child the turn spawns.
+type childSpec struct {
+	name   string
+	kind   string
+	value  map[string]any
+	params machine.SpawnParams
+}
+
+// turnChildren is the tree of the i-th conversation: its nap and its
+// waiter's timeout depend on i, so that wakes are spread over the run.
+func turnChildren(i int) []childSpec {
+	return []childSpec{
+		{name: "tool0", kind: "tool", value: map[string]any{"work_ms": 40}},
+		{name: "tool1", kind: "tool", value: map[string]any{"work_ms": 80}},
+		{name: "tool2", kind: stubbornKind, value: map[string]any{"work_ms": 120}},
+		{name: "group", kind: "group"},
+		{name: "nap", kind: "nap", value: map[string]any{"nap_ms": 300 + (i*211)%3700}},
+		{name: "flaky", kind: "flaky", params: machine.SpawnParams{MaxRetries: 2,
+			RetryBackoffBase: 20 * time.Millisecond, RetryBackoffCap: 40 * time.Millisecond}},
+		{name: "once", kind: "once", value: map[string]any{"work_ms": 100},
+			params: machine.SpawnParams{AbandonOnRestart: true}},
+		{name: "agent", kind: agentKind},
+		{name: "waiter", kind: waiterKind, value: map[string]any{"timeout_ms": 1000 + (i*157)%2000}},
+	}
+}
+
+// tasksPerTurn is how many tasks one turn's tree has, leaves apart.
+const tasksPerTurn = 13
+
+// Designed failures' messages: fmt formats, then the patterns the check
+// accepts.
+const (
+	doomedMessage  = "doomed: the tool refused the call (token %d)"
+	flakyMessage   = "flaky: upstream returned 503 (token %d)"
+	doomedPattern  = `^doomed: the tool refused the call \(token [0-9]+\)$`
+	flakyPattern   = `^flaky: upstream returned 503 \(token [0-9]+\)$`
+	abandonedCode  = arbortype.CodeAbandonedOnRestart
+	restartLimCode = arbortype.CodeRestartLimitExceeded
+)
+
+// by names the run that wrote a document.
+type by struct {
+	Token int64  `json:"token"`
+	Node  string `json:"node"`
+}
+
+// stamped is every document the workload's runs write.
+type stamped struct {
+	By    by              `json:"by"`
+	Value json.RawMessage `json:"value,omitempty"`
+}
+
+// outcome is a child's end as its owner saw it.
+type outcome struct {
+	Status arbortype.Status `json:"status"`
+	Value  json.RawMessage  `json:"value"`
+}
+
+// worker runs the workload's handlers in one runner process. logs is its
+// own pool for the run log and the side effects: the outside world's
+// record, which reaches the database directly even when arbor's pool is
+// cut off.
+type worker struct {
+	logs   *pgxpool.Pool
+	schema string
+	node   string
+	engine *tasks.Engine
+}
+
+func (w *worker) handlers() map[string]machine.Handler {
+	return map[string]machine.Handler{
+		turnKind:     w.handler(false, w.turn),
+		"tool":       w.handler(false, w.tool),
+		stubbornKind: w.handler(true, w.tool),
+		"group":      w.handler(false, w.group),
+		"sibling":    w.handler(false, w.sibling),
+		"doomed":     w.handler(false, w.doomed),
+		"nap":        w.handler(false, w.nap),
+		"flaky":      w.handler(false, w.flaky),
+		"once":       w.handler(false, w.once),
+		leafKind:     w.handler(false, w.leaf),
+		agentKind:    w.handler(false, w.agent),
+		waiterKind:   w.handler(false, w.waiter),
+		doneKind:     w.handler(false, w.done),
+	}
+}
+
+func (w *worker) stamp(run *machine.Run, value any) json.RawMessage {
+	s := stamped{By: by{Token: run.Task.Token, Node: w.node}}
+	if value != nil {
+		v, err := json.Marshal(value)
+		if err != nil {
+			panic(err)
+		}
+		s.Value = v
+	}
+	out, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// valueOf returns the value of a stamped document (nil for none).
+func valueOf(doc json.RawMessage) json.RawMessage {
+	var s stamped
+	if len(doc) == 0 || json.Unmarshal(doc, &s) != nil {
+		return nil
+	}
+	return s.Value
+}
+
+// nameOf returns the name a child was spawned with (in its input's value).
+func nameOf(t arbortype.Task) string {
+	var v struct {
+		Name string `json:"name"`
+	}
+	_ = json.Unmarshal(valueOf(t.Input), &v)
+	return v.Name
+}
+
+// call is one call of a handler: one run_log row.
+type call struct {
+	w        *worker
+	id       int64
+	run      *machine.Run
+	stubborn bool
+	refused  int
+
+	mu          sync.Mutex
+	returned    bool
+	cancelledAt time.Time
+	noted       chan struct{} // closed once cancelled ran
+}
+
+// Statements of the run log and the side effects. Their times are the
+// clock's at the moment they stand for (see requireOneClock), passed in:
+// the statement may arrive late.
+const (
+	logEntrySQL = `INSERT INTO %s.run_log (id, task_id, conversation_id, token, node, kind, stubborn, attempt, started_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING`
+	logReturnSQL = `UPDATE %s.run_log SET returned_at = $2, cancelled_at = $3, cause = nullif($4, ''), outcome = $5, refused = $6
+		WHERE id = $1`
+	logEffectSQL = `INSERT INTO %s.side_effects (id, call_id, task_id, node, what, stubborn, checked_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING`
+)
+
+// handler wraps a handler of the workload: the call's entry, its return
+// and the cancellation of its context are logged (see the run log).
+//
+// The entry is logged before the body runs, so that a call has a row
+// before it does anything; a call whose entry cannot be logged (the
+// database unreachable for two minutes) returns tasks.ErrUnavailable having
+// done nothing, and the runner calls it again. The return is logged before
+// the wrapper returns, so that a process killed right after a return does
+// not lose it; the time logged is taken before that statement.
+func (w *worker) handler(stubborn bool, body func(ctx context.Context, c *call) error) machine.Handler {
+	return func(ctx context.Context, run *machine.Run) (err error) {
+		entered := time.Now()
+		c := &call{w: w, id: rand.Int64(), run: run, stubborn: stubborn, noted: make(chan struct{})}
+		stop := context.AfterFunc(ctx, c.cancelled)
+		t := run.Task
+		if lerr := w.log(func(ctx context.Context, db *pgxpool.Pool) error {
+			_, err := db.Exec(ctx, fmt.Sprintf(logEntrySQL, w.schema), c.id, t.ID, t.ConversationID, t.Token, w.node, t.Kind,
+				stubborn, t.Attempt, entered)
+			return err
+		}); lerr != nil {
+			stop()
+			return fmt.Errorf("run_log: %w: %w", tasks.ErrUnavailable, lerr)
+		}
+		panicked := true
+		defer func() {
+			returned := time.Now()
+			if !stop() && ctx.Err() != nil {
+				// Cancelled before the return: the AfterFunc has started, in
+				// a goroutine of its own; its reading is the cancel's time.
+				<-c.noted
+			}
+			c.mu.Lock()
+			c.returned = true
+			cancelledAt := c.cancelledAt
+			c.mu.Unlock()
+			var cancelled *time.Time
+			var cause string
+			if !cancelledAt.IsZero() {
+				// A reading taken just after the return is the return's.
+				if cancelledAt.After(returned) {
+					cancelledAt = returned
+				}
+				cancelled, cause = &cancelledAt, context.Cause(ctx).Error()
+			}
+			out := "ok"
+			switch {
+			case panicked:
+				out = "panic"
+			case refusedErr(err):
+				out = "refused: " + err.Error()
+			case err != nil:
+				out = "error: " + err.Error()
+			}
+			if lerr := w.log(func(ctx context.Context, db *pgxpool.Pool) error {
+				_, err := db.Exec(ctx, fmt.Sprintf(logReturnSQL, w.schema), c.id, returned, cancelled, cause, out, c.refused)
+				return err
+			}); lerr != nil && err == nil && !panicked {
+				err = fmt.Errorf("run_log: %w: %w", tasks.ErrUnavailable, lerr)
+			}
+		}()
+		err = body(ctx, c)
+		panicked = false
+		return err
+	}
+}
+
+// cancelled records when the call's context was cancelled (run by
+// context.AfterFunc; a cancellation after the return is not the call's).
+func (c *call) cancelled() {
+	at := time.Now()
+	c.mu.Lock()
+	if !c.returned {
+		c.cancelledAt = at
+	}
+	c.mu.Unlock()
+	close(c.noted)
+}
+
+// note counts a write of the call that arbor refused (the run is over) and
+// returns err.
+func (c *call) note(err error) error {
+	if refusedErr(err) {
+		c.refused++
+	}
+	return err
+}
+
+// effect records a side effect of the call before it happens. A
+// well-behaved call first checks its context, and does nothing once it is
+// cancelled; checked_at is the moment it found it not cancelled. A
+// stubborn call does not check.
+func (c *call) effect(ctx context.Context, what string) error {
+	if !c.stubborn && ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	checked := time.Now()
+	id := rand.Int64()
+	if err := c.w.log(func(ctx context.Context, db *pgxpool.Pool) error {
+		_, err := db.Exec(ctx, fmt.Sprintf(logEffectSQL, c.w.schema), id, c.id, c.run.Task.ID, c.w.node, what, c.stubborn, checked)
+		return err
+	}); err != nil {
+		return fmt.Errorf("side_effects: %w: %w", tasks.ErrUnavailable, err)
+	}
+	return nil
+}
+
+func refusedErr(err error) bool {
+	return errors.Is(err, tasks.ErrLeaseLost) || errors.Is(err, tasks.ErrNotRunning) || errors.Is(err, tasks.ErrAborted)
+}
+
+// log runs a statement of the run log or the side effects, again after
+// each error (a terminated connection, a restarting server) for up to two
+// minutes. The statements are idempotent: a try whose commit was lost and
+// that is made again changes nothing more.
+func (w *worker) log(fn func(ctx context.Context, db *pgxpool.Pool) error) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := fn(ctx, w.logs)
+		cancel()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+	}
+}
+
+// work spends d in steps of stepFor, each a side effect recorded before
+// it happens, heartbeating after each. A well-behaved call returns as soon
+// as its context is cancelled, and returns a refused heartbeat; a stubborn
+// one sleeps through its steps and goes on after a refusal.
+func (c *call) work(ctx context.Context, d time.Duration) error {
+	for i := range int(d / stepFor) {
+		if err := c.effect(ctx, fmt.Sprint("step ", i)); err != nil {
+			return err
+		}
+		if c.stubborn {
+			time.Sleep(stepFor)
+			_ = c.note(c.run.Heartbeat(ctx))
+			continue
+		}
+		step := time.NewTimer(stepFor)
+		select {
+		case <-ctx.Done():
+			step.Stop()
+			return context.Cause(ctx)
+		case <-step.C:
+		}
+		if err := c.note(c.run.Heartbeat(ctx)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func input[T any](run *machine.Run) T {
+	var v T
+	_ = json.Unmarshal(valueOf(run.Task.Input), &v)
+	return v
+}
+
+func (w *worker) turn(ctx context.Context, c *call) error {
+	run := c.run
+	in := input[struct {
+		Fan int `json:"fan"`
+		I   int `json:"i"`
+	}](run)
+	if run.Task.Phase == "gathering" {
+		waited, err := run.Waited(ctx)
+		if err != nil {
+			return c.note(err)
+		}
+		outs := map[string]outcome{}
+		leaves := 0
+		for _, t := range waited {
+			if t.Kind == leafKind {
+				if t.Status == arbortype.StatusCompleted {
+					leaves++
+				}
+				continue
+			}
+			outs[nameOf(t)] = outcome{Status: t.Status, Value: valueOf(t.Result)}
+		}
+		if in.Fan > 0 {
+			outs["leaves"] = outcome{Status: arbortype.StatusCompleted, Value: json.RawMessage(fmt.Sprint(leaves))}
+		}
+		return c.note(run.Complete(ctx, w.stamp(run, outs)))
+	}
+	var ps []machine.SpawnParams
+	for _, ch := range turnChildren(in.I) {
+		value := map[string]any{"name": ch.name}
+		for k, v := range ch.value {
+			value[k] = v
+		}
+		p := ch.params
+		p.Kind, p.Input = ch.kind, w.stamp(run, value)
+		// A key of the turn's own: a turn run again after a crash finds the
+		// children its first run spawned.
+		p.IdempotencyKey = fmt.Sprintf("%d/%s", run.Task.ID, ch.name)
+		ps = append(ps, p)
+	}
+	for i := range in.Fan {
+		name := fmt.Sprintf("leaf%03d", i)
+		ps = append(ps, machine.SpawnParams{Kind: leafKind, Input: w.stamp(run, map[string]any{"name": name}),
+			IdempotencyKey: fmt.Sprintf("%d/%s", run.Task.ID, name)})
+	}
+	var ids []int64
+	if in.Fan == 0 {
+		// One spawn at a time, each its own outcome in the runner's batch.
+		for _, p := range ps {
+			child, err := run.Spawn(ctx, p)
+			if err != nil {
+				return c.note(err)
+			}
+			ids = append(ids, child.ID)
+		}
+	} else {
+		kids, err := run.SpawnMany(ctx, ps)
+		if err != nil {
+			return c.note(err)
+		}
+		for _, k := range kids {
+			ids = append(ids, k.ID)
+		}
+	}
+	return c.note(run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.AllSettled,
+		Phase: "gathering", State: w.stamp(run, nil)}))
+}
+
+// tool is "tool" and, ignoring its context, "stubborn".
+func (w *worker) tool(ctx context.Context, c *call) error {
+	run := c.run
+	in := input[struct {
+		Name   string `json:"name"`
+		WorkMS int    `json:"work_ms"`
+	}](run)
+	if err := c.work(ctx, time.Duration(in.WorkMS)*time.Millisecond); err != nil && !c.stubborn {
+		return err
+	}
+	if err := c.note(run.Checkpoint(ctx, "worked", w.stamp(run, map[string]any{"work_ms": in.WorkMS}))); err != nil && !c.stubborn {
+		return err
+	}
+	return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"tool": in.Name})))
+}
+
+func (w *worker) group(ctx context.Context, c *call) error {
+	run := c.run
+	if run.Task.Phase == "deciding" {
+		waited, err := run.Waited(ctx)
+		if err != nil {
+			return c.note(err)
+		}
+		v := struct {
+			Doomed   arbortype.Status   `json:"doomed"`
+			Siblings []arbortype.Status `json:"siblings"`
+		}{}
+		for _, t := range waited {
+			if t.Kind == "doomed" {
+				v.Doomed = t.Status
+			} else {
+				v.Siblings = append(v.Siblings, t.Status)
+			}
+		}
+		return c.note(run.Complete(ctx, w.stamp(run, v)))
+	}
+	spawn := func(kind, name string, value map[string]any) (int64, error) {
+		value["name"] = name
+		t, err := run.Spawn(ctx, machine.SpawnParams{Kind: kind, Input: w.stamp(run, value),
+			IdempotencyKey: fmt.Sprintf("%d/%s", run.Task.ID, name)})
+		return t.ID, c.note(err)
+	}
+	var ids []int64
+	for i := range 2 {
+		id, err := spawn("sibling", fmt.Sprint("sibling", i), map[string]any{})
+		if err != nil {
+			return err
+		}
+		ids = append(ids, id)
+	}
+	doomed, err := spawn("doomed", "doomed", map[string]any{"siblings": ids})
+	if err != nil {
+		return err
+	}
+	return c.note(run.Wait(ctx, machine.WaitParams{ChildIDs: append(ids, doomed), Policy: arbortype.FailFast,
+		Phase: "deciding", State: w.stamp(run, nil)}))
+}
+
+func (w *worker) sibling(ctx context.Context, c *call) error {
+	run := c.run
+	if run.Task.Phase == "parked" { // never: the group's fail_fast aborts it first
+		return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"woke": true})))
+	}
+	return c.note(run.SleepUntil(ctx, time.Now().Add(siblingNap), "parked", w.stamp(run, nil)))
+}
+
+// doomed fails once both its siblings sleep, so that the fail_fast abort
+// always finds them started (aborted, not orphaned).
+func (w *worker) doomed(ctx context.Context, c *call) error {
+	run := c.run
+	in := input[struct {
+		Siblings []int64 `json:"siblings"`
+	}](run)
+	sibs, err := w.engine.GetMany(ctx, in.Siblings)
+	if err != nil {
+		return err
+	}
+	for _, s := range sibs {
+		if s.Status != arbortype.StatusSleeping {
+			return c.note(run.SleepUntil(ctx, time.Now().Add(pollFor), "", w.stamp(run, nil)))
+		}
+	}
+	return machine.NonRetryable(fmt.Errorf(doomedMessage, run.Task.Token))
+}
+
+func (w *worker) nap(ctx context.Context, c *call) error {
+	run := c.run
+	if run.Task.Phase == "woke" {
+		return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"slept": true})))
+	}
+	in := input[struct {
+		NapMS int `json:"nap_ms"`
+	}](run)
+	return c.note(run.SleepUntil(ctx, time.Now().Add(time.Duration(in.NapMS)*time.Millisecond), "woke", w.stamp(run, nil)))
+}
+
+func (w *worker) flaky(ctx context.Context, c *call) error {
+	run := c.run
+	if err := c.effect(ctx, "upstream call"); err != nil {
+		return err
+	}
+	if run.Task.Retries == 0 {
+		return fmt.Errorf(flakyMessage, run.Task.Token)
+	}
+	return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"retries": run.Task.Retries})))
+}
+
+func (w *worker) once(ctx context.Context, c *call) error {
+	run := c.run
+	in := input[struct {
+		WorkMS int `json:"work_ms"`
+	}](run)
+	if err := c.work(ctx, time.Duration(in.WorkMS)*time.Millisecond); err != nil {
+		return err
+	}
+	return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"once": true})))
+}
+
+func (w *worker) leaf(ctx context.Context, c *call) error {
+	if err := c.effect(ctx, "leaf"); err != nil {
+		return err
+	}
+	return c.note(c.run.Complete(ctx, w.stamp(c.run, map[string]any{"leaf": nameOf(c.run.Task)})))
+}
+
+// agent is a sub-agent's turn at the model: a reservation of the
+// conversation's budget before the call, the call (a side effect), the
+// record of what it cost, then an await of the user's approval; it
+// completes with the approval's answer.
+func (w *worker) agent(ctx context.Context, c *call) error {
+	run := c.run
+	if run.Task.Phase == "approved" {
+		var answer struct {
+			Answer string `json:"answer"`
+		}
+		if d := run.Task.Delivered; d == nil || d.TimedOut || json.Unmarshal(d.Payload, &answer) != nil {
+			return machine.NonRetryable(fmt.Errorf("agent: woken without the approval: %+v (token %d)", run.Task.Delivered, run.Task.Token))
+		}
+		return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"approved": answer.Answer})))
+	}
+	res, err := run.Reserve(ctx, tokenCounter, reserveFor)
+	if err != nil {
+		return c.note(err)
+	}
+	if err := c.effect(ctx, "model call"); err != nil {
+		return err
+	}
+	if err := c.note(run.Record(ctx, res, recordFor)); err != nil {
+		return err
+	}
+	return c.note(run.AwaitEvent(ctx, machine.AwaitParams{Name: approveEvent, Phase: "approved", State: w.stamp(run, nil)}))
+}
+
+// waiter awaits an event nobody emits, until its timeout.
+func (w *worker) waiter(ctx context.Context, c *call) error {
+	run := c.run
+	if run.Task.Phase == "timedout" {
+		if d := run.Task.Delivered; d == nil || !d.TimedOut {
+			return machine.NonRetryable(fmt.Errorf("waiter: woken by something else than its timeout: %+v (token %d)", run.Task.Delivered, run.Task.Token))
+		}
+		return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"timed_out": true})))
+	}
+	in := input[struct {
+		TimeoutMS int `json:"timeout_ms"`
+	}](run)
+	return c.note(run.AwaitEvent(ctx, machine.AwaitParams{Name: "never", Timeout: time.Duration(in.TimeoutMS) * time.Millisecond,
+		Phase: "timedout", State: w.stamp(run, nil)}))
+}
+
+func (w *worker) done(ctx context.Context, c *call) error {
+	return c.note(c.run.Complete(ctx, w.stamp(c.run, map[string]any{"done": true})))
+}
