@@ -81,9 +81,10 @@
 // lapsed holder's conversation. It does not count a recovery of runs the
 // recovering runner stopped itself (a fence that fired, a lapse it noticed,
 // a release at idle or at shutdown, a Lease's release), nor a take-over of
-// a holder whose last renewal came before the database server's start (a
-// database restart lapses every holder at once). So a dropped connection,
-// ErrUnavailable or a database restart never spends a task's restart_limit.
+// a holder whose last renewal came before the database server's start or
+// its promotion (a database restart or a failover lapses every holder at
+// once). So a dropped connection, ErrUnavailable, a database restart or a
+// failover never spends a task's restart_limit.
 //
 // # The runner's services
 //

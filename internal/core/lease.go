@@ -30,13 +30,14 @@ type Taken struct {
 	// PrevHolder is the former holder's row (0: it had none).
 	PrevHolder int64
 	// PrevRestarted says the former holder's last renewal came before the
-	// database server's start: the restart lapsed it, not its death.
+	// database server's start or its promotion: a restart or a failover
+	// lapsed it, not its death.
 	PrevRestarted bool
 }
 
 // Counted reports whether the runs a take-over recovers count as restarts
 // (docs/design.md §3.8): when the holder before it lapsed — died, or lost
-// its lease while running — and not when a database restart lapsed it, or
+// its lease while running — and not when a database restart or a failover lapsed it, or
 // when the taker is that holder itself (ownLives lists the holder rows of
 // the taker's own earlier lives, whose runs it stopped itself).
 func (t Taken) Counted(ownLives ...int64) bool {
