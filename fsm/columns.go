@@ -209,7 +209,7 @@ func ForkCopied() []string {
 		"attempt", "restart_limit", "abandon_on_restart", "abort_requested", "wait_policy",
 		"wake_at", "sleep_seq", "max_retries", "retries", "retry_backoff_base", "retry_backoff_cap",
 		"error_history", "idempotency_key", "created_at", "started_at", "settled_at",
-		"await_name", "deadline",
+		"await_name", "deadline", "trace",
 	}
 }
 
@@ -228,7 +228,10 @@ func ForkRules() []string {
 		"(NEW.owner_task_id IS NULL) = (src.owner_task_id IS NULL)",
 		"(NEW.owner_task_id IS NULL OR EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id AND o.forked_from = src.owner_task_id))",
 		"NEW.token IS NULL", "NEW.run_epoch IS NULL", "NEW.lease_expires_at IS NULL",
-		"NEW.wake_job_id IS NULL", "NEW.await_token IS NULL", "NEW.settle_seq IS NOT NULL",
+		"NEW.wake_job_id IS NULL", "NEW.await_token IS NULL", "NEW.settle_seq IS NOT NULL", "NEW.settle_seq > 0",
+		// The copy's waited children are copies too, made after it (ids
+		// grow from owner to child): never a task that existed before.
+		"(NEW.wait_ids IS NULL OR NOT EXISTS (SELECT 1 FROM unnest(NEW.wait_ids) w(id) WHERE w.id <= NEW.id))",
 		"cardinality(NEW.wait_ids) IS NOT DISTINCT FROM cardinality(src.wait_ids)",
 		"(NEW.delivered - 'event_id') IS NOT DISTINCT FROM (src.delivered - 'event_id')",
 	}

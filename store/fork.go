@@ -44,7 +44,7 @@ var (
 			(id, conversation_id, owner_task_id, kind, status, background, input, phase, state, result, error,
 			 attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, wait_ids, wake_at, sleep_seq,
 			 max_retries, retries, idempotency_key, settle_seq, created_at, started_at, settled_at,
-			 retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, forked_from)
+			 retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, trace, forked_from)
 		OVERRIDING SYSTEM VALUE
 		SELECT m.new, $1, om.new, s.kind, s.status, s.background, s.input, s.phase, s.state, s.result, s.error,
 			s.attempt, s.restart_limit, s.abandon_on_restart, s.abort_requested, s.wait_policy,
@@ -57,7 +57,7 @@ var (
 				coalesce((SELECT to_jsonb(ev.new) FROM unnest($5::bigint[], $6::bigint[]) ev(old, new)
 					WHERE ev.old = (s.delivered->>'event_id')::bigint), 'null'::jsonb))
 			ELSE s.delivered END,
-			s.deadline, s.id
+			s.deadline, s.trace, s.id
 		FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) m(old, new, settle)
 		JOIN {schema}.tasks s ON s.id = m.old
 		LEFT JOIN unnest($2::bigint[], $3::bigint[]) om(old, new) ON om.old = s.owner_task_id

@@ -106,3 +106,22 @@ func TestCreateRefusesABadTraceContext(t *testing.T) {
 		require.ErrorIs(t, err, tasks.ErrNotFound, "%s: not even the conversation was written", name)
 	}
 }
+
+// A fork's copies keep the trace context their sources were created in
+// (issue 24: Fork dropped it).
+func TestForkKeepsTheTraceContext(t *testing.T) {
+	t.Parallel()
+	eng, _ := traceEngine(t)
+	conv := testdb.Conversation(t)
+	ctx := context.WithValue(context.Background(), ctxKey{}, map[string]string{"traceparent": "turn-1"})
+	turn, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	require.NoError(t, err)
+	_, err = eng.Cancel(context.Background(), turn.ID, nil)
+	require.NoError(t, err)
+	f, err := eng.Fork(context.Background(), tasks.ForkParams{ConversationID: conv, ThroughTurn: turn.ID})
+	require.NoError(t, err)
+	copies, err := eng.ConversationTasks(context.Background(), f.ConversationID)
+	require.NoError(t, err)
+	require.Len(t, copies, 1)
+	require.Equal(t, map[string]string{"traceparent": "turn-1"}, copies[0].Trace)
+}

@@ -155,15 +155,18 @@ func TestGuardRefusesForgedForks(t *testing.T) {
 	done := settledTurn(t, b)
 	live := b.root(t, "turn")
 	s := b.schema
-	copyOf := func(src int64, conv string, change string) string {
+	copyWith := func(src int64, conv, result, settle, trace, waitIDs string) string {
 		return `INSERT INTO ` + s + `.tasks (id, conversation_id, kind, status, background, input, phase, state, result, error,
-			attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, wake_at, sleep_seq, max_retries, retries,
-			settle_seq, created_at, started_at, settled_at, retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, forked_from)
+			attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, wait_ids, wake_at, sleep_seq, max_retries, retries,
+			settle_seq, created_at, started_at, settled_at, retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, trace, forked_from)
 			OVERRIDING SYSTEM VALUE
-			SELECT nextval(pg_get_serial_sequence('` + s + `.tasks', 'id')), '` + conv + `', kind, status, background, input, phase, state, ` + change + `, error,
-			attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, wake_at, sleep_seq, max_retries, retries,
-			nextval('` + s + `.task_settle_seq'), created_at, started_at, settled_at, retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, id
+			SELECT nextval(pg_get_serial_sequence('` + s + `.tasks', 'id')), '` + conv + `', kind, status, background, input, phase, state, ` + result + `, error,
+			attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, ` + waitIDs + `, wake_at, sleep_seq, max_retries, retries,
+			` + settle + `, created_at, started_at, settled_at, retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, ` + trace + `, id
 			FROM ` + s + `.tasks WHERE id = ` + itoa(src)
+	}
+	copyOf := func(src int64, conv string, change string) string {
+		return copyWith(src, conv, change, `nextval('`+s+`.task_settle_seq')`, "trace", "wait_ids")
 	}
 	target := testdb.Conversation(t)
 	for _, f := range []struct {
@@ -174,6 +177,10 @@ func TestGuardRefusesForgedForks(t *testing.T) {
 		{"a changed result", copyOf(done.ID, target, `'"forged"'::jsonb`), fsm.SQLStateFork},
 		{"a copy of a live task", copyOf(live.ID, target, "result"), fsm.SQLStateFork},
 		{"a copy into its own conversation", copyOf(done.ID, b.conv, "result"), fsm.SQLStateFork},
+		// Issue 24: accepted before.
+		{"a forged trace", copyWith(done.ID, target, "result", `nextval('`+s+`.task_settle_seq')`, `'{"traceparent": "forged"}'::jsonb`, "wait_ids"), fsm.SQLStateFork},
+		{"a negative settle number", copyWith(done.ID, target, "result", "-5", "trace", "wait_ids"), fsm.SQLStateFork},
+		{"waited children that are not copies", copyWith(done.ID, target, "result", `nextval('`+s+`.task_settle_seq')`, "trace", "ARRAY[1]::bigint[]"), fsm.SQLStateFork},
 	} {
 		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(b.ctx, `INSERT INTO `+s+`.conversations (id) VALUES ($1) ON CONFLICT DO NOTHING`, target); err != nil {

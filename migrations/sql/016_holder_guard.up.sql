@@ -146,6 +146,10 @@ BEGIN
             RAISE EXCEPTION 'arbor: task % is not a faithful fork of task %: NEW.deadline IS NOT DISTINCT FROM src.deadline does not hold', NEW.id, NEW.forked_from
                 USING ERRCODE = 'AB008';
         END IF;
+        IF NOT (NEW.trace IS NOT DISTINCT FROM src.trace) THEN
+            RAISE EXCEPTION 'arbor: task % is not a faithful fork of task %: NEW.trace IS NOT DISTINCT FROM src.trace does not hold', NEW.id, NEW.forked_from
+                USING ERRCODE = 'AB008';
+        END IF;
         IF NOT (src.status IN ('completed', 'failed', 'aborted', 'cancelled', 'orphaned')) THEN
             RAISE EXCEPTION 'arbor: task % is not a faithful fork of task %: src.status IN (''completed'', ''failed'', ''aborted'', ''cancelled'', ''orphaned'') does not hold', NEW.id, NEW.forked_from
                 USING ERRCODE = 'AB008';
@@ -188,6 +192,14 @@ BEGIN
         END IF;
         IF NOT (NEW.settle_seq IS NOT NULL) THEN
             RAISE EXCEPTION 'arbor: task % is not a faithful fork of task %: NEW.settle_seq IS NOT NULL does not hold', NEW.id, NEW.forked_from
+                USING ERRCODE = 'AB008';
+        END IF;
+        IF NOT (NEW.settle_seq > 0) THEN
+            RAISE EXCEPTION 'arbor: task % is not a faithful fork of task %: NEW.settle_seq > 0 does not hold', NEW.id, NEW.forked_from
+                USING ERRCODE = 'AB008';
+        END IF;
+        IF NOT ((NEW.wait_ids IS NULL OR NOT EXISTS (SELECT 1 FROM unnest(NEW.wait_ids) w(id) WHERE w.id <= NEW.id))) THEN
+            RAISE EXCEPTION 'arbor: task % is not a faithful fork of task %: (NEW.wait_ids IS NULL OR NOT EXISTS (SELECT 1 FROM unnest(NEW.wait_ids) w(id) WHERE w.id <= NEW.id)) does not hold', NEW.id, NEW.forked_from
                 USING ERRCODE = 'AB008';
         END IF;
         IF NOT (cardinality(NEW.wait_ids) IS NOT DISTINCT FROM cardinality(src.wait_ids)) THEN
