@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"strings"
 	"slices"
 
 	"github.com/arborhq/arbor/arbortype"
@@ -193,12 +194,29 @@ func InsertRules() []string {
 		"NEW.await_name IS NULL", "NEW.await_token IS NULL", "NEW.delivered IS NULL",
 		// Stamped by the database, not by the writer.
 		"NEW.created_at = now()",
-		// A child only of an owner that can still take one (docs/design.md
-		// §3.1): not settled, completing or being aborted.
-		"(NEW.owner_task_id IS NULL OR EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id" +
-			" AND o.status IN ('pending', 'running', 'waiting', 'sleeping') AND NOT o.abort_requested))",
 	}
 }
+
+// InsertCheck is a rule of a fresh row that reads another row: checked
+// apart from InsertRules, only When it applies, so that the check every
+// insert makes stays an expression PL/pgSQL evaluates without the executor.
+type InsertCheck struct {
+	When, Check string
+}
+
+// InsertChecks are the rules of a fresh row that read other rows.
+func InsertChecks() []InsertCheck {
+	return []InsertCheck{
+		// A child only of an owner that can still take one (docs/design.md
+		// §3.1): not settled, completing or being aborted.
+		{When: "NEW.owner_task_id IS NOT NULL", Check: "EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id" +
+			" AND o.status IN ('pending', 'running', 'waiting', 'sleeping') AND NOT o.abort_requested)"},
+	}
+}
+
+// reads reports whether a rule's SQL reads a table (a subquery): such a
+// rule is checked apart from the fast path of every write (see GuardSQL).
+func reads(sql string) bool { return strings.Contains(sql, "SELECT") }
 
 // ForkCopied are the columns a forked row (forked_from set) carries over
 // from its source verbatim: its whole settled history, times included. A

@@ -236,8 +236,7 @@ BEGIN
             AND NEW.await_name IS NULL
             AND NEW.await_token IS NULL
             AND NEW.delivered IS NULL
-            AND NEW.created_at = now()
-            AND (NEW.owner_task_id IS NULL OR EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id AND o.status IN ('pending', 'running', 'waiting', 'sleeping') AND NOT o.abort_requested))) THEN
+            AND NEW.created_at = now()) THEN
             IF NOT (NEW.status = 'pending') THEN
                 RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.status = ''pending'' does not hold'
                     USING ERRCODE = 'AB004';
@@ -334,8 +333,10 @@ BEGIN
                 RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.created_at = now() does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
-            IF NOT ((NEW.owner_task_id IS NULL OR EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id AND o.status IN ('pending', 'running', 'waiting', 'sleeping') AND NOT o.abort_requested))) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: (NEW.owner_task_id IS NULL OR EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id AND o.status IN (''pending'', ''running'', ''waiting'', ''sleeping'') AND NOT o.abort_requested)) does not hold'
+        END IF;
+        IF NEW.owner_task_id IS NOT NULL THEN
+            IF NOT (EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id AND o.status IN ('pending', 'running', 'waiting', 'sleeping') AND NOT o.abort_requested)) THEN
+                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id AND o.status IN (''pending'', ''running'', ''waiting'', ''sleeping'') AND NOT o.abort_requested) does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
         END IF;
@@ -357,6 +358,16 @@ BEGIN
     IF NEW.status <> OLD.status AND change NOT IN ('pending>running', 'pending>failed', 'pending>aborted', 'pending>cancelled', 'pending>orphaned', 'running>pending', 'running>waiting', 'running>sleeping', 'running>completing', 'running>completed', 'running>failed', 'running>aborted', 'running>cancelled', 'waiting>pending', 'waiting>failed', 'waiting>aborted', 'waiting>cancelled', 'sleeping>pending', 'sleeping>failed', 'sleeping>aborted', 'sleeping>cancelled', 'completing>completed', 'completing>failed', 'completing>aborted') THEN
         RAISE EXCEPTION 'arbor: invalid transition of task %: % -> %', OLD.id, OLD.status, NEW.status
             USING ERRCODE = 'AB001';
+    END IF;
+    IF NEW.delivered IS DISTINCT FROM OLD.delivered THEN
+        IF NOT (NEW.delivered IS NULL
+            OR (coalesce(NEW.delivered->>'timed_out', '') = 'true' AND NOT (NEW.delivered ? 'event_id') AND NOT (NEW.delivered ? 'payload'))
+            OR CASE WHEN NEW.delivered->>'event_id' ~ '^[0-9]{1,18}$' THEN EXISTS (SELECT 1 FROM {schema}.events ev
+                WHERE ev.conversation_id = NEW.conversation_id AND ev.id = (NEW.delivered->>'event_id')::bigint
+                  AND ev.delivered_to = NEW.id AND ev.payload IS NOT DISTINCT FROM NEW.delivered->'payload') ELSE false END) THEN
+            RAISE EXCEPTION 'arbor: task %: column delivered may not change so on %', OLD.id, change
+                USING ERRCODE = 'AB005', HINT = 'what woke an await (the event, or its timeout), cleared when the task parks again: an event delivered to this task, carried as it was emitted, or a timeout with no event';
+        END IF;
     END IF;
     IF (NEW.input IS NOT DISTINCT FROM OLD.input OR false)
         AND (NEW.phase IS NOT DISTINCT FROM OLD.phase OR change IN ('running>running', 'running>waiting', 'running>sleeping'))
@@ -387,11 +398,7 @@ BEGIN
         AND (NEW.settled_at IS NOT DISTINCT FROM OLD.settled_at OR change IN ('pending>failed', 'pending>aborted', 'pending>cancelled', 'pending>orphaned', 'running>completed', 'running>failed', 'running>aborted', 'running>cancelled', 'waiting>failed', 'waiting>aborted', 'waiting>cancelled', 'sleeping>failed', 'sleeping>aborted', 'sleeping>cancelled', 'completing>completed', 'completing>failed', 'completing>aborted'))
         AND (NEW.await_name IS NOT DISTINCT FROM OLD.await_name OR change IN ('running>sleeping'))
         AND (NEW.await_token IS NOT DISTINCT FROM OLD.await_token OR change IN ('running>sleeping'))
-        AND (NEW.delivered IS NOT DISTINCT FROM OLD.delivered OR (change IN ('running>sleeping', 'sleeping>pending') AND (NEW.delivered IS NULL
-            OR (coalesce(NEW.delivered->>'timed_out', '') = 'true' AND NOT (NEW.delivered ? 'event_id') AND NOT (NEW.delivered ? 'payload'))
-            OR CASE WHEN NEW.delivered->>'event_id' ~ '^[0-9]{1,18}$' THEN EXISTS (SELECT 1 FROM {schema}.events ev
-                WHERE ev.conversation_id = NEW.conversation_id AND ev.id = (NEW.delivered->>'event_id')::bigint
-                  AND ev.delivered_to = NEW.id AND ev.payload IS NOT DISTINCT FROM NEW.delivered->'payload') ELSE false END)))
+        AND (NEW.delivered IS NOT DISTINCT FROM OLD.delivered OR change IN ('running>sleeping', 'sleeping>pending'))
         AND (NEW.deadline IS NOT DISTINCT FROM OLD.deadline OR false)
         AND (NEW.forked_from IS NOT DISTINCT FROM OLD.forked_from OR false)
         AND (NEW.trace IS NOT DISTINCT FROM OLD.trace OR false)
@@ -521,11 +528,7 @@ BEGIN
         RAISE EXCEPTION 'arbor: task %: column await_token may not change so on %', OLD.id, change
             USING ERRCODE = 'AB005', HINT = 'a fresh token with every await, none with a plain sleep';
     END IF;
-    IF NOT (NEW.delivered IS NOT DISTINCT FROM OLD.delivered OR (change IN ('running>sleeping', 'sleeping>pending') AND (NEW.delivered IS NULL
-            OR (coalesce(NEW.delivered->>'timed_out', '') = 'true' AND NOT (NEW.delivered ? 'event_id') AND NOT (NEW.delivered ? 'payload'))
-            OR CASE WHEN NEW.delivered->>'event_id' ~ '^[0-9]{1,18}$' THEN EXISTS (SELECT 1 FROM {schema}.events ev
-                WHERE ev.conversation_id = NEW.conversation_id AND ev.id = (NEW.delivered->>'event_id')::bigint
-                  AND ev.delivered_to = NEW.id AND ev.payload IS NOT DISTINCT FROM NEW.delivered->'payload') ELSE false END))) THEN
+    IF NOT (NEW.delivered IS NOT DISTINCT FROM OLD.delivered OR change IN ('running>sleeping', 'sleeping>pending')) THEN
         RAISE EXCEPTION 'arbor: task %: column delivered may not change so on %', OLD.id, change
             USING ERRCODE = 'AB005', HINT = 'what woke an await (the event, or its timeout), cleared when the task parks again: an event delivered to this task, carried as it was emitted, or a timeout with no event';
     END IF;
