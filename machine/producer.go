@@ -206,7 +206,9 @@ func (r *Runner) retrySkipped(convs, locked []string) {
 	n := 0
 	for _, c := range convs {
 		switch {
-		case got[c] || r.held[c] == nil:
+		case got[c]:
+		case r.held[c] == nil:
+			// Released meanwhile (releaseLeases marked it news).
 		case r.flushingIn[c] > 0:
 			r.afterFlush[c] = true
 		default:
@@ -428,7 +430,8 @@ func (r *Runner) releaseForRoom(n int) int {
 }
 
 // releaseLeases releases idle leases (marked releasing) in one statement
-// and forgets those it released; one with a run claimed meanwhile stays
+// and forgets those it released, which become news for the producer (work
+// may have arrived as they went); one with a run claimed meanwhile stays
 // held.
 func (r *Runner) releaseLeases(ls []core.Lease) int {
 	if len(ls) == 0 {
@@ -445,6 +448,12 @@ func (r *Runner) releaseLeases(ls []core.Lease) int {
 	for _, id := range freed {
 		done[id] = true
 	}
+	recheck := false
+	defer func() {
+		if recheck {
+			r.poke()
+		}
+	}()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, l := range ls {
@@ -459,6 +468,18 @@ func (r *Runner) releaseLeases(ls []core.Lease) int {
 		}
 		if done[l.ConversationID] {
 			delete(r.held, l.ConversationID)
+			// Work committed while it was being released may have been
+			// announced as a held conversation's (dirty, and dropped with
+			// it) or missed by the release's snapshot: the producer looks
+			// at it again as an unheld one's news, and opens it if it has
+			// work.
+			delete(r.dirty, l.ConversationID)
+			if len(r.news) < maxNews {
+				r.news[l.ConversationID] = true
+			} else {
+				r.wantOpen = true
+			}
+			recheck = true
 		} else {
 			h.releasing = false
 		}

@@ -674,13 +674,19 @@ func (r *Runner) adopt(ctx context.Context, convs map[string]bool) {
 	r.dispatch(orphans)
 }
 
-// markDirty says that the held conversations convs may have work; markHeld
+// markDirty says that the held conversations convs may have work (one
+// released meanwhile is news for the producer to open); markHeld
 // that any held one may; markOpen that an unheld one may.
 func (r *Runner) markDirty(convs ...string) {
 	r.mu.Lock()
 	for _, c := range convs {
-		if r.held[c] != nil {
+		switch {
+		case r.held[c] != nil:
 			r.dirty[c] = true
+		case len(r.news) < maxNews:
+			r.news[c] = true // released meanwhile: news of an unheld one
+		default:
+			r.wantOpen = true
 		}
 	}
 	r.mu.Unlock()
