@@ -44,25 +44,6 @@ func (h *handler) allowed(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// sameOrigin says whether r comes from a page of the handler's own origin,
-// by what browsers send: Sec-Fetch-Site, else Origin, else Referer. A
-// request with none of them is not from a browser (which sends Origin with
-// every POST), and carries the token or fails anyway.
-func sameOrigin(r *http.Request) bool {
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
-		return site == "same-origin"
-	}
-	from := r.Header.Get("Origin")
-	if from == "" {
-		from = r.Header.Get("Referer")
-	}
-	if from == "" {
-		return true
-	}
-	u, err := url.Parse(from)
-	return err == nil && u.Host == r.Host
-}
-
 func (h *handler) taskAction(w http.ResponseWriter, r *http.Request) {
 	if !h.allowed(w, r) {
 		return
@@ -104,7 +85,12 @@ func (h *handler) conversationAction(w http.ResponseWriter, r *http.Request) {
 	if !h.allowed(w, r) {
 		return
 	}
-	conv := r.PostFormValue("id")
+	// The id travels in the form's address (percent-encoded, so that no
+	// character of it is changed on the way), or in its field.
+	conv := r.URL.Query().Get("id")
+	if conv == "" {
+		conv = r.PostFormValue("id")
+	}
 	if conv == "" {
 		h.errPage(w, r, badRequest("no conversation: the form needs its id"))
 		return
@@ -182,12 +168,13 @@ func truncate(s string, n int) string {
 func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // back sends the browser, after an action, to the page it acted from (its
-// "back" field, a path of this handler's), else to fallback: a 303, so that
-// a reload does not post again.
+// "back" field, a path of this handler's: see localPath), else to
+// fallback: a 303, so that a reload does not post again.
 func (h *handler) back(w http.ResponseWriter, r *http.Request, fallback string) {
-	to := r.PostFormValue("back")
-	if !strings.HasPrefix(to, h.opts.Prefix+"/") || strings.HasPrefix(to, "//") || strings.ContainsAny(to, "\\\r\n") {
+	to := localPath(h.opts.Prefix, r.PostFormValue("back"))
+	if to == "" {
 		to = fallback
 	}
-	http.Redirect(w, r, to, http.StatusSeeOther)
+	w.Header().Set("Location", to)
+	w.WriteHeader(http.StatusSeeOther)
 }

@@ -1,6 +1,7 @@
 package arborui
 
 import (
+	"bytes"
 	"crypto/rand"
 	"embed"
 	"encoding/hex"
@@ -46,6 +47,17 @@ type Options struct {
 	// LiveLimit is how many conversations with live work the front page
 	// lists (1..10,000). Default LiveLimitDefault (200).
 	LiveLimit int
+	// AllowedHosts are the host names the handler answers besides IP
+	// literals and localhost (with any port), such as "arbor.internal" or,
+	// with a port, "ops.example.com:8443" (that port only). A request whose
+	// Host header names another host is refused with 403 before anything
+	// is read: a page of another site whose name resolves to the handler's
+	// address (DNS rebinding) would otherwise read the view and its action
+	// token as if it were the view's own. List the names your users reach
+	// the handler by; "*" turns the check off (only behind a proxy that
+	// checks the host itself). Default: none (IP literals and localhost
+	// only).
+	AllowedHosts []string
 	// Logger receives the errors the handler answers with 500. Default:
 	// discard.
 	Logger *slog.Logger
@@ -82,6 +94,11 @@ func (o *Options) validate() error {
 	if o.LiveLimit < 1 || o.LiveLimit > 10000 {
 		return fmt.Errorf("Options.LiveLimit: %d is outside 1..10000", o.LiveLimit)
 	}
+	for _, host := range o.AllowedHosts {
+		if host == "" || host != "*" && strings.ContainsFunc(host, func(c rune) bool { return c <= ' ' || strings.ContainsRune("/\\?#@*", c) }) {
+			return fmt.Errorf("Options.AllowedHosts: %q is not a host name (with an optional port), nor \"*\"", host)
+		}
+	}
 	return nil
 }
 
@@ -98,6 +115,10 @@ type handler struct {
 	csrf string
 	tmpl *template.Template
 	mux  *http.ServeMux
+	// hosts are Options.AllowedHosts, lower-cased; anyHost is "*" among
+	// them.
+	hosts   map[string]bool
+	anyHost bool
 }
 
 // NewHandler returns the web view of engine, to mount in your own server
@@ -117,9 +138,13 @@ func NewHandler(engine *tasks.Engine, opts *Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("arborui.NewHandler: templates: %w", err)
 	}
-	h := &handler{engine: engine, opts: opts, csrf: hex.EncodeToString(b[:]), tmpl: tmpl, mux: http.NewServeMux()}
-	assets, _ := fs.Sub(files, "assets")
-	h.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	h := &handler{engine: engine, opts: opts, csrf: hex.EncodeToString(b[:]), tmpl: tmpl, mux: http.NewServeMux(),
+		hosts: map[string]bool{}}
+	for _, host := range opts.AllowedHosts {
+		h.hosts[strings.ToLower(host)] = true
+		h.anyHost = h.anyHost || host == "*"
+	}
+	h.mux.HandleFunc("GET /assets/{name}", h.asset)
 	h.mux.HandleFunc("GET /{$}", h.index)
 	h.mux.HandleFunc("GET /conversation", h.conversation)
 	h.mux.HandleFunc("GET /conversation/live", h.conversationLive)
@@ -137,6 +162,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'")
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Referrer-Policy", "same-origin")
+	if !h.hostAllowed(r) {
+		// Plain text, and nothing of the view: no page, no token.
+		hdr.Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprintf(w, "arborui: refused: the request names host %q, which this view does not serve "+
+			"(arborui.Options.AllowedHosts, or arbor ui --allowed-host, adds a name)\n", r.Host)
+		return
+	}
 	if h.opts.Prefix != "" {
 		rest, ok := strings.CutPrefix(r.URL.Path, h.opts.Prefix)
 		if !ok || (rest != "" && rest[0] != '/') {
@@ -170,9 +203,26 @@ func (h *handler) errPage(w http.ResponseWriter, r *http.Request, err error) {
 			msg = "the database is unavailable; try again"
 		}
 	}
+	var buf bytes.Buffer
+	if err := h.tmpl.ExecuteTemplate(&buf, "error.html", h.page(code, msg)); err != nil {
+		h.opts.Logger.Error("arborui: render failed", slog.String("template", "error.html"), slog.Any("error", err))
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
-	_ = h.tmpl.ExecuteTemplate(w, "error.html", h.page(code, msg))
+	_, _ = w.Write(scrub(buf.Bytes()))
+}
+
+// asset serves one of the embedded assets by name; anything else,
+// the folder itself included, is 404: the folder is not listed.
+func (h *handler) asset(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	f, err := fs.Stat(files, "assets/"+name)
+	if err != nil || !f.Mode().IsRegular() {
+		http.NotFound(w, r)
+		return
+	}
+	http.ServeFileFS(w, r, files, "assets/"+name)
 }
 
 // requestError is a request the handler refuses before it reaches the

@@ -103,7 +103,7 @@ func (h *handler) live(w http.ResponseWriter, r *http.Request, conv string, view
 				h.opts.Logger.Error("arborui: render failed", "template", name, "error", err)
 				return
 			}
-			if sendEvent(w, "fragment", buf.String()) != nil || rc.Flush() != nil {
+			if sendEvent(w, "fragment", string(scrub(buf.Bytes()))) != nil || rc.Flush() != nil {
 				return
 			}
 		}

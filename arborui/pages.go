@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"time"
@@ -50,7 +51,7 @@ func (h *handler) render(w http.ResponseWriter, r *http.Request, name string, p 
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(scrub(buf.Bytes()))
 }
 
 var funcs = template.FuncMap{
@@ -78,6 +79,14 @@ var funcs = template.FuncMap{
 		return fmt.Sprint(v)
 	},
 	"live": func(s arbortype.Status) bool { return s.Live() },
+	// convURL is the address of a conversation's page (and convLive of its
+	// stream), its id percent-encoded: an id may hold #, &, + or ?. Every
+	// address that carries data is built here, never by a template's text.
+	"convURL":  func(prefix, id string) string { return prefix + "/conversation?id=" + url.QueryEscape(id) },
+	"convLive": func(prefix, id string) string { return prefix + "/conversation/live?id=" + url.QueryEscape(id) },
+	"convAction": func(prefix, action, id string) string {
+		return prefix + "/conversation/" + action + "?id=" + url.QueryEscape(id)
+	},
 	// nodeOf pairs a tree's node with its view, for the recursive "node"
 	// template (a template takes one argument).
 	"nodeOf": func(v treeView, n *node) nodeArg { return nodeArg{V: v, N: n} },
