@@ -369,6 +369,17 @@ var qAwaitsAfter = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(w
 		WHERE status = 'sleeping' AND await_name IS NOT NULL AND (conversation_id, await_name, id) > ($1, $2, $3)
 		ORDER BY conversation_id, await_name, id LIMIT $4`)
 
+// One conversation's awaits, after the key ($2, $3), along the same index.
+var qConversationAwaitsAfter = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(wait_ids), 0) FROM {schema}.tasks
+		WHERE conversation_id = $1 AND status = 'sleeping' AND await_name IS NOT NULL AND (await_name, id) > ($2, $3)
+		ORDER BY await_name, id LIMIT $4`)
+
+// ConversationAwaitsAfter lists up to limit tasks of conv awaiting an
+// event, after the key (await name, task id).
+func (s *Store) ConversationAwaitsAfter(ctx context.Context, db DB, conv, name string, id int64, limit int) ([]TaskSummary, error) {
+	return collectSummaries(db.Query(ctx, s.sql[qConversationAwaitsAfter], conv, name, id, limit))
+}
+
 // AwaitsAfter lists up to limit tasks awaiting an event (each with its
 // AwaitToken), across conversations, after the key (conversation, await
 // name, task id) in the order of the awaiting index.

@@ -337,8 +337,11 @@ func (e *Engine) LiveTaskCounts(ctx context.Context, limit int) (LiveTaskCounts,
 	return out, nil
 }
 
-// AwaitQuery pages the awaits across conversations (Engine.Awaits).
+// AwaitQuery pages the awaits across conversations, or of one
+// (Engine.Awaits).
 type AwaitQuery struct {
+	// ConversationID, when not empty, lists only that conversation's.
+	ConversationID string
 	// Cursor is the Next of the page before; "" for the first page.
 	Cursor string
 	// Limit is the most awaits a page returns (1..5000). Default
@@ -359,10 +362,10 @@ type AwaitPage struct {
 	Next string
 }
 
-// Awaits lists what every conversation waits for from outside — its
-// tasks parked in an await (an approval), each with its token — by
-// conversation, event name and task, a page at a time along the awaiting
-// index.
+// Awaits lists what every conversation (or q.ConversationID) waits for
+// from outside — its tasks parked in an await (an approval), each with
+// its token — by conversation, event name and task, a page at a time
+// along the awaiting index.
 func (e *Engine) Awaits(ctx context.Context, q AwaitQuery) (AwaitPage, error) {
 	if q.Limit == 0 {
 		q.Limit = PageLimitDefault
@@ -377,8 +380,12 @@ func (e *Engine) Awaits(ctx context.Context, q AwaitQuery) (AwaitPage, error) {
 			return AwaitPage{}, fmt.Errorf("list awaits: cursor %q: %w", q.Cursor, ErrInvalidArgument)
 		}
 	}
+	only := q.ConversationID != ""
+	if only {
+		key.C = q.ConversationID
+	}
 	rows, err := core.Read(ctx, e.core, func(db store.DB) ([]store.TaskSummary, error) {
-		return e.core.AwaitsAfter(ctx, db, key.C, key.N, key.I, q.Limit)
+		return e.core.AwaitsAfter(ctx, db, only, key.C, key.N, key.I, q.Limit)
 	})
 	if err != nil {
 		return AwaitPage{}, err

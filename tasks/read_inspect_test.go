@@ -190,6 +190,13 @@ func TestQueryConversations(t *testing.T) {
 			q.Cursor = page.Next
 		}
 		require.Equal(t, keep(func(_ int, id string) bool { return f.await[id] }), got)
+		one, err := f.engine.Awaits(f.ctx, tasks.AwaitQuery{ConversationID: f.ids[5]})
+		require.NoError(t, err)
+		require.Len(t, one.Awaits, 1)
+		require.Equal(t, f.ids[5], one.Awaits[0].ConversationID)
+		none, err := f.engine.Awaits(f.ctx, tasks.AwaitQuery{ConversationID: f.ids[1]})
+		require.NoError(t, err)
+		require.Empty(t, none.Awaits)
 	})
 	t.Run("counts", func(t *testing.T) {
 		t.Parallel()

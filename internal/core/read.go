@@ -207,13 +207,22 @@ func (e *Engine) LiveCounts(ctx context.Context, db store.DB, limit int) ([]stor
 	return out, nil
 }
 
-// AwaitsAfter lists up to limit tasks awaiting an event across
-// conversations, after the key (conversation, await name, task id).
-func (e *Engine) AwaitsAfter(ctx context.Context, db store.DB, conv, name string, id int64, limit int) ([]store.TaskSummary, error) {
+// AwaitsAfter lists up to limit tasks awaiting an event after the key
+// (conversation, await name, task id): across conversations, or only
+// within conv when only is set.
+func (e *Engine) AwaitsAfter(ctx context.Context, db store.DB, only bool, conv, name string, id int64, limit int) ([]store.TaskSummary, error) {
 	if err := checkBound("list awaits", "limit", limit, MaxPage); err != nil {
 		return nil, err
 	}
-	out, err := e.Store.AwaitsAfter(ctx, db, conv, name, id, limit)
+	var (
+		out []store.TaskSummary
+		err error
+	)
+	if only {
+		out, err = e.Store.ConversationAwaitsAfter(ctx, db, conv, name, id, limit)
+	} else {
+		out, err = e.Store.AwaitsAfter(ctx, db, conv, name, id, limit)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list awaits: %w", err)
 	}
