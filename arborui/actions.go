@@ -122,13 +122,20 @@ func (h *handler) conversationAction(w http.ResponseWriter, r *http.Request) {
 }
 
 // emitToTask emits the form's event to task id, or answers the await
-// whose token the form carries.
+// whose token the form carries. An answer with a decision (approve or
+// deny: the approvals' buttons) is its payload, a JSON object or none,
+// with "approved" set to true or false.
 func (h *handler) emitToTask(r *http.Request, id int64) error {
 	p, err := payload(r, "payload")
 	if err != nil {
 		return err
 	}
 	if token := r.PostFormValue("token"); token != "" {
+		if d := r.PostFormValue("decision"); d != "" {
+			if p, err = decide(p, d); err != nil {
+				return err
+			}
+		}
 		_, _, err = h.engine.EmitToken(r.Context(), token, p)
 		return err
 	}
@@ -139,6 +146,22 @@ func (h *handler) emitToTask(r *http.Request, id int64) error {
 	_, _, err = h.engine.Emit(r.Context(), tasks.EmitParams{ConversationID: t.ConversationID, TaskID: id,
 		Name: r.PostFormValue("name"), Payload: p, Queue: r.PostFormValue("queue") != ""})
 	return err
+}
+
+// decide returns payload p (a JSON object, or none) with "approved" set
+// as decision says: approve or deny.
+func decide(p json.RawMessage, decision string) (json.RawMessage, error) {
+	if decision != "approve" && decision != "deny" {
+		return nil, badRequest("decision %q is not approve or deny", decision)
+	}
+	obj := map[string]json.RawMessage{}
+	if len(p) > 0 {
+		if err := json.Unmarshal(p, &obj); err != nil || obj == nil {
+			return nil, badRequest("an approval's payload must be a JSON object: %s", strconv.Quote(truncate(string(p), 80)))
+		}
+	}
+	obj["approved"] = json.RawMessage(strconv.FormatBool(decision == "approve"))
+	return json.Marshal(obj)
 }
 
 // payload reads a form field holding JSON; empty is none. JSON that does

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -45,15 +46,27 @@ func setup(t *testing.T, opts *arborui.Options) *bundle {
 	pool, schema := testdb.Fresh(t)
 	ctx := context.Background()
 	engine := enginetest.New(t, pool, &tasks.Config{Schema: schema})
+	if opts == nil {
+		opts = &arborui.Options{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	}
 	h, err := arborui.NewHandler(engine.Engine, opts)
 	require.NoError(t, err)
 	b := &bundle{ctx: ctx, engine: engine, conv: testdb.Conversation(t), srv: httptest.NewServer(h),
 		client: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
-	if opts != nil {
-		b.prefix = opts.Prefix
-	}
+	b.prefix = opts.Prefix
 	t.Cleanup(b.srv.Close)
 	return b
+}
+
+// testWriter writes the handler's log to the test's.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 func (b *bundle) url(path string) string { return b.srv.URL + b.prefix + path }
@@ -117,15 +130,19 @@ func TestPages(t *testing.T) {
 	_, err = b.engine.Complete(b.ctx, done.ID, started.Token, json.RawMessage(`{"answer": 42}`))
 	require.NoError(t, err)
 
-	t.Run("index lists live and recent conversations", func(t *testing.T) {
+	t.Run("index lists the conversations, newest first, filtered", func(t *testing.T) {
 		t.Parallel()
 		code, body := b.get(t, "/")
 		require.Equal(t, http.StatusOK, code)
-		live := body[strings.Index(body, `id="live"`):strings.Index(body, `id="recent"`)]
+		i, j := strings.Index(body, "?id="+b.conv+"-done"), strings.Index(body, "?id="+b.conv+`"`)
+		require.True(t, i >= 0 && j > i, "both listed, the newest first")
+		require.Contains(t, body, `href="/ops/arbor/assets/style.css"`, "links carry the prefix")
+		require.Contains(t, body, `data-live="/ops/arbor/live"`)
+		_, live := b.get(t, "/?live=live")
 		require.Contains(t, live, "?id="+b.conv+`"`)
 		require.NotContains(t, live, b.conv+"-done", "a settled conversation is not live")
-		require.Contains(t, body[strings.Index(body, `id="recent"`):], b.conv+"-done")
-		require.Contains(t, body, `href="/ops/arbor/assets/style.css"`, "links carry the prefix")
+		_, exact := b.get(t, "/?q="+url.QueryEscape(b.conv))
+		require.Contains(t, exact, `id="exact"`)
 	})
 	t.Run("conversation shows the tree", func(t *testing.T) {
 		t.Parallel()
@@ -441,7 +458,7 @@ func TestLogShowsWhyATaskSettled(t *testing.T) {
 	require.NoError(t, err)
 	code, page := b.get(t, fmt.Sprintf("/tasks/%d", task.ID))
 	require.Equal(t, http.StatusOK, code)
-	i := strings.Index(page, `id="log"`)
+	i := strings.Index(page, `id="task-log"`)
 	require.GreaterOrEqual(t, i, 0, "the page shows the log")
 	require.Contains(t, page[i:], `<span class="why">aborted: the user pressed &lt;stop&gt;</span>`)
 }
