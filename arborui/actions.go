@@ -136,7 +136,15 @@ func (h *handler) emitToTask(r *http.Request, id int64) error {
 				return err
 			}
 		}
-		_, _, err = h.engine.EmitToken(r.Context(), token, p)
+		ev, created, err := h.engine.EmitToken(r.Context(), token, p)
+		if err == nil && !created {
+			// The token's await was answered already: EmitToken returns that
+			// answer and writes nothing. Say so rather than pretend this one
+			// went through.
+			return &requestError{code: http.StatusConflict, msg: fmt.Sprintf(
+				"This await was answered already (event #%d, emitted %s), so this answer was not sent, and nothing was written.",
+				ev.ID, ev.EmittedAt.UTC().Format("2006-01-02 15:04:05.000Z"))}
+		}
 		return err
 	}
 	t, err := h.engine.Get(r.Context(), id)

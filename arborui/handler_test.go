@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
@@ -32,6 +33,8 @@ func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 
 type bundle struct {
 	ctx    context.Context
+	pool   *pgxpool.Pool
+	schema string
 	engine *enginetest.Engine
 	conv   string
 	srv    *httptest.Server
@@ -54,7 +57,7 @@ func setup(t *testing.T, opts *arborui.Options) *bundle {
 	}
 	h, err := arborui.NewHandler(engine.Engine, opts)
 	require.NoError(t, err)
-	b := &bundle{ctx: ctx, engine: engine, conv: testdb.Conversation(t), srv: httptest.NewServer(h),
+	b := &bundle{ctx: ctx, pool: pool, schema: schema, engine: engine, conv: testdb.Conversation(t), srv: httptest.NewServer(h),
 		client: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 	b.prefix = opts.Prefix
 	t.Cleanup(b.srv.Close)
@@ -105,6 +108,22 @@ func (b *bundle) create(t *testing.T, p tasks.CreateParams) arbortype.Task {
 		p.ConversationID = b.conv
 	}
 	task, _, err := b.engine.Create(b.ctx, p)
+	require.NoError(t, err)
+	return task
+}
+
+// fixedTrace is a trace injector that gives every task it.
+type fixedTrace map[string]string
+
+func (f fixedTrace) InjectTrace(context.Context) map[string]string { return f }
+
+// createTraced creates a root task whose trace context is traceparent,
+// through an engine whose injector stores it.
+func (b *bundle) createTraced(t *testing.T, traceparent string) arbortype.Task {
+	t.Helper()
+	e, err := tasks.New(b.ctx, b.pool, &tasks.Config{Schema: b.schema, TraceInjector: fixedTrace{"traceparent": traceparent}})
+	require.NoError(t, err)
+	task, _, err := e.Create(b.ctx, tasks.CreateParams{ConversationID: testdb.Conversation(t), Kind: "traced"})
 	require.NoError(t, err)
 	return task
 }
@@ -265,6 +284,14 @@ func (b *bundle) stream(t *testing.T, ctx context.Context, path string) *stream 
 // next returns the data of the next fragment event.
 func (s *stream) next(t *testing.T) string {
 	t.Helper()
+	name, data := s.nextEvent(t)
+	require.Equal(t, "fragment", name, data)
+	return data
+}
+
+// nextEvent returns the name and data of the next event.
+func (s *stream) nextEvent(t *testing.T) (string, string) {
+	t.Helper()
 	var name string
 	var data []string
 	for {
@@ -273,8 +300,7 @@ func (s *stream) next(t *testing.T) string {
 		line = strings.TrimSuffix(line, "\n")
 		switch {
 		case line == "" && name != "":
-			require.Equal(t, "fragment", name, strings.Join(data, "\n"))
-			return strings.Join(data, "\n")
+			return name, strings.Join(data, "\n")
 		case strings.HasPrefix(line, "event: "):
 			name = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
