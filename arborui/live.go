@@ -33,7 +33,7 @@ const keepAlive = 15 * time.Second
 
 // minGap is the least time between two fragments of a stream: news that
 // comes sooner is folded into the next.
-const minGap = 100 * time.Millisecond
+const minGap = 20 * time.Millisecond
 
 // stream is what a live stream sends: render writes the next event's
 // fragment (name: "fragment" to replace the element's content, "append"

@@ -178,3 +178,73 @@ func TestBrowserAssetsNotListed(t *testing.T) {
 	require.EqualValues(t, 404, res.Status)
 	require.NotContains(t, text(t, b, `document.body.innerText`), "app.js")
 }
+
+// hostile is markup, quotes and controls, in every field the view
+// renders.
+const hostile = `<img src=x class=pwned onerror="window.pwned=1">"'><script class=pwned>window.pwned=1</script>` + "\x1b[31m\u202e"
+
+// TestBrowserHostileStrings: a conversation whose id, kinds, phases,
+// states, inputs, results, errors, events, awaits, trace headers and
+// holder name are all hostile: every page that renders them (the list,
+// the tree and its log, the task, the log page, the approvals, the
+// nodes) shows them as text — no element of theirs in the DOM, no
+// control character raw.
+func TestBrowserHostileStrings(t *testing.T) {
+	t.Parallel()
+	v := newView(t, &arborui.Options{Actions: true, TraceURL: "https://trace.example/{trace_id}"})
+	conv := "conv" + hostile + testdb.Name("")
+	traced, err := tasks.New(v.ctx, v.pool, &tasks.Config{Schema: v.schema, TraceInjector: fixedTrace{"traceparent": hostile, hostile: hostile}})
+	require.NoError(t, err)
+	doc := func(s string) json.RawMessage {
+		out, err := json.Marshal(map[string]string{hostile: s})
+		require.NoError(t, err)
+		return out
+	}
+	root, _, err := traced.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn" + hostile, Input: doc(hostile),
+		IdempotencyKey: "key" + hostile, MaxRetries: 1})
+	require.NoError(t, err)
+	child, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "tool" + hostile})
+	require.NoError(t, err)
+	run, err := v.engine.Start(v.ctx, root.ID)
+	require.NoError(t, err)
+	_, err = v.engine.Fail(v.ctx, root.ID, run.Token, arbortype.TaskError{Code: "code" + hostile, Message: hostile, Detail: doc(hostile)})
+	require.NoError(t, err)
+	crun, err := v.engine.Start(v.ctx, child.ID)
+	require.NoError(t, err)
+	_, err = v.engine.AwaitEvent(v.ctx, child.ID, crun.Token, core.AwaitParams{Name: "approval" + hostile, Phase: "phase" + hostile, State: doc(hostile)})
+	require.NoError(t, err)
+	_, _, err = v.engine.Emit(v.ctx, tasks.EmitParams{ConversationID: conv, Name: "ev" + hostile, Payload: doc(hostile)})
+	require.NoError(t, err)
+	done, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv + "-2", Kind: "done" + hostile})
+	require.NoError(t, err)
+	drun, err := v.engine.Start(v.ctx, done.ID)
+	require.NoError(t, err)
+	_, err = v.engine.Complete(v.ctx, done.ID, drun.Token, doc(hostile))
+	require.NoError(t, err)
+	var holder int64
+	require.NoError(t, v.pool.QueryRow(v.ctx, `INSERT INTO `+v.schema+`.holders (name, expires_at) VALUES ($1, now() + interval '1 hour') RETURNING id`,
+		"node"+hostile).Scan(&holder))
+	v.exec(t, `UPDATE {schema}.conversations SET holder = $2, holder_id = $3, epoch = epoch + 1 WHERE id = $1`, conv+"-2", "node"+hostile, holder)
+
+	b := browser(t)
+	for _, page := range []string{
+		v.base + "/",
+		v.base + "/conversation?id=" + url.QueryEscape(conv),
+		v.base + "/conversation/log?id=" + url.QueryEscape(conv),
+		fmt.Sprintf("%s/tasks/%d", v.base, root.ID),
+		fmt.Sprintf("%s/tasks/%d", v.base, child.ID),
+		fmt.Sprintf("%s/tasks/%d", v.base, done.ID),
+		v.base + "/approvals",
+		v.base + "/nodes",
+	} {
+		require.NoError(t, chromedp.Do(b, chromedp.Navigate(page), chromedp.WaitVisible(`main`)), page)
+		if !strings.Contains(page, "/conversation/log") {
+			require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(`#live-status.on`)), page)
+		}
+		require.Equal(t, "0", text(t, b, `String(document.querySelectorAll(".pwned, img, main script").length)`), page)
+		require.Equal(t, "none", text(t, b, `String(window.pwned || "none")`), page)
+		body := text(t, b, `document.body.innerText`)
+		require.Contains(t, body, `<img src=x class=pwned`, "%s shows the markup as text", page)
+		require.NotContains(t, text(t, b, `document.documentElement.outerHTML`), "\x1b", page)
+	}
+}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"net/http/httptest"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arborui"
@@ -49,6 +51,7 @@ func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Contex
 // with an engine that can drive tasks by hand (enginetest).
 type view struct {
 	ctx    context.Context
+	pool   *pgxpool.Pool
 	engine *enginetest.Engine
 	srv    *httptest.Server
 	schema string
@@ -74,7 +77,7 @@ func newViewAt(t *testing.T, prefix string, opts *arborui.Options) *view {
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &view{ctx: context.Background(), engine: engine, srv: srv, schema: schema, base: srv.URL + prefix}
+	return &view{ctx: context.Background(), pool: pool, engine: engine, srv: srv, schema: schema, base: srv.URL + prefix}
 }
 
 // text evaluates a JavaScript expression of type string in the tab.
@@ -93,4 +96,33 @@ func submit(t *testing.T, b context.Context, sel string) {
 	t.Helper()
 	require.Equal(t, "marked", text(t, b, `(() => { const m = document.createElement("i"); m.id = "arbor-stale"; document.body.append(m); return "marked"; })()`))
 	require.NoError(t, chromedp.Do(b, chromedp.Click(sel), chromedp.WaitNotPresent(`#arbor-stale`), chromedp.WaitReady(`body`)), "submit %s", sel)
+}
+
+// domSize is the tab's document: how many elements it has, and the
+// length of its HTML.
+func domSize(t *testing.T, b context.Context) (elements, htmlBytes int) {
+	t.Helper()
+	n, err := chromedp.Run(b, chromedp.Evaluate[[]int](`[document.getElementsByTagName("*").length, document.documentElement.outerHTML.length]`))
+	require.NoError(t, err)
+	return n[0], n[1]
+}
+
+// exec runs SQL on the view's schema ({schema} in it is replaced).
+func (v *view) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	_, err := v.pool.Exec(v.ctx, strings.ReplaceAll(sql, "{schema}", v.schema), args...)
+	require.NoError(t, err)
+}
+
+// fixedTrace is a trace injector that gives every task it.
+type fixedTrace map[string]string
+
+func (f fixedTrace) InjectTrace(context.Context) map[string]string { return f }
+
+// until waits for the JavaScript expression to be true in the tab, on
+// every change of its DOM (bounded by the tab's context only).
+func until(t *testing.T, b context.Context, expr string) {
+	t.Helper()
+	_, err := chromedp.Run(b, chromedp.Poll[bool](expr, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(0)))
+	require.NoError(t, err, "until %s", expr)
 }
