@@ -33,11 +33,15 @@ const (
 // nodeRow is a holder name, with its lives.
 type nodeRow struct {
 	Name string
-	// Current is its newest life; Earlier the others on record.
+	// Current is its newest live life (its newest, when none is live);
+	// Live counts its live lives (a runner has one; a caller's Leases may
+	// be several under one name); Earlier are its lives whose deadline
+	// passed, still on record: its give-ups.
 	Current tasks.Holder
+	Live    int
 	Earlier []tasks.Holder
-	// Held counts the conversations its lives name; Lapsed those named by
-	// lives whose deadline passed (they wait for a take-over).
+	// Held counts the conversations its live lives hold; Lapsed those
+	// named by lives whose deadline passed (they wait for a take-over).
 	Held, Lapsed int
 	Capped       bool
 	// Holding is the address of the list of its conversations.
@@ -61,21 +65,25 @@ func (h *handler) nodesView(ctx context.Context) (nodesView, error) {
 	}
 	v := nodesView{page: h.page("nodes", nil).in("nodes"), Now: time.Now(), Truncated: len(hs) == holdersShown,
 		Stream: link(h.opts.Prefix, "/nodes/live")}
-	// By name, newest life first: a name's first row is its current life.
+	// By name, newest life first.
 	for _, hd := range hs {
 		if n := len(v.Nodes); n == 0 || v.Nodes[n-1].Name != hd.Name {
 			v.Nodes = append(v.Nodes, nodeRow{Name: hd.Name, Current: hd,
 				Holding: link(h.opts.Prefix, "/", "holder", hd.Name, "order", "id")})
 			v.Now = hd.Now
-		} else {
-			v.Nodes[n-1].Earlier = append(v.Nodes[n-1].Earlier, hd)
 		}
 		n := &v.Nodes[len(v.Nodes)-1]
-		n.Held += hd.Held
 		n.Capped = n.Capped || hd.HeldCapped
 		if hd.ExpiresAt.Before(hd.Now) {
+			n.Earlier = append(n.Earlier, hd)
 			n.Lapsed += hd.Held
+			continue
 		}
+		if n.Live == 0 {
+			n.Current = hd
+		}
+		n.Live++
+		n.Held += hd.Held
 	}
 	if v.Restarts, err = h.engine.RecentRestarts(ctx, restartsScan, restartsShown); err != nil {
 		return nodesView{}, err

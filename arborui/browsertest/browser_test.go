@@ -88,7 +88,8 @@ func (g *gates) handlers() map[string]machine.Handler {
 }
 
 func TestBrowser(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it measures a change's latency, which the other tests
+	// (each a Chromium of its own) would load.
 	pool, schema := testdb.Fresh(t)
 	ctx := context.Background()
 	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema})

@@ -88,14 +88,17 @@ func text(t *testing.T, b context.Context, expr string) string {
 	return s
 }
 
-// submit clicks sel, a form's button, and returns once the page the form
-// led to has loaded: a mark set on the page before the click is gone (a
-// live fragment may change the old page meanwhile, so its content alone
-// cannot tell).
+// submit clicks sel, a form's button or a link, and returns once the
+// page it led to has loaded: a mark set on the page before the click is
+// gone (a live fragment may change the old page meanwhile, so its content
+// alone cannot tell), and the new document is parsed.
 func submit(t *testing.T, b context.Context, sel string) {
 	t.Helper()
 	require.Equal(t, "marked", text(t, b, `(() => { const m = document.createElement("i"); m.id = "arbor-stale"; document.body.append(m); return "marked"; })()`))
 	require.NoError(t, chromedp.Do(b, chromedp.Click(sel), chromedp.WaitNotPresent(`#arbor-stale`), chromedp.WaitReady(`body`)), "submit %s", sel)
+	// The whole document parsed, not only its beginning.
+	_, err := chromedp.Run(b, chromedp.Poll[bool](`document.readyState !== "loading"`, chromedp.WithPollingTimeout(0)))
+	require.NoError(t, err, "submit %s: the page loads", sel)
 }
 
 // domSize is the tab's document: how many elements it has, and the

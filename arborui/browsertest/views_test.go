@@ -31,7 +31,8 @@ const (
 // search by id find theirs, and a new conversation shows on the first
 // page without a reload.
 func TestBrowserList100k(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the 100,000 rows and their pages would load the
+	// machine while TestBrowser measures a change's latency.
 	v := newView(t, &arborui.Options{Actions: true})
 	prefix := testdb.Name("c")
 	// Setup only: bulk SQL (every row through the guard triggers, as
@@ -95,7 +96,8 @@ func TestBrowserList100k(t *testing.T) {
 // its tree, with its DOM bounded; the next page follows; a change shows
 // without a reload, in the tree (the counts) and in the log beside it.
 func TestBrowserTree100k(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the 100,000 rows and their pages would load the
+	// machine while TestBrowser measures a change's latency.
 	v := newView(t, &arborui.Options{Actions: true})
 	conv := testdb.Conversation(t)
 	root, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
