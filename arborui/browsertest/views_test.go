@@ -291,3 +291,71 @@ func TestBrowserNodes(t *testing.T) {
 	submit(t, b, `[data-holder^="node-a"] a`)
 	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(fmt.Sprintf(`#conversations a.id[href$=%q]`, url.QueryEscape(conv)))))
 }
+
+// TestBrowserActions: every action of the pages, clicked: a task's wake,
+// emit and cancel, a conversation's emit and abort, an approval's deny;
+// each lands in the database and shows in the page it comes back to.
+func TestBrowserActions(t *testing.T) {
+	t.Parallel()
+	v := newView(t, &arborui.Options{Actions: true})
+	conv := testdb.Conversation(t)
+	sleeper, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "sleeper"})
+	require.NoError(t, err)
+	run, err := v.engine.Start(v.ctx, sleeper.ID)
+	require.NoError(t, err)
+	_, err = v.engine.SleepUntil(v.ctx, sleeper.ID, run.Token, time.Now().Add(time.Hour), "napping", nil)
+	require.NoError(t, err)
+	b := browser(t)
+	task := fmt.Sprintf("%s/tasks/%d", v.base, sleeper.ID)
+
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(task), chromedp.WaitVisible(`#status.status-sleeping`)))
+	submit(t, b, `#wake`)
+	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(`#status.status-pending`)))
+	require.NoError(t, chromedp.Do(b,
+		chromedp.SendKeys(`#task-actions input[name="name"]`, "nudge"),
+		chromedp.SendKeys(`#task-actions input[name="payload"]`, `{"why": "<now>"}`),
+	))
+	submit(t, b, `#emit`)
+	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(`table#events`)))
+	require.Contains(t, text(t, b, `document.getElementById("events").textContent`), `"why": "<now>"`)
+	require.NoError(t, chromedp.Do(b, chromedp.SendKeys(`#task-actions input[name="result"]`, `{"by": "operator"}`)))
+	submit(t, b, `#cancel`)
+	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(`#status.status-cancelled`)))
+	got, err := v.engine.Get(v.ctx, sleeper.ID)
+	require.NoError(t, err)
+	require.Equal(t, arbortype.StatusCancelled, got.Status)
+	require.JSONEq(t, `{"by": "operator"}`, string(got.Result))
+
+	other, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "next_turn"})
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(b,
+		chromedp.Navigate(v.base+"/conversation?id="+url.QueryEscape(conv)),
+		chromedp.WaitVisible(`#live-status.on`),
+		chromedp.SendKeys(`#conversation-actions input[name="name"]`, "user_message"),
+		chromedp.SendKeys(`#conversation-actions input[name="payload"]`, `{"text": "stop"}`),
+	))
+	submit(t, b, `#emit-conversation`)
+	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(`#log .kind-event`)))
+	require.Contains(t, text(t, b, `document.querySelector("#log .kind-event").textContent`), "user_message")
+	require.NoError(t, chromedp.Do(b, chromedp.SendKeys(`#conversation-actions input[name="reason"]`, "operator stop")))
+	submit(t, b, `#abort-conversation`)
+	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(fmt.Sprintf(`#task-%d[data-status="orphaned"]`, other.ID))))
+	loc, err := chromedp.Run(b, chromedp.Location())
+	require.NoError(t, err)
+	u, err := url.Parse(loc)
+	require.NoError(t, err)
+	require.Equal(t, conv, u.Query().Get("id"))
+
+	asker, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: testdb.Conversation(t), Kind: "asker"})
+	require.NoError(t, err)
+	arun, err := v.engine.Start(v.ctx, asker.ID)
+	require.NoError(t, err)
+	_, err = v.engine.AwaitEvent(v.ctx, asker.ID, arun.Token, core.AwaitParams{Name: "approval"})
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(v.base+"/approvals"), chromedp.WaitVisible(fmt.Sprintf(`#await-%d`, asker.ID))))
+	submit(t, b, fmt.Sprintf(`button[data-deny="%d"]`, asker.ID))
+	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(`#none`)))
+	got, err = v.engine.Get(v.ctx, asker.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"approved": false}`, string(got.Delivered.Payload))
+}
