@@ -44,25 +44,6 @@ func (h *handler) allowed(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// sameOrigin says whether r comes from a page of the handler's own origin,
-// by what browsers send: Sec-Fetch-Site, else Origin, else Referer. A
-// request with none of them is not from a browser (which sends Origin with
-// every POST), and carries the token or fails anyway.
-func sameOrigin(r *http.Request) bool {
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
-		return site == "same-origin"
-	}
-	from := r.Header.Get("Origin")
-	if from == "" {
-		from = r.Header.Get("Referer")
-	}
-	if from == "" {
-		return true
-	}
-	u, err := url.Parse(from)
-	return err == nil && u.Host == r.Host
-}
-
 func (h *handler) taskAction(w http.ResponseWriter, r *http.Request) {
 	if !h.allowed(w, r) {
 		return
@@ -104,7 +85,12 @@ func (h *handler) conversationAction(w http.ResponseWriter, r *http.Request) {
 	if !h.allowed(w, r) {
 		return
 	}
-	conv := r.PostFormValue("id")
+	// The id travels in the form's address (percent-encoded, so that no
+	// character of it is changed on the way), or in its field.
+	conv := r.URL.Query().Get("id")
+	if conv == "" {
+		conv = r.PostFormValue("id")
+	}
 	if conv == "" {
 		h.errPage(w, r, badRequest("no conversation: the form needs its id"))
 		return
@@ -136,14 +122,29 @@ func (h *handler) conversationAction(w http.ResponseWriter, r *http.Request) {
 }
 
 // emitToTask emits the form's event to task id, or answers the await
-// whose token the form carries.
+// whose token the form carries. An answer with a decision (approve or
+// deny: the approvals' buttons) is its payload, a JSON object or none,
+// with "approved" set to true or false.
 func (h *handler) emitToTask(r *http.Request, id int64) error {
 	p, err := payload(r, "payload")
 	if err != nil {
 		return err
 	}
 	if token := r.PostFormValue("token"); token != "" {
-		_, _, err = h.engine.EmitToken(r.Context(), token, p)
+		if d := r.PostFormValue("decision"); d != "" {
+			if p, err = decide(p, d); err != nil {
+				return err
+			}
+		}
+		ev, created, err := h.engine.EmitToken(r.Context(), token, p)
+		if err == nil && !created {
+			// The token's await was answered already: EmitToken returns that
+			// answer and writes nothing. Say so rather than pretend this one
+			// went through.
+			return &requestError{code: http.StatusConflict, msg: fmt.Sprintf(
+				"This await was answered already (event #%d, emitted %s), so this answer was not sent, and nothing was written.",
+				ev.ID, ev.EmittedAt.UTC().Format("2006-01-02 15:04:05.000Z"))}
+		}
 		return err
 	}
 	t, err := h.engine.Get(r.Context(), id)
@@ -153,6 +154,22 @@ func (h *handler) emitToTask(r *http.Request, id int64) error {
 	_, _, err = h.engine.Emit(r.Context(), tasks.EmitParams{ConversationID: t.ConversationID, TaskID: id,
 		Name: r.PostFormValue("name"), Payload: p, Queue: r.PostFormValue("queue") != ""})
 	return err
+}
+
+// decide returns payload p (a JSON object, or none) with "approved" set
+// as decision says: approve or deny.
+func decide(p json.RawMessage, decision string) (json.RawMessage, error) {
+	if decision != "approve" && decision != "deny" {
+		return nil, badRequest("decision %q is not approve or deny", decision)
+	}
+	obj := map[string]json.RawMessage{}
+	if len(p) > 0 {
+		if err := json.Unmarshal(p, &obj); err != nil || obj == nil {
+			return nil, badRequest("an approval's payload must be a JSON object: %s", strconv.Quote(truncate(string(p), 80)))
+		}
+	}
+	obj["approved"] = json.RawMessage(strconv.FormatBool(decision == "approve"))
+	return json.Marshal(obj)
 }
 
 // payload reads a form field holding JSON; empty is none. JSON that does
@@ -182,12 +199,13 @@ func truncate(s string, n int) string {
 func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // back sends the browser, after an action, to the page it acted from (its
-// "back" field, a path of this handler's), else to fallback: a 303, so that
-// a reload does not post again.
+// "back" field, a path of this handler's: see localPath), else to
+// fallback: a 303, so that a reload does not post again.
 func (h *handler) back(w http.ResponseWriter, r *http.Request, fallback string) {
-	to := r.PostFormValue("back")
-	if !strings.HasPrefix(to, h.opts.Prefix+"/") || strings.HasPrefix(to, "//") || strings.ContainsAny(to, "\\\r\n") {
+	to := localPath(h.opts.Prefix, r.PostFormValue("back"))
+	if to == "" {
 		to = fallback
 	}
-	http.Redirect(w, r, to, http.StatusSeeOther)
+	w.Header().Set("Location", to)
+	w.WriteHeader(http.StatusSeeOther)
 }

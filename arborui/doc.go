@@ -1,19 +1,26 @@
-// Package arborui is arbor's web view: the conversations with live work and
-// the recent ones, a conversation's task tree that updates as it changes,
-// and a task's whole record; and, only when enabled, the operator's
-// actions (abort, cancel, wake, emit).
+// Package arborui is arbor's web view, what an operator of a chat backend
+// keeps open: every conversation, a page at a time, filtered and searched;
+// a conversation's task tree (paged when large) beside its log; a task's
+// whole record — attempts and their errors, checkpoint, events, children,
+// budgets, trace, log; the approvals every conversation awaits; the nodes
+// and what they hold. Every page is live. And, only when enabled, the
+// operator's actions (abort, cancel, wake, emit, approve or deny).
 //
 // NewHandler returns an http.Handler to mount in your own server, under any
 // prefix; `arbor ui` serves it on its own. Pages are rendered on the server
 // with html/template, so everything they show — task input, results and
-// errors are user and model data — is escaped in one place; a small
-// embedded script swaps in the fragments that server-sent events push
-// (fed by the engine's Follow, which shares one LISTEN per Engine). The
-// assets are embedded: nothing comes from a CDN and nothing is built at
-// install time.
+// errors are user and model data — is escaped in one place, and scrubbed
+// of control characters after it; a small embedded script swaps in the
+// fragments that server-sent events push (fed by the engine's Follow, one
+// per conversation shown, which shares one LISTEN per Engine). Every read
+// is bounded and pages by keyset, so a page costs the same over 100,000
+// conversations, or in a tree of 100,000 tasks, as over ten. The assets
+// are embedded: nothing comes from a CDN and nothing is built at install
+// time.
 //
 // It reads through tasks.Engine only and writes only through the actions,
 // which are refused unless Options.Actions is set, and then only for a POST
-// that carries the handler's token and comes from the same origin. It
-// imports nothing but the standard library and arbor's public packages.
+// that names a host the handler serves, carries its token and comes from
+// its own origin. It imports nothing but the standard library and arbor's
+// public packages. It authenticates nobody: mount it behind your own login.
 package arborui

@@ -1,6 +1,7 @@
 package arborui
 
 import (
+	"bytes"
 	"crypto/rand"
 	"embed"
 	"encoding/hex"
@@ -10,19 +11,29 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
+	"time"
 
 	"github.com/arborhq/arbor/tasks"
 )
 
 // Defaults of Options.
 const (
-	// RecentLimitDefault is how many recent conversations the front page
-	// lists.
-	RecentLimitDefault = 20
-	// LiveLimitDefault is how many conversations with live work the front
-	// page lists.
+	// RecentLimitDefault is how many conversations a page of the front
+	// page's list shows.
+	RecentLimitDefault = 50
+	// LiveLimitDefault is LiveLimit's default (the field is no longer
+	// read).
 	LiveLimitDefault = 200
+	// TreeLimitDefault is how many tasks a page of a conversation's tree
+	// draws.
+	TreeLimitDefault = 500
+	// ScanLimitDefault is how many rows a page of a list reads, at most,
+	// to find what its filters keep.
+	ScanLimitDefault = 10_000
+	// RefreshDefault is how often a list's stream looks for news.
+	RefreshDefault = time.Second
 )
 
 // Options configure a handler. The zero value of every field means its
@@ -34,18 +45,54 @@ type Options struct {
 	// and writes it into every link. Default "": the root.
 	Prefix string
 	// Actions offers and accepts the operator's actions: abort (with a
-	// reason), cancel, wake and emit. Default false: the view is read-only,
-	// shows no action, refuses every POST with 403 and hides await tokens
-	// (a token answers an approval). Turn it on only behind your own
-	// authentication: the handler authenticates nobody, it only checks
-	// that a POST carries its token and comes from its own origin.
+	// reason), cancel, wake, emit, and the answer (approve or deny) of an
+	// await. Default false: the view is read-only, shows no action, refuses
+	// every POST with 403 and hides await tokens (a token answers an
+	// approval). Turn it on only behind your own authentication: the
+	// handler authenticates nobody, it only checks that a POST carries its
+	// token and comes from its own origin and host.
 	Actions bool
-	// RecentLimit is how many recent conversations the front page lists
-	// (1..1000). Default RecentLimitDefault (20).
+	// AllowedHosts are the host names the handler answers besides IP
+	// literals and localhost (with any port), such as "arbor.internal" or,
+	// with a port, "ops.example.com:8443" (that port only). A request whose
+	// Host header names another host is refused with 403 before anything
+	// is read: a page of another site whose name resolves to the handler's
+	// address (DNS rebinding) would otherwise read the view and its action
+	// token as if it were the view's own. List the names your users reach
+	// the handler by; "*" turns the check off (only behind a proxy that
+	// checks the host itself). Default: none (IP literals and localhost
+	// only).
+	AllowedHosts []string
+	// TraceURL links a task's trace id to your tracing UI: an http(s)
+	// address in which {trace_id} stands for the 32 hex digits of the
+	// trace id the task was created in (its W3C traceparent, see
+	// arbortype.Task.Trace), such as
+	// "https://grafana.example/explore?traceId={trace_id}". Default "":
+	// the id is shown, not linked.
+	TraceURL string
+	// RecentLimit is how many conversations a page of the front page's
+	// list shows (1..1000). Default RecentLimitDefault (50).
 	RecentLimit int
-	// LiveLimit is how many conversations with live work the front page
-	// lists (1..10,000). Default LiveLimitDefault (200).
+	// LiveLimit is no longer read: the front page pages its list
+	// (RecentLimit a page) instead of listing every conversation with
+	// live work. It is still validated (1..10,000). Default
+	// LiveLimitDefault.
 	LiveLimit int
+	// TreeLimit is how many tasks a page of a conversation's tree draws
+	// (1..5000); a larger tree is paged, with what each page leaves out
+	// counted. Default TreeLimitDefault (500).
+	TreeLimit int
+	// ScanLimit is how many rows a page of a list reads, at most, to find
+	// the rows its filters keep (100..100,000): a filter that keeps few
+	// shows a partial page, with a link that reads on. Default
+	// ScanLimitDefault (10,000).
+	ScanLimit int
+	// Refresh is how often the streams of the lists (conversations,
+	// approvals, nodes) look for news: one read of the newest log entry's
+	// number, which costs the same however many conversations there are.
+	// A conversation's and a task's streams need none: they follow the
+	// conversation's log. Default RefreshDefault (1 s).
+	Refresh time.Duration
 	// Logger receives the errors the handler answers with 500. Default:
 	// discard.
 	Logger *slog.Logger
@@ -63,6 +110,15 @@ func (o *Options) WithDefaults() *Options {
 	if out.LiveLimit == 0 {
 		out.LiveLimit = LiveLimitDefault
 	}
+	if out.TreeLimit == 0 {
+		out.TreeLimit = TreeLimitDefault
+	}
+	if out.ScanLimit == 0 {
+		out.ScanLimit = ScanLimitDefault
+	}
+	if out.Refresh == 0 {
+		out.Refresh = RefreshDefault
+	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -73,7 +129,7 @@ func (o *Options) validate() error {
 	if o.Prefix != "" && (!strings.HasPrefix(o.Prefix, "/") || strings.HasSuffix(o.Prefix, "/")) {
 		return fmt.Errorf("Options.Prefix: %q must start with a slash and not end with one", o.Prefix)
 	}
-	if strings.ContainsAny(o.Prefix, "?#%\"'<> ") {
+	if strings.ContainsAny(o.Prefix, "?#%\"'<> \\") || strings.ContainsFunc(o.Prefix, func(c rune) bool { return c < ' ' || c == 0x7f }) {
 		return fmt.Errorf("Options.Prefix: %q has a character a path prefix cannot have", o.Prefix)
 	}
 	if o.RecentLimit < 1 || o.RecentLimit > 1000 {
@@ -81,6 +137,26 @@ func (o *Options) validate() error {
 	}
 	if o.LiveLimit < 1 || o.LiveLimit > 10000 {
 		return fmt.Errorf("Options.LiveLimit: %d is outside 1..10000", o.LiveLimit)
+	}
+	if o.TreeLimit < 1 || o.TreeLimit > 5000 {
+		return fmt.Errorf("Options.TreeLimit: %d is outside 1..5000", o.TreeLimit)
+	}
+	if o.ScanLimit < 100 || o.ScanLimit > 100_000 {
+		return fmt.Errorf("Options.ScanLimit: %d is outside 100..100000", o.ScanLimit)
+	}
+	if o.Refresh < 10*time.Millisecond || o.Refresh > time.Minute {
+		return fmt.Errorf("Options.Refresh: %v is outside 10ms..1m", o.Refresh)
+	}
+	for _, host := range o.AllowedHosts {
+		if host == "" || host != "*" && strings.ContainsFunc(host, func(c rune) bool { return c <= ' ' || strings.ContainsRune("/\\?#@*", c) }) {
+			return fmt.Errorf("Options.AllowedHosts: %q is not a host name (with an optional port), nor \"*\"", host)
+		}
+	}
+	if o.TraceURL != "" {
+		u, err := url.Parse(strings.ReplaceAll(o.TraceURL, traceIDField, "0"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.Contains(o.TraceURL, traceIDField) {
+			return fmt.Errorf("Options.TraceURL: %q is not an http(s) address holding %s", o.TraceURL, traceIDField)
+		}
 	}
 	return nil
 }
@@ -98,6 +174,13 @@ type handler struct {
 	csrf string
 	tmpl *template.Template
 	mux  *http.ServeMux
+	// hosts are Options.AllowedHosts, lower-cased; anyHost is "*" among
+	// them.
+	hosts   map[string]bool
+	anyHost bool
+	// watches share one follower of a conversation's log among the
+	// streams of it.
+	watches *watches
 }
 
 // NewHandler returns the web view of engine, to mount in your own server
@@ -117,14 +200,26 @@ func NewHandler(engine *tasks.Engine, opts *Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("arborui.NewHandler: templates: %w", err)
 	}
-	h := &handler{engine: engine, opts: opts, csrf: hex.EncodeToString(b[:]), tmpl: tmpl, mux: http.NewServeMux()}
-	assets, _ := fs.Sub(files, "assets")
-	h.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	h := &handler{engine: engine, opts: opts, csrf: hex.EncodeToString(b[:]), tmpl: tmpl, mux: http.NewServeMux(),
+		hosts: map[string]bool{}, watches: newWatches(engine, opts.Logger)}
+	for _, host := range opts.AllowedHosts {
+		h.hosts[strings.ToLower(host)] = true
+		h.anyHost = h.anyHost || host == "*"
+	}
+	h.mux.HandleFunc("GET /assets/{name}", h.asset)
 	h.mux.HandleFunc("GET /{$}", h.index)
+	h.mux.HandleFunc("GET /live", h.indexLive)
 	h.mux.HandleFunc("GET /conversation", h.conversation)
 	h.mux.HandleFunc("GET /conversation/live", h.conversationLive)
+	h.mux.HandleFunc("GET /conversation/log", h.conversationLog)
+	h.mux.HandleFunc("GET /conversation/log/live", h.conversationLogLive)
 	h.mux.HandleFunc("GET /tasks/{id}", h.task)
 	h.mux.HandleFunc("GET /tasks/{id}/live", h.taskLive)
+	h.mux.HandleFunc("GET /tasks/{id}/doc/{field}", h.taskDoc)
+	h.mux.HandleFunc("GET /approvals", h.approvals)
+	h.mux.HandleFunc("GET /approvals/live", h.approvalsLive)
+	h.mux.HandleFunc("GET /nodes", h.nodes)
+	h.mux.HandleFunc("GET /nodes/live", h.nodesLive)
 	h.mux.HandleFunc("POST /tasks/{id}/{action}", h.taskAction)
 	h.mux.HandleFunc("POST /conversation/{action}", h.conversationAction)
 	return h, nil
@@ -137,6 +232,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'")
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Referrer-Policy", "same-origin")
+	if !h.hostAllowed(r) {
+		// Plain text, and nothing of the view: no page, no token.
+		hdr.Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprintf(w, "arborui: refused: the request names host %q, which this view does not serve "+
+			"(arborui.Options.AllowedHosts, or arbor ui --allowed-host, adds a name)\n", r.Host)
+		return
+	}
 	if h.opts.Prefix != "" {
 		rest, ok := strings.CutPrefix(r.URL.Path, h.opts.Prefix)
 		if !ok || (rest != "" && rest[0] != '/') {
@@ -163,16 +266,37 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *handler) errPage(w http.ResponseWriter, r *http.Request, err error) {
 	code := statusOf(err)
 	msg := err.Error()
-	if code >= 500 {
+	switch {
+	case code >= 500:
 		h.opts.Logger.Error("arborui: request failed", slog.String("path", r.URL.Path), slog.Any("error", err))
 		msg = http.StatusText(code)
 		if code == http.StatusServiceUnavailable {
 			msg = "the database is unavailable; try again"
 		}
+	case errors.Is(err, tasks.ErrAwaitEnded):
+		msg = "This await is over — answered, timed out, woken or aborted, or its task has moved on — so the answer was not sent, " +
+			"and nothing was written. (" + msg + ")"
+	}
+	var buf bytes.Buffer
+	if err := h.tmpl.ExecuteTemplate(&buf, "error.html", h.page(code, msg)); err != nil {
+		h.opts.Logger.Error("arborui: render failed", slog.String("template", "error.html"), slog.Any("error", err))
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
-	_ = h.tmpl.ExecuteTemplate(w, "error.html", h.page(code, msg))
+	_, _ = w.Write(scrub(buf.Bytes()))
+}
+
+// asset serves one of the embedded assets by name; anything else,
+// the folder itself included, is 404: the folder is not listed.
+func (h *handler) asset(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	f, err := fs.Stat(files, "assets/"+name)
+	if err != nil || !f.Mode().IsRegular() {
+		http.NotFound(w, r)
+		return
+	}
+	http.ServeFileFS(w, r, files, "assets/"+name)
 }
 
 // requestError is a request the handler refuses before it reaches the

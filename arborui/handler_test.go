@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
@@ -31,6 +33,8 @@ func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 
 type bundle struct {
 	ctx    context.Context
+	pool   *pgxpool.Pool
+	schema string
 	engine *enginetest.Engine
 	conv   string
 	srv    *httptest.Server
@@ -45,15 +49,27 @@ func setup(t *testing.T, opts *arborui.Options) *bundle {
 	pool, schema := testdb.Fresh(t)
 	ctx := context.Background()
 	engine := enginetest.New(t, pool, &tasks.Config{Schema: schema})
+	if opts == nil {
+		opts = &arborui.Options{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	}
 	h, err := arborui.NewHandler(engine.Engine, opts)
 	require.NoError(t, err)
-	b := &bundle{ctx: ctx, engine: engine, conv: testdb.Conversation(t), srv: httptest.NewServer(h),
+	b := &bundle{ctx: ctx, pool: pool, schema: schema, engine: engine, conv: testdb.Conversation(t), srv: httptest.NewServer(h),
 		client: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
-	if opts != nil {
-		b.prefix = opts.Prefix
-	}
+	b.prefix = opts.Prefix
 	t.Cleanup(b.srv.Close)
 	return b
+}
+
+// testWriter writes the handler's log to the test's.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 func (b *bundle) url(path string) string { return b.srv.URL + b.prefix + path }
@@ -96,6 +112,22 @@ func (b *bundle) create(t *testing.T, p tasks.CreateParams) arbortype.Task {
 	return task
 }
 
+// fixedTrace is a trace injector that gives every task it.
+type fixedTrace map[string]string
+
+func (f fixedTrace) InjectTrace(context.Context) map[string]string { return f }
+
+// createTraced creates a root task whose trace context is traceparent,
+// through an engine whose injector stores it.
+func (b *bundle) createTraced(t *testing.T, traceparent string) arbortype.Task {
+	t.Helper()
+	e, err := tasks.New(b.ctx, b.pool, &tasks.Config{Schema: b.schema, TraceInjector: fixedTrace{"traceparent": traceparent}})
+	require.NoError(t, err)
+	task, _, err := e.Create(b.ctx, tasks.CreateParams{ConversationID: testdb.Conversation(t), Kind: "traced"})
+	require.NoError(t, err)
+	return task
+}
+
 var csrfRe = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
 
 // token reads the handler's form token from a page of it.
@@ -117,15 +149,19 @@ func TestPages(t *testing.T) {
 	_, err = b.engine.Complete(b.ctx, done.ID, started.Token, json.RawMessage(`{"answer": 42}`))
 	require.NoError(t, err)
 
-	t.Run("index lists live and recent conversations", func(t *testing.T) {
+	t.Run("index lists the conversations, newest first, filtered", func(t *testing.T) {
 		t.Parallel()
 		code, body := b.get(t, "/")
 		require.Equal(t, http.StatusOK, code)
-		live := body[strings.Index(body, `id="live"`):strings.Index(body, `id="recent"`)]
+		i, j := strings.Index(body, "?id="+b.conv+"-done"), strings.Index(body, "?id="+b.conv+`"`)
+		require.True(t, i >= 0 && j > i, "both listed, the newest first")
+		require.Contains(t, body, `href="/ops/arbor/assets/style.css"`, "links carry the prefix")
+		require.Contains(t, body, `data-live="/ops/arbor/live"`)
+		_, live := b.get(t, "/?live=live")
 		require.Contains(t, live, "?id="+b.conv+`"`)
 		require.NotContains(t, live, b.conv+"-done", "a settled conversation is not live")
-		require.Contains(t, body[strings.Index(body, `id="recent"`):], b.conv+"-done")
-		require.Contains(t, body, `href="/ops/arbor/assets/style.css"`, "links carry the prefix")
+		_, exact := b.get(t, "/?q="+url.QueryEscape(b.conv))
+		require.Contains(t, exact, `id="exact"`)
 	})
 	t.Run("conversation shows the tree", func(t *testing.T) {
 		t.Parallel()
@@ -248,6 +284,14 @@ func (b *bundle) stream(t *testing.T, ctx context.Context, path string) *stream 
 // next returns the data of the next fragment event.
 func (s *stream) next(t *testing.T) string {
 	t.Helper()
+	name, data := s.nextEvent(t)
+	require.Equal(t, "fragment", name, data)
+	return data
+}
+
+// nextEvent returns the name and data of the next event.
+func (s *stream) nextEvent(t *testing.T) (string, string) {
+	t.Helper()
 	var name string
 	var data []string
 	for {
@@ -256,8 +300,7 @@ func (s *stream) next(t *testing.T) string {
 		line = strings.TrimSuffix(line, "\n")
 		switch {
 		case line == "" && name != "":
-			require.Equal(t, "fragment", name, strings.Join(data, "\n"))
-			return strings.Join(data, "\n")
+			return name, strings.Join(data, "\n")
 		case strings.HasPrefix(line, "event: "):
 			name = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
@@ -441,7 +484,7 @@ func TestLogShowsWhyATaskSettled(t *testing.T) {
 	require.NoError(t, err)
 	code, page := b.get(t, fmt.Sprintf("/tasks/%d", task.ID))
 	require.Equal(t, http.StatusOK, code)
-	i := strings.Index(page, `id="log"`)
+	i := strings.Index(page, `id="task-log"`)
 	require.GreaterOrEqual(t, i, 0, "the page shows the log")
 	require.Contains(t, page[i:], `<span class="why">aborted: the user pressed &lt;stop&gt;</span>`)
 }

@@ -2,11 +2,16 @@ package store
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/arborhq/arbor/arbortype"
 )
 
-// Queries for operators (the arbor command's ls). Unlike the engine's
+// Queries for operators (the arbor command's ls, the web view). Unlike the engine's
 // queries they span conversations, so they read only: they take no lock and
 // are never part of an operation's transaction.
 
@@ -91,4 +96,582 @@ func (s *Store) RecentConversations(ctx context.Context, db DB, limit int) ([]ar
 		out = append(out, c)
 	}
 	return out, rows.Err()
+}
+
+// The web view's reads (package arborui). Each is bounded: it reads at
+// most a number of rows its caller chooses, in the order of an index, and
+// pages by a keyset (the last key it returned), never by OFFSET, so that
+// a page costs the same at the 100,000th conversation as at the first.
+
+// summaryColumns is the SELECT list of summaryColumnList.
+var summaryColumns = columnSQL(summaryColumnList)
+
+// summaryColumnList is a task row as a listing draws it: without its
+// documents (input, state, result, delivered, trace, error history), its
+// error without detail and its message cut to summaryMessage characters,
+// its wait's ids cut to the first summaryWaitIDs (a turn that waits on
+// 100,000 children has as many). A query reads it with its SELECT list
+// (summaryColumns) and one more column, the wait's whole count.
+var summaryColumnList = func() []taskColumn {
+	swap := map[string]string{
+		"wait_ids": "wait_ids[1:" + strconv.Itoa(summaryWaitIDs) + "]",
+		"error": `CASE WHEN error IS NULL THEN NULL ELSE jsonb_strip_nulls(jsonb_build_object(
+			'code', error->'code', 'message', left(error->>'message', ` + strconv.Itoa(summaryMessage) + `),
+			'non_retryable', error->'non_retryable')) END`,
+	}
+	skip := map[string]bool{"input": true, "state": true, "result": true, "error_history": true, "delivered": true,
+		"trace": true, "retry_backoff_base": true, "retry_backoff_cap": true, "coalesce(wake_job_id, 0)": true,
+		"coalesce(idempotency_key, '')": true}
+	var out []taskColumn
+	for _, c := range taskColumnList {
+		if skip[c.sql] {
+			continue
+		}
+		if s, ok := swap[c.sql]; ok {
+			c.sql = s
+		}
+		out = append(out, c)
+	}
+	return out
+}()
+
+const (
+	summaryWaitIDs = 20
+	summaryMessage = 300
+)
+
+// TaskSummary is a task row as summaryColumnList reads it, with the count
+// of its whole wait.
+type TaskSummary struct {
+	arbortype.Task
+	WaitCount int
+}
+
+func collectSummaries(rows pgx.Rows, err error) ([]TaskSummary, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []TaskSummary
+	for rows.Next() {
+		var n int
+		t, err := scanColumns(summaryColumnList, rows, &n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, TaskSummary{Task: t, WaitCount: n})
+	}
+	return out, rows.Err()
+}
+
+// ConversationFilter selects conversations in a listing; its zero value
+// selects every one.
+type ConversationFilter struct {
+	// Prefix keeps the ids that start with it.
+	Prefix string
+	// Holder keeps the conversations held by the holder of that name.
+	Holder string
+	// Live: 1 keeps those with a live task, -1 those without, 0 both.
+	Live int
+	// Statuses keeps those with a task in one of these live statuses.
+	Statuses []string
+	// Failed keeps those with a failed task; Awaiting those with a task
+	// awaiting an event.
+	Failed, Awaiting bool
+	// Kind keeps those with a task of that kind.
+	Kind string
+	// CreatedAfter and CreatedBefore bound the conversation's creation.
+	CreatedAfter, CreatedBefore *time.Time
+}
+
+// ConversationRow is a conversation as a listing shows it.
+type ConversationRow struct {
+	arbortype.ConversationSummary
+	// Failed: it has a failed task; Awaiting counts its tasks awaiting an
+	// event.
+	Failed   bool
+	Awaiting int
+	// Last is its newest task (ID 0: it has none).
+	LastID        int64
+	LastKind      string
+	LastStatus    arbortype.Status
+	LastCreatedAt *time.Time
+}
+
+// ConversationScan is what a listing's page read: Rows, and how many rows
+// the scan behind them read (Scanned) up to which key (Last: a
+// conversation id by id, a task id by recency).
+type ConversationScan struct {
+	Rows    []ConversationRow
+	Scanned int
+	LastID  string
+	LastKey int64
+}
+
+// conversationFilter is the WHERE of a listing on conversation c, its
+// parameters $4..$12 (see filterArgs). The live index serves the live
+// tests, the awaiting index the await's; "failed" and "kind" read the
+// conversation's tasks until one matches.
+const conversationFilter = `($4 = '' OR starts_with(c.id, $4))
+		AND ($5 = '' OR c.holder = $5)
+		AND ($6 = 0 OR ($6 = 1) = EXISTS (SELECT 1 FROM {schema}.tasks lt WHERE lt.conversation_id = c.id AND lt.status IN ({live})))
+		AND (cardinality($7::text[]) = 0 OR EXISTS (SELECT 1 FROM {schema}.tasks st
+			WHERE st.conversation_id = c.id AND st.status IN ({live}) AND st.status = ANY($7::text[])))
+		AND (NOT $8 OR EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'))
+		AND (NOT $9 OR EXISTS (SELECT 1 FROM {schema}.tasks wt
+			WHERE wt.conversation_id = c.id AND wt.status = 'sleeping' AND wt.await_name IS NOT NULL))
+		AND ($10 = '' OR EXISTS (SELECT 1 FROM {schema}.tasks kt WHERE kt.conversation_id = c.id AND kt.kind = $10))
+		AND ($11::timestamptz IS NULL OR c.created_at >= $11)
+		AND ($12::timestamptz IS NULL OR c.created_at < $12)`
+
+// conversationRowColumns are a listed conversation c's columns, its
+// newest task joined as "last" (one probe of the conversation's end of
+// its index).
+const conversationRowColumns = conversationColumns + `,
+		(SELECT jsonb_object_agg(x.status, x.n) FROM (SELECT lt.status, count(*) AS n FROM {schema}.tasks lt
+			WHERE lt.conversation_id = c.id AND lt.status IN ({live}) GROUP BY lt.status) x),
+		EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'),
+		(SELECT count(*) FROM {schema}.tasks wt WHERE wt.conversation_id = c.id AND wt.status = 'sleeping' AND wt.await_name IS NOT NULL),
+		coalesce(last.id, 0), coalesce(last.kind, ''), coalesce(last.status, ''), last.created_at`
+
+var (
+	// By id: the next $3 conversations after $1 along the primary key,
+	// those of them the filter keeps (at most $2). The scan's count and
+	// its last id come with every row, and with one row of nulls when
+	// none is kept.
+	qConversationsByID = define(`WITH scan AS (
+			SELECT c.id FROM {schema}.conversations c
+			WHERE c.id > $1 AND ($4 = '' OR c.id >= $4)
+			ORDER BY c.id LIMIT $3),
+		bounds AS (SELECT count(*) AS n, max(s.id) AS last FROM scan s),
+		picked AS (
+			SELECT c.id FROM scan s JOIN {schema}.conversations c ON c.id = s.id
+			WHERE ` + conversationFilter + `
+			ORDER BY c.id LIMIT $2)
+		SELECT b.n, coalesce(b.last, ''), 0::bigint, r.* FROM bounds b LEFT JOIN LATERAL (
+			SELECT ` + conversationRowColumns + `, 0::bigint AS key
+			FROM picked p JOIN {schema}.conversations c ON c.id = p.id
+			LEFT JOIN LATERAL (SELECT lt.id, lt.kind, lt.status, lt.created_at FROM {schema}.tasks lt
+				WHERE lt.conversation_id = c.id ORDER BY lt.id DESC LIMIT 1) last ON true) r ON true
+		ORDER BY r.id`)
+
+	// By recency: the newest $3 tasks below task id $1, along the primary
+	// key backwards; their conversations whose newest task is among them
+	// (the others were on an earlier page), newest first, those the
+	// filter keeps (at most $2). The scan's count and its lowest task id
+	// come with every row.
+	qConversationsByRecent = define(`WITH win AS (
+			SELECT t.conversation_id, t.id FROM {schema}.tasks t
+			WHERE t.id < $1 ORDER BY t.id DESC LIMIT $3),
+		bounds AS (SELECT count(*) AS n, min(w.id) AS low FROM win w),
+		latest AS (SELECT w.conversation_id AS id, max(w.id) AS last FROM win w GROUP BY w.conversation_id),
+		picked AS (
+			SELECT c.id, l.last FROM latest l JOIN {schema}.conversations c ON c.id = l.id
+			WHERE NOT EXISTS (SELECT 1 FROM {schema}.tasks nt WHERE nt.conversation_id = c.id AND nt.id >= $1)
+			  AND ` + conversationFilter + `
+			ORDER BY l.last DESC LIMIT $2)
+		SELECT b.n, '', coalesce(b.low, 0), r.* FROM bounds b LEFT JOIN LATERAL (
+			SELECT ` + conversationRowColumns + `, p.last AS key
+			FROM picked p JOIN {schema}.conversations c ON c.id = p.id
+			LEFT JOIN {schema}.tasks last ON last.conversation_id = c.id AND last.id = p.last) r ON true
+		ORDER BY r.key DESC`)
+)
+
+func filterArgs(f ConversationFilter) []any {
+	st := f.Statuses
+	if st == nil {
+		st = []string{}
+	}
+	return []any{f.Prefix, f.Holder, f.Live, st, f.Failed, f.Awaiting, f.Kind, f.CreatedAfter, f.CreatedBefore}
+}
+
+// ConversationsByID lists up to limit conversations the filter keeps
+// among the next scan after id after (""), in id order.
+func (s *Store) ConversationsByID(ctx context.Context, db DB, f ConversationFilter, after string, limit, scan int) (ConversationScan, error) {
+	args := append([]any{after, limit, scan}, filterArgs(f)...)
+	return scanConversationRows(db.Query(ctx, s.sql[qConversationsByID], args...))
+}
+
+// ConversationsByRecent lists up to limit conversations the filter keeps
+// among those of the next scan tasks below task id before, the newest
+// first.
+func (s *Store) ConversationsByRecent(ctx context.Context, db DB, f ConversationFilter, before int64, limit, scan int) (ConversationScan, error) {
+	args := append([]any{before, limit, scan}, filterArgs(f)...)
+	return scanConversationRows(db.Query(ctx, s.sql[qConversationsByRecent], args...))
+}
+
+func scanConversationRows(rows pgx.Rows, err error) (ConversationScan, error) {
+	var out ConversationScan
+	if err != nil {
+		return out, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id, holder, lastKind, lastStatus *string
+			epoch, lastID                    *int64
+			lease, created, lastCreated      *time.Time
+			live                             map[string]int
+			failed                           *bool
+			awaiting                         *int
+			key                              *int64
+		)
+		if err := rows.Scan(&out.Scanned, &out.LastID, &out.LastKey, &id, &holder, &epoch, &lease, &created, &live, &failed,
+			&awaiting, &lastID, &lastKind, &lastStatus, &lastCreated, &key); err != nil {
+			return out, err
+		}
+		if id == nil {
+			continue // the row of nulls: nothing kept
+		}
+		r := ConversationRow{Failed: *failed, Awaiting: *awaiting, LastID: *lastID, LastKind: *lastKind,
+			LastStatus: arbortype.Status(*lastStatus), LastCreatedAt: lastCreated}
+		r.Conversation = arbortype.Conversation{ID: *id, Holder: *holder, Epoch: *epoch, LeaseExpiresAt: lease, CreatedAt: *created}
+		r.Live = map[arbortype.Status]int{}
+		for st, n := range live {
+			r.Live[arbortype.Status(st)] = n
+		}
+		out.Rows = append(out.Rows, r)
+	}
+	return out, rows.Err()
+}
+
+// LiveCount is how many tasks, across conversations, are in a live status
+// (Status) or await an event (Status "awaiting").
+type LiveCount struct {
+	Status string
+	N      int
+}
+
+// At most $1 rows are counted of each: the live index, and the awaiting
+// index, read that far.
+var qLiveCounts = define(`SELECT t.status, count(*) FROM (
+			SELECT status FROM {schema}.tasks WHERE status IN ({live}) LIMIT $1) t GROUP BY t.status
+		UNION ALL
+		SELECT 'awaiting', count(*) FROM (
+			SELECT 1 FROM {schema}.tasks WHERE status = 'sleeping' AND await_name IS NOT NULL LIMIT $1) a`)
+
+// LiveCounts counts the live tasks by status, and the tasks awaiting an
+// event, reading at most limit rows of each.
+func (s *Store) LiveCounts(ctx context.Context, db DB, limit int) ([]LiveCount, error) {
+	rows, err := db.Query(ctx, s.sql[qLiveCounts], limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LiveCount, error) {
+		var c LiveCount
+		err := row.Scan(&c.Status, &c.N)
+		return c, err
+	})
+}
+
+// Awaits in the order of the awaiting index, after the key ($1, $2, $3).
+var qAwaitsAfter = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(wait_ids), 0) FROM {schema}.tasks
+		WHERE status = 'sleeping' AND await_name IS NOT NULL AND (conversation_id, await_name, id) > ($1, $2, $3)
+		ORDER BY conversation_id, await_name, id LIMIT $4`)
+
+// One conversation's awaits, after the key ($2, $3), along the same index.
+var qConversationAwaitsAfter = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(wait_ids), 0) FROM {schema}.tasks
+		WHERE conversation_id = $1 AND status = 'sleeping' AND await_name IS NOT NULL AND (await_name, id) > ($2, $3)
+		ORDER BY await_name, id LIMIT $4`)
+
+// ConversationAwaitsAfter lists up to limit tasks of conv awaiting an
+// event, after the key (await name, task id).
+func (s *Store) ConversationAwaitsAfter(ctx context.Context, db DB, conv, name string, id int64, limit int) ([]TaskSummary, error) {
+	return collectSummaries(db.Query(ctx, s.sql[qConversationAwaitsAfter], conv, name, id, limit))
+}
+
+// AwaitsAfter lists up to limit tasks awaiting an event (each with its
+// AwaitToken), across conversations, after the key (conversation, await
+// name, task id) in the order of the awaiting index.
+func (s *Store) AwaitsAfter(ctx context.Context, db DB, conv, name string, id int64, limit int) ([]TaskSummary, error) {
+	return collectSummaries(db.Query(ctx, s.sql[qAwaitsAfter], conv, name, id, limit))
+}
+
+var (
+	// A page of a conversation's tasks in id order (ancestors first), by
+	// its end of the (conversation_id, id) index.
+	qTreePage = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(wait_ids), 0) FROM {schema}.tasks
+		WHERE conversation_id = $1 AND id > $2 AND (cardinality($3::text[]) = 0 OR status = ANY($3::text[]))
+		ORDER BY id LIMIT $4`)
+	qChildrenPage = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(wait_ids), 0) FROM {schema}.tasks
+		WHERE conversation_id = $1 AND owner_task_id = $2 AND id > $3 ORDER BY id LIMIT $4`)
+	qChildCounts = define(`SELECT owner_task_id, count(*) FROM {schema}.tasks
+		WHERE conversation_id = $1 AND owner_task_id = ANY($2) GROUP BY owner_task_id`)
+	qStatusCounts = define(`SELECT t.status, count(*) FROM (
+			SELECT status FROM {schema}.tasks WHERE conversation_id = $1 LIMIT $2) t GROUP BY t.status`)
+)
+
+// TreePage reads up to limit tasks of conv after task id after, in id
+// order, those in statuses when it is not empty.
+func (s *Store) TreePage(ctx context.Context, db DB, conv string, after int64, statuses []string, limit int) ([]TaskSummary, error) {
+	if statuses == nil {
+		statuses = []string{}
+	}
+	return collectSummaries(db.Query(ctx, s.sql[qTreePage], conv, after, statuses, limit))
+}
+
+// ChildrenPage reads up to limit children of owner after task id after,
+// in id order.
+func (s *Store) ChildrenPage(ctx context.Context, db DB, conv string, owner, after int64, limit int) ([]TaskSummary, error) {
+	return collectSummaries(db.Query(ctx, s.sql[qChildrenPage], conv, owner, after, limit))
+}
+
+// ChildCounts counts the children of each of owners (those with none are
+// absent).
+func (s *Store) ChildCounts(ctx context.Context, db DB, conv string, owners []int64) (map[int64]int, error) {
+	rows, err := db.Query(ctx, s.sql[qChildCounts], conv, owners)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int64]int{}
+	for rows.Next() {
+		var (
+			id int64
+			n  int
+		)
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, err
+		}
+		out[id] = n
+	}
+	return out, rows.Err()
+}
+
+// StatusCounts counts conv's tasks by status, reading at most limit.
+func (s *Store) StatusCounts(ctx context.Context, db DB, conv string, limit int) (map[arbortype.Status]int, error) {
+	rows, err := db.Query(ctx, s.sql[qStatusCounts], conv, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[arbortype.Status]int{}
+	for rows.Next() {
+		var (
+			st string
+			n  int
+		)
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, err
+		}
+		out[arbortype.Status(st)] = n
+	}
+	return out, rows.Err()
+}
+
+// LogRow is a log entry whose payload may be cut: Payload holds at most
+// the first characters of its text the read asked for, and PayloadBytes
+// the size of its whole text.
+type LogRow struct {
+	LogEntry
+	PayloadBytes int
+}
+
+// logRowColumns read log entry l with its payload cut to $cut characters.
+const logRowColumns = `l.seq, l.conversation_id, coalesce(l.task_id, 0), l.kind, coalesce(l.status, ''), coalesce(l.name, ''),
+		left(l.payload::text, $cut), coalesce(octet_length(l.payload::text), 0), l.at`
+
+var (
+	qLogBefore = define(`SELECT ` + expand(logRowColumns, "$cut", "$4") + ` FROM {schema}.conversation_log l
+		WHERE l.conversation_id = $1 AND l.seq < $2 ORDER BY l.seq DESC LIMIT $3`)
+	qLogAfter = define(`SELECT ` + expand(logRowColumns, "$cut", "$4") + ` FROM {schema}.conversation_log l
+		WHERE l.conversation_id = $1 AND l.seq > $2 ORDER BY l.seq LIMIT $3`)
+	// A task's entries among the conversation's $5 entries below $2 (the
+	// log has no index by task).
+	qTaskLogBefore = define(`SELECT ` + expand(logRowColumns, "$cut", "$6") + ` FROM (
+			SELECT * FROM {schema}.conversation_log w
+			WHERE w.conversation_id = $1 AND w.seq < $2 ORDER BY w.seq DESC LIMIT $5) l
+		WHERE l.task_id = $3 ORDER BY l.seq DESC LIMIT $4`)
+	qLogWindow = define(`SELECT count(*), coalesce(min(w.seq), 0) FROM (
+			SELECT seq FROM {schema}.conversation_log WHERE conversation_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3) w`)
+	// The last entry of every conversation's log: one probe of the
+	// primary key's end.
+	qLastLogSeq = define(`SELECT coalesce(max(seq), 0) FROM {schema}.conversation_log`)
+)
+
+func collectLogRows(rows pgx.Rows, err error) ([]LogRow, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []LogRow
+	for rows.Next() {
+		var (
+			e       LogRow
+			st      string
+			payload *string
+		)
+		if err := rows.Scan(&e.Seq, &e.ConversationID, &e.TaskID, &e.Kind, &st, &e.Name, &payload, &e.PayloadBytes, &e.At); err != nil {
+			return nil, err
+		}
+		e.Status = arbortype.Status(st)
+		if payload != nil {
+			e.Payload = json.RawMessage(*payload)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// LogBefore reads up to limit entries of conv's log below seq before, the
+// newest first, payloads cut to cut characters.
+func (s *Store) LogBefore(ctx context.Context, db DB, conv string, before int64, limit, cut int) ([]LogRow, error) {
+	return collectLogRows(db.Query(ctx, s.sql[qLogBefore], conv, before, limit, cut))
+}
+
+// LogAfter reads up to limit entries of conv's log after seq after, in
+// order, payloads cut to cut characters.
+func (s *Store) LogAfter(ctx context.Context, db DB, conv string, after int64, limit, cut int) ([]LogRow, error) {
+	return collectLogRows(db.Query(ctx, s.sql[qLogAfter], conv, after, limit, cut))
+}
+
+// TaskLogBefore reads up to limit entries of task taskID among the scan
+// entries of conv's log below seq before, the newest first, payloads cut
+// to cut characters.
+func (s *Store) TaskLogBefore(ctx context.Context, db DB, conv string, taskID, before int64, limit, scan, cut int) ([]LogRow, error) {
+	return collectLogRows(db.Query(ctx, s.sql[qTaskLogBefore], conv, before, taskID, limit, scan, cut))
+}
+
+// LogWindow counts the entries of conv's log below seq before, up to
+// scan of them, and returns the lowest seq among those.
+func (s *Store) LogWindow(ctx context.Context, db DB, conv string, before int64, scan int) (n int, low int64, err error) {
+	err = db.QueryRow(ctx, s.sql[qLogWindow], conv, before, scan).Scan(&n, &low)
+	return n, low, err
+}
+
+// LastLogSeq is the seq of the newest entry of any conversation's log (0:
+// none).
+func (s *Store) LastLogSeq(ctx context.Context, db DB) (int64, error) {
+	var seq int64
+	err := db.QueryRow(ctx, s.sql[qLastLogSeq]).Scan(&seq)
+	return seq, err
+}
+
+// EventRow is an event whose payload may be cut, as LogRow's.
+type EventRow struct {
+	Event
+	PayloadBytes int
+}
+
+// The events addressed to a task and those delivered to it (their two
+// indexes), the newest first.
+var qTaskEvents = define(`SELECT id, conversation_id, coalesce(task_id, 0), name, left(payload::text, $4),
+			coalesce(octet_length(payload::text), 0), coalesce(idempotency_key, ''), queued, emitted_at,
+			coalesce(delivered_to, 0), delivered_at
+		FROM {schema}.events WHERE conversation_id = $1 AND (task_id = $2 OR delivered_to = $2)
+		ORDER BY id DESC LIMIT $3`)
+
+// TaskEvents reads up to limit events addressed or delivered to taskID,
+// the newest first, payloads cut to cut characters.
+func (s *Store) TaskEvents(ctx context.Context, db DB, conv string, taskID int64, limit, cut int) ([]EventRow, error) {
+	rows, err := db.Query(ctx, s.sql[qTaskEvents], conv, taskID, limit, cut)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []EventRow
+	for rows.Next() {
+		var (
+			e       EventRow
+			payload *string
+		)
+		if err := rows.Scan(&e.ID, &e.ConversationID, &e.TaskID, &e.Name, &payload, &e.PayloadBytes, &e.IdempotencyKey,
+			&e.Queued, &e.EmittedAt, &e.DeliveredTo, &e.DeliveredAt); err != nil {
+			return nil, err
+		}
+		if payload != nil {
+			e.Payload = json.RawMessage(*payload)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+var (
+	// The budgets a task's spend counts against: its own, its owners' up
+	// to the turn, the conversation's (the scope chain, as a reservation
+	// walks it).
+	qTaskBudgets = define(`WITH RECURSIVE chain (id, owner_task_id) AS (
+			SELECT id, owner_task_id FROM {schema}.tasks WHERE conversation_id = $1 AND id = $2
+			UNION ALL
+			SELECT t.id, t.owner_task_id FROM {schema}.tasks t
+			JOIN chain ch ON t.conversation_id = $1 AND t.id = ch.owner_task_id)
+		SELECT b.conversation_id, coalesce(b.task_id, 0), b.counter,
+			coalesce(b.max, 9223372036854775807),
+			CASE WHEN b.counter = 'wall_ms'
+				THEN (extract(epoch FROM now() - coalesce(t.created_at, c.created_at)) * 1000)::bigint
+				ELSE b.spent END,
+			b.reserved, b.carried, b.on_exhausted, b.updated_at
+		FROM {schema}.budgets b
+		JOIN {schema}.conversations c ON c.id = b.conversation_id
+		LEFT JOIN {schema}.tasks t ON t.conversation_id = b.conversation_id AND t.id = b.task_id
+		WHERE b.conversation_id = $1 AND (b.task_id IS NULL OR b.task_id IN (SELECT id FROM chain))
+		ORDER BY coalesce(b.task_id, 0), b.counter`)
+	qTaskSpend = define(`SELECT task_id, counter, coalesce(sum(actual), 0), coalesce(sum(amount) FILTER (WHERE actual IS NULL), 0)
+		FROM {schema}.budget_reservations WHERE conversation_id = $1 AND task_id = $2
+		GROUP BY task_id, counter ORDER BY counter`)
+)
+
+// TaskBudgets reads the budgets taskID's spend counts against (its own,
+// its owners', its conversation's) and what it spent and holds itself.
+func (s *Store) TaskBudgets(ctx context.Context, db DB, conv string, taskID int64) ([]BudgetRow, []TaskSpend, error) {
+	budgets, err := collectBudgets(db.Query(ctx, s.sql[qTaskBudgets], conv, taskID))
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, err := db.Query(ctx, s.sql[qTaskSpend], conv, taskID)
+	if err != nil {
+		return nil, nil, err
+	}
+	spend, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TaskSpend, error) {
+		var t TaskSpend
+		err := row.Scan(&t.TaskID, &t.Counter, &t.Spent, &t.Reserved)
+		return t, err
+	})
+	return budgets, spend, err
+}
+
+// HolderRow is a row of the holders table: one life of a runner's node
+// or of a Lease, with how many conversations name it.
+type HolderRow struct {
+	ID                              int64
+	Name                            string
+	ExpiresAt, RenewedAt, CreatedAt time.Time
+	// Now is the database's clock at the read.
+	Now time.Time
+	// Held counts the conversations that name the row, up to the read's
+	// bound.
+	Held int
+}
+
+// Every holder row (a life), by name and newest first, with the
+// conversations naming it counted along the holder index, at most $2.
+var qHolders = define(`SELECT h.id, h.name, h.expires_at, h.renewed_at, h.created_at, now(),
+			(SELECT count(*) FROM (SELECT 1 FROM {schema}.conversations c WHERE c.holder_id = h.id LIMIT $2) x)
+		FROM {schema}.holders h ORDER BY h.name, h.id DESC LIMIT $1`)
+
+// Holders reads up to limit holder rows, by name then newest first, each
+// with the conversations it holds counted up to held.
+func (s *Store) Holders(ctx context.Context, db DB, limit, held int) ([]HolderRow, error) {
+	rows, err := db.Query(ctx, s.sql[qHolders], limit, held)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (HolderRow, error) {
+		var h HolderRow
+		err := row.Scan(&h.ID, &h.Name, &h.ExpiresAt, &h.RenewedAt, &h.CreatedAt, &h.Now, &h.Held)
+		return h, err
+	})
+}
+
+// The tasks recovered as restarts (attempt > 0) among the newest $1, along
+// the primary key backwards.
+var qRecentRestarts = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(wait_ids), 0) FROM (
+			SELECT * FROM {schema}.tasks ORDER BY id DESC LIMIT $1) t
+		WHERE t.attempt > 0 ORDER BY t.id DESC LIMIT $2`)
+
+// RecentRestarts reads up to limit tasks with attempt > 0 among the scan
+// newest tasks, the newest first.
+func (s *Store) RecentRestarts(ctx context.Context, db DB, scan, limit int) ([]TaskSummary, error) {
+	return collectSummaries(db.Query(ctx, s.sql[qRecentRestarts], scan, limit))
 }

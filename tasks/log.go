@@ -100,7 +100,10 @@ var errSettled = errors.New("settled")
 
 // AwaitSettled returns taskID once it has settled, within milliseconds of
 // the commit that settled it, from any process, following its
-// conversation's log (no busy polling); at once if it has already. (Behind
+// conversation's log (no busy polling); at once if it has already. It
+// returns only a task whose row is settled: a settle's log entry sends it
+// to read the row, and an entry the row does not bear out (one written
+// into the log by hand) is passed over. (Behind
 // a transaction-mode pooler with no Config.ListenPool it polls: within
 // FollowPoll.) ctx
 // bounds the wait. An unknown task is ErrNotFound.
@@ -118,16 +121,27 @@ func (e *Engine) AwaitSettled(ctx context.Context, taskID int64) (arbortype.Task
 	if t, err = e.Get(ctx, taskID); err != nil || t.Status.Settled() {
 		return t, err
 	}
+	// A settle's entry is the news, the task's row the answer: an entry
+	// written behind the engine's back (the log is a plain table) may say
+	// the task settled while its row says it runs, and the row decides.
 	err = e.Follow(ctx, t.ConversationID, head, func(en arbortype.LogEntry) error {
-		if en.TaskID == taskID && en.Terminal() {
-			return errSettled
+		if en.TaskID != taskID || !en.Terminal() {
+			return nil
 		}
-		return nil
+		got, err := e.Get(ctx, taskID)
+		if err != nil {
+			return err
+		}
+		if !got.Status.Settled() {
+			return nil
+		}
+		t = got
+		return errSettled
 	})
 	if !errors.Is(err, errSettled) {
 		return arbortype.Task{}, fmt.Errorf("await task %d: %w", taskID, err)
 	}
-	return e.Get(ctx, taskID)
+	return t, nil
 }
 
 // hub is the one LISTEN connection of an Engine's followers: it runs while

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -88,35 +87,9 @@ func (g *gates) handlers() map[string]machine.Handler {
 	}
 }
 
-// browser starts a headless Chromium (Debian's; make browser installs it)
-// and returns a context that drives one tab of it.
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	path := ""
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			path = p
-			break
-		}
-	}
-	require.NotEmpty(t, path, "no Chromium on PATH: run `make browser`, which installs Debian's chromium package")
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
-		chromedp.WindowSize(1280, 900), chromedp.Flag("disable-dev-shm-usage", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelTab := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelTab(); cancelAlloc() })
-	// The first action starts the browser, on the tab's own context (a
-	// timeout there would stop the browser).
-	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("about:blank")), "start Chromium at %s", path)
-	// The steps are bounded on a busy machine; each waits on the page's
-	// state, never on a clock.
-	ctx, cancelTime := context.WithTimeout(ctx, 3*time.Minute)
-	t.Cleanup(cancelTime)
-	return ctx
-}
-
 func TestBrowser(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it measures a change's latency, which the other tests
+	// (each a Chromium of its own) would load.
 	pool, schema := testdb.Fresh(t)
 	ctx := context.Background()
 	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema})

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/arborhq/arbor/arborui"
@@ -19,12 +20,17 @@ import (
 
 const uiHelp = `Usage: arbor ui [flags]
 
-Serves arbor's web view (package arborui): the conversations with live work
-and the recent ones, each conversation's task tree updating live as it
-changes, and every task's record. It is read-only unless --actions is
-given: then the pages offer abort (with a reason), cancel, wake and emit.
+Serves arbor's web view (package arborui), live: every conversation, a
+page at a time, filtered; each conversation's task tree beside its log;
+every task's record (attempts and errors, checkpoint, events, budgets,
+trace); the approvals awaiting an answer; the nodes and what they hold.
+It is read-only unless --actions is given: then the pages offer abort
+(with a reason), cancel, wake, emit and the answer of an approval.
 The view authenticates nobody: keep --addr on the loopback interface, or
-mount arborui.NewHandler behind your own authentication.
+mount arborui.NewHandler behind your own authentication. It answers only
+requests that name an IP address, localhost, --addr's host or an
+--allowed-host (a page of another site whose name resolves to this
+address is refused: DNS rebinding).
 
 --demo migrates the schema, runs the demo's handlers in this process and
 starts a few of the demo's conversations (a turn that fans out to tool
@@ -36,6 +42,8 @@ Example:
   make ui                              (a throwaway PostgreSQL, the demo's work, actions on)
   arbor ui --addr 127.0.0.1:8080
   arbor ui --actions
+  arbor ui --addr 0.0.0.0:8080 --allowed-host arbor.internal
+  arbor ui --trace-url 'https://grafana.example/explore?traceId={trace_id}'
 `
 
 func cmdUI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -45,8 +53,23 @@ func cmdUI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on")
 	actions := fs.Bool("actions", false, "offer and accept actions (abort, cancel, wake, emit)")
 	withDemo := fs.Bool("demo", false, "migrate, run the demo's handlers here and start its conversations")
+	traceURL := fs.String("trace-url", "", "link each task's trace id to your tracing UI: an http(s) address holding {trace_id}")
+	var hosts []string
+	fs.Func("allowed-host", "a host name the view answers besides IP addresses, localhost and --addr's host (repeat it, or separate names with commas)",
+		func(v string) error {
+			for h := range strings.SplitSeq(v, ",") {
+				if h = strings.TrimSpace(h); h != "" {
+					hosts = append(hosts, h)
+				}
+			}
+			return nil
+		})
 	if _, err := parseArgs(fs, args, 0, 0, ""); err != nil {
 		return err
+	}
+	// The host --addr names is one the view serves.
+	if h, _, err := net.SplitHostPort(*addr); err == nil && h != "" {
+		hosts = append(hosts, h)
 	}
 	if *withDemo {
 		pool, err := db.connect(ctx)
@@ -68,7 +91,7 @@ func cmdUI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer engine.Close()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	h, err := arborui.NewHandler(engine.Engine, &arborui.Options{Actions: *actions, Logger: logger})
+	h, err := arborui.NewHandler(engine.Engine, &arborui.Options{Actions: *actions, AllowedHosts: hosts, TraceURL: *traceURL, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -63,4 +63,37 @@ func TestUIRefusesBadFlags(t *testing.T) {
 	runArbor(t, nil, "ui").fails(t, 1, "no database")
 	b := setup(t)
 	b.arbor(t, "ui", "--addr", "nonsense").fails(t, 1, "ui: listen tcp: address nonsense")
+	b.arbor(t, "ui", "--trace-url", "https://trace.example/").fails(t, 1, "Options.TraceURL")
+	b.arbor(t, "ui", "--allowed-host", "a/b").fails(t, 1, "Options.AllowedHosts")
+}
+
+// TestUIHosts: arbor ui answers the hosts --allowed-host names (and IP
+// addresses, localhost), and refuses others: a page of evil.example
+// resolved to its address (DNS rebinding) reads nothing.
+func TestUIHosts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.sampleTree(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, arborBin, "ui", "--addr", "127.0.0.1:0", "--database-url", testdb.URL(t), "--schema", b.schema,
+		"--allowed-host", "arbor.test, ops.test")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	addr := regexp.MustCompile(`http://[0-9.:]+/`).FindString(line)
+	require.NotEmpty(t, addr, line)
+	for host, want := range map[string]int{"arbor.test": 200, "ops.test:8080": 200, "localhost": 200, "evil.example": 403} {
+		req, err := http.NewRequest(http.MethodGet, addr, nil)
+		require.NoError(t, err)
+		req.Host = host
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, want, res.StatusCode, host)
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	require.NoError(t, cmd.Wait(), "exit 0 on SIGINT")
 }
