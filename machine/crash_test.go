@@ -66,6 +66,21 @@ func createRunLog(t *testing.T, b *bundle) {
 	require.NoError(t, err)
 }
 
+// logOverlaps logs the pairs of runs of one task that overlapped.
+func logOverlaps(t *testing.T, b *bundle) {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, `SELECT x.task_id, x.token, x.node, x.kind, x.started_at, x.ended_at, x.cancelled_at, y.token, y.node, y.started_at, y.ended_at, y.cancelled_at FROM `+b.schema+`.run_log x JOIN `+b.schema+`.run_log y
+		ON x.task_id = y.task_id AND x.id < y.id
+		WHERE x.started_at < coalesce(y.ended_at, y.cancelled_at, 'infinity')
+		  AND y.started_at < coalesce(x.ended_at, x.cancelled_at, 'infinity')`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		v, _ := rows.Values()
+		t.Log(v...)
+	}
+}
+
 func (b *bundle) count(t *testing.T, query string, args ...any) int {
 	t.Helper()
 	var n int
@@ -190,15 +205,7 @@ func runnersNeverOverlap(t *testing.T, nodes []string) {
 		WHERE x.started_at < coalesce(y.ended_at, y.cancelled_at, 'infinity')
 		  AND y.started_at < coalesce(x.ended_at, x.cancelled_at, 'infinity')`)
 	if overlaps > 0 {
-		rows, _ := b.pool.Query(b.ctx, `SELECT x.task_id, x.token, x.node, x.kind, x.started_at, x.ended_at, x.cancelled_at, y.token, y.node, y.started_at, y.ended_at, y.cancelled_at FROM `+b.schema+`.run_log x JOIN `+b.schema+`.run_log y
-		ON x.task_id = y.task_id AND x.id < y.id
-		WHERE x.started_at < coalesce(y.ended_at, y.cancelled_at, 'infinity')
-		  AND y.started_at < coalesce(x.ended_at, x.cancelled_at, 'infinity')`)
-		for rows.Next() {
-			v, _ := rows.Values()
-			t.Log(v...)
-		}
-		rows.Close()
+		logOverlaps(t, b)
 	}
 	require.Zero(t, overlaps, "no task was run by two runs at once")
 	perNode := map[string]int{}
