@@ -1,8 +1,8 @@
 package fsm
 
 import (
-	"strings"
 	"slices"
+	"strings"
 
 	"github.com/arborhq/arbor/arbortype"
 )
