@@ -57,9 +57,12 @@ type CreateParams struct {
 	// (enforced by the runners, within a PollInterval).
 	Deadline time.Time
 	// OnBusy says what happens when this root task (a turn) is created while
-	// another root of the conversation is live: queue (the zero value: it
-	// waits its turn), interrupt, reject or steer (see TurnPolicy). Empty
-	// means Config.TurnPolicies[Kind], else queue. Only for roots.
+	// another root of the conversation is live: TurnQueue (it waits its
+	// turn), TurnInterrupt, TurnReject or TurnSteer (see TurnPolicy), each
+	// whatever Config.TurnPolicies says for the kind. The zero value,
+	// TurnDefault, is Config.TurnPolicies[Kind], and TurnQueue for a kind
+	// with no entry. Only for roots (a child's may be TurnDefault or
+	// TurnQueue, which mean nothing for it).
 	OnBusy TurnPolicy
 	// SteerEvent names the event a steered input is emitted as (OnBusy
 	// TurnSteer). Default "message".
@@ -82,6 +85,7 @@ type TraceInjector = arbortype.TraceInjector
 
 // The turn policies.
 const (
+	TurnDefault   = arbortype.TurnDefault
 	TurnQueue     = arbortype.TurnQueue
 	TurnInterrupt = arbortype.TurnInterrupt
 	TurnReject    = arbortype.TurnReject
@@ -153,7 +157,7 @@ func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams, trace ma
 	}
 	if policy != TurnQueue {
 		if p.OwnerID != 0 {
-			return createResult{}, fmt.Errorf("create task: a turn policy is for root tasks: %w", ErrInvalidArgument)
+			return createResult{}, fmt.Errorf("create task: turn policy %q: a turn policy is for root tasks: %w", policy, ErrInvalidArgument)
 		}
 		r, done, err := e.busy(ctx, tx, p, policy)
 		if done || err != nil {
@@ -168,12 +172,18 @@ func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams, trace ma
 	return createResult{t, created}, err
 }
 
-// policy is the turn policy p is created under.
+// policy is the turn policy p is created under: its OnBusy, else its
+// kind's configured policy, else TurnQueue. A child's is TurnQueue unless it
+// names another (refused then).
 func (e *Engine) policy(p CreateParams) TurnPolicy {
-	if p.OnBusy != TurnQueue || p.OwnerID != 0 {
-		return p.OnBusy
+	policy := p.OnBusy
+	if policy == TurnDefault && p.OwnerID == 0 {
+		policy = e.core.Cfg.TurnPolicies[p.Kind]
 	}
-	return e.core.Cfg.TurnPolicies[p.Kind]
+	if policy == TurnDefault {
+		return TurnQueue
+	}
+	return policy
 }
 
 // busy applies policy to a turn created while another root task of its

@@ -95,8 +95,9 @@ type Config struct {
 	IdleInTransaction time.Duration
 	// TurnPolicies gives, per kind of root task, what Create does when a
 	// turn of that kind is created while another root task of the
-	// conversation is live (CreateParams.OnBusy overrides it). A kind
-	// missing here queues. Default: none.
+	// conversation is live. A create whose CreateParams.OnBusy names a
+	// policy (TurnQueue included) has that one instead; a kind missing here,
+	// or given TurnDefault, queues. Default: none.
 	TurnPolicies map[string]TurnPolicy
 	// LogRetention is how long a conversation's log entries are kept; the
 	// runners prune older ones. Default LogRetentionDefault (7 days).
