@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -151,7 +152,14 @@ type Config struct {
 	// The caller owns it, as the engine's pool. Default nil: the engine's
 	// pool, or, with TransactionPooler, no LISTEN at all.
 	ListenPool *pgxpool.Pool
-	// Logger receives the engine's logs. Default: discard.
+	// Logger receives the engine's logs, and a runner's on the engine
+	// unless machine.RunnerConfig.Logger names another. Default: warnings
+	// and errors as text on standard error (slog.NewTextHandler(os.Stderr)
+	// at slog.LevelWarn), as River's default logger does: what arbor warns
+	// about (a pooler configuration that polls or will break, a handler
+	// that ignores its cancelled context, a lease that could not be
+	// renewed) needs an operator. slog.New(slog.DiscardHandler) discards
+	// everything.
 	Logger *slog.Logger
 }
 
@@ -204,7 +212,7 @@ func (c *Config) WithDefaults() *Config {
 		out.PruneInterval = PruneIntervalDefault
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
+		out.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	return &out
 }
