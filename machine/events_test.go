@@ -324,6 +324,23 @@ func TestEventsBadInput(t *testing.T) {
 	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
 	_, err = b.engine.AwaitSettled(b.ctx, 1<<40)
 	require.ErrorIs(t, err, tasks.ErrNotFound)
+	// The log of an unknown conversation is ErrNotFound too, also to a
+	// follower, which would otherwise wait for ever: Follow returns it
+	// before its context ends.
+	_, err = b.engine.ReadLog(b.ctx, b.conv+"-nope", 0, 10)
+	require.ErrorIs(t, err, tasks.ErrNotFound)
+	_, err = b.engine.LogHead(b.ctx, b.conv+"-nope")
+	require.ErrorIs(t, err, tasks.ErrNotFound)
+	followCtx, cancelFollow := context.WithCancel(b.ctx)
+	defer cancelFollow()
+	err = b.engine.Follow(followCtx, b.conv+"-nope", 0, func(arbortype.LogEntry) error { return nil })
+	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.NoError(t, followCtx.Err(), "Follow returned on its own")
+	head, err := b.engine.LogHead(b.ctx, b.conv)
+	require.NoError(t, err)
+	entries, err := b.engine.ReadLog(b.ctx, b.conv, head, 10)
+	require.NoError(t, err, "a known conversation's log read past its end is empty, not unknown")
+	require.Empty(t, entries)
 	_, err = b.engine.ReadLog(b.ctx, b.conv, -1, 10)
 	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
 	_, err = b.engine.ReadLog(b.ctx, b.conv, 0, 0)

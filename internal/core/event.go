@@ -487,7 +487,7 @@ func (e *Engine) Progress(ctx context.Context, tx pgx.Tx, taskID, token int64, n
 }
 
 // ReadLog reads up to limit entries of a conversation's log after seq
-// after, in order.
+// after, in order. An unknown conversation is ErrNotFound.
 func (e *Engine) ReadLog(ctx context.Context, db store.DB, conv string, after int64, limit int) ([]store.LogEntry, error) {
 	if err := checkText("conversation id", conv, true); err != nil {
 		return nil, fmt.Errorf("read log: %w", err)
@@ -498,6 +498,17 @@ func (e *Engine) ReadLog(ctx context.Context, db store.DB, conv string, after in
 	entries, err := e.Store.ReadLog(ctx, db, conv, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read log of %q: %w", conv, err)
+	}
+	if len(entries) == 0 {
+		// Nothing after the cursor: of a conversation, or of none (a
+		// follower of a conversation that does not exist would wait for
+		// ever).
+		if _, err := e.Store.GetConversation(ctx, db, conv); err != nil {
+			if store.IsNoRows(err) {
+				err = ErrNotFound
+			}
+			return nil, fmt.Errorf("read log of %q: %w", conv, err)
+		}
 	}
 	return entries, nil
 }
