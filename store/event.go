@@ -97,6 +97,8 @@ var (
 
 	qUndeliveredEvents = define(`SELECT ` + eventColumns + ` FROM {schema}.events
 		WHERE conversation_id = $1 AND delivered_to IS NULL ORDER BY id`)
+	qConversationEvents = define(`SELECT ` + eventColumns + ` FROM {schema}.events
+		WHERE conversation_id = $1 AND id > $2 ORDER BY id LIMIT $3`)
 
 	qLiveDeadlines = define(`SELECT id FROM {schema}.tasks
 		WHERE deadline < now() AND status IN ({live}) ORDER BY deadline LIMIT $1`)
@@ -105,6 +107,16 @@ var (
 // EventByKey reads the event of a conversation with an idempotency key.
 func (s *Store) EventByKey(ctx context.Context, db DB, conv, key string) (Event, error) {
 	return scanEvent(db.QueryRow(ctx, s.sql[qEventByKey], conv, key))
+}
+
+// ConversationEvents reads up to limit events of conv with ids after
+// after, in id order.
+func (s *Store) ConversationEvents(ctx context.Context, db DB, conv string, after int64, limit int) ([]Event, error) {
+	rows, err := db.Query(ctx, s.sql[qConversationEvents], conv, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) { return scanEvent(row) })
 }
 
 // FirstEvent reads the first-wins event of a name at an address (task 0:

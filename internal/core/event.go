@@ -513,6 +513,31 @@ func (e *Engine) ReadLog(ctx context.Context, db store.DB, conv string, after in
 	return entries, nil
 }
 
+// Events reads up to limit (1..10,000) events of conv with ids after
+// after, in id order: delivered or not, by name or by token. An unknown
+// conversation is ErrNotFound.
+func (e *Engine) Events(ctx context.Context, db store.DB, conv string, after int64, limit int) ([]store.Event, error) {
+	if err := checkText("conversation id", conv, true); err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	if after < 0 || limit < 1 || limit > 10_000 {
+		return nil, fmt.Errorf("events of %q: after %d, limit %d (1..10000): %w", conv, after, limit, ErrInvalidArgument)
+	}
+	evs, err := e.Store.ConversationEvents(ctx, db, conv, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("events of %q: %w", conv, err)
+	}
+	if len(evs) == 0 {
+		if _, err := e.Store.GetConversation(ctx, db, conv); err != nil {
+			if store.IsNoRows(err) {
+				err = ErrNotFound
+			}
+			return nil, fmt.Errorf("events of %q: %w", conv, err)
+		}
+	}
+	return evs, nil
+}
+
 // checkPayload checks an event's or a progress entry's JSON: valid, and at
 // most MaxEventBytes.
 func (e *Engine) checkPayload(what string, payload json.RawMessage) error {
