@@ -126,6 +126,11 @@ var (
 	qLockConversationForPrune = define(`SELECT ` + heldLive + `
 		FROM {schema}.conversations c WHERE c.id = $1 FOR UPDATE OF c SKIP LOCKED`)
 
+	// Whether conversation $1 has a live holder, read without a lock: what
+	// a dry run needs to know the batch's LockConversationForPrune would
+	// say.
+	qConversationHeld = define(`SELECT ` + heldLive + ` FROM {schema}.conversations c WHERE c.id = $1`)
+
 	// What a prune may delete of conversation $1 with cutoff $2: the tasks
 	// of its ripe turns (up to $3, newest id first, so that every task's
 	// descendants come with it), and whether the conversation is wholly
@@ -222,6 +227,17 @@ func (s *Store) LockConversationForPrune(ctx context.Context, tx pgx.Tx, conv st
 		return false, false, nil
 	}
 	return err == nil, held, err
+}
+
+// ConversationHeld reports whether a live holder has conv's lease (false
+// for a conversation that does not exist).
+func (s *Store) ConversationHeld(ctx context.Context, db DB, conv string) (bool, error) {
+	var held bool
+	err := db.QueryRow(ctx, s.sql[qConversationHeld], conv).Scan(&held)
+	if err == pgx.ErrNoRows {
+		return false, nil
+	}
+	return held, err
 }
 
 // PruneVictims returns up to limit tasks of conv's ripe turns (newest id
