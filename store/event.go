@@ -51,9 +51,9 @@ type LogEntry struct {
 var (
 	qEventByKey = define(`SELECT ` + eventColumns + ` FROM {schema}.events
 		WHERE conversation_id = $1 AND idempotency_key = $2`)
-	qFirstEvent = define(`SELECT ` + eventColumns + ` FROM {schema}.events
+	qFirstWinsEvent = define(`SELECT ` + eventColumns + ` FROM {schema}.events
 		WHERE conversation_id = $1 AND name = $2 AND coalesce(task_id, 0) = $3 AND NOT queued
-		ORDER BY id LIMIT 1`)
+		ORDER BY id DESC LIMIT 1`)
 	qInsertEvent = define(`INSERT INTO {schema}.events (conversation_id, task_id, name, payload, idempotency_key, queued)
 		VALUES ($1, nullif($2::bigint, 0), $3, $4, nullif($5::text, ''), $6)
 		RETURNING ` + eventColumns)
@@ -119,10 +119,11 @@ func (s *Store) ConversationEvents(ctx context.Context, db DB, conv string, afte
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) { return scanEvent(row) })
 }
 
-// FirstEvent reads the first-wins event of a name at an address (task 0:
-// the conversation).
-func (s *Store) FirstEvent(ctx context.Context, db DB, conv, name string, taskID int64) (Event, error) {
-	return scanEvent(db.QueryRow(ctx, s.sql[qFirstEvent], conv, name, taskID))
+// FirstWinsEvent reads the newest first-wins event of a name at an
+// address (task 0: the conversation): the decision a repeated emit
+// returns.
+func (s *Store) FirstWinsEvent(ctx context.Context, db DB, conv, name string, taskID int64) (Event, error) {
+	return scanEvent(db.QueryRow(ctx, s.sql[qFirstWinsEvent], conv, name, taskID))
 }
 
 // InsertEvent inserts an undelivered event.

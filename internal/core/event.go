@@ -51,7 +51,8 @@ type EmitParams struct {
 	// Payload is the event's JSON; empty for none.
 	Payload json.RawMessage
 	// Queue: every emit is one delivery, in order. Otherwise the first emit
-	// of the name at the address wins, and later ones return it.
+	// of the name at the address wins, and later ones return it — until an
+	// await of the name is parked there again (see emitLocked).
 	Queue bool
 	// IdempotencyKey makes a repeated emit return the first one.
 	IdempotencyKey string
@@ -154,13 +155,35 @@ func (e *Engine) emitted(ctx context.Context, tx pgx.Tx, conv, key string) (stor
 // its key) and delivers it to the await it is for, if one is parked now:
 // target's (locked), when p is addressed to a task, else the oldest of the
 // conversation's awaits of its name.
+//
+// A first-wins emit (not p.Queue) is a repeat of the newest first-wins
+// event of its name at its address, and returns it, unless an await of the
+// name is parked at the address now: that earlier event answered an
+// earlier await (it was delivered: a parked await takes an undelivered
+// event when it parks), and this emit is the answer to the one parked — a
+// task that asks for an approval twice gets two answers. With nobody
+// awaiting, a repeat is a second click on the decision already made.
 func (e *Engine) emitLocked(ctx context.Context, tx pgx.Tx, p EmitParams, target Task) (Emitted, error) {
-	if !p.Queue {
-		ev, err := e.Store.FirstEvent(ctx, tx, p.ConversationID, p.Name, p.TaskID)
+	var awaiter Task
+	if p.TaskID != 0 {
+		if target.ID != 0 && awaiting(target) && target.AwaitName == p.Name {
+			awaiter = target
+		}
+	} else {
+		t, err := e.Store.OldestAwaiting(ctx, tx, p.ConversationID, p.Name)
 		switch {
 		case err == nil:
-			return Emitted{Event: ev}, nil
+			awaiter = t
 		case !store.IsNoRows(err):
+			return Emitted{}, err
+		}
+	}
+	if !p.Queue {
+		ev, err := e.Store.FirstWinsEvent(ctx, tx, p.ConversationID, p.Name, p.TaskID)
+		switch {
+		case err == nil && awaiter.ID == 0:
+			return Emitted{Event: ev}, nil
+		case err != nil && !store.IsNoRows(err):
 			return Emitted{}, err
 		}
 	}
@@ -176,21 +199,12 @@ func (e *Engine) emitLocked(ctx context.Context, tx pgx.Tx, p EmitParams, target
 		return Emitted{}, fmt.Errorf("log: %w", mapDBError(err))
 	}
 	out := Emitted{Event: ev, Created: true}
-	if p.TaskID == 0 {
-		t, err := e.Store.OldestAwaiting(ctx, tx, p.ConversationID, p.Name)
-		switch {
-		case err == nil:
-			target = t
-		case !store.IsNoRows(err):
+	if awaiter.ID != 0 {
+		if _, err := e.deliverLocked(ctx, tx, awaiter, &ev); err != nil {
 			return Emitted{}, err
 		}
-	}
-	if target.ID != 0 && awaiting(target) && target.AwaitName == p.Name {
-		if _, err := e.deliverLocked(ctx, tx, target, &ev); err != nil {
-			return Emitted{}, err
-		}
-		out.Delivered = target.ID
-		out.Event.DeliveredTo = target.ID
+		out.Delivered = awaiter.ID
+		out.Event.DeliveredTo = awaiter.ID
 	}
 	return out, nil
 }
