@@ -105,9 +105,13 @@ const (
 	// TurnReject: nothing is written; the create fails with ErrBusy naming
 	// the live turn.
 	TurnReject TurnPolicy = "reject"
-	// TurnSteer: no new turn; the input is emitted to the live turn as a
-	// queued event (named CreateParams.SteerEvent, default "message"), and
-	// Create returns the live turn with created false.
+	// TurnSteer: the input is emitted to the live turn as a queued event
+	// (named CreateParams.SteerEvent, default "message"), and Create returns
+	// the live turn with created false. The message is never lost: it is
+	// also made a turn of its own, queued behind the live one as TurnQueue
+	// would, which answers it if the live turn settles without taking it,
+	// and which is cancelled (code CodeSteered) in the transaction where
+	// the live turn's await takes it.
 	TurnSteer TurnPolicy = "steer"
 )
 

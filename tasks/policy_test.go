@@ -26,7 +26,8 @@ import (
 //   - interrupt: fifty turns, each aborting the one before with a reason:
 //     one live, forty-nine aborted;
 //   - steer: one turn, and forty-nine queued events to it, one per message,
-//     in the log.
+//     in the log, each message also a turn of its own queued behind it (it
+//     answers the message if the live turn does not take it).
 func TestTurnPoliciesUnderConcurrentStarts(t *testing.T) {
 	t.Parallel()
 	for _, policy := range []tasks.TurnPolicy{tasks.TurnQueue, tasks.TurnReject, tasks.TurnInterrupt, tasks.TurnSteer} {
@@ -99,7 +100,8 @@ func TestTurnPoliciesUnderConcurrentStarts(t *testing.T) {
 			case tasks.TurnSteer:
 				require.Equal(t, 1, created)
 				require.Equal(t, n-1, steered)
-				require.Len(t, all, 1)
+				require.Len(t, all, n, "the live turn, and each steered message's own turn queued behind it")
+				require.Equal(t, n, live)
 				require.Len(t, ids, 1, "every steered message names the live turn")
 				log, err := eng.ReadLog(ctx, conv, 0, 1000)
 				require.NoError(t, err)
