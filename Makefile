@@ -1,16 +1,19 @@
 # The two commands a fresh machine needs: `make demo` and `make test`;
-# `make lint` runs the linters (CI runs it too), `make chaos` the fault tests,
-# `make bench` the side-by-side benchmarks and `make soak` the soak
+# `make examples` runs the runnable examples alone, `make lint` the linters
+# and the check that every Go snippet of README.md and docs/ compiles (CI
+# runs it too; `make snippets` is that check alone), `make chaos` the fault
+# tests, `make bench` the side-by-side benchmarks and `make soak` the soak
 # (docs/performance.md), `make ui`
 # the web view on the demo's work, `make browser` the web view's test in a
 # real browser.
-# Each starts a private, throwaway PostgreSQL unless ARBOR_DATABASE_URL is set
-# (see scripts/with-postgres.sh), and removes it when it ends.
+# Each that needs a database starts a private, throwaway PostgreSQL unless
+# ARBOR_DATABASE_URL is set (see scripts/with-postgres.sh), and removes it
+# when it ends.
 
 GO ?= go
 WITH_PG := scripts/with-postgres.sh
 
-.PHONY: test chaos failover demo ui browser lint bench soak generate vet
+.PHONY: test examples chaos failover demo ui browser lint snippets bench soak generate vet
 
 # The core module, then the modules nested in it (otelarbor: `go test ./...`
 # at the root does not enter a nested module), on the same server.
@@ -19,6 +22,13 @@ NESTED := otelarbor
 test:
 	$(WITH_PG) bash -c '$(GO) test -race -count=1 -timeout 20m ./... && \
 		for m in $(NESTED); do (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; done'
+
+# Every runnable example (the Example… functions with // Output:, each on a
+# schema of its own) of the core module and the nested ones, and nothing
+# else, on one server: what README.md and docs/agents.md point a reader to.
+examples:
+	$(WITH_PG) bash -c '$(GO) test -count=1 -run "^Example" ./... && \
+		for m in $(NESTED); do (cd $$m && $(GO) test -count=1 -run "^Example" ./...) || exit 1; done'
 
 # The fault tests (internal/chaos): runner processes killed (beside a CPU
 # hog, during large flushes) and frozen, every backend terminated, the
@@ -89,9 +99,16 @@ generate:
 # check on, is staticcheck.conf.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-lint: vet
+lint: vet snippets
 	$(GO) run $(STATICCHECK) ./...
 	for m in $(NESTED) $(BROWSERTEST); do (cd $$m && $(GO) run $(STATICCHECK) ./...) || exit 1; done
+
+# Every ```go block of README.md and docs/ type-checked against arbor as a
+# module outside the repository sees it (a require and a replace of arbor
+# and otelarbor, as the README says; the module is tidied and built first),
+# blocks marked <!-- snippet: skip: why --> left out: internal/cmd/snippets.
+snippets:
+	$(GO) run ./internal/cmd/snippets
 
 vet:
 	$(GO) vet ./...

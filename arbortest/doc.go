@@ -2,8 +2,8 @@
 // does for workers: run one handler on one task without a Runner and see
 // what it did ([Work]), assert where tasks stand ([RequireSettled],
 // [RequireStatus], [RequireChildren], [RequirePendingEvent],
-// [RequireConsistent]), and give each test a migrated schema of its own
-// ([Schema], [Engine]).
+// [RequireConsistent]), and give each test a pool and a migrated schema of
+// its own ([Database], or [Schema] and [Engine] on a pool of the test's).
 //
 // A chat turn is tested step by step: create the turn, Work it with its
 // handler (it spawns a tool call and waits), Work the tool call with the
@@ -13,7 +13,7 @@
 // writes what a Runner would write: the task is started under a lease of
 // the conversation, the handler gets a real machine.Run, and every spawn
 // and ending goes through the same transaction as a Runner's batching
-// completer. Nothing is mocked; the test needs a PostgreSQL (Schema).
+// completer. Nothing is mocked; the test needs a PostgreSQL (Database).
 //
 // What Work does not do is what a Runner does around a run: it starts only
 // the task it is given (never the children, nor the owner a settle woke),

@@ -5,16 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
-	"os"
 	"slices"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortest"
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -57,15 +54,14 @@ func weather(ctx context.Context, run *machine.Run) error {
 // *testing.T (an Example has none: exampleT stands in for it).
 func Example_chatTurn() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("ARBOR_DATABASE_URL"))
+	t := &exampleT{}
+	defer t.cleanup() // drops the schema, then closes the pool
+
+	pool, schema := arbortest.Database(t) // a pool on $ARBOR_DATABASE_URL, a migrated schema of the test's own
+	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer pool.Close()
-	t := &exampleT{}
-	defer t.cleanup() // drops the schema, before the pool closes
-
-	engine := arbortest.Engine(t, pool, nil) // a migrated schema of the test's own
 	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-1", Kind: "turn", Input: json.RawMessage(`"Paris"`)})
 	if err != nil {
 		log.Fatal(err)
@@ -95,15 +91,11 @@ func Example_chatTurn() {
 // reports it, and the error the task records.
 func ExampleWork_retried() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("ARBOR_DATABASE_URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close()
 	t := &exampleT{}
-	defer t.cleanup() // drops the schema, before the pool closes
+	defer t.cleanup() // drops the schema, then closes the pool
 
-	engine := arbortest.Engine(t, pool, nil)
+	pool, _ := arbortest.Database(t)
+	engine := arbortest.Engine(t, pool, nil) // an engine on a migrated schema of the test's own
 	call, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-2", Kind: "weather", MaxRetries: 3})
 	if err != nil {
 		log.Fatal(err)
@@ -139,8 +131,9 @@ func (t *exampleT) cleanup() {
 func TestTurnAnswersFromTheWeatherTool(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := testdb.NewPool(t)                // your pool on the test database, closed with t.Cleanup
-	engine := arbortest.Engine(t, pool, nil) // a migrated schema of this test's own, dropped when it ends
+	pool, schema := arbortest.Database(t) // a pool on $ARBOR_DATABASE_URL, a migrated schema of this test's own; gone when it ends
+	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema})
+	require.NoError(t, err)
 
 	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-1", Kind: "turn", Input: json.RawMessage(`"Paris"`)})
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package arbortest
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -9,6 +10,38 @@ import (
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
+
+// DatabaseURLEnv names the environment variable Database reads the test
+// database's URL from: the one arbor's own tests and `make test` use.
+const DatabaseURLEnv = "ARBOR_DATABASE_URL"
+
+// Database gives a test a pool on the database named by $ARBOR_DATABASE_URL
+// (DatabaseURLEnv) and a migrated schema of the test's own in it (see
+// Schema), for an engine, a Runner and the test's own rows:
+//
+//	pool, schema := arbortest.Database(t)
+//	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema})
+//
+// When the test ends the schema is dropped, then the pool closed, after
+// the cleanups registered later (a Runner stopped with tb.Cleanup stops
+// first). With the variable unset it fails the test saying so; the
+// database must let the test's role create schemas. The pool has pgxpool's
+// defaults, which are enough: a Runner makes pools of its own.
+func Database(tb testing.TB) (*pgxpool.Pool, string) {
+	tb.Helper()
+	url := os.Getenv(DatabaseURLEnv)
+	if url == "" {
+		tb.Fatalf("arbortest.Database: %s is not set: point it at a PostgreSQL database the tests may create schemas in", DatabaseURLEnv)
+		return nil, ""
+	}
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		tb.Fatalf("arbortest.Database: %s: %v", DatabaseURLEnv, err)
+		return nil, ""
+	}
+	tb.Cleanup(pool.Close)
+	return pool, Schema(tb, pool)
+}
 
 // Schema creates a schema of the test's own in pool's database, named
 // arbor_test_… and migrated (arbor's tables and River's), and drops it when

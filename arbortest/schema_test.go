@@ -69,3 +69,39 @@ func TestEngineRefuses(t *testing.T) {
 	require.Nil(t, arbortest.Engine(f, nil, nil))
 	f.requireFailed(t, "pool is nil")
 }
+
+// Database gives a test a pool on $ARBOR_DATABASE_URL and a migrated
+// schema of its own; when the test ends the schema is gone and the pool
+// closed.
+func TestDatabase(t *testing.T) {
+	t.Parallel()
+	observer := testdb.NewPool(t)
+	var (
+		pool   *pgxpool.Pool
+		schema string
+	)
+	t.Run("group", func(t *testing.T) {
+		t.Run("test", func(t *testing.T) {
+			t.Parallel()
+			pool, schema = arbortest.Database(t)
+			require.True(t, schemaExists(t, observer, schema))
+			engine, err := tasks.New(t.Context(), pool, &tasks.Config{Schema: schema})
+			require.NoError(t, err)
+			_, _, err = engine.Create(t.Context(), tasks.CreateParams{ConversationID: "c", Kind: "turn"})
+			require.NoError(t, err, "the schema is migrated")
+		})
+	})
+	require.False(t, schemaExists(t, observer, schema), "schema %s was dropped", schema)
+	require.Error(t, pool.Ping(t.Context()), "the pool was closed")
+}
+
+// With $ARBOR_DATABASE_URL unset, Database fails the test saying what to
+// set. (Not parallel: it changes the process's environment.)
+func TestDatabaseNeedsTheURL(t *testing.T) {
+	t.Setenv(arbortest.DatabaseURLEnv, "")
+	f := &fakeTB{TB: t}
+	pool, schema := arbortest.Database(f)
+	require.Nil(t, pool)
+	require.Empty(t, schema)
+	f.requireFailed(t, "ARBOR_DATABASE_URL is not set")
+}

@@ -21,7 +21,9 @@ const (
 	// foreground children are live.
 	OutcomeCompleted Outcome = "completed"
 	// OutcomeFailed: the handler's error (or panic) failed the task for
-	// good: no retry was left, or the error was machine.NonRetryable.
+	// good: no retry was left, or the error was machine.NonRetryable; or a
+	// reservation over a budget whose action is fail (the default) failed
+	// it, code "budget_exhausted", never retried.
 	OutcomeFailed Outcome = "failed"
 	// OutcomeRetried: the handler's error failed the run, and the task
 	// sleeps until its retry (its Retries counts it, its Error records it).
@@ -31,9 +33,10 @@ const (
 	OutcomeWaiting Outcome = "waiting"
 	// OutcomeSleeping: the run parked the task until a time (SleepUntil).
 	OutcomeSleeping Outcome = "sleeping"
-	// OutcomeAwaiting: the run parked the task on an event (AwaitEvent).
-	// With Woken, the event had been emitted already and the task is
-	// pending again.
+	// OutcomeAwaiting: the run parked the task on an event (AwaitEvent),
+	// or a reservation over a budget whose action is park parked it on
+	// arbortype.BudgetEvent until a budget is raised. With Woken, the event
+	// had been emitted already and the task is pending again.
 	OutcomeAwaiting Outcome = "awaiting"
 	// OutcomeStopped: the task was taken from the run before it ended (it
 	// was aborted or cancelled meanwhile): the run wrote no ending.

@@ -196,6 +196,31 @@ func TestWorkOutcomes(t *testing.T) {
 			},
 		},
 		{
+			name:   "a budget that fails fails the task",
+			params: tasks.CreateParams{MaxRetries: 2, Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 10}}},
+			handler: func(ctx context.Context, run *machine.Run) error {
+				_, err := run.Reserve(ctx, "tokens", 11)
+				return err
+			},
+			outcome: arbortest.OutcomeFailed, status: arbortype.StatusFailed, err: tasks.ErrBudgetExhausted,
+			check: func(t *testing.T, _ *bundle, res *arbortest.WorkResult) {
+				require.Equal(t, arbortype.CodeBudgetExhausted, res.Task.Error.Code, "not retried, whatever its retries")
+				require.Zero(t, res.Task.Retries)
+			},
+		},
+		{
+			name: "a budget that parks awaits its raise",
+			params: tasks.CreateParams{Budgets: []arbortype.BudgetLimit{
+				{Counter: "tokens", Max: 10, OnExhausted: arbortype.BudgetPark}}},
+			handler: func(ctx context.Context, run *machine.Run) error {
+				return run.Spend(ctx, "tokens", 11)
+			},
+			outcome: arbortest.OutcomeAwaiting, status: arbortype.StatusSleeping, err: tasks.ErrBudgetExhausted,
+			check: func(t *testing.T, b *bundle, res *arbortest.WorkResult) {
+				arbortest.RequirePendingEvent(b.ctx, t, b.engine, res.Task.ID, arbortype.BudgetEvent)
+			},
+		},
+		{
 			name: "a task aborted under its run is stopped",
 			handler: func(ctx context.Context, run *machine.Run) error {
 				return run.Complete(ctx, nil)

@@ -118,4 +118,8 @@ const (
 	// CodeEndingNotCommitted: its handler ended the run with a Tx form
 	// (Run.CompleteTx, SpawnTx) whose transaction never committed.
 	CodeEndingNotCommitted = "ending_not_committed"
+	// CodeSteered: the turn of a steered message (TurnSteer), cancelled
+	// because the live turn it was steered into took the message at an
+	// await; its result names that turn and the event.
+	CodeSteered = "steered"
 )

@@ -90,9 +90,14 @@ func (e LogEntry) SettleError() *TaskError {
 type TurnPolicy string
 
 const (
+	// TurnDefault, the zero value, is the policy configured for the turn's
+	// kind (tasks.Config.TurnPolicies), and TurnQueue for a kind with none.
+	// As a configured policy (an entry of TurnPolicies) it queues.
+	TurnDefault TurnPolicy = ""
 	// TurnQueue: the new turn waits; it starts when the live one settles.
-	// The zero value.
-	TurnQueue TurnPolicy = ""
+	// Given as CreateParams.OnBusy it queues whatever the kind's configured
+	// policy is.
+	TurnQueue TurnPolicy = "queue"
 	// TurnInterrupt: the live turns are aborted (their subtrees, leaves
 	// first, with the reason "interrupted by a new turn") and the new turn
 	// created, in one transaction.
@@ -100,16 +105,20 @@ const (
 	// TurnReject: nothing is written; the create fails with ErrBusy naming
 	// the live turn.
 	TurnReject TurnPolicy = "reject"
-	// TurnSteer: no new turn; the input is emitted to the live turn as a
-	// queued event (named CreateParams.SteerEvent, default "message"), and
-	// Create returns the live turn with created false.
+	// TurnSteer: the input is emitted to the live turn as a queued event
+	// (named CreateParams.SteerEvent, default "message"), and Create returns
+	// the live turn with created false. The message is never lost: it is
+	// also made a turn of its own, queued behind the live one as TurnQueue
+	// would, which answers it if the live turn settles without taking it,
+	// and which is cancelled (code CodeSteered) in the transaction where
+	// the live turn's await takes it.
 	TurnSteer TurnPolicy = "steer"
 )
 
 // Valid reports whether p is one of the policies.
 func (p TurnPolicy) Valid() bool {
 	switch p {
-	case TurnQueue, TurnInterrupt, TurnReject, TurnSteer:
+	case TurnDefault, TurnQueue, TurnInterrupt, TurnReject, TurnSteer:
 		return true
 	}
 	return false

@@ -20,15 +20,44 @@ import (
 // budgetOf returns the budget of counter on scope (0: the conversation).
 func (b *bundle) budgetOf(t *testing.T, scope int64, counter string) arbortype.Budget {
 	t.Helper()
+	got, err := b.engine.Budget(b.ctx, b.conv, scope, counter)
+	require.NoError(t, err)
+	return got
+}
+
+// Engine.Budget reads one budget as Budgets lists it; a budget that is not
+// set, of a conversation or task that has it not, is ErrNotFound.
+func TestBudgetReadsOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+		Budgets:             []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}},
+		ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 1000, OnExhausted: arbortype.BudgetPark}}})
+	require.NoError(t, err)
 	all, err := b.engine.Budgets(b.ctx, b.conv)
 	require.NoError(t, err)
-	for _, x := range all.Budgets {
-		if x.TaskID == scope && x.Counter == counter {
-			return x
-		}
+	require.Len(t, all.Budgets, 2)
+	for _, want := range all.Budgets {
+		got, err := b.engine.Budget(b.ctx, b.conv, want.TaskID, want.Counter)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
 	}
-	t.Fatalf("no budget of %s on scope %d in %v", counter, scope, all.Budgets)
-	return arbortype.Budget{}
+	require.Equal(t, int64(100), b.budgetOf(t, task.ID, "tokens").Max)
+	require.Equal(t, arbortype.BudgetPark, b.budgetOf(t, 0, "tokens").OnExhausted)
+	for _, c := range []struct {
+		conv    string
+		task    int64
+		counter string
+		says    string
+	}{
+		{b.conv, 0, "tool_calls", "none is set"},
+		{b.conv, task.ID + 1, "tokens", "none is set"},
+		{b.conv + "-none", 0, "tokens", "no such conversation"},
+	} {
+		_, err := b.engine.Budget(b.ctx, c.conv, c.task, c.counter)
+		require.ErrorIs(t, err, tasks.ErrNotFound, "%+v", c)
+		require.ErrorContains(t, err, c.says)
+	}
 }
 
 // budgetRows counts what budgets write, for "nothing was written".

@@ -204,6 +204,70 @@ func TestEmitPolicies(t *testing.T) {
 	b.requireClean(t)
 }
 
+// A task that awaits a first-wins name twice (an approval asked for twice)
+// gets two answers: an emit while the second await is parked is its answer,
+// although the name was emitted before. With no await parked, a repeated
+// emit returns the decision already made (a second click), the newest one.
+func TestFirstWinsAnswersEachAwait(t *testing.T) {
+	t.Parallel()
+	for _, toTask := range []bool{false, true} {
+		t.Run(fmt.Sprintf("to the task %t", toTask), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "refund"})
+			require.NoError(t, err)
+			lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = lease.Release(context.Background()) })
+			emit := func(payload string) (arbortype.Event, bool) {
+				t.Helper()
+				p := tasks.EmitParams{ConversationID: b.conv, Name: "approval", Payload: json.RawMessage(payload)}
+				if toTask {
+					p.TaskID = task.ID
+				}
+				ev, created, err := b.engine.Emit(b.ctx, p)
+				require.NoError(t, err)
+				return ev, created
+			}
+			await := func() {
+				t.Helper()
+				run, err := lease.Start(b.ctx, task.ID)
+				require.NoError(t, err)
+				require.NoError(t, run.AwaitEvent(b.ctx, machine.AwaitParams{Name: "approval", Phase: "decided"}))
+			}
+			delivered := func() string {
+				t.Helper()
+				cur, err := b.engine.Get(b.ctx, task.ID)
+				require.NoError(t, err)
+				require.Equal(t, arbortype.StatusPending, cur.Status, "woken by the answer")
+				return string(cur.Delivered.Payload)
+			}
+
+			await()
+			first, created := emit(`1`)
+			require.True(t, created)
+			require.Equal(t, task.ID, first.DeliveredTo)
+			again, created := emit(`2`)
+			require.False(t, created, "a second click while nothing awaits returns the decision")
+			require.Equal(t, first.ID, again.ID)
+			require.Equal(t, `1`, delivered())
+
+			await() // the handler asks again
+			second, created := emit(`3`)
+			require.True(t, created, "an emit while an await of the name is parked answers it")
+			require.Equal(t, task.ID, second.DeliveredTo)
+			require.Equal(t, `3`, delivered())
+			again, created = emit(`4`)
+			require.False(t, created)
+			require.Equal(t, second.ID, again.ID, "a repeat returns the newest decision")
+			evs, err := b.engine.Events(b.ctx, b.conv, 0, 10)
+			require.NoError(t, err)
+			require.Len(t, evs, 2)
+			b.requireClean(t)
+		})
+	}
+}
+
 // An approval deep in a sub-agent is visible at the conversation's level
 // with the token that answers it; the token answers once however often it
 // is posted; an unknown token is refused.
@@ -324,6 +388,23 @@ func TestEventsBadInput(t *testing.T) {
 	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
 	_, err = b.engine.AwaitSettled(b.ctx, 1<<40)
 	require.ErrorIs(t, err, tasks.ErrNotFound)
+	// The log of an unknown conversation is ErrNotFound too, also to a
+	// follower, which would otherwise wait for ever: Follow returns it
+	// before its context ends.
+	_, err = b.engine.ReadLog(b.ctx, b.conv+"-nope", 0, 10)
+	require.ErrorIs(t, err, tasks.ErrNotFound)
+	_, err = b.engine.LogHead(b.ctx, b.conv+"-nope")
+	require.ErrorIs(t, err, tasks.ErrNotFound)
+	followCtx, cancelFollow := context.WithCancel(b.ctx)
+	defer cancelFollow()
+	err = b.engine.Follow(followCtx, b.conv+"-nope", 0, func(arbortype.LogEntry) error { return nil })
+	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.NoError(t, followCtx.Err(), "Follow returned on its own")
+	head, err := b.engine.LogHead(b.ctx, b.conv)
+	require.NoError(t, err)
+	entries, err := b.engine.ReadLog(b.ctx, b.conv, head, 10)
+	require.NoError(t, err, "a known conversation's log read past its end is empty, not unknown")
+	require.Empty(t, entries)
 	_, err = b.engine.ReadLog(b.ctx, b.conv, -1, 10)
 	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
 	_, err = b.engine.ReadLog(b.ctx, b.conv, 0, 0)

@@ -42,12 +42,11 @@ func ExampleRun_AwaitEvent() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	// The UI asks what the conversation waits for, and shows the request.
-	var pending []arbortype.PendingEvent
-	for len(pending) == 0 {
-		if pending, err = engine.PendingEvents(ctx, "chat-20"); err != nil {
-			log.Fatal(err)
-		}
+	// The UI learns that the conversation waits for an answer, and shows
+	// the request.
+	pending, err := nextPending(ctx, engine, "chat-20")
+	if err != nil {
+		log.Fatal(err)
 	}
 	fmt.Println("awaiting:", pending[0].Name)
 	// The user clicks "approve" (twice: the token makes it one answer).
@@ -67,6 +66,30 @@ func ExampleRun_AwaitEvent() {
 }
 
 var errSeen = errors.New("seen")
+
+// nextPending follows a conversation's log until one of its tasks is parked
+// in an await, and returns what the conversation awaits (PendingEvents):
+// how a UI hears that it has a question to show, without polling.
+func nextPending(ctx context.Context, engine *tasks.Engine, conv string) ([]arbortype.PendingEvent, error) {
+	var pending []arbortype.PendingEvent
+	err := engine.Follow(ctx, conv, 0, func(en arbortype.LogEntry) error {
+		if en.Kind != "status" || en.Status != arbortype.StatusSleeping {
+			return nil
+		}
+		var err error
+		if pending, err = engine.PendingEvents(ctx, conv); err != nil {
+			return err
+		}
+		if len(pending) > 0 {
+			return errSeen
+		}
+		return nil
+	})
+	if errors.Is(err, errSeen) {
+		return pending, nil
+	}
+	return nil, err
+}
 
 // A client follows a conversation: every status change of every task and
 // the handler's progress, in commit order, live. A client that reconnects

@@ -23,8 +23,12 @@ func ExampleRun_Reserve() {
 
 	stop := startRunner(ctx, engine, map[string]machine.Handler{
 		"turn": func(ctx context.Context, run *machine.Run) error {
-			var calls int
-			_ = json.Unmarshal(run.Task.State, &calls)
+			var calls int // the model calls made so far: the last checkpoint's state
+			if len(run.Task.State) > 0 {
+				if err := json.Unmarshal(run.Task.State, &calls); err != nil {
+					return machine.NonRetryable(err)
+				}
+			}
 			for ; calls < 3; calls++ {
 				res, err := run.Reserve(ctx, "tokens", 400) // the call's most
 				if errors.Is(err, tasks.ErrBudgetExhausted) {
@@ -37,7 +41,10 @@ func ExampleRun_Reserve() {
 				if err := run.Record(ctx, res, 350); err != nil {
 					return err
 				}
-				state, _ := json.Marshal(calls + 1)
+				state, err := json.Marshal(calls + 1)
+				if err != nil {
+					return err
+				}
 				if err := run.Checkpoint(ctx, "calling", state); err != nil {
 					return err
 				}
@@ -52,17 +59,14 @@ func ExampleRun_Reserve() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	var pending []arbortype.PendingEvent
-	for len(pending) == 0 {
-		if pending, err = engine.PendingEvents(ctx, "chat-30"); err != nil {
-			log.Fatal(err)
-		}
-	}
-	budgets, err := engine.Budgets(ctx, "chat-30")
+	pending, err := nextPending(ctx, engine, "chat-30") // the turn parked on arbor:budget
 	if err != nil {
 		log.Fatal(err)
 	}
-	b := budgets.Budgets[0]
+	b, err := engine.Budget(ctx, "chat-30", 0, "tokens") // the session's budget
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Printf("awaiting %s: %d of %d tokens spent\n", pending[0].Name, b.Spent, b.Max)
 	if _, err := engine.SetBudget(ctx, tasks.BudgetParams{ConversationID: "chat-30", Counter: "tokens", Max: 2000,
 		OnExhausted: arbortype.BudgetPark}); err != nil {
@@ -72,11 +76,10 @@ func ExampleRun_Reserve() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	budgets, err = engine.Budgets(ctx, "chat-30")
-	if err != nil {
+	if b, err = engine.Budget(ctx, "chat-30", 0, "tokens"); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(settled.Status, string(settled.Result), budgets.Budgets[0].Spent, "tokens spent")
+	fmt.Println(settled.Status, string(settled.Result), b.Spent, "tokens spent")
 	// Output:
 	// awaiting arbor:budget: 700 of 1000 tokens spent
 	// completed "answered" 1050 tokens spent

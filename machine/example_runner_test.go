@@ -24,7 +24,11 @@ func exampleEngine(ctx context.Context, schema string) (*tasks.Engine, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	// A schema of the example's own, fresh: one an interrupted run left
+	// behind is dropped first.
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+		log.Fatal(err)
+	}
 	m, err := migrations.New(pool, schema, nil)
 	if err != nil {
 		log.Fatal(err)
@@ -61,13 +65,12 @@ func startRunner(ctx context.Context, engine *tasks.Engine, handlers map[string]
 }
 
 // summarize is the README's answer step: one line per child's result.
-func summarize(results []arbortype.Task) json.RawMessage {
+func summarize(results []arbortype.Task) (json.RawMessage, error) {
 	var lines []string
 	for _, r := range results {
 		lines = append(lines, fmt.Sprintf("%s: %s", r.Kind, r.Result))
 	}
-	b, _ := json.Marshal(lines)
-	return b
+	return json.Marshal(lines)
 }
 
 // The README's turn: it fans out to two tool calls and answers when both are
@@ -87,20 +90,19 @@ func ExampleRunner() {
 				if err != nil {
 					return err
 				}
+				answer, err := summarize(results)
+				if err != nil {
+					return err
+				}
 				defer func() { answered <- run.Task.ID }()
-				return run.Complete(ctx, summarize(results))
+				return run.Complete(ctx, answer)
 			}
-			search, err := run.Spawn(ctx, machine.SpawnParams{Kind: "search"})
-			if err != nil {
-				return err
-			}
-			fetch, err := run.Spawn(ctx, machine.SpawnParams{Kind: "fetch"})
+			kids, err := run.SpawnMany(ctx, []machine.SpawnParams{{Kind: "search"}, {Kind: "fetch"}})
 			if err != nil {
 				return err
 			}
 			// Park until both settle; the first failure aborts the other.
-			return run.Wait(ctx, machine.WaitParams{ChildIDs: []int64{search.ID, fetch.ID},
-				Policy: arbortype.FailFast, Phase: "gathering"})
+			return run.Wait(ctx, machine.WaitParams{ChildIDs: machine.IDs(kids), Policy: arbortype.FailFast, Phase: "gathering"})
 		},
 		"search": func(ctx context.Context, run *machine.Run) error { return run.Complete(ctx, []byte(`"3 hits"`)) },
 		"fetch":  func(ctx context.Context, run *machine.Run) error { return run.Complete(ctx, []byte(`"a page"`)) },
@@ -142,15 +144,11 @@ func ExampleRun_Wait() {
 				outcomes <- line
 				return run.Complete(ctx, []byte(`"partial answer"`))
 			}
-			var ids []int64
-			for _, kind := range []string{"translate_fr", "translate_slow"} {
-				c, err := run.Spawn(ctx, machine.SpawnParams{Kind: kind})
-				if err != nil {
-					return err
-				}
-				ids = append(ids, c.ID)
+			kids, err := run.SpawnMany(ctx, []machine.SpawnParams{{Kind: "translate_fr"}, {Kind: "translate_slow"}})
+			if err != nil {
+				return err
 			}
-			return run.Wait(ctx, machine.WaitParams{ChildIDs: ids, Policy: arbortype.FailFast, Phase: "translating"})
+			return run.Wait(ctx, machine.WaitParams{ChildIDs: machine.IDs(kids), Policy: arbortype.FailFast, Phase: "translating"})
 		},
 		"translate_fr": func(ctx context.Context, run *machine.Run) error {
 			<-slowStarted // (for the example's output: a sibling that never started is "orphaned")

@@ -31,7 +31,11 @@ func readmeTurn(beforeWait func(), entered *int, mu *sync.Mutex) machine.Handler
 			if err != nil {
 				return err
 			}
-			return run.Complete(ctx, summarize(results))
+			answer, err := summarize(results)
+			if err != nil {
+				return err
+			}
+			return run.Complete(ctx, answer)
 		}
 		search, err := run.Spawn(ctx, machine.SpawnParams{Kind: "search"})
 		if err != nil {

@@ -554,6 +554,22 @@ type WaitParams struct {
 	State json.RawMessage
 }
 
+// IDs returns the ids of ts, in their order: the ChildIDs of a wait on the
+// children a SpawnMany (or several Spawns) returned.
+//
+//	kids, err := run.SpawnMany(ctx, []machine.SpawnParams{{Kind: "search"}, {Kind: "fetch"}})
+//	if err != nil {
+//		return err
+//	}
+//	return run.Wait(ctx, machine.WaitParams{ChildIDs: machine.IDs(kids), Policy: arbortype.AllSettled, Phase: "answer"})
+func IDs(ts []arbortype.Task) []int64 {
+	ids := make([]int64, len(ts))
+	for i, t := range ts {
+		ids[i] = t.ID
+	}
+	return ids
+}
+
 // Wait ends the run, parking the task until its children satisfy p.Policy
 // (all settled, or the first that did not complete under fail_fast, which
 // aborts the others); the handler then runs again with run.Task.Phase =

@@ -92,6 +92,19 @@ func workLeased(ctx context.Context, c *core.Engine, lease *Lease, taskID int64,
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
 	rep.Ending, rep.Ended, rep.Woken, rep.EndErr = sink.last.Kind, sink.hasEnded, sink.lastRes.Woken, sink.lastRes.Err
+	if !rep.Ended {
+		// A reservation over a budget that fails or parks ended the run in
+		// its own transaction, not through the sink: the task failed, or
+		// awaits the budget's raise.
+		run.mu.Lock()
+		switch run.outcome.Kind {
+		case OutcomeFailed:
+			rep.Ending, rep.Ended = core.OutFail, true
+		case OutcomeAwaiting:
+			rep.Ending, rep.Ended = core.OutAwait, true
+		}
+		run.mu.Unlock()
+	}
 	return rep, nil
 }
 

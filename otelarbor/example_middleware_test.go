@@ -33,8 +33,14 @@ func ExampleMiddleware() {
 	}
 	defer pool.Close()
 	const schema = "otelarbor_example"
-	_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-	defer func() { _, _ = pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") }()
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+		log.Fatal(err)
+	}
+	defer func() {
+		if _, err := pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			log.Print(err)
+		}
+	}()
 	m, err := migrations.New(pool, schema, nil)
 	if err != nil {
 		log.Fatal(err)

@@ -51,9 +51,9 @@ type LogEntry struct {
 var (
 	qEventByKey = define(`SELECT ` + eventColumns + ` FROM {schema}.events
 		WHERE conversation_id = $1 AND idempotency_key = $2`)
-	qFirstEvent = define(`SELECT ` + eventColumns + ` FROM {schema}.events
+	qFirstWinsEvent = define(`SELECT ` + eventColumns + ` FROM {schema}.events
 		WHERE conversation_id = $1 AND name = $2 AND coalesce(task_id, 0) = $3 AND NOT queued
-		ORDER BY id LIMIT 1`)
+		ORDER BY id DESC LIMIT 1`)
 	qInsertEvent = define(`INSERT INTO {schema}.events (conversation_id, task_id, name, payload, idempotency_key, queued)
 		VALUES ($1, nullif($2::bigint, 0), $3, $4, nullif($5::text, ''), $6)
 		RETURNING ` + eventColumns)
@@ -97,6 +97,8 @@ var (
 
 	qUndeliveredEvents = define(`SELECT ` + eventColumns + ` FROM {schema}.events
 		WHERE conversation_id = $1 AND delivered_to IS NULL ORDER BY id`)
+	qConversationEvents = define(`SELECT ` + eventColumns + ` FROM {schema}.events
+		WHERE conversation_id = $1 AND id > $2 ORDER BY id LIMIT $3`)
 
 	qLiveDeadlines = define(`SELECT id FROM {schema}.tasks
 		WHERE deadline < now() AND status IN ({live}) ORDER BY deadline LIMIT $1`)
@@ -107,10 +109,21 @@ func (s *Store) EventByKey(ctx context.Context, db DB, conv, key string) (Event,
 	return scanEvent(db.QueryRow(ctx, s.sql[qEventByKey], conv, key))
 }
 
-// FirstEvent reads the first-wins event of a name at an address (task 0:
-// the conversation).
-func (s *Store) FirstEvent(ctx context.Context, db DB, conv, name string, taskID int64) (Event, error) {
-	return scanEvent(db.QueryRow(ctx, s.sql[qFirstEvent], conv, name, taskID))
+// ConversationEvents reads up to limit events of conv with ids after
+// after, in id order.
+func (s *Store) ConversationEvents(ctx context.Context, db DB, conv string, after int64, limit int) ([]Event, error) {
+	rows, err := db.Query(ctx, s.sql[qConversationEvents], conv, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) { return scanEvent(row) })
+}
+
+// FirstWinsEvent reads the newest first-wins event of a name at an
+// address (task 0: the conversation): the decision a repeated emit
+// returns.
+func (s *Store) FirstWinsEvent(ctx context.Context, db DB, conv, name string, taskID int64) (Event, error) {
+	return scanEvent(db.QueryRow(ctx, s.sql[qFirstWinsEvent], conv, name, taskID))
 }
 
 // InsertEvent inserts an undelivered event.

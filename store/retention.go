@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/arborhq/arbor/arbortype"
 )
 
 // Retention: the prune's statements (docs/operations.md, "Retention").
@@ -14,6 +16,10 @@ import (
 // guard refuses every delete of a task or a conversation; the guard also
 // checks every deleted task semantically (fsm.DeleteRules), whatever the
 // statement that deletes it.
+
+// steeredCode is arbortype.CodeSteered, the error code of a steered
+// message's own turn that another turn took.
+const steeredCode = arbortype.CodeSteered
 
 // dependent is a table whose rows belong to tasks, or to a conversation,
 // and go with them, deleted before the tasks they refer to.
@@ -126,13 +132,20 @@ var (
 	qLockConversationForPrune = define(`SELECT ` + heldLive + `
 		FROM {schema}.conversations c WHERE c.id = $1 FOR UPDATE OF c SKIP LOCKED`)
 
+	// Whether conversation $1 has a live holder, read without a lock: what
+	// a dry run needs to know the batch's LockConversationForPrune would
+	// say.
+	qConversationHeld = define(`SELECT ` + heldLive + ` FROM {schema}.conversations c WHERE c.id = $1`)
+
 	// What a prune may delete of conversation $1 with cutoff $2: the tasks
 	// of its ripe turns (up to $3, newest id first, so that every task's
 	// descendants come with it), and whether the conversation is wholly
 	// out of use. A turn is ripe when no task of its tree is live and every
 	// one settled before the cutoff, and, while the conversation is in use
-	// (a live task, or anything newer than the cutoff), it is not the
-	// conversation's newest settled turn.
+	// (a live task, or anything newer than the cutoff), it is neither the
+	// conversation's newest settled turn nor its newest settled turn that
+	// is not a steered message's (cancelled because another turn took the
+	// message: the turn that answered is the context to keep).
 	qPruneVictims = define(`WITH RECURSIVE
 		live_up AS (
 			SELECT t.id, t.owner_task_id FROM {schema}.tasks t WHERE t.conversation_id = $1 AND t.status IN ({live})
@@ -145,11 +158,15 @@ var (
 			OR EXISTS (SELECT 1 FROM {schema}.conversations c WHERE c.id = $1 AND c.created_at >= $2) AS v),
 		newest AS (SELECT max(id) AS id FROM {schema}.tasks
 			WHERE conversation_id = $1 AND owner_task_id IS NULL AND status NOT IN ({live})),
+		newest_answer AS (SELECT max(id) AS id FROM {schema}.tasks
+			WHERE conversation_id = $1 AND owner_task_id IS NULL AND status NOT IN ({live})
+			  AND error->>'code' IS DISTINCT FROM '` + steeredCode + `'),
 		roots AS (
 			SELECT r.id FROM {schema}.tasks r
 			WHERE r.conversation_id = $1 AND r.owner_task_id IS NULL AND r.settled_at < $2
 			  AND r.id NOT IN (SELECT id FROM live_up)
-			  AND (NOT (SELECT v FROM in_use) OR r.id <> (SELECT id FROM newest))),
+			  AND (NOT (SELECT v FROM in_use)
+			    OR (r.id <> (SELECT id FROM newest) AND r.id IS DISTINCT FROM (SELECT id FROM newest_answer)))),
 		tree AS (
 			SELECT r.id AS root, r.id, t.settled_at FROM roots r JOIN {schema}.tasks t ON t.id = r.id
 			UNION ALL
@@ -222,6 +239,17 @@ func (s *Store) LockConversationForPrune(ctx context.Context, tx pgx.Tx, conv st
 		return false, false, nil
 	}
 	return err == nil, held, err
+}
+
+// ConversationHeld reports whether a live holder has conv's lease (false
+// for a conversation that does not exist).
+func (s *Store) ConversationHeld(ctx context.Context, db DB, conv string) (bool, error) {
+	var held bool
+	err := db.QueryRow(ctx, s.sql[qConversationHeld], conv).Scan(&held)
+	if err == pgx.ErrNoRows {
+		return false, nil
+	}
+	return held, err
 }
 
 // PruneVictims returns up to limit tasks of conv's ripe turns (newest id

@@ -72,3 +72,15 @@ func (e *Engine) Budgets(ctx context.Context, conversationID string) (arbortype.
 		return out, nil
 	})
 }
+
+// Budget reads one budget: counter's of the conversation (taskID 0) or of
+// task taskID's subtree, as Budgets reads it (a wall-time budget's Spent is
+// the time elapsed). Spent counts closed reservations and Reserved open
+// ones: a reservation its run did not record stays in Reserved until it
+// is spent in full (see Run.Reserve). No such budget, or no such
+// conversation, is ErrNotFound.
+func (e *Engine) Budget(ctx context.Context, conversationID string, taskID int64, counter string) (arbortype.Budget, error) {
+	return core.Read(ctx, e.core, func(db store.DB) (arbortype.Budget, error) {
+		return e.core.Budget(ctx, db, conversationID, taskID, counter)
+	})
+}

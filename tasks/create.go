@@ -57,12 +57,16 @@ type CreateParams struct {
 	// (enforced by the runners, within a PollInterval).
 	Deadline time.Time
 	// OnBusy says what happens when this root task (a turn) is created while
-	// another root of the conversation is live: queue (the zero value: it
-	// waits its turn), interrupt, reject or steer (see TurnPolicy). Empty
-	// means Config.TurnPolicies[Kind], else queue. Only for roots.
+	// another root of the conversation is live: TurnQueue (it waits its
+	// turn), TurnInterrupt, TurnReject or TurnSteer (see TurnPolicy), each
+	// whatever Config.TurnPolicies says for the kind. The zero value,
+	// TurnDefault, is Config.TurnPolicies[Kind], and TurnQueue for a kind
+	// with no entry. Only for roots (a child's may be TurnDefault or
+	// TurnQueue, which mean nothing for it).
 	OnBusy TurnPolicy
 	// SteerEvent names the event a steered input is emitted as (OnBusy
-	// TurnSteer). Default "message".
+	// TurnSteer): what the live turn awaits to take it. Default
+	// SteerEventDefault ("message").
 	SteerEvent string
 	// Budgets are set on the new task: its subtree's spend is counted and
 	// bounded by them (see Engine.SetBudget).
@@ -82,6 +86,7 @@ type TraceInjector = arbortype.TraceInjector
 
 // The turn policies.
 const (
+	TurnDefault   = arbortype.TurnDefault
 	TurnQueue     = arbortype.TurnQueue
 	TurnInterrupt = arbortype.TurnInterrupt
 	TurnReject    = arbortype.TurnReject
@@ -90,6 +95,10 @@ const (
 
 // SteerEventDefault is the event name of a steered input.
 const SteerEventDefault = "message"
+
+// CodeSteered is the error code of a steered message's own turn, cancelled
+// because the turn it was steered into took the message (see TurnSteer).
+const CodeSteered = arbortype.CodeSteered
 
 func (p CreateParams) core(trace map[string]string) core.CreateParams {
 	return core.CreateParams{
@@ -156,9 +165,9 @@ func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams, trace ma
 	}
 	if policy != TurnQueue {
 		if p.OwnerID != 0 {
-			return createResult{}, fmt.Errorf("create task: a turn policy is for root tasks: %w", ErrInvalidArgument)
+			return createResult{}, fmt.Errorf("create task: turn policy %q: a turn policy is for root tasks: %w", policy, ErrInvalidArgument)
 		}
-		r, done, err := e.busy(ctx, tx, p, policy)
+		r, done, err := e.busy(ctx, tx, p, policy, trace)
 		if done || err != nil {
 			return r, err
 		}
@@ -171,12 +180,18 @@ func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams, trace ma
 	return createResult{t, created}, err
 }
 
-// policy is the turn policy p is created under.
+// policy is the turn policy p is created under: its OnBusy, else its
+// kind's configured policy, else TurnQueue. A child's is TurnQueue unless it
+// names another (refused then).
 func (e *Engine) policy(p CreateParams) TurnPolicy {
-	if p.OnBusy != TurnQueue || p.OwnerID != 0 {
-		return p.OnBusy
+	policy := p.OnBusy
+	if policy == TurnDefault && p.OwnerID == 0 {
+		policy = e.core.Cfg.TurnPolicies[p.Kind]
 	}
-	return e.core.Cfg.TurnPolicies[p.Kind]
+	if policy == TurnDefault {
+		return TurnQueue
+	}
+	return policy
 }
 
 // busy applies policy to a turn created while another root task of its
@@ -184,17 +199,24 @@ func (e *Engine) policy(p CreateParams) TurnPolicy {
 // concurrent creates get exactly what the policy says): done says the
 // create is answered (rejected, or steered into the live turn); otherwise
 // the turn is created after it (the live turns aborted, for interrupt).
-func (e *Engine) busy(ctx context.Context, tx pgx.Tx, p CreateParams, policy TurnPolicy) (createResult, bool, error) {
+func (e *Engine) busy(ctx context.Context, tx pgx.Tx, p CreateParams, policy TurnPolicy, trace map[string]string) (createResult, bool, error) {
 	live, err := e.core.LockLiveRoots(ctx, tx, p.ConversationID)
 	if err != nil || len(live) == 0 {
 		return createResult{}, false, err
 	}
 	if p.IdempotencyKey != "" {
-		// A repeat of the create that made a live turn returns it.
+		// A repeat of the create that made a live turn returns it; a
+		// repeated steer, whose key its message's own turn has, the turn it
+		// was steered into, as the first one did.
 		for _, t := range live {
-			if t.IdempotencyKey == p.IdempotencyKey {
-				return createResult{task: t}, true, nil
+			if t.IdempotencyKey != p.IdempotencyKey {
+				continue
 			}
+			into, steered, err := e.core.SteeredInto(ctx, tx, p.ConversationID, t.ID)
+			if err == nil && steered {
+				t, err = e.core.Get(ctx, tx, into)
+			}
+			return createResult{task: t}, true, err
 		}
 	}
 	switch policy {
@@ -213,15 +235,28 @@ func (e *Engine) busy(ctx context.Context, tx pgx.Tx, p CreateParams, policy Tur
 		if name == "" {
 			name = SteerEventDefault
 		}
-		key := ""
-		if p.IdempotencyKey != "" {
-			key = "arbor:steer:" + p.IdempotencyKey
-		}
-		if _, err := e.core.Emit(ctx, tx, core.EmitParams{ConversationID: p.ConversationID, TaskID: live[0].ID,
-			Name: name, Payload: p.Input, Queue: true, IdempotencyKey: key}); err != nil {
+		// The message goes to the oldest live turn, and is a turn of its
+		// own queued behind it, so that it is answered whether that turn
+		// takes it or not (core.Steer).
+		own, created, err := e.core.Steer(ctx, tx, live[0], p.core(trace), name)
+		if err != nil {
 			return createResult{}, true, err
 		}
-		cur, err := e.core.Get(ctx, tx, live[0].ID)
+		answer := live[0].ID
+		if !created {
+			// Its key named a task already: the repeat returns what the
+			// first create returned.
+			into, steered, err := e.core.SteeredInto(ctx, tx, p.ConversationID, own.ID)
+			switch {
+			case err != nil:
+				return createResult{}, true, err
+			case steered:
+				answer = into
+			default:
+				return createResult{task: own}, true, nil
+			}
+		}
+		cur, err := e.core.Get(ctx, tx, answer)
 		return createResult{task: cur}, true, err
 	}
 	return createResult{}, false, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,8 +96,9 @@ type Config struct {
 	IdleInTransaction time.Duration
 	// TurnPolicies gives, per kind of root task, what Create does when a
 	// turn of that kind is created while another root task of the
-	// conversation is live (CreateParams.OnBusy overrides it). A kind
-	// missing here queues. Default: none.
+	// conversation is live. A create whose CreateParams.OnBusy names a
+	// policy (TurnQueue included) has that one instead; a kind missing here,
+	// or given TurnDefault, queues. Default: none.
 	TurnPolicies map[string]TurnPolicy
 	// LogRetention is how long a conversation's log entries are kept; the
 	// runners prune older ones. Default LogRetentionDefault (7 days).
@@ -150,7 +152,14 @@ type Config struct {
 	// The caller owns it, as the engine's pool. Default nil: the engine's
 	// pool, or, with TransactionPooler, no LISTEN at all.
 	ListenPool *pgxpool.Pool
-	// Logger receives the engine's logs. Default: discard.
+	// Logger receives the engine's logs, and a runner's on the engine
+	// unless machine.RunnerConfig.Logger names another. Default: warnings
+	// and errors as text on standard error (slog.NewTextHandler(os.Stderr)
+	// at slog.LevelWarn), as River's default logger does: what arbor warns
+	// about (a pooler configuration that polls or will break, a handler
+	// that ignores its cancelled context, a lease that could not be
+	// renewed) needs an operator. slog.New(slog.DiscardHandler) discards
+	// everything.
 	Logger *slog.Logger
 }
 
@@ -203,7 +212,7 @@ func (c *Config) WithDefaults() *Config {
 		out.PruneInterval = PruneIntervalDefault
 	}
 	if out.Logger == nil {
-		out.Logger = slog.New(slog.DiscardHandler)
+		out.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	return &out
 }

@@ -112,6 +112,27 @@ func (e *Engine) PendingEvents(ctx context.Context, conversationID string) ([]ar
 	return out, nil
 }
 
+// Events lists up to limit (1..10,000) events of a conversation with ids
+// after after (0: from the first), in the order they were emitted: every
+// emit by name and every answer to a token, with what became of it —
+// DeliveredTo is the task it woke, 0 while it waits for an await of its
+// name (an event addressed to a task that settled first waits so for
+// ever). A steered message (TurnSteer) is one, addressed to the turn it
+// was sent to. An unknown conversation is ErrNotFound.
+func (e *Engine) Events(ctx context.Context, conversationID string, after int64, limit int) ([]arbortype.Event, error) {
+	evs, err := core.Read(ctx, e.core, func(db store.DB) ([]store.Event, error) {
+		return e.core.Events(ctx, db, conversationID, after, limit)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]arbortype.Event, len(evs))
+	for i, ev := range evs {
+		out[i] = event(ev)
+	}
+	return out, nil
+}
+
 func event(ev store.Event) arbortype.Event {
 	return arbortype.Event{ID: ev.ID, ConversationID: ev.ConversationID, TaskID: ev.TaskID, Name: ev.Name,
 		Payload: ev.Payload, Queued: ev.Queued, IdempotencyKey: ev.IdempotencyKey, EmittedAt: ev.EmittedAt,

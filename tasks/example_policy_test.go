@@ -13,7 +13,8 @@ import (
 // The message that arrives mid-turn: with the interrupt policy, the live
 // turn is aborted (its subtree, leaves first, with the reason) and the new
 // turn starts, in one transaction; with steer, the message goes to the live
-// turn as an event instead; with reject, the create fails with ErrBusy.
+// turn as an event instead (and is a turn of its own, queued, should the
+// live turn not take it); with reject, the create fails with ErrBusy.
 func ExampleTurnPolicy() {
 	ctx := context.Background()
 	engine, _, done := exampleEngine(ctx, "arbor_example_policy")

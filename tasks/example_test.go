@@ -22,7 +22,11 @@ func exampleEngine(ctx context.Context, schema string) (*tasks.Engine, *pgxpool.
 	if err != nil {
 		log.Fatal(err)
 	}
-	_, _ = pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+	// A schema of the example's own, fresh: one an interrupted run left
+	// behind is dropped first.
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+		log.Fatal(err)
+	}
 	m, err := migrations.New(pool, schema, nil)
 	if err != nil {
 		log.Fatal(err)

@@ -29,7 +29,8 @@ import (
 const FollowPoll = time.Second
 
 // ReadLog reads up to limit (1..10,000) entries of a conversation's log
-// after seq after (0: from the start), in order.
+// after seq after (0: from the start), in order. An unknown conversation
+// (never created, or pruned whole) is ErrNotFound.
 func (e *Engine) ReadLog(ctx context.Context, conversationID string, after int64, limit int) ([]arbortype.LogEntry, error) {
 	entries, err := core.Read(ctx, e.core, func(db store.DB) ([]store.LogEntry, error) {
 		return e.core.ReadLog(ctx, db, conversationID, after, limit)
@@ -45,7 +46,8 @@ func (e *Engine) ReadLog(ctx context.Context, conversationID string, after int64
 }
 
 // LogHead returns the seq of the last entry of a conversation's log (0
-// when it has none): a cursor to follow what comes next.
+// when it has none): a cursor to follow what comes next. An unknown
+// conversation is ErrNotFound.
 func (e *Engine) LogHead(ctx context.Context, conversationID string) (int64, error) {
 	return core.Read(ctx, e.core, func(db store.DB) (int64, error) {
 		if _, err := e.core.ReadLog(ctx, db, conversationID, 0, 1); err != nil {
@@ -59,7 +61,11 @@ func (e *Engine) LogHead(ctx context.Context, conversationID string) (int64, err
 // in order, then with each new one as it commits, until ctx ends (it
 // returns ctx's error) or fn returns an error (Follow returns it). A
 // follower that attaches mid-turn with the cursor of the last entry it saw
-// misses nothing: every later entry, the turn's settle included, comes.
+// misses nothing: every later entry, the turn's settle included, comes. An
+// unknown conversation is ErrNotFound at once, as it is to AwaitSettled,
+// PendingEvents and Emit (create the conversation's first turn before
+// following it); one pruned whole while it is followed ends the follow
+// with ErrNotFound.
 func (e *Engine) Follow(ctx context.Context, conversationID string, after int64, fn func(arbortype.LogEntry) error) error {
 	if _, err := e.ReadLog(ctx, conversationID, after, 1); err != nil {
 		return err

@@ -26,15 +26,12 @@ import (
 //   - interrupt: fifty turns, each aborting the one before with a reason:
 //     one live, forty-nine aborted;
 //   - steer: one turn, and forty-nine queued events to it, one per message,
-//     in the log.
+//     in the log, each message also a turn of its own queued behind it (it
+//     answers the message if the live turn does not take it).
 func TestTurnPoliciesUnderConcurrentStarts(t *testing.T) {
 	t.Parallel()
 	for _, policy := range []tasks.TurnPolicy{tasks.TurnQueue, tasks.TurnReject, tasks.TurnInterrupt, tasks.TurnSteer} {
-		name := string(policy)
-		if name == "" {
-			name = "queue"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(string(policy), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			eng, _ := engineWith(t, func(c *pgxpool.Config) { c.MaxConns = 20 })
@@ -103,7 +100,8 @@ func TestTurnPoliciesUnderConcurrentStarts(t *testing.T) {
 			case tasks.TurnSteer:
 				require.Equal(t, 1, created)
 				require.Equal(t, n-1, steered)
-				require.Len(t, all, 1)
+				require.Len(t, all, n, "the live turn, and each steered message's own turn queued behind it")
+				require.Equal(t, n, live)
 				require.Len(t, ids, 1, "every steered message names the live turn")
 				log, err := eng.ReadLog(ctx, conv, 0, 1000)
 				require.NoError(t, err)
@@ -122,8 +120,10 @@ func TestTurnPoliciesUnderConcurrentStarts(t *testing.T) {
 	}
 }
 
-// A policy configured per kind applies to creates that say none; a repeated
-// create (same key) of the live turn returns it instead of being refused.
+// A policy configured per kind applies to creates that say none
+// (TurnDefault), and an explicit OnBusy (TurnQueue too) overrides it; a
+// repeated create (same key) of the live turn returns it instead of being
+// refused.
 func TestTurnPolicyPerKind(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -142,8 +142,16 @@ func TestTurnPolicyPerKind(t *testing.T) {
 	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", IdempotencyKey: "msg-2"})
 	require.ErrorIs(t, err, tasks.ErrBusy)
 	require.Contains(t, err.Error(), fmt.Sprint(first.ID))
+	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", OnBusy: tasks.TurnDefault, IdempotencyKey: "msg-3"})
+	require.ErrorIs(t, err, tasks.ErrBusy, "TurnDefault is the kind's configured policy")
+	queued, created, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", OnBusy: tasks.TurnQueue, IdempotencyKey: "msg-4"})
+	require.NoError(t, err, "an explicit TurnQueue queues over the kind's policy")
+	require.True(t, created)
+	require.Equal(t, arbortype.StatusPending, queued.Status)
 	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "note"})
 	require.NoError(t, err, "another kind queues")
+	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, OwnerID: first.ID, Kind: "tool", OnBusy: tasks.TurnQueue})
+	require.NoError(t, err, "TurnQueue means nothing for a child, and is accepted")
 	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", OnBusy: "shout"})
 	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
 	_, err = tasks.New(ctx, pool, &tasks.Config{Schema: schema, TurnPolicies: map[string]tasks.TurnPolicy{"turn": "shout"}})

@@ -19,7 +19,9 @@ type PruneParams struct {
 	// Batch is how many tasks one transaction deletes. Default
 	// Config.PruneBatch.
 	Batch int
-	// DryRun counts what would be deleted and deletes nothing.
+	// DryRun counts what would be deleted and deletes nothing, by the same
+	// rules (a conversation a live holder keeps is not counted deleted
+	// whole); only Skipped differs, as a dry run waits for no lock.
 	DryRun bool
 }
 

@@ -283,9 +283,6 @@ func (d *demo) run() error {
 	}
 	stop := make(chan struct{})
 	watching := d.watch(stop)
-	followCtx, stopFollowing := context.WithCancel(d.ctx)
-	following := d.follow(followCtx)
-	defer func() { stopFollowing(); <-following }()
 	defer func() {
 		select {
 		case <-stop:
@@ -300,6 +297,11 @@ func (d *demo) run() error {
 	if err != nil {
 		return err
 	}
+	// The client follows the conversation from its first entry, now that
+	// it exists (the log of a conversation that does not is ErrNotFound).
+	followCtx, stopFollowing := context.WithCancel(d.ctx)
+	following := d.follow(followCtx)
+	defer func() { stopFollowing(); <-following }()
 	if err := d.waitFor("turn 1 to complete", func(all []arbortype.Task) bool { return statusOf(all, t1.ID) == arbortype.StatusCompleted }); err != nil {
 		return err
 	}

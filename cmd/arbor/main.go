@@ -6,7 +6,7 @@
 //	arbor tree CONVERSATION [--json] [--watch]
 //	arbor show TASK [--json]
 //	arbor abort TASK | cancel TASK | wake TASK
-//	arbor emit CONVERSATION NAME [PAYLOAD] | pending | log | budget CONVERSATION [COUNTER MAX]
+//	arbor emit CONVERSATION NAME [PAYLOAD] | pending | events | log | budget CONVERSATION [COUNTER MAX]
 //	arbor check [CONVERSATION]
 //	arbor ui [--addr A] [--actions] [--demo]
 //	arbor demo
@@ -80,6 +80,7 @@ Usage:
   arbor wake TASK                        wake a sleeping task now
   arbor emit CONVERSATION NAME [PAYLOAD] emit an event (--task ID, --token T for an approval)
   arbor pending CONVERSATION             what the conversation awaits, with the tokens that answer it
+  arbor events CONVERSATION              the conversation's events and what became of each (--json)
   arbor budget CONVERSATION [COUNTER MAX] list a conversation's budgets, or set one (--task, --on-exhausted)
   arbor log CONVERSATION                 the conversation's log (--follow)
   arbor check [CONVERSATION]             run the invariant checker (exit 1 on violations)
@@ -109,6 +110,7 @@ var commands = map[string]command{
 	"emit":    cmdEmit,
 	"budget":  cmdBudget,
 	"pending": cmdPending,
+	"events":  cmdEvents,
 	"log":     cmdLog,
 	"check":   cmdCheck,
 	"ui":      cmdUI,

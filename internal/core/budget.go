@@ -654,6 +654,35 @@ func (e *Engine) Budgets(ctx context.Context, db store.DB, conv string) ([]arbor
 	return out, spend, nil
 }
 
+// Budget reads the budget of counter of one scope of conv: the
+// conversation's (taskID 0) or a task's. No such budget is ErrNotFound,
+// saying whether the conversation exists.
+func (e *Engine) Budget(ctx context.Context, db store.DB, conv string, taskID int64, counter string) (arbortype.Budget, error) {
+	if err := checkText("conversation id", conv, true); err != nil {
+		return arbortype.Budget{}, fmt.Errorf("budget: %w", err)
+	}
+	what := fmt.Sprintf("budget %q of conversation %q", counter, conv)
+	if taskID != 0 {
+		what = fmt.Sprintf("budget %q of task %d of conversation %q", counter, taskID, conv)
+	}
+	rows, err := e.Store.ConversationBudgets(ctx, db, conv)
+	if err != nil {
+		return arbortype.Budget{}, fmt.Errorf("%s: %w", what, err)
+	}
+	for _, b := range rows {
+		if b.TaskID == taskID && b.Counter == counter {
+			return budget(b), nil
+		}
+	}
+	if _, err := e.Store.GetConversation(ctx, db, conv); err != nil {
+		if store.IsNoRows(err) {
+			return arbortype.Budget{}, fmt.Errorf("%s: no such conversation: %w", what, ErrNotFound)
+		}
+		return arbortype.Budget{}, fmt.Errorf("%s: %w", what, err)
+	}
+	return arbortype.Budget{}, fmt.Errorf("%s: none is set: %w", what, ErrNotFound)
+}
+
 func budget(b store.BudgetRow) arbortype.Budget {
 	return arbortype.Budget{ConversationID: b.ConversationID, TaskID: b.TaskID, Counter: b.Counter, Max: b.Max,
 		Spent: b.Spent, Reserved: b.Reserved, Pruned: b.Carried, OnExhausted: b.OnExhausted, UpdatedAt: b.UpdatedAt}

@@ -51,7 +51,8 @@ type EmitParams struct {
 	// Payload is the event's JSON; empty for none.
 	Payload json.RawMessage
 	// Queue: every emit is one delivery, in order. Otherwise the first emit
-	// of the name at the address wins, and later ones return it.
+	// of the name at the address wins, and later ones return it — until an
+	// await of the name is parked there again (see emitLocked).
 	Queue bool
 	// IdempotencyKey makes a repeated emit return the first one.
 	IdempotencyKey string
@@ -154,13 +155,35 @@ func (e *Engine) emitted(ctx context.Context, tx pgx.Tx, conv, key string) (stor
 // its key) and delivers it to the await it is for, if one is parked now:
 // target's (locked), when p is addressed to a task, else the oldest of the
 // conversation's awaits of its name.
+//
+// A first-wins emit (not p.Queue) is a repeat of the newest first-wins
+// event of its name at its address, and returns it, unless an await of the
+// name is parked at the address now: that earlier event answered an
+// earlier await (it was delivered: a parked await takes an undelivered
+// event when it parks), and this emit is the answer to the one parked — a
+// task that asks for an approval twice gets two answers. With nobody
+// awaiting, a repeat is a second click on the decision already made.
 func (e *Engine) emitLocked(ctx context.Context, tx pgx.Tx, p EmitParams, target Task) (Emitted, error) {
-	if !p.Queue {
-		ev, err := e.Store.FirstEvent(ctx, tx, p.ConversationID, p.Name, p.TaskID)
+	var awaiter Task
+	if p.TaskID != 0 {
+		if target.ID != 0 && awaiting(target) && target.AwaitName == p.Name {
+			awaiter = target
+		}
+	} else {
+		t, err := e.Store.OldestAwaiting(ctx, tx, p.ConversationID, p.Name)
 		switch {
 		case err == nil:
-			return Emitted{Event: ev}, nil
+			awaiter = t
 		case !store.IsNoRows(err):
+			return Emitted{}, err
+		}
+	}
+	if !p.Queue {
+		ev, err := e.Store.FirstWinsEvent(ctx, tx, p.ConversationID, p.Name, p.TaskID)
+		switch {
+		case err == nil && awaiter.ID == 0:
+			return Emitted{Event: ev}, nil
+		case err != nil && !store.IsNoRows(err):
 			return Emitted{}, err
 		}
 	}
@@ -176,21 +199,12 @@ func (e *Engine) emitLocked(ctx context.Context, tx pgx.Tx, p EmitParams, target
 		return Emitted{}, fmt.Errorf("log: %w", mapDBError(err))
 	}
 	out := Emitted{Event: ev, Created: true}
-	if p.TaskID == 0 {
-		t, err := e.Store.OldestAwaiting(ctx, tx, p.ConversationID, p.Name)
-		switch {
-		case err == nil:
-			target = t
-		case !store.IsNoRows(err):
+	if awaiter.ID != 0 {
+		if _, err := e.deliverLocked(ctx, tx, awaiter, &ev); err != nil {
 			return Emitted{}, err
 		}
-	}
-	if target.ID != 0 && awaiting(target) && target.AwaitName == p.Name {
-		if _, err := e.deliverLocked(ctx, tx, target, &ev); err != nil {
-			return Emitted{}, err
-		}
-		out.Delivered = target.ID
-		out.Event.DeliveredTo = target.ID
+		out.Delivered = awaiter.ID
+		out.Event.DeliveredTo = awaiter.ID
 	}
 	return out, nil
 }
@@ -226,7 +240,112 @@ func (e *Engine) deliverLocked(ctx context.Context, tx pgx.Tx, t Task, ev *store
 	if err != nil {
 		return Task{}, mapDBError(err)
 	}
+	if ev != nil {
+		if own, ok := steeredTurn(ev.IdempotencyKey); ok {
+			if err := e.takeSteered(ctx, tx, woken, ev, own); err != nil {
+				return Task{}, err
+			}
+		}
+	}
 	return woken, nil
+}
+
+// Steering (tasks.TurnSteer): a message sent to a conversation while a turn
+// is live goes to that turn as a queued event, and is also a turn of its
+// own, created pending behind the live one, so that it is never lost: the
+// live turn takes it at an await of the event's name (and its own turn is
+// cancelled in that transaction, code CodeSteered), or settles without
+// taking it (and its own turn runs when its time comes, as a queued turn,
+// to answer it). The event's idempotency key names the message's turn.
+
+// steerKeyPrefix starts a steered message's event key; its turn's id
+// follows.
+const steerKeyPrefix = "arbor:steer:"
+
+// CodeSteered is the error code of a steered message's turn whose message
+// the live turn took.
+const CodeSteered = arbortype.CodeSteered
+
+// Steer steers a message (the create p, a root) into target, a live root
+// of p's conversation, whose row lock the caller holds (LockLiveRoots):
+// it creates the message's own turn from p and emits p.Input to target as
+// a queued event named name, delivered at once when target awaits it now.
+// created is false when p's idempotency key named a turn already (a
+// repeated steer): nothing is written then.
+func (e *Engine) Steer(ctx context.Context, tx pgx.Tx, target Task, p CreateParams, name string) (own Task, created bool, err error) {
+	if p.OwnerID != 0 {
+		return Task{}, false, fmt.Errorf("steer: a steered message is a root task: %w", ErrInvalidArgument)
+	}
+	if err := checkText("event name", name, true); err != nil {
+		return Task{}, false, fmt.Errorf("steer: %w", err)
+	}
+	own, created, err = e.Create(ctx, tx, p)
+	if err != nil || !created {
+		return own, created, err
+	}
+	if p.HasBudgets() {
+		if err := e.ApplyCreateBudgets(ctx, tx, []CreateParams{p}, []Task{own}, []bool{true}); err != nil {
+			return Task{}, false, err
+		}
+	}
+	_, err = e.Emit(ctx, tx, EmitParams{ConversationID: p.ConversationID, TaskID: target.ID, Name: name,
+		Payload: p.Input, Queue: true, IdempotencyKey: steerKeyPrefix + strconv.FormatInt(own.ID, 10)})
+	if err != nil {
+		return Task{}, false, fmt.Errorf("steer into task %d: %w", target.ID, err)
+	}
+	return own, true, nil
+}
+
+// SteeredInto returns the task the steered message whose own turn is
+// ownID was steered into (the first steer's answer); false when ownID is
+// no steered message's turn.
+func (e *Engine) SteeredInto(ctx context.Context, db store.DB, conv string, ownID int64) (int64, bool, error) {
+	ev, err := e.Store.EventByKey(ctx, db, conv, steerKeyPrefix+strconv.FormatInt(ownID, 10))
+	switch {
+	case store.IsNoRows(err):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, err
+	}
+	return ev.TaskID, true, nil
+}
+
+// steeredTurn returns the id of the message's own turn a steered event's
+// key names.
+func steeredTurn(key string) (int64, bool) {
+	rest, ok := strings.CutPrefix(key, steerKeyPrefix)
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(rest, 10, 64)
+	return id, err == nil && id > 0
+}
+
+// takeSteered cancels the own turn of the steered message ev, which taker's
+// await has just taken (code CodeSteered, its result naming taker and the
+// event), unless it has moved past a cancel already (it completed, or is
+// completing, or settled otherwise): then it answered the message itself.
+func (e *Engine) takeSteered(ctx context.Context, tx pgx.Tx, taker Task, ev *store.Event, ownID int64) error {
+	own, err := e.Store.LockTask(ctx, tx, taker.ConversationID, ownID)
+	switch {
+	case store.IsNoRows(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	if _, err := fsm.Transition(own.Status, fsm.Cancel); err != nil {
+		return nil
+	}
+	if err := e.abortForegroundChildren(ctx, tx, own); err != nil {
+		return err
+	}
+	result, err := json.Marshal(map[string]int64{"taken_by": taker.ID, "event": ev.ID})
+	if err != nil {
+		return err
+	}
+	_, err = e.settle(ctx, tx, own, fsm.Cancel, result, &TaskError{Code: CodeSteered,
+		Message: fmt.Sprintf("its message was taken by task %d (event %d)", taker.ID, ev.ID)})
+	return err
 }
 
 // AwaitParams describe an await (see machine.Run.AwaitEvent).
@@ -487,7 +606,7 @@ func (e *Engine) Progress(ctx context.Context, tx pgx.Tx, taskID, token int64, n
 }
 
 // ReadLog reads up to limit entries of a conversation's log after seq
-// after, in order.
+// after, in order. An unknown conversation is ErrNotFound.
 func (e *Engine) ReadLog(ctx context.Context, db store.DB, conv string, after int64, limit int) ([]store.LogEntry, error) {
 	if err := checkText("conversation id", conv, true); err != nil {
 		return nil, fmt.Errorf("read log: %w", err)
@@ -499,7 +618,43 @@ func (e *Engine) ReadLog(ctx context.Context, db store.DB, conv string, after in
 	if err != nil {
 		return nil, fmt.Errorf("read log of %q: %w", conv, err)
 	}
+	if len(entries) == 0 {
+		// Nothing after the cursor: of a conversation, or of none (a
+		// follower of a conversation that does not exist would wait for
+		// ever).
+		if _, err := e.Store.GetConversation(ctx, db, conv); err != nil {
+			if store.IsNoRows(err) {
+				err = ErrNotFound
+			}
+			return nil, fmt.Errorf("read log of %q: %w", conv, err)
+		}
+	}
 	return entries, nil
+}
+
+// Events reads up to limit (1..10,000) events of conv with ids after
+// after, in id order: delivered or not, by name or by token. An unknown
+// conversation is ErrNotFound.
+func (e *Engine) Events(ctx context.Context, db store.DB, conv string, after int64, limit int) ([]store.Event, error) {
+	if err := checkText("conversation id", conv, true); err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	if after < 0 || limit < 1 || limit > 10_000 {
+		return nil, fmt.Errorf("events of %q: after %d, limit %d (1..10000): %w", conv, after, limit, ErrInvalidArgument)
+	}
+	evs, err := e.Store.ConversationEvents(ctx, db, conv, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("events of %q: %w", conv, err)
+	}
+	if len(evs) == 0 {
+		if _, err := e.Store.GetConversation(ctx, db, conv); err != nil {
+			if store.IsNoRows(err) {
+				err = ErrNotFound
+			}
+			return nil, fmt.Errorf("events of %q: %w", conv, err)
+		}
+	}
+	return evs, nil
 }
 
 // checkPayload checks an event's or a progress entry's JSON: valid, and at

@@ -171,7 +171,10 @@ func (e *Engine) pruneConversation(ctx context.Context, conv string, cutoff time
 }
 
 // countConversation counts what pruning conv would delete, in one
-// read-only snapshot.
+// read-only snapshot, by the batches' rules: a conversation out of use goes
+// whole only when no live holder has its lease (a held one loses its
+// tasks and keeps its row, its own events and log, as the real prune
+// leaves them).
 func (e *Engine) countConversation(ctx context.Context, conv string, cutoff time.Time, res *PruneResult) error {
 	type count struct {
 		tasks, turns int64
@@ -184,8 +187,14 @@ func (e *Engine) countConversation(ctx context.Context, conv string, cutoff time
 		if err != nil {
 			return c, err
 		}
-		c.tasks, c.turns, c.whole = int64(len(ids)), turns, whole
+		held := false
 		if whole {
+			if held, err = e.Store.ConversationHeld(ctx, db, conv); err != nil {
+				return c, err
+			}
+		}
+		c.tasks, c.turns, c.whole = int64(len(ids)), turns, whole && !held
+		if c.whole {
 			_, err = e.Store.DeleteConversationDependents(ctx, db, conv, maxInt32, true, c.rows)
 		} else if len(ids) > 0 {
 			err = e.Store.DeleteTaskDependents(ctx, db, conv, ids, true, c.rows)

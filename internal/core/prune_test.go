@@ -154,6 +154,49 @@ func TestPruneWholeConversationAndLiveBackground(t *testing.T) {
 	require.Equal(t, tasks.PruneResult{Turns: 2, Tasks: 3, LogEntries: res.LogEntries}, res)
 }
 
+// A dry run counts exactly what the prune then deletes, over conversations
+// out of use (one whose lease a holder keeps loses its tasks, not its row,
+// own events and log, and is not counted deleted whole), and conversations
+// in use.
+func TestPruneDryRunCountsWhatThePruneDeletes(t *testing.T) {
+	t.Parallel()
+	held := setupPrune(t)
+	free := newBundle(t, held.pool, held.schema)
+	inUse := newBundle(t, held.pool, held.schema)
+	for _, b := range []*bundle{held, free} {
+		settledTurn(t, b)
+		settledTurn(t, b)
+		_, _, err := b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, Name: "note", Payload: js(`"kept for the next await"`)})
+		require.NoError(t, err)
+	}
+	require.NoError(t, free.engine.ReleaseLease(free.ctx, free.conv))
+	settledTurn(t, inUse)
+	settledTurn(t, inUse)
+	live := inUse.root(t, "turn")
+
+	dry := prune(t, held, tasks.PruneParams{DryRun: true})
+	res := prune(t, held, tasks.PruneParams{})
+	require.Equal(t, dry, res, "the dry run counted what the prune deleted")
+	require.EqualValues(t, 1, res.Conversations, "only the free conversation went whole")
+	require.EqualValues(t, 5, res.Turns, "both turns of each conversation out of use, the older of the one in use")
+	_, err := held.engine.Conversation(held.ctx, held.conv)
+	require.NoError(t, err, "the held conversation keeps its row")
+	n, ev, _, _ := rowsOf(t, held, held.conv)
+	require.Equal(t, [2]int{0, 1}, [2]int{n, ev}, "its tasks went; its own event stays")
+	_, err = free.engine.Conversation(free.ctx, free.conv)
+	require.ErrorIs(t, err, tasks.ErrNotFound)
+
+	// Released, the emptied conversation goes at the next prune: the dry
+	// run says so first.
+	require.NoError(t, held.engine.ReleaseLease(held.ctx, held.conv))
+	dry = prune(t, held, tasks.PruneParams{DryRun: true})
+	res = prune(t, held, tasks.PruneParams{})
+	require.Equal(t, dry, res)
+	require.Equal(t, tasks.PruneResult{Conversations: 1, Events: 1, LogEntries: res.LogEntries}, res)
+	_, err = inUse.engine.Abort(inUse.ctx, live.ID)
+	require.NoError(t, err)
+}
+
 // A batch smaller than a turn deletes it over several transactions,
 // leaves first.
 func TestPruneInSmallBatches(t *testing.T) {
