@@ -125,8 +125,12 @@ func TestRunnerThroughPgBouncer(t *testing.T) {
 		require.NoError(t, r.Stop(ctx))
 	})
 
-	// A follower from the start of the conversation, through the engine
-	// behind PgBouncer (its LISTEN on the ListenPool).
+	turn, _, err := eng.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	require.NoError(t, err)
+
+	// A follower from the start of the conversation (once it exists: Follow
+	// of an unknown conversation is ErrNotFound), through the engine behind
+	// PgBouncer (its LISTEN on the ListenPool).
 	fctx, stopFollow := context.WithCancel(b.ctx)
 	var followed []arbortype.LogEntry
 	var followMu sync.Mutex
@@ -140,8 +144,6 @@ func TestRunnerThroughPgBouncer(t *testing.T) {
 		})
 	}()
 
-	turn, _, err := eng.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
-	require.NoError(t, err)
 	approval := <-parked
 	waitUntil(t, "the approval to park", func() bool {
 		p, err := eng.PendingEvents(b.ctx, b.conv)
@@ -166,6 +168,11 @@ func TestRunnerThroughPgBouncer(t *testing.T) {
 
 	// The follower hears everything up to the turn's settle, in order.
 	waitUntil(t, "the follower to hear the turn settle", func() bool {
+		select {
+		case err := <-followDone:
+			require.Failf(t, "the follower ended early", "%v", err)
+		default:
+		}
 		followMu.Lock()
 		defer followMu.Unlock()
 		for _, en := range followed {
