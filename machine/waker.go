@@ -33,6 +33,9 @@ const (
 	// WakeFetchPollIntervalDefault: River's fetch poll of the wake queue
 	// (River's own default).
 	WakeFetchPollIntervalDefault = river.FetchPollIntervalDefault
+	// WakeRescueAfterDefault: how long a wake or prune job may stay running
+	// before River's rescuer retries it (River's own default is an hour).
+	WakeRescueAfterDefault = time.Minute
 )
 
 // WakeSource says which path woke a task.
@@ -81,6 +84,16 @@ type WakerConfig struct {
 	// FetchPollInterval is River's fetch poll interval for the wake queue.
 	// Default WakeFetchPollIntervalDefault (River's default, 1 s).
 	FetchPollInterval time.Duration
+	// RescueStuckJobsAfter is how long one of the waker's River jobs (a
+	// wake, a prune) may stay running before River's rescuer makes it
+	// available again. A job whose client lost its database mid-job (a
+	// failover that demoted the primary, a partition) can be left running
+	// in the database with nobody working it; until it is rescued, the
+	// sleep it wakes waits for a timer of a node that holds its
+	// conversation, or for nothing when no node holds it. It is also the
+	// jobs' timeout (River's JobTimeout), at most a minute. At least 1 s.
+	// Default WakeRescueAfterDefault (1 min).
+	RescueStuckJobsAfter time.Duration
 	// Filter, if not nil, limits timers to the sleeps of conversations for
 	// which it returns true (a runner passes the conversations it holds).
 	// River's worker wakes every conversation's sleeps regardless. Default:
@@ -117,6 +130,9 @@ func (c *WakerConfig) WithDefaults() *WakerConfig {
 	if out.FetchPollInterval == 0 {
 		out.FetchPollInterval = WakeFetchPollIntervalDefault
 	}
+	if out.RescueStuckJobsAfter == 0 {
+		out.RescueStuckJobsAfter = WakeRescueAfterDefault
+	}
 	return &out
 }
 
@@ -130,6 +146,8 @@ func (c *WakerConfig) validate() error {
 		return fmt.Errorf("WakerConfig.PollLimit: %d is below 1", c.PollLimit)
 	case c.Workers < 1:
 		return fmt.Errorf("WakerConfig.Workers: %d is below 1", c.Workers)
+	case c.RescueStuckJobsAfter < time.Second:
+		return fmt.Errorf("WakerConfig.RescueStuckJobsAfter: %s is below 1s", c.RescueStuckJobsAfter)
 	case c.FetchPollInterval < river.FetchPollIntervalMin:
 		return fmt.Errorf("WakerConfig.FetchPollInterval: %s is below River's minimum %s", c.FetchPollInterval, river.FetchPollIntervalMin)
 	}
@@ -243,6 +261,11 @@ func newWaker(c *core.Engine, cfg *WakerConfig) (*Waker, error) {
 		FetchPollInterval: cfg.FetchPollInterval,
 		FetchCooldown:     min(river.FetchCooldownDefault, cfg.FetchPollInterval),
 		Logger:            cfg.Logger,
+		// A job left running by a client that lost its database (River's
+		// completer gives up after a few tries) is rescued after this, not
+		// River's hour; River requires the jobs' timeout not to exceed it.
+		RescueStuckJobsAfter: cfg.RescueStuckJobsAfter,
+		JobTimeout:           min(river.JobTimeoutDefault, cfg.RescueStuckJobsAfter),
 		// River LISTENs on the pool it is given; through a pooler in
 		// transaction mode that would hear nothing, so it polls.
 		PollOnly: c.Cfg.TransactionPooler,

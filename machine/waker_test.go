@@ -433,3 +433,48 @@ func (b *bundle) get(t testing.TB, id int64) arbortype.Task {
 	require.NoError(t, err)
 	return task
 }
+
+// TestRiverRescuesAWakeJobLeftRunning: a wake job left running in the
+// database by a client that lost its database mid-job (after a failover,
+// River's completer gives up on the demoted primary and the job's row stays
+// running on the new one) is rescued after RescueStuckJobsAfter and wakes
+// its sleep, with no timer to cover it; River's own default would leave the
+// sleep for an hour.
+func TestRiverRescuesAWakeJobLeftRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	task := b.sleeper(t, 0, time.Now().Add(-time.Second))
+	// The job as a lost client leaves it: running, attempted a while ago,
+	// by a client that is gone.
+	tag, err := b.pool.Exec(b.ctx, `UPDATE `+pgx.Identifier{b.schema, "river_job"}.Sanitize()+
+		` SET state = 'running', attempt = 1, attempted_at = now() - interval '10 seconds', attempted_by = '{gone}'
+		 WHERE kind = 'arbor_wake' AND (args->>'task_id')::bigint = $1`, task.ID)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+
+	rec := &recorder{ch: make(chan machine.WakeEvent, 16)}
+	w, err := machine.NewWaker(b.engine.Engine, &machine.WakerConfig{
+		DisableTimers:        true,
+		RescueStuckJobsAfter: 5 * time.Second,
+		OnWake:               rec.record,
+		RiverTestOnly:        true,
+	})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(b.ctx))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+
+	b.waitStatus(t, task.ID, arbortype.StatusPending)
+	evs := rec.of(task.ID)
+	require.Len(t, evs, 1)
+	require.Equal(t, machine.WokenByRiver, evs[0].By)
+	require.Equal(t, []string{"completed"}, b.jobStates(t, task.ID), "the rescued job ran again and completed")
+}
+
+// TestWakerRescueAfterIsValidated: a rescue interval below a second is
+// refused (River would rescue jobs still being worked).
+func TestWakerRescueAfterIsValidated(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := machine.NewWaker(b.engine.Engine, &machine.WakerConfig{RescueStuckJobsAfter: time.Millisecond})
+	require.ErrorContains(t, err, "RescueStuckJobsAfter")
+}

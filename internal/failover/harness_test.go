@@ -186,7 +186,9 @@ func (s *scenario) startNode(name string, o options) *node {
 		PollInterval:      pollInterval,
 		IdleRelease:       300 * time.Millisecond,
 		ShutdownGrace:     5 * time.Second,
-		Waker: &machine.WakerConfig{RiverTestOnly: true, DisableTimers: o.riverOnly, OnWake: func(e machine.WakeEvent) {
+		// A wake job left running by a client cut off mid-job is rescued
+		// after 10 s (docs/operations.md, "High availability").
+		Waker: &machine.WakerConfig{RiverTestOnly: true, DisableTimers: o.riverOnly, RescueStuckJobsAfter: 10 * time.Second, OnWake: func(e machine.WakeEvent) {
 			s.mu.Lock()
 			s.wakes = append(s.wakes, wake{at: time.Now(), node: name, by: e.By})
 			s.mu.Unlock()
@@ -569,7 +571,11 @@ func (s *scenario) dumpLive() string {
 	return strings.Join(s.rows(`SELECT t.id, t.conversation_id, t.kind, t.status, t.phase, t.attempt,
 			coalesce(t.token, 0) AS token, coalesce(c.holder, '') AS holder, c.epoch, c.lease_expires_at
 		FROM {s}.tasks t JOIN {s}.conversation_leases c ON c.id = t.conversation_id
-		WHERE t.status IN ('pending','running','waiting','sleeping','completing') ORDER BY t.id LIMIT 40`), "\n")
+		WHERE t.status IN ('pending','running','waiting','sleeping','completing') ORDER BY t.id LIMIT 40`), "\n") +
+		"\nwake jobs of sleeping tasks:\n" + strings.Join(s.rows(`SELECT j.id, (j.args->>'task_id')::bigint AS task_id, j.state::text AS state,
+			j.attempt, j.attempted_at, j.scheduled_at, j.attempted_by
+		FROM {s}.river_job j JOIN {s}.tasks t ON t.id = (j.args->>'task_id')::bigint
+		WHERE j.kind = 'arbor_wake' AND t.status = 'sleeping' ORDER BY j.id LIMIT 40`), "\n")
 }
 
 // dumpTables writes the run log, the audit and the tasks as CSV files into
