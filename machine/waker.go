@@ -89,8 +89,8 @@ type WakerConfig struct {
 	// available again. A job whose client lost its database mid-job (a
 	// failover that demoted the primary, a partition) can be left running
 	// in the database with nobody working it; until it is rescued, the
-	// sleep it wakes waits for a timer of a node that holds its
-	// conversation, or for nothing when no node holds it. It is also the
+	// sleep it wakes waits for a waker's timer, or, with the timers off,
+	// for nothing. It is also the
 	// jobs' timeout (River's JobTimeout), at most a minute. At least 1 s.
 	// Default WakeRescueAfterDefault (1 min).
 	RescueStuckJobsAfter time.Duration
