@@ -181,7 +181,7 @@ func Write[T any](ctx context.Context, e *Engine, fn func(db store.DB) (T, error
 	r := retrier{e: e}
 	for {
 		v, err := writeOnce(ctx, e, fn)
-		if err == nil || errors.Is(err, ErrAmbiguous) {
+		if err == nil || errors.Is(err, arbortype.ErrAmbiguous) {
 			return v, err
 		}
 		again, err := r.again(ctx, err)
@@ -201,7 +201,7 @@ func writeOnce[T any](ctx context.Context, e *Engine, fn func(db store.DB) (T, e
 	defer conn.Release()
 	v, err := fn(conn)
 	if err != nil && !commitAnswered(err) && (transient(err) || contextError(err)) {
-		return v, fmt.Errorf("%w: %w", ErrAmbiguous, err)
+		return v, fmt.Errorf("%w: %w", arbortype.ErrAmbiguous, err)
 	}
 	return v, err
 }
@@ -230,7 +230,7 @@ func tryTx[T any](ctx context.Context, e *Engine, fn func(tx pgx.Tx) (T, error))
 			// committed.
 			return zero, err
 		}
-		return zero, fmt.Errorf("%w: %w", ErrAmbiguous, err)
+		return zero, fmt.Errorf("%w: %w", arbortype.ErrAmbiguous, err)
 	}
 	return v, nil
 }
@@ -289,12 +289,12 @@ func mapDBError(err error) error {
 	switch pgErr.Code {
 	case fsm.SQLStateInvalidTransition, fsm.SQLStateSettled, fsm.SQLStateImmutable, fsm.SQLStateInvalidInsert,
 		fsm.SQLStateColumn, fsm.SQLStateDelete, fsm.SQLStateConversation, fsm.SQLStateFork:
-		return fmt.Errorf("%w: refused by the database: %w", ErrInvalidTransition, err)
+		return fmt.Errorf("%w: refused by the database: %w", arbortype.ErrInvalidTransition, err)
 	case sqlStateInvalidText, sqlStateInvalidEscape, sqlStateInvalidJSONText, sqlStateUnicodeEscape,
 		sqlStateNotInRepertoire, sqlStateNumericOutOfRange:
-		return fmt.Errorf("%w: %w", ErrInvalidJSON, err)
+		return fmt.Errorf("%w: %w", arbortype.ErrInvalidJSON, err)
 	case sqlStateProgramLimit:
-		return fmt.Errorf("%w: %w", ErrPayloadTooLarge, err)
+		return fmt.Errorf("%w: %w", arbortype.ErrPayloadTooLarge, err)
 	case sqlStateInsufficientPrivilege:
 		return fmt.Errorf("%w: %w", arbortype.ErrPermissionDenied, err)
 	}
