@@ -91,11 +91,6 @@ type Engine struct {
 	announcer *announcer
 }
 
-// Of returns the engine behind a *tasks.Engine. Package tasks sets it; the
-// packages that run tasks (machine, reconcile's callers) use it to reach the
-// operations that are not on the user's Engine.
-var Of func(engine any) *Engine
-
 // New returns an engine on pool with cfg (defaults filled, validated).
 func New(pool *pgxpool.Pool, cfg Config) (*Engine, error) {
 	st, err := store.New(cfg.Schema)
