@@ -69,7 +69,8 @@ var (
 )
 
 // ErrNonRetryable marks a handler's error as final: the task fails at once,
-// whatever retries it has left. Wrap an error with NonRetryable.
+// whatever retries it has left. Wrap an error with NonRetryable. It is
+// arbortype.ErrNonRetryable, named here too.
 var ErrNonRetryable = arbortype.ErrNonRetryable
 
 // NonRetryable wraps err so that the task it fails is not retried;

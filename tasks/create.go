@@ -36,7 +36,8 @@ type TurnPolicy = arbortype.TurnPolicy
 // Config.TraceInjector and arbortype.TraceInjector).
 type TraceInjector = arbortype.TraceInjector
 
-// The turn policies.
+// The turn policies: arbortype's constants (see arbortype.TurnPolicy for
+// each), named here too so that a create reads tasks.TurnSteer.
 const (
 	TurnDefault   = arbortype.TurnDefault
 	TurnQueue     = arbortype.TurnQueue
@@ -49,7 +50,8 @@ const (
 const SteerEventDefault = "message"
 
 // CodeSteered is the error code of a steered message's own turn, cancelled
-// because the turn it was steered into took the message (see TurnSteer).
+// because the turn it was steered into took the message (see TurnSteer):
+// arbortype.CodeSteered, named here too.
 const CodeSteered = arbortype.CodeSteered
 
 // coreParams is p as the engine takes it, with the trace context of the
