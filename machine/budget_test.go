@@ -240,6 +240,34 @@ func budgetHandlers(limit arbortype.BudgetLimit, agentRan chan<- error) map[stri
 	}
 }
 
+// ReleaseReservation gives back all a reservation holds (the call was not
+// made): nothing is spent, nothing stays reserved, and the run may reserve
+// the whole budget again.
+func TestReleaseReservationGivesBackTheHold(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}}})
+	require.NoError(t, err)
+	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lease.Release(context.Background()) })
+	run, err := lease.Start(b.ctx, task.ID)
+	require.NoError(t, err)
+	res, err := run.Reserve(b.ctx, "tokens", 100)
+	require.NoError(t, err)
+	require.Equal(t, int64(100), b.budgetOf(t, task.ID, "tokens").Reserved)
+	require.NoError(t, run.ReleaseReservation(b.ctx, res))
+	got := b.budgetOf(t, task.ID, "tokens")
+	require.Zero(t, got.Spent)
+	require.Zero(t, got.Reserved)
+	again, err := run.Reserve(b.ctx, "tokens", 100)
+	require.NoError(t, err, "the whole budget is free again")
+	require.NoError(t, run.Record(b.ctx, again, 40))
+	require.Equal(t, int64(40), b.budgetOf(t, task.ID, "tokens").Spent)
+	require.NoError(t, run.Complete(b.ctx, nil))
+}
+
 // A "fail" budget fails the sub-agent that asks for too much (not retried,
 // code budget_exhausted) and aborts its foreground subtree; its owner goes
 // on.

@@ -104,7 +104,7 @@ func (r *Runner) failUnknownKinds() {
 	}
 	for _, id := range ids {
 		_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (arbortype.Task, error) {
-			return r.core.ForceFail(r.runCtx, tx, id, arbortype.TaskError{Code: core.CodeUnknownKind,
+			return r.core.ForceFail(r.runCtx, tx, id, arbortype.TaskError{Code: arbortype.CodeUnknownKind,
 				Message: fmt.Sprintf("no runner had a handler for its kind within %s", r.cfg.UnknownKindGrace)})
 		})
 		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) {

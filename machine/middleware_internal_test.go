@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 )
 
@@ -33,10 +34,10 @@ func TestHooksCostNoAllocationWhenUnset(t *testing.T) {
 func TestOutcomeOfARunThatEndedWithoutItsWrite(t *testing.T) {
 	t.Parallel()
 	refused := &Run{}
-	refused.record(core.Outcome{Kind: core.OutComplete}, core.OutcomeResult{Err: core.ErrAborted}, nil)
+	refused.record(core.Outcome{Kind: core.OutComplete}, core.OutcomeResult{Err: arbortype.ErrAborted}, nil)
 	refused.noteStop(context.Background())
 	require.Equal(t, OutcomeNone, refused.Outcome().Kind)
-	require.ErrorIs(t, refused.Outcome().Err, core.ErrAborted)
+	require.ErrorIs(t, refused.Outcome().Err, arbortype.ErrAborted)
 
 	stopped := &Run{}
 	ctx, cancel := context.WithCancelCause(context.Background())

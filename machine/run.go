@@ -69,7 +69,8 @@ var (
 )
 
 // ErrNonRetryable marks a handler's error as final: the task fails at once,
-// whatever retries it has left. Wrap an error with NonRetryable.
+// whatever retries it has left. Wrap an error with NonRetryable. It is
+// arbortype.ErrNonRetryable, named here too.
 var ErrNonRetryable = arbortype.ErrNonRetryable
 
 // NonRetryable wraps err so that the task it fails is not retried;
@@ -399,8 +400,9 @@ func (r *Run) Heartbeat(ctx context.Context) error {
 	return err
 }
 
-// SpawnParams describe a child a handler creates (see tasks.CreateParams,
-// whose fields these are).
+// SpawnParams describe a child a handler creates: the fields of
+// tasks.CreateParams a child may set (its conversation and owner are the
+// run's; the turn policies and conversation budgets are for turns).
 type SpawnParams struct {
 	// Kind names the child's handler. Required.
 	Kind string
@@ -498,15 +500,22 @@ func (r *Run) spawnParams(ctx context.Context, ps []SpawnParams) ([]core.CreateP
 			return nil, fmt.Errorf("spawn under task %d: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w",
 				r.id, p.IdempotencyKey, tasks.ErrInvalidArgument)
 		}
-		cps[i] = core.CreateParams{
-			ConversationID: r.conv, OwnerID: r.id, OwnerToken: r.token, Trace: trace,
-			Kind: p.Kind, Input: p.Input, Background: p.Background, AbandonOnRestart: p.AbandonOnRestart,
-			RestartLimit: p.RestartLimit, MaxRetries: p.MaxRetries, IdempotencyKey: p.IdempotencyKey,
-			RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap, Deadline: p.Deadline,
-			Budgets: p.Budgets,
-		}
+		cps[i] = core.CreateParams{CreateParams: p.create(r.conv, r.id), OwnerToken: r.token, Trace: trace}
 	}
 	return cps, nil
+}
+
+// create is the create of a child of task owner in conversation conv that
+// p describes. Every field of SpawnParams is carried (TestSpawnParamsCarried
+// fails on one that is not).
+func (p SpawnParams) create(conv string, owner int64) arbortype.CreateParams {
+	return arbortype.CreateParams{
+		ConversationID: conv, OwnerID: owner,
+		Kind: p.Kind, Input: p.Input, Background: p.Background, AbandonOnRestart: p.AbandonOnRestart,
+		RestartLimit: p.RestartLimit, MaxRetries: p.MaxRetries, IdempotencyKey: p.IdempotencyKey,
+		RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap, Deadline: p.Deadline,
+		Budgets: p.Budgets,
+	}
 }
 
 // Children reads every child of the task, with its status, result and error.
@@ -617,7 +626,7 @@ func failure(err error) arbortype.TaskError {
 	te := core.NewTaskError(err)
 	var p *panicError
 	if errors.As(err, &p) {
-		te.Code = core.CodePanic
+		te.Code = arbortype.CodePanic
 		stack := p.stack
 		if len(stack) > 16<<10 {
 			stack = stack[:16<<10]

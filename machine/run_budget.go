@@ -109,9 +109,19 @@ func (r *Run) Record(ctx context.Context, res arbortype.Reservation, actual int6
 	return err
 }
 
-// Release gives back everything res holds: the call was not made.
-func (r *Run) Release(ctx context.Context, res arbortype.Reservation) error {
+// ReleaseReservation gives back everything res holds: the call was not
+// made. It is Record with an actual of 0. (Not to be confused with
+// Lease.Release, which gives up a conversation.)
+func (r *Run) ReleaseReservation(ctx context.Context, res arbortype.Reservation) error {
 	return r.Record(ctx, res, 0)
+}
+
+// Release is ReleaseReservation.
+//
+// Deprecated: use ReleaseReservation; Release read as Lease.Release, which
+// gives up a conversation, not a budget reservation.
+func (r *Run) Release(ctx context.Context, res arbortype.Reservation) error {
+	return r.ReleaseReservation(ctx, res)
 }
 
 func reservation(r store.ReservationRow) arbortype.Reservation {

@@ -136,7 +136,8 @@ func (r *Run) CheckpointTx(ctx context.Context, tx pgx.Tx, phase string, state j
 }
 
 // CodeEndingNotCommitted is the error code of a run whose handler ended it
-// with a …Tx form in a transaction that did not commit.
+// with a …Tx form in a transaction that did not commit:
+// arbortype.CodeEndingNotCommitted, named here too.
 const CodeEndingNotCommitted = arbortype.CodeEndingNotCommitted
 
 // endedInTx reports whether the run was ended by a …Tx form.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -54,7 +55,7 @@ func (w *wakeWorker) Work(ctx context.Context, job *river.Job[core.WakeArgs]) er
 	switch {
 	case errors.As(err, &notDue):
 		return river.JobSnooze(max(notDue.Remaining(), time.Millisecond))
-	case errors.Is(err, core.ErrNotFound):
+	case errors.Is(err, arbortype.ErrNotFound):
 		w.logger.WarnContext(ctx, "arbor: wake job for a task that does not exist",
 			slog.Int64("task_id", job.Args.TaskID), slog.Int64("job_id", job.ID))
 		return river.JobCancel(err)

@@ -123,7 +123,7 @@ func recoverRuns(ctx context.Context, engine *core.Engine, tx pgx.Tx, running []
 				continue
 			}
 			if _, err := engine.ForceFail(ctx, tx, t.ID, arbortype.TaskError{
-				Code:    core.CodeRestartLimitExceeded,
+				Code:    arbortype.CodeRestartLimitExceeded,
 				Message: fmt.Sprintf("recovered %d times after its holder died or lost its lease; its restart limit is %d", t.Attempt+1, t.RestartLimit),
 			}); err != nil {
 				return fmt.Errorf("reconcile %q: %w", t.ConversationID, err)

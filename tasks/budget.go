@@ -29,7 +29,8 @@ type BudgetParams struct {
 	OnExhausted arbortype.BudgetAction
 }
 
-// ErrBudgetExhausted and ErrUnknownCounter are arbortype's.
+// ErrBudgetExhausted and ErrUnknownCounter are arbortype's sentinels, named
+// here too (see arbortype.ErrBudgetExhausted).
 var (
 	ErrBudgetExhausted = arbortype.ErrBudgetExhausted
 	ErrUnknownCounter  = arbortype.ErrUnknownCounter

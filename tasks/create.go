@@ -2,10 +2,8 @@ package tasks
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -14,67 +12,21 @@ import (
 )
 
 // RestartLimitNone is the CreateParams.RestartLimit of a task that fails
-// with restart_limit_exceeded at its first recovery.
-const RestartLimitNone = -1
+// with restart_limit_exceeded at its first recovery: arbortype's constant,
+// named here too.
+const RestartLimitNone = arbortype.RestartLimitNone
 
-// CreateParams describe a new task.
-type CreateParams struct {
-	// ConversationID groups tasks; its row is created on first use. Required,
-	// at most 200 bytes of UTF-8 text.
-	ConversationID string
-	// OwnerID is the task creating this one; 0 creates a root task (a turn).
-	// The owner must be live, in the same conversation, not completing and
-	// not being aborted. (A handler creates its children with
-	// machine.Run.Spawn, which also fences the create by its run.)
-	OwnerID int64
-	// Kind names the handler that runs the task. Required, at most 200 bytes.
-	Kind string
-	// Input is the task's JSON input; empty for none.
-	Input json.RawMessage
-	// Background makes a child that neither holds its owner in completing
-	// nor is reached by its owner's abort. Only for children.
-	Background bool
-	// AbandonOnRestart makes a task that is never re-run after a crash (a
-	// non-idempotent call): on recovery it is settled cancelled instead.
-	AbandonOnRestart bool
-	// RestartLimit is how many recoveries the task survives; 0 means
-	// Config.RestartLimit, RestartLimitNone means none.
-	RestartLimit int
-	// MaxRetries is how many times a failed run is retried (a handler's
-	// error not marked machine.NonRetryable). 0 means no retry.
-	MaxRetries int
-	// RetryBackoffBase and RetryBackoffCap are the task's backoff between
-	// retries (see Config.RetryBackoffBase); 0 means the engine's. They are
-	// stored with the task, so every node retries it alike.
-	RetryBackoffBase time.Duration
-	RetryBackoffCap  time.Duration
-	// IdempotencyKey, unique per conversation, makes a repeated Create
-	// return the task the first one created (created=false). At most 200
-	// bytes; empty for none; keys starting with "arbor:" are arbor's own.
-	IdempotencyKey string
-	// Deadline, when not zero, is when the task, if still live, fails with
-	// code "deadline_exceeded" and its foreground subtree is aborted
-	// (enforced by the runners, within a PollInterval).
-	Deadline time.Time
-	// OnBusy says what happens when this root task (a turn) is created while
-	// another root of the conversation is live: TurnQueue (it waits its
-	// turn), TurnInterrupt, TurnReject or TurnSteer (see TurnPolicy), each
-	// whatever Config.TurnPolicies says for the kind. The zero value,
-	// TurnDefault, is Config.TurnPolicies[Kind], and TurnQueue for a kind
-	// with no entry. Only for roots (a child's may be TurnDefault or
-	// TurnQueue, which mean nothing for it).
-	OnBusy TurnPolicy
-	// SteerEvent names the event a steered input is emitted as (OnBusy
-	// TurnSteer): what the live turn awaits to take it. Default
-	// SteerEventDefault ("message").
-	SteerEvent string
-	// Budgets are set on the new task: its subtree's spend is counted and
-	// bounded by them (see Engine.SetBudget).
-	Budgets []arbortype.BudgetLimit
-	// ConversationBudgets are set on the conversation for each counter it
-	// has no budget of yet: a session budget every turn's create may pass.
-	ConversationBudgets []arbortype.BudgetLimit
-}
+// CreateParams describe a new task: the argument of Create, CreateTx,
+// CreateMany and CreateManyTx. ConversationID and Kind are required; the
+// zero value of every other field is its default. OwnerID makes a child
+// (a handler creates its own with machine.Run.Spawn instead), OnBusy and
+// SteerEvent say what a turn created while another is live does, Budgets
+// and ConversationBudgets bound its spend, and the rest say how it is
+// retried, recovered, deduplicated (IdempotencyKey) and ended
+// (Deadline). Every field is documented on arbortype.CreateParams, the one
+// definition (go doc arbortype.CreateParams), which the engine takes as it
+// is.
+type CreateParams = arbortype.CreateParams
 
 // TurnPolicy says what creating a turn does while another root task of the
 // conversation is live (see arbortype.TurnPolicy).
@@ -84,7 +36,8 @@ type TurnPolicy = arbortype.TurnPolicy
 // Config.TraceInjector and arbortype.TraceInjector).
 type TraceInjector = arbortype.TraceInjector
 
-// The turn policies.
+// The turn policies: arbortype's constants (see arbortype.TurnPolicy for
+// each), named here too so that a create reads tasks.TurnSteer.
 const (
 	TurnDefault   = arbortype.TurnDefault
 	TurnQueue     = arbortype.TurnQueue
@@ -97,18 +50,14 @@ const (
 const SteerEventDefault = "message"
 
 // CodeSteered is the error code of a steered message's own turn, cancelled
-// because the turn it was steered into took the message (see TurnSteer).
+// because the turn it was steered into took the message (see TurnSteer):
+// arbortype.CodeSteered, named here too.
 const CodeSteered = arbortype.CodeSteered
 
-func (p CreateParams) core(trace map[string]string) core.CreateParams {
-	return core.CreateParams{
-		Trace:          trace,
-		ConversationID: p.ConversationID, OwnerID: p.OwnerID, Kind: p.Kind, Input: p.Input,
-		Background: p.Background, AbandonOnRestart: p.AbandonOnRestart, RestartLimit: p.RestartLimit,
-		MaxRetries: p.MaxRetries, RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap,
-		IdempotencyKey: p.IdempotencyKey, Deadline: p.Deadline,
-		Budgets: p.Budgets, ConversationBudgets: p.ConversationBudgets,
-	}
+// coreParams is p as the engine takes it, with the trace context of the
+// create's context.
+func coreParams(p CreateParams, trace map[string]string) core.CreateParams {
+	return core.CreateParams{CreateParams: p, Trace: trace}
 }
 
 // Create creates a pending task in a transaction of its own, and the
@@ -129,7 +78,7 @@ func (p CreateParams) core(trace map[string]string) core.CreateParams {
 func (e *Engine) Create(ctx context.Context, p CreateParams) (task arbortype.Task, created bool, err error) {
 	trace := e.core.Trace(ctx)
 	if p.OwnerID == 0 && !strings.HasPrefix(p.IdempotencyKey, "arbor:") && e.policy(p) == TurnQueue {
-		t, ok, err := core.CreateRoot(ctx, e.core, p.core(trace))
+		t, ok, err := core.CreateRoot(ctx, e.core, coreParams(p, trace))
 		if err != nil || ok {
 			return t, ok, err
 		}
@@ -172,7 +121,7 @@ func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams, trace ma
 			return r, err
 		}
 	}
-	cp := p.core(trace)
+	cp := coreParams(p, trace)
 	t, created, err := e.core.Create(ctx, tx, cp)
 	if err == nil && created && cp.HasBudgets() {
 		err = e.core.ApplyCreateBudgets(ctx, tx, []core.CreateParams{cp}, []arbortype.Task{t}, []bool{true})
@@ -238,7 +187,7 @@ func (e *Engine) busy(ctx context.Context, tx pgx.Tx, p CreateParams, policy Tur
 		// The message goes to the oldest live turn, and is a turn of its
 		// own queued behind it, so that it is answered whether that turn
 		// takes it or not (core.Steer).
-		own, created, err := e.core.Steer(ctx, tx, live[0], p.core(trace), name)
+		own, created, err := e.core.Steer(ctx, tx, live[0], coreParams(p, trace), name)
 		if err != nil {
 			return createResult{}, true, err
 		}
@@ -294,7 +243,7 @@ func (e *Engine) createMany(ctx context.Context, tx pgx.Tx, ps []CreateParams, t
 		if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
 			return manyResult{}, fmt.Errorf("create tasks: task %d of %d: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", i, len(ps), p.IdempotencyKey, ErrInvalidArgument)
 		}
-		cps[i] = p.core(trace)
+		cps[i] = coreParams(p, trace)
 	}
 	ts, created, err := e.core.CreateMany(ctx, tx, cps)
 	if err == nil {

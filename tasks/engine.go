@@ -282,15 +282,6 @@ type Engine struct {
 	hub *hub
 }
 
-func init() {
-	core.Of = func(e any) *core.Engine {
-		if eng, ok := e.(*Engine); ok && eng != nil {
-			return eng.core
-		}
-		return nil
-	}
-}
-
 // New returns an Engine on pool. It refuses a schema that is not at the
 // migration version this build knows, with an error naming both versions
 // (errors.Is(err, migrations.ErrVersionMismatch)).
@@ -319,7 +310,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Engine, error) 
 	if cfg.TransactionPooler {
 		warnPooler(ctx, pool, cfg)
 	}
-	return &Engine{core: c, hub: newHub(c)}, nil
+	e := &Engine{core: c, hub: newHub(c)}
+	core.Register(e, c)
+	return e, nil
 }
 
 // warnPooler logs what a configuration behind a transaction-mode pooler

@@ -70,7 +70,7 @@ func (e *Engine) AbortConversationWhy(ctx context.Context, tx pgx.Tx, conversati
 	}
 	if _, err := e.Store.LockConversation(ctx, tx, conversationID); err != nil {
 		if store.IsNoRows(err) {
-			err = ErrNotFound
+			err = arbortype.ErrNotFound
 		}
 		return AbortReport{}, fmt.Errorf("abort conversation %q: %w", conversationID, err)
 	}
@@ -91,9 +91,6 @@ func (e *Engine) AbortConversationWhy(ctx context.Context, tx pgx.Tx, conversati
 	return AbortReport{Settled: settled}, nil
 }
 
-// CodeAborted is the error code an abort with a reason records.
-const CodeAborted = arbortype.CodeAborted
-
 // abortReason is the error an abort with reason records (nil for none).
 func abortReason(reason string) (*TaskError, error) {
 	if reason == "" {
@@ -102,5 +99,5 @@ func abortReason(reason string) (*TaskError, error) {
 	if err := checkText("abort reason", reason, false); err != nil {
 		return nil, err
 	}
-	return &TaskError{Code: CodeAborted, Message: reason}, nil
+	return &TaskError{Code: arbortype.CodeAborted, Message: reason}, nil
 }

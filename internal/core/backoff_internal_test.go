@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
 )
 
 func TestBackoffDoublesJittersAndCaps(t *testing.T) {
@@ -26,7 +28,7 @@ func TestValidateBackoff(t *testing.T) {
 	t.Parallel()
 	require.NoError(t, ValidateBackoff(0, 0))
 	require.NoError(t, ValidateBackoff(time.Second, time.Minute))
-	require.ErrorIs(t, ValidateBackoff(time.Minute, time.Second), ErrInvalidArgument)
-	require.ErrorIs(t, ValidateBackoff(-time.Second, time.Second), ErrInvalidArgument)
-	require.ErrorIs(t, ValidateBackoff(time.Second, 30*24*time.Hour), ErrInvalidArgument)
+	require.ErrorIs(t, ValidateBackoff(time.Minute, time.Second), arbortype.ErrInvalidArgument)
+	require.ErrorIs(t, ValidateBackoff(-time.Second, time.Second), arbortype.ErrInvalidArgument)
+	require.ErrorIs(t, ValidateBackoff(time.Second, 30*24*time.Hour), arbortype.ErrInvalidArgument)
 }

@@ -57,14 +57,14 @@ var counterRE = regexp.MustCompile(`^[a-z][a-z0-9_.]{0,62}$`)
 func checkCounter(counter string) error {
 	if !counterRE.MatchString(counter) {
 		return fmt.Errorf("counter %q: lower-case letters, digits, '_' and '.', starting with a letter, at most 63 bytes: %w",
-			counter, ErrInvalidArgument)
+			counter, arbortype.ErrInvalidArgument)
 	}
 	return nil
 }
 
 func checkAmount(what string, n int64) error {
 	if n < 0 || n > MaxBudgetAmount {
-		return fmt.Errorf("%s %d is outside 0..%d: %w", what, n, MaxBudgetAmount, ErrInvalidArgument)
+		return fmt.Errorf("%s %d is outside 0..%d: %w", what, n, MaxBudgetAmount, arbortype.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -88,7 +88,7 @@ func checkBudgetParams(p BudgetParams) (BudgetParams, error) {
 		return p, err
 	}
 	if p.TaskID < 0 {
-		return p, fmt.Errorf("task id %d: %w", p.TaskID, ErrInvalidArgument)
+		return p, fmt.Errorf("task id %d: %w", p.TaskID, arbortype.ErrInvalidArgument)
 	}
 	if p.Max != arbortype.Unlimited {
 		if err := checkAmount("max", p.Max); err != nil {
@@ -100,7 +100,7 @@ func checkBudgetParams(p BudgetParams) (BudgetParams, error) {
 		p.OnExhausted = arbortype.BudgetFail
 	case arbortype.BudgetFail, arbortype.BudgetPark, arbortype.BudgetReturn:
 	default:
-		return p, fmt.Errorf("on exhausted %q: one of fail, park, return: %w", p.OnExhausted, ErrInvalidArgument)
+		return p, fmt.Errorf("on exhausted %q: one of fail, park, return: %w", p.OnExhausted, arbortype.ErrInvalidArgument)
 	}
 	return p, nil
 }
@@ -124,7 +124,7 @@ func (e *Engine) SetBudget(ctx context.Context, tx pgx.Tx, p BudgetParams) (arbo
 	}
 	if _, err := e.Store.LockConversation(ctx, tx, p.ConversationID); err != nil {
 		if store.IsNoRows(err) {
-			err = fmt.Errorf("conversation %q: %w", p.ConversationID, ErrNotFound)
+			err = fmt.Errorf("conversation %q: %w", p.ConversationID, arbortype.ErrNotFound)
 		}
 		return arbortype.Budget{}, fmt.Errorf("set budget: %w", err)
 	}
@@ -132,14 +132,14 @@ func (e *Engine) SetBudget(ctx context.Context, tx pgx.Tx, p BudgetParams) (arbo
 		t, err := e.Store.GetTask(ctx, tx, p.TaskID)
 		switch {
 		case store.IsNoRows(err):
-			return arbortype.Budget{}, fmt.Errorf("set budget: task %d: %w", p.TaskID, ErrNotFound)
+			return arbortype.Budget{}, fmt.Errorf("set budget: task %d: %w", p.TaskID, arbortype.ErrNotFound)
 		case err != nil:
 			return arbortype.Budget{}, fmt.Errorf("set budget: %w", err)
 		case t.ConversationID != p.ConversationID:
 			return arbortype.Budget{}, fmt.Errorf("set budget: task %d is in conversation %q, not %q: %w",
-				p.TaskID, t.ConversationID, p.ConversationID, ErrForeignTask)
+				p.TaskID, t.ConversationID, p.ConversationID, arbortype.ErrForeignTask)
 		case t.Status.Settled():
-			return arbortype.Budget{}, fmt.Errorf("set budget: task %d is %s: %w", p.TaskID, t.Status, ErrSettled)
+			return arbortype.Budget{}, fmt.Errorf("set budget: task %d is %s: %w", p.TaskID, t.Status, arbortype.ErrSettled)
 		}
 	}
 	// A raise wakes the parked tasks first: their rows are locked before
@@ -300,7 +300,7 @@ func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conver
 		return ReserveResult{}, err
 	}
 	if p.Counter == arbortype.CounterWallTime {
-		return ReserveResult{}, fmt.Errorf("counter %s is wall time, checked by every reservation, not reserved: %w", p.Counter, ErrInvalidArgument)
+		return ReserveResult{}, fmt.Errorf("counter %s is wall time, checked by every reservation, not reserved: %w", p.Counter, arbortype.ErrInvalidArgument)
 	}
 	if err := checkAmount("amount", p.Amount); err != nil {
 		return ReserveResult{}, err
@@ -318,7 +318,7 @@ func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conver
 	}
 	rt, err := e.Store.RunTask(ctx, tx, p.ConversationID, p.TaskID)
 	if store.IsNoRows(err) {
-		return ReserveResult{}, ErrNotFound
+		return ReserveResult{}, arbortype.ErrNotFound
 	}
 	if err != nil {
 		return ReserveResult{}, err
@@ -375,7 +375,7 @@ func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conver
 		return ReserveResult{}, err
 	}
 	if !known {
-		return ReserveResult{}, fmt.Errorf("counter %q in conversation %q: %w", p.Counter, rt.ConversationID, ErrUnknownCounter)
+		return ReserveResult{}, fmt.Errorf("counter %q in conversation %q: %w", p.Counter, rt.ConversationID, arbortype.ErrUnknownCounter)
 	}
 	if over != nil {
 		if over.Budget.OnExhausted == arbortype.BudgetReturn || conversationLocked {
@@ -402,12 +402,6 @@ func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conver
 	return ReserveResult{Reservation: r}, nil
 }
 
-// ErrUnknownCounter is arbortype's.
-var ErrUnknownCounter = arbortype.ErrUnknownCounter
-
-// CodeBudgetExhausted is arbortype's.
-const CodeBudgetExhausted = arbortype.CodeBudgetExhausted
-
 // endOnExhausted ends the run of t (locked with its conversation) as the
 // budget over says: fail (its foreground subtree aborted) or park on
 // BudgetEvent from its last checkpoint.
@@ -421,7 +415,7 @@ func (e *Engine) endOnExhausted(ctx context.Context, tx pgx.Tx, t Task, token in
 	if err != nil {
 		return err
 	}
-	_, err = e.Fail(ctx, tx, t.ID, &token, TaskError{Code: CodeBudgetExhausted, NonRetryable: true, Message: over.Error(), Detail: detail})
+	_, err = e.Fail(ctx, tx, t.ID, &token, TaskError{Code: arbortype.CodeBudgetExhausted, NonRetryable: true, Message: over.Error(), Detail: detail})
 	return err
 }
 
@@ -524,7 +518,7 @@ func (e *Engine) closeReservation(ctx context.Context, tx pgx.Tx, r store.Reserv
 		return mapDBError(err)
 	}
 	if !ok {
-		return fmt.Errorf("reservation %d closed meanwhile: %w", r.ID, ErrInvalidArgument)
+		return fmt.Errorf("reservation %d closed meanwhile: %w", r.ID, arbortype.ErrInvalidArgument)
 	}
 	return mapDBError(e.Store.ChargeBudgets(ctx, tx, r.ConversationID, r.Counter, scopes, r.Amount, actual))
 }
@@ -544,7 +538,7 @@ func (e *Engine) RecordBudget(ctx context.Context, tx pgx.Tx, conv string, taskI
 	r, err := e.Store.ReservationByID(ctx, tx, conv, id)
 	switch {
 	case store.IsNoRows(err) || (err == nil && r.TaskID != taskID):
-		return store.ReservationRow{}, errorf("record", taskID, fmt.Errorf("reservation %d is not one of the task's: %w", id, ErrNotFound))
+		return store.ReservationRow{}, errorf("record", taskID, fmt.Errorf("reservation %d is not one of the task's: %w", id, arbortype.ErrNotFound))
 	case err != nil:
 		return store.ReservationRow{}, errorf("record", taskID, err)
 	}
@@ -557,11 +551,11 @@ func (e *Engine) RecordBudget(ctx context.Context, tx pgx.Tx, conv string, taskI
 	switch {
 	case r.Actual != nil && r.Lapsed:
 		return r, errorf("record", taskID, fmt.Errorf("reservation %d was charged in full (%d) when its run ended before this record: %w",
-			id, r.Amount, ErrNotRunning))
+			id, r.Amount, arbortype.ErrNotRunning))
 	case r.Actual != nil && *r.Actual == actual:
 		return r, nil
 	case r.Actual != nil:
-		return r, errorf("record", taskID, fmt.Errorf("reservation %d was recorded as %d already: %w", id, *r.Actual, ErrInvalidArgument))
+		return r, errorf("record", taskID, fmt.Errorf("reservation %d was recorded as %d already: %w", id, *r.Actual, arbortype.ErrInvalidArgument))
 	}
 	chain, err := e.Store.ScopeChain(ctx, tx, conv, taskID)
 	if err != nil {
@@ -626,7 +620,7 @@ func (e *Engine) ExpireWallTime(ctx context.Context, tx pgx.Tx, taskID int64) (b
 	if over == nil || over.Budget.OnExhausted != arbortype.BudgetFail {
 		return false, nil
 	}
-	te := &TaskError{Code: CodeBudgetExhausted, NonRetryable: true, Message: over.Error()}
+	te := &TaskError{Code: arbortype.CodeBudgetExhausted, NonRetryable: true, Message: over.Error()}
 	if err := e.expireLocked(ctx, tx, t, te); err != nil {
 		return false, errorf("expire wall time", taskID, err)
 	}
@@ -676,11 +670,11 @@ func (e *Engine) Budget(ctx context.Context, db store.DB, conv string, taskID in
 	}
 	if _, err := e.Store.GetConversation(ctx, db, conv); err != nil {
 		if store.IsNoRows(err) {
-			return arbortype.Budget{}, fmt.Errorf("%s: no such conversation: %w", what, ErrNotFound)
+			return arbortype.Budget{}, fmt.Errorf("%s: no such conversation: %w", what, arbortype.ErrNotFound)
 		}
 		return arbortype.Budget{}, fmt.Errorf("%s: %w", what, err)
 	}
-	return arbortype.Budget{}, fmt.Errorf("%s: none is set: %w", what, ErrNotFound)
+	return arbortype.Budget{}, fmt.Errorf("%s: none is set: %w", what, arbortype.ErrNotFound)
 }
 
 func budget(b store.BudgetRow) arbortype.Budget {

@@ -96,7 +96,7 @@ func (e *Engine) Check(ctx context.Context, conversationIDs ...string) ([]Violat
 func (e *Engine) checkConversation(ctx context.Context, tx pgx.Tx, conv string) ([]Violation, error) {
 	convRow, err := e.Store.GetConversation(ctx, tx, conv)
 	if store.IsNoRows(err) {
-		return nil, ErrNotFound
+		return nil, arbortype.ErrNotFound
 	}
 	if err != nil {
 		return nil, err

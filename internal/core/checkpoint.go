@@ -49,7 +49,7 @@ func (e *Engine) fencedOff(ctx context.Context, tx pgx.Tx, taskID, token int64, 
 	cur, err := e.Store.GetTask(ctx, tx, taskID)
 	switch {
 	case store.IsNoRows(err):
-		return ErrNotFound
+		return arbortype.ErrNotFound
 	case err != nil:
 		return err
 	}
@@ -61,11 +61,11 @@ func (e *Engine) fencedOff(ctx context.Context, tx pgx.Tx, taskID, token int64, 
 func checkHolder(cur Task, token int64) error {
 	switch {
 	case cur.AbortRequested || cur.Status == arbortype.StatusAborted:
-		return ErrAborted
+		return arbortype.ErrAborted
 	case cur.Status != arbortype.StatusRunning:
-		return fmt.Errorf("%w (it is %s)", ErrNotRunning, cur.Status)
+		return fmt.Errorf("%w (it is %s)", arbortype.ErrNotRunning, cur.Status)
 	case cur.Token != token:
-		return ErrLeaseLost
+		return arbortype.ErrLeaseLost
 	}
 	return nil
 }

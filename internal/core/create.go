@@ -13,57 +13,17 @@ import (
 	"github.com/arborhq/arbor/store"
 )
 
-// RestartLimitNone is the CreateParams.RestartLimit of a task that fails
-// with restart_limit_exceeded at its first recovery.
-const RestartLimitNone = -1
-
-// CreateParams describe a new task.
+// CreateParams is a create as the engine takes it: the user's
+// arbortype.CreateParams as it is (tasks.CreateParams is the same type),
+// and what only arbor's own callers set. The turn policy fields (OnBusy,
+// SteerEvent) are package tasks' to apply; the engine ignores them.
 type CreateParams struct {
-	// ConversationID groups tasks; its row is created on first use. Required,
-	// at most 200 bytes.
-	ConversationID string
-	// OwnerID is the task creating this one; 0 creates a root task. The owner
-	// must be live, in the same conversation, not completing and not being
-	// aborted.
-	OwnerID int64
-	// Kind names the handler that runs the task. Required, at most 200 bytes.
-	Kind string
-	// Input is the task's JSON input; empty for none.
-	Input json.RawMessage
-	// Background makes a child that neither holds its owner in completing
-	// nor is reached by its owner's abort. Only for children.
-	Background bool
-	// AbandonOnRestart makes a task that is never re-run after a crash: on
-	// recovery it is settled cancelled instead.
-	AbandonOnRestart bool
-	// RestartLimit is how many recoveries the task survives; 0 means
-	// Config.RestartLimit, RestartLimitNone means none.
-	RestartLimit int
-	// MaxRetries is how many times a failed run is retried.
-	// 0 means no retry.
-	MaxRetries int
-	// RetryBackoffBase and RetryBackoffCap are the task's backoff between
-	// retries (see Config.RetryBackoffBase); 0 means the engine's. They are
-	// stored with the task, so every node retries it alike.
-	RetryBackoffBase time.Duration
-	RetryBackoffCap  time.Duration
+	arbortype.CreateParams
 	// OwnerToken, when not 0, fences the create by the owner's run: the
 	// owner must be running with this token (a handler spawning children
 	// passes its own), so a runner that lost the task cannot add children
 	// to it (ErrLeaseLost, ErrNotRunning or ErrAborted).
 	OwnerToken int64
-	// IdempotencyKey, unique per conversation, makes a repeated Create
-	// return the task the first one created (created=false). At most 200
-	// bytes; empty for none.
-	IdempotencyKey string
-	// Deadline, when not zero, is when the task, still live, fails with
-	// code "deadline_exceeded" and its foreground subtree is aborted.
-	Deadline time.Time
-	// Budgets are set on the new task (ApplyCreateBudgets), and
-	// ConversationBudgets on its conversation where it has no budget of
-	// the counter yet.
-	Budgets             []arbortype.BudgetLimit
-	ConversationBudgets []arbortype.BudgetLimit
 	// Trace is the trace context to store with the task (see
 	// arbortype.Task.Trace): at most MaxTraceBytes as JSON, no empty key.
 	// Nil for none.
@@ -97,12 +57,12 @@ func (e *Engine) Create(ctx context.Context, tx pgx.Tx, p CreateParams) (Task, b
 		conv, err := e.Store.TaskConversation(ctx, tx, p.OwnerID)
 		switch {
 		case store.IsNoRows(err):
-			return Task{}, false, fmt.Errorf("create task: owner %d: %w", p.OwnerID, ErrNotFound)
+			return Task{}, false, fmt.Errorf("create task: owner %d: %w", p.OwnerID, arbortype.ErrNotFound)
 		case err != nil:
 			return Task{}, false, fmt.Errorf("create task: %w", err)
 		case conv != p.ConversationID:
 			return Task{}, false, fmt.Errorf("create task: owner %d is in conversation %q, not %q: %w",
-				p.OwnerID, conv, p.ConversationID, ErrForeignOwner)
+				p.OwnerID, conv, p.ConversationID, arbortype.ErrForeignOwner)
 		}
 	}
 	if _, err := e.Store.EnsureAndLockConversation(ctx, tx, p.ConversationID); err != nil {
@@ -114,7 +74,7 @@ func (e *Engine) Create(ctx context.Context, tx pgx.Tx, p CreateParams) (Task, b
 		case err == nil:
 			if existing.Kind != p.Kind || existing.OwnerID != p.OwnerID {
 				return Task{}, false, fmt.Errorf("create task: key %q is task %d (kind %q, owner %d): %w",
-					p.IdempotencyKey, existing.ID, existing.Kind, existing.OwnerID, ErrIdempotencyConflict)
+					p.IdempotencyKey, existing.ID, existing.Kind, existing.OwnerID, arbortype.ErrIdempotencyConflict)
 			}
 			return existing, false, nil
 		case !store.IsNoRows(err):
@@ -178,11 +138,11 @@ func CreateRoot(ctx context.Context, e *Engine, p CreateParams) (t Task, ok bool
 func ownerCanSpawn(owner Task) error {
 	switch {
 	case owner.Status.Settled():
-		return fmt.Errorf("owner %d is %s: %w", owner.ID, owner.Status, ErrOwnerNotLive)
+		return fmt.Errorf("owner %d is %s: %w", owner.ID, owner.Status, arbortype.ErrOwnerNotLive)
 	case owner.AbortRequested:
-		return fmt.Errorf("owner %d: %w", owner.ID, ErrOwnerAborting)
+		return fmt.Errorf("owner %d: %w", owner.ID, arbortype.ErrOwnerAborting)
 	case owner.Status == arbortype.StatusCompleting:
-		return fmt.Errorf("owner %d: %w", owner.ID, ErrOwnerCompleting)
+		return fmt.Errorf("owner %d: %w", owner.ID, arbortype.ErrOwnerCompleting)
 	}
 	return nil
 }
@@ -202,7 +162,7 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 	}
 	for what, list := range map[string][]arbortype.BudgetLimit{"budgets": p.Budgets, "conversation budgets": p.ConversationBudgets} {
 		if len(list) > MaxCreateBudgets {
-			return store.InsertParams{}, fmt.Errorf("%d %s, over the limit of %d: %w", len(list), what, MaxCreateBudgets, ErrInvalidArgument)
+			return store.InsertParams{}, fmt.Errorf("%d %s, over the limit of %d: %w", len(list), what, MaxCreateBudgets, arbortype.ErrInvalidArgument)
 		}
 		seen := make(map[string]bool, len(list))
 		for _, b := range list {
@@ -210,22 +170,22 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 				return store.InsertParams{}, err
 			}
 			if seen[b.Counter] {
-				return store.InsertParams{}, fmt.Errorf("%s: counter %q given twice: %w", what, b.Counter, ErrInvalidArgument)
+				return store.InsertParams{}, fmt.Errorf("%s: counter %q given twice: %w", what, b.Counter, arbortype.ErrInvalidArgument)
 			}
 			seen[b.Counter] = true
 		}
 	}
 	if p.OwnerID < 0 {
-		return store.InsertParams{}, fmt.Errorf("owner id %d: %w", p.OwnerID, ErrInvalidArgument)
+		return store.InsertParams{}, fmt.Errorf("owner id %d: %w", p.OwnerID, arbortype.ErrInvalidArgument)
 	}
 	if p.Background && p.OwnerID == 0 {
-		return store.InsertParams{}, fmt.Errorf("a root task cannot be background: %w", ErrInvalidArgument)
+		return store.InsertParams{}, fmt.Errorf("a root task cannot be background: %w", arbortype.ErrInvalidArgument)
 	}
 	if p.OwnerToken != 0 && p.OwnerID == 0 {
-		return store.InsertParams{}, fmt.Errorf("an owner token without an owner: %w", ErrInvalidArgument)
+		return store.InsertParams{}, fmt.Errorf("an owner token without an owner: %w", arbortype.ErrInvalidArgument)
 	}
 	if p.MaxRetries < 0 || p.MaxRetries > maxInt32 {
-		return store.InsertParams{}, fmt.Errorf("max retries %d is outside 0..%d: %w", p.MaxRetries, maxInt32, ErrInvalidArgument)
+		return store.InsertParams{}, fmt.Errorf("max retries %d is outside 0..%d: %w", p.MaxRetries, maxInt32, arbortype.ErrInvalidArgument)
 	}
 	base, ceiling := cmp.Or(p.RetryBackoffBase, e.Cfg.RetryBackoffBase), cmp.Or(p.RetryBackoffCap, e.Cfg.RetryBackoffCap)
 	if p.RetryBackoffCap == 0 {
@@ -238,15 +198,15 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 	switch {
 	case limit == 0:
 		limit = e.Cfg.RestartLimit
-	case limit == RestartLimitNone:
+	case limit == arbortype.RestartLimitNone:
 		limit = 0
 	case limit < 0 || limit > maxInt32:
-		return store.InsertParams{}, fmt.Errorf("restart limit %d is outside 0..%d (or RestartLimitNone): %w", limit, maxInt32, ErrInvalidArgument)
+		return store.InsertParams{}, fmt.Errorf("restart limit %d is outside 0..%d (or RestartLimitNone): %w", limit, maxInt32, arbortype.ErrInvalidArgument)
 	}
 	var deadline *time.Time
 	if !p.Deadline.IsZero() {
 		if y := p.Deadline.UTC().Year(); y < 1 || y > 9999 {
-			return store.InsertParams{}, fmt.Errorf("deadline %s is out of range: %w", p.Deadline, ErrInvalidArgument)
+			return store.InsertParams{}, fmt.Errorf("deadline %s is out of range: %w", p.Deadline, arbortype.ErrInvalidArgument)
 		}
 		d := p.Deadline
 		deadline = &d
@@ -280,15 +240,15 @@ func traceJSON(trace map[string]string) (json.RawMessage, error) {
 	}
 	for k := range trace {
 		if k == "" {
-			return nil, fmt.Errorf("trace context: an empty key: %w", ErrInvalidArgument)
+			return nil, fmt.Errorf("trace context: an empty key: %w", arbortype.ErrInvalidArgument)
 		}
 	}
 	b, err := json.Marshal(trace)
 	if err != nil {
-		return nil, fmt.Errorf("trace context: %w: %w", ErrInvalidArgument, err)
+		return nil, fmt.Errorf("trace context: %w: %w", arbortype.ErrInvalidArgument, err)
 	}
 	if len(b) > MaxTraceBytes {
-		return nil, fmt.Errorf("trace context: %d bytes as JSON, over %d: %w", len(b), MaxTraceBytes, ErrInvalidArgument)
+		return nil, fmt.Errorf("trace context: %d bytes as JSON, over %d: %w", len(b), MaxTraceBytes, arbortype.ErrInvalidArgument)
 	}
 	return b, nil
 }

@@ -33,7 +33,7 @@ func (e *Engine) CreateMany(ctx context.Context, tx pgx.Tx, ps []CreateParams) (
 		return nil, nil, nil
 	}
 	if len(ps) > maxBatch {
-		return nil, nil, fmt.Errorf("create tasks: %d, over the limit of %d: %w", len(ps), maxBatch, ErrInvalidArgument)
+		return nil, nil, fmt.Errorf("create tasks: %d, over the limit of %d: %w", len(ps), maxBatch, arbortype.ErrInvalidArgument)
 	}
 	params := make([]store.InsertParams, len(ps))
 	convSet := map[string]bool{}
@@ -102,7 +102,7 @@ func (e *Engine) CreateMany(ctx context.Context, tx pgx.Tx, ps []CreateParams) (
 			}
 			if t.Kind != p.Kind || t.OwnerID != p.OwnerID {
 				return nil, nil, fmt.Errorf("create tasks: task %d of %d: key %q is task %d (kind %q, owner %d): %w",
-					i, len(ps), p.IdempotencyKey, t.ID, t.Kind, t.OwnerID, ErrIdempotencyConflict)
+					i, len(ps), p.IdempotencyKey, t.ID, t.Kind, t.OwnerID, arbortype.ErrIdempotencyConflict)
 			}
 			out[i], done[i] = t, true
 		}
@@ -147,7 +147,7 @@ func (e *Engine) CreateMany(ctx context.Context, tx pgx.Tx, ps []CreateParams) (
 			if j, ok := firstOfKey[k]; ok {
 				if ps[j].Kind != p.Kind || ps[j].OwnerID != p.OwnerID {
 					return nil, nil, fmt.Errorf("create tasks: task %d of %d: key %q is also task %d of the batch, of another kind or owner: %w",
-						i, len(ps), p.IdempotencyKey, j, ErrIdempotencyConflict)
+						i, len(ps), p.IdempotencyKey, j, arbortype.ErrIdempotencyConflict)
 				}
 				continue
 			}
@@ -162,7 +162,7 @@ func (e *Engine) CreateMany(ctx context.Context, tx pgx.Tx, ps []CreateParams) (
 			return nil, nil, fmt.Errorf("create tasks: %w", mapDBError(err))
 		}
 		if len(ins) != len(toInsert) {
-			return nil, nil, fmt.Errorf("create tasks: %d inserted of %d: %w", len(ins), len(toInsert), ErrDatabase)
+			return nil, nil, fmt.Errorf("create tasks: %d inserted of %d: %w", len(ins), len(toInsert), arbortype.ErrDatabase)
 		}
 		for j, i := range at {
 			out[i], created[i], done[i] = freshTask(params[i], ins[j]), true, true
@@ -190,10 +190,10 @@ func checkOwners(ps []CreateParams, found []Task) error {
 		c, ok := conv[p.OwnerID]
 		switch {
 		case !ok:
-			return fmt.Errorf("create tasks: task %d of %d: owner %d: %w", i, len(ps), p.OwnerID, ErrNotFound)
+			return fmt.Errorf("create tasks: task %d of %d: owner %d: %w", i, len(ps), p.OwnerID, arbortype.ErrNotFound)
 		case c != p.ConversationID:
 			return fmt.Errorf("create tasks: task %d of %d: owner %d is in conversation %q, not %q: %w",
-				i, len(ps), p.OwnerID, c, p.ConversationID, ErrForeignOwner)
+				i, len(ps), p.OwnerID, c, p.ConversationID, arbortype.ErrForeignOwner)
 		}
 	}
 	return nil
@@ -204,11 +204,11 @@ func checkOwners(ps []CreateParams, found []Task) error {
 func ownerStateCanSpawn(o store.OwnerState, token int64) error {
 	switch {
 	case o.Status.Settled():
-		return fmt.Errorf("owner %d is %s: %w", o.ID, o.Status, ErrOwnerNotLive)
+		return fmt.Errorf("owner %d is %s: %w", o.ID, o.Status, arbortype.ErrOwnerNotLive)
 	case o.AbortRequested:
-		return fmt.Errorf("owner %d: %w", o.ID, ErrOwnerAborting)
+		return fmt.Errorf("owner %d: %w", o.ID, arbortype.ErrOwnerAborting)
 	case o.Status == arbortype.StatusCompleting:
-		return fmt.Errorf("owner %d: %w", o.ID, ErrOwnerCompleting)
+		return fmt.Errorf("owner %d: %w", o.ID, arbortype.ErrOwnerCompleting)
 	}
 	if token != 0 {
 		return checkHolder(Task{ID: o.ID, Status: o.Status, AbortRequested: o.AbortRequested, Token: o.Token}, token)

@@ -12,9 +12,6 @@ import (
 	"github.com/arborhq/arbor/store"
 )
 
-// CodeDeadlineExceeded is the error code of a task failed past its deadline.
-const CodeDeadlineExceeded = arbortype.CodeDeadlineExceeded
-
 // Expire fails taskID if it is live past its deadline (by the database's
 // clock): its live foreground subtree is aborted first, leaves first, then
 // the task fails with code deadline_exceeded, whatever it was doing, and its
@@ -32,7 +29,7 @@ func (e *Engine) Expire(ctx context.Context, tx pgx.Tx, taskID int64) (expired b
 	if err != nil || !due {
 		return false, err
 	}
-	te := &TaskError{Code: CodeDeadlineExceeded, NonRetryable: true,
+	te := &TaskError{Code: arbortype.CodeDeadlineExceeded, NonRetryable: true,
 		Message: fmt.Sprintf("still %s past its deadline %s", t.Status, t.Deadline.UTC().Format(time.RFC3339Nano))}
 	if err := e.expireLocked(ctx, tx, t, te); err != nil {
 		return false, errorf("expire", taskID, err)

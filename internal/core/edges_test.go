@@ -117,7 +117,7 @@ func apply(t *testing.T, b *bundle, s subject, e fsm.Edge) {
 	case e.Event == fsm.Complete:
 		_, err = b.engine.Complete(b.ctx, id, token, js(`"ok"`))
 	case e.Event == fsm.Fail && e.From == arbortype.StatusPending:
-		_, err = b.engine.ForceFail(b.ctx, id, arbortype.TaskError{Code: core.CodeRestartLimitExceeded, Message: "past its limit"})
+		_, err = b.engine.ForceFail(b.ctx, id, arbortype.TaskError{Code: arbortype.CodeRestartLimitExceeded, Message: "past its limit"})
 	case e.Event == fsm.Fail:
 		_, err = b.engine.Fail(b.ctx, id, token, arbortype.TaskError{Message: "boom"})
 	case e.Event == fsm.Cancel:

@@ -91,11 +91,6 @@ type Engine struct {
 	announcer *announcer
 }
 
-// Of returns the engine behind a *tasks.Engine. Package tasks sets it; the
-// packages that run tasks (machine, reconcile's callers) use it to reach the
-// operations that are not on the user's Engine.
-var Of func(engine any) *Engine
-
 // New returns an engine on pool with cfg (defaults filled, validated).
 func New(pool *pgxpool.Pool, cfg Config) (*Engine, error) {
 	st, err := store.New(cfg.Schema)
@@ -181,7 +176,7 @@ func Write[T any](ctx context.Context, e *Engine, fn func(db store.DB) (T, error
 	r := retrier{e: e}
 	for {
 		v, err := writeOnce(ctx, e, fn)
-		if err == nil || errors.Is(err, ErrAmbiguous) {
+		if err == nil || errors.Is(err, arbortype.ErrAmbiguous) {
 			return v, err
 		}
 		again, err := r.again(ctx, err)
@@ -201,7 +196,7 @@ func writeOnce[T any](ctx context.Context, e *Engine, fn func(db store.DB) (T, e
 	defer conn.Release()
 	v, err := fn(conn)
 	if err != nil && !commitAnswered(err) && (transient(err) || contextError(err)) {
-		return v, fmt.Errorf("%w: %w", ErrAmbiguous, err)
+		return v, fmt.Errorf("%w: %w", arbortype.ErrAmbiguous, err)
 	}
 	return v, err
 }
@@ -230,7 +225,7 @@ func tryTx[T any](ctx context.Context, e *Engine, fn func(tx pgx.Tx) (T, error))
 			// committed.
 			return zero, err
 		}
-		return zero, fmt.Errorf("%w: %w", ErrAmbiguous, err)
+		return zero, fmt.Errorf("%w: %w", arbortype.ErrAmbiguous, err)
 	}
 	return v, nil
 }
@@ -289,12 +284,12 @@ func mapDBError(err error) error {
 	switch pgErr.Code {
 	case fsm.SQLStateInvalidTransition, fsm.SQLStateSettled, fsm.SQLStateImmutable, fsm.SQLStateInvalidInsert,
 		fsm.SQLStateColumn, fsm.SQLStateDelete, fsm.SQLStateConversation, fsm.SQLStateFork:
-		return fmt.Errorf("%w: refused by the database: %w", ErrInvalidTransition, err)
+		return fmt.Errorf("%w: refused by the database: %w", arbortype.ErrInvalidTransition, err)
 	case sqlStateInvalidText, sqlStateInvalidEscape, sqlStateInvalidJSONText, sqlStateUnicodeEscape,
 		sqlStateNotInRepertoire, sqlStateNumericOutOfRange:
-		return fmt.Errorf("%w: %w", ErrInvalidJSON, err)
+		return fmt.Errorf("%w: %w", arbortype.ErrInvalidJSON, err)
 	case sqlStateProgramLimit:
-		return fmt.Errorf("%w: %w", ErrPayloadTooLarge, err)
+		return fmt.Errorf("%w: %w", arbortype.ErrPayloadTooLarge, err)
 	case sqlStateInsufficientPrivilege:
 		return fmt.Errorf("%w: %w", arbortype.ErrPermissionDenied, err)
 	}

@@ -75,12 +75,12 @@ func (e *Engine) Emit(ctx context.Context, tx pgx.Tx, p EmitParams) (Emitted, er
 		return Emitted{}, fmt.Errorf("emit: %w", err)
 	}
 	if p.TaskID < 0 {
-		return Emitted{}, fmt.Errorf("emit: task id %d: %w", p.TaskID, ErrInvalidArgument)
+		return Emitted{}, fmt.Errorf("emit: task id %d: %w", p.TaskID, arbortype.ErrInvalidArgument)
 	}
 	what := fmt.Sprintf("emit %q to conversation %q", p.Name, p.ConversationID)
 	if _, err := e.Store.LockConversation(ctx, tx, p.ConversationID); err != nil {
 		if store.IsNoRows(err) {
-			err = ErrNotFound
+			err = arbortype.ErrNotFound
 		}
 		return Emitted{}, fmt.Errorf("%s: %w", what, err)
 	}
@@ -92,7 +92,7 @@ func (e *Engine) Emit(ctx context.Context, tx pgx.Tx, p EmitParams) (Emitted, er
 		case err != nil:
 			return Emitted{}, fmt.Errorf("%s: %w", what, err)
 		case found && (ev.Name != p.Name || ev.TaskID != p.TaskID):
-			return Emitted{}, fmt.Errorf("%s: key %q is event %d (%q to task %d): %w", what, p.IdempotencyKey, ev.ID, ev.Name, ev.TaskID, ErrIdempotencyConflict)
+			return Emitted{}, fmt.Errorf("%s: key %q is event %d (%q to task %d): %w", what, p.IdempotencyKey, ev.ID, ev.Name, ev.TaskID, arbortype.ErrIdempotencyConflict)
 		case found:
 			return Emitted{Event: ev}, nil
 		}
@@ -106,15 +106,15 @@ func (e *Engine) Emit(ctx context.Context, tx pgx.Tx, p EmitParams) (Emitted, er
 			other, oerr := e.Store.TaskConversation(ctx, tx, p.TaskID)
 			switch {
 			case oerr == nil:
-				return Emitted{}, fmt.Errorf("%s: task %d is in conversation %q: %w", what, p.TaskID, other, ErrForeignTask)
+				return Emitted{}, fmt.Errorf("%s: task %d is in conversation %q: %w", what, p.TaskID, other, arbortype.ErrForeignTask)
 			case !store.IsNoRows(oerr):
 				return Emitted{}, fmt.Errorf("%s: %w", what, oerr)
 			}
-			return Emitted{}, fmt.Errorf("%s: task %d: %w", what, p.TaskID, ErrNotFound)
+			return Emitted{}, fmt.Errorf("%s: task %d: %w", what, p.TaskID, arbortype.ErrNotFound)
 		case err != nil:
 			return Emitted{}, fmt.Errorf("%s: %w", what, err)
 		case t.Status.Settled():
-			return Emitted{}, fmt.Errorf("%s: task %d is %s: %w", what, p.TaskID, t.Status, ErrSettled)
+			return Emitted{}, fmt.Errorf("%s: task %d is %s: %w", what, p.TaskID, t.Status, arbortype.ErrSettled)
 		}
 		target = t
 	}
@@ -262,10 +262,6 @@ func (e *Engine) deliverLocked(ctx context.Context, tx pgx.Tx, t Task, ev *store
 // follows.
 const steerKeyPrefix = "arbor:steer:"
 
-// CodeSteered is the error code of a steered message's turn whose message
-// the live turn took.
-const CodeSteered = arbortype.CodeSteered
-
 // Steer steers a message (the create p, a root) into target, a live root
 // of p's conversation, whose row lock the caller holds (LockLiveRoots):
 // it creates the message's own turn from p and emits p.Input to target as
@@ -274,7 +270,7 @@ const CodeSteered = arbortype.CodeSteered
 // repeated steer): nothing is written then.
 func (e *Engine) Steer(ctx context.Context, tx pgx.Tx, target Task, p CreateParams, name string) (own Task, created bool, err error) {
 	if p.OwnerID != 0 {
-		return Task{}, false, fmt.Errorf("steer: a steered message is a root task: %w", ErrInvalidArgument)
+		return Task{}, false, fmt.Errorf("steer: a steered message is a root task: %w", arbortype.ErrInvalidArgument)
 	}
 	if err := checkText("event name", name, true); err != nil {
 		return Task{}, false, fmt.Errorf("steer: %w", err)
@@ -343,7 +339,7 @@ func (e *Engine) takeSteered(ctx context.Context, tx pgx.Tx, taker Task, ev *sto
 	if err != nil {
 		return err
 	}
-	_, err = e.settle(ctx, tx, own, fsm.Cancel, result, &TaskError{Code: CodeSteered,
+	_, err = e.settle(ctx, tx, own, fsm.Cancel, result, &TaskError{Code: arbortype.CodeSteered,
 		Message: fmt.Sprintf("its message was taken by task %d (event %d)", taker.ID, ev.ID)})
 	return err
 }
@@ -376,7 +372,7 @@ func (e *Engine) AwaitEvent(ctx context.Context, tx pgx.Tx, taskID, token int64,
 		return AwaitResult{}, errorf("await", taskID, err)
 	}
 	if p.Timeout < 0 || p.Timeout > 100*365*24*time.Hour {
-		return AwaitResult{}, errorf("await", taskID, fmt.Errorf("timeout %s is outside 0..100 years: %w", p.Timeout, ErrInvalidArgument))
+		return AwaitResult{}, errorf("await", taskID, fmt.Errorf("timeout %s is outside 0..100 years: %w", p.Timeout, arbortype.ErrInvalidArgument))
 	}
 	if err := checkText("phase", p.Phase, false); err != nil {
 		return AwaitResult{}, errorf("await", taskID, err)
@@ -478,7 +474,7 @@ func (e *Engine) PendingAwaits(ctx context.Context, db store.DB, conv string) ([
 	}
 	if _, err := e.Store.GetConversation(ctx, db, conv); err != nil {
 		if store.IsNoRows(err) {
-			err = ErrNotFound
+			err = arbortype.ErrNotFound
 		}
 		return nil, fmt.Errorf("pending events of %q: %w", conv, err)
 	}
@@ -517,7 +513,7 @@ func (e *Engine) EmitToken(ctx context.Context, tx pgx.Tx, token string, payload
 	what := fmt.Sprintf("emit to token of task %d", taskID)
 	if _, err := e.Store.LockConversation(ctx, tx, conv); err != nil {
 		if store.IsNoRows(err) {
-			err = ErrNotFound
+			err = arbortype.ErrNotFound
 		}
 		return Emitted{}, fmt.Errorf("%s: %w", what, err)
 	}
@@ -531,13 +527,13 @@ func (e *Engine) EmitToken(ctx context.Context, tx pgx.Tx, token string, payload
 	t, err := e.Store.LockTask(ctx, tx, conv, taskID)
 	switch {
 	case store.IsNoRows(err):
-		return Emitted{}, fmt.Errorf("%s: %w", what, ErrNotFound)
+		return Emitted{}, fmt.Errorf("%s: %w", what, arbortype.ErrNotFound)
 	case err != nil:
 		return Emitted{}, fmt.Errorf("%s: %w", what, err)
 	case t.AwaitToken != token:
-		return Emitted{}, fmt.Errorf("%s: the task is %s, and not in the await this token answered: %w", what, t.Status, ErrAwaitEnded)
+		return Emitted{}, fmt.Errorf("%s: the task is %s, and not in the await this token answered: %w", what, t.Status, arbortype.ErrAwaitEnded)
 	case !awaiting(t):
-		return Emitted{}, fmt.Errorf("%s: the task is %s, its await of %q over: %w", what, t.Status, t.AwaitName, ErrAwaitEnded)
+		return Emitted{}, fmt.Errorf("%s: the task is %s, its await of %q over: %w", what, t.Status, t.AwaitName, arbortype.ErrAwaitEnded)
 	}
 	p := EmitParams{ConversationID: conv, TaskID: t.ID, Name: t.AwaitName, Payload: payload, Queue: true, IdempotencyKey: key}
 	out, err := e.emitLocked(ctx, tx, p, t)
@@ -555,7 +551,7 @@ func (e *Engine) tokenTask(ctx context.Context, tx pgx.Tx, token string) (string
 		conv, err := e.Store.TaskConversation(ctx, tx, id)
 		switch {
 		case store.IsNoRows(err):
-			return "", 0, fmt.Errorf("no await has this token (its task %d does not exist): %w", id, ErrNotFound)
+			return "", 0, fmt.Errorf("no await has this token (its task %d does not exist): %w", id, arbortype.ErrNotFound)
 		case err != nil:
 			return "", 0, err
 		}
@@ -567,7 +563,7 @@ func (e *Engine) tokenTask(ctx context.Context, tx pgx.Tx, token string) (string
 		// A token of the older form is found by the task holding it: one
 		// its task no longer holds (it awaited again) is not told apart
 		// from one never issued.
-		return "", 0, fmt.Errorf("no await has this token: %w", ErrNotFound)
+		return "", 0, fmt.Errorf("no await has this token: %w", arbortype.ErrNotFound)
 	case err != nil:
 		return "", 0, err
 	}
@@ -587,7 +583,7 @@ func (e *Engine) Progress(ctx context.Context, tx pgx.Tx, taskID, token int64, n
 	}
 	if err := e.Store.LockConversationOfTaskQuiet(ctx, tx, taskID); err != nil {
 		if store.IsNoRows(err) {
-			err = ErrNotFound
+			err = arbortype.ErrNotFound
 		}
 		return 0, "", errorf("progress", taskID, err)
 	}
@@ -612,7 +608,7 @@ func (e *Engine) ReadLog(ctx context.Context, db store.DB, conv string, after in
 		return nil, fmt.Errorf("read log: %w", err)
 	}
 	if after < 0 || limit < 1 || limit > 10_000 {
-		return nil, fmt.Errorf("read log of %q: after %d, limit %d (1..10000): %w", conv, after, limit, ErrInvalidArgument)
+		return nil, fmt.Errorf("read log of %q: after %d, limit %d (1..10000): %w", conv, after, limit, arbortype.ErrInvalidArgument)
 	}
 	entries, err := e.Store.ReadLog(ctx, db, conv, after, limit)
 	if err != nil {
@@ -624,7 +620,7 @@ func (e *Engine) ReadLog(ctx context.Context, db store.DB, conv string, after in
 		// ever).
 		if _, err := e.Store.GetConversation(ctx, db, conv); err != nil {
 			if store.IsNoRows(err) {
-				err = ErrNotFound
+				err = arbortype.ErrNotFound
 			}
 			return nil, fmt.Errorf("read log of %q: %w", conv, err)
 		}
@@ -640,7 +636,7 @@ func (e *Engine) Events(ctx context.Context, db store.DB, conv string, after int
 		return nil, fmt.Errorf("events: %w", err)
 	}
 	if after < 0 || limit < 1 || limit > 10_000 {
-		return nil, fmt.Errorf("events of %q: after %d, limit %d (1..10000): %w", conv, after, limit, ErrInvalidArgument)
+		return nil, fmt.Errorf("events of %q: after %d, limit %d (1..10000): %w", conv, after, limit, arbortype.ErrInvalidArgument)
 	}
 	evs, err := e.Store.ConversationEvents(ctx, db, conv, after, limit)
 	if err != nil {
@@ -649,7 +645,7 @@ func (e *Engine) Events(ctx context.Context, db store.DB, conv string, after int
 	if len(evs) == 0 {
 		if _, err := e.Store.GetConversation(ctx, db, conv); err != nil {
 			if store.IsNoRows(err) {
-				err = ErrNotFound
+				err = arbortype.ErrNotFound
 			}
 			return nil, fmt.Errorf("events of %q: %w", conv, err)
 		}
@@ -661,7 +657,7 @@ func (e *Engine) Events(ctx context.Context, db store.DB, conv string, after int
 // most MaxEventBytes.
 func (e *Engine) checkPayload(what string, payload json.RawMessage) error {
 	if len(payload) > MaxEventBytes {
-		return fmt.Errorf("%s: %d bytes, over the limit of %d: %w", what, len(payload), MaxEventBytes, ErrPayloadTooLarge)
+		return fmt.Errorf("%s: %d bytes, over the limit of %d: %w", what, len(payload), MaxEventBytes, arbortype.ErrPayloadTooLarge)
 	}
 	return e.checkJSON(what, payload)
 }

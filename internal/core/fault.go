@@ -182,7 +182,7 @@ type retrier struct {
 // waited for the backoff; it returns the error to give up with otherwise.
 func (r *retrier) again(ctx context.Context, err error) (bool, error) {
 	switch {
-	case errors.Is(err, ErrAmbiguous):
+	case errors.Is(err, arbortype.ErrAmbiguous):
 		// The connection error in its chain is not a transient fault: the
 		// transaction may have committed, and running it again could apply
 		// it twice. Only the caller can find out.

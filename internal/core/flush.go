@@ -207,7 +207,7 @@ func (e *Engine) Apply(ctx context.Context, tx pgx.Tx, o Outcome) (OutcomeResult
 		a, err = e.AwaitEvent(ctx, tx, o.TaskID, o.Token, o.Await)
 		r.Woken = a.Woken
 	default:
-		err = fmt.Errorf("apply: outcome kind %d: %w", o.Kind, ErrInvalidArgument)
+		err = fmt.Errorf("apply: outcome kind %d: %w", o.Kind, arbortype.ErrInvalidArgument)
 	}
 	return r, err
 }
@@ -237,7 +237,7 @@ func (e *Engine) flushSpawns(ctx context.Context, tx pgx.Tx, outs []Outcome, idx
 		var bad error
 		for j, c := range o.Spawns {
 			if c.OwnerID != o.TaskID || c.ConversationID != o.ConversationID || c.IdempotencyKey == "" {
-				bad = fmt.Errorf("spawn under task %d: child %d is not the run's own: %w", o.TaskID, j, ErrInvalidArgument)
+				bad = fmt.Errorf("spawn under task %d: child %d is not the run's own: %w", o.TaskID, j, arbortype.ErrInvalidArgument)
 				break
 			}
 			p, err := e.createParams(c)
@@ -287,7 +287,7 @@ func (e *Engine) flushSpawns(ctx context.Context, tx pgx.Tx, outs []Outcome, idx
 		o := outs[i]
 		st, ok := byOwner[o.TaskID]
 		if !ok {
-			res.Results[i].Err = errorf("spawn under", o.TaskID, ErrNotFound)
+			res.Results[i].Err = errorf("spawn under", o.TaskID, arbortype.ErrNotFound)
 			refused[i] = true
 			continue
 		}
@@ -306,7 +306,7 @@ func (e *Engine) flushSpawns(ctx context.Context, tx pgx.Tx, outs []Outcome, idx
 		if t, ok := byKey[[2]string{c.p.ConversationID, c.p.IdempotencyKey}]; ok {
 			if t.Kind != c.p.Kind || t.OwnerID != c.p.OwnerID {
 				res.Results[c.out].Err = errorf("spawn under", c.p.OwnerID, fmt.Errorf("key %q is task %d (kind %q, owner %d): %w",
-					c.p.IdempotencyKey, t.ID, t.Kind, t.OwnerID, ErrIdempotencyConflict))
+					c.p.IdempotencyKey, t.ID, t.Kind, t.OwnerID, arbortype.ErrIdempotencyConflict))
 				continue
 			}
 			res.Results[c.out].Children[c.at] = t
@@ -332,7 +332,7 @@ func (e *Engine) flushSpawns(ctx context.Context, tx pgx.Tx, outs []Outcome, idx
 		return fmt.Errorf("flush: spawn: %w", mapDBError(err))
 	}
 	if len(ins) != len(keep) {
-		return fmt.Errorf("flush: spawn: %d inserted of %d: %w", len(ins), len(keep), ErrDatabase)
+		return fmt.Errorf("flush: spawn: %d inserted of %d: %w", len(ins), len(keep), arbortype.ErrDatabase)
 	}
 	for j, c := range keepAt {
 		res.Results[c.out].Children[c.at] = freshTask(c.p, ins[j])
@@ -355,7 +355,7 @@ func (e *Engine) flushWaits(ctx context.Context, tx pgx.Tx, outs []Outcome, idx 
 		o := outs[i]
 		w := o.Wait
 		if !w.Policy.Valid() {
-			res.Results[i].Err = errorf("wait", o.TaskID, fmt.Errorf("policy %q: %w", w.Policy, ErrInvalidArgument))
+			res.Results[i].Err = errorf("wait", o.TaskID, fmt.Errorf("policy %q: %w", w.Policy, arbortype.ErrInvalidArgument))
 			continue
 		}
 		if err := checkText("phase", w.Phase, false); err != nil {
@@ -370,7 +370,7 @@ func (e *Engine) flushWaits(ctx context.Context, tx pgx.Tx, outs []Outcome, idx 
 		slices.Sort(cs)
 		cs = slices.Compact(cs)
 		if len(cs) > 10_000 {
-			res.Results[i].Err = errorf("wait", o.TaskID, fmt.Errorf("%d children, over the limit of 10000: %w", len(cs), ErrInvalidArgument))
+			res.Results[i].Err = errorf("wait", o.TaskID, fmt.Errorf("%d children, over the limit of 10000: %w", len(cs), arbortype.ErrInvalidArgument))
 			continue
 		}
 		childIDs[i] = cs
@@ -408,7 +408,7 @@ func (e *Engine) flushWaits(ctx context.Context, tx pgx.Tx, outs []Outcome, idx 
 		o := outs[i]
 		st, ok := byID[o.TaskID]
 		if !ok {
-			res.Results[i].Err = errorf("wait", o.TaskID, ErrNotFound)
+			res.Results[i].Err = errorf("wait", o.TaskID, arbortype.ErrNotFound)
 			continue
 		}
 		if err := checkHolder(Task{ID: st.ID, Status: st.Status, AbortRequested: st.AbortRequested, Token: st.Token}, o.Token); err != nil {
@@ -430,7 +430,7 @@ func (e *Engine) flushWaits(ctx context.Context, tx pgx.Tx, outs []Outcome, idx 
 			}
 		}
 		if notChild != 0 {
-			res.Results[i].Err = errorf("wait", o.TaskID, fmt.Errorf("task %d: %w", notChild, ErrNotChild))
+			res.Results[i].Err = errorf("wait", o.TaskID, fmt.Errorf("task %d: %w", notChild, arbortype.ErrNotChild))
 			continue
 		}
 		if tripped && live > 0 {

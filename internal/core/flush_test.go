@@ -64,7 +64,7 @@ func TestFlushStaleTokensMatchNothing(t *testing.T) {
 				{Kind: core.OutWait, TaskID: stale[1].ID, Token: stale[1].Token, ConversationID: b.conv,
 					Wait: core.WaitParams{Policy: arbortype.AllSettled}},
 				{Kind: core.OutSpawn, TaskID: stale[2].ID, Token: stale[2].Token, ConversationID: b.conv,
-					Spawns: []core.CreateParams{{ConversationID: b.conv, OwnerID: stale[2].ID, OwnerToken: stale[2].Token, Kind: "x", IdempotencyKey: "arbor:k"}}},
+					Spawns: []core.CreateParams{{CreateParams: arbortype.CreateParams{ConversationID: b.conv, OwnerID: stale[2].ID, Kind: "x", IdempotencyKey: "arbor:k"}, OwnerToken: stale[2].Token}}},
 				{Kind: core.OutFail, TaskID: stale[3].ID, Token: stale[3].Token, ConversationID: b.conv,
 					Error: arbortype.TaskError{Message: "late failure"}},
 				{Kind: core.OutSleep, TaskID: stale[4].ID, Token: stale[4].Token, ConversationID: b.conv, WakeAt: time.Now().Add(time.Hour)},

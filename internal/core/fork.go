@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/store"
 )
 
@@ -46,34 +47,34 @@ func (e *Engine) Fork(ctx context.Context, tx pgx.Tx, p ForkParams) (Forked, err
 		return Forked{}, fmt.Errorf("fork: %w", err)
 	}
 	if p.ThroughTurn <= 0 {
-		return Forked{}, fmt.Errorf("fork: turn id %d: %w", p.ThroughTurn, ErrInvalidArgument)
+		return Forked{}, fmt.Errorf("fork: turn id %d: %w", p.ThroughTurn, arbortype.ErrInvalidArgument)
 	}
 	what := fmt.Sprintf("fork conversation %q through turn %d", p.ConversationID, p.ThroughTurn)
 	if _, err := e.Store.LockConversation(ctx, tx, p.ConversationID); err != nil {
 		if store.IsNoRows(err) {
-			err = ErrNotFound
+			err = arbortype.ErrNotFound
 		}
 		return Forked{}, fmt.Errorf("%s: %w", what, err)
 	}
 	turn, err := e.Store.GetTask(ctx, tx, p.ThroughTurn)
 	switch {
 	case store.IsNoRows(err):
-		return Forked{}, fmt.Errorf("%s: no such task: %w", what, ErrNotFound)
+		return Forked{}, fmt.Errorf("%s: no such task: %w", what, arbortype.ErrNotFound)
 	case err != nil:
 		return Forked{}, fmt.Errorf("%s: %w", what, err)
 	case turn.ConversationID != p.ConversationID:
-		return Forked{}, fmt.Errorf("%s: the task is in conversation %q: %w", what, turn.ConversationID, ErrForeignTask)
+		return Forked{}, fmt.Errorf("%s: the task is in conversation %q: %w", what, turn.ConversationID, arbortype.ErrForeignTask)
 	case turn.OwnerID != 0:
-		return Forked{}, fmt.Errorf("%s: the task is a child of task %d, not a turn: %w", what, turn.OwnerID, ErrNotRoot)
+		return Forked{}, fmt.Errorf("%s: the task is a child of task %d, not a turn: %w", what, turn.OwnerID, arbortype.ErrNotRoot)
 	case !turn.Status.Settled():
-		return Forked{}, fmt.Errorf("%s: the turn is %s: %w", what, turn.Status, ErrNotSettled)
+		return Forked{}, fmt.Errorf("%s: the turn is %s: %w", what, turn.Status, arbortype.ErrNotSettled)
 	}
 	ok, err := e.Store.InsertForkConversation(ctx, tx, p.NewConversationID)
 	if err != nil {
 		return Forked{}, fmt.Errorf("%s: %w", what, err)
 	}
 	if !ok {
-		return Forked{}, fmt.Errorf("%s: conversation %q: %w", what, p.NewConversationID, ErrConversationExists)
+		return Forked{}, fmt.Errorf("%s: conversation %q: %w", what, p.NewConversationID, arbortype.ErrConversationExists)
 	}
 	counts, err := e.Store.CopyHistory(ctx, tx, p.ConversationID, p.ThroughTurn, p.NewConversationID)
 	if err != nil {

@@ -101,9 +101,9 @@ func (e *Engine) TakeLease(ctx context.Context, tx pgx.Tx, conversationID, holde
 	c, err := e.Store.TakeConversation(ctx, tx, conversationID, holder, holderID)
 	if store.IsNoRows(err) {
 		if _, gerr := e.Store.GetConversation(ctx, tx, conversationID); store.IsNoRows(gerr) {
-			return Lease{}, Taken{}, fmt.Errorf("take the lease of conversation %q: %w", conversationID, ErrNotFound)
+			return Lease{}, Taken{}, fmt.Errorf("take the lease of conversation %q: %w", conversationID, arbortype.ErrNotFound)
 		}
-		return Lease{}, Taken{}, fmt.Errorf("take the lease of conversation %q: %w", conversationID, ErrLeaseHeld)
+		return Lease{}, Taken{}, fmt.Errorf("take the lease of conversation %q: %w", conversationID, arbortype.ErrLeaseHeld)
 	}
 	if err != nil {
 		return Lease{}, Taken{}, fmt.Errorf("take the lease of conversation %q: %w", conversationID, mapDBError(err))
@@ -117,7 +117,7 @@ func (e *Engine) TakeLease(ctx context.Context, tx pgx.Tx, conversationID, holde
 func (e *Engine) Fence(ctx context.Context, tx pgx.Tx, l Lease) error {
 	err := e.Store.FenceConversation(ctx, tx, l.ConversationID, l.HolderID, l.Epoch)
 	if store.IsNoRows(err) {
-		return fmt.Errorf("conversation %q at epoch %d: %w", l.ConversationID, l.Epoch, ErrLeaseLost)
+		return fmt.Errorf("conversation %q at epoch %d: %w", l.ConversationID, l.Epoch, arbortype.ErrLeaseLost)
 	}
 	return err
 }
@@ -128,7 +128,7 @@ func (e *Engine) Fence(ctx context.Context, tx pgx.Tx, l Lease) error {
 func (e *Engine) LockLease(ctx context.Context, tx pgx.Tx, l Lease) error {
 	_, err := e.Store.LockHeldConversation(ctx, tx, l.ConversationID, l.HolderID, l.Epoch)
 	if store.IsNoRows(err) {
-		return fmt.Errorf("conversation %q at epoch %d: %w", l.ConversationID, l.Epoch, ErrLeaseLost)
+		return fmt.Errorf("conversation %q at epoch %d: %w", l.ConversationID, l.Epoch, arbortype.ErrLeaseLost)
 	}
 	return err
 }
@@ -173,15 +173,15 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, l Lease, taskID int64) (T
 	cur, err := e.Store.GetTask(ctx, tx, taskID)
 	switch {
 	case store.IsNoRows(err):
-		return Task{}, errorf("start", taskID, ErrNotFound)
+		return Task{}, errorf("start", taskID, arbortype.ErrNotFound)
 	case err != nil:
 		return Task{}, errorf("start", taskID, err)
 	case cur.ConversationID != l.ConversationID:
-		return Task{}, errorf("start", taskID, fmt.Errorf("it is in conversation %q, not %q: %w", cur.ConversationID, l.ConversationID, ErrForeignTask))
+		return Task{}, errorf("start", taskID, fmt.Errorf("it is in conversation %q, not %q: %w", cur.ConversationID, l.ConversationID, arbortype.ErrForeignTask))
 	case cur.AbortRequested || cur.Status == arbortype.StatusAborted || cur.Status == arbortype.StatusOrphaned:
-		return Task{}, errorf("start", taskID, ErrAborted)
+		return Task{}, errorf("start", taskID, arbortype.ErrAborted)
 	case cur.Status == arbortype.StatusRunning:
-		return Task{}, errorf("start", taskID, ErrAlreadyRunning)
+		return Task{}, errorf("start", taskID, arbortype.ErrAlreadyRunning)
 	}
 	return Task{}, errorf("start", taskID, transitionError(taskID, cur.Status, fsm.Start))
 }
@@ -202,7 +202,7 @@ type ClaimParams struct {
 // oldest first, each with its own token, fenced by the lease like Start.
 func (e *Engine) Claim(ctx context.Context, tx pgx.Tx, l Lease, p ClaimParams) ([]Task, error) {
 	if p.Limit < 1 || p.Limit > 10_000 {
-		return nil, fmt.Errorf("claim in conversation %q: limit %d is outside 1..10000: %w", l.ConversationID, p.Limit, ErrInvalidArgument)
+		return nil, fmt.Errorf("claim in conversation %q: limit %d is outside 1..10000: %w", l.ConversationID, p.Limit, arbortype.ErrInvalidArgument)
 	}
 	run, err := e.run(l)
 	if err != nil {

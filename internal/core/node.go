@@ -198,7 +198,7 @@ func XactCommitted(ctx context.Context, e *Engine, xact int64) (bool, error) {
 		case "aborted":
 			return false, nil
 		case "":
-			return false, fmt.Errorf("transaction %d is too old to resolve: %w", xact, ErrAmbiguous)
+			return false, fmt.Errorf("transaction %d is too old to resolve: %w", xact, arbortype.ErrAmbiguous)
 		}
 		if !sleepCtx(ctx, faultBackoff(try)) {
 			return false, fmt.Errorf("resolving transaction %d: %w", xact, ctx.Err())

@@ -18,7 +18,7 @@ import (
 func (e *Engine) Get(ctx context.Context, db store.DB, taskID int64) (Task, error) {
 	t, err := e.Store.GetTask(ctx, db, taskID)
 	if store.IsNoRows(err) {
-		return Task{}, errorf("get", taskID, ErrNotFound)
+		return Task{}, errorf("get", taskID, arbortype.ErrNotFound)
 	}
 	if err != nil {
 		return Task{}, errorf("get", taskID, err)
@@ -30,7 +30,7 @@ func (e *Engine) Get(ctx context.Context, db store.DB, taskID int64) (Task, erro
 // that does not exist is ErrNotFound, naming it.
 func (e *Engine) GetMany(ctx context.Context, db store.DB, taskIDs []int64) ([]Task, error) {
 	if len(taskIDs) > 100_000 {
-		return nil, fmt.Errorf("get tasks: %d ids, over the limit of 100000: %w", len(taskIDs), ErrInvalidArgument)
+		return nil, fmt.Errorf("get tasks: %d ids, over the limit of 100000: %w", len(taskIDs), arbortype.ErrInvalidArgument)
 	}
 	ts, err := e.Store.GetTasks(ctx, db, taskIDs)
 	if err != nil {
@@ -42,7 +42,7 @@ func (e *Engine) GetMany(ctx context.Context, db store.DB, taskIDs []int64) ([]T
 	}
 	for _, id := range taskIDs {
 		if !found[id] {
-			return nil, errorf("get", id, ErrNotFound)
+			return nil, errorf("get", id, arbortype.ErrNotFound)
 		}
 	}
 	return ts, nil
@@ -88,7 +88,7 @@ func (e *Engine) Conversation(ctx context.Context, db store.DB, conversationID s
 	}
 	c, err := e.Store.GetConversation(ctx, db, conversationID)
 	if store.IsNoRows(err) {
-		return arbortype.Conversation{}, fmt.Errorf("read conversation %q: %w", conversationID, ErrNotFound)
+		return arbortype.Conversation{}, fmt.Errorf("read conversation %q: %w", conversationID, arbortype.ErrNotFound)
 	}
 	if err != nil {
 		return arbortype.Conversation{}, fmt.Errorf("read conversation %q: %w", conversationID, err)
@@ -110,11 +110,11 @@ type ListParams struct {
 func (e *Engine) ListConversations(ctx context.Context, db store.DB, p ListParams) ([]arbortype.ConversationSummary, error) {
 	for _, st := range p.Statuses {
 		if !st.Live() {
-			return nil, fmt.Errorf("list conversations: status %q is not a live status: %w", st, ErrInvalidArgument)
+			return nil, fmt.Errorf("list conversations: status %q is not a live status: %w", st, arbortype.ErrInvalidArgument)
 		}
 	}
 	if p.Limit < 0 {
-		return nil, fmt.Errorf("list conversations: limit %d is negative: %w", p.Limit, ErrInvalidArgument)
+		return nil, fmt.Errorf("list conversations: limit %d is negative: %w", p.Limit, arbortype.ErrInvalidArgument)
 	}
 	out, err := e.Store.LiveConversations(ctx, db, p.Statuses, p.Limit)
 	if err != nil {
@@ -127,7 +127,7 @@ func (e *Engine) ListConversations(ctx context.Context, db store.DB, p ListParam
 // task created lately, the most recent first.
 func (e *Engine) RecentConversations(ctx context.Context, db store.DB, limit int) ([]arbortype.Conversation, error) {
 	if limit < 1 || limit > 1000 {
-		return nil, fmt.Errorf("recent conversations: limit %d is outside 1..1000: %w", limit, ErrInvalidArgument)
+		return nil, fmt.Errorf("recent conversations: limit %d is outside 1..1000: %w", limit, arbortype.ErrInvalidArgument)
 	}
 	out, err := e.Store.RecentConversations(ctx, db, limit)
 	if err != nil {
@@ -142,7 +142,7 @@ func (e *Engine) RecentConversations(ctx context.Context, db store.DB, limit int
 // checkBound refuses a limit outside 1..most.
 func checkBound(op, name string, n, most int) error {
 	if n < 1 || n > most {
-		return fmt.Errorf("%s: %s %d is outside 1..%d: %w", op, name, n, most, ErrInvalidArgument)
+		return fmt.Errorf("%s: %s %d is outside 1..%d: %w", op, name, n, most, arbortype.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -160,7 +160,7 @@ const (
 func checkLiveStatuses(op string, statuses []string) error {
 	for _, st := range statuses {
 		if !arbortype.Status(st).Live() {
-			return fmt.Errorf("%s: status %q is not a live status: %w", op, st, ErrInvalidArgument)
+			return fmt.Errorf("%s: status %q is not a live status: %w", op, st, arbortype.ErrInvalidArgument)
 		}
 	}
 	return nil
@@ -242,7 +242,7 @@ func (e *Engine) TreePage(ctx context.Context, db store.DB, conv string, after i
 	}
 	for _, st := range statuses {
 		if !arbortype.Status(st).Valid() {
-			return nil, nil, nil, fmt.Errorf("%s: no status %q: %w", op, st, ErrInvalidArgument)
+			return nil, nil, nil, fmt.Errorf("%s: no status %q: %w", op, st, arbortype.ErrInvalidArgument)
 		}
 	}
 	if page, err = e.Store.TreePage(ctx, db, conv, after, statuses, limit); err != nil {
@@ -275,7 +275,7 @@ func (e *Engine) ChildrenPage(ctx context.Context, db store.DB, taskID, after in
 	}
 	conv, err := e.Store.TaskConversation(ctx, db, taskID)
 	if store.IsNoRows(err) {
-		return nil, 0, errorf("read the children of", taskID, ErrNotFound)
+		return nil, 0, errorf("read the children of", taskID, arbortype.ErrNotFound)
 	}
 	if err != nil {
 		return nil, 0, errorf("read the children of", taskID, err)
@@ -350,7 +350,7 @@ func (e *Engine) TaskEvents(ctx context.Context, db store.DB, taskID int64, limi
 	}
 	conv, err := e.Store.TaskConversation(ctx, db, taskID)
 	if store.IsNoRows(err) {
-		return nil, errorf("read the events of", taskID, ErrNotFound)
+		return nil, errorf("read the events of", taskID, arbortype.ErrNotFound)
 	}
 	if err != nil {
 		return nil, errorf("read the events of", taskID, err)
@@ -367,7 +367,7 @@ func (e *Engine) TaskEvents(ctx context.Context, db store.DB, taskID int64, limi
 func (e *Engine) TaskBudgets(ctx context.Context, db store.DB, taskID int64) ([]arbortype.Budget, []store.TaskSpend, error) {
 	conv, err := e.Store.TaskConversation(ctx, db, taskID)
 	if store.IsNoRows(err) {
-		return nil, nil, errorf("read the budgets of", taskID, ErrNotFound)
+		return nil, nil, errorf("read the budgets of", taskID, arbortype.ErrNotFound)
 	}
 	if err != nil {
 		return nil, nil, errorf("read the budgets of", taskID, err)

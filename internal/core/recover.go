@@ -16,14 +16,6 @@ import (
 // conversation's row lock (as the transaction that takes a conversation's
 // lease does), and without a savepoint: recovery applies whole or not at all.
 
-// Failure codes recorded by recovery and by the runner.
-const (
-	CodeRestartLimitExceeded = arbortype.CodeRestartLimitExceeded
-	CodeAbandonedOnRestart   = arbortype.CodeAbandonedOnRestart
-	CodeUnknownKind          = arbortype.CodeUnknownKind
-	CodePanic                = arbortype.CodePanic
-)
-
 // RequeueMany puts the running tasks among ids, whose runs are over, back
 // to pending (phase and state kept), in one statement, with attempt + 1
 // when counted (their holder died or lost its lease: docs/design.md §3.8).
@@ -61,7 +53,7 @@ func (e *Engine) Abandon(ctx context.Context, tx pgx.Tx, taskID int64) (Task, er
 		return Task{}, errorf("abandon", taskID, err)
 	}
 	abandoned, err := e.settle(ctx, tx, t, fsm.Cancel, nil, &TaskError{
-		Code: CodeAbandonedOnRestart, Message: "abandoned on restart: the task must not run twice", NonRetryable: true})
+		Code: arbortype.CodeAbandonedOnRestart, Message: "abandoned on restart: the task must not run twice", NonRetryable: true})
 	if err != nil {
 		return Task{}, errorf("abandon", taskID, err)
 	}
@@ -118,7 +110,7 @@ func (e *Engine) RepairCompleting(ctx context.Context, tx pgx.Tx, conv string, t
 
 func mapNotFound(err error) error {
 	if err != nil && store.IsNoRows(err) {
-		return ErrNotFound
+		return arbortype.ErrNotFound
 	}
 	return err
 }

@@ -23,11 +23,6 @@ import (
 // as they are (the contract aborts them only when the task fails for good):
 // the handler resumes from its last checkpoint and may wait for them again.
 
-// ErrNonRetryable marks a handler's error as final: Fail settles the task
-// as failed at once, whatever retries it has left. Wrap an error with
-// NonRetryable, or set TaskError.NonRetryable.
-var ErrNonRetryable = arbortype.ErrNonRetryable
-
 // NonRetryable wraps err so that errors.Is(err, ErrNonRetryable) holds and
 // NewTaskError marks it non-retryable; errors.Is and errors.As still see err.
 // NonRetryable(nil) is nil.
@@ -41,7 +36,7 @@ func NonRetryable(err error) error {
 type nonRetryableError struct{ err error }
 
 func (e *nonRetryableError) Error() string   { return e.err.Error() }
-func (e *nonRetryableError) Unwrap() []error { return []error{e.err, ErrNonRetryable} }
+func (e *nonRetryableError) Unwrap() []error { return []error{e.err, arbortype.ErrNonRetryable} }
 
 // NewTaskError returns the TaskError that records a handler's error: its
 // message, and NonRetryable when errors.Is(err, ErrNonRetryable).
@@ -49,7 +44,7 @@ func NewTaskError(err error) TaskError {
 	if err == nil {
 		return TaskError{}
 	}
-	return TaskError{Message: err.Error(), NonRetryable: errors.Is(err, ErrNonRetryable)}
+	return TaskError{Message: err.Error(), NonRetryable: errors.Is(err, arbortype.ErrNonRetryable)}
 }
 
 // maxBackoff bounds a task's backoff settings: a retry further out than this
@@ -61,13 +56,13 @@ func ValidateBackoff(base, ceiling time.Duration) error {
 	case (base > 0 && base < time.Microsecond) || (ceiling > 0 && ceiling < time.Microsecond):
 		// The database keeps intervals in microseconds: a shorter one would
 		// silently become no backoff at all.
-		return fmt.Errorf("retry backoff base %s and cap %s must be 0 or at least 1µs: %w", base, ceiling, ErrInvalidArgument)
+		return fmt.Errorf("retry backoff base %s and cap %s must be 0 or at least 1µs: %w", base, ceiling, arbortype.ErrInvalidArgument)
 	case base < 0 || ceiling < 0:
-		return fmt.Errorf("retry backoff base %s and cap %s must not be negative: %w", base, ceiling, ErrInvalidArgument)
+		return fmt.Errorf("retry backoff base %s and cap %s must not be negative: %w", base, ceiling, arbortype.ErrInvalidArgument)
 	case ceiling < base:
-		return fmt.Errorf("retry backoff cap %s is below its base %s: %w", ceiling, base, ErrInvalidArgument)
+		return fmt.Errorf("retry backoff cap %s is below its base %s: %w", ceiling, base, arbortype.ErrInvalidArgument)
 	case ceiling > maxBackoff:
-		return fmt.Errorf("retry backoff cap %s is over %s: %w", ceiling, maxBackoff, ErrInvalidArgument)
+		return fmt.Errorf("retry backoff cap %s is over %s: %w", ceiling, maxBackoff, arbortype.ErrInvalidArgument)
 	}
 	return nil
 }

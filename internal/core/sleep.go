@@ -110,12 +110,12 @@ func newWakeJobClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], er
 // machine.Run.SleepUntil).
 func (e *Engine) SleepUntil(ctx context.Context, tx pgx.Tx, taskID, token int64, wakeAt time.Time, phase string, state json.RawMessage) (Task, error) {
 	if wakeAt.IsZero() {
-		return Task{}, errorf("sleep", taskID, fmt.Errorf("wake time is zero: %w", ErrInvalidArgument))
+		return Task{}, errorf("sleep", taskID, fmt.Errorf("wake time is zero: %w", arbortype.ErrInvalidArgument))
 	}
 	// PostgreSQL's timestamptz and River's JSON both need years 1 to 9999,
 	// in UTC (the value's own zone may say otherwise).
 	if y := wakeAt.UTC().Year(); y < 1 || y > 9999 {
-		return Task{}, errorf("sleep", taskID, fmt.Errorf("wake time %s is out of range: %w", wakeAt, ErrInvalidArgument))
+		return Task{}, errorf("sleep", taskID, fmt.Errorf("wake time %s is out of range: %w", wakeAt, arbortype.ErrInvalidArgument))
 	}
 	if err := checkText("phase", phase, false); err != nil {
 		return Task{}, errorf("sleep", taskID, err)
@@ -193,7 +193,7 @@ func (e *Engine) WakeNow(ctx context.Context, tx pgx.Tx, taskID int64) (Task, er
 		return Task{}, errorf("wake", taskID, err)
 	}
 	if t.Status != arbortype.StatusSleeping {
-		return Task{}, errorf("wake", taskID, fmt.Errorf("%w (it is %s)", ErrNotSleeping, t.Status))
+		return Task{}, errorf("wake", taskID, fmt.Errorf("%w (it is %s)", arbortype.ErrNotSleeping, t.Status))
 	}
 	woken, err := e.wakeLocked(ctx, tx, t)
 	if err != nil {
@@ -215,7 +215,7 @@ func (e *Engine) WakeSleeping(ctx context.Context, tx pgx.Tx, taskID, sleepSeq i
 	cur, err := e.Store.GetTask(ctx, tx, taskID)
 	switch {
 	case store.IsNoRows(err):
-		return false, errorf("wake", taskID, ErrNotFound)
+		return false, errorf("wake", taskID, arbortype.ErrNotFound)
 	case err != nil:
 		return false, errorf("wake", taskID, err)
 	case !sleepingIn(cur, sleepSeq):
@@ -229,7 +229,7 @@ func (e *Engine) WakeSleeping(ctx context.Context, tx pgx.Tx, taskID, sleepSeq i
 		return false, nil
 	}
 	if t.WakeAt == nil {
-		return false, errorf("wake", taskID, fmt.Errorf("sleeping without a wake time: %w", ErrInvalidTransition))
+		return false, errorf("wake", taskID, fmt.Errorf("sleeping without a wake time: %w", arbortype.ErrInvalidTransition))
 	}
 	due, now, err := e.Store.DueNow(ctx, tx, *t.WakeAt)
 	if err != nil {

@@ -439,7 +439,7 @@ func TestNonRetryableFailsAtOnce(t *testing.T) {
 
 	// Recovery's failure (past the restart limit) is final too.
 	task := b.running(t, tasks.CreateParams{MaxRetries: 3})
-	failed, err := b.engine.ForceFail(b.ctx, task.ID, arbortype.TaskError{Code: core.CodeRestartLimitExceeded, Message: "gone"})
+	failed, err := b.engine.ForceFail(b.ctx, task.ID, arbortype.TaskError{Code: arbortype.CodeRestartLimitExceeded, Message: "gone"})
 	require.NoError(t, err)
 	require.Equal(t, arbortype.StatusFailed, failed.Status)
 }

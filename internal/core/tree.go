@@ -23,7 +23,7 @@ func (e *Engine) lockConversationOf(ctx context.Context, tx pgx.Tx, taskID int64
 	c, err := e.Store.LockConversationOfTask(ctx, tx, taskID)
 	if err != nil {
 		if store.IsNoRows(err) {
-			return Task{}, ErrNotFound
+			return Task{}, arbortype.ErrNotFound
 		}
 		return Task{}, err
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/arborhq/arbor/arbortype"
 )
 
 // checkJSON refuses a document that is malformed, over the payload limit, not
@@ -18,16 +20,16 @@ func (e *Engine) checkJSON(field string, doc json.RawMessage) error {
 		return nil
 	}
 	if len(doc) > e.Cfg.MaxPayloadBytes {
-		return fmt.Errorf("%s is %d bytes, over the limit of %d: %w", field, len(doc), e.Cfg.MaxPayloadBytes, ErrPayloadTooLarge)
+		return fmt.Errorf("%s is %d bytes, over the limit of %d: %w", field, len(doc), e.Cfg.MaxPayloadBytes, arbortype.ErrPayloadTooLarge)
 	}
 	if !utf8.Valid(doc) {
-		return fmt.Errorf("%s is not valid UTF-8: %w", field, ErrInvalidJSON)
+		return fmt.Errorf("%s is not valid UTF-8: %w", field, arbortype.ErrInvalidJSON)
 	}
 	if !json.Valid(doc) {
-		return fmt.Errorf("%s: %w", field, ErrInvalidJSON)
+		return fmt.Errorf("%s: %w", field, arbortype.ErrInvalidJSON)
 	}
 	if hasNULEscape(doc) {
-		return fmt.Errorf("%s contains \\u0000, which PostgreSQL's jsonb cannot store: %w", field, ErrInvalidJSON)
+		return fmt.Errorf("%s contains \\u0000, which PostgreSQL's jsonb cannot store: %w", field, arbortype.ErrInvalidJSON)
 	}
 	return nil
 }
@@ -58,11 +60,11 @@ func hasNULEscape(doc []byte) bool {
 func checkText(field, s string, required bool) error {
 	switch {
 	case required && s == "":
-		return fmt.Errorf("%s is empty: %w", field, ErrInvalidArgument)
+		return fmt.Errorf("%s is empty: %w", field, arbortype.ErrInvalidArgument)
 	case len(s) > maxTextBytes:
-		return fmt.Errorf("%s is %d bytes, over the limit of %d: %w", field, len(s), maxTextBytes, ErrInvalidArgument)
+		return fmt.Errorf("%s is %d bytes, over the limit of %d: %w", field, len(s), maxTextBytes, arbortype.ErrInvalidArgument)
 	case !utf8.ValidString(s) || strings.ContainsRune(s, 0):
-		return fmt.Errorf("%s is not valid UTF-8 text: %w", field, ErrInvalidArgument)
+		return fmt.Errorf("%s is not valid UTF-8 text: %w", field, arbortype.ErrInvalidArgument)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
 )
 
@@ -53,7 +54,7 @@ type WaitResult struct {
 // other live waited children (bottom-up) in this same transaction.
 func (e *Engine) WaitForChildren(ctx context.Context, tx pgx.Tx, taskID, token int64, p WaitParams) (WaitResult, error) {
 	if !p.Policy.Valid() {
-		return WaitResult{}, errorf("wait", taskID, fmt.Errorf("policy %q: %w", p.Policy, ErrInvalidArgument))
+		return WaitResult{}, errorf("wait", taskID, fmt.Errorf("policy %q: %w", p.Policy, arbortype.ErrInvalidArgument))
 	}
 	if err := checkText("phase", p.Phase, false); err != nil {
 		return WaitResult{}, errorf("wait", taskID, err)
@@ -65,7 +66,7 @@ func (e *Engine) WaitForChildren(ctx context.Context, tx pgx.Tx, taskID, token i
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	if len(ids) > 10_000 {
-		return WaitResult{}, errorf("wait", taskID, fmt.Errorf("%d children, over the limit of 10000: %w", len(ids), ErrInvalidArgument))
+		return WaitResult{}, errorf("wait", taskID, fmt.Errorf("%d children, over the limit of 10000: %w", len(ids), arbortype.ErrInvalidArgument))
 	}
 
 	t, err := e.lockConversationOf(ctx, tx, taskID)
@@ -81,7 +82,7 @@ func (e *Engine) WaitForChildren(ctx context.Context, tx pgx.Tx, taskID, token i
 	}
 	for i, id := range ids {
 		if i >= len(children) || children[i].ID != id || children[i].OwnerID != taskID {
-			return WaitResult{}, errorf("wait", taskID, fmt.Errorf("task %d: %w", id, ErrNotChild))
+			return WaitResult{}, errorf("wait", taskID, fmt.Errorf("task %d: %w", id, arbortype.ErrNotChild))
 		}
 	}
 
