@@ -4,10 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/testdb"
 )
 
@@ -52,4 +56,26 @@ func TestEveryStatementPrepares(t *testing.T) {
 		}
 	}
 	t.Logf("%d statements prepared in schema %s", len(s.sql), schema)
+}
+
+// TestLogKindsAreTheSchemas checks arbortype.LogKinds against the CHECK
+// constraint of conversation_log.kind in the migrated schema: a kind the
+// schema admits that Go has no constant for, or a constant the schema
+// would refuse, fails here.
+func TestLogKindsAreTheSchemas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testdb.Shared(t)
+	rows, err := pool.Query(ctx, `SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
+		WHERE c.conrelid = ($1 || '.conversation_log')::regclass AND c.contype = 'c'
+		  AND pg_get_constraintdef(c.oid) LIKE '%kind%'`, pgx.Identifier{schema}.Sanitize())
+	require.NoError(t, err)
+	defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Len(t, defs, 1, "conversation_log has one CHECK on kind")
+	var inSchema []arbortype.LogKind
+	for _, m := range regexp.MustCompile(`'([a-z_]+)'`).FindAllStringSubmatch(defs[0], -1) {
+		inSchema = append(inSchema, arbortype.LogKind(m[1]))
+	}
+	require.ElementsMatch(t, inSchema, arbortype.LogKinds, "the schema's %s", defs[0])
 }
