@@ -61,7 +61,7 @@ type Options struct {
 	// WakeSpreadDefault (2.9 s).
 	WakeSpread time.Duration
 	// RunnerPollInterval, when not 0, is the PollInterval of the
-	// machine.Runners of scenarios (a) and (f). Default 0: the runner's own
+	// machine.Runner of scenarios (a) and (f). Default 0: the runner's own
 	// default (1 s), as in production. The smoke test shortens it: a machine
 	// that finds every worker slot taken waits for its poll.
 	RunnerPollInterval time.Duration
