@@ -272,6 +272,21 @@ func (c *checker) checkMarkdown(doc string) error {
 				c.fail(doc, l.n, "`%s`: %s", m[1], msg)
 			}
 		}
+		// Outside code spans, a name qualified by one of arbor's
+		// packages (a link's text: [tasks.Engine](…)).
+		prose := codeSpan.ReplaceAllString(l.text, "``")
+		for _, m := range qualified.FindAllStringSubmatchIndex(prose, -1) {
+			if m[0] > 0 && (prose[m[0]-1] == '.' || isWord(prose[m[0]-1]) || prose[m[0]-1] == '/') {
+				continue
+			}
+			if first := prose[m[2]:m[3]]; c.ix.pkgs[first] == nil || first == "main" {
+				continue
+			}
+			name := prose[m[0]:m[1]]
+			if msg := c.checkName(name, ""); msg != "" {
+				c.fail(doc, l.n, "%s: %s", name, msg)
+			}
+		}
 	}
 	return nil
 }

@@ -15,8 +15,8 @@
 //   - a Go name of arbor's in a Markdown code span or a doc.go's (the
 //     form pkg.Name, pkg.Type.Member, Type.Member, or a sentinel ErrX),
 //     in a doc.go's doc links ([Engine.Create]), or written qualified in
-//     any comment (tasks.Engine.Create, [machine.Run]), that its package
-//     does not declare: a name it cannot place (a variable's, another
+//     any comment or Markdown line (tasks.Engine.Create, [machine.Run]),
+//     that its package does not declare: a name it cannot place (a variable's, another
 //     module's package's) passes;
 //   - the operation table of design.md §3 against the exported methods
 //     of the types its rows name (tasks.Engine, machine.Run,

@@ -77,7 +77,8 @@ func AcquireLease() {}
 		"Sections: design.md §3, docs/design.md §3.1, §1 (design.md's), design.md §3.9.\n" + // line 7
 		"```go\n" +
 		"tasks.Gone() // in a fenced block: the snippets check's\n" +
-		"```\n",
+		"```\n" +
+		"Prose names [tasks.Engine](x), tasks.Config.Retention and tasks.Engine.Gone.\n", // line 11
 	"docs/design.md": "# Design\n\n## 1. Words\n\nSee §2, and §1.\n\n" + // line 5: §2 missing
 		"## 3. Operations\n\n" +
 		"| who calls | operations |\n" + // line 9
@@ -107,6 +108,7 @@ func TestCheck(t *testing.T) {
 		"README.md:6: machine/gone.go names machine/gone.go, which is no file of the repository",
 		"README.md:6: tasks/*_nope.go names tasks/*_nope.go, which is no file of the repository",
 		"README.md:7: §3.9: docs/design.md has no section 3.9",
+		"README.md:11: tasks.Engine.Gone: tasks.Engine has no field or method Gone",
 		"docs/design.md:5: §2: docs/design.md has no section 2",
 		"docs/design.md:11: the operation table lists Fork for tasks.Engine, which has no such method (nor is it a function of tasks)",
 		"docs/design.md:11: tasks.Engine.Get is not in the operation table (line 9): list it in a row of tasks.Engine",
