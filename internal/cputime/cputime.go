@@ -4,10 +4,10 @@
 // getrusage for the client and /proc for a server on the same machine.
 //
 // It is the one copy both benchmark harnesses use: internal/bench, and
-// bench/dbos, the DBOS subject, a Go module of its own (so that arbor
-// never depends on DBOS) that requires arbor's module through a replace of
-// the checkout and imports this package — an internal package of arbor's
-// module path, which Go lets a module under that path import.
+// internal/bench/dbos, the DBOS subject, a Go module of its own (so that arbor
+// never depends on DBOS) that requires arbor's module through a replace of the
+// checkout and imports this package — an internal package of arbor's module
+// path, which Go lets a module under that path import.
 package cputime
 
 import (

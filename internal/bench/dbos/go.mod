@@ -1,4 +1,4 @@
-module github.com/arborhq/arbor/bench/dbos
+module github.com/arborhq/arbor/internal/bench/dbos
 
 go 1.26.0
 
@@ -19,4 +19,4 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 )
 
-replace github.com/arborhq/arbor => ../..
+replace github.com/arborhq/arbor => ../../..
