@@ -209,7 +209,7 @@ func (c *checker) checkName(name, here string) string {
 		return ""
 	}
 	first, second, third := m[1], m[2], m[3]
-	if p, ok := c.ix.pkgs[first]; ok && first != "main" && first != here {
+	if p, ok := c.ix.pkgs[first]; ok && first != "main" {
 		if !p.decls[second] {
 			return fmt.Sprintf("package %s has no %s", first, second)
 		}
@@ -318,7 +318,7 @@ func (c *checker) checkGoComments() {
 				}
 				name := text[m[0]:m[1]]
 				first := text[m[2]:m[3]]
-				if _, ok := c.ix.pkgs[first]; !ok || first == gc.pkg {
+				if _, ok := c.ix.pkgs[first]; !ok {
 					continue
 				}
 				if msg := c.checkName(name, gc.pkg); msg != "" {
