@@ -21,8 +21,7 @@ type index struct {
 	files map[string]bool // every file of the repository, slash-separated and relative to its root
 	bases map[string]bool // their base names
 	lines map[string]int  // line counts of the .go files
-	// comments are the comments of every non-test .go file outside
-	// internal/cmd/doclinks's fixtures, in file order.
+	// comments are the comments of every .go file, in file order.
 	comments []goComment
 }
 
@@ -113,12 +112,10 @@ func load(root string) (*index, error) {
 			return err
 		}
 		ix.add(f)
-		if !strings.HasSuffix(rel, "_test.go") {
-			for _, cg := range f.Comments {
-				for _, c := range cg.List {
-					ix.comments = append(ix.comments, goComment{file: rel, pkg: f.Name.Name,
-						line: fset.Position(c.Pos()).Line, text: c.Text, docGo: path.Base(rel) == "doc.go"})
-				}
+		for _, cg := range f.Comments {
+			for _, c := range cg.List {
+				ix.comments = append(ix.comments, goComment{file: rel, pkg: strings.TrimSuffix(f.Name.Name, "_test"),
+					line: fset.Position(c.Pos()).Line, text: c.Text, docGo: path.Base(rel) == "doc.go"})
 			}
 		}
 		return nil

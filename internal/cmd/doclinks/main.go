@@ -3,8 +3,9 @@
 //
 //	go run ./internal/cmd/doclinks [-root DIR]
 //
-// It reads README.md, docs/*.md and the comments of every Go file but the
-// tests, and fails on drift, each problem at the doc's file and line:
+// It reads README.md, docs/*.md and the comments of every Go file (tests
+// and examples too), and fails on drift, each problem at the doc's file and
+// line:
 //
 //   - a Go file a doc names (fsm/fsm.go, internal/core/doc.go:42, a
 //     pattern such as tasks/example_*_test.go) that is not there, or a line
