@@ -1,11 +1,11 @@
 # The two commands a fresh machine needs: `make demo` and `make test`;
-# `make examples` runs the runnable examples alone, `make lint` the linters
-# and the check that every Go snippet of README.md and docs/ compiles (CI
-# runs it too; `make snippets` is that check alone), `make chaos` the fault
-# tests, `make bench` the side-by-side benchmarks and `make soak` the soak
-# (docs/performance.md), `make ui`
-# the web view on the demo's work, `make browser` the web view's test in a
-# real browser.
+# `make examples` runs the runnable examples alone, `make lint` the linters,
+# the check that every Go snippet of README.md and docs/ compiles (CI
+# runs it too; `make snippets` is that check alone) and the check that
+# every file, section and name the docs mention exists (`make doclinks`),
+# `make chaos` the fault tests, `make bench` the side-by-side benchmarks and
+# `make soak` the soak (docs/performance.md), `make ui` the web view on the
+# demo's work, `make browser` the web view's test in a real browser.
 # Each that needs a database starts a private, throwaway PostgreSQL unless
 # ARBOR_DATABASE_URL is set (see scripts/with-postgres.sh), and removes it
 # when it ends.
@@ -13,7 +13,7 @@
 GO ?= go
 WITH_PG := scripts/with-postgres.sh
 
-.PHONY: test examples chaos failover demo ui browser lint snippets bench soak generate vet
+.PHONY: test examples chaos failover demo ui browser lint snippets doclinks bench soak generate vet
 
 # The core module, then the modules nested in it (otelarbor: `go test ./...`
 # at the root does not enter a nested module), on the same server.
@@ -99,7 +99,7 @@ generate:
 # check on, is staticcheck.conf.
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-lint: vet snippets
+lint: vet snippets doclinks
 	$(GO) run $(STATICCHECK) ./...
 	for m in $(NESTED) $(BROWSERTEST); do (cd $$m && $(GO) run $(STATICCHECK) ./...) || exit 1; done
 
@@ -109,6 +109,14 @@ lint: vet snippets
 # blocks marked <!-- snippet: skip: why --> left out: internal/cmd/snippets.
 snippets:
 	$(GO) run ./internal/cmd/snippets
+
+# Every Go file (with its line), design.md section (§N) and Go name of
+# arbor's that README.md, docs/ and the code's comments name exists, and
+# design.md §3's operation table lists exactly the methods of tasks.Engine,
+# machine.Run and machine.Lease: internal/cmd/doclinks, failing at the
+# doc's file and line.
+doclinks:
+	$(GO) run ./internal/cmd/doclinks
 
 vet:
 	$(GO) vet ./...

@@ -42,6 +42,25 @@ type PendingEvent struct {
 	Timeout *time.Time
 }
 
+// LogKind is what a conversation log entry records: the column kind of
+// the table conversation_log, whose CHECK constraint allows exactly
+// LogKinds. Its values are the strings the log has always held ("status",
+// "progress", "event"), so that JSON and the database read the same.
+type LogKind string
+
+const (
+	// LogKindStatus is a task's status change, written by the tasks
+	// table's triggers for every insert and every change of status.
+	LogKindStatus LogKind = "status"
+	// LogKindProgress is a handler's published progress (Run.Progress).
+	LogKindProgress LogKind = "progress"
+	// LogKindEvent is an event emitted to the conversation.
+	LogKindEvent LogKind = "event"
+)
+
+// LogKinds are every kind the log holds.
+var LogKinds = []LogKind{LogKindStatus, LogKindProgress, LogKindEvent}
+
 // LogEntry is one entry of a conversation's log, in commit order.
 type LogEntry struct {
 	// Seq orders the entries; a follower resumes after the last it saw.
@@ -49,14 +68,14 @@ type LogEntry struct {
 	ConversationID string
 	// TaskID is the task the entry is about (0: none).
 	TaskID int64
-	// Kind is "status" (a task's status changed: Status, and Name its
-	// kind), "progress" (a handler published Payload, Name its label) or
-	// "event" (an event named Name was emitted; Payload has its id and
-	// payload). A status entry's Payload has, when they apply, "owner" (the
-	// owner's id), "error" and "message" (a settle's error code and
+	// Kind is LogKindStatus (a task's status changed: Status, and Name its
+	// kind), LogKindProgress (a handler published Payload, Name its label)
+	// or LogKindEvent (an event named Name was emitted; Payload has its id
+	// and payload). A status entry's Payload has, when they apply, "owner"
+	// (the owner's id), "error" and "message" (a settle's error code and
 	// message: an abort's reason is its message, see SettleError) and
 	// "await" (the event an await waits for).
-	Kind    string
+	Kind    LogKind
 	Status  Status
 	Name    string
 	Payload json.RawMessage
@@ -64,7 +83,7 @@ type LogEntry struct {
 }
 
 // Terminal reports whether the entry is a task settling.
-func (e LogEntry) Terminal() bool { return e.Kind == "status" && e.Status.Settled() }
+func (e LogEntry) Terminal() bool { return e.Kind == LogKindStatus && e.Status.Settled() }
 
 // SettleError is the error a settle's entry records — its code and
 // message, as the task's Error has them (an abort WithReason: code

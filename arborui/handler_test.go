@@ -395,7 +395,7 @@ func TestActionsOn(t *testing.T) {
 		entries, err := b.engine.ReadLog(b.ctx, b.conv, 0, 100)
 		require.NoError(t, err)
 		for _, en := range entries {
-			require.NotEqual(t, "event", en.Kind, "no event was emitted")
+			require.NotEqual(t, arbortype.LogKindEvent, en.Kind, "no event was emitted")
 		}
 	})
 	t.Run("emit, then abort with a reason", func(t *testing.T) {

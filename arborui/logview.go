@@ -50,7 +50,7 @@ type logView struct {
 func requeues(rows []logRow, last map[int64]arbortype.Status) {
 	for i := range rows {
 		r := &rows[i]
-		if r.Kind != "status" || r.TaskID == 0 {
+		if r.Kind != arbortype.LogKindStatus || r.TaskID == 0 {
 			continue
 		}
 		r.Requeued = r.Status == arbortype.StatusPending && last[r.TaskID] == arbortype.StatusRunning

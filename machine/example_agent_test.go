@@ -73,7 +73,7 @@ var errSeen = errors.New("seen")
 func nextPending(ctx context.Context, engine *tasks.Engine, conv string) ([]arbortype.PendingEvent, error) {
 	var pending []arbortype.PendingEvent
 	err := engine.Follow(ctx, conv, 0, func(en arbortype.LogEntry) error {
-		if en.Kind != "status" || en.Status != arbortype.StatusSleeping {
+		if en.Kind != arbortype.LogKindStatus || en.Status != arbortype.StatusSleeping {
 			return nil
 		}
 		var err error
@@ -117,9 +117,9 @@ func ExampleRun_Progress() {
 	}
 	err = engine.Follow(ctx, "chat-21", 0, func(en arbortype.LogEntry) error {
 		switch en.Kind {
-		case "progress":
+		case arbortype.LogKindProgress:
 			fmt.Println("token", string(en.Payload))
-		case "status":
+		case arbortype.LogKindStatus:
 			fmt.Println(en.Name, en.Status)
 		}
 		if en.TaskID == turn.ID && en.Terminal() {

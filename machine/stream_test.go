@@ -79,7 +79,7 @@ func TestFollowTheConversation(t *testing.T) {
 		log, err := b.engine.ReadLog(b.ctx, b.conv, 0, 100)
 		require.NoError(t, err)
 		for _, en := range log {
-			if en.Kind == "progress" {
+			if en.Kind == arbortype.LogKindProgress {
 				cursor = en.Seq
 				return true
 			}
@@ -120,9 +120,9 @@ func TestFollowTheConversation(t *testing.T) {
 			require.Greater(t, en.Seq, all[i-1].Seq)
 		}
 		switch en.Kind {
-		case "progress":
+		case arbortype.LogKindProgress:
 			tokens = append(tokens, string(en.Payload))
-		case "status":
+		case arbortype.LogKindStatus:
 			statuses[en.Name] = append(statuses[en.Name], string(en.Status))
 		}
 	}

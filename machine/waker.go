@@ -160,9 +160,9 @@ func (c *WakerConfig) validate() error {
 // keeps an in-process timer for every sleep due within its horizon. It
 // learns of sleeps from the notification each sleep's transaction sends
 // (LISTEN) and from a periodic poll of sleeping tasks; a timer that fires
-// wakes its sleep through tasks.Engine.WakeSleeping, the same idempotent
-// path as River's worker, so a sleep woken by both, or by two wakers, wakes
-// once.
+// wakes its sleep through the engine's one wake path (WakeSleeping of
+// internal/core/sleep.go), the same idempotent path as River's worker, so
+// a sleep woken by both, or by two wakers, wakes once.
 //
 // Start it once and Stop it once. It holds one connection for LISTEN while
 // it runs, from the engine's tasks.Config.ListenPool if there is one. Behind

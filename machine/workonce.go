@@ -22,7 +22,7 @@ import (
 // take-over's would); the handler is called once, under the same panic
 // guard; a run it left open is ended by the runner's rules (nil completes,
 // an error fails); and every spawn and ending write goes through the
-// completer's transaction (core.Flush, a batch of one that claims nothing).
+// completer's transaction (core.Engine.Flush, a batch of one that claims nothing).
 // Unlike a Runner it does not call the handler again after a database
 // fault: that is reported to the test.
 
@@ -109,7 +109,7 @@ func workLeased(ctx context.Context, c *core.Engine, lease *Lease, taskID int64,
 }
 
 // flushSink applies each write of a run alone in the completer's
-// transaction — core.Flush of a batch of one, the set-based path first and
+// transaction — core.Engine.Flush of a batch of one, the set-based path first and
 // the one-by-one path when the database refuses it, as the completer does —
 // claiming nothing, and records the run's last ending write.
 type flushSink struct {

@@ -29,9 +29,10 @@
 // Locking: the caller's transaction holds the conversation row (taken by
 // the lease UPDATE); OnOpen then locks running tasks one at a time in
 // ascending id order, and the engine primitives it calls follow the
-// engine's order (tasks/doc.go). A handler of the dead holder that is still
-// alive (a paused process) and writes concurrently either commits first
-// (its write stands, and is then recovered) or finds its token dead.
+// engine's order (internal/core/doc.go, "Locking order"). A handler of
+// the dead holder that is still alive (a paused process) and writes
+// concurrently either commits first (its write stands, and is then
+// recovered) or finds its token dead.
 //
 // Package reconcile must not start goroutines, hold state, or talk to
 // PostgreSQL except through the engine (internal/core) and package store.

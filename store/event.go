@@ -41,7 +41,7 @@ type LogEntry struct {
 	Seq            int64
 	ConversationID string
 	TaskID         int64
-	Kind           string
+	Kind           arbortype.LogKind
 	Status         arbortype.Status
 	Name           string
 	Payload        json.RawMessage
@@ -171,9 +171,9 @@ func (s *Store) TaskByAwaitToken(ctx context.Context, db DB, token string) (arbo
 }
 
 // AppendLog appends an entry of kind (progress, event) to conv's log.
-func (s *Store) AppendLog(ctx context.Context, db DB, conv string, taskID int64, kind, name string, payload json.RawMessage) (int64, error) {
+func (s *Store) AppendLog(ctx context.Context, db DB, conv string, taskID int64, kind arbortype.LogKind, name string, payload json.RawMessage) (int64, error) {
 	var seq int64
-	err := db.QueryRow(ctx, s.sql[qAppendLog], conv, taskID, kind, name, nullJSON(payload)).Scan(&seq)
+	err := db.QueryRow(ctx, s.sql[qAppendLog], conv, taskID, string(kind), name, nullJSON(payload)).Scan(&seq)
 	return seq, err
 }
 

@@ -105,12 +105,6 @@ var (
 		WHERE id = $1 AND conversation_id = $3
 		RETURNING {task_columns}`)
 
-	qRecoverTask = define(`UPDATE {schema}.tasks
-		SET status = $2, attempt = attempt + CASE WHEN $3 THEN 1 ELSE 0 END,
-		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE id = $1 AND conversation_id = $3
-		RETURNING {task_columns}`)
-
 	qRecoverTasks = define(`UPDATE {schema}.tasks
 		SET status = $2, attempt = attempt + CASE WHEN $3 THEN 1 ELSE 0 END,
 		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
@@ -206,12 +200,6 @@ func (s *Store) WaitTask(ctx context.Context, db DB, conv string, id int64, to a
 // wait (policy and ids) and wake time stay recorded.
 func (s *Store) WakeTask(ctx context.Context, db DB, conv string, id int64, to arbortype.Status) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qWakeTask], id, string(to), conv))
-}
-
-// RecoverTask puts a running task whose holder died back to `to` (pending)
-// with attempt + 1.
-func (s *Store) RecoverTask(ctx context.Context, db DB, conv string, id int64, to arbortype.Status) (arbortype.Task, error) {
-	return scanTask(db.QueryRow(ctx, s.sql[qRecoverTask], id, string(to), conv))
 }
 
 // RecoverTasks puts the running tasks among ids back to `to` (pending),

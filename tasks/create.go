@@ -186,7 +186,7 @@ func (e *Engine) busy(ctx context.Context, tx pgx.Tx, p CreateParams, policy Tur
 		}
 		// The message goes to the oldest live turn, and is a turn of its
 		// own queued behind it, so that it is answered whether that turn
-		// takes it or not (core.Steer).
+		// takes it or not (core.Engine.Steer).
 		own, created, err := e.core.Steer(ctx, tx, live[0], coreParams(p, trace), name)
 		if err != nil {
 			return createResult{}, true, err

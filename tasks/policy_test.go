@@ -107,7 +107,7 @@ func TestTurnPoliciesUnderConcurrentStarts(t *testing.T) {
 				require.NoError(t, err)
 				events := 0
 				for _, en := range log {
-					if en.Kind == "event" && en.Name == tasks.SteerEventDefault && en.TaskID == all[0].ID {
+					if en.Kind == arbortype.LogKindEvent && en.Name == tasks.SteerEventDefault && en.TaskID == all[0].ID {
 						events++
 					}
 				}

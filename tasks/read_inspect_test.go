@@ -315,7 +315,7 @@ func TestTreeAndLogPages(t *testing.T) {
 	head, err := f.engine.ReadLogPage(f.ctx, tasks.LogQuery{ConversationID: conv, Limit: 1, MaxPayload: 5})
 	require.NoError(t, err)
 	require.Len(t, head.Entries, 1)
-	require.Equal(t, "event", head.Entries[0].Kind)
+	require.Equal(t, arbortype.LogKindEvent, head.Entries[0].Kind)
 	require.True(t, head.Entries[0].Cut())
 	require.Len(t, head.Entries[0].Payload, 5)
 	require.Greater(t, head.Entries[0].PayloadBytes, 10_000)

@@ -238,9 +238,9 @@ func (d *demo) follow(ctx context.Context) <-chan struct{} {
 		defer close(done)
 		_ = d.e.Follow(ctx, d.conv, 0, func(en arbortype.LogEntry) error {
 			switch {
-			case en.Kind == "progress":
+			case en.Kind == arbortype.LogKindProgress:
 				d.say("   [client] #%d %s %s", en.TaskID, en.Name, en.Payload)
-			case en.Kind == "event":
+			case en.Kind == arbortype.LogKindEvent:
 				d.say("   [client] event %s", en.Name)
 			case en.Terminal() && en.Name == "chat_turn":
 				d.say("   [client] turn #%d %s", en.TaskID, en.Status)

@@ -65,7 +65,7 @@ func TestEmitAnswersAnApproval(t *testing.T) {
 	log, err := b.engine.ReadLog(b.ctx, b.conv, 0, 1000)
 	require.NoError(t, err)
 	last := log[len(log)-1]
-	require.Equal(t, "event", last.Kind)
+	require.Equal(t, arbortype.LogKindEvent, last.Kind)
 	require.NoError(t, json.Unmarshal(last.Payload, &payload))
 	require.Equal(t, "hello", payload.Payload, "a bare word is a JSON string")
 }

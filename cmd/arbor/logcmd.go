@@ -106,13 +106,13 @@ func errorText(te *arbortype.TaskError) string {
 func printEntry(w io.Writer, en arbortype.LogEntry) {
 	at := en.At.UTC().Format("15:04:05.000")
 	switch en.Kind {
-	case "status":
+	case arbortype.LogKindStatus:
 		why := ""
 		if te := en.SettleError(); te != nil {
 			why = " (" + printable(errorText(te)) + ")"
 		}
 		fmt.Fprintf(w, "%d %s #%d %s %s%s\n", en.Seq, at, en.TaskID, printable(en.Name), printable(string(en.Status)), why)
-	case "progress":
+	case arbortype.LogKindProgress:
 		fmt.Fprintf(w, "%d %s #%d progress %s %s\n", en.Seq, at, en.TaskID, printable(en.Name), printable(string(en.Payload)))
 	default:
 		fmt.Fprintf(w, "%d %s event %s %s\n", en.Seq, at, printable(en.Name), printable(string(en.Payload)))

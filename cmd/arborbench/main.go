@@ -10,8 +10,8 @@
 //	ARBOR_DATABASE_URL=… go run ./cmd/arborbench --quick
 //	make soak                       # --soak: minutes of steady load with prune; exits 1 when not flat
 //
-// Run it from the repository's root, where bench/dbos (the DBOS module) is
-// found, or say where that is with --dbos-dir.
+// Run it from the repository's root, where internal/bench/dbos (the DBOS
+// module) is found, or say where that is with --dbos-dir.
 package main
 
 import (
@@ -52,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		batch   = fs.Int("claim-batch", bench.ClaimBatchDefault, "tasks per claim, for arbor's engine loop and the ceiling")
 		reps    = fs.Int("reps", bench.RepsDefault, "runs of each subject at each size, the subjects taking turns; each keeps its fastest")
 		out     = fs.String("json", bench.JSONPathDefault, "write the results here as JSON ('' for none)")
-		dbosDir = fs.String("dbos-dir", bench.DBOSDirDefault, "the bench/dbos module ('' leaves DBOS out)")
+		dbosDir = fs.String("dbos-dir", bench.DBOSDirDefault, "the internal/bench/dbos module ('' leaves DBOS out)")
 		verbose = fs.Bool("v", false, "log progress to stderr")
 		cpuProf = fs.String("cpuprofile", "", "write a CPU profile of the harness process (all subjects in it) to this file")
 		timeout = fs.Duration("run-timeout", bench.RunTimeoutDefault, "bound of one subject's run at one size")

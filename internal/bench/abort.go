@@ -120,7 +120,7 @@ func abortCeiling(ctx context.Context, env *Env, size Size) (Measurement, error)
 // kind L(d+1), the last level only as many as n leaves room for. insert
 // takes the child kind ($1), the fan-out ($2), the parent kind ($3) and the
 // row limit ($4). Setup only: arbor's rows go through its guard trigger as
-// pending inserts, as in tasks/bigtree_test.go.
+// pending inserts, as in internal/core/bigtree_test.go.
 func buildTree(ctx context.Context, env *Env, insert string, n int) error {
 	insert = env.sql(insert)
 	total := 1

@@ -154,7 +154,7 @@ func streamLatency(ctx context.Context, env *Env, size Size) (Measurement, error
 		var seen time.Time
 		stop := errors.New("seen")
 		err = eng.Follow(ctx, conv, head, func(en arbortype.LogEntry) error {
-			if en.Kind == "progress" && en.TaskID == turn.ID {
+			if en.Kind == arbortype.LogKindProgress && en.TaskID == turn.ID {
 				seen = time.Now()
 			}
 			if en.TaskID == turn.ID && en.Terminal() {

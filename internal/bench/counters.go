@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/arborhq/arbor/internal/cputime"
 )
 
 // What a subject cost the database is counted three ways: statements by a
@@ -130,8 +132,8 @@ func (e *Env) StartWindow(ctx context.Context) (*Window, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Window{env: e, before: before, stmts0: e.counter.statements.Load(), clientCPU0: clientCPU()}
-	w.serverCPU0, w.serverOK = serverCPU(e.postmaster)
+	w := &Window{env: e, before: before, stmts0: e.counter.statements.Load(), clientCPU0: cputime.Client()}
+	w.serverCPU0, w.serverOK = cputime.Server(e.postmaster)
 	w.started = time.Now()
 	return w, nil
 }
@@ -141,8 +143,8 @@ func (e *Env) StartWindow(ctx context.Context) (*Window, error) {
 func (w *Window) End(ctx context.Context) (Measurement, error) {
 	elapsed := time.Since(w.started)
 	stmts := w.env.counter.statements.Load() - w.stmts0
-	cpu := clientCPU() - w.clientCPU0
-	srv, ok := serverCPU(w.env.postmaster)
+	cpu := cputime.Client() - w.clientCPU0
+	srv, ok := cputime.Server(w.env.postmaster)
 	srv -= w.serverCPU0
 	if !ok || !w.serverOK {
 		srv = -1

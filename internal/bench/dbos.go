@@ -14,9 +14,9 @@ import (
 	"time"
 )
 
-// DBOS runs the DBOS Transact Go side of scenario (b): the bench/dbos
-// module (a Go module of its own, so that arbor never depends on DBOS),
-// built once per run and run as a subprocess for each size.
+// DBOS runs the DBOS Transact Go side of scenario (b): the internal/bench/dbos
+// module (a Go module of its own, so that arbor never depends on DBOS), built
+// once per run and run as a subprocess for each size.
 type DBOS struct {
 	bin     string
 	tmp     string
@@ -24,20 +24,20 @@ type DBOS struct {
 	logger  *slog.Logger
 }
 
-// prepareDBOS builds the bench/dbos module in dir. When it cannot (no
+// prepareDBOS builds the internal/bench/dbos module in dir. When it cannot (no
 // directory, no go command, the module or DBOS cannot be fetched or does not
 // build), it returns nil and the reason, which the table shows instead of
 // DBOS's figures.
 func prepareDBOS(ctx context.Context, dir string, logger *slog.Logger) (*DBOS, string) {
 	if dir == "" {
-		return nil, "not run: no bench/dbos directory given (--dbos-dir)"
+		return nil, "not run: no internal/bench/dbos directory given (--dbos-dir)"
 	}
 	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
 		return nil, fmt.Sprintf("not run: %s/go.mod not found", dir)
 	}
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
-		return nil, "not run: no go command to build bench/dbos"
+		return nil, "not run: no go command to build internal/bench/dbos"
 	}
 	tmp, err := os.MkdirTemp("", "arbor-dbos-bench-")
 	if err != nil {
@@ -51,7 +51,7 @@ func prepareDBOS(ctx context.Context, dir string, logger *slog.Logger) (*DBOS, s
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		_ = os.RemoveAll(tmp)
-		return nil, fmt.Sprintf("could not build bench/dbos (DBOS Transact Go): %v: %s", err, lastLines(string(out), 3))
+		return nil, fmt.Sprintf("could not build internal/bench/dbos (DBOS Transact Go): %v: %s", err, lastLines(string(out), 3))
 	}
 	logger.InfoContext(ctx, "bench: built the DBOS subprocess", slog.Duration("took", time.Since(started)))
 	return &DBOS{bin: bin, tmp: tmp, logger: logger}, ""

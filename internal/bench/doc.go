@@ -1,9 +1,9 @@
 // Package bench is arbor's side-by-side benchmark harness (issue 6): it runs
-// each scenario at three sizes against arbor and against baselines measured
-// in the same run on the same PostgreSQL — the plain-SQL ceiling, River, and
-// DBOS Transact Go (a separate module under bench/dbos, run as a subprocess)
-// — and reports arbor's figure, each baseline's, their ratio and the cost
-// per task at each size, as a table and as JSON.
+// each scenario at three sizes against arbor and against baselines measured in
+// the same run on the same PostgreSQL — the plain-SQL ceiling, River, and DBOS
+// Transact Go (a separate module under internal/bench/dbos, run as a
+// subprocess) — and reports arbor's figure, each baseline's, their ratio and
+// the cost per task at each size, as a table and as JSON.
 //
 // A performance claim about arbor counts only as such a ratio: the
 // development machines are too noisy for absolute figures to mean much

@@ -118,11 +118,11 @@ func spawnAndWait(ctx context.Context, env *Env, eng *tasks.Engine, t arbortype.
 	})
 }
 
-// fanoutDBOS runs the same tree in DBOS Transact Go, in the bench/dbos
-// subprocess: P parent workflows, each starting C child workflows and
-// waiting for their results. The subprocess measures the workload itself
-// (after DBOS has launched and migrated its schema) and counts its
-// statements and the server's counters the way the harness does.
+// fanoutDBOS runs the same tree in DBOS Transact Go, in the
+// internal/bench/dbos subprocess: P parent workflows, each starting C child
+// workflows and waiting for their results. The subprocess measures the
+// workload itself (after DBOS has launched and migrated its schema) and counts
+// its statements and the server's counters the way the harness does.
 func fanoutDBOS(ctx context.Context, env *Env, size Size) (Measurement, error) {
 	if env.DBOS == nil {
 		return Measurement{}, fmt.Errorf("DBOS is not available")

@@ -22,7 +22,7 @@ const (
 	ClaimBatchDefault = 100
 	RepsDefault       = 3
 	JSONPathDefault   = "bench-results.json"
-	DBOSDirDefault    = "bench/dbos"
+	DBOSDirDefault    = "internal/bench/dbos"
 	RunTimeoutDefault = 5 * time.Minute
 	WakeSpreadDefault = 2900 * time.Millisecond
 )
@@ -49,9 +49,9 @@ type Options struct {
 	// taking turns, and keeps each one's fastest run (the least disturbed
 	// by the machine's noise). Default RepsDefault (3).
 	Reps int
-	// DBOSDir is the bench/dbos module; "" or a missing directory leaves
-	// DBOS out of the run, saying so in the table. Default DBOSDirDefault
-	// when Options come from the command line.
+	// DBOSDir is the internal/bench/dbos module; "" or a missing directory
+	// leaves DBOS out of the run, saying so in the table. Default
+	// DBOSDirDefault when Options come from the command line.
 	DBOSDir string
 	// Leave lists subjects to leave out of the run, as "scenario/subject"
 	// (such as "e/river-only"); the table says they were left out.
@@ -61,7 +61,7 @@ type Options struct {
 	// WakeSpreadDefault (2.9 s).
 	WakeSpread time.Duration
 	// RunnerPollInterval, when not 0, is the PollInterval of the
-	// machine.Runners of scenarios (a) and (f). Default 0: the runner's own
+	// machine.Runner of scenarios (a) and (f). Default 0: the runner's own
 	// default (1 s), as in production. The smoke test shortens it: a machine
 	// that finds every worker slot taken waits for its poll.
 	RunnerPollInterval time.Duration

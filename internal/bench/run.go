@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/arborhq/arbor/internal/cputime"
 )
 
 // Run runs the scenarios o selects and returns their results. It prints each
@@ -104,7 +106,7 @@ func openEnv(ctx context.Context, url string, conns int, logger *slog.Logger) (*
 		return nil, nil, fmt.Errorf("connect: %w", err)
 	}
 	env := &Env{Pool: pool, URL: url, Conns: conns, Logger: logger, counter: ctr}
-	env.postmaster = findPostmaster(ctx, pool)
+	env.postmaster = cputime.FindPostmaster(ctx, pool)
 	var dropWalinspect func()
 	env.walinspect, dropWalinspect = setupWalinspect(ctx, pool)
 	return env, func() {

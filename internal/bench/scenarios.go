@@ -16,7 +16,7 @@ var (
 	labelCeilingRow        = "the per-row ceiling: plain SQL on the minimal table, every row inserted by a single-row transaction of its own, then claimed and completed in batches"
 	labelCeiling           = "the Postgres ceiling: plain SQL, batched statements, minimal table"
 	labelRiver             = "River " + riverVersion + ", InsertMany + client with River's benchmark settings"
-	labelDBOS              = "DBOS Transact Go, parent workflows starting child workflows (bench/dbos subprocess)"
+	labelDBOS              = "DBOS Transact Go, parent workflows starting child workflows (internal/bench/dbos subprocess)"
 )
 
 // Scenarios returns every scenario of issue 6, in the order they run. A
@@ -137,7 +137,7 @@ func Scenarios() []Scenario {
 			Title: "agent turns: P turns × C parallel tool calls, all_settled",
 			About: "The shape of an agent backend: P turns, each a conversation of its own (a message each, one Engine.Create), whose " +
 				"handler makes C parallel tool calls (Run.SpawnMany), waits on them (all_settled) and, run again, completes the turn. " +
-				"runner: machine.Runner with RunnerConfig{}; DBOS: P parent workflows starting C child workflows each, in the bench/dbos " +
+				"runner: machine.Runner with RunnerConfig{}; DBOS: P parent workflows starting C child workflows each, in the internal/bench/dbos " +
 				"subprocess. Tasks = P × (C + 1).",
 			Metric:     Throughput,
 			Goal:       "runner ≥ 5× DBOS's tasks/s (below 3× is not done)",

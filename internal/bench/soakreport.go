@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/arborhq/arbor/internal/cputime"
 )
 
 // soakTables are the tables the soak samples: arbor's, and River's job
@@ -356,8 +358,8 @@ func (s *soakSampler) sample(ctx context.Context, k int, to time.Duration) (Soak
 		s.start = now
 		s.lastAt = now
 		s.stmts0 = s.env.counter.statements.Load()
-		s.clientCPU0 = clientCPU()
-		s.server0, s.serverOK = serverCPU(s.env.postmaster)
+		s.clientCPU0 = cputime.Client()
+		s.server0, s.serverOK = cputime.Server(s.env.postmaster)
 		parts := make([]string, len(soakTables))
 		for i, t := range soakTables {
 			parts[i] = "(SELECT count(*) FROM " + pgx.Identifier{s.env.Schema, t}.Sanitize() + ")"
@@ -375,11 +377,11 @@ func (s *soakSampler) sample(ctx context.Context, k int, to time.Duration) (Soak
 	if k > 0 && secs > 0 {
 		smp.TurnsPerSec = float64(b.completed) / secs
 		smp.TasksPerSec = smp.TurnsPerSec * soakTasksPerTurn
-		cpu := clientCPU()
+		cpu := cputime.Client()
 		smp.ClientCPU = (cpu - s.clientCPU0).Seconds() / secs
 		s.clientCPU0 = cpu
 		smp.ServerCPU = -1
-		if srv, ok := serverCPU(s.env.postmaster); ok && s.serverOK {
+		if srv, ok := cputime.Server(s.env.postmaster); ok && s.serverOK {
 			smp.ServerCPU = (srv - s.server0).Seconds() / secs
 			s.server0 = srv
 		}

@@ -195,7 +195,7 @@ func (e *Engine) emitLocked(ctx context.Context, tx pgx.Tx, p EmitParams, target
 	if err != nil {
 		return Emitted{}, err
 	}
-	if _, err := e.Store.AppendLog(ctx, tx, p.ConversationID, p.TaskID, "event", p.Name, logPayload); err != nil {
+	if _, err := e.Store.AppendLog(ctx, tx, p.ConversationID, p.TaskID, arbortype.LogKindEvent, p.Name, logPayload); err != nil {
 		return Emitted{}, fmt.Errorf("log: %w", mapDBError(err))
 	}
 	out := Emitted{Event: ev, Created: true}
@@ -594,7 +594,7 @@ func (e *Engine) Progress(ctx context.Context, tx pgx.Tx, taskID, token int64, n
 	if err := checkHolder(t, token); err != nil {
 		return 0, "", errorf("progress", taskID, err)
 	}
-	seq, err := e.Store.AppendLog(ctx, tx, t.ConversationID, taskID, "progress", name, payload)
+	seq, err := e.Store.AppendLog(ctx, tx, t.ConversationID, taskID, arbortype.LogKindProgress, name, payload)
 	if err != nil {
 		return 0, "", errorf("progress", taskID, mapDBError(err))
 	}

@@ -1,7 +1,10 @@
 // Command dbos-bench is the DBOS Transact Go side of arbor's fan-out/fan-in
 // benchmark (issue 6, scenario b). It lives in a Go module of its own so
 // that arbor never depends on DBOS; arbor's bench harness
-// (internal/bench) builds it and runs it as a subprocess.
+// (internal/bench) builds it and runs it as a subprocess. It requires
+// arbor's module (a replace of this checkout) for one package only,
+// internal/cputime, so that it measures CPU time with the harness's own
+// code; that puts it on arbor's versions of pgx and its dependencies.
 //
 // It launches DBOS on the given database and schema with a pool of -conns
 // connections, then runs -parents parent workflows, each starting
@@ -31,6 +34,8 @@ import (
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/arborhq/arbor/internal/cputime"
 )
 
 // result is what the harness reads; its field names match the harness's
@@ -139,9 +144,9 @@ func run(ctx context.Context, url, schema string, parents, children, conns int) 
 		return nil, err
 	}
 	stmts0 := ctr.statements.Load()
-	postmaster := findPostmaster(ctx, pool)
-	cpu0 := clientCPU()
-	srv0, srvOK0 := serverCPU(postmaster)
+	postmaster := cputime.FindPostmaster(ctx, pool)
+	cpu0 := cputime.Client()
+	srv0, srvOK0 := cputime.Server(postmaster)
 	start := time.Now()
 	handles := make([]dbos.WorkflowHandle[int], parents)
 	for i := range handles {
@@ -163,8 +168,8 @@ func run(ctx context.Context, url, schema string, parents, children, conns int) 
 	wg.Wait()
 	elapsed := time.Since(start)
 	stmts := ctr.statements.Load() - stmts0
-	cpu := clientCPU() - cpu0
-	srv, srvOK := serverCPU(postmaster)
+	cpu := cputime.Client() - cpu0
+	srv, srvOK := cputime.Server(postmaster)
 	srv -= srv0
 	if !srvOK || !srvOK0 {
 		srv = -1

@@ -1,4 +1,14 @@
-package main
+// Package cputime says where a benchmark's cost goes on a small machine:
+// into the client (arbor's, River's or DBOS's Go code, pgx) or into the
+// server (PostgreSQL's backends, its WAL writer and checkpointer). It reads
+// getrusage for the client and /proc for a server on the same machine.
+//
+// It is the one copy both benchmark harnesses use: internal/bench, and
+// internal/bench/dbos, the DBOS subject, a Go module of its own (so that arbor
+// never depends on DBOS) that requires arbor's module through a replace of the
+// checkout and imports this package — an internal package of arbor's module
+// path, which Go lets a module under that path import.
+package cputime
 
 import (
 	"context"
@@ -12,15 +22,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// CPU time, measured as arbor's harness measures it (internal/bench/cpu.go;
-// a copy, since this module must not import arbor's).
-
 // clockTick is USER_HZ, the unit of the CPU times in /proc: 100 on every
 // Linux this runs on.
 const clockTick = 10 * time.Millisecond
 
-// clientCPU returns the CPU time this process has used so far.
-func clientCPU() time.Duration {
+// Client returns the CPU time this process has used so far.
+func Client() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
@@ -28,10 +35,10 @@ func clientCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// findPostmaster returns the pid of the PostgreSQL server's postmaster when
+// FindPostmaster returns the pid of the PostgreSQL server's postmaster when
 // the server runs on this machine where /proc shows it, else 0: a
 // backend's parent, both named postgres.
-func findPostmaster(ctx context.Context, pool *pgxpool.Pool) int {
+func FindPostmaster(ctx context.Context, pool *pgxpool.Pool) int {
 	var backend int
 	if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
 		return 0
@@ -47,10 +54,10 @@ func findPostmaster(ctx context.Context, pool *pgxpool.Pool) int {
 	return st.ppid
 }
 
-// serverCPU returns the CPU time the server has used so far: the
+// Server returns the CPU time the server has used so far: the
 // postmaster's own, its live children's and its reaped children's
 // (backends that exited). ok is false when it cannot be read.
-func serverCPU(postmaster int) (time.Duration, bool) {
+func Server(postmaster int) (time.Duration, bool) {
 	if postmaster == 0 {
 		return 0, false
 	}
