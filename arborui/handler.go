@@ -23,8 +23,9 @@ const (
 	// RecentLimitDefault is how many conversations a page of the front
 	// page's list shows.
 	RecentLimitDefault = 50
-	// LiveLimitDefault is LiveLimit's default (the field is no longer
-	// read).
+	// LiveLimitDefault is LiveLimit's default.
+	//
+	// Deprecated: LiveLimit is no longer read.
 	LiveLimitDefault = 200
 	// TreeLimitDefault is how many tasks a page of a conversation's tree
 	// draws.
@@ -75,8 +76,10 @@ type Options struct {
 	RecentLimit int
 	// LiveLimit is no longer read: the front page pages its list
 	// (RecentLimit a page) instead of listing every conversation with
-	// live work. It is still validated (1..10,000). Default
-	// LiveLimitDefault.
+	// live work. It is still validated (1..10,000), so a program that set
+	// it keeps compiling and starting. Default LiveLimitDefault.
+	//
+	// Deprecated: the list is paged; set RecentLimit.
 	LiveLimit int
 	// TreeLimit is how many tasks a page of a conversation's tree draws
 	// (1..5000); a larger tree is paged, with what each page leaves out
