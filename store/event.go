@@ -183,20 +183,15 @@ func (s *Store) ReadLog(ctx context.Context, db DB, conv string, after int64, li
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []LogEntry
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LogEntry, error) {
 		var (
 			e  LogEntry
 			st string
 		)
-		if err := rows.Scan(&e.Seq, &e.ConversationID, &e.TaskID, &e.Kind, &st, &e.Name, &e.Payload, &e.At); err != nil {
-			return nil, err
-		}
+		err := row.Scan(&e.Seq, &e.ConversationID, &e.TaskID, &e.Kind, &st, &e.Name, &e.Payload, &e.At)
 		e.Status = arbortype.Status(st)
-		out = append(out, e)
-	}
-	return out, rows.Err()
+		return e, err
+	})
 }
 
 // LogHead is the last seq of conv's log (0: none).
@@ -226,16 +221,7 @@ func (s *Store) UndeliveredEvents(ctx context.Context, db DB, conv string) ([]Ev
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		ev, err := scanEvent(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ev)
-	}
-	return out, rows.Err()
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) { return scanEvent(row) })
 }
 
 // LiveDeadlines lists up to limit live tasks past their deadline.

@@ -86,16 +86,11 @@ func (s *Store) RecentConversations(ctx context.Context, db DB, limit int) ([]ar
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []arbortype.Conversation
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (arbortype.Conversation, error) {
 		var c arbortype.Conversation
-		if err := rows.Scan(&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &c.CreatedAt); err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+		err := row.Scan(&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &c.CreatedAt)
+		return c, err
+	})
 }
 
 // The web view's reads (package arborui). Each is bounded: it reads at
@@ -151,17 +146,11 @@ func collectSummaries(rows pgx.Rows, err error) ([]TaskSummary, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []TaskSummary
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (TaskSummary, error) {
 		var n int
-		t, err := scanColumns(summaryColumnList, rows, &n)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, TaskSummary{Task: t, WaitCount: n})
-	}
-	return out, rows.Err()
+		t, err := scanColumns(summaryColumnList, row, &n)
+		return TaskSummary{Task: t, WaitCount: n}, err
+	})
 }
 
 // ConversationFilter selects conversations in a listing; its zero value
@@ -423,19 +412,16 @@ func (s *Store) ChildCounts(ctx context.Context, db DB, conv string, owners []in
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	out := map[int64]int{}
-	for rows.Next() {
-		var (
-			id int64
-			n  int
-		)
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, err
-		}
+	var (
+		id int64
+		n  int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error {
 		out[id] = n
-	}
-	return out, rows.Err()
+		return nil
+	})
+	return out, err
 }
 
 // StatusCounts counts conv's tasks by status, reading at most limit.
@@ -444,19 +430,16 @@ func (s *Store) StatusCounts(ctx context.Context, db DB, conv string, limit int)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	out := map[arbortype.Status]int{}
-	for rows.Next() {
-		var (
-			st string
-			n  int
-		)
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, err
-		}
+	var (
+		st string
+		n  int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error {
 		out[arbortype.Status(st)] = n
-	}
-	return out, rows.Err()
+		return nil
+	})
+	return out, err
 }
 
 // LogRow is a log entry whose payload may be cut: Payload holds at most
@@ -493,24 +476,19 @@ func collectLogRows(rows pgx.Rows, err error) ([]LogRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []LogRow
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LogRow, error) {
 		var (
 			e       LogRow
 			st      string
 			payload *string
 		)
-		if err := rows.Scan(&e.Seq, &e.ConversationID, &e.TaskID, &e.Kind, &st, &e.Name, &payload, &e.PayloadBytes, &e.At); err != nil {
-			return nil, err
-		}
+		err := row.Scan(&e.Seq, &e.ConversationID, &e.TaskID, &e.Kind, &st, &e.Name, &payload, &e.PayloadBytes, &e.At)
 		e.Status = arbortype.Status(st)
 		if payload != nil {
 			e.Payload = json.RawMessage(*payload)
 		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+		return e, err
+	})
 }
 
 // LogBefore reads up to limit entries of conv's log below seq before, the
@@ -568,23 +546,18 @@ func (s *Store) TaskEvents(ctx context.Context, db DB, conv string, taskID int64
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []EventRow
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (EventRow, error) {
 		var (
 			e       EventRow
 			payload *string
 		)
-		if err := rows.Scan(&e.ID, &e.ConversationID, &e.TaskID, &e.Name, &payload, &e.PayloadBytes, &e.IdempotencyKey,
-			&e.Queued, &e.EmittedAt, &e.DeliveredTo, &e.DeliveredAt); err != nil {
-			return nil, err
-		}
+		err := row.Scan(&e.ID, &e.ConversationID, &e.TaskID, &e.Name, &payload, &e.PayloadBytes, &e.IdempotencyKey,
+			&e.Queued, &e.EmittedAt, &e.DeliveredTo, &e.DeliveredAt)
 		if payload != nil {
 			e.Payload = json.RawMessage(*payload)
 		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+		return e, err
+	})
 }
 
 var (

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/arborhq/arbor/arbortype"
 )
 
@@ -187,16 +189,11 @@ func (s *Store) SleepingDue(ctx context.Context, db DB, until time.Time, limit i
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []SleepingTask
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (SleepingTask, error) {
 		var st SleepingTask
-		if err := rows.Scan(&st.TaskID, &st.ConversationID, &st.SleepSeq, &st.WakeAt); err != nil {
-			return nil, err
-		}
-		out = append(out, st)
-	}
-	return out, rows.Err()
+		err := row.Scan(&st.TaskID, &st.ConversationID, &st.SleepSeq, &st.WakeAt)
+		return st, err
+	})
 }
 
 // TransactionNow returns the database's clock at the start of db's
@@ -221,14 +218,9 @@ func (s *Store) LiveWakeJobs(ctx context.Context, db DB, conversationID string) 
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []WakeJob
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (WakeJob, error) {
 		var j WakeJob
-		if err := rows.Scan(&j.ID, &j.State, &j.TaskID, &j.SleepSeq); err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+		err := row.Scan(&j.ID, &j.State, &j.TaskID, &j.SleepSeq)
+		return j, err
+	})
 }

@@ -176,16 +176,7 @@ func collectColumns(list []taskColumn, rows pgx.Rows, err error) ([]arbortype.Ta
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []arbortype.Task
-	for rows.Next() {
-		t, err := scanColumns(list, rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (arbortype.Task, error) { return scanColumns(list, row) })
 }
 
 // collect reads a one-column result into a slice.
