@@ -40,6 +40,7 @@ func TestRunTiny(t *testing.T) {
 			"i": {"3", "5", "4"},
 			"j": {"3", "5", "4"},
 			"k": {"3", "5", "4"},
+			"l": {"10", "20", "30"},
 		},
 		// River alone wakes a sleep only when it promotes its scheduled
 		// job, every ~5 s: seconds per size, too slow for the smoke test.

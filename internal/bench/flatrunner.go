@@ -101,7 +101,7 @@ func flatRunnerIn(ctx context.Context, env *Env, size Size, batched bool) (Measu
 	if err != nil {
 		return Measurement{}, err
 	}
-	if err := expectCount(ctx, env, `SELECT count(*) FROM {schema}.tasks WHERE status = 'completed'`, size.N); err != nil {
+	if err := expectCount(ctx, env, `SELECT count(*) FROM {schema}.tasks WHERE status = 'completed' AND conversation_id LIKE 'flat-%'`, size.N); err != nil {
 		return Measurement{}, err
 	}
 	m.Elapsed = end.Sub(start)

@@ -200,6 +200,10 @@ type Subject struct {
 	// subject so slow that best-of-three at every size would take the run
 	// past its budget.
 	Reps, MaxTasks int
+	// Timeout, when above Options.RunTimeout, bounds this subject's run
+	// instead: for one whose untimed set-up (scenario (l)'s history) takes
+	// minutes.
+	Timeout time.Duration
 	// Run measures it; nil when it cannot run (see Unavailable).
 	Run RunFunc
 	// Unavailable, when not empty, says why it cannot run; the table shows

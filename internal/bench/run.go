@@ -155,7 +155,7 @@ func runSize(ctx context.Context, o *Options, env *Env, s Scenario, size Size, d
 			}
 			o.Logger.InfoContext(ctx, "bench: running", slog.String("scenario", s.Key),
 				slog.String("subject", sub.Key), slog.String("size", size.Spec), slog.Int("rep", rep+1))
-			m, err := runOnce(ctx, o, env, sub.Run, size)
+			m, err := runOnce(ctx, o, env, sub, size)
 			if err != nil {
 				// A failed run voids the subject's figure at this size:
 				// a best-of that skipped failures would flatter it.
@@ -193,7 +193,7 @@ func runSize(ctx context.Context, o *Options, env *Env, s Scenario, size Size, d
 }
 
 // runOnce runs fn in a fresh schema, counting what it cost the database.
-func runOnce(ctx context.Context, o *Options, env *Env, fn RunFunc, size Size) (Measurement, error) {
+func runOnce(ctx context.Context, o *Options, env *Env, sub Subject, size Size) (Measurement, error) {
 	schema, drop, err := newSchema(ctx, env.Pool)
 	if err != nil {
 		return Measurement{}, err
@@ -201,14 +201,14 @@ func runOnce(ctx context.Context, o *Options, env *Env, fn RunFunc, size Size) (
 	defer drop()
 	runEnv := *env
 	runEnv.Schema = schema
-	ctx, cancel := context.WithTimeout(ctx, o.RunTimeout)
+	ctx, cancel := context.WithTimeout(ctx, max(o.RunTimeout, sub.Timeout))
 	defer cancel()
 
 	w, err := runEnv.StartWindow(ctx)
 	if err != nil {
 		return Measurement{}, err
 	}
-	m, err := fn(ctx, &runEnv, size)
+	m, err := sub.Run(ctx, &runEnv, size)
 	if err != nil {
 		return Measurement{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Labels of the subjects, shared by the scenarios.
@@ -224,6 +225,25 @@ func Scenarios() []Scenario {
 			Subjects: []Subject{
 				{Key: "sleep", Arbor: true, Label: "arbor machine.Runner, SleepUntil → handler re-entered", Run: sleepReentry},
 				{Key: "sibling-cancel", Arbor: true, Label: "arbor machine.Runner, fail_fast failure → sibling's context cancelled", Run: siblingCancel},
+			},
+		},
+		{
+			Key:   "l",
+			Title: "cost per task as the tables grow: (a)'s runner after N settled tasks kept, against a fresh schema",
+			About: "fresh: (a)'s runner subject (a machine.Runner with RunnerConfig{}, the tasks created with Engine.CreateMany in " +
+				"batches, one conversation per task) at 8,000 tasks on a fresh schema. aged: the same 8,000 in a schema where N " +
+				"one-task conversations were first created, run and settled by a runner of their own (not timed), kept with retention " +
+				"off (the default), then vacuumed and analyzed as autovacuum would have by then: the tables, their indexes and the " +
+				"conversation log hold all N. Same round, same server; the ratio is aged ÷ fresh.",
+			Metric:     Throughput,
+			Goal:       "aged ≥ 80% of fresh at 1,000,000 settled tasks",
+			Sizes:      []string{"1000000"},
+			QuickSizes: []string{"2000"},
+			SizeForm:   "N, the settled tasks kept before the timed run of 8,000",
+			ParseSize:  parseAged,
+			Subjects: []Subject{
+				{Key: "aged", Arbor: true, Label: "arbor machine.Runner, RunnerConfig{}, after N settled tasks", Run: flatAged, Reps: 1, Timeout: 30 * time.Minute, Versus: []string{"fresh"}},
+				{Key: "fresh", Label: "the same on a fresh schema", Run: flatFresh},
 			},
 		},
 		{
