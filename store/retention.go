@@ -145,13 +145,16 @@ var (
 	// (a live task, or anything newer than the cutoff), it is neither the
 	// conversation's newest settled turn nor its newest settled turn that
 	// is not a steered message's (cancelled because another turn took the
-	// message: the turn that answered is the context to keep).
+	// message: the turn that answered is the context to keep). Its walks,
+	// up from the live tasks and down from the roots, are shaped as the
+	// abort's (store/tree.go), so that their plans do not depend on
+	// statistics.
 	qPruneVictims = define(`WITH RECURSIVE
 		live_up AS (
 			SELECT t.id, t.owner_task_id FROM {schema}.tasks t WHERE t.conversation_id = $1 AND t.status IN ({live})
 			UNION
-			SELECT o.id, o.owner_task_id FROM {schema}.tasks o JOIN live_up l ON o.id = l.owner_task_id
-			WHERE o.conversation_id = $1),
+			SELECT o.id, o.owner_task_id FROM live_up l CROSS JOIN LATERAL (SELECT o.id, o.owner_task_id FROM {schema}.tasks o
+				WHERE o.conversation_id = $1 AND o.id = l.owner_task_id OFFSET 0) o),
 		in_use AS (SELECT EXISTS (SELECT 1 FROM live_up)
 			OR EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = $1 AND (t.settled_at >= $2 OR t.created_at >= $2))
 			OR EXISTS (SELECT 1 FROM {schema}.events e WHERE e.conversation_id = $1 AND e.emitted_at >= $2)
@@ -170,8 +173,8 @@ var (
 		tree AS (
 			SELECT r.id AS root, r.id, t.settled_at FROM roots r JOIN {schema}.tasks t ON t.id = r.id
 			UNION ALL
-			SELECT tr.root, c.id, c.settled_at FROM {schema}.tasks c JOIN tree tr ON c.owner_task_id = tr.id
-			WHERE c.conversation_id = $1),
+			SELECT tr.root, c.id, c.settled_at FROM tree tr CROSS JOIN LATERAL (SELECT c.id, c.settled_at FROM {schema}.tasks c
+				WHERE c.conversation_id = $1 AND c.owner_task_id = tr.id OFFSET 0) c),
 		ripe AS (SELECT root FROM tree GROUP BY root HAVING bool_and(settled_at IS NOT NULL AND settled_at < $2))
 		SELECT coalesce((SELECT array_agg(id) FROM (
 			SELECT id FROM tree WHERE root IN (SELECT root FROM ripe) ORDER BY id DESC LIMIT $3) v), '{}'),
