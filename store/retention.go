@@ -12,8 +12,9 @@ import (
 // Retention: the prune's statements (docs/operations.md, "Retention").
 //
 // The prune deletes settled turns (a root task with its whole subtree) and
-// whole conversations. Its transactions set arbor.prune, without which the
-// guard refuses every delete of a task or a conversation; the guard also
+// whole conversations. Its transactions are marked (MarkPrune), without
+// which the guards refuse every delete of a task, a conversation or a row
+// of theirs; the guard also
 // checks every deleted task semantically (fsm.DeleteRules), whatever the
 // statement that deletes it.
 
@@ -108,7 +109,11 @@ var (
 	qPruneFinishedPruneJobs = define(`DELETE FROM {schema}.river_job
 		WHERE kind = '` + PruneJobKind + `' AND finalized_at < now() - $1 * interval '1 microsecond'`)
 
-	qMarkPrune   = define(`SELECT set_config('arbor.prune', 'on', true)`)
+	// The prune's mark (migration 019): the transaction's id in
+	// prune_marks, which only the prune's role may write; removed before
+	// the transaction commits.
+	qMarkPrune   = define(`INSERT INTO {schema}.prune_marks DEFAULT VALUES ON CONFLICT DO NOTHING`)
+	qUnmarkPrune = define(`DELETE FROM {schema}.prune_marks WHERE txid = pg_current_xact_id()`)
 	qPruneCutoff = define(`SELECT now() - $1 * interval '1 microsecond'`)
 
 	// Settled turns settled before $1, after the cursor ($2, $3), oldest
@@ -189,9 +194,19 @@ var (
 )
 
 // MarkPrune marks tx as the prune's: the guard lets it delete what the
-// delete rules allow.
+// delete rules allow. The mark is a row of prune_marks, which only the
+// prune's role may write (migrations/sql/019_record_guards.up.sql); a role
+// without that grant gets ErrPermissionDenied's 42501 here. UnmarkPrune
+// removes it before tx commits.
 func (s *Store) MarkPrune(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, s.sql[qMarkPrune])
+	return err
+}
+
+// UnmarkPrune removes tx's mark (MarkPrune), so that prune_marks holds
+// only the marks of transactions still running.
+func (s *Store) UnmarkPrune(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, s.sql[qUnmarkPrune])
 	return err
 }
 
