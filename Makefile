@@ -100,6 +100,8 @@ generate:
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 lint: vet snippets doclinks
+	@if grep -rnE '^(<<<<<<<|>>>>>>>)( |$$)' --include='*.go' --include='*.md' --include='*.sql' --include='*.sh' --include='Makefile' . ; then \
+		echo "lint: merge conflict markers (above)"; exit 1; fi
 	$(GO) run $(STATICCHECK) ./...
 	for m in $(NESTED) $(BROWSERTEST); do (cd $$m && $(GO) run $(STATICCHECK) ./...) || exit 1; done
 

@@ -95,17 +95,21 @@ const (
 	SQLStateDelete            = "AB006" // a DELETE of tasks or a conversation off the prune path or of what is live (DeleteRules), or a TRUNCATE
 	SQLStateConversation      = "AB007" // a conversation's identity or epoch forged
 	SQLStateFork              = "AB008" // a forked row that is not a faithful copy of its source (ForkRules)
+	// An event, log entry, budget or budget reservation written otherwise
+	// than arbor writes it (migrations/sql/019_record_guards.up.sql; a
+	// delete of one off the prune path, or a TRUNCATE, is SQLStateDelete).
+	SQLStateRecord = "AB009"
 )
 
 // GuardMigration is the migration file GuardSQL writes: the latest guard.
 // A change to the transition table or to the column rules needs a new
 // migration (a new number here, and its .down.sql restoring the previous
 // guard); the older guard files stay as they were applied.
-const GuardMigration = "016_holder_guard"
+const GuardMigration = "020_guard_plans"
 
 // PreviousGuard is the up migration of the guard GuardMigration replaces:
 // its down migration restores it.
-const PreviousGuard = "013_trace_guard"
+const PreviousGuard = "016_holder_guard"
 
 // GuardSQL returns the up migration of GuardMigration: the trigger that makes
 // the database refuse any status change the table does not allow, any change
@@ -284,7 +288,7 @@ CREATE OR REPLACE FUNCTION {schema}.conversation_guard() RETURNS trigger
 LANGUAGE plpgsql AS $guard$
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        IF current_setting('arbor.prune', true) IS DISTINCT FROM 'on' THEN
+        IF NOT {schema}.prune_marked() THEN
             RAISE EXCEPTION 'arbor: conversation %% cannot be deleted: only the prune path deletes', OLD.id
                 USING ERRCODE = '%[1]s';
         END IF;
@@ -359,6 +363,14 @@ func settledStatuses() []string {
 		if s.Settled() {
 			out = append(out, string(s))
 		}
+	}
+	return out
+}
+
+func liveStatuses() []string {
+	var out []string
+	for _, s := range arbortype.LiveStatuses {
+		out = append(out, string(s))
 	}
 	return out
 }

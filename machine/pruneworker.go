@@ -31,9 +31,7 @@ const logPruneBatch = 10_000
 func (w *pruneWorker) Work(ctx context.Context, _ *river.Job[core.PruneArgs]) error {
 	var logEntries int64
 	for {
-		n, err := core.Write(ctx, w.core, func(db store.DB) (int64, error) {
-			return w.core.Store.PruneLog(ctx, db, w.core.Cfg.LogRetention, logPruneBatch)
-		})
+		n, err := w.core.PruneLog(ctx, w.core.Cfg.LogRetention, logPruneBatch)
 		if err != nil {
 			return err
 		}

@@ -112,7 +112,8 @@ var (
 	qInsertBudget = define(`WITH RECURSIVE sub (id) AS (
 			SELECT id FROM {schema}.tasks WHERE conversation_id = $1 AND id = $2
 			UNION ALL
-			SELECT t.id FROM {schema}.tasks t JOIN sub s ON t.conversation_id = $1 AND t.owner_task_id = s.id),
+			SELECT t.id FROM sub s CROSS JOIN LATERAL (SELECT t.id FROM {schema}.tasks t
+				WHERE t.conversation_id = $1 AND t.owner_task_id = s.id OFFSET 0) t),
 		so_far AS (
 			SELECT coalesce(sum(r.actual), 0) AS spent, coalesce(sum(r.amount) FILTER (WHERE r.actual IS NULL), 0) AS reserved
 			FROM {schema}.budget_reservations r

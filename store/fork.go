@@ -20,13 +20,14 @@ var (
 	// The tasks a fork of conversation $1 through turn $2 copies: the
 	// settled turns up to it with their settled subtrees (a live task, and
 	// what is under it, is not history yet), ascending, with their settle
-	// numbers.
+	// numbers. Its walk down is shaped as the abort's (store/tree.go), so
+	// that its plan does not depend on statistics.
 	qForkSource = define(`WITH RECURSIVE tree AS (
 			SELECT id, settle_seq FROM {schema}.tasks
 			WHERE conversation_id = $1 AND owner_task_id IS NULL AND id <= $2 AND status NOT IN ({live})
 			UNION ALL
-			SELECT c.id, c.settle_seq FROM {schema}.tasks c JOIN tree t ON c.owner_task_id = t.id
-			WHERE c.conversation_id = $1 AND c.status NOT IN ({live}))
+			SELECT c.id, c.settle_seq FROM tree t CROSS JOIN LATERAL (SELECT c.id, c.settle_seq FROM {schema}.tasks c
+				WHERE c.conversation_id = $1 AND c.owner_task_id = t.id AND c.status NOT IN ({live}) OFFSET 0) c)
 		SELECT id, settle_seq FROM tree ORDER BY id`)
 
 	// The events a fork copies: those of the copied tasks (addressed to

@@ -12,8 +12,9 @@ import (
 // Retention: the prune's statements (docs/operations.md, "Retention").
 //
 // The prune deletes settled turns (a root task with its whole subtree) and
-// whole conversations. Its transactions set arbor.prune, without which the
-// guard refuses every delete of a task or a conversation; the guard also
+// whole conversations. Its transactions are marked (MarkPrune), without
+// which the guards refuse every delete of a task, a conversation or a row
+// of theirs; the guard also
 // checks every deleted task semantically (fsm.DeleteRules), whatever the
 // statement that deletes it.
 
@@ -108,7 +109,11 @@ var (
 	qPruneFinishedPruneJobs = define(`DELETE FROM {schema}.river_job
 		WHERE kind = '` + PruneJobKind + `' AND finalized_at < now() - $1 * interval '1 microsecond'`)
 
-	qMarkPrune   = define(`SELECT set_config('arbor.prune', 'on', true)`)
+	// The prune's mark (migration 019): the transaction's id in
+	// prune_marks, which only the prune's role may write; removed before
+	// the transaction commits.
+	qMarkPrune   = define(`INSERT INTO {schema}.prune_marks DEFAULT VALUES ON CONFLICT DO NOTHING`)
+	qUnmarkPrune = define(`DELETE FROM {schema}.prune_marks WHERE txid = pg_current_xact_id()`)
 	qPruneCutoff = define(`SELECT now() - $1 * interval '1 microsecond'`)
 
 	// Settled turns settled before $1, after the cursor ($2, $3), oldest
@@ -145,13 +150,16 @@ var (
 	// (a live task, or anything newer than the cutoff), it is neither the
 	// conversation's newest settled turn nor its newest settled turn that
 	// is not a steered message's (cancelled because another turn took the
-	// message: the turn that answered is the context to keep).
+	// message: the turn that answered is the context to keep). Its walks,
+	// up from the live tasks and down from the roots, are shaped as the
+	// abort's (store/tree.go), so that their plans do not depend on
+	// statistics.
 	qPruneVictims = define(`WITH RECURSIVE
 		live_up AS (
 			SELECT t.id, t.owner_task_id FROM {schema}.tasks t WHERE t.conversation_id = $1 AND t.status IN ({live})
 			UNION
-			SELECT o.id, o.owner_task_id FROM {schema}.tasks o JOIN live_up l ON o.id = l.owner_task_id
-			WHERE o.conversation_id = $1),
+			SELECT o.id, o.owner_task_id FROM live_up l CROSS JOIN LATERAL (SELECT o.id, o.owner_task_id FROM {schema}.tasks o
+				WHERE o.conversation_id = $1 AND o.id = l.owner_task_id OFFSET 0) o),
 		in_use AS (SELECT EXISTS (SELECT 1 FROM live_up)
 			OR EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = $1 AND (t.settled_at >= $2 OR t.created_at >= $2))
 			OR EXISTS (SELECT 1 FROM {schema}.events e WHERE e.conversation_id = $1 AND e.emitted_at >= $2)
@@ -170,8 +178,8 @@ var (
 		tree AS (
 			SELECT r.id AS root, r.id, t.settled_at FROM roots r JOIN {schema}.tasks t ON t.id = r.id
 			UNION ALL
-			SELECT tr.root, c.id, c.settled_at FROM {schema}.tasks c JOIN tree tr ON c.owner_task_id = tr.id
-			WHERE c.conversation_id = $1),
+			SELECT tr.root, c.id, c.settled_at FROM tree tr CROSS JOIN LATERAL (SELECT c.id, c.settled_at FROM {schema}.tasks c
+				WHERE c.conversation_id = $1 AND c.owner_task_id = tr.id OFFSET 0) c),
 		ripe AS (SELECT root FROM tree GROUP BY root HAVING bool_and(settled_at IS NOT NULL AND settled_at < $2))
 		SELECT coalesce((SELECT array_agg(id) FROM (
 			SELECT id FROM tree WHERE root IN (SELECT root FROM ripe) ORDER BY id DESC LIMIT $3) v), '{}'),
@@ -186,9 +194,19 @@ var (
 )
 
 // MarkPrune marks tx as the prune's: the guard lets it delete what the
-// delete rules allow.
+// delete rules allow. The mark is a row of prune_marks, which only the
+// prune's role may write (migrations/sql/019_record_guards.up.sql); a role
+// without that grant gets ErrPermissionDenied's 42501 here. UnmarkPrune
+// removes it before tx commits.
 func (s *Store) MarkPrune(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, s.sql[qMarkPrune])
+	return err
+}
+
+// UnmarkPrune removes tx's mark (MarkPrune), so that prune_marks holds
+// only the marks of transactions still running.
+func (s *Store) UnmarkPrune(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, s.sql[qUnmarkPrune])
 	return err
 }
 

@@ -283,7 +283,7 @@ func mapDBError(err error) error {
 	}
 	switch pgErr.Code {
 	case fsm.SQLStateInvalidTransition, fsm.SQLStateSettled, fsm.SQLStateImmutable, fsm.SQLStateInvalidInsert,
-		fsm.SQLStateColumn, fsm.SQLStateDelete, fsm.SQLStateConversation, fsm.SQLStateFork:
+		fsm.SQLStateColumn, fsm.SQLStateDelete, fsm.SQLStateConversation, fsm.SQLStateFork, fsm.SQLStateRecord:
 		return fmt.Errorf("%w: refused by the database: %w", arbortype.ErrInvalidTransition, err)
 	case sqlStateInvalidText, sqlStateInvalidEscape, sqlStateInvalidJSONText, sqlStateUnicodeEscape,
 		sqlStateNotInRepertoire, sqlStateNumericOutOfRange:

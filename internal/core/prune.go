@@ -94,6 +94,29 @@ func (e *Engine) Prune(ctx context.Context, p PruneParams) (PruneResult, error) 
 	}
 }
 
+// pruneTx runs fn in a transaction marked as the prune's
+// (Store.MarkPrune: the guards let it delete what their delete rules
+// allow), retried as Tx; the mark is removed before the commit.
+func pruneTx[T any](ctx context.Context, e *Engine, fn func(tx pgx.Tx) (T, error)) (T, error) {
+	return Tx(ctx, e, func(tx pgx.Tx) (T, error) {
+		if err := e.Store.MarkPrune(ctx, tx); err != nil {
+			var zero T
+			return zero, err
+		}
+		v, err := fn(tx)
+		if err != nil {
+			return v, err
+		}
+		return v, e.Store.UnmarkPrune(ctx, tx)
+	})
+}
+
+// PruneLog deletes up to limit log entries older than keep, oldest first,
+// in one transaction marked as the prune's, and returns how many.
+func (e *Engine) PruneLog(ctx context.Context, keep time.Duration, limit int) (int64, error) {
+	return pruneTx(ctx, e, func(tx pgx.Tx) (int64, error) { return e.Store.PruneLog(ctx, tx, keep, limit) })
+}
+
 // pruneConversation prunes conv batch by batch until nothing of it is
 // ripe.
 func (e *Engine) pruneConversation(ctx context.Context, conv string, cutoff time.Time, p PruneParams, res *PruneResult) error {
@@ -108,14 +131,11 @@ func (e *Engine) pruneConversation(ctx context.Context, conv string, cutoff time
 			more         bool
 			rows         map[string]int64
 		}
-		b, err := Tx(ctx, e, func(tx pgx.Tx) (batch, error) {
+		b, err := pruneTx(ctx, e, func(tx pgx.Tx) (batch, error) {
 			b := batch{rows: map[string]int64{}}
 			ok, held, err := e.Store.LockConversationForPrune(ctx, tx, conv)
 			if err != nil || !ok {
 				b.skipped = err == nil
-				return b, err
-			}
-			if err := e.Store.MarkPrune(ctx, tx); err != nil {
 				return b, err
 			}
 			ids, turns, whole, err := e.Store.PruneVictims(ctx, tx, conv, cutoff, p.Batch)

@@ -254,7 +254,7 @@ func TestGuardRefusesForgedDeletes(t *testing.T) {
 	for _, f := range forged {
 		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 			if f.marked {
-				if _, err := tx.Exec(b.ctx, `SELECT set_config('arbor.prune', 'on', true)`); err != nil {
+				if _, err := tx.Exec(b.ctx, `INSERT INTO `+s+`.prune_marks DEFAULT VALUES`); err != nil {
 					return err
 				}
 			}
@@ -275,7 +275,7 @@ func TestGuardRefusesForgedDeletes(t *testing.T) {
 
 	// The old turn alone, marked, with its events: the guard allows it.
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(b.ctx, `SELECT set_config('arbor.prune', 'on', true)`); err != nil {
+		if _, err := tx.Exec(b.ctx, `INSERT INTO `+s+`.prune_marks DEFAULT VALUES`); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(b.ctx, `DELETE FROM `+s+`.events WHERE conversation_id = $1 AND (task_id < $2 OR delivered_to < $2)`, b.conv, newest.ID); err != nil {
@@ -309,7 +309,7 @@ func TestRaceCreateWhileThePruneDeletesTheConversation(t *testing.T) {
 			require.NoError(t, err)
 			_, err = tx.Exec(b.ctx, `SELECT 1 FROM `+b.schema+`.conversations WHERE id = $1 FOR UPDATE`, b.conv)
 			require.NoError(t, err)
-			_, err = tx.Exec(b.ctx, `SELECT set_config('arbor.prune', 'on', true)`)
+			_, err = tx.Exec(b.ctx, `INSERT INTO `+b.schema+`.prune_marks DEFAULT VALUES`)
 			require.NoError(t, err)
 			for _, q := range []string{`DELETE FROM ` + b.schema + `.conversation_log WHERE conversation_id = $1`,
 				`DELETE FROM ` + b.schema + `.tasks WHERE conversation_id = $1`,

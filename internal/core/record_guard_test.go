@@ -1,0 +1,120 @@
+package core_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// recordSnapshot returns every event, log entry, budget and reservation of
+// the conversation as JSON text: two equal snapshots mean none was written.
+func (b *bundle) recordSnapshot(t *testing.T) string {
+	t.Helper()
+	var s string
+	err := b.pool.QueryRow(b.ctx, `SELECT concat_ws('|',
+		(SELECT json_agg(e ORDER BY id)::text FROM `+b.schema+`.events e WHERE conversation_id = $1),
+		(SELECT json_agg(l ORDER BY seq)::text FROM `+b.schema+`.conversation_log l WHERE conversation_id = $1),
+		(SELECT json_agg(g ORDER BY counter, task_id)::text FROM `+b.schema+`.budgets g WHERE conversation_id = $1),
+		(SELECT json_agg(r ORDER BY id)::text FROM `+b.schema+`.budget_reservations r WHERE conversation_id = $1))`, b.conv).Scan(&s)
+	require.NoError(t, err)
+	return s
+}
+
+// TestGuardRefusesForgedRecords (issue 24): events, the log, budgets and
+// reservations change only as arbor changes them. Each forgery written by
+// hand is refused by the database with AB009 (a forged row or change) or
+// AB006 (a delete off the prune path, a TRUNCATE), and writes nothing; the
+// engine reports the code as ErrInvalidTransition.
+func TestGuardRefusesForgedRecords(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}}})
+	require.NoError(t, err)
+	b.lease(t)
+	run := b.start(t, turn.ID)
+	res, err := b.engine.C.ReserveBudget(b.ctx, core.ReserveParams{ConversationID: b.conv, TaskID: run.ID, Token: run.Token,
+		Counter: "tokens", Amount: 10, Key: "open"})
+	require.NoError(t, err)
+	open := res.Reservation.ID
+	res, err = b.engine.C.ReserveBudget(b.ctx, core.ReserveParams{ConversationID: b.conv, TaskID: run.ID, Token: run.Token,
+		Counter: "tokens", Amount: 5, Key: "spent", Spend: true})
+	require.NoError(t, err)
+	closed := res.Reservation.ID
+	_, err = b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval"})
+	require.NoError(t, err)
+	delivered, _, err := b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, Name: "approval", Payload: json.RawMessage(`{"approved": false}`)})
+	require.NoError(t, err)
+	undelivered, _, err := b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, Name: "note"})
+	require.NoError(t, err)
+	require.NotZero(t, delivered.DeliveredTo)
+	require.Zero(t, undelivered.DeliveredTo)
+
+	s := b.schema
+	var seq int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT max(seq) FROM `+s+`.conversation_log WHERE conversation_id = $1`, b.conv).Scan(&seq))
+	before, records := b.snapshot(t), b.recordSnapshot(t)
+
+	forged := []struct {
+		name, sql string
+		args      []any
+		code      string
+	}{
+		{"a log entry rewritten", `UPDATE ` + s + `.conversation_log SET payload = '{"forged": true}' WHERE seq = $1`, []any{seq}, fsm.SQLStateRecord},
+		{"a log entry deleted", `DELETE FROM ` + s + `.conversation_log WHERE seq = $1`, []any{seq}, fsm.SQLStateDelete},
+		{"the log truncated", `TRUNCATE ` + s + `.conversation_log`, nil, fsm.SQLStateDelete},
+
+		{"an event's payload rewritten", `UPDATE ` + s + `.events SET payload = '{"approved": true}' WHERE id = $1`, []any{delivered.ID}, fsm.SQLStateRecord},
+		{"an event's name rewritten", `UPDATE ` + s + `.events SET name = 'approval' WHERE id = $1`, []any{undelivered.ID}, fsm.SQLStateRecord},
+		{"an event undelivered", `UPDATE ` + s + `.events SET delivered_to = NULL, delivered_at = NULL WHERE id = $1`, []any{delivered.ID}, fsm.SQLStateRecord},
+		{"an event delivered again", `UPDATE ` + s + `.events SET delivered_to = $2, delivered_at = now() - interval '1 hour' WHERE id = $1`, []any{delivered.ID, run.ID}, fsm.SQLStateRecord},
+		{"an event delivered to a task that does not await it", `UPDATE ` + s + `.events SET delivered_to = $2, delivered_at = now() WHERE id = $1`, []any{undelivered.ID, run.ID}, fsm.SQLStateRecord},
+		{"an event inserted delivered", `INSERT INTO ` + s + `.events (conversation_id, name, payload, queued, delivered_to, delivered_at)
+			VALUES ($1, 'approval', '{"approved": true}', true, $2, now())`, []any{b.conv, run.ID}, fsm.SQLStateRecord},
+		{"an event inserted in the past", `INSERT INTO ` + s + `.events (conversation_id, name, queued, emitted_at)
+			VALUES ($1, 'approval', true, now() - interval '1 day')`, []any{b.conv}, fsm.SQLStateRecord},
+		{"an event deleted", `DELETE FROM ` + s + `.events WHERE id = $1`, []any{undelivered.ID}, fsm.SQLStateDelete},
+		{"the events truncated", `TRUNCATE ` + s + `.events CASCADE`, nil, fsm.SQLStateDelete},
+
+		{"a budget's spend lowered", `UPDATE ` + s + `.budgets SET spent = 0 WHERE conversation_id = $1`, []any{b.conv}, fsm.SQLStateRecord},
+		{"a budget's counter changed", `UPDATE ` + s + `.budgets SET counter = 'other' WHERE conversation_id = $1 AND task_id IS NOT NULL`, []any{b.conv}, fsm.SQLStateRecord},
+		{"spend carried off the prune path", `UPDATE ` + s + `.budgets SET carried = carried + 5, spent = spent + 5 WHERE conversation_id = $1 AND task_id IS NULL`, []any{b.conv}, fsm.SQLStateRecord},
+		{"a budget inserted with spend carried", `INSERT INTO ` + s + `.budgets (conversation_id, counter, max, carried, spent)
+			VALUES ($1, 'forged', 10, 5, 5)`, []any{b.conv}, fsm.SQLStateRecord},
+		{"a budget deleted", `DELETE FROM ` + s + `.budgets WHERE conversation_id = $1`, []any{b.conv}, fsm.SQLStateDelete},
+		{"the budgets truncated", `TRUNCATE ` + s + `.budgets`, nil, fsm.SQLStateDelete},
+
+		{"a reservation made by no run", `INSERT INTO ` + s + `.budget_reservations (conversation_id, task_id, counter, run_token, idempotency_key, amount)
+			VALUES ($1, $2, 'tokens', 424242, 'forged', 1)`, []any{b.conv, run.ID}, fsm.SQLStateRecord},
+		{"a reservation's amount changed", `UPDATE ` + s + `.budget_reservations SET amount = 1 WHERE id = $1`, []any{open}, fsm.SQLStateRecord},
+		{"a reservation recorded again", `UPDATE ` + s + `.budget_reservations SET actual = 0 WHERE id = $1`, []any{closed}, fsm.SQLStateRecord},
+		{"a reservation reopened", `UPDATE ` + s + `.budget_reservations SET actual = NULL, closed_at = NULL WHERE id = $1`, []any{closed}, fsm.SQLStateRecord},
+		{"a reservation closed in the past", `UPDATE ` + s + `.budget_reservations SET actual = 1, closed_at = now() - interval '1 day' WHERE id = $1`, []any{open}, fsm.SQLStateRecord},
+		{"a reservation deleted", `DELETE FROM ` + s + `.budget_reservations WHERE id = $1`, []any{open}, fsm.SQLStateDelete},
+		{"the reservations truncated", `TRUNCATE ` + s + `.budget_reservations`, nil, fsm.SQLStateDelete},
+	}
+	for _, f := range forged {
+		_, err := b.pool.Exec(b.ctx, f.sql, f.args...)
+		requireSQLState(t, err, f.code)
+		require.Equal(t, records, b.recordSnapshot(t), f.name+": nothing written")
+		require.Equal(t, before, b.snapshot(t), f.name+": nothing written")
+	}
+
+	// The engine's own writes go on: the open reservation recorded, the
+	// woken turn run to its end (the invariant checker runs at cleanup).
+	_, err = core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (store.ReservationRow, error) {
+		return b.engine.C.RecordBudget(b.ctx, tx, b.conv, run.ID, open, 3)
+	})
+	require.NoError(t, err)
+	again := b.start(t, run.ID)
+	_, err = b.engine.Complete(b.ctx, again.ID, again.Token, nil)
+	require.NoError(t, err)
+}
