@@ -63,6 +63,9 @@ func newCompleter(r *Runner) *completer {
 
 func (c *completer) ending(run *Run) { c.r.ending(run) }
 
+// recheck has the watchdog read run's conversation's runs back.
+func (c *completer) recheck(run *Run) { c.r.watch.check(run.conv) }
+
 // apply queues o and returns its own outcome once the flush it went in has
 // committed — or at once when ctx is cancelled first (the run is over; o
 // still lands, or its token's fence refuses it). A flush starts at once

@@ -105,17 +105,21 @@ type Run struct {
 	conv    string
 	waitIDs []int64
 
-	mu         sync.Mutex
-	ended      bool
-	endedInTx  bool         // ended by a …Tx form: landed only if the caller's tx committed
-	halted     *atomic.Bool // set when its Runner stopped (nil: a Lease's run)
-	ending     bool         // its ending write is queued or sent: the watchdog leaves it alone
-	inCall     int          // arbor calls in progress: time in them is not the handler's
-	lastActive time.Time    // the start, or the end of the handler's last arbor call
-	spawns     int          // spawns without a key of the caller's, numbered for their keys
-	budgets    int          // reservations and spends, numbered for their keys
-	outcome    Outcome      // how the run ended (see Outcome)
-	handlerErr error        // the error fail records, for the outcome
+	mu        sync.Mutex
+	ended     bool
+	endedInTx bool         // ended by a …Tx form: landed only if the caller's tx committed
+	halted    *atomic.Bool // set when its Runner stopped (nil: a Lease's run)
+	ending    bool         // its ending write is queued or sent: the watchdog leaves it alone
+	// deciding counts its writes in flight that may end it (a reservation
+	// over a budget fails or parks the task in its own transaction): the
+	// watchdog leaves it alone meanwhile too, and looks again after.
+	deciding   int
+	inCall     int       // arbor calls in progress: time in them is not the handler's
+	lastActive time.Time // the start, or the end of the handler's last arbor call
+	spawns     int       // spawns without a key of the caller's, numbered for their keys
+	budgets    int       // reservations and spends, numbered for their keys
+	outcome    Outcome   // how the run ended (see Outcome)
+	handlerErr error     // the error fail records, for the outcome
 }
 
 // sink applies a run's spawns and ending writes.
@@ -126,6 +130,9 @@ type sink interface {
 	// ending says that r queued its ending write: a runner gives its worker
 	// slot back then.
 	ending(r *Run)
+	// recheck asks for r's task to be read back, and r stopped if it is no
+	// longer r's (see Run.mayEnd).
+	recheck(r *Run)
 }
 
 // writeTimeout bounds one write of a run (see writeCtx).
@@ -235,7 +242,27 @@ func (r *Run) Ended() bool {
 func (r *Run) endingOrEnded() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.ended || r.ending
+	return r.ended || r.ending || r.deciding > 0
+}
+
+// mayEnd marks a write that may end the run as in flight; the function it
+// returns, called when that write is over (landed or not, whatever the
+// handler's context did meanwhile), unmarks it and, when the run did not
+// end, has the runner look at the run again: a stop the watchdog left
+// while the write was in flight (an abort meanwhile) is not lost.
+func (r *Run) mayEnd() func() {
+	r.mu.Lock()
+	r.deciding++
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		r.deciding--
+		ended := r.ended
+		r.mu.Unlock()
+		if !ended {
+			r.sink.recheck(r)
+		}
+	}
 }
 
 func (r *Run) extended() {
@@ -315,6 +342,9 @@ func (r *Run) finish(ctx context.Context, o core.Outcome) error {
 type directSink struct{ core *core.Engine }
 
 func (directSink) ending(*Run) {}
+
+// recheck: a Lease's runs have no watchdog.
+func (directSink) recheck(*Run) {}
 
 // apply writes o. A commit whose outcome is unknown is resolved: a spawn,
 // idempotent by its keys, is written again; an ending write reads the task

@@ -68,7 +68,15 @@ func (r *Run) reserve(ctx context.Context, counter string, amount int64, spend b
 		return core.ReserveResult{}, err
 	}
 	defer leave()
-	return detached(ctx, r, func(wctx context.Context) (core.ReserveResult, error) { return r.reserveDetached(wctx, p) })
+	// A reservation over a budget may fail or park the task in its own
+	// transaction: until it is over, the task's new status may be its own
+	// doing, and the watchdog must not stop the run for it (the handler
+	// would hear "stopped" instead of ErrBudgetExhausted).
+	decided := r.mayEnd()
+	return detached(ctx, r, func(wctx context.Context) (core.ReserveResult, error) {
+		defer decided()
+		return r.reserveDetached(wctx, p)
+	})
 }
 
 func (r *Run) reserveDetached(wctx context.Context, p core.ReserveParams) (core.ReserveResult, error) {

@@ -124,6 +124,8 @@ type flushSink struct {
 
 func (*flushSink) ending(*Run) {}
 
+func (*flushSink) recheck(*Run) {}
+
 func (s *flushSink) ended(o core.Outcome, res core.OutcomeResult) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
