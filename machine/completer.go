@@ -241,7 +241,13 @@ func (c *completer) flush(batch []*queued) {
 	convs := batchConvs(batch)
 	r.flushBegin(convs)
 	defer r.flushEnd(convs)
-	k := r.reserve(len(batch))
+	// One slot more than the outcomes: a claim that fills every slot it
+	// had may have left work behind (the producer then claims the rest),
+	// and with a slot per outcome, a batch whose every outcome made one
+	// task runnable (a wait's child, a child's owner) would look so.
+	// (core claims at most 10,000 at once, MaxBatch's bound.)
+	want := min(len(batch)+1, 10_000)
+	k := r.reserve(want)
 	slow := false
 	for {
 		var xact int64

@@ -190,6 +190,26 @@
 //   - Stop waits for the express flush like any other; after stop, writes
 //     go straight to the database.
 //
+// An ending also does not wait behind a claim with nothing to claim. A
+// flush reserves one slot more than its outcomes, so that a claim which
+// filled its slots means the slots ran out (the producer then claims the
+// rest in those conversations), not that each outcome made exactly one
+// task runnable — a wait's child, a child's owner — which would send the
+// producer to lock, just as that child's completion comes, a conversation
+// the flush had already claimed everything in. And the producer's claim
+// in conversations it was told of (a notification, a flush's
+// conversations, one skipped before) locks only those that have a
+// pending task: its check and its locks are one statement, whose snapshot
+// comes after the commit that marked the conversation (the notification
+// is received after that commit, a flush marks after its own), so it sees
+// whatever that commit made runnable; one with nothing pending has
+// nothing the claim could take, and is neither locked nor tried again:
+// work made runnable in it later — also by a transaction in flight at the
+// check — is announced at its commit, claimed by the flush that made it,
+// or found by the slow poll, like any work that comes after a claim. A
+// conversation with work that another transaction holds is tried again as
+// before.
+//
 // # Locking order
 //
 // Every transaction takes conversation rows first, in id order, then task
