@@ -165,14 +165,17 @@ var (
 	// them; exclusively, as every writer of a conversation's log holds
 	// it): a claim in them then cannot skip their rows. One with no
 	// pending task has nothing for a claim, and is not locked. The check
-	// and the locks share the statement's snapshot.
+	// and the locks share the statement's snapshot. The check is a lateral
+	// subquery, run per conversation by the index of its live tasks (as an
+	// EXISTS, the plan may hash every pending task of the table instead).
 	qLockHeld = define(`WITH work AS MATERIALIZED (
 			SELECT c.id FROM {schema}.conversations c
-			WHERE c.id = ANY($1) AND c.holder_id = $2
-			  AND EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status = 'pending' AND NOT t.abort_requested)),
+			CROSS JOIN LATERAL (SELECT 1 FROM {schema}.tasks t
+				WHERE t.conversation_id = c.id AND t.status = 'pending' AND NOT t.abort_requested LIMIT 1) p
+			WHERE c.id = ANY($1) AND c.holder_id = $2),
 		locked AS MATERIALIZED (
 			SELECT c.id FROM {schema}.conversations c
-			WHERE c.id IN (SELECT id FROM work) AND c.holder_id = $2
+			WHERE c.id = ANY($1) AND c.holder_id = $2 AND c.id IN (SELECT id FROM work)
 			ORDER BY c.id FOR NO KEY UPDATE SKIP LOCKED)
 		SELECT w.id, l.id IS NOT NULL FROM work w LEFT JOIN locked l ON l.id = w.id ORDER BY w.id`)
 
