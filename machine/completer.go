@@ -21,7 +21,8 @@ type completer struct {
 
 	mu       sync.Mutex
 	queue    []*queued
-	flushing int  // flush goroutines running
+	flushing int  // batch-lane flush goroutines running
+	express  bool // the express lane's flush goroutine runs
 	closed   bool // after stop: writes go straight to the database
 	wg       sync.WaitGroup
 
@@ -52,6 +53,10 @@ func deferredWait(try int) time.Duration {
 	return time.Millisecond << try
 }
 
+// expressBatch bounds the outcomes of one express flush (see the package
+// doc): few enough that its flush stays short beside a full batch.
+const expressBatch = 32
+
 // stopDrain bounds how long stop waits for the flushes in flight before it
 // gives up resolving the ones whose commit is unknown.
 const stopDrain = 30 * time.Second
@@ -70,7 +75,8 @@ func (c *completer) recheck(run *Run) { c.r.watch.check(run.conv) }
 // committed — or at once when ctx is cancelled first (the run is over; o
 // still lands, or its token's fence refuses it). A flush starts at once
 // when fewer than Flushers are in flight; otherwise o goes in the next
-// one, with everything queued meanwhile.
+// one, with everything queued meanwhile — or, for an ending, in the
+// express flush (see enqueue).
 func (c *completer) apply(ctx context.Context, run *Run, o core.Outcome) core.OutcomeResult {
 	c.mu.Lock()
 	if c.closed {
@@ -93,15 +99,64 @@ func (c *completer) apply(ctx context.Context, run *Run, o core.Outcome) core.Ou
 	}
 }
 
-// enqueue queues q and starts a flush if fewer than Flushers are in flight
-// (under c.mu).
+// enqueue queues q and starts a batch lane's flush if fewer than Flushers
+// are in flight, or else, for an ending, the express lane's if it is not
+// in flight (under c.mu).
+//
+// While the queue is not empty, a batch lane is in flight: one starts when
+// an outcome is queued with fewer in flight, and one ends only when it
+// found the queue empty. The express lane only takes from the queue, so
+// nothing queued is left without a flush to take it.
 func (c *completer) enqueue(q *queued) {
 	c.queue = append(c.queue, q)
-	if c.flushing < c.r.cfg.Flushers {
+	switch {
+	case c.flushing < c.r.cfg.Flushers:
 		c.flushing++
 		c.wg.Add(1)
 		go c.flushLoop()
+	case !c.express && q.o.Kind != core.OutSpawn:
+		c.express = true
+		c.wg.Add(1)
+		go c.expressLoop()
 	}
+}
+
+// expressLoop flushes the queued endings, at most expressBatch at a time,
+// while every batch lane is in flight: an ending queued behind batches
+// does not wait for them to commit (see the package doc).
+func (c *completer) expressLoop() {
+	defer c.wg.Done()
+	for {
+		c.mu.Lock()
+		var batch []*queued
+		if c.flushing >= c.r.cfg.Flushers {
+			batch = c.takeEndings(expressBatch)
+		}
+		if len(batch) == 0 {
+			c.express = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.flush(batch)
+	}
+}
+
+// takeEndings takes out of the queue its oldest endings, at most n, and
+// leaves the rest in order (under c.mu).
+func (c *completer) takeEndings(n int) []*queued {
+	var out []*queued
+	rest := c.queue[:0]
+	for _, q := range c.queue {
+		if len(out) < n && q.o.Kind != core.OutSpawn {
+			out = append(out, q)
+			continue
+		}
+		rest = append(rest, q)
+	}
+	clear(c.queue[len(rest):])
+	c.queue = rest
+	return out
 }
 
 // requeue puts back the outcomes a flush skipped: one whose conversation
@@ -189,7 +244,13 @@ func (c *completer) flush(batch []*queued) {
 	convs := batchConvs(batch)
 	r.flushBegin(convs)
 	defer r.flushEnd(convs)
-	k := r.reserve(len(batch))
+	// One slot more than the outcomes: a claim that fills every slot it
+	// had may have left work behind (the producer then claims the rest),
+	// and with a slot per outcome, a batch whose every outcome made one
+	// task runnable (a wait's child, a child's owner) would look so.
+	// (core claims at most 10,000 at once, MaxBatch's bound.)
+	want := min(len(batch)+1, 10_000)
+	k := r.reserve(want)
 	slow := false
 	for {
 		var xact int64

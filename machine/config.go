@@ -41,7 +41,7 @@ const (
 	// MaxBatchDefault: outcomes one flush applies at most.
 	MaxBatchDefault = 1000
 	// WorkPoolExtraConns: the connections of a runner's own pool besides
-	// its Flushers' (the producer, maintenance, the LISTEN connections of
+	// its Flushers' and the completer's express lane's (the producer, maintenance, the LISTEN connections of
 	// the runner and its wake service, River's client, timers' wakes and the
 	// handlers' own calls).
 	WorkPoolExtraConns = 10
@@ -102,6 +102,9 @@ type RunnerConfig struct {
 	// Flushers is how many completer flushes may be in flight at once (each
 	// on a connection of its own); outcomes queued meanwhile go in the next
 	// one, so batches grow with the load. Default FlushersDefault (2).
+	// Besides these, one express flush takes the ending calls (complete,
+	// wait, sleep, a failure) queued while every one of them is in flight,
+	// a few at a time, so that an ending does not wait behind a batch.
 	Flushers int
 	// MaxBatch bounds the outcomes one flush applies. Default
 	// MaxBatchDefault (1,000).
@@ -114,7 +117,7 @@ type RunnerConfig struct {
 	// besides, made from this one's configuration.
 	// The caller owns a pool given here (Stop does not close it). Default:
 	// a pool the runner makes from the engine pool's configuration, with
-	// Flushers + WorkPoolExtraConns connections (12 by default), opened by
+	// Flushers + 1 + WorkPoolExtraConns connections (13 by default), opened by
 	// Start (lazily) and closed by Stop.
 	Pool *pgxpool.Pool
 	// BlockedAfter, when not zero, is how long a handler may run outside

@@ -119,7 +119,9 @@
 //     locked by someone else delays only its own outcomes. The tasks a
 //     flush aborted (a fail_fast wait tripped) that run here have their
 //     handlers cancelled as soon as it commits. A flush starts as soon as
-//     the last one committed, so batches grow with the load;
+//     the last one committed, so batches grow with the load. Besides its
+//     Flushers lanes, the completer has an express lane, so that an ending
+//     call never waits behind a batch in flight (below);
 //   - workers: one goroutine per running handler, at most Workers at once.
 //     A run's slot is given back when its ending call is queued;
 //   - the listener LISTENs to the schema's change channel: a notification
@@ -145,6 +147,68 @@
 // IdleRelease, when the node needs room for a conversation with work (the
 // longest idle first), or at shutdown — each time only when no handler of
 // it runs here.
+//
+// # The completer's express lane
+//
+// A batch lane takes everything queued (up to MaxBatch), so an outcome
+// queued while every lane is busy waits for a batch to commit before its
+// own flush even begins: with a deep queue, twice a batch's time. The
+// express lane is one more flush, beside the Flushers batch lanes, for
+// ending calls only (complete, wait, sleep, await, a failure — not
+// spawns, whose inserts make the heavy batches):
+//
+//   - An ending call queued while every batch lane is in flight starts the
+//     express flush, if it is not in flight already. It takes the queued
+//     endings, oldest first, at most expressBatch of them, and leaves the
+//     spawns (and any endings beyond) to the batch lanes.
+//   - When it commits, it goes again only while every batch lane is still
+//     in flight and endings are queued; otherwise the batch lanes take
+//     what is left, as before. A shallow queue so costs no extra flush, and
+//     a deep one a small batch beside the big ones, with one connection
+//     more in the runner's own pool (Flushers + 1 + WorkPoolExtraConns).
+//   - An express flush is a flush: the same transaction and statements,
+//     the same locking order (conversations in id order, skipping those
+//     another transaction holds, then task rows), every write fenced by its
+//     run's token, and the claim of the work its settles made runnable in
+//     the same commit — so the owner a child's completion wakes is
+//     re-entered from the express flush's own commit. A transient fault is
+//     retried whole, a refused set-based statement goes one outcome at a
+//     time, and an unknown commit is resolved by pg_xact_status, exactly as
+//     for a batch lane: the express lane changes which flush an outcome
+//     goes in, never what a flush does.
+//   - Two flushes of this node in one conversation were already possible
+//     (Flushers ≥ 2): the later one skips the conversation the earlier one
+//     holds, and its outcomes there go again when that flush ends. So an
+//     ending that the express lane took while a batch holds its
+//     conversation waits for that batch all the same — it cannot overtake
+//     writes to its own conversation, only other conversations' batches.
+//   - Order: writes a caller makes one after another are queued one after
+//     another (each call waits for its outcome), so taking endings before
+//     spawns queued earlier reorders only writes that no caller ordered
+//     (of different runs, or made at once from goroutines of one handler);
+//     within a conversation the commit order is the lock order, as before.
+//   - Stop waits for the express flush like any other; after stop, writes
+//     go straight to the database.
+//
+// An ending also does not wait behind a claim with nothing to claim. A
+// flush reserves one slot more than its outcomes, so that a claim which
+// filled its slots means the slots ran out (the producer then claims the
+// rest in those conversations), not that each outcome made exactly one
+// task runnable — a wait's child, a child's owner — which would send the
+// producer to lock, just as that child's completion comes, a conversation
+// the flush had already claimed everything in. And the producer's claim
+// in conversations it was told of (a notification, a flush's
+// conversations, one skipped before) locks only those that have a
+// pending task: its check and its locks are one statement, whose snapshot
+// comes after the commit that marked the conversation (the notification
+// is received after that commit, a flush marks after its own), so it sees
+// whatever that commit made runnable; one with nothing pending has
+// nothing the claim could take, and is neither locked nor tried again:
+// work made runnable in it later — also by a transaction in flight at the
+// check — is announced at its commit, claimed by the flush that made it,
+// or found by the slow poll, like any work that comes after a claim. A
+// conversation with work that another transaction holds is tried again as
+// before.
 //
 // # Locking order
 //

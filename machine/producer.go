@@ -151,8 +151,8 @@ func (r *Runner) claimHeld(convs []string) (full, noSlot bool) {
 	}
 	p := r.claimParams(k)
 	var (
-		xact   int64
-		locked []string
+		xact         int64
+		work, locked []string
 	)
 	r.claimMu.RLock()
 	claimed, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) ([]arbortype.Task, error) {
@@ -161,9 +161,11 @@ func (r *Runner) claimHeld(convs []string) (full, noSlot bool) {
 			// The conversations another transaction holds (a flush, a
 			// user's operation) are skipped by the claim's SKIP LOCKED, and
 			// no notification says when they are free: they are looked at
-			// again shortly.
+			// again shortly. Those with no pending task are not locked at
+			// all (see the package doc: an ending does not wait behind a
+			// claim with nothing to claim).
 			var err error
-			if locked, err = r.core.LockHeld(r.runCtx, tx, p.Holder, convs); err != nil || len(locked) == 0 {
+			if work, locked, err = r.core.LockHeld(r.runCtx, tx, p.Holder, convs); err != nil || len(locked) == 0 {
 				return nil, err
 			}
 			p.Conversations = locked
@@ -182,8 +184,8 @@ func (r *Runner) claimHeld(convs []string) (full, noSlot bool) {
 	r.dispatch(claimed)
 	r.claimMu.RUnlock()
 	r.announceRuns(claimed)
-	if convs != nil && len(locked) < len(convs) {
-		r.retrySkipped(convs, locked)
+	if convs != nil && len(locked) < len(work) {
+		r.retrySkipped(work, locked)
 	}
 	return len(claimed) == k, false
 }

@@ -772,7 +772,7 @@ func newRunnerPools(ctx context.Context, c *core.Engine, cfg *RunnerConfig) (run
 		base = cfg.Pool.Config()
 	} else {
 		wc := base.Copy()
-		wc.MaxConns, wc.MinConns = int32(cfg.Flushers+WorkPoolExtraConns), 0
+		wc.MaxConns, wc.MinConns = int32(cfg.Flushers+1+WorkPoolExtraConns), 0 // + the completer's express lane
 		pool, err := pgxpool.NewWithConfig(ctx, wc)
 		if err != nil {
 			return p, fmt.Errorf("the runner's pool: %w", err)

@@ -159,13 +159,25 @@ var (
 	// too old to know).
 	qXactStatus = define(`SELECT coalesce(pg_xact_status($1::bigint::text::xid8), '')`)
 
-	// The conversations among $1 held by $2 that no other transaction
-	// holds, locked in id order (conversation rows first, as every
-	// transaction takes them; exclusively, as every writer of a
-	// conversation's log holds it): a claim in them then cannot skip their
-	// rows.
-	qLockHeld = define(`SELECT id FROM {schema}.conversations
-		WHERE id = ANY($1) AND holder_id = $2 ORDER BY id FOR NO KEY UPDATE SKIP LOCKED`)
+	// The conversations among $1 held by $2 that have a pending task
+	// (work), and among them those that no other transaction holds, locked
+	// in id order (conversation rows first, as every transaction takes
+	// them; exclusively, as every writer of a conversation's log holds
+	// it): a claim in them then cannot skip their rows. One with no
+	// pending task has nothing for a claim, and is not locked. The check
+	// and the locks share the statement's snapshot. The check is a lateral
+	// subquery, run per conversation by the index of its live tasks (as an
+	// EXISTS, the plan may hash every pending task of the table instead).
+	qLockHeld = define(`WITH work AS MATERIALIZED (
+			SELECT c.id FROM {schema}.conversations c
+			CROSS JOIN LATERAL (SELECT 1 FROM {schema}.tasks t
+				WHERE t.conversation_id = c.id AND t.status = 'pending' AND NOT t.abort_requested LIMIT 1) p
+			WHERE c.id = ANY($1) AND c.holder_id = $2),
+		locked AS MATERIALIZED (
+			SELECT c.id FROM {schema}.conversations c
+			WHERE c.id = ANY($1) AND c.holder_id = $2 AND c.id IN (SELECT id FROM work)
+			ORDER BY c.id FOR NO KEY UPDATE SKIP LOCKED)
+		SELECT w.id, l.id IS NOT NULL FROM work w LEFT JOIN locked l ON l.id = w.id ORDER BY w.id`)
 
 	// The conversations a holder row holds.
 	qHeldBy = define(`SELECT id, epoch FROM {schema}.conversations
@@ -381,10 +393,30 @@ func (s *Store) LockForFlush(ctx context.Context, db DB, ids []string, holder in
 	return held, xact, rows.Err()
 }
 
-// LockHeld share-locks, in id order, the conversations among ids that
-// holder holds and no other transaction holds, and returns them.
-func (s *Store) LockHeld(ctx context.Context, db DB, ids []string, holder int64) ([]string, error) {
-	return collect[string](db.Query(ctx, s.sql[qLockHeld], ids, holder))
+// LockHeld locks, in id order, the conversations among ids that holder
+// holds, that have a pending task, and that no other transaction holds.
+// It returns those with a pending task (work) and, of them, those it
+// locked.
+func (s *Store) LockHeld(ctx context.Context, db DB, ids []string, holder int64) (work, locked []string, err error) {
+	rows, err := db.Query(ctx, s.sql[qLockHeld], ids, holder)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id string
+			ok bool
+		)
+		if err := rows.Scan(&id, &ok); err != nil {
+			return nil, nil, err
+		}
+		work = append(work, id)
+		if ok {
+			locked = append(locked, id)
+		}
+	}
+	return work, locked, rows.Err()
 }
 
 // XactID returns the id of db's transaction (assigning one).

@@ -158,16 +158,18 @@ func (e *Engine) ReleaseIdle(ctx context.Context, db store.DB, holder int64, ls 
 	return freed, nil
 }
 
-// LockHeld share-locks the conversations among convs that holder holds and
-// no other transaction holds (the others are skipped, not waited for), and
-// returns them: the caller's claim in them then sees every runnable task,
-// and it knows which it could not look at.
-func (e *Engine) LockHeld(ctx context.Context, tx pgx.Tx, holder int64, convs []string) ([]string, error) {
-	got, err := e.Store.LockHeld(ctx, tx, convs, holder)
+// LockHeld locks the conversations among convs that holder holds, that
+// have a pending task (work), and that no other transaction holds (the
+// others are skipped, not waited for). It returns those with work and, of
+// them, those it locked: the caller's claim in these then sees every
+// runnable task, and it knows which it could not look at. One with no
+// pending task, as of the statement's snapshot, had nothing to claim.
+func (e *Engine) LockHeld(ctx context.Context, tx pgx.Tx, holder int64, convs []string) (work, locked []string, err error) {
+	work, locked, err = e.Store.LockHeld(ctx, tx, convs, holder)
 	if err != nil {
-		return nil, fmt.Errorf("lock %d held conversations: %w", len(convs), mapDBError(err))
+		return nil, nil, fmt.Errorf("lock %d held conversations: %w", len(convs), mapDBError(err))
 	}
-	return got, nil
+	return work, locked, nil
 }
 
 // XactID returns the id of tx's transaction, for XactCommitted.
