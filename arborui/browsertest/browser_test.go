@@ -171,7 +171,7 @@ func TestBrowser(t *testing.T) {
 
 	// The abort button of the sub-agent aborts it and its subtree.
 	require.NoError(t, chromedp.Do(b,
-		chromedp.Click(fmt.Sprintf(`button[data-abort="%d"]`, tree["sub_agent"].ID)),
+		clickLive(fmt.Sprintf(`button[data-abort="%d"]`, tree["sub_agent"].ID)),
 		chromedp.WaitVisible(sel("sub_agent", "aborted")),
 		chromedp.WaitVisible(sel("browse", "aborted")),
 		chromedp.WaitVisible(fmt.Sprintf(`#task-%d[data-status="completed"]`, turn.ID)),

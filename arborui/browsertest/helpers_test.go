@@ -2,8 +2,10 @@ package browsertest
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +97,7 @@ func text(t *testing.T, b context.Context, expr string) string {
 func submit(t *testing.T, b context.Context, sel string) {
 	t.Helper()
 	require.Equal(t, "marked", text(t, b, `(() => { const m = document.createElement("i"); m.id = "arbor-stale"; document.body.append(m); return "marked"; })()`))
-	require.NoError(t, chromedp.Do(b, chromedp.Click(sel), chromedp.WaitNotPresent(`#arbor-stale`), chromedp.WaitReady(`body`)), "submit %s", sel)
+	require.NoError(t, chromedp.Do(b, clickLive(sel), chromedp.WaitNotPresent(`#arbor-stale`), chromedp.WaitReady(`body`)), "submit %s", sel)
 	// The whole document parsed, not only its beginning.
 	_, err := chromedp.Run(b, chromedp.Poll[bool](`document.readyState !== "loading"`, chromedp.WithPollingTimeout(0)))
 	require.NoError(t, err, "submit %s: the page loads", sel)
@@ -128,4 +130,27 @@ func until(t *testing.T, b context.Context, expr string) {
 	t.Helper()
 	_, err := chromedp.Run(b, chromedp.Poll[bool](expr, chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(0)))
 	require.NoError(t, err, "until %s", expr)
+}
+
+// clickLive waits for sel to be visible and clicks it by script, in one
+// turn of the page's event loop. chromedp.Click finds the node and then
+// sends it a click in two steps: a live update of the page that replaces
+// the element between them fails the click ("Could not find node with
+// given id"), although a user's click would have landed on the new one.
+func clickLive(sel string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		var v chromedp.Void
+		if _, err := chromedp.WaitVisible(sel)(ctx, tg); err != nil {
+			return v, err
+		}
+		clicked, err := chromedp.Evaluate[bool](fmt.Sprintf(
+			`(() => { const e = document.querySelector(%s); if (!e) return false; e.click(); return true; })()`, strconv.Quote(sel)))(ctx, tg)
+		if err != nil {
+			return v, err
+		}
+		if !clicked {
+			return v, fmt.Errorf("click %s: no such element", sel)
+		}
+		return v, nil
+	}
 }
