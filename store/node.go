@@ -232,21 +232,28 @@ var (
 // claimSQL is a node's claim in the conversations convs selects (see
 // qClaimIn). Its shape fixes the plan: each conversation's pending tasks
 // are read by the index of its live tasks (a lateral subquery, run per
-// conversation), and the candidates are then locked by primary key. The
-// lock's status and holder tests are written IS NOT DISTINCT FROM (the
-// same tests: neither side is NULL but a free conversation's holder),
-// which no index serves: statistics that say nothing is pending and no
-// conversation held (a table of settled history, analyzed between runs)
-// planned them as a scan of every pending task, each joined to every
-// conversation of the holder — per claim, pending × held rows (bench (l):
-// 415 µs of server CPU per task after 30,000 settled tasks, 2,546 after
-// 1,000,000, against 88 fresh).
+// conversation), and the candidates are then locked by primary key.
+//
+// The status and holder tests are written so that no other index can
+// serve them, whatever the statistics say: statistics over a settled
+// history (nothing pending, no conversation held, analyzed between runs)
+// planned the lateral as a scan of the whole pending index per
+// conversation, and the lock as a scan of every pending task joined to
+// every conversation of the holder — pending × held rows per claim (bench
+// (l): 415 µs of server CPU per task after 30,000 settled tasks, 2,546
+// after 1,000,000, against 88 fresh). "status IN ({live}) AND status IS
+// NOT DISTINCT FROM 'pending'" is status = 'pending' (status is never
+// NULL) that proves the live index's predicate but not the pending
+// index's; IS NOT DISTINCT FROM no index serves, and the holder is never
+// NULL on the side of $1. TestClaimKeepsItsPlanAfterASettledHistory
+// keeps it so.
 func claimSQL(convs string) string {
 	return expand(`WITH cand AS MATERIALIZED (
 			SELECT t.id FROM (`+convs+`) cv
 			CROSS JOIN LATERAL (
 				SELECT t.id FROM {schema}.tasks t
-				WHERE t.conversation_id = cv.id AND t.status = 'pending' AND NOT t.abort_requested
+				WHERE t.conversation_id = cv.id AND t.status IN ({live}) AND t.status IS NOT DISTINCT FROM 'pending'
+				  AND NOT t.abort_requested
 				  AND ($3::text[] IS NULL OR t.kind = ANY($3))
 				  AND `+genRule+`
 				ORDER BY t.id LIMIT $5) t
