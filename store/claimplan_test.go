@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -73,4 +74,40 @@ func TestClaimKeepsItsPlanAfterASettledHistory(t *testing.T) {
 	work := planWork(t, plan)
 	t.Logf("the claim in %d held conversations after %d settled tasks: plan work %.0f", live, history, work)
 	require.LessOrEqual(t, work, float64(40*live), "the claim's plan is linear in the conversations it claims in:\n%s", plan)
+}
+
+// TestClaimOfAnExpiredHolderClaimsNothing: a claim sent under a holder
+// row that has expired (a process resumed from a freeze, before its fence
+// on its own clock fired) claims nothing, although the conversation still
+// names that holder: the taker would otherwise count the run it started as
+// a restart.
+func TestClaimOfAnExpiredHolderClaimsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testdb.Fresh(t)
+	s, err := New(schema)
+	require.NoError(t, err)
+	for _, live := range []bool{true, false} {
+		var holder int64
+		require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at)
+			VALUES ('node', now() + CASE WHEN $1 THEN interval '1 hour' ELSE interval '-1 second' END) RETURNING id`, live).Scan(&holder))
+		conv := fmt.Sprintf("%s-%v", testdb.Conversation(t), live)
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `SET LOCAL session_replication_role = replica`)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.conversations (id, holder, holder_id, epoch) VALUES ($1, 'node', $2, 1)`, conv, holder)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.tasks (conversation_id, kind) VALUES ($1, 'noop')`, conv)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+
+		claimed, _, err := s.ClaimIn(ctx, pool, holder, []string{conv}, nil, nil, 10, arbortype.StatusRunning, time.Minute)
+		require.NoError(t, err)
+		if live {
+			require.Len(t, claimed, 1, "a live holder claims its conversation's task")
+		} else {
+			require.Empty(t, claimed, "an expired holder claims nothing")
+		}
+	}
 }

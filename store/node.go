@@ -247,6 +247,11 @@ var (
 // index's; IS NOT DISTINCT FROM no index serves, and the holder is never
 // NULL on the side of $1. TestClaimKeepsItsPlanAfterASettledHistory
 // keeps it so.
+//
+// A claim is refused by the database once its holder's row has expired
+// (the fence on the node's own clock stops it first; this is for the
+// claim sent by a process resumed from a freeze before its fence fired,
+// whose run the taker would have counted as a restart).
 func claimSQL(convs string) string {
 	return expand(`WITH cand AS MATERIALIZED (
 			SELECT t.id FROM (`+convs+`) cv
@@ -264,6 +269,7 @@ func claimSQL(convs string) string {
 			WHERE t.id = ANY(ARRAY(SELECT id FROM cand))
 			  AND t.status IS NOT DISTINCT FROM 'pending' AND NOT t.abort_requested
 			  AND c.holder_id IS NOT DISTINCT FROM $1::bigint
+			  AND EXISTS (SELECT 1 FROM {schema}.holders h WHERE h.id = $1::bigint AND h.expires_at > now())
 			FOR NO KEY UPDATE OF t, c SKIP LOCKED)
 		UPDATE {schema}.tasks t SET `+claimSet+`
 		FROM picked WHERE t.id = picked.picked_id

@@ -296,14 +296,17 @@ func (s *scenario) stop(c *child) {
 }
 
 // freeze stops the child with SIGSTOP, waits until the kernel says it is
-// stopped and returns the moment it sent the signal: nothing of the child
-// ran after it.
-func (s *scenario) freeze(c *child) time.Time {
+// stopped, and returns the moment it sent the signal and the moment it saw
+// the child stopped. The child may still run between the two (the signal
+// is delivered when the kernel next schedules it): a call it entered then
+// was in flight at the freeze although it entered after the signal was
+// sent; nothing of the child ran after the second.
+func (s *scenario) freeze(c *child) (sent, stopped time.Time) {
 	s.t.Helper()
-	at := time.Now()
+	sent = time.Now()
 	require.NoError(s.t, c.cmd.Process.Signal(syscall.SIGSTOP))
 	s.waitFor("runner "+c.node+" to be stopped", func() bool { return procState(c.cmd.Process.Pid) == "T" })
-	return at
+	return sent, time.Now()
 }
 
 // thaw resumes the child with SIGCONT and returns the moment it was sent:

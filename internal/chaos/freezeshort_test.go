@@ -53,7 +53,7 @@ func TestBrieflyFrozenRunner(t *testing.T) {
 		})
 		switch {
 		case fresh && calls > 0:
-			frozenAt = s.freeze(frozen)
+			frozenAt, _ = s.freeze(frozen)
 		case s.done():
 			t.Fatal("the work was done before the freeze; the workload is too small")
 		default:
