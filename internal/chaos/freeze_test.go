@@ -33,11 +33,13 @@ func TestFrozenRunner(t *testing.T) {
 		return s.count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND stubborn AND returned_at IS NULL`, frozen.node) >= 2 &&
 			s.count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND kind IN ('tool', 'once') AND returned_at IS NULL`, frozen.node) >= 2
 	})
-	// The freeze counts from when the child was seen stopped: a call it
-	// entered after SIGSTOP was sent and before the signal landed was in
-	// flight at the freeze too (it once showed as an overlap, entered 3 ms
-	// after the signal was sent).
-	_, frozenAt := s.freeze(frozen)
+	// The calls the test follows are those entered before SIGSTOP was sent
+	// (their log rows are in; a call entered after it, before the signal
+	// landed, may log its entry only after the resume); the fault's window
+	// counts from when the child was seen stopped, so that such a call is
+	// in flight at the freeze for the proof too (one showed as an overlap,
+	// entered 3 ms after the signal was sent).
+	frozenAt, stoppedAt := s.freeze(frozen)
 	tokens := s.inFlight(frozen.node, frozenAt)
 	require.NotEmpty(t, tokens)
 	held := s.count(`SELECT count(*) FROM {s}.conversations WHERE holder = $1`, frozen.node)
@@ -45,7 +47,7 @@ func TestFrozenRunner(t *testing.T) {
 		return s.count(`SELECT count(*) FROM {s}.tasks WHERE status = 'running' AND token = ANY($1)`, tokens) == 0
 	})
 	thawedAt := s.thaw(frozen)
-	s.fault("freeze_past_lease", frozen.node, "", frozenAt, thawedAt)
+	s.fault("freeze_past_lease", frozen.node, "", stoppedAt, thawedAt)
 	s.waitSettled()
 	s.stopAll()
 	s.verify()
