@@ -331,13 +331,14 @@ func (c *completer) flush(batch []*queued) {
 //   - unknown still (the database stayed unavailable, or the runner is
 //     stopping): every run gets ErrAmbiguous. Its handler's write is then
 //     resolved by reading its task back; the claims of the flush, if it
-//     committed, are recovered when the conversation is released or taken
-//     over.
+//     committed, are adopted by the maintenance loop once the database
+//     answers (Runner.unresolved).
 func (c *completer) resolve(ctx context.Context, batch []*queued, xact int64) (again bool) {
 	r := c.r
 	committed, err := resolveXact(c.ctx, r, xact)
 	if err != nil {
 		r.logger.Warn("arbor: a batch's commit stayed unknown", slog.Int("outcomes", len(batch)), slog.String("error", err.Error()))
+		r.unresolved.Store(true) // what it claimed, if it committed
 		for _, q := range batch {
 			q.res <- core.OutcomeResult{Err: err}
 		}

@@ -14,7 +14,9 @@ import (
 	"github.com/arborhq/arbor/tasks"
 )
 
-// maintenanceLoop fails, each PollInterval, the live tasks past their
+// maintenanceLoop adopts, each PollInterval while Runner.unresolved is
+// set, the runs a commit whose answer was lost may have claimed; fails,
+// each PollInterval, the live tasks past their
 // deadline (their foreground subtrees aborted) and those over a "fail"
 // wall-time budget; and, less often, the never-started tasks of kinds no
 // runner claimed within UnknownKindGrace, the reservations whose run is
@@ -36,6 +38,9 @@ func (r *Runner) maintenanceLoop() {
 		case <-r.runCtx.Done():
 			return
 		case <-fast.C:
+			if r.unresolved.Swap(false) {
+				r.adopt(r.runCtx, nil)
+			}
 			r.expireDeadlines()
 			r.expireWallTime()
 		case <-slow.C:

@@ -384,8 +384,9 @@ func (r *Runner) claimFailed(err error, xact int64, what string) {
 	committed, rerr := resolveXact(r.runCtx, r, xact)
 	switch {
 	case rerr != nil:
-		r.logger.Warn("arbor: "+what+": the commit stayed unknown; what it took is recovered at release or expiry",
+		r.logger.Warn("arbor: "+what+": the commit stayed unknown; what it took is adopted once the database answers",
 			slog.String("error", rerr.Error()))
+		r.unresolved.Store(true)
 	case committed:
 		r.adopt(r.runCtx, nil)
 	}

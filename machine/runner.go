@@ -41,6 +41,12 @@ type Runner struct {
 	// leases, until their bookkeeping here is done; adopt write-holds it,
 	// so that what it finds in the database and not here is an orphan.
 	claimMu sync.RWMutex
+	// unresolved is set when a commit that may have claimed runs stayed
+	// unknown, or the runs it claimed could not be read back: the
+	// maintenance loop adopts what the node holds, each PollInterval,
+	// until it could (a conversation with a run nobody runs is never idle,
+	// so a release would never recover it).
+	unresolved atomic.Bool
 
 	mu   sync.Mutex
 	held map[string]*heldConv // by conversation id
@@ -615,7 +621,8 @@ func (r *Runner) stopRuns(ids, tokens []int64, cause error) {
 // claimed: running tasks of the conversations (nil: every one the node's
 // life holds, its leases read back too) under this node's current epoch
 // that no handler here runs. It write-holds claimMu, so no claim of the
-// runner's own is between its commit and its dispatch meanwhile.
+// runner's own is between its commit and its dispatch meanwhile. A read
+// that fails sets unresolved, so the maintenance loop adopts again.
 func (r *Runner) adopt(ctx context.Context, convs map[string]bool) {
 	r.claimMu.Lock()
 	defer r.claimMu.Unlock()
@@ -625,8 +632,9 @@ func (r *Runner) adopt(ctx context.Context, convs map[string]bool) {
 			return r.core.HeldBy(ctx, db, r.cfg.NodeID, holderID)
 		})
 		if err != nil {
-			r.logger.Warn("arbor: reading back this node's leases failed; those it took unawares are recovered when it releases them or its lease lapses",
+			r.logger.Warn("arbor: reading back this node's leases failed; those it took unawares are adopted once the database answers",
 				slog.String("error", err.Error()))
+			r.unresolved.Store(true)
 			return
 		}
 		now := time.Now()
@@ -655,8 +663,9 @@ func (r *Runner) adopt(ctx context.Context, convs map[string]bool) {
 	}
 	running, err := core.Read(ctx, r.core, func(db store.DB) ([]arbortype.Task, error) { return r.core.RunningIn(ctx, db, ids) })
 	if err != nil {
-		r.logger.Warn("arbor: reading back the runs of a commit whose answer was lost failed; they are recovered at release",
+		r.logger.Warn("arbor: reading back the runs of a commit whose answer was lost failed; they are adopted once the database answers",
 			slog.String("error", err.Error()))
+		r.unresolved.Store(true)
 		return
 	}
 	var orphans []arbortype.Task
