@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -546,8 +548,13 @@ func (s *scenario) waitSettled() {
 	last, since, told := -1, time.Now(), false
 	for !s.done() {
 		if time.Now().After(deadline) {
-			s.t.Fatalf("lost work: tasks still live %s after the start:\n%s\nrunner sessions:\n%s",
-				time.Since(s.began).Round(time.Second), s.dumpLive(), s.dumpSessions())
+			warns, _, _ := s.logSummary()
+			var log strings.Builder
+			for _, msg := range slices.Sorted(maps.Keys(warns)) {
+				fmt.Fprintf(&log, "%5d × %s\n", warns[msg], msg)
+			}
+			s.t.Fatalf("lost work: tasks still live %s after the start:\n%s\nrunner sessions:\n%s\nrunner log:\n%s",
+				time.Since(s.began).Round(time.Second), s.dumpLive(), s.dumpSessions(), log.String())
 		}
 		if n := s.runs(); n != last {
 			last, since, told = n, time.Now(), false
