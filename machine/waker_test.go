@@ -464,10 +464,14 @@ func TestRiverRescuesAWakeJobLeftRunning(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
 
 	b.waitStatus(t, task.ID, arbortype.StatusPending)
-	evs := rec.of(task.ID)
-	require.Len(t, evs, 1)
-	require.Equal(t, machine.WokenByRiver, evs[0].By)
-	require.Equal(t, []string{"completed"}, b.jobStates(t, task.ID), "the rescued job ran again and completed")
+	// OnWake is called after the wake's commit: the status may be seen
+	// first.
+	require.Eventually(t, func() bool { return len(rec.of(task.ID)) == 1 }, eventually, 10*time.Millisecond, "the waker reports the wake")
+	require.Equal(t, machine.WokenByRiver, rec.of(task.ID)[0].By)
+	require.Eventually(t, func() bool {
+		st := b.jobStates(t, task.ID)
+		return len(st) == 1 && st[0] == "completed"
+	}, eventually, 10*time.Millisecond, "the rescued job ran again and completed")
 }
 
 // TestWakerRescueAfterIsValidated: a rescue interval below a second is
