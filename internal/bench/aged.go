@@ -4,13 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // agedTasks is the timed run of scenario (l): (a)'s runner at this many
@@ -75,48 +71,18 @@ func flatAged(ctx context.Context, env *Env, size Size) (Measurement, error) {
 // while a runner of its own runs them to completion, and waits for the
 // last; the runner is stopped before it returns.
 func fillSettled(ctx context.Context, env *Env, n int) error {
-	pool, eng, err := machinePool(ctx, env)
+	nr, err := startNoopRunner(ctx, env, n)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	var completed atomic.Int64
-	done := make(chan struct{})
-	handlers := map[string]machine.Handler{
-		"noop": func(ctx context.Context, run *machine.Run) error {
-			if err := run.Complete(ctx, nil); err != nil {
-				return err
-			}
-			if completed.Add(1) == int64(n) {
-				close(done)
-			}
-			return nil
-		},
-	}
-	r, err := machine.NewRunner(eng, handlers, &machine.RunnerConfig{PollInterval: env.RunnerPollInterval, Logger: env.Logger})
-	if err != nil {
-		return err
-	}
-	if err := r.Start(ctx); err != nil {
-		return err
-	}
-	defer stopRunner(ctx, env, r)
-	const batch = 5000
-	batches := splitBatches(n, batch)
-	if err := parallel(ctx, env.Conns, len(batches), func(ctx context.Context, b int) error {
-		ps := make([]tasks.CreateParams, batches[b])
-		for j := range ps {
-			ps[j] = tasks.CreateParams{ConversationID: fmt.Sprintf("hist-%d", b*batch+j), Kind: "noop"}
-		}
-		_, _, err := eng.CreateMany(ctx, ps)
-		return err
-	}); err != nil {
+	defer nr.stop()
+	if err := createNoops(ctx, env, nr.eng, "hist", n, 5000); err != nil {
 		return err
 	}
 	select {
-	case <-done:
+	case <-nr.done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("%w: %d of %d tasks completed: %w", errUnfinished, completed.Load(), n, ctx.Err())
+		return fmt.Errorf("%w: %d of %d tasks completed: %w", errUnfinished, nr.completed.Load(), n, ctx.Err())
 	}
 }

@@ -31,58 +31,23 @@ func flatRunnerCreates(ctx context.Context, env *Env, size Size) (Measurement, e
 }
 
 func flatRunnerIn(ctx context.Context, env *Env, size Size, batched bool) (Measurement, error) {
-	pool, eng, err := machinePool(ctx, env)
+	nr, err := startNoopRunner(ctx, env, size.N)
 	if err != nil {
 		return Measurement{}, err
 	}
-	defer pool.Close()
+	defer nr.stop()
+	eng := nr.eng
 
-	var completed atomic.Int64
-	done := make(chan struct{})
-	handlers := map[string]machine.Handler{
-		"noop": func(ctx context.Context, run *machine.Run) error {
-			// The Complete the runner makes for a handler that returns nil,
-			// made here so that its return can be counted.
-			if err := run.Complete(ctx, nil); err != nil {
-				return err
-			}
-			if completed.Add(1) == int64(size.N) {
-				close(done)
-			}
-			return nil
-		},
-	}
-	r, err := machine.NewRunner(eng, handlers, &machine.RunnerConfig{PollInterval: env.RunnerPollInterval, Logger: env.Logger})
-	if err != nil {
-		return Measurement{}, err
-	}
-	if err := r.Start(ctx); err != nil {
-		return Measurement{}, err
-	}
-	defer stopRunner(ctx, env, r)
-
-	params := func(i int) tasks.CreateParams {
-		return tasks.CreateParams{ConversationID: fmt.Sprintf("flat-%d", i), Kind: "noop"}
-	}
 	w, err := env.StartWindow(ctx)
 	if err != nil {
 		return Measurement{}, err
 	}
 	start := time.Now()
 	if batched {
-		batch := insertBatch(size.N, env.Conns)
-		batches := splitBatches(size.N, batch)
-		err = parallel(ctx, env.Conns, len(batches), func(ctx context.Context, b int) error {
-			ps := make([]tasks.CreateParams, batches[b])
-			for j := range ps {
-				ps[j] = params(b*batch + j)
-			}
-			_, _, err := eng.CreateMany(ctx, ps)
-			return err
-		})
+		err = createNoops(ctx, env, eng, "flat", size.N, insertBatch(size.N, env.Conns))
 	} else {
 		err = parallel(ctx, env.Conns, size.N, func(ctx context.Context, i int) error {
-			_, _, err := eng.Create(ctx, params(i))
+			_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("flat-%d", i), Kind: "noop"})
 			return err
 		})
 	}
@@ -91,9 +56,9 @@ func flatRunnerIn(ctx context.Context, env *Env, size Size, batched bool) (Measu
 	}
 	created := time.Now()
 	select {
-	case <-done:
+	case <-nr.done:
 	case <-ctx.Done():
-		return Measurement{}, fmt.Errorf("%w: %d of %d tasks completed (%s): %w", errUnfinished, completed.Load(), size.N,
+		return Measurement{}, fmt.Errorf("%w: %d of %d tasks completed (%s): %w", errUnfinished, nr.completed.Load(), size.N,
 			leftBehind(ctx, env), ctx.Err())
 	}
 	end := time.Now()
@@ -107,6 +72,65 @@ func flatRunnerIn(ctx context.Context, env *Env, size Size, batched bool) (Measu
 	m.Elapsed = end.Sub(start)
 	m.Phases = map[string]time.Duration{"create (runner running)": created.Sub(start), "after last create": end.Sub(created)}
 	return m, nil
+}
+
+// noopRunner is a started machine.Runner with the zero RunnerConfig (only
+// the logger and poll interval are the run's) on a pool of its own, whose
+// "noop" handler completes its task and counts it; done is closed at the
+// n-th.
+type noopRunner struct {
+	eng       *tasks.Engine
+	completed atomic.Int64
+	done      chan struct{}
+	stop      func()
+}
+
+func startNoopRunner(ctx context.Context, env *Env, n int) (*noopRunner, error) {
+	pool, eng, err := machinePool(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	nr := &noopRunner{eng: eng, done: make(chan struct{})}
+	handlers := map[string]machine.Handler{
+		"noop": func(ctx context.Context, run *machine.Run) error {
+			// The Complete the runner makes for a handler that returns nil,
+			// made here so that its return can be counted.
+			if err := run.Complete(ctx, nil); err != nil {
+				return err
+			}
+			if nr.completed.Add(1) == int64(n) {
+				close(nr.done)
+			}
+			return nil
+		},
+	}
+	r, err := machine.NewRunner(eng, handlers, &machine.RunnerConfig{PollInterval: env.RunnerPollInterval, Logger: env.Logger})
+	if err == nil {
+		err = r.Start(ctx)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	nr.stop = func() {
+		stopRunner(ctx, env, r)
+		pool.Close()
+	}
+	return nr, nil
+}
+
+// createNoops creates n root "noop" tasks, one conversation each (prefix-i),
+// with Engine.CreateMany in batches of batch, on env.Conns goroutines.
+func createNoops(ctx context.Context, env *Env, eng *tasks.Engine, prefix string, n, batch int) error {
+	batches := splitBatches(n, batch)
+	return parallel(ctx, env.Conns, len(batches), func(ctx context.Context, b int) error {
+		ps := make([]tasks.CreateParams, batches[b])
+		for j := range ps {
+			ps[j] = tasks.CreateParams{ConversationID: fmt.Sprintf("%s-%d", prefix, b*batch+j), Kind: "noop"}
+		}
+		_, _, err := eng.CreateMany(ctx, ps)
+		return err
+	})
 }
 
 // leftBehind describes the tasks that did not complete and their
