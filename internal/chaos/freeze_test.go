@@ -42,6 +42,15 @@ func TestFrozenRunner(t *testing.T) {
 	frozenAt, stoppedAt := s.freeze(frozen)
 	tokens := s.inFlight(frozen.node, frozenAt)
 	require.NotEmpty(t, tokens)
+	// A statement the node sent before the freeze (a flush's commit) may
+	// still land meanwhile and end its runs legitimately: the runs still
+	// its own once none of its statements is running are those whose calls
+	// must not end ok after the resume.
+	s.waitFor("no statement of "+frozen.node+" running", func() bool {
+		return s.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' AND query NOT ILIKE 'LISTEN%'`,
+			appPrefix+frozen.node) == 0
+	})
+	live := s.column(`SELECT token::text FROM {s}.tasks WHERE status = 'running' AND token = ANY($1)`, tokens)
 	held := s.count(`SELECT count(*) FROM {s}.conversations WHERE holder = $1`, frozen.node)
 	s.waitFor("the other runner to take over every run the frozen one had in flight", func() bool {
 		return s.count(`SELECT count(*) FROM {s}.tasks WHERE status = 'running' AND token = ANY($1)`, tokens) == 0
@@ -57,7 +66,7 @@ func TestFrozenRunner(t *testing.T) {
 	landed := s.count(`SELECT count(*) FROM {s}.chaos_audit WHERE by_token = ANY($1) AND at > $2`, tokens, thawedAt)
 	const resumedSQL = `FROM {s}.run_log WHERE node = $1 AND started_at < $2 AND (returned_at IS NULL OR returned_at > $3)`
 	resumed := s.count(`SELECT count(*) `+resumedSQL, frozen.node, frozenAt, thawedAt)
-	endedOK := s.count(`SELECT count(*) `+resumedSQL+` AND outcome = 'ok'`, frozen.node, frozenAt, thawedAt)
+	endedOK := s.count(`SELECT count(*) `+resumedSQL+` AND outcome = 'ok' AND token::text = ANY($4)`, frozen.node, frozenAt, thawedAt, live)
 	refused := s.count(`SELECT coalesce(sum(refused), 0) `+resumedSQL, frozen.node, frozenAt, thawedAt)
 	effects := s.rows(`SELECT stubborn, count(*) AS side_effects FROM {s}.side_effects e WHERE e.node = $1 AND e.checked_at > $3
 		AND e.call_id IN (SELECT id `+resumedSQL+`) GROUP BY stubborn ORDER BY 1`, frozen.node, frozenAt, thawedAt)
