@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/internal/store"
 )
 
 // nodeLease is a runner's hold on everything it holds: its holder row (its

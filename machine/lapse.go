@@ -10,8 +10,9 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/recovery"
+	"github.com/arborhq/arbor/internal/store"
 	"github.com/arborhq/arbor/reconcile"
-	"github.com/arborhq/arbor/store"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -122,7 +123,7 @@ func (r *Runner) reopen() {
 			return o, err
 		}
 		xact = o.op.Xact
-		if o.reps, err = reconcile.OnOpenMany(r.runCtx, r.core, tx, o.op.Recover, func(string) bool { return false }); err != nil {
+		if o.reps, err = recovery.OnOpenMany(r.runCtx, r.core, tx, o.op.Recover, func(string) bool { return false }); err != nil {
 			return o, err
 		}
 		if k > 0 {

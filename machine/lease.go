@@ -11,8 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/recovery"
+	"github.com/arborhq/arbor/internal/store"
 	"github.com/arborhq/arbor/reconcile"
-	"github.com/arborhq/arbor/store"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -93,7 +94,7 @@ func AcquireLease(ctx context.Context, engine *tasks.Engine, conversationID stri
 		if err != nil {
 			return struct{}{}, err
 		}
-		rep, err := reconcile.OnOpen(ctx, c, tx, conversationID, taken.Counted())
+		rep, err := recovery.OnOpen(ctx, c, tx, conversationID, taken.Counted())
 		l.lease, l.report = lease, rep
 		return struct{}{}, err
 	})

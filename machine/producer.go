@@ -10,8 +10,9 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/recovery"
+	"github.com/arborhq/arbor/internal/store"
 	"github.com/arborhq/arbor/reconcile"
-	"github.com/arborhq/arbor/store"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -285,7 +286,7 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 		// an empty report. A take-over counts restarts only from a holder
 		// that lapsed (not from this process's own earlier lives, nor one
 		// lapsed by a database restart).
-		reps, err := reconcile.OnOpenMany(r.runCtx, r.core, tx, op.Recover, func(c string) bool { return op.Taken[c].Counted(ownLives...) })
+		reps, err := recovery.OnOpenMany(r.runCtx, r.core, tx, op.Recover, func(c string) bool { return op.Taken[c].Counted(ownLives...) })
 		if err != nil {
 			return o, err
 		}

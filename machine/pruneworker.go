@@ -7,7 +7,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/internal/store"
 )
 
 // pruneWorker is the River worker of the periodic prune job (River's

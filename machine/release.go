@@ -10,8 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/recovery"
+	"github.com/arborhq/arbor/internal/store"
 	"github.com/arborhq/arbor/reconcile"
-	"github.com/arborhq/arbor/store"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -88,7 +89,7 @@ func release(ctx context.Context, c *core.Engine, lease core.Lease) (reconcile.R
 		if err := c.LockLease(ctx, tx, lease); err != nil {
 			return reconcile.Report{}, fmt.Errorf("release conversation %q: %w", lease.ConversationID, err)
 		}
-		rep, err := reconcile.RecoverRunning(ctx, c, tx, lease.ConversationID, false)
+		rep, err := recovery.RecoverRunning(ctx, c, tx, lease.ConversationID, false)
 		if err != nil {
 			return rep, err
 		}

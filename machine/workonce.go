@@ -10,8 +10,8 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/store"
 	"github.com/arborhq/arbor/internal/workhook"
-	"github.com/arborhq/arbor/store"
 	"github.com/arborhq/arbor/tasks"
 )
 

@@ -1,39 +1,26 @@
-// Package reconcile is arbor's recovery (docs/design.md §3.8): what happens
-// to a conversation's tasks when a holder takes the conversation over,
-// because the holder before it died, was partitioned, or released it.
+// Package reconcile describes what arbor's recovery did to a conversation
+// when a runner or a [machine.Lease] took it over: the [Report] that
+// machine.RunnerConfig.OnReconcile receives for every take-over, and that
+// the runner logs.
 //
-// User code does not call this package: the runner and package machine's
-// leases do, inside the transaction that takes (or releases) a lease. What a
-// user sees of it is [Report], which machine.RunnerConfig.OnReconcile
-// receives for every take-over.
+// The recovery itself (docs/design.md §3.8) runs inside the runner, in the
+// transaction that takes the conversation's lease, so a take-over and its
+// recovery commit together or not at all:
 //
-// [OnOpen] runs inside the transaction that takes the conversation's lease,
-// so a take-over and its recovery commit together or not at all, under the
-// conversation's row lock:
-//
-//   - every running task is from a dead holder (the lease that covered it
-//     expired or was released): it goes back to pending with attempt + 1,
-//     its phase and state kept, and its old token is dead from then on;
+//   - a task left running by a dead holder goes back to pending with its
+//     phase and state kept ([Report.Requeued]); the run counts as a restart
+//     (attempt + 1, [Report.Restarted]) only when its holder lapsed, not
+//     when it released the conversation or the database restarted;
 //   - a task with abandon_on_restart is settled cancelled instead (code
-//     "abandoned_on_restart"), its foreground subtree aborted first: it is
-//     never run twice;
+//     "abandoned_on_restart", [Report.Abandoned]): it is never run twice;
 //   - a task whose recovery would take attempt past its restart_limit is
-//     settled failed (code "restart_limit_exceeded");
-//   - waits are re-checked and completing tasks whose foreground children
-//     are all settled are completed (every settle already does both in its
-//     own transaction, so this repairs only what something other than the
-//     engine wrote).
+//     settled failed (code "restart_limit_exceeded", [Report.LimitExceeded]);
+//   - waits that are satisfied and completing tasks whose foreground
+//     children have all settled are moved on ([Report.WaitsWoken],
+//     [Report.Completed]).
 //
-// It returns a [Report] of what it did, which the machine logs.
+// A user never calls recovery: it happens whenever a conversation changes
+// hands. This package holds only the report, so that a callback can read it.
 //
-// Locking: the caller's transaction holds the conversation row (taken by
-// the lease UPDATE); OnOpen then locks running tasks one at a time in
-// ascending id order, and the engine primitives it calls follow the
-// engine's order (internal/core/doc.go, "Locking order"). A handler of
-// the dead holder that is still alive (a paused process) and writes
-// concurrently either commits first (its write stands, and is then
-// recovered) or finds its token dead.
-//
-// Package reconcile must not start goroutines, hold state, or talk to
-// PostgreSQL except through the engine (internal/core) and package store.
+// [machine.Lease]: https://pkg.go.dev/github.com/arborhq/arbor/machine#Lease
 package reconcile

@@ -1,19 +1,20 @@
-// Package store is arbor's SQL layer: every statement the library runs is a
-// named query here, rendered once for the configured schema (a validated
-// identifier, never caller input), and every row comes back as a type of
-// package arbortype.
+// Package store names what arbor keeps in PostgreSQL that a user's own
+// code meets beside arbor: the River job kinds arbor inserts into the
+// schema's river_job table, for a service that runs its own River client
+// on the same schema (its workers must not claim them, and its dashboards
+// may filter them).
 //
-// User code does not call this package. It is public only because Go needs
-// it to be for arbor's own packages (as River's riverdriver is), its API
-// changes without notice, and no other arbor package names one of its types
-// in a public signature. Use package tasks (your application's operations)
-// and package machine (running handlers) instead.
-//
-// The store decides nothing. It does not validate transitions or open
-// transactions: the engine (internal/core) asks package fsm, opens the
-// transaction and calls these functions on it in the locking order of
-// docs/design.md §5 (conversation rows first, then tasks ancestor-first,
-// then by ascending id). Functions named Lock… take row locks (FOR NO KEY
-// UPDATE, which does not block foreign-key checks of inserts) that last
-// until the caller's transaction ends.
+// arbor's SQL itself (every statement the library runs, and the row types)
+// is internal: a user reads and writes tasks through package tasks, and
+// runs them through package machine. The tables, their columns, the guard
+// trigger and the roles a deployment grants are described in
+// docs/design.md and docs/operations.md.
 package store
+
+// WakeJobKind is the River job kind of the jobs that wake sleeping and
+// awaiting tasks at their time (args: task_id, conversation_id).
+const WakeJobKind = "arbor_wake"
+
+// PruneJobKind is the River job kind of the runners' periodic prune of
+// settled history (tasks.Config.Retention, LogRetention).
+const PruneJobKind = "arbor_prune"

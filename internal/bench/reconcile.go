@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/recovery"
 	"github.com/arborhq/arbor/reconcile"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -52,7 +53,7 @@ func runningTree(ctx context.Context, env *Env, size Size) (*tasks.Engine, time.
 }
 
 // reconcileArbor times the transaction a runner opens a conversation with
-// (machine.Runner's open): the lease UPDATE and reconcile.OnOpen, one
+// (machine.Runner's open): the lease UPDATE and recovery.OnOpen, one
 // commit. Every task must come back requeued: pending, attempt 1, no token.
 func reconcileArbor(ctx context.Context, env *Env, size Size) (Measurement, error) {
 	eng, built, err := runningTree(ctx, env, size)
@@ -75,7 +76,7 @@ func reconcileArbor(ctx context.Context, env *Env, size Size) (Measurement, erro
 			return fmt.Errorf("take conversation: %w", err)
 		}
 		_ = taken // the tasks are a dead node's: their recovery counts
-		rep, err = reconcile.OnOpen(ctx, c, tx, reconcileConv, true)
+		rep, err = recovery.OnOpen(ctx, c, tx, reconcileConv, true)
 		return err
 	})
 	if err != nil {

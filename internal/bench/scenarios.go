@@ -173,7 +173,7 @@ func Scenarios() []Scenario {
 			Title: "reconcile_on_open of a conversation with N running tasks",
 			About: "A tree of N tasks in one conversation (bulk SQL, fan-out 3), every task running with a token, " +
 				"the conversation without a holder, as a dead node leaves it. arbor: the transaction machine.Runner " +
-				"opens a conversation with — store.TakeConversation + reconcile.OnOpen, one commit; every task must " +
+				"opens a conversation with — store.TakeConversation + recovery.OnOpen, one commit; every task must " +
 				"come back pending with attempt 1. ceiling: one plain UPDATE … SET status = 'pending', attempt = attempt + 1 " +
 				"… WHERE conversation_id = $1 AND status = 'running' on the same rows of arbor's table. Time of that " +
 				"transaction only.",
@@ -184,7 +184,7 @@ func Scenarios() []Scenario {
 			SizeForm:   "N, the number of running tasks",
 			ParseSize:  parseN,
 			Subjects: []Subject{
-				{Key: "arbor", Arbor: true, Label: "arbor: TakeConversation + reconcile.OnOpen, one transaction", Run: reconcileArbor},
+				{Key: "arbor", Arbor: true, Label: "arbor: TakeConversation + recovery.OnOpen, one transaction", Run: reconcileArbor},
 				{Key: "ceiling", Label: "one plain UPDATE of the same rows (no lease, no per-task checks)", Run: reconcileCeiling},
 			},
 		},

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/internal/store"
 )
 
 // sleepViolations is invariant 5 (and the retry bound) over one

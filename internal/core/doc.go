@@ -2,11 +2,11 @@
 // (create, start and claim under a lease, checkpoint and heartbeat, wait,
 // sleep and wake, complete, fail, cancel, abort, and the recovery
 // primitives) as a function that runs inside a transaction it is given,
-// over package store, with every status write checked by package fsm first.
+// over internal/store, with every status write checked by package fsm first.
 //
 // It is internal: package tasks exposes the application's operations,
 // package machine a handler's (machine.Run) and the runner's claims, and
-// package reconcile the recovery it composes from the primitives here. Tx
+// internal/recovery the recovery it composes from the primitives here. Tx
 // and Savepoint are the one place a transaction is opened, retried and
 // committed (the pool forms) or nested under a savepoint (the …Tx forms).
 // The engine never keeps state between calls: PostgreSQL is the only

@@ -14,7 +14,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
-	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/internal/store"
 )
 
 // Events and awaits (docs/agents.md, docs/design.md §4 invariant 5).

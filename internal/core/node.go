@@ -10,7 +10,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
-	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/internal/store"
 )
 
 // The node runner's operations: each covers many conversations or tasks in
@@ -31,7 +31,7 @@ type Opened struct {
 	// Leases of the conversations taken, in id order.
 	Leases []Lease
 	// Recover lists those among them with something for recovery to look
-	// at (reconcile.OnOpenMany); the others need none.
+	// at (recovery.OnOpenMany); the others need none.
 	Recover []string
 	// Taken says, by conversation, what each take-over found of the holder
 	// before it (whether its recoveries count as restarts).
@@ -43,7 +43,7 @@ type Opened struct {
 // OpenConversations gives the holder (name and row) up to limit
 // conversations that have work for kinds and no live holder. The rows stay
 // locked until tx ends: the caller recovers those in Recover
-// (reconcile.OnOpenMany) and claims their work before it commits.
+// (recovery.OnOpenMany) and claims their work before it commits.
 //
 // With named, only those conversations are looked at (the ones the
 // change channel named), by primary key; without, the oldest pending tasks

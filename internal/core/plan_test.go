@@ -11,7 +11,7 @@ import (
 )
 
 // Plans that must not depend on statistics (issue 24; the walks down a
-// tree are checked statement by statement in store/plan_test.go). A test
+// tree are checked statement by statement in internal/store/plan_test.go). A test
 // here counts the rows of the tasks table its transaction read
 // (pg_stat_xact_user_tables: rows of sequential scans and rows fetched
 // through indexes, the guard's and the log trigger's statements included)

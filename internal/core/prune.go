@@ -9,7 +9,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/internal/store"
 )
 
 // PruneParams say what a prune deletes (see tasks.PruneParams).

@@ -8,7 +8,7 @@ import (
 	"slices"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/internal/store"
 )
 
 // Reads. Each runs one statement on db (the pool, or the caller's

@@ -8,10 +8,10 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
-	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/internal/store"
 )
 
-// Recovery primitives, for package reconcile, which decides what to apply.
+// Recovery primitives, for internal/recovery, which decides what to apply.
 // Each runs inside the caller's transaction, which must already hold the
 // conversation's row lock (as the transaction that takes a conversation's
 // lease does), and without a savepoint: recovery applies whole or not at all.

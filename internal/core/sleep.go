@@ -15,7 +15,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
-	"github.com/arborhq/arbor/store"
+	"github.com/arborhq/arbor/internal/store"
 )
 
 // Sleep and wake (docs/design.md §3.7). A sleep is durable: the task's row says

@@ -22,7 +22,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/reconcile"
+	"github.com/arborhq/arbor/internal/recovery"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -79,7 +79,7 @@ func (e *Engine) Lease(ctx context.Context, conv string) (core.Lease, error) {
 		if err != nil {
 			return l, err
 		}
-		_, err = reconcile.OnOpen(ctx, e.C, tx, conv, taken.Counted())
+		_, err = recovery.OnOpen(ctx, e.C, tx, conv, taken.Counted())
 		return l, err
 	})
 	if err == nil {
@@ -230,7 +230,7 @@ func (e *Engine) ReleaseLease(ctx context.Context, conv string) error {
 		if err := e.C.LockLease(ctx, tx, l); err != nil {
 			return struct{}{}, err
 		}
-		if _, err := reconcile.RecoverRunning(ctx, e.C, tx, conv, false); err != nil {
+		if _, err := recovery.RecoverRunning(ctx, e.C, tx, conv, false); err != nil {
 			return struct{}{}, err
 		}
 		_, err := e.C.ReleaseLease(ctx, tx, l)

@@ -1,6 +1,8 @@
 package store
 
 import (
+	publicstore "github.com/arborhq/arbor/store"
+
 	"context"
 	"time"
 
@@ -152,7 +154,7 @@ var (
 	// is not a steered message's (cancelled because another turn took the
 	// message: the turn that answered is the context to keep). Its walks,
 	// up from the live tasks and down from the roots, are shaped as the
-	// abort's (store/tree.go), so that their plans do not depend on
+	// abort's (internal/store/tree.go), so that their plans do not depend on
 	// statistics.
 	qPruneVictims = define(`WITH RECURSIVE
 		live_up AS (
@@ -335,7 +337,7 @@ func (s *Store) DeleteConversation(ctx context.Context, tx pgx.Tx, conv string) 
 }
 
 // PruneJobKind is the River job kind of the periodic prune (core.PruneArgs).
-const PruneJobKind = "arbor_prune"
+const PruneJobKind = publicstore.PruneJobKind
 
 // PruneFinishedPruneJobs deletes the prune's own River jobs finished longer
 // than keep ago, and returns how many.

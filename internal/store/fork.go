@@ -20,7 +20,7 @@ var (
 	// The tasks a fork of conversation $1 through turn $2 copies: the
 	// settled turns up to it with their settled subtrees (a live task, and
 	// what is under it, is not history yet), ascending, with their settle
-	// numbers. Its walk down is shaped as the abort's (store/tree.go), so
+	// numbers. Its walk down is shaped as the abort's (internal/store/tree.go), so
 	// that its plan does not depend on statistics.
 	qForkSource = define(`WITH RECURSIVE tree AS (
 			SELECT id, settle_seq FROM {schema}.tasks

@@ -1,6 +1,8 @@
 package store
 
 import (
+	publicstore "github.com/arborhq/arbor/store"
+
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -21,7 +23,7 @@ import (
 // rows River's scheduler holds (see DeleteWakeJobs).
 
 // WakeJobKind is the River job kind of the jobs that wake sleeping tasks.
-const WakeJobKind = "arbor_wake"
+const WakeJobKind = publicstore.WakeJobKind
 
 // SleepingTask is what a waker needs to arm a timer for a sleep.
 type SleepingTask struct {

@@ -1,63 +1,22 @@
-package reconcile
+package recovery
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/reconcile"
 )
-
-// Report says what OnOpen did to a conversation, task by task.
-type Report struct {
-	ConversationID string
-	// Requeued went from running back to pending.
-	Requeued []int64
-	// Restarted are those of Requeued whose recovery counted as a restart
-	// (attempt + 1): their holder died or lost its lease while running them.
-	Restarted []int64
-	// Abandoned were abandon_on_restart tasks, settled cancelled.
-	Abandoned []int64
-	// LimitExceeded were failed with restart_limit_exceeded.
-	LimitExceeded []int64
-	// WaitsWoken were waiting tasks whose wait was found satisfied.
-	WaitsWoken []int64
-	// Completed were completing tasks whose children had all settled.
-	Completed []int64
-}
-
-// Empty reports whether OnOpen found nothing to do.
-func (r Report) Empty() bool {
-	return len(r.Requeued)+len(r.Abandoned)+len(r.LimitExceeded)+len(r.WaitsWoken)+len(r.Completed) == 0
-}
-
-// LogValue makes a Report a structured slog value: the count per outcome.
-func (r Report) LogValue() slog.Value {
-	return slog.GroupValue(
-		slog.String("conversation_id", r.ConversationID),
-		slog.Int("requeued", len(r.Requeued)),
-		slog.Int("restarted", len(r.Restarted)),
-		slog.Int("abandoned", len(r.Abandoned)),
-		slog.Int("restart_limit_exceeded", len(r.LimitExceeded)),
-		slog.Int("waits_woken", len(r.WaitsWoken)),
-		slog.Int("completed", len(r.Completed)),
-	)
-}
-
-func (r Report) String() string {
-	return fmt.Sprintf("conversation %s: requeued %v (restarts counted %v), abandoned %v, restart limit exceeded %v, waits woken %v, completed %v",
-		r.ConversationID, r.Requeued, r.Restarted, r.Abandoned, r.LimitExceeded, r.WaitsWoken, r.Completed)
-}
 
 // OnOpen runs reconcile_on_open for a conversation inside tx, which must
 // hold the conversation's row lock (the transaction that takes its lease):
 // RecoverRunning, then the repair of waits and completing tasks. counted
 // says whether the runs it recovers count as restarts (see RecoverRunning).
-func OnOpen(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID string, counted bool) (Report, error) {
+func OnOpen(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID string, counted bool) (reconcile.Report, error) {
 	rep, err := RecoverRunning(ctx, engine, tx, conversationID, counted)
 	if err != nil {
 		return rep, err
@@ -75,14 +34,14 @@ func OnOpen(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID 
 // take-over of a holder lapsed by a database restart, counts nothing. tx
 // must hold the conversation's row lock. A release runs it so that no run
 // of the releasing holder can write after the release commits.
-func RecoverRunning(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID string, counted bool) (Report, error) {
-	rep := Report{ConversationID: conversationID}
+func RecoverRunning(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID string, counted bool) (reconcile.Report, error) {
+	rep := reconcile.Report{ConversationID: conversationID}
 	running, err := engine.Store.TasksInStatus(ctx, tx, conversationID, arbortype.StatusRunning)
 	if err != nil {
 		return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
 	}
-	reps := []Report{rep}
-	if err := recoverRuns(ctx, engine, tx, running, func(string) (*Report, bool) { return &reps[0], counted }); err != nil {
+	reps := []reconcile.Report{rep}
+	if err := recoverRuns(ctx, engine, tx, running, func(string) (*reconcile.Report, bool) { return &reps[0], counted }); err != nil {
 		return reps[0], err
 	}
 	slices.Sort(reps[0].Requeued)
@@ -96,7 +55,7 @@ func RecoverRunning(ctx context.Context, engine *core.Engine, tx pgx.Tx, convers
 // owners); the rest are requeued in one statement per kind of count, which
 // skips any that a settle above already took out of running. of gives the
 // report of a task's conversation and whether its recovery counts.
-func recoverRuns(ctx context.Context, engine *core.Engine, tx pgx.Tx, running []arbortype.Task, of func(conv string) (*Report, bool)) error {
+func recoverRuns(ctx context.Context, engine *core.Engine, tx pgx.Tx, running []arbortype.Task, of func(conv string) (*reconcile.Report, bool)) error {
 	var requeue [2][]int64 // [uncounted, counted]
 	conv := map[int64]string{}
 	for _, t := range running {
@@ -155,7 +114,7 @@ func recoverRuns(ctx context.Context, engine *core.Engine, tx pgx.Tx, running []
 }
 
 // repair re-checks the conversation's waits and completing tasks.
-func repair(ctx context.Context, engine *core.Engine, tx pgx.Tx, rep *Report) error {
+func repair(ctx context.Context, engine *core.Engine, tx pgx.Tx, rep *reconcile.Report) error {
 	conversationID := rep.ConversationID
 	waiting, err := engine.Store.TasksInStatus(ctx, tx, conversationID, arbortype.StatusWaiting)
 	if err != nil {
@@ -200,8 +159,8 @@ func repair(ctx context.Context, engine *core.Engine, tx pgx.Tx, rep *Report) er
 // recovered runs count as restarts. tx must hold the conversations' row
 // locks. Reports come back in the order of convs; a conversation with
 // nothing to recover has an empty one.
-func OnOpenMany(ctx context.Context, engine *core.Engine, tx pgx.Tx, convs []string, counted func(conv string) bool) ([]Report, error) {
-	reps := make([]Report, len(convs))
+func OnOpenMany(ctx context.Context, engine *core.Engine, tx pgx.Tx, convs []string, counted func(conv string) bool) ([]reconcile.Report, error) {
+	reps := make([]reconcile.Report, len(convs))
 	at := make(map[string]int, len(convs))
 	for i, c := range convs {
 		reps[i].ConversationID = c
@@ -214,7 +173,7 @@ func OnOpenMany(ctx context.Context, engine *core.Engine, tx pgx.Tx, convs []str
 	if err != nil {
 		return reps, fmt.Errorf("reconcile %d conversations: %w", len(convs), err)
 	}
-	if err := recoverRuns(ctx, engine, tx, running, func(c string) (*Report, bool) { return &reps[at[c]], counted(c) }); err != nil {
+	if err := recoverRuns(ctx, engine, tx, running, func(c string) (*reconcile.Report, bool) { return &reps[at[c]], counted(c) }); err != nil {
 		return reps, err
 	}
 	ids, statuses, err := engine.Store.ToRepair(ctx, tx, convs)

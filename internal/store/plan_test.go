@@ -46,7 +46,7 @@ func planWork(t *testing.T, plan []byte) float64 {
 // off on it): each does work linear in the tree. Planned blind, the plain
 // recursive join compared every task of the work table with every task of
 // the conversation: 10,001 tasks took 14.7 s to lock for an abort, against
-// 33 ms so (store/tree.go).
+// 33 ms so (internal/store/tree.go).
 func TestTreeWalksKeepTheirPlanWithoutStatistics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

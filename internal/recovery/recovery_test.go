@@ -1,4 +1,4 @@
-package reconcile_test
+package recovery_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/recovery"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/reconcile"
 	"github.com/arborhq/arbor/tasks"
@@ -22,7 +23,7 @@ func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 
 // harness runs tasks under a lease of a holder that then "dies": its lease
 // is expired by hand, and open takes the conversation over the way a runner
-// does, in one transaction with reconcile.OnOpen.
+// does, in one transaction with recovery.OnOpen.
 type harness struct {
 	t      *testing.T
 	ctx    context.Context
@@ -85,7 +86,7 @@ func (h *harness) open() reconcile.Report {
 		if err != nil {
 			return err
 		}
-		rep, err = reconcile.OnOpen(h.ctx, h.c, tx, h.conv, taken.Counted())
+		rep, err = recovery.OnOpen(h.ctx, h.c, tx, h.conv, taken.Counted())
 		return err
 	})
 	return rep
