@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
@@ -298,7 +299,15 @@ func TestNodes(t *testing.T) {
 	require.Contains(t, restarts, fmt.Sprintf(`href="/tasks/%d"`, task.ID))
 	require.Contains(t, restarts, "1 of 5")
 
-	_, err = b.pool.Exec(b.ctx, `UPDATE `+b.schema+`.holders SET expires_at = now() - interval '1 minute'`)
+	// (The holders' guard refuses a deadline brought back: the test
+	// writes it with the triggers off, a superuser's replica role.)
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(b.ctx, `UPDATE `+b.schema+`.holders SET expires_at = now() - interval '1 minute'`)
+		return err
+	})
 	require.NoError(t, err)
 	_, page = b.get(t, "/nodes")
 	require.Contains(t, page, "1 lapsed, awaiting a take-over")

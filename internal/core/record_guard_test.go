@@ -3,6 +3,7 @@ package core_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -116,5 +117,134 @@ func TestGuardRefusesForgedRecords(t *testing.T) {
 	require.NoError(t, err)
 	again := b.start(t, run.ID)
 	_, err = b.engine.Complete(b.ctx, again.ID, again.Token, nil)
+	require.NoError(t, err)
+}
+
+// TestGuardRefusesForgedHolders (issue 24): a holder row changes only as
+// arbor changes it — inserted live and stamped now, renewed while live to
+// a deadline never closer, deleted once it holds nothing, never
+// truncated. Each forgery is refused with AB009 or AB006 and writes
+// nothing; arbor's own renewal and end go on.
+func TestGuardRefusesForgedHolders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	require.NoError(t, err)
+	l := b.lease(t)
+	held := l.HolderID
+	idle, err := core.Read(b.ctx, b.engine.C, func(db store.DB) (int64, error) {
+		return b.engine.C.NewHolder(b.ctx, db, "idle-"+b.conv, time.Hour)
+	})
+	require.NoError(t, err)
+
+	s := b.schema
+	holders := func() string {
+		var out string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT coalesce(json_agg(h ORDER BY id)::text, '') FROM `+s+`.holders h WHERE id IN ($1, $2) OR name = 'forged-`+b.conv+`'`,
+			held, idle).Scan(&out))
+		return out
+	}
+	before, rows := b.snapshot(t), holders()
+	forged := []struct {
+		name, sql string
+		args      []any
+		code      string
+	}{
+		{"a holder inserted expired", `INSERT INTO ` + s + `.holders (name, expires_at) VALUES ('forged-` + b.conv + `', now() - interval '1 second')`, nil, fsm.SQLStateRecord},
+		{"a holder inserted born in the past", `INSERT INTO ` + s + `.holders (name, expires_at, created_at) VALUES ('forged-` + b.conv + `', now() + interval '1 hour', now() - interval '1 day')`, nil, fsm.SQLStateRecord},
+		{"a holder inserted renewed in the future", `INSERT INTO ` + s + `.holders (name, expires_at, renewed_at) VALUES ('forged-` + b.conv + `', now() + interval '1 hour', now() + interval '1 hour')`, nil, fsm.SQLStateRecord},
+		{"a live holder's deadline brought back", `UPDATE ` + s + `.holders SET expires_at = now(), renewed_at = now() WHERE id = $1`, []any{held}, fsm.SQLStateRecord},
+		{"a holder renewed without its stamp", `UPDATE ` + s + `.holders SET expires_at = expires_at + interval '1 hour' WHERE id = $1`, []any{held}, fsm.SQLStateRecord},
+		{"a holder renamed", `UPDATE ` + s + `.holders SET name = 'forged-` + b.conv + `' WHERE id = $1`, []any{held}, fsm.SQLStateRecord},
+		{"a holder's birth rewritten", `UPDATE ` + s + `.holders SET created_at = now() - interval '1 day' WHERE id = $1`, []any{idle}, fsm.SQLStateRecord},
+		{"a holder that holds a conversation deleted", `DELETE FROM ` + s + `.holders WHERE id = $1`, []any{held}, fsm.SQLStateDelete},
+	}
+	for _, f := range forged {
+		_, err := b.pool.Exec(b.ctx, f.sql, f.args...)
+		requireSQLState(t, err, f.code)
+		require.Equal(t, rows, holders(), f.name+": nothing written")
+		require.Equal(t, before, b.snapshot(t), f.name+": nothing written")
+	}
+	_, err = b.pool.Exec(b.ctx, `TRUNCATE `+s+`.holders CASCADE`)
+	requireSQLState(t, err, fsm.SQLStateDelete)
+	require.Contains(t, err.Error(), "holders", "the holders' own guard refuses the truncate")
+	require.Equal(t, rows, holders(), "truncate: nothing written")
+
+	// An expired holder is not renewed by hand either (its conversations
+	// may have been taken over).
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(b.ctx, `UPDATE `+s+`.holders SET expires_at = now() - interval '1 second' WHERE id = $1`, idle)
+		return err
+	})
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+s+`.holders SET expires_at = now() + interval '1 hour', renewed_at = now() WHERE id = $1`, idle)
+	requireSQLState(t, err, fsm.SQLStateRecord)
+
+	// arbor's own: a renewal of the live holder (a shorter ttl leaves its
+	// deadline), the end of the idle one.
+	ok, err := core.Read(b.ctx, b.engine.C, func(db store.DB) (bool, error) { return b.engine.C.RenewHolder(b.ctx, db, held, time.Millisecond) })
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = core.Read(b.ctx, b.engine.C, func(db store.DB) (bool, error) { return b.engine.C.EndHolder(b.ctx, db, idle) })
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+// TestGuardRefusesUnexplainedBudgetSums (issue 24): a budget's spent and
+// reserved move only as its scope's reservations do. A raise (or a
+// lowering) no reservation row explains, written by hand, fails at its
+// commit with AB009 and leaves nothing; a budget inserted with sums its
+// scope never spent too. arbor's own reservations, records and spends in
+// the same conversation pass.
+func TestGuardRefusesUnexplainedBudgetSums(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}}, ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 1000}}})
+	require.NoError(t, err)
+	b.lease(t)
+	run := b.start(t, turn.ID)
+	res, err := b.engine.C.ReserveBudget(b.ctx, core.ReserveParams{ConversationID: b.conv, TaskID: run.ID, Token: run.Token,
+		Counter: "tokens", Amount: 10, Key: "open"})
+	require.NoError(t, err)
+	open := res.Reservation.ID
+
+	s := b.schema
+	before, records := b.snapshot(t), b.recordSnapshot(t)
+	forged := []struct{ name, sql string }{
+		{"the conversation's spend raised", `UPDATE ` + s + `.budgets SET spent = spent + 5 WHERE conversation_id = $1 AND task_id IS NULL`},
+		{"a task's spend raised", `UPDATE ` + s + `.budgets SET spent = spent + 5 WHERE conversation_id = $1 AND task_id IS NOT NULL`},
+		{"the reserved raised", `UPDATE ` + s + `.budgets SET reserved = reserved + 1 WHERE conversation_id = $1`},
+		{"the reserved lowered", `UPDATE ` + s + `.budgets SET reserved = reserved - 10 WHERE conversation_id = $1`},
+		{"the reserved moved into spend", `UPDATE ` + s + `.budgets SET reserved = reserved - 10, spent = spent + 10 WHERE conversation_id = $1`},
+		{"a budget inserted with a spend", `INSERT INTO ` + s + `.budgets (conversation_id, counter, max, spent) VALUES ($1, 'forged', 10, 5)`},
+	}
+	for _, f := range forged {
+		_, err := b.pool.Exec(b.ctx, f.sql, b.conv)
+		requireSQLState(t, err, fsm.SQLStateRecord)
+		require.Equal(t, records, b.recordSnapshot(t), f.name+": nothing written")
+		require.Equal(t, before, b.snapshot(t), f.name+": nothing written")
+	}
+	// Through the engine's transaction helper, the refusal at the commit is
+	// an arbor error.
+	_, err = core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (struct{}, error) {
+		_, err := tx.Exec(b.ctx, `UPDATE `+s+`.budgets SET spent = spent + 5 WHERE conversation_id = $1`, b.conv)
+		return struct{}{}, err
+	})
+	require.ErrorIs(t, err, arbortype.ErrInvalidTransition)
+	require.Equal(t, records, b.recordSnapshot(t), "through Tx: nothing written")
+
+	// arbor's own: a spend, the open reservation recorded, a late budget.
+	_, err = b.engine.C.ReserveBudget(b.ctx, core.ReserveParams{ConversationID: b.conv, TaskID: run.ID, Token: run.Token,
+		Counter: "tokens", Amount: 5, Key: "spent", Spend: true})
+	require.NoError(t, err)
+	_, err = core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (store.ReservationRow, error) {
+		return b.engine.C.RecordBudget(b.ctx, tx, b.conv, run.ID, open, 3)
+	})
+	require.NoError(t, err)
+	_, err = b.engine.Complete(b.ctx, run.ID, run.Token, nil)
 	require.NoError(t, err)
 }

@@ -38,8 +38,11 @@ var (
 
 	// A renewal extends a live row only: a row whose deadline passed may
 	// have lost conversations to take-overs, and its holder must find out
-	// which before it acts again (it starts a new life).
-	qRenewHolder = define(`UPDATE {schema}.holders SET expires_at = now() + $2 * interval '1 microsecond', renewed_at = now()
+	// which before it acts again (it starts a new life). It never brings
+	// the deadline closer (a shorter ttl, the database's clock stepped
+	// back), which the holders' guard refuses: the holder's fence counts
+	// from the deadline it was promised.
+	qRenewHolder = define(`UPDATE {schema}.holders SET expires_at = greatest(expires_at, now() + $2 * interval '1 microsecond'), renewed_at = now()
 		WHERE id = $1 AND expires_at >= now() RETURNING id`)
 
 	// A holder that is done (a stopped runner, a released Lease) removes its
