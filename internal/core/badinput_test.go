@@ -18,7 +18,7 @@ import (
 )
 
 // untouched records what a schema holds — the rows of every arbor table
-// and River's job table, with their xmin (the transaction that last wrote
+// (holders, budgets and reservations included) and River's job table, with their xmin (the transaction that last wrote
 // each) — and returns a check that nothing changed since.
 func untouched(t *testing.T, pool *pgxpool.Pool, schema string) func(what string) {
 	t.Helper()
@@ -29,6 +29,9 @@ func untouched(t *testing.T, pool *pgxpool.Pool, schema string) func(what string
 			(SELECT count(*) || ':' || coalesce(string_agg(id || '@' || xmin::text, ',' ORDER BY id), '') FROM %[1]s.conversations) || ' | ' ||
 			(SELECT count(*) || ':' || coalesce(string_agg(id || '@' || xmin::text, ',' ORDER BY id), '') FROM %[1]s.events) || ' | ' ||
 			(SELECT count(*) || ':' || coalesce(max(seq), 0) FROM %[1]s.conversation_log) || ' | ' ||
+			(SELECT count(*) || ':' || coalesce(string_agg(id || '@' || xmin::text, ',' ORDER BY id), '') FROM %[1]s.holders) || ' | ' ||
+			(SELECT count(*) || ':' || coalesce(string_agg(counter || coalesce(task_id, 0) || '@' || xmin::text, ',' ORDER BY counter, task_id), '') FROM %[1]s.budgets) || ' | ' ||
+			(SELECT count(*) || ':' || coalesce(string_agg(id || '@' || xmin::text, ',' ORDER BY id), '') FROM %[1]s.budget_reservations) || ' | ' ||
 			(SELECT count(*) || ':' || coalesce(string_agg(id || '@' || xmin::text, ',' ORDER BY id), '') FROM %[1]s.river_job)`, schema)).Scan(&s)
 		require.NoError(t, err)
 		return s
@@ -128,6 +131,8 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"the token of an await woken early", func() error { return emitToken(woken) }, tasks.ErrAwaitEnded},
 		{"a token naming no task", func() error { return emitToken("awt_999999999999" + woken[strings.LastIndex(woken, "_"):]) }, tasks.ErrNotFound},
 		{"a forged token", func() error { return emitToken("awt_forged") }, tasks.ErrNotFound},
+		{"a holder name with a NUL", func() error { _, err := eng.C.NewHolder(ctx, pool, "node\x00b", time.Minute); return err }, tasks.ErrInvalidArgument},
+		{"a holder name with invalid UTF-8", func() error { _, err := eng.C.NewHolder(ctx, pool, "node\xff", time.Minute); return err }, tasks.ErrInvalidArgument},
 		// Issue 24: reserved names, budget lists.
 		{"an emit of arbor's own event name", func() error {
 			_, _, err := eng.Emit(ctx, tasks.EmitParams{ConversationID: conv, Name: arbortype.BudgetEvent})
