@@ -205,7 +205,10 @@ func TestDeadlines(t *testing.T) {
 	kids, err := b.engine.Children(b.ctx, turn.ID)
 	require.NoError(t, err)
 	require.Len(t, kids, 1)
-	require.Equal(t, arbortype.StatusAborted, kids[0].Status, "its subtree was aborted")
+	// Aborted when the tool had started by the deadline, orphaned when it
+	// had not (a busy machine can take longer than the deadline to start it):
+	// either way the abort reached it.
+	require.Contains(t, []arbortype.Status{arbortype.StatusAborted, arbortype.StatusOrphaned}, kids[0].Status, "its subtree was aborted")
 
 	slow, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv + "-2", Kind: "slow", Deadline: time.Now().Add(200 * time.Millisecond)})
 	require.NoError(t, err)
