@@ -334,7 +334,7 @@ func (w *Waker) listenLoop(ctx context.Context) {
 	if pool == nil {
 		return // behind a pooler with no ListenPool: the poll alone
 	}
-	listen(ctx, pool, w.core.Store.SleepChannel(), w.logger, "waker", w.pollSoon, func(n *pgconn.Notification) {
+	listen(ctx, pool, w.core.Store.SleepChannel(), w.logger, w.pollSoon, func(n *pgconn.Notification) {
 		var notice store.SleepNotice
 		if err := json.Unmarshal([]byte(n.Payload), &notice); err != nil {
 			w.logger.WarnContext(ctx, "arbor: waker got a malformed sleep notification", slog.String("payload", n.Payload))
