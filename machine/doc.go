@@ -139,7 +139,9 @@
 // The producer, completer, maintenance and River's wake client use the
 // runner's own pool (RunnerConfig.Pool; by default one made from the
 // engine pool's configuration), the renewer and the watchdog a connection
-// each of their own, and the LISTEN connection one of its own: a Runner never
+// each of their own, and the LISTEN connection is the process's one for the
+// engine's pool (internal/notify: one backend shared with the waker and the
+// engine's followers, hijacked from the pool so it takes no slot): a Runner never
 // starves the application's pool, nor is starved by it.
 //
 // Leases are held across turns: a conversation stays held while the node

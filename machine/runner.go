@@ -744,7 +744,7 @@ func (r *Runner) listenLoop() {
 	if pool == nil {
 		return
 	}
-	listen(r.runCtx, pool, r.core.Store.ChangeChannel(), r.logger, "runner",
+	listen(r.runCtx, pool, r.core.Store.ChangeChannel(), r.logger,
 		func() {
 			r.markOpen()
 			r.markHeld()

@@ -164,8 +164,9 @@ func (c *WakerConfig) validate() error {
 // internal/core/sleep.go), the same idempotent path as River's worker, so
 // a sleep woken by both, or by two wakers, wakes once.
 //
-// Start it once and Stop it once. It holds one connection for LISTEN while
-// it runs, from the engine's tasks.Config.ListenPool if there is one. Behind
+// Start it once and Stop it once. It LISTENs while it runs on the process's
+// one listener of the engine's pool (shared with a Runner and the engine's
+// followers), from the engine's tasks.Config.ListenPool if there is one. Behind
 // a transaction-mode pooler (tasks.Config.TransactionPooler) River's client
 // runs poll-only, and with no ListenPool the timers learn of sleeps from the
 // poll alone (PollInterval).
@@ -334,7 +335,7 @@ func (w *Waker) listenLoop(ctx context.Context) {
 	if pool == nil {
 		return // behind a pooler with no ListenPool: the poll alone
 	}
-	listen(ctx, pool, w.core.Store.SleepChannel(), w.logger, "waker", w.pollSoon, func(n *pgconn.Notification) {
+	listen(ctx, pool, w.core.Store.SleepChannel(), w.logger, w.pollSoon, func(n *pgconn.Notification) {
 		var notice store.SleepNotice
 		if err := json.Unmarshal([]byte(n.Payload), &notice); err != nil {
 			w.logger.WarnContext(ctx, "arbor: waker got a malformed sleep notification", slog.String("payload", n.Payload))

@@ -147,8 +147,9 @@ type Config struct {
 	// ListenPool is the pool arbor's LISTEN connections come from, when
 	// they must not come from the engine's pool: behind a pooler in
 	// transaction mode, a pool of direct connections to the same database.
-	// A runner holds one of its connections while it runs, a Waker one,
-	// and an Engine one while anything follows a log or awaits a task.
+	// A process holds one of its connections (the pool's one listener,
+	// shared by the runners, the wakers and the engines' followers on
+	// this pool) while any of them runs or follows.
 	// The caller owns it, as the engine's pool. Default nil: the engine's
 	// pool, or, with TransactionPooler, no LISTEN at all.
 	ListenPool *pgxpool.Pool

@@ -7,10 +7,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/notify"
 	"github.com/arborhq/arbor/internal/store"
 )
 
@@ -150,18 +151,19 @@ func (e *Engine) AwaitSettled(ctx context.Context, taskID int64) (arbortype.Task
 	return t, nil
 }
 
-// hub is the one LISTEN connection of an Engine's followers: it runs while
-// any follower does, and pokes the followers of the conversation each
-// notification names.
+// hub is the Engine's followers' subscription to the process's one
+// listener of its pool (internal/notify, shared with a Runner's): it is
+// subscribed while any follower is, and pokes the followers of the
+// conversation each notification names; every follower after each
+// (re)subscription, since what committed meanwhile was not heard.
 type hub struct {
 	core *core.Engine
 
-	mu     sync.Mutex
-	subs   map[string]map[*subscriber]bool
-	n      int
-	cancel context.CancelFunc
-	done   chan struct{}
-	ready  chan struct{}
+	mu    sync.Mutex
+	subs  map[string]map[*subscriber]bool
+	n     int
+	sub   *notify.Subscription
+	ready chan struct{}
 }
 
 type subscriber struct {
@@ -190,9 +192,12 @@ func (h *hub) subscribe(ctx context.Context, conv string) (*subscriber, error) {
 		return s, nil
 	}
 	if h.n == 1 {
-		lctx, cancel := context.WithCancel(context.Background())
-		h.cancel, h.done, h.ready = cancel, make(chan struct{}), make(chan struct{})
-		go h.listen(lctx, pool, h.done, h.ready)
+		ready := make(chan struct{})
+		once := sync.OnceFunc(func() { close(ready) })
+		h.ready = ready
+		h.sub = notify.Subscribe(pool, h.core.Logger, []string{h.core.Store.ChangeChannel(), h.core.Store.LogChannel()},
+			func() { once(); h.pokeAll() },
+			func(n *pgconn.Notification) { h.poke(n.Payload) })
 	}
 	ready := h.ready
 	h.mu.Unlock()
@@ -215,16 +220,13 @@ func (h *hub) unsubscribe(s *subscriber) {
 		delete(h.subs, s.conv)
 	}
 	h.n--
-	var cancel context.CancelFunc
-	var done chan struct{}
+	var sub *notify.Subscription
 	if h.n == 0 {
-		cancel, done = h.cancel, h.done
-		h.cancel, h.done = nil, nil
+		sub, h.sub = h.sub, nil
 	}
 	h.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
+	if sub != nil {
+		sub.Unsubscribe()
 	}
 }
 
@@ -248,57 +250,6 @@ func (h *hub) pokeAll() {
 			case s.news <- struct{}{}:
 			default:
 			}
-		}
-	}
-}
-
-// listen LISTENs to the change channel and the log channel until ctx ends,
-// reconnecting after a lost connection (the followers are poked then: what
-// committed meanwhile was not heard).
-func (h *hub) listen(ctx context.Context, pool *pgxpool.Pool, done, ready chan struct{}) {
-	defer close(done)
-	channels := []string{h.core.Store.ChangeChannel(), h.core.Store.LogChannel()}
-	once := sync.OnceFunc(func() { close(ready) })
-	defer once()
-	for try := 0; ctx.Err() == nil; try++ {
-		conn, err := pool.Acquire(ctx)
-		if err == nil {
-			err = func() error {
-				defer func() {
-					// A connection that listened goes back clean, or not at all.
-					uctx, cancel := context.WithTimeout(context.Background(), time.Second)
-					defer cancel()
-					if _, err := conn.Exec(uctx, "UNLISTEN *"); err != nil {
-						_ = conn.Conn().Close(uctx)
-					}
-					conn.Release()
-				}()
-				for _, ch := range channels {
-					if _, err := conn.Exec(ctx, `LISTEN "`+ch+`"`); err != nil {
-						return err
-					}
-				}
-				once()
-				h.pokeAll()
-				try = 0
-				for {
-					n, err := conn.Conn().WaitForNotification(ctx)
-					if err != nil {
-						return err
-					}
-					h.poke(n.Payload)
-				}
-			}()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		h.core.Logger.Debug("arbor: the log's listener lost its connection; retrying", "error", err)
-		wait := min(50*time.Millisecond<<min(try, 6), 2*time.Second)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
 		}
 	}
 }

@@ -53,7 +53,10 @@ func (e *Engine) Trace(ctx context.Context) map[string]string {
 }
 
 // Listener returns the pool arbor's LISTEN connections come from: the
-// configured ListenPool, else the engine's pool, or nil behind a pooler in
+// configured ListenPool, else the engine's pool as the application made it
+// (a Runner's copy on its own pools listens on the application's, so that
+// the runner, its waker and the engine's followers share one listener of
+// internal/notify), or nil behind a pooler in
 // transaction mode with no ListenPool, where nothing may LISTEN (a LISTEN
 // through it would hear nothing) and the listeners poll instead.
 func (e *Engine) Listener() *pgxpool.Pool {
@@ -63,7 +66,7 @@ func (e *Engine) Listener() *pgxpool.Pool {
 	case e.Cfg.TransactionPooler:
 		return nil
 	default:
-		return e.Pool
+		return e.appPool
 	}
 }
 
@@ -89,6 +92,8 @@ type Engine struct {
 	// announcer sends the change channel's notifications of one-statement
 	// creates, after their commits (see announce.go).
 	announcer *announcer
+	// appPool is the pool New was given, which WithPool keeps.
+	appPool *pgxpool.Pool
 }
 
 // New returns an engine on pool with cfg (defaults filled, validated).
@@ -105,7 +110,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Engine, error) {
 	// protocol, which takes both statements at once.
 	begin := fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d", max(cfg.IdleInTransaction.Milliseconds(), 1))
 	return &Engine{Pool: pool, Store: st, Cfg: cfg, Logger: cfg.Logger, wakeJobs: wakeJobs,
-		txOptions: pgx.TxOptions{BeginQuery: begin}, announcer: &announcer{}}, nil
+		txOptions: pgx.TxOptions{BeginQuery: begin}, announcer: &announcer{}, appPool: pool}, nil
 }
 
 // WithPool returns the engine running its transactions on pool instead,

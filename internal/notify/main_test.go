@@ -1,0 +1,10 @@
+package notify_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/arborhq/arbor/internal/testdb"
+)
+
+func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
