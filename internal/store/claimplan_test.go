@@ -76,6 +76,98 @@ func TestClaimKeepsItsPlanAfterASettledHistory(t *testing.T) {
 	require.LessOrEqual(t, work, float64(40*live), "the claim's plan is linear in the conversations it claims in:\n%s", plan)
 }
 
+// TestFlushKeepsItsPlansAfterASettledHistory: the statements of a flush
+// that take their tasks by id (the conversations it locks, the completes,
+// the waits woken, the completing owners completed) keep a plan by primary
+// key over statistics of a settled history, in which no task is pending,
+// running, waiting or completing. Over such statistics the completes
+// scanned every running task of the table once per completed task (bench
+// (l): 1.5 s for a flush of 993 completes after 200,000 settled tasks,
+// 1,974,084 rows removed by the join filter), and the conversations'
+// check scanned the whole pending index per conversation, and compared
+// each conversation locked with every other. (The complete's bad plan was
+// seen at 200,000 settled tasks; at this test's 5,000 the planner keeps
+// the primary key for it either way, so the test bounds it without having
+// reproduced it.)
+func TestFlushKeepsItsPlansAfterASettledHistory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testdb.Fresh(t)
+	s, err := New(schema)
+	require.NoError(t, err)
+	for _, table := range []string{"tasks", "conversations", "holders"} {
+		_, err := pool.Exec(ctx, `ALTER TABLE `+s.Schema()+`.`+table+` SET (autovacuum_enabled = false)`)
+		require.NoError(t, err)
+	}
+	const history, live = 5000, 300
+	exec := func(sqls ...string) {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `SET LOCAL session_replication_role = replica`)
+		require.NoError(t, err, "the test writes its rows with triggers off (a superuser's session_replication_role)")
+		for _, q := range sqls {
+			_, err = tx.Exec(ctx, q)
+			require.NoError(t, err, q)
+		}
+		require.NoError(t, tx.Commit(ctx))
+	}
+	exec(fmt.Sprintf(`INSERT INTO %s.conversations (id) SELECT 'hist-' || g FROM generate_series(1, %d) g`, schema, history),
+		fmt.Sprintf(`INSERT INTO %s.tasks (conversation_id, kind, status, started_at, settled_at)
+			SELECT 'hist-' || g, 'noop', 'completed', now(), now() FROM generate_series(1, %d) g`, schema, history))
+	_, err = pool.Exec(ctx, `ANALYZE `+schema+`.tasks, `+schema+`.conversations, `+schema+`.holders`)
+	require.NoError(t, err)
+
+	var holder int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at) VALUES ('node', now() + interval '1 hour') RETURNING id`).Scan(&holder))
+	// live conversations held by the node, each with one task of every
+	// status a flush takes by id, ids known by their token.
+	exec(fmt.Sprintf(`INSERT INTO %s.conversations (id, holder, holder_id, epoch)
+			SELECT 'live-' || g, 'node', %d, 1 FROM generate_series(1, %d) g`, schema, holder, live),
+		fmt.Sprintf(`INSERT INTO %s.tasks (conversation_id, kind, status, token, started_at)
+			SELECT 'live-' || g, 'noop', st, CASE WHEN st = 'running' THEN g END, CASE WHEN st = 'pending' THEN NULL ELSE now() END
+			FROM generate_series(1, %d) g, unnest(ARRAY['pending', 'running', 'waiting', 'completing']) st`, schema, live))
+	byStatus := func(status string) (ids, tokens []int64, results []string) {
+		rows, err := pool.Query(ctx, `SELECT id, coalesce(token, 0) FROM `+schema+`.tasks WHERE status = $1 ORDER BY id`, status)
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var id, token int64
+			require.NoError(t, rows.Scan(&id, &token))
+			ids, tokens, results = append(ids, id), append(tokens, token), append(results, `"ok"`)
+		}
+		require.NoError(t, rows.Err())
+		return ids, tokens, results
+	}
+	convs := make([]string, live)
+	for i := range convs {
+		convs[i] = fmt.Sprintf("live-%d", i+1)
+	}
+	running, tokens, results := byStatus("running")
+	waiting, _, _ := byStatus("waiting")
+	completing, _, _ := byStatus("completing")
+	for _, c := range []struct {
+		name string
+		q    query
+		args []any
+	}{
+		{"the conversations locked", qLockHeld, []any{convs, holder}},
+		{"the completes", qCompleteMany, []any{running, tokens, results, string(arbortype.StatusCompleted)}},
+		{"the waits woken", qWakeSatisfied, []any{waiting, string(arbortype.StatusPending)}},
+		{"the completing owners completed", qCompleteHeld, []any{completing, string(arbortype.StatusCompleted)}},
+	} {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		var plan []byte
+		require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[c.q], c.args...).Scan(&plan), c.name)
+		require.NoError(t, tx.Rollback(ctx))
+		work := planWork(t, plan)
+		t.Logf("%s, %d of them after %d settled tasks: plan work %.0f", c.name, live, history, work)
+		require.LessOrEqual(t, work, float64(40*live), "%s: the plan is linear in the tasks it takes:\n%s", c.name, plan)
+	}
+}
+
 // TestClaimOfAnExpiredHolderClaimsNothing: a claim sent under a holder
 // row that has expired (a process resumed from a freeze, before its fence
 // on its own clock fired) claims nothing, although the conversation still
@@ -90,12 +182,18 @@ func TestClaimOfAnExpiredHolderClaimsNothing(t *testing.T) {
 	for _, live := range []bool{true, false} {
 		var holder int64
 		require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at)
-			VALUES ('node', now() + CASE WHEN $1 THEN interval '1 hour' ELSE interval '-1 second' END) RETURNING id`, live).Scan(&holder))
+			VALUES ('node', now() + interval '1 hour') RETURNING id`).Scan(&holder))
 		conv := fmt.Sprintf("%s-%v", testdb.Conversation(t), live)
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
 		_, err = tx.Exec(ctx, `SET LOCAL session_replication_role = replica`)
 		require.NoError(t, err)
+		if !live {
+			// The guard inserts holders live and never brings a deadline
+			// back: the lapse is written with the triggers off.
+			_, err = tx.Exec(ctx, `UPDATE `+schema+`.holders SET expires_at = now() - interval '1 second' WHERE id = $1`, holder)
+			require.NoError(t, err)
+		}
 		_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.conversations (id, holder, holder_id, epoch) VALUES ($1, 'node', $2, 1)`, conv, holder)
 		require.NoError(t, err)
 		_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.tasks (conversation_id, kind) VALUES ($1, 'noop')`, conv)

@@ -168,16 +168,20 @@ var (
 	// and the locks share the statement's snapshot. The check is a lateral
 	// subquery, run per conversation by the index of its live tasks (as an
 	// EXISTS, the plan may hash every pending task of the table instead).
+	// Its status and holder tests are the claim's (see claimSQL): only the
+	// live index and the primary key serve them, whatever the statistics
+	// (the holder's index would read every conversation the node holds).
 	qLockHeld = define(`WITH work AS MATERIALIZED (
 			SELECT c.id FROM {schema}.conversations c
 			CROSS JOIN LATERAL (SELECT 1 FROM {schema}.tasks t
-				WHERE t.conversation_id = c.id AND t.status = 'pending' AND NOT t.abort_requested LIMIT 1) p
-			WHERE c.id = ANY($1) AND c.holder_id = $2),
+				WHERE t.conversation_id = c.id AND t.status IN ({live}) AND t.status IS NOT DISTINCT FROM 'pending'
+				  AND NOT t.abort_requested LIMIT 1) p
+			WHERE c.id = ANY($1) AND c.holder_id IS NOT DISTINCT FROM $2::bigint),
 		locked AS MATERIALIZED (
 			SELECT c.id FROM {schema}.conversations c
-			WHERE c.id = ANY($1) AND c.holder_id = $2 AND c.id IN (SELECT id FROM work)
+			WHERE c.id = ANY(ARRAY(SELECT id FROM work)) AND c.holder_id IS NOT DISTINCT FROM $2::bigint
 			ORDER BY c.id FOR NO KEY UPDATE SKIP LOCKED)
-		SELECT w.id, l.id IS NOT NULL FROM work w LEFT JOIN locked l ON l.id = w.id ORDER BY w.id`)
+		SELECT ARRAY(SELECT id FROM work ORDER BY id), ARRAY(SELECT id FROM locked ORDER BY id)`)
 
 	// The conversations a holder row holds.
 	qHeldBy = define(`SELECT id, epoch FROM {schema}.conversations
@@ -185,14 +189,18 @@ var (
 
 	// Completions that need nothing else: running under the run's token, not
 	// being aborted, with no live foreground child. The others are applied
-	// one by one.
+	// one by one. The statements of a flush that take tasks by id test the
+	// status with IS NOT DISTINCT FROM, which no index serves, so that
+	// statistics over a settled history (none running, waiting or
+	// completing) cannot plan a scan of a live-status index per row instead
+	// of the primary key (TestFlushKeepsItsPlansAfterASettledHistory).
 	qCompleteMany = define(`WITH v AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS v(id, token, result))
 		UPDATE {schema}.tasks t
 		SET status = $4, result = v.result::jsonb,
 		    settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass),
 		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		FROM v
-		WHERE t.id = v.id AND t.token = v.token AND t.status = 'running' AND NOT t.abort_requested
+		WHERE t.id = v.id AND t.token = v.token AND t.status IS NOT DISTINCT FROM 'running' AND NOT t.abort_requested
 		  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = t.id AND NOT c.background AND c.status IN ({live}))
 		RETURNING t.id, coalesce(t.owner_task_id, 0)`)
 
@@ -200,14 +208,14 @@ var (
 	// fail_fast wait tripped by a child that did not complete is applied by
 	// that child's own settle, one by one.)
 	qWakeSatisfied = define(`UPDATE {schema}.tasks o SET status = $2, updated_at = now()
-		WHERE o.id = ANY($1) AND o.status = 'waiting'
+		WHERE o.id = ANY($1) AND o.status IS NOT DISTINCT FROM 'waiting'
 		  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = o.id AND c.id = ANY(o.wait_ids) AND c.status IN ({live}))
 		RETURNING o.id`)
 
 	// Completing owners whose last live foreground child settled.
 	qCompleteHeld = define(`UPDATE {schema}.tasks o
 		SET status = $2, settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass), updated_at = now()
-		WHERE o.id = ANY($1) AND o.status = 'completing'
+		WHERE o.id = ANY($1) AND o.status IS NOT DISTINCT FROM 'completing'
 		  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = o.id AND NOT c.background AND c.status IN ({live}))
 		RETURNING o.id, coalesce(o.owner_task_id, 0)`)
 
@@ -421,25 +429,11 @@ func (s *Store) LockForFlush(ctx context.Context, db DB, ids []string, holder in
 // It returns those with a pending task (work) and, of them, those it
 // locked.
 func (s *Store) LockHeld(ctx context.Context, db DB, ids []string, holder int64) (work, locked []string, err error) {
-	rows, err := db.Query(ctx, s.sql[qLockHeld], ids, holder)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id string
-			ok bool
-		)
-		if err := rows.Scan(&id, &ok); err != nil {
-			return nil, nil, err
-		}
-		work = append(work, id)
-		if ok {
-			locked = append(locked, id)
-		}
-	}
-	return work, locked, rows.Err()
+	// Two arrays in one row: a join of the two sets, planned over
+	// statistics that expect none of them, compared every one with every
+	// other.
+	err = db.QueryRow(ctx, s.sql[qLockHeld], ids, holder).Scan(&work, &locked)
+	return work, locked, err
 }
 
 // XactID returns the id of db's transaction (assigning one).
