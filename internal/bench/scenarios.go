@@ -47,7 +47,7 @@ func Scenarios() []Scenario {
 			Subjects: []Subject{
 				{Key: "runner", Arbor: true, Label: labelArborRunner, Run: flatRunnerBatched, Versus: []string{"ceiling", "river"}},
 				{Key: "runner-create", Arbor: true, Label: labelArborRunnerCreate, Run: flatRunnerCreates, Versus: []string{"ceiling-row"}},
-				{Key: "arbor", Arbor: true, Label: labelArborEngine, Run: flatArborEngine, Reps: 1, Versus: []string{"ceiling"}},
+				{Key: "arbor", Arbor: true, Label: labelArborEngine, Run: flatArborEngine, MaxRounds: 1, Versus: []string{"ceiling"}},
 				{Key: "ceiling", Label: labelCeiling, Run: flatCeiling},
 				{Key: "ceiling-row", Label: labelCeilingRow, Run: flatCeilingRow},
 				{Key: "river", Label: labelRiver, Run: flatRiver},
@@ -70,7 +70,7 @@ func Scenarios() []Scenario {
 			ParseSize:  parsePC,
 			Subjects: []Subject{
 				{Key: "runner", Arbor: true, Label: labelArborRunnerTree, Run: fanoutRunner},
-				{Key: "arbor", Arbor: true, Label: labelArborEngine, Run: fanoutArborEngine, Reps: 1, Versus: []string{}},
+				{Key: "arbor", Arbor: true, Label: labelArborEngine, Run: fanoutArborEngine, MaxRounds: 1, Versus: []string{}},
 				{Key: "dbos", Label: labelDBOS, Run: fanoutDBOS},
 			},
 		},
@@ -105,7 +105,7 @@ func Scenarios() []Scenario {
 			QuickSizes: []string{"10", "20", "40"},
 			SizeForm:   "N, the number of operations",
 			ParseSize:  parseN,
-			Reps:       1,
+			MaxRounds:  1,
 			Subjects: []Subject{
 				{Key: "await-settled", Arbor: true, Label: "Engine.AwaitSettled after the turn's commit", Run: awaitSettledLatency},
 				{Key: "emit", Arbor: true, Label: "Engine.Emit → the awaiting handler re-entered", Run: emitLatency},
@@ -201,7 +201,7 @@ func Scenarios() []Scenario {
 			QuickSizes: []string{"10", "20", "40"},
 			SizeForm:   "N, the number of sleeping tasks",
 			ParseSize:  parseN,
-			Reps:       1,
+			MaxRounds:  1,
 			Subjects: []Subject{
 				{Key: "timers", Arbor: true, Label: "arbor machine.Waker, timers on (production default)", Run: wakeTimers},
 				{Key: "river-only", Arbor: true, Label: "arbor machine.Waker, DisableTimers: River's wake jobs alone", Run: wakeRiverOnly},
@@ -220,7 +220,7 @@ func Scenarios() []Scenario {
 			QuickSizes: []string{"10", "20", "40"},
 			SizeForm:   "N, the number of conversations",
 			ParseSize:  parseN,
-			Reps:       1,
+			MaxRounds:  1,
 			Goal:       "sleep p99 ≤ 50 ms; sibling cancel p50 ≤ 5 ms",
 			Subjects: []Subject{
 				{Key: "sleep", Arbor: true, Label: "arbor machine.Runner, SleepUntil → handler re-entered", Run: sleepReentry},
@@ -242,7 +242,7 @@ func Scenarios() []Scenario {
 			SizeForm:   "N, the settled tasks kept before the timed run of 8,000",
 			ParseSize:  parseAged,
 			Subjects: []Subject{
-				{Key: "aged", Arbor: true, Label: "arbor machine.Runner, RunnerConfig{}, after N settled tasks", Run: flatAged, Reps: 1, Timeout: 30 * time.Minute, Versus: []string{"fresh"}},
+				{Key: "aged", Arbor: true, Label: "arbor machine.Runner, RunnerConfig{}, after N settled tasks", Run: flatAged, MaxRounds: 1, Timeout: 30 * time.Minute, Versus: []string{"fresh"}},
 				{Key: "fresh", Label: "the same on a fresh schema", Run: flatFresh},
 			},
 		},
@@ -258,7 +258,7 @@ func Scenarios() []Scenario {
 			QuickSizes: []string{"10", "20", "40"},
 			SizeForm:   "N, the number of parents",
 			ParseSize:  parseN,
-			Reps:       1,
+			MaxRounds:  1,
 			Goal:       "p99 ≤ 20 ms",
 			Subjects:   []Subject{{Key: "runner", Arbor: true, Label: "arbor machine.Runner, spawn → wait → child completes → parent re-entered", Run: resumeRunner}},
 		},
