@@ -40,8 +40,8 @@ func Scenarios() []Scenario {
 				"connections); time from the first insert to the last completion.",
 			Metric:     Throughput,
 			Goal:       "runner ≥ River's jobs/s and ≥ 30% of the ceiling; runner-create ≥ 50% of ceiling-row",
-			Sizes:      []string{"2000", "8000", "24000"},
-			QuickSizes: []string{"100", "200", "400"},
+			Sizes:      []string{"5000", "8000"},
+			QuickSizes: []string{"100", "400"},
 			SizeForm:   "N, the number of tasks",
 			ParseSize:  parseN,
 			Subjects: []Subject{
@@ -64,8 +64,8 @@ func Scenarios() []Scenario {
 				"connections. Tasks = P × (C + 1); time from the first parent created to the last completed.",
 			Metric:     Throughput,
 			Goal:       "runner ≥ 5× DBOS's tasks/s on the same tree",
-			Sizes:      []string{"10x20", "20x100", "40x200"},
-			QuickSizes: []string{"2x5", "4x10", "8x10"},
+			Sizes:      []string{"20x100", "40x200"},
+			QuickSizes: []string{"2x5", "8x10"},
 			SizeForm:   "PxC, parents x children per parent",
 			ParseSize:  parsePC,
 			Subjects: []Subject{
@@ -82,11 +82,11 @@ func Scenarios() []Scenario {
 				"while the others stay held and idle. A turn spawns two tool calls at once, waits on them (all_settled) and completes: " +
 				"three tasks. The figure is the timed phase's tasks/s: the same work at every N, so it says what holding idle " +
 				"conversations costs. The note gives the turn latency p50/p99, the runner's lease warnings, and the heap per held " +
-				"conversation; the best of the runs is kept, like the throughput scenarios'.",
+				"conversation, of the median round; the figure is the median over the rounds, like the other throughput scenarios'.",
 			Metric:     Throughput,
 			Goal:       "at 10,000 held conversations ≥ 80% of the throughput at 100, no lease warnings",
-			Sizes:      []string{"100", "1000", "10000"},
-			QuickSizes: []string{"10", "20", "40"},
+			Sizes:      []string{"100", "10000"},
+			QuickSizes: []string{"10", "40"},
 			SizeForm:   "N, the number of held conversations",
 			ParseSize:  parseHeld,
 			Subjects:   []Subject{{Key: "runner", Arbor: true, Label: "arbor machine.Runner, RunnerConfig{}", Run: heldRunner}},
@@ -123,8 +123,8 @@ func Scenarios() []Scenario {
 				"spent and nothing held. The ratios divide ops/s: reserve÷checkpoint 0.5x means a reservation costs two checkpoints.",
 			Metric:     Throughput,
 			Unit:       "op",
-			Sizes:      []string{"100", "300", "1000"},
-			QuickSizes: []string{"10", "20", "40"},
+			Sizes:      []string{"100", "1000"},
+			QuickSizes: []string{"10", "40"},
 			SizeForm:   "N, the number of operations",
 			ParseSize:  parseN,
 			Subjects: []Subject{
@@ -142,8 +142,8 @@ func Scenarios() []Scenario {
 				"subprocess. Tasks = P × (C + 1).",
 			Metric:     Throughput,
 			Goal:       "runner ≥ 5× DBOS's tasks/s (below 3× is not done)",
-			Sizes:      []string{"100x5", "300x5", "1000x5"},
-			QuickSizes: []string{"5x5", "10x5", "20x5"},
+			Sizes:      []string{"300x5", "1000x5"},
+			QuickSizes: []string{"5x5", "20x5"},
 			SizeForm:   "PxC, turns x tool calls per turn",
 			ParseSize:  parsePC,
 			Subjects: []Subject{
@@ -159,8 +159,8 @@ func Scenarios() []Scenario {
 				"recursive UPDATE that marks the same tree aborted in a minimal table. Time of the abort only.",
 			Metric:     Throughput,
 			Goal:       "flat cost per task from the smallest to the largest size (100,000 tasks: what an abort of a huge subtree holds the conversation for)",
-			Sizes:      []string{"1000", "10000", "100000"},
-			QuickSizes: []string{"50", "100", "200"},
+			Sizes:      []string{"1000", "100000"},
+			QuickSizes: []string{"50", "200"},
 			SizeForm:   "N, the number of tasks in the tree",
 			ParseSize:  parseN,
 			Subjects: []Subject{
@@ -179,8 +179,8 @@ func Scenarios() []Scenario {
 				"transaction only.",
 			Metric:     Throughput,
 			Goal:       "flat cost per task from the smallest to the largest size",
-			Sizes:      []string{"100", "1000", "5000"},
-			QuickSizes: []string{"50", "100", "200"},
+			Sizes:      []string{"100", "5000"},
+			QuickSizes: []string{"50", "200"},
 			SizeForm:   "N, the number of running tasks",
 			ParseSize:  parseN,
 			Subjects: []Subject{
@@ -195,7 +195,7 @@ func Scenarios() []Scenario {
 				"env.Conns goroutines, each due 0.1–3 s after its sleep; a machine.Waker (production settings) wakes them. " +
 				"Lateness per task = the waker's OnWake (called after the wake's commit) minus the wake time. " +
 				"timers: the Waker's local timers and River's wake jobs; river-only: the same Waker with DisableTimers. " +
-				"Run once per size (a best-of would pick the luckiest wakes).",
+				"Run once per size (its percentiles are over N wakes already).",
 			Metric:     Latency,
 			Sizes:      []string{"100", "400", "1600"},
 			QuickSizes: []string{"10", "20", "40"},
