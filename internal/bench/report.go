@@ -282,7 +282,7 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 	// sides ran in, with what each side cost in CPU per task beside it.
 	if s.Metric == Throughput && len(pairs) > 0 {
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "  ratio\tsize\tmedian (min–max)\trounds\tCPU µs/"+unit+" client/server, median\t")
+		fmt.Fprintln(tw, "  ratio\tsize\tmedian (min–max)\trounds\tCPU µs/"+unit+" client/server of each side (medians)\t")
 		for _, p := range pairs {
 			for _, sr := range res.Sizes {
 				a, b := sr.subject(p.a), sr.subject(p.b)
@@ -290,8 +290,7 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 				if ratio, ok := a.Ratios[p.b]; ok {
 					cell, rounds = spreadText(ratio), fmt.Sprint(len(ratio.Values))
 				}
-				fmt.Fprintf(tw, "  %s÷%s\t%s\t%s\t%s\t%s %s, %s %s\t\n", p.a, p.b, sr.Size.Spec, cell, rounds,
-					p.a, cpuText(a), p.b, cpuText(b))
+				fmt.Fprintf(tw, "  %s÷%s\t%s\t%s\t%s\t%s ÷ %s\t\n", p.a, p.b, sr.Size.Spec, cell, rounds, cpuText(a), cpuText(b))
 			}
 		}
 		_ = tw.Flush()
