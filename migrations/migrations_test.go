@@ -164,16 +164,24 @@ func TestLogErrorMessageUpDown(t *testing.T) {
 		return def
 	}
 
-	latest := function()
+	// The log's trigger is gone since 024 (the statements that change a
+	// status log it themselves): 014 is looked at from 023 down.
+	_, err = m.Down(ctx, 23)
+	require.NoError(t, err)
+	at23 := function()
 	require.Equal(t, map[string]any{"error": "stopped", "message": "the user pressed stop"}, settle("at-14"))
 	_, err = m.Down(ctx, 13)
 	require.NoError(t, err)
 	require.Equal(t, map[string]any{"error": "stopped"}, settle("at-13"), "007's entry: the code only")
-	require.NotEqual(t, latest, function())
+	require.NotEqual(t, at23, function())
 	_, err = m.Up(ctx)
 	require.NoError(t, err)
-	require.Equal(t, latest, function())
+	_, err = m.Down(ctx, 23)
+	require.NoError(t, err)
+	require.Equal(t, at23, function(), "024's down restores the trigger 023 had")
 	require.Equal(t, map[string]any{"error": "stopped", "message": "the user pressed stop"}, settle("at-14-again"))
+	_, err = m.Up(ctx)
+	require.NoError(t, err)
 }
 
 // TestDownRestoresTheFunctionItReplaced: a down file that replaces a

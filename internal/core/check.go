@@ -13,7 +13,7 @@ import (
 
 // Violation is one breach of docs/design.md §4 found by the invariant checker.
 type Violation struct {
-	// Invariant is the number of the invariant in docs/design.md §4 (1–10); 0 for a
+	// Invariant is the number of the invariant in docs/design.md §4 (1–11); 0 for a
 	// consistency rule of the engine's own (documented in its Message).
 	Invariant      int
 	ConversationID string
@@ -238,6 +238,12 @@ func (e *Engine) checkConversation(ctx context.Context, tx pgx.Tx, conv string) 
 		return nil, err
 	}
 	out = append(out, bv...)
+	// 11. the log agrees with the tasks.
+	newest, err := e.Store.NewestStatusEntries(ctx, tx, conv)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, logViolations(conv, all, newest)...)
 	slices.SortStableFunc(out, func(a, b Violation) int { return int(a.TaskID - b.TaskID) })
 	return out, nil
 }

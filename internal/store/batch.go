@@ -44,7 +44,10 @@ var (
 	qLockOwners = define(`SELECT id, conversation_id, status, abort_requested, coalesce(token, 0)
 		FROM {schema}.tasks WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`)
 
-	qInsertTasks = define(`INSERT INTO {schema}.tasks
+	// The ids are given in the order of the rows (the identity's default
+	// is computed as the ordered rows are inserted), so that reading the
+	// written rows back by id gives them in the order asked.
+	qInsertTasks = define(logged(`INSERT INTO {schema}.tasks AS t
 		(conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
 		 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace)
 		SELECT v.conv, nullif(v.owner, 0), v.kind, v.bg, v.input::jsonb, v.rl, v.ab, v.mr, nullif(v.key, ''),
@@ -52,8 +55,7 @@ var (
 		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bool[], $5::text[], $6::int[], $7::bool[],
 		            $8::int[], $9::text[], $10::bigint[], $11::bigint[], $12::timestamptz[], $13::text[])
 		     WITH ORDINALITY AS v(conv, owner, kind, bg, input, rl, ab, mr, key, base, cap, deadline, trace, ord)
-		ORDER BY v.ord
-		RETURNING id, created_at`)
+		ORDER BY v.ord`, "t", "id, created_at", "ORDER BY id"))
 )
 
 // EnsureLockConversations creates the conversations among ids (sorted,

@@ -1,6 +1,10 @@
 package store
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
 
 var (
 	qConversationIDs     = define(`SELECT id FROM {schema}.conversations ORDER BY id`)
@@ -17,4 +21,27 @@ func (s *Store) ConversationIDs(ctx context.Context, db DB) ([]string, error) {
 // conversation (there must be none).
 func (s *Store) DuplicateTokens(ctx context.Context, db DB, conversationID string) ([]int64, error) {
 	return collect[int64](db.Query(ctx, s.sql[qDuplicateLiveTokens], conversationID))
+}
+
+// The newest status entry of each task of a conversation in its log (the
+// conversation's entries by the log's index, newest first per task).
+var qNewestStatusEntries = define(`SELECT DISTINCT ON (task_id) task_id, seq, status FROM {schema}.conversation_log
+	WHERE conversation_id = $1 AND kind = 'status' AND task_id IS NOT NULL
+	ORDER BY task_id, seq DESC`)
+
+// LogStatus is a task's newest status entry in its conversation's log.
+type LogStatus struct {
+	TaskID int64
+	Seq    int64
+	Status string
+}
+
+// NewestStatusEntries returns the newest status entry of each task of
+// conversationID that the log keeps one of.
+func (s *Store) NewestStatusEntries(ctx context.Context, db DB, conversationID string) ([]LogStatus, error) {
+	rows, err := db.Query(ctx, s.sql[qNewestStatusEntries], conversationID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[LogStatus])
 }

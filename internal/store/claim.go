@@ -22,20 +22,19 @@ const claimSet = `status = $status, token = nextval('{schema}.task_token_seq'::r
 		    lease_expires_at = now() + $lease * interval '1 microsecond', updated_at = now()`
 
 var (
-	qStartTask = define(expand(`UPDATE {schema}.tasks SET `+claimSet+`
-		WHERE id = $1 AND conversation_id = $2 AND status = 'pending' AND NOT abort_requested
-		RETURNING {task_columns}`, "$status", "$3", "$epoch", "$4", "$lease", "$5"))
+	qStartTask = define(expand(logged(`UPDATE {schema}.tasks t SET `+claimSet+`
+		WHERE t.id = $1 AND t.conversation_id = $2 AND status = 'pending' AND NOT abort_requested`,
+		"t", "{task_columns}", ""), "$status", "$3", "$epoch", "$4", "$lease", "$5"))
 
-	qClaimRunnable = define(expand(`WITH picked AS (
+	qClaimRunnable = define(expand(logged(`WITH picked AS (
 			SELECT id FROM {schema}.tasks
 			WHERE conversation_id = $1 AND status = 'pending' AND NOT abort_requested
 			  AND ($2::text[] IS NULL OR kind = ANY($2))
 			  AND (owner_task_id IS NOT NULL OR $3::bigint[] IS NULL OR id = ANY($3))
 			ORDER BY id LIMIT $4
 			FOR NO KEY UPDATE SKIP LOCKED)
-		UPDATE {schema}.tasks SET `+claimSet+`
-		WHERE id IN (SELECT id FROM picked)
-		RETURNING {task_columns}`, "$status", "$5", "$epoch", "$6", "$lease", "$7"))
+		UPDATE {schema}.tasks t SET `+claimSet+`
+		WHERE t.id IN (SELECT id FROM picked) AND t.conversation_id = $1`, "t", "{task_columns}", "ORDER BY id"), "$status", "$5", "$epoch", "$6", "$lease", "$7"))
 
 	qLiveRoots = define(`SELECT {task_columns} FROM {schema}.tasks
 		WHERE conversation_id = $1 AND owner_task_id IS NULL AND status IN ({live})
@@ -128,14 +127,13 @@ func (s *Store) ChangeChannel() string {
 	return "arbor_changes_" + hex.EncodeToString(sum[:8])
 }
 
-var qClaimTasksUnfenced = define(expand(`WITH picked AS (
+var qClaimTasksUnfenced = define(expand(logged(`WITH picked AS (
 		SELECT id FROM {schema}.tasks
 		WHERE status = 'pending' AND NOT abort_requested
 		ORDER BY id LIMIT $1
 		FOR NO KEY UPDATE SKIP LOCKED)
-	UPDATE {schema}.tasks SET `+claimSet+`
-	WHERE id IN (SELECT id FROM picked)
-	RETURNING {task_columns}`, "$status", "$2", "$epoch", "0", "$lease", "$3"))
+	UPDATE {schema}.tasks t SET `+claimSet+`
+	WHERE id IN (SELECT id FROM picked)`, "t", "{task_columns}", "ORDER BY id"), "$status", "$2", "$epoch", "0", "$lease", "$3"))
 
 // ClaimTasksUnfenced starts up to limit pending tasks of every conversation,
 // oldest first, without any lease. Only the benchmarks' engine-loop

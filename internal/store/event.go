@@ -69,15 +69,13 @@ var (
 	qOldestAwaiting = define(`SELECT {task_columns} FROM {schema}.tasks
 		WHERE conversation_id = $1 AND status = 'sleeping' AND await_name = $2
 		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`)
-	qAwaitTask = define(`UPDATE {schema}.tasks
+	qAwaitTask = define(logged(`UPDATE {schema}.tasks t
 		SET status = $2, phase = $3, state = $4, await_name = $5, await_token = $6, wake_at = $7,
 		    wake_job_id = nullif($8::bigint, 0), sleep_seq = sleep_seq + 1, delivered = NULL,
 		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE id = $1 AND conversation_id = $9
-		RETURNING {task_columns}`)
-	qDeliverTask = define(`UPDATE {schema}.tasks SET status = $2, delivered = $3, updated_at = now()
-		WHERE id = $1 AND conversation_id = $4
-		RETURNING {task_columns}`)
+		WHERE t.id = $1 AND t.conversation_id = $9`, "t", "{task_columns}", ""))
+	qDeliverTask = define(logged(`UPDATE {schema}.tasks t SET status = $2, delivered = $3, updated_at = now()
+		WHERE t.id = $1 AND t.conversation_id = $4`, "t", "{task_columns}", ""))
 	qPendingAwaits = define(`SELECT {task_columns} FROM {schema}.tasks
 		WHERE conversation_id = $1 AND status = 'sleeping' AND await_name IS NOT NULL ORDER BY id`)
 	qTaskByAwaitToken = define(`SELECT {task_columns} FROM {schema}.tasks WHERE await_token = $1`)

@@ -194,30 +194,30 @@ var (
 	// statistics over a settled history (none running, waiting or
 	// completing) cannot plan a scan of a live-status index per row instead
 	// of the primary key (TestFlushKeepsItsPlansAfterASettledHistory).
-	qCompleteMany = define(`WITH v AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS v(id, token, result))
+	qCompleteMany = define(logged(`WITH v AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS v(id, token, result))
 		UPDATE {schema}.tasks t
 		SET status = $4, result = v.result::jsonb,
 		    settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass),
 		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		FROM v
 		WHERE t.id = v.id AND t.token = v.token AND t.status IS NOT DISTINCT FROM 'running' AND NOT t.abort_requested
-		  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = t.id AND NOT c.background AND c.status IN ({live}))
-		RETURNING t.id, coalesce(t.owner_task_id, 0)`)
+		  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = t.id AND NOT c.background AND c.status IN ({live}))`,
+		"t", "id, coalesce(owner_task_id, 0)", ""))
 
 	// Owners whose waits the settles satisfied: no waited child is live. (A
 	// fail_fast wait tripped by a child that did not complete is applied by
 	// that child's own settle, one by one.)
-	qWakeSatisfied = define(`UPDATE {schema}.tasks o SET status = $2, updated_at = now()
+	qWakeSatisfied = define(logged(`UPDATE {schema}.tasks o SET status = $2, updated_at = now()
 		WHERE o.id = ANY($1) AND o.status IS NOT DISTINCT FROM 'waiting'
-		  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = o.id AND c.id = ANY(o.wait_ids) AND c.status IN ({live}))
-		RETURNING o.id`)
+		  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = o.id AND c.id = ANY(o.wait_ids) AND c.status IN ({live}))`,
+		"o", "id", ""))
 
 	// Completing owners whose last live foreground child settled.
-	qCompleteHeld = define(`UPDATE {schema}.tasks o
+	qCompleteHeld = define(logged(`UPDATE {schema}.tasks o
 		SET status = $2, settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass), updated_at = now()
 		WHERE o.id = ANY($1) AND o.status IS NOT DISTINCT FROM 'completing'
-		  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = o.id AND NOT c.background AND c.status IN ({live}))
-		RETURNING o.id, coalesce(o.owner_task_id, 0)`)
+		  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = o.id AND NOT c.background AND c.status IN ({live}))`,
+		"o", "id, coalesce(owner_task_id, 0)", ""))
 
 	// The tasks of a batch's waits, locked, with what a wait checks.
 	qLockRunStates = define(`SELECT id, status, coalesce(token, 0), abort_requested FROM {schema}.tasks
@@ -228,13 +228,13 @@ var (
 
 	// Waits parked together: running → waiting with phase, state, policy
 	// and ids (as text, one array per row).
-	qWaitMany = define(`UPDATE {schema}.tasks t
+	qWaitMany = define(logged(`UPDATE {schema}.tasks t
 		SET status = $6, phase = v.phase, state = v.state::jsonb, wait_policy = v.policy, wait_ids = v.ids::bigint[],
 		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
 		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[]) AS v(id, phase, state, policy, ids)
-		WHERE t.id = v.id`)
+		WHERE t.id = v.id`, "t", "count(*)", ""))
 
-	qWakeMany = define(`UPDATE {schema}.tasks SET status = $2, updated_at = now() WHERE id = ANY($1)`)
+	qWakeMany = define(logged(`UPDATE {schema}.tasks t SET status = $2, updated_at = now() WHERE id = ANY($1)`, "t", "count(*)", ""))
 )
 
 // claimSQL is a node's claim in the conversations convs selects (see
@@ -261,7 +261,7 @@ var (
 // claim sent by a process resumed from a freeze before its fence fired,
 // whose run the taker would have counted as a restart).
 func claimSQL(convs string) string {
-	return expand(`WITH cand AS MATERIALIZED (
+	return expand(logged(`WITH cand AS MATERIALIZED (
 			SELECT t.id FROM (`+convs+`) cv
 			CROSS JOIN LATERAL (
 				SELECT t.id FROM {schema}.tasks t
@@ -280,8 +280,7 @@ func claimSQL(convs string) string {
 			  AND EXISTS (SELECT 1 FROM {schema}.holders h WHERE h.id = $1::bigint AND h.expires_at > now())
 			FOR NO KEY UPDATE OF t, c SKIP LOCKED)
 		UPDATE {schema}.tasks t SET `+claimSet+`
-		FROM picked WHERE t.id = picked.picked_id
-		RETURNING {run_columns}, pg_current_xact_id()::text::bigint`, "$gen", "$4", "$status", "$6", "$epoch", "picked.picked_epoch", "$lease", "$7")
+		FROM picked WHERE t.id = picked.picked_id`, "t", "{run_columns}, pg_current_xact_id()::text::bigint", "ORDER BY id"), "$gen", "$4", "$status", "$6", "$epoch", "picked.picked_epoch", "$lease", "$7")
 }
 
 // openedColumns are what an open returns of each conversation it took: its

@@ -54,21 +54,19 @@ const historyAppend = `error_history = (
 var (
 	// A sleep is sleep number sleep_seq + 1; its wake job ($6) is
 	// inserted first, for that number, so that the task is written once.
-	qSleepTask = define(`UPDATE {schema}.tasks
+	qSleepTask = define(logged(`UPDATE {schema}.tasks t
 		SET status = $2, phase = $3, state = $4, wake_at = $5, sleep_seq = sleep_seq + 1,
 		    wake_job_id = $6, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
 		    await_name = NULL, await_token = NULL, delivered = NULL
-		WHERE id = $1 AND conversation_id = $7
-		RETURNING {task_columns}`)
+		WHERE t.id = $1 AND t.conversation_id = $7`, "t", "{task_columns}", ""))
 
-	qRetryTask = define(`UPDATE {schema}.tasks
+	qRetryTask = define(logged(`UPDATE {schema}.tasks t
 		SET status = $2, error = $3, retries = retries + 1,
 		    wake_at = $4, sleep_seq = sleep_seq + 1,
 		    wake_job_id = $7, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
 		    await_name = NULL, await_token = NULL, delivered = NULL,
-		    ` + fmt.Sprintf(historyAppend, 5, 6) + `
-		WHERE id = $1 AND conversation_id = $8
-		RETURNING {task_columns}`)
+		    `+fmt.Sprintf(historyAppend, 5, 6)+`
+		WHERE t.id = $1 AND t.conversation_id = $8`, "t", "{task_columns}", ""))
 
 	qNotifySleep = define(`SELECT pg_notify($1, $2)`)
 

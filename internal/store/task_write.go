@@ -30,12 +30,11 @@ type InsertParams struct {
 }
 
 var (
-	qInsertTask = define(`INSERT INTO {schema}.tasks
+	qInsertTask = define(logged(`INSERT INTO {schema}.tasks AS t
 		(conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
 		 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace)
 		VALUES ($1, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''),
-		        $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12, $13)
-		RETURNING {task_columns}`)
+		        $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12, $13)`, "t", "{task_columns}", ""))
 
 	// A root task created in one statement, and its conversation on first
 	// use: the conversation row inserted (then no other transaction can
@@ -50,16 +49,17 @@ var (
 		locked AS (
 			SELECT id FROM {schema}.conversations WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM conv) FOR NO KEY UPDATE),
 		ready AS (SELECT id FROM conv UNION ALL SELECT id FROM locked),
-		ins AS (
-			INSERT INTO {schema}.tasks
+		w AS (
+			INSERT INTO {schema}.tasks AS t
 			(conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
 			 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace)
 			SELECT ready.id, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''),
 			       $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12::timestamptz, $13::jsonb
 			FROM ready
 			ON CONFLICT (conversation_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-			RETURNING {task_columns})
-		SELECT * FROM ins`)
+			RETURNING t.*),
+		logged AS (` + logStatus + `)
+		SELECT {task_columns} FROM w`)
 
 	qAnnounce = define(`SELECT pg_notify($1, c) FROM unnest($2::text[]) AS c`)
 
@@ -73,43 +73,37 @@ var (
 		WHERE id = $1 AND conversation_id = $4 AND token = $2 AND status = 'running' AND NOT abort_requested
 		RETURNING {task_columns}`)
 
-	qSettleTask = define(`UPDATE {schema}.tasks
+	qSettleTask = define(logged(`UPDATE {schema}.tasks t
 		SET status = $2, result = coalesce($3, result), error = coalesce($4, error),
 		    settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass),
 		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE id = $1 AND conversation_id = $5
-		RETURNING {task_columns}`)
+		WHERE t.id = $1 AND t.conversation_id = $5`, "t", "{task_columns}", ""))
 
 	// A failure settles with its error in the error history, in the same
 	// statement: a settled row can never be written again.
-	qSettleFailedTask = define(`UPDATE {schema}.tasks
+	qSettleFailedTask = define(logged(`UPDATE {schema}.tasks t
 		SET status = $2, error = $3,
 		    settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass),
 		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
-		    ` + fmt.Sprintf(historyAppend, 4, 5) + `
-		WHERE id = $1 AND conversation_id = $6
-		RETURNING {task_columns}`)
+		    `+fmt.Sprintf(historyAppend, 4, 5)+`
+		WHERE t.id = $1 AND t.conversation_id = $6`, "t", "{task_columns}", ""))
 
-	qHoldTask = define(`UPDATE {schema}.tasks
+	qHoldTask = define(logged(`UPDATE {schema}.tasks t
 		SET status = $2, result = $3, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE id = $1 AND conversation_id = $4
-		RETURNING {task_columns}`)
+		WHERE t.id = $1 AND t.conversation_id = $4`, "t", "{task_columns}", ""))
 
-	qWaitTask = define(`UPDATE {schema}.tasks
+	qWaitTask = define(logged(`UPDATE {schema}.tasks t
 		SET status = $2, phase = $3, state = $4, wait_policy = $5, wait_ids = $6,
 		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE id = $1 AND conversation_id = $7
-		RETURNING {task_columns}`)
+		WHERE t.id = $1 AND t.conversation_id = $7`, "t", "{task_columns}", ""))
 
-	qWakeTask = define(`UPDATE {schema}.tasks SET status = $2, updated_at = now()
-		WHERE id = $1 AND conversation_id = $3
-		RETURNING {task_columns}`)
+	qWakeTask = define(logged(`UPDATE {schema}.tasks t SET status = $2, updated_at = now()
+		WHERE t.id = $1 AND t.conversation_id = $3`, "t", "{task_columns}", ""))
 
-	qRecoverTasks = define(`UPDATE {schema}.tasks
+	qRecoverTasks = define(logged(`UPDATE {schema}.tasks t
 		SET status = $2, attempt = attempt + CASE WHEN $3 THEN 1 ELSE 0 END,
 		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE id = ANY($1) AND status = 'running'
-		RETURNING id`)
+		WHERE id = ANY($1) AND status = 'running'`, "t", "id", "ORDER BY id"))
 )
 
 func micros(d time.Duration) int64 { return d.Microseconds() }

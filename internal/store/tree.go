@@ -45,13 +45,12 @@ var (
 
 	// v's columns are named apart from the tasks', which RETURNING lists
 	// unqualified.
-	qSettleMany = define(`UPDATE {schema}.tasks t
+	qSettleMany = define(logged(`UPDATE {schema}.tasks t
 		SET status = v.to_status, settle_seq = v.seq, abort_requested = true,
 		    settled_at = now(), token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
 		    error = CASE WHEN t.id = ANY($4) THEN $5::jsonb ELSE t.error END
 		FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS v(task_id, to_status, seq)
-		WHERE t.id = v.task_id
-		RETURNING {task_columns}`)
+		WHERE t.id = v.task_id`, "t", "{task_columns}", "ORDER BY settle_seq"))
 )
 
 // settledStatusList is the settled statuses as an SQL list, for "status
