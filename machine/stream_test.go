@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -197,13 +198,31 @@ func TestDeadlines(t *testing.T) {
 			return context.Cause(ctx)
 		},
 	}, nil)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn", Deadline: time.Now().Add(300 * time.Millisecond)})
-	require.NoError(t, err)
-	waitUntil(t, "the turn to fail past its deadline", func() bool { return b.status(t, turn.ID) == arbortype.StatusFailed })
-	got := b.get(t, turn.ID)
-	require.Equal(t, "deadline_exceeded", got.Error.Code)
-	kids, err := b.engine.Children(b.ctx, turn.ID)
-	require.NoError(t, err)
+	// The deadline must pass while the turn waits on its tool: a machine
+	// busy enough to take longer than the deadline to run the turn at all
+	// fails it before it spawned anything (its handler never ran, which is
+	// right, but not what this test looks at). Then it tries again, in a
+	// conversation of its own, with twice the deadline.
+	var (
+		turn  arbortype.Task
+		kids  []arbortype.Task
+		convs []string
+	)
+	for wait := 300 * time.Millisecond; len(kids) == 0; wait *= 2 {
+		require.Less(t, wait, 20*time.Second, "the turn never spawned its tool before its deadline")
+		conv := fmt.Sprintf("%s-%d", b.conv, wait.Milliseconds())
+		if len(convs) == 0 {
+			conv = b.conv
+		}
+		convs = append(convs, conv)
+		var err error
+		turn, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", Deadline: time.Now().Add(wait)})
+		require.NoError(t, err)
+		waitUntil(t, "the turn to fail past its deadline", func() bool { return b.status(t, turn.ID) == arbortype.StatusFailed })
+		require.Equal(t, "deadline_exceeded", b.get(t, turn.ID).Error.Code)
+		kids, err = b.engine.Children(b.ctx, turn.ID)
+		require.NoError(t, err)
+	}
 	require.Len(t, kids, 1)
 	// Aborted when the tool had started by the deadline, orphaned when it
 	// had not (a busy machine can take longer than the deadline to start it):
@@ -214,7 +233,7 @@ func TestDeadlines(t *testing.T) {
 	require.NoError(t, err)
 	waitUntil(t, "the running task to fail past its deadline", func() bool { return b.status(t, slow.ID) == arbortype.StatusFailed })
 	require.Equal(t, "deadline_exceeded", b.get(t, slow.ID).Error.Code)
-	b.requireClean(t, b.conv+"-2")
+	b.requireClean(t, append(convs, b.conv+"-2")...)
 }
 
 // CompleteTx commits a run's completion with the handler's own rows, or
