@@ -13,7 +13,7 @@ import (
 
 // Violation is one breach of docs/design.md §4 found by the invariant checker.
 type Violation struct {
-	// Invariant is the number of the invariant in docs/design.md §4 (1–10); 0 for a
+	// Invariant is the number of the invariant in docs/design.md §4 (1–12); 0 for a
 	// consistency rule of the engine's own (documented in its Message).
 	Invariant      int
 	ConversationID string
@@ -54,7 +54,9 @@ func (v Violation) String() string {
 //     requeues the task.)
 //  9. a live task has attempt ≤ restart_limit; no two tasks hold one token;
 //  10. a budget's spent and reserved are exactly the sums of the closed and
-//     the open reservations of its scope's tasks.
+//     the open reservations of its scope's tasks;
+//  11. and 12., and the records' parts of 1 and 8: see recordViolations
+//     (events, the log, the holder, times, fork copies).
 //
 // Also (invariant 0, rules of the engine's own): a completing task has a
 // live foreground child (otherwise it should have completed), no live task
@@ -238,6 +240,12 @@ func (e *Engine) checkConversation(ctx context.Context, tx pgx.Tx, conv string) 
 		return nil, err
 	}
 	out = append(out, bv...)
+	// 1, 8, 11, 12: the records beside the tasks.
+	records, err := e.Store.CheckRecords(ctx, tx, conv)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, recordViolations(conv, all, byID, records)...)
 	slices.SortStableFunc(out, func(a, b Violation) int { return int(a.TaskID - b.TaskID) })
 	return out, nil
 }

@@ -1,11 +1,51 @@
 package store
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
 
 var (
 	qConversationIDs     = define(`SELECT id FROM {schema}.conversations ORDER BY id`)
 	qDuplicateLiveTokens = define(`SELECT token FROM {schema}.tasks
 		WHERE conversation_id = $1 AND token IS NOT NULL GROUP BY token HAVING count(*) > 1`)
+
+	// What the checker reads of the rows beside the tasks (docs/design.md
+	// §4, invariants 8, 11 and 12): rows a guard refuses to write, which
+	// only a write with the triggers off (or a bug of the guard) leaves.
+
+	// The conversation's holder as its row names it, the holders row it
+	// points at, and the database's clock.
+	qCheckHolder = define(`SELECT coalesce(c.holder, ''), coalesce(c.holder_id, 0), h.name, statement_timestamp()
+		FROM {schema}.conversations c LEFT JOIN {schema}.holders h ON h.id = c.holder_id
+		WHERE c.id = $1`)
+	// Tasks whose delivered is not what an await's wake writes: nothing,
+	// a bare timeout, or an event of the conversation delivered to the
+	// task, with its payload as emitted (fsm's deliveredRule, read).
+	qForgedDeliveries = define(`SELECT t.id FROM {schema}.tasks t
+		WHERE t.conversation_id = $1 AND t.delivered IS NOT NULL
+		  AND NOT ((coalesce(t.delivered->>'timed_out', '') = 'true' AND NOT (t.delivered ? 'event_id') AND NOT (t.delivered ? 'payload'))
+			OR CASE WHEN t.delivered->>'event_id' ~ '^[0-9]{1,18}$' THEN EXISTS (SELECT 1 FROM {schema}.events ev
+				WHERE ev.conversation_id = t.conversation_id AND ev.id = (t.delivered->>'event_id')::bigint
+				  AND ev.delivered_to = t.id AND ev.payload IS NOT DISTINCT FROM t.delivered->'payload') ELSE false END)
+		ORDER BY t.id`)
+	// Live tasks that claim to be a fork's copies (a fork copies settled
+	// tasks only).
+	qLiveForks = define(`SELECT id FROM {schema}.tasks
+		WHERE conversation_id = $1 AND forked_from IS NOT NULL AND status IN ({live}) ORDER BY id`)
+	qAllEvents = define(`SELECT ` + eventColumns + ` FROM {schema}.events WHERE conversation_id = $1 ORDER BY id`)
+	// Per task the log names: its newest status entry, and the names it
+	// was logged parked awaiting.
+	qLogByTask = define(`SELECT task_id,
+			coalesce((array_agg(status ORDER BY seq DESC) FILTER (WHERE kind = 'status'))[1], ''),
+			coalesce(array_agg(DISTINCT payload->>'await') FILTER (WHERE kind = 'status' AND status = 'sleeping' AND payload ? 'await'), '{}')
+		FROM {schema}.conversation_log WHERE conversation_id = $1 AND task_id IS NOT NULL
+		GROUP BY task_id ORDER BY task_id`)
+	// The events the log says were emitted.
+	qLoggedEvents = define(`SELECT DISTINCT (payload->>'event_id')::bigint FROM {schema}.conversation_log
+		WHERE conversation_id = $1 AND kind = 'event' AND payload->>'event_id' ~ '^[0-9]{1,18}$'`)
 )
 
 // ConversationIDs lists every conversation, in id order.
@@ -17,4 +57,72 @@ func (s *Store) ConversationIDs(ctx context.Context, db DB) ([]string, error) {
 // conversation (there must be none).
 func (s *Store) DuplicateTokens(ctx context.Context, db DB, conversationID string) ([]int64, error) {
 	return collect[int64](db.Query(ctx, s.sql[qDuplicateLiveTokens], conversationID))
+}
+
+// Records is what the invariant checker reads of a conversation's rows
+// beside its tasks: the records a forged write (with the triggers off)
+// can leave inconsistent.
+type Records struct {
+	// Holder and HolderID are the conversation row's; HolderRow is the
+	// name of the holders row HolderID names (nil: there is none).
+	Holder    string
+	HolderID  int64
+	HolderRow *string
+	// Now is the database's clock.
+	Now time.Time
+	// ForgedDeliveries are tasks whose delivered names no event delivered
+	// to them as emitted; LiveForks live tasks marked as a fork's copies.
+	ForgedDeliveries, LiveForks []int64
+	// Events are the conversation's events, ascending.
+	Events []Event
+	// LoggedEvents are the event ids the conversation's log has an emit
+	// entry for.
+	LoggedEvents []int64
+	// Logged is, per task id the log names, what it says of the task.
+	Logged []TaskLog
+}
+
+// TaskLog is what a conversation's log says of one task.
+type TaskLog struct {
+	TaskID int64
+	// Status is the newest status entry's status ("" if it has none).
+	Status string
+	// Awaited are the event names the task was logged parked awaiting.
+	Awaited []string
+}
+
+// CheckRecords reads the conversation's Records (in the caller's
+// snapshot).
+func (s *Store) CheckRecords(ctx context.Context, db DB, conv string) (Records, error) {
+	var r Records
+	if err := db.QueryRow(ctx, s.sql[qCheckHolder], conv).Scan(&r.Holder, &r.HolderID, &r.HolderRow, &r.Now); err != nil {
+		return Records{}, err
+	}
+	var err error
+	if r.ForgedDeliveries, err = collect[int64](db.Query(ctx, s.sql[qForgedDeliveries], conv)); err != nil {
+		return Records{}, err
+	}
+	if r.LiveForks, err = collect[int64](db.Query(ctx, s.sql[qLiveForks], conv)); err != nil {
+		return Records{}, err
+	}
+	rows, err := db.Query(ctx, s.sql[qAllEvents], conv)
+	if err != nil {
+		return Records{}, err
+	}
+	if r.Events, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) { return scanEvent(row) }); err != nil {
+		return Records{}, err
+	}
+	if r.LoggedEvents, err = collect[int64](db.Query(ctx, s.sql[qLoggedEvents], conv)); err != nil {
+		return Records{}, err
+	}
+	rows, err = db.Query(ctx, s.sql[qLogByTask], conv)
+	if err != nil {
+		return Records{}, err
+	}
+	r.Logged, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (TaskLog, error) {
+		var l TaskLog
+		err := row.Scan(&l.TaskID, &l.Status, &l.Awaited)
+		return l, err
+	})
+	return r, err
 }
