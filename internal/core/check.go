@@ -41,7 +41,8 @@ func (v Violation) String() string {
 //  2. a settled task has no run (no token, no lease) and, for each settled
 //     foreground child of a settled owner, the child settled first;
 //  3. a completed task has no live foreground child;
-//  4. a waiting task's wait names only its own children and is unsatisfied;
+//  4. a wait names only the task's own children (also once it ended), and
+//     a waiting task's wait is unsatisfied;
 //  5. a sleeping task has a wake time and exactly one live wake job for that
 //     sleep, and no wake job waits for a sleep that is over;
 //  6. no live foreground child has a settled owner;
@@ -194,7 +195,15 @@ func (e *Engine) checkConversation(ctx context.Context, tx pgx.Tx, conv string) 
 		if t.Status == arbortype.StatusCompleting && len(liveForeground) == 0 {
 			add(3, t.ID, "completing with no live foreground child: it should be completed")
 		}
-		// 4. a waiting task's wait is unsatisfied.
+		// 4. a wait (kept after it ends) names only the task's own
+		// children; a waiting task's wait is unsatisfied.
+		if t.Status != arbortype.StatusWaiting {
+			for _, id := range t.WaitIDs {
+				if c, ok := byID[id]; !ok || c.OwnerID != t.ID {
+					add(4, t.ID, "its wait named %d, which is not its child", id)
+				}
+			}
+		}
 		if t.Status == arbortype.StatusWaiting {
 			var waited []Task
 			for _, id := range t.WaitIDs {

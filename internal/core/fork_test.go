@@ -10,6 +10,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -257,3 +258,73 @@ func latestSettled(t *testing.T, b *bundle) int64 {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestGuardRefusesForkCopiesWaitingOnForeignTasks (issue 24): a fork's
+// copy waits only on its own copied children. The insert guard can refuse
+// only waited ids not above the copy's own (its children are inserted
+// after it); an id above it passed — one a task of another conversation
+// took, or none took — and the copy waited on a foreign task. The check
+// at commit (migration 023) refuses both; the fork's own copy passes.
+func TestGuardRefusesForkCopiesWaitingOnForeignTasks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	root := b.root(t, "turn")
+	b.lease(t)
+	run := b.start(t, root.ID)
+	child := b.child(t, run.ID, "tool")
+	_, err := b.engine.WaitForChildren(b.ctx, run.ID, run.Token, core.WaitParams{ChildIDs: []int64{child.ID}, Policy: arbortype.AllSettled})
+	require.NoError(t, err)
+	crun := b.start(t, child.ID)
+	_, err = b.engine.Complete(b.ctx, crun.ID, crun.Token, nil)
+	require.NoError(t, err)
+	run = b.start(t, root.ID)
+	done, err := b.engine.Complete(b.ctx, run.ID, run.Token, nil)
+	require.NoError(t, err)
+	require.Equal(t, []int64{child.ID}, done.WaitIDs)
+
+	s := b.schema
+	target := testdb.Conversation(t)
+	for _, taken := range []bool{true, false} {
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			// Two ids of the table's sequence: the copy's, and the one it
+			// claims to wait on.
+			var copyID, waited int64
+			if err := tx.QueryRow(b.ctx, `SELECT nextval(pg_get_serial_sequence('`+s+`.tasks', 'id')), nextval(pg_get_serial_sequence('`+s+`.tasks', 'id'))`).
+				Scan(&copyID, &waited); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(b.ctx, `INSERT INTO `+s+`.conversations (id) VALUES ($1)`, target); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(b.ctx, `INSERT INTO `+s+`.tasks (id, conversation_id, kind, status, background, input, phase, state, result, error,
+				attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, wait_ids, wake_at, sleep_seq, max_retries, retries,
+				settle_seq, created_at, started_at, settled_at, retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, trace, forked_from)
+				OVERRIDING SYSTEM VALUE
+				SELECT $1, $2, kind, status, background, input, phase, state, result, error,
+				attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, ARRAY[$3::bigint], wake_at, sleep_seq, max_retries, retries,
+				nextval('`+s+`.task_settle_seq'), created_at, started_at, settled_at, retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, trace, id
+				FROM `+s+`.tasks WHERE id = $4`, copyID, target, waited, done.ID); err != nil {
+				return err
+			}
+			if taken { // a fresh task of another conversation takes the id
+				_, err := tx.Exec(b.ctx, `INSERT INTO `+s+`.tasks (id, conversation_id, kind) OVERRIDING SYSTEM VALUE VALUES ($1, $2, 'k')`, waited, b.conv)
+				return err
+			}
+			return nil
+		})
+		requireSQLState(t, err, fsm.SQLStateFork)
+	}
+	_, err = b.engine.Conversation(b.ctx, target)
+	require.ErrorIs(t, err, tasks.ErrNotFound, "nothing written")
+
+	// The fork's own copy of the same turn passes.
+	forked, err := b.engine.Fork(b.ctx, tasks.ForkParams{ConversationID: b.conv, ThroughTurn: done.ID})
+	require.NoError(t, err)
+	copies, err := b.engine.ConversationTasks(b.ctx, forked.ConversationID)
+	require.NoError(t, err)
+	require.Len(t, copies, 2)
+	require.Equal(t, []int64{copies[1].ID}, copies[0].WaitIDs)
+	vs, err := b.engine.Check(b.ctx, forked.ConversationID)
+	require.NoError(t, err)
+	require.Empty(t, vs)
+}
