@@ -47,7 +47,9 @@ func (v Violation) String() string {
 //     sleep, and no wake job waits for a sleep that is over;
 //  6. no live foreground child has a settled owner;
 //  7. an owner is in the child's conversation and has a smaller id (the
-//     ownership graph is a forest);
+//     ownership graph is a forest); with no conversation given, every row
+//     of the tasks, events, log, budgets and reservations belongs to a
+//     conversation that exists;
 //  8. a running task has a token and a task lease deadline, and its run was
 //     started under the conversation's current lease: the conversation has
 //     a holder and its epoch is the run's. (An expired lease that nobody
@@ -70,14 +72,23 @@ func (e *Engine) Check(ctx context.Context, conversationIDs ...string) ([]Violat
 		}
 	}
 	ids := conversationIDs
+	var out []Violation
 	if len(ids) == 0 {
 		var err error
 		ids, err = Read(ctx, e, func(db store.DB) ([]string, error) { return e.Store.ConversationIDs(ctx, db) })
 		if err != nil {
 			return nil, fmt.Errorf("check: list conversations: %w", err)
 		}
+		// 7. every row belongs to a conversation that exists.
+		orphans, err := Read(ctx, e, func(db store.DB) ([]store.OrphanRows, error) { return e.Store.OrphanRows(ctx, db, maxOrphanGroups) })
+		if err != nil {
+			return nil, fmt.Errorf("check: rows of no conversation: %w", err)
+		}
+		for _, o := range orphans {
+			out = append(out, Violation{Invariant: 7, ConversationID: o.ConversationID,
+				Message: fmt.Sprintf("%d rows of %s name this conversation, which does not exist", o.Rows, o.Table)})
+		}
 	}
-	var out []Violation
 	for _, id := range ids {
 		vs, err := Read(ctx, e, func(store.DB) ([]Violation, error) {
 			var vs []Violation
@@ -95,6 +106,11 @@ func (e *Engine) Check(ctx context.Context, conversationIDs ...string) ([]Violat
 	}
 	return out, nil
 }
+
+// maxOrphanGroups bounds what Check reports of rows whose conversation
+// does not exist: one violation per table and conversation, at most this
+// many.
+const maxOrphanGroups = 1000
 
 func (e *Engine) checkConversation(ctx context.Context, tx pgx.Tx, conv string) ([]Violation, error) {
 	convRow, err := e.Store.GetConversation(ctx, tx, conv)

@@ -162,3 +162,46 @@ func TestCheckReportsForgedRecords(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckReportsRowsOfNoConversation (issue 24): rows written with the
+// triggers off (and so with no foreign key checked) that name a
+// conversation that does not exist are reported when the whole schema is
+// checked, one violation per table and conversation.
+func TestCheckReportsRowsOfNoConversation(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Fresh(t)
+	ctx := context.Background()
+	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
+	conv := testdb.Conversation(t)
+	_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	require.NoError(t, err)
+	vs, err := eng.Check(ctx)
+	require.NoError(t, err)
+	require.Empty(t, vs)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SET LOCAL session_replication_role = replica`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.tasks (conversation_id, kind) VALUES ('ghost', 'k')`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.events (conversation_id, name, queued) VALUES ('ghost', 'note', true)`)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+
+	vs, err = eng.Check(ctx)
+	require.NoError(t, err)
+	var got []string
+	for _, v := range vs {
+		if v.ConversationID == "ghost" {
+			require.Equal(t, 7, v.Invariant, v.String())
+			got = append(got, v.Message)
+		}
+	}
+	require.ElementsMatch(t, []string{"1 rows of events name this conversation, which does not exist",
+		"1 rows of tasks name this conversation, which does not exist"}, got)
+	// A check of named conversations does not look for them.
+	vs, err = eng.Check(ctx, conv)
+	require.NoError(t, err)
+	require.Empty(t, vs)
+}

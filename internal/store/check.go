@@ -43,6 +43,17 @@ var (
 			coalesce(array_agg(DISTINCT payload->>'await') FILTER (WHERE kind = 'status' AND status = 'sleeping' AND payload ? 'await'), '{}')
 		FROM {schema}.conversation_log WHERE conversation_id = $1 AND task_id IS NOT NULL
 		GROUP BY task_id ORDER BY task_id`)
+	// Rows that name a conversation that does not exist (a foreign key
+	// the triggers' being off let through; the log has none), by table
+	// and conversation.
+	qOrphanRows = define(`SELECT tbl, conversation_id, n FROM (
+			SELECT 'tasks' AS tbl, conversation_id, count(*) AS n FROM {schema}.tasks GROUP BY conversation_id
+			UNION ALL SELECT 'events', conversation_id, count(*) FROM {schema}.events GROUP BY conversation_id
+			UNION ALL SELECT 'conversation_log', conversation_id, count(*) FROM {schema}.conversation_log GROUP BY conversation_id
+			UNION ALL SELECT 'budgets', conversation_id, count(*) FROM {schema}.budgets GROUP BY conversation_id
+			UNION ALL SELECT 'budget_reservations', conversation_id, count(*) FROM {schema}.budget_reservations GROUP BY conversation_id) r
+		WHERE NOT EXISTS (SELECT 1 FROM {schema}.conversations c WHERE c.id = r.conversation_id)
+		ORDER BY conversation_id, tbl LIMIT $1`)
 	// The events the log says were emitted.
 	qLoggedEvents = define(`SELECT DISTINCT (payload->>'event_id')::bigint FROM {schema}.conversation_log
 		WHERE conversation_id = $1 AND kind = 'event' AND payload->>'event_id' ~ '^[0-9]{1,18}$'`)
@@ -125,4 +136,25 @@ func (s *Store) CheckRecords(ctx context.Context, db DB, conv string) (Records, 
 		return l, err
 	})
 	return r, err
+}
+
+// OrphanRows counts, per table and conversation, the rows that name a
+// conversation that does not exist (at most limit of them).
+type OrphanRows struct {
+	Table, ConversationID string
+	Rows                  int64
+}
+
+// OrphanRows lists the rows of arbor's tables whose conversation does not
+// exist, grouped by table and conversation, at most limit groups.
+func (s *Store) OrphanRows(ctx context.Context, db DB, limit int) ([]OrphanRows, error) {
+	rows, err := db.Query(ctx, s.sql[qOrphanRows], limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (OrphanRows, error) {
+		var o OrphanRows
+		err := row.Scan(&o.Table, &o.ConversationID, &o.Rows)
+		return o, err
+	})
 }
