@@ -21,8 +21,9 @@ const futureSlack = time.Minute
 // session_replication_role, a restore) can leave wrong where the other
 // invariants do not look.
 //
-//   - 1: a task's times are not in the future; a settle number is
-//     positive; a fork's copy (forked_from) is settled.
+//   - 1: a task's times, and its conversation's birth, are not in the
+//     future; a settle number is positive; a fork's copy (forked_from) is
+//     settled.
 //   - 8: the conversation's holder is a row of the holders table of that
 //     name (holder and holder_id set together).
 //   - 11: every event is in the log (an emit wrote it), names only tasks
@@ -32,8 +33,8 @@ const futureSlack = time.Minute
 //     delivered to it, with the payload emitted; a task parked in an
 //     await carries no delivery.
 //   - 12: every log entry that names a task names one of its conversation,
-//     and each task's newest status entry is its status (every status
-//     change is logged).
+//     none is stamped in the future, and each task's newest status entry
+//     is its status (every status change is logged).
 func recordViolations(conv string, all []Task, byID map[int64]*Task, r store.Records) []Violation {
 	var out []Violation
 	add := func(inv int, id int64, format string, args ...any) {
@@ -52,6 +53,9 @@ func recordViolations(conv string, all []Task, byID map[int64]*Task, r store.Rec
 
 	// 1. times, settle numbers, fork copies.
 	limit := r.Now.Add(futureSlack)
+	if r.Created.After(limit) {
+		add(1, 0, "the conversation's created_at %s is after the database's clock (%s)", r.Created.UTC().Format(time.RFC3339), r.Now.UTC().Format(time.RFC3339))
+	}
 	for i := range all {
 		t := &all[i]
 		for _, at := range []struct {
@@ -75,6 +79,9 @@ func recordViolations(conv string, all []Task, byID map[int64]*Task, r store.Rec
 	}
 
 	// 12. the log.
+	for _, seq := range r.FutureLog {
+		add(12, 0, "log entry %d is stamped after the database's clock (%s)", seq, r.Now.UTC().Format(time.RFC3339))
+	}
 	logged := make(map[int64]store.TaskLog, len(r.Logged))
 	for _, l := range r.Logged {
 		logged[l.TaskID] = l

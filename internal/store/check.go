@@ -18,7 +18,7 @@ var (
 
 	// The conversation's holder as its row names it, the holders row it
 	// points at, and the database's clock.
-	qCheckHolder = define(`SELECT coalesce(c.holder, ''), coalesce(c.holder_id, 0), h.name, statement_timestamp()
+	qCheckHolder = define(`SELECT coalesce(c.holder, ''), coalesce(c.holder_id, 0), h.name, statement_timestamp(), c.created_at
 		FROM {schema}.conversations c LEFT JOIN {schema}.holders h ON h.id = c.holder_id
 		WHERE c.id = $1`)
 	// Tasks whose delivered is not what an await's wake writes: nothing,
@@ -54,6 +54,10 @@ var (
 			UNION ALL SELECT 'budget_reservations', conversation_id, count(*) FROM {schema}.budget_reservations GROUP BY conversation_id) r
 		WHERE NOT EXISTS (SELECT 1 FROM {schema}.conversations c WHERE c.id = r.conversation_id)
 		ORDER BY conversation_id, tbl LIMIT $1`)
+	// Log entries stamped more than $2 microseconds after the database's
+	// clock (the first ten).
+	qFutureLog = define(`SELECT seq FROM {schema}.conversation_log
+		WHERE conversation_id = $1 AND at > statement_timestamp() + $2 * interval '1 microsecond' ORDER BY seq LIMIT 10`)
 	// The events the log says were emitted.
 	qLoggedEvents = define(`SELECT DISTINCT (payload->>'event_id')::bigint FROM {schema}.conversation_log
 		WHERE conversation_id = $1 AND kind = 'event' AND payload->>'event_id' ~ '^[0-9]{1,18}$'`)
@@ -79,8 +83,11 @@ type Records struct {
 	Holder    string
 	HolderID  int64
 	HolderRow *string
-	// Now is the database's clock.
-	Now time.Time
+	// Now is the database's clock; Created the conversation's birth.
+	Now, Created time.Time
+	// FutureLog are log entries (seq) stamped after Now by more than the
+	// slack CheckRecords was given (at most ten).
+	FutureLog []int64
 	// ForgedDeliveries are tasks whose delivered names no event delivered
 	// to them as emitted; LiveForks live tasks marked as a fork's copies.
 	ForgedDeliveries, LiveForks []int64
@@ -103,13 +110,17 @@ type TaskLog struct {
 }
 
 // CheckRecords reads the conversation's Records (in the caller's
-// snapshot).
-func (s *Store) CheckRecords(ctx context.Context, db DB, conv string) (Records, error) {
+// snapshot); slack is how far past the database's clock a log entry's time
+// may be.
+func (s *Store) CheckRecords(ctx context.Context, db DB, conv string, slack time.Duration) (Records, error) {
 	var r Records
-	if err := db.QueryRow(ctx, s.sql[qCheckHolder], conv).Scan(&r.Holder, &r.HolderID, &r.HolderRow, &r.Now); err != nil {
+	if err := db.QueryRow(ctx, s.sql[qCheckHolder], conv).Scan(&r.Holder, &r.HolderID, &r.HolderRow, &r.Now, &r.Created); err != nil {
 		return Records{}, err
 	}
 	var err error
+	if r.FutureLog, err = collect[int64](db.Query(ctx, s.sql[qFutureLog], conv, slack.Microseconds())); err != nil {
+		return Records{}, err
+	}
 	if r.ForgedDeliveries, err = collect[int64](db.Query(ctx, s.sql[qForgedDeliveries], conv)); err != nil {
 		return Records{}, err
 	}
