@@ -60,8 +60,7 @@ func TestHostileText(t *testing.T) {
 	require.NoError(t, err)
 	victim := create(0, "victim\u009b2J")
 	cancelled := create(0, "cancelled\x1b\\")
-	_, err = b.pool.Exec(b.ctx, setHolder(b.schema, "$3"), b.conv, "node\x1b]8;;http://evil\x07", "2100-01-01T00:00:00Z")
-	require.NoError(t, err)
+	b.setHolder(t, b.conv, "node\x1b]8;;http://evil\x07", "2100-01-01T00:00:00Z")
 	require.Equal(t, []int64{1, 2, 3, 4}, []int64{turn.ID, tool.ID, victim.ID, cancelled.ID})
 
 	printed := func(r result) string {

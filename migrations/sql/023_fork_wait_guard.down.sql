@@ -1,2 +1,0 @@
-DROP TRIGGER fork_wait_guard ON {schema}.tasks;
-DROP FUNCTION {schema}.fork_wait_guard();
