@@ -202,8 +202,12 @@ BEGIN
             RAISE EXCEPTION 'arbor: task % is not a faithful fork of task %: (NEW.wait_ids IS NULL OR NOT EXISTS (SELECT 1 FROM unnest(NEW.wait_ids) w(id) WHERE w.id <= NEW.id)) does not hold', NEW.id, NEW.forked_from
                 USING ERRCODE = 'AB008';
         END IF;
-        IF NOT (cardinality(NEW.wait_ids) IS NOT DISTINCT FROM cardinality(src.wait_ids)) THEN
-            RAISE EXCEPTION 'arbor: task % is not a faithful fork of task %: cardinality(NEW.wait_ids) IS NOT DISTINCT FROM cardinality(src.wait_ids) does not hold', NEW.id, NEW.forked_from
+        IF NOT ((NEW.wait_ids IS NULL) = (src.wait_ids IS NULL)) THEN
+            RAISE EXCEPTION 'arbor: task % is not a faithful fork of task %: (NEW.wait_ids IS NULL) = (src.wait_ids IS NULL) does not hold', NEW.id, NEW.forked_from
+                USING ERRCODE = 'AB008';
+        END IF;
+        IF NOT (coalesce(cardinality(NEW.wait_ids), 0) <= coalesce(cardinality(src.wait_ids), 0)) THEN
+            RAISE EXCEPTION 'arbor: task % is not a faithful fork of task %: coalesce(cardinality(NEW.wait_ids), 0) <= coalesce(cardinality(src.wait_ids), 0) does not hold', NEW.id, NEW.forked_from
                 USING ERRCODE = 'AB008';
         END IF;
         IF NOT ((NEW.delivered - 'event_id') IS NOT DISTINCT FROM (src.delivered - 'event_id')) THEN
