@@ -252,7 +252,7 @@ func ForkRules() []string {
 		// A waited background child still live is not copied (a fork
 		// copies settled tasks), so the copy may wait on fewer. That they
 		// are exactly the copies of its source's waited children is
-		// checked at the commit, once they are in (migration 023,
+		// checked at the commit, once they are in (migration 024,
 		// fork_wait_guard).
 		"(NEW.wait_ids IS NULL OR NOT EXISTS (SELECT 1 FROM unnest(NEW.wait_ids) w(id) WHERE w.id <= NEW.id))",
 		"(NEW.wait_ids IS NULL) = (src.wait_ids IS NULL)",

@@ -169,13 +169,13 @@ func (b *bundle) corrupt(t *testing.T, sql string, args ...any) {
 	t.Helper()
 	tbl := pgx.Identifier{b.schema, "tasks"}.Sanitize()
 	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(b.ctx, `ALTER TABLE `+tbl+` DISABLE TRIGGER task_guard`); err != nil {
+		if _, err := tx.Exec(b.ctx, `ALTER TABLE `+tbl+` DISABLE TRIGGER task_guard; ALTER TABLE `+tbl+` DISABLE TRIGGER "Arbor_task_guard_update"`); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(b.ctx, strings.ReplaceAll(sql, "{tasks}", tbl), args...); err != nil {
 			return err
 		}
-		_, err := tx.Exec(b.ctx, `ALTER TABLE `+tbl+` ENABLE TRIGGER task_guard`)
+		_, err := tx.Exec(b.ctx, `ALTER TABLE `+tbl+` ENABLE TRIGGER task_guard; ALTER TABLE `+tbl+` ENABLE TRIGGER "Arbor_task_guard_update"`)
 		return err
 	})
 	require.NoError(t, err)

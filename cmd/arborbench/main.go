@@ -1,7 +1,10 @@
 // Command arborbench runs arbor's side-by-side benchmarks (issue 6): each
-// scenario at three sizes, against the plain-SQL ceiling, River and DBOS
-// Transact Go, measured in the same run on the same PostgreSQL. It prints a
-// table per scenario and the peak memory, and writes the results as JSON.
+// scenario at its sizes, against the plain-SQL ceiling, River and DBOS
+// Transact Go, measured in the same run on the same PostgreSQL, the subjects
+// interleaved in rounds (--reps, default 5). It prints a table per scenario,
+// each ratio as the median of its per-round ratios with their range and the
+// CPU per task beside it, and the peak memory, and writes the results as
+// JSON, every round's figures included.
 // With --soak it runs the soak instead (issue 14): a Runner under a steady
 // load for minutes while prune runs, the tables sampled every interval, and
 // a verdict on whether they stayed flat (exit status 1 when not).
@@ -50,7 +53,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 		only    = fs.String("only", "", "run only these scenarios, e.g. 'a,c' (default all)")
 		conns   = fs.Int("conns", bench.ConnsDefault, "connections for every subject, and workers of the claim loops")
 		batch   = fs.Int("claim-batch", bench.ClaimBatchDefault, "tasks per claim, for arbor's engine loop and the ceiling")
-		reps    = fs.Int("reps", bench.RepsDefault, "runs of each subject at each size, the subjects taking turns; each keeps its fastest")
 		out     = fs.String("json", bench.JSONPathDefault, "write the results here as JSON ('' for none)")
 		dbosDir = fs.String("dbos-dir", bench.DBOSDirDefault, "the internal/bench/dbos module ('' leaves DBOS out)")
 		verbose = fs.Bool("v", false, "log progress to stderr")
@@ -69,6 +71,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		soakOlderThan  = fs.Duration("soak-prune-older-than", 0, "soak: prune with the harness's own loop of Engine.Prune(OlderThan) instead of the periodic job (default: the job)")
 		soakThink      = fs.Duration("soak-think-time", bench.SoakThinkTimeDefault, "soak: the longest a conversation waits between a turn and its next")
 	)
+	var rounds int
+	roundsUsage := "rounds at each size: in each every subject runs once, in an order that changes from round to round; " +
+		"figures are the medians over the rounds, ratios the median of the per-round ratios with their range"
+	fs.IntVar(&rounds, "reps", bench.RoundsDefault, roundsUsage)
+	fs.IntVar(&rounds, "rounds", bench.RoundsDefault, "the same as --reps")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: arborbench [flags]\n\nScenarios:\n")
 		for _, s := range bench.Scenarios() {
@@ -110,7 +117,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}, path, stdout)
 	}
 	opts := bench.Options{
-		DatabaseURL: *url, Quick: *quick, Conns: *conns, ClaimBatch: *batch, Reps: *reps,
+		DatabaseURL: *url, Quick: *quick, Conns: *conns, ClaimBatch: *batch, Rounds: rounds,
 		DBOSDir: *dbosDir, Out: stdout, RunTimeout: *timeout,
 		RunnerPollInterval: *poll,
 	}

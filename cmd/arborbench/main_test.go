@@ -22,6 +22,8 @@ func TestArgsRefused(t *testing.T) {
 		"unknown size": {[]string{"--database-url", "postgres://nowhere.invalid/x", "--sizes", "z=10"}, `no scenario "z"`},
 		"bad size":     {[]string{"--database-url", "postgres://nowhere.invalid/x", "--sizes", "b=10"}, "PxC"},
 		"unknown only": {[]string{"--database-url", "postgres://nowhere.invalid/x", "--only", "a,q"}, `no scenario "q"`},
+		"rounds":       {[]string{"--database-url", "postgres://nowhere.invalid/x", "--rounds", "-1"}, "Options.Rounds"},
+		"reps":         {[]string{"--database-url", "postgres://nowhere.invalid/x", "--reps", "-2"}, "Options.Rounds"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -37,7 +39,7 @@ func TestHelpListsScenarios(t *testing.T) {
 	var out, errOut bytes.Buffer
 	err := run([]string{"--help"}, &out, &errOut)
 	require.True(t, errors.Is(err, flag.ErrHelp))
-	for _, want := range []string{"flat", "fan-out", "abort", "reconcile_on_open", "wake lateness", "-quick", "-sizes", "-leave", "-run-timeout", "child settles", "budget reservation", "-soak", "-soak-duration"} {
+	for _, want := range []string{"flat", "fan-out", "abort", "reconcile_on_open", "wake lateness", "-quick", "-sizes", "-leave", "-run-timeout", "child settles", "budget reservation", "-soak", "-soak-duration", "-reps", "-rounds", "median"} {
 		require.Contains(t, errOut.String(), want)
 	}
 }

@@ -16,10 +16,11 @@ import (
 	"github.com/arborhq/arbor/internal/testdb"
 )
 
-// TestRunTiny runs every scenario at tiny sizes against the real database,
-// DBOS left out (building it takes longer than the whole test should): each
-// runnable subject must produce a figure, the pending scenarios must say
-// why, and the JSON must read back.
+// TestRunTiny runs every scenario at tiny sizes in two rounds against the
+// real database, DBOS left out (building it takes longer than the whole
+// test should): each runnable subject must produce a figure in each of its
+// rounds, each ratio one per round, the pending scenarios must say why, and
+// the JSON must read back.
 func TestRunTiny(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
@@ -27,20 +28,20 @@ func TestRunTiny(t *testing.T) {
 		DatabaseURL: testdb.URL(t),
 		Conns:       4,
 		ClaimBatch:  7,
-		Reps:        1,
+		Rounds:      2,
 		Sizes: map[string][]string{
-			"a": {"10", "20", "30"},
-			"b": {"2x3", "3x4", "1x10"},
-			"c": {"10", "40", "13"},
-			"d": {"10", "40", "13"},
-			"e": {"5", "10", "20"},
-			"f": {"3", "6", "10"},
-			"g": {"3", "5", "4"},
-			"h": {"2x2", "3x2", "2x3"},
-			"i": {"3", "5", "4"},
-			"j": {"3", "5", "4"},
-			"k": {"3", "5", "4"},
-			"l": {"10", "20", "30"},
+			"a": {"10", "30"},
+			"b": {"2x3", "1x10"},
+			"c": {"10", "40"},
+			"d": {"10", "13"},
+			"e": {"5", "20"},
+			"f": {"3", "10"},
+			"g": {"3", "5"},
+			"h": {"2x2", "2x3"},
+			"i": {"3", "5"},
+			"j": {"3", "4"},
+			"k": {"3", "5"},
+			"l": {"10", "30"},
 		},
 		// River alone wakes a sleep only when it promotes its scheduled
 		// job, every ~5 s: seconds per size, too slow for the smoke test.
@@ -61,9 +62,15 @@ func TestRunTiny(t *testing.T) {
 			require.Contains(t, out.String(), s.Pending)
 			continue
 		}
-		require.Len(t, s.Sizes, 3, s.Key)
+		require.Len(t, s.Sizes, 2, s.Key)
+		def := scenario(s.Key)
 		for _, sr := range s.Sizes {
-			for _, r := range sr.Subjects {
+			wantRounds := 2
+			if def.MaxRounds > 0 {
+				wantRounds = min(wantRounds, def.MaxRounds)
+			}
+			require.Equal(t, wantRounds, sr.Rounds, s.Key)
+			for k, r := range sr.Subjects {
 				if r.Key == "dbos" {
 					require.Contains(t, r.Unavailable, "not run", "DBOS is left out, and says so")
 					continue
@@ -76,10 +83,20 @@ func TestRunTiny(t *testing.T) {
 				require.NotNil(t, r.Measurement, "%s %s %s", s.Key, r.Key, sr.Size.Spec)
 				require.Equal(t, sr.Size.Tasks, r.Measurement.Tasks)
 				require.Positive(t, r.TasksPerSec)
+				subRounds := wantRounds
+				if capped := def.Subjects[k].MaxRounds; capped > 0 {
+					subRounds = min(subRounds, capped)
+				}
+				require.Len(t, r.Rounds, subRounds, "%s %s %s", s.Key, r.Key, sr.Size.Spec)
+				for i, round := range r.Rounds {
+					require.Equal(t, i+1, round.Round)
+					require.Positive(t, round.TasksPerSec)
+					require.Equal(t, sr.Size.Tasks, round.Measurement.Tasks)
+				}
 				require.Positive(t, r.Measurement.Statements, "%s %s: statements counted", s.Key, r.Key)
 				require.Positive(t, r.Measurement.XIDs, "%s %s: transaction ids counted", s.Key, r.Key)
 				require.Positive(t, r.Measurement.Commits, "%s %s: commits counted", s.Key, r.Key)
-				if def := scenario(s.Key); def.Metric == bench.Latency {
+				if def.Metric == bench.Latency {
 					// (f) notes no latency for a parent whose child had
 					// settled before it waited.
 					require.NotEmpty(t, r.Measurement.Latencies, "%s %s", s.Key, r.Key)
@@ -97,7 +114,12 @@ func TestRunTiny(t *testing.T) {
 		for _, a := range s.Sizes[0].Subjects {
 			for _, b := range s.Sizes[0].Subjects {
 				if subjects[a.Key].Compared(subjects[b.Key]) && b.Unavailable == "" {
-					require.Positive(t, a.Ratios[b.Key], "%s: ratio of %s to %s", s.Key, a.Key, b.Key)
+					ratio := a.Ratios[b.Key]
+					require.Positive(t, ratio.Median, "%s: ratio of %s to %s", s.Key, a.Key, b.Key)
+					require.Len(t, ratio.Values, min(len(a.Rounds), len(b.Rounds)), "%s: one ratio per round of both", s.Key)
+					require.LessOrEqual(t, ratio.Min, ratio.Median)
+					require.GreaterOrEqual(t, ratio.Max, ratio.Median)
+					require.Contains(t, out.String(), a.Key+"÷"+b.Key)
 				}
 			}
 		}
@@ -105,6 +127,7 @@ func TestRunTiny(t *testing.T) {
 	require.Positive(t, rep.PeakRSSBytes)
 	require.Contains(t, out.String(), "(a) flat")
 	require.Contains(t, out.String(), "peak memory")
+	require.Contains(t, out.String(), "median (min–max)")
 
 	path := filepath.Join(t.TempDir(), "results.json")
 	require.NoError(t, rep.WriteJSON(path))
@@ -112,7 +135,9 @@ func TestRunTiny(t *testing.T) {
 	require.NoError(t, err)
 	var back bench.Report
 	require.NoError(t, json.Unmarshal(raw, &back))
-	require.Equal(t, rep.Scenarios[0].Sizes[2].Subjects[0].TasksPerSec, back.Scenarios[0].Sizes[2].Subjects[0].TasksPerSec)
+	require.Equal(t, rep.Scenarios[0].Sizes[1].Subjects[0].TasksPerSec, back.Scenarios[0].Sizes[1].Subjects[0].TasksPerSec)
+	require.Equal(t, rep.Scenarios[0].Sizes[1].Subjects[0].Rounds[1].TasksPerSec, back.Scenarios[0].Sizes[1].Subjects[0].Rounds[1].TasksPerSec)
+	require.Equal(t, rep.Scenarios[0].Sizes[1].Subjects[0].Ratios["river"], back.Scenarios[0].Sizes[1].Subjects[0].Ratios["river"])
 
 	// Every run dropped its schema.
 	pool := testdb.NewPool(t)

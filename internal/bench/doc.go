@@ -1,13 +1,18 @@
 // Package bench is arbor's side-by-side benchmark harness (issue 6): it runs
-// each scenario at three sizes against arbor and against baselines measured in
-// the same run on the same PostgreSQL — the plain-SQL ceiling, River, and DBOS
-// Transact Go (a separate module under internal/bench/dbos, run as a
-// subprocess) — and reports arbor's figure, each baseline's, their ratio and
-// the cost per task at each size, as a table and as JSON.
+// each scenario at its sizes (two per throughput scenario by default)
+// against arbor and against baselines measured in the same run on the same
+// PostgreSQL — the plain-SQL ceiling, River, and DBOS Transact Go (a
+// separate module under internal/bench/dbos, run as a subprocess) — and
+// reports arbor's figure, each baseline's, their ratio and the cost per
+// task at each size, as a table and as JSON.
 //
 // A performance claim about arbor counts only as such a ratio: the
 // development machines are too noisy for absolute figures to mean much
-// from one run to the next.
+// from one run to the next. So the subjects of a scenario run interleaved
+// in rounds (every subject once per round, in an order that changes from
+// round to round), each ratio is computed per round from the two runs of
+// that round, and the table shows the median of the per-round ratios with
+// their range (rounds.go).
 //
 // Every run of a subject (one implementation at one size) gets a fresh,
 // migrated schema that is dropped afterwards, so no run sees another's rows

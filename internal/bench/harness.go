@@ -20,7 +20,7 @@ import (
 const (
 	ConnsDefault      = 8
 	ClaimBatchDefault = 100
-	RepsDefault       = 3
+	RoundsDefault     = 5
 	JSONPathDefault   = "bench-results.json"
 	DBOSDirDefault    = "internal/bench/dbos"
 	RunTimeoutDefault = 5 * time.Minute
@@ -45,10 +45,13 @@ type Options struct {
 	Sizes map[string][]string
 	// Only limits the run to these scenario keys; empty runs all.
 	Only []string
-	// Reps runs every subject this many times at each size, the subjects
-	// taking turns, and keeps each one's fastest run (the least disturbed
-	// by the machine's noise). Default RepsDefault (3).
-	Reps int
+	// Rounds is how many rounds the subjects of a scenario run in at each
+	// size: in each round every subject runs once, in an order that changes
+	// from round to round, and each figure and ratio is reported as its
+	// median over the rounds, each ratio with its range (computed per
+	// round: both sides of a ratio from the same round). Default
+	// RoundsDefault (5). A scenario or subject with MaxRounds runs in fewer.
+	Rounds int
 	// DBOSDir is the internal/bench/dbos module; "" or a missing directory
 	// leaves DBOS out of the run, saying so in the table. Default
 	// DBOSDirDefault when Options come from the command line.
@@ -81,8 +84,8 @@ func (o *Options) withDefaults() *Options {
 	if out.ClaimBatch == 0 {
 		out.ClaimBatch = ClaimBatchDefault
 	}
-	if out.Reps == 0 {
-		out.Reps = RepsDefault
+	if out.Rounds == 0 {
+		out.Rounds = RoundsDefault
 	}
 	if out.WakeSpread == 0 {
 		out.WakeSpread = WakeSpreadDefault
@@ -112,8 +115,8 @@ func (o *Options) validate() error {
 	if o.WakeSpread < 0 {
 		return fmt.Errorf("Options.WakeSpread: %s is negative", o.WakeSpread)
 	}
-	if o.Reps < 1 {
-		return fmt.Errorf("Options.Reps: %d is below 1", o.Reps)
+	if o.Rounds < 1 {
+		return fmt.Errorf("Options.Rounds: %d is below 1", o.Rounds)
 	}
 	known := map[string]bool{}
 	for _, s := range Scenarios() {
@@ -195,11 +198,12 @@ type Subject struct {
 	Versus []string
 	// Label heads its column in the table.
 	Label string
-	// Reps, when above 0, caps Options.Reps for this subject, and MaxTasks,
-	// when above 0, leaves it out of sizes of more tasks (saying so): for a
-	// subject so slow that best-of-three at every size would take the run
-	// past its budget.
-	Reps, MaxTasks int
+	// MaxRounds, when above 0, caps Options.Rounds for this subject (it
+	// runs in the first MaxRounds rounds only, and its ratios come from
+	// those), and MaxTasks, when above 0, leaves it out of sizes of more
+	// tasks (saying so): for a subject so slow that every round at every
+	// size would take the run past its budget.
+	MaxRounds, MaxTasks int
 	// Timeout, when above Options.RunTimeout, bounds this subject's run
 	// instead: for one whose untimed set-up (scenario (l)'s history) takes
 	// minutes.
@@ -223,7 +227,7 @@ const (
 	Latency
 )
 
-// Scenario is one benchmark: subjects compared at three sizes.
+// Scenario is one benchmark: subjects compared at each of its sizes.
 type Scenario struct {
 	Key   string // "a", "b", …: the name --only and --sizes use
 	Title string
@@ -240,10 +244,11 @@ type Scenario struct {
 	// SizeForm documents the spec form, for --help and errors.
 	SizeForm  string
 	ParseSize func(spec string) (Size, error)
-	// Reps, when above 0, caps Options.Reps for this scenario: a latency
-	// scenario runs once, since keeping the fastest run would keep the
-	// luckiest latencies.
-	Reps int
+	// MaxRounds, when above 0, caps Options.Rounds for this scenario: a
+	// latency scenario runs once per size, its percentiles already taken
+	// over many events, and rounds would multiply the seconds each run
+	// waits on timers.
+	MaxRounds int
 	// Subjects are measured in this order at each size.
 	Subjects []Subject
 	// Pending, when not empty, says why the scenario cannot run yet; the

@@ -31,7 +31,10 @@ type ReportOptions struct {
 	Conns      int  `json:"conns"`
 	ClaimBatch int  `json:"claim_batch"`
 	Quick      bool `json:"quick"`
-	Reps       int  `json:"reps"`
+	// Rounds is Options.Rounds: how many rounds the throughput scenarios'
+	// subjects ran in at each size (a scenario or subject capped by
+	// MaxRounds ran in fewer).
+	Rounds int `json:"rounds"`
 }
 
 // ScenarioResult is one scenario's results at each of its sizes.
@@ -46,17 +49,16 @@ type ScenarioResult struct {
 
 // SizeResult is every subject's result at one size.
 type SizeResult struct {
-	Size     Size            `json:"size"`
+	Size Size `json:"size"`
+	// Rounds is the number of rounds run at this size (the scenario's cap
+	// applied); each subject's Rounds says which it ran in.
+	Rounds   int             `json:"rounds"`
 	Subjects []SubjectResult `json:"subjects"`
 }
 
-// SubjectResult is one subject's result at one size.
-type SubjectResult struct {
-	Key         string       `json:"key"`
-	Label       string       `json:"label"`
-	Unavailable string       `json:"unavailable,omitempty"`
-	Error       string       `json:"error,omitempty"`
-	Measurement *Measurement `json:"measurement,omitempty"`
+// Figures are what one run measured, per task, or their medians over the
+// rounds.
+type Figures struct {
 	// TasksPerSec and MicrosPerTask are the throughput figures.
 	TasksPerSec   float64 `json:"tasks_per_sec,omitempty"`
 	MicrosPerTask float64 `json:"micros_per_task,omitempty"`
@@ -74,37 +76,83 @@ type SubjectResult struct {
 	// measured).
 	ClientCPUMicrosPerTask float64 `json:"client_cpu_micros_per_task,omitempty"`
 	ServerCPUMicrosPerTask float64 `json:"server_cpu_micros_per_task,omitempty"`
-	// Ratios, for an arbor subject, are its tasks/s divided by each
-	// baseline's, by the baseline's key: above 1, arbor is faster. A
-	// baseline without a figure has no entry.
-	Ratios map[string]float64 `json:"ratios,omitempty"`
 }
 
-func (r *SubjectResult) fill(metric Metric, m *Measurement) {
-	r.Measurement = m
+// RoundResult is one subject's run in one round.
+type RoundResult struct {
+	// Round numbers the round, from 1; Position is the place the subject
+	// ran at in it, from 1.
+	Round    int `json:"round"`
+	Position int `json:"position"`
+	Figures
+	Measurement *Measurement `json:"measurement"`
+}
+
+// SubjectResult is one subject's result at one size: its run in each
+// round, and the medians over them.
+type SubjectResult struct {
+	Key         string `json:"key"`
+	Label       string `json:"label"`
+	Unavailable string `json:"unavailable,omitempty"`
+	// Error is why a run failed. A failed run voids the subject's figures
+	// at this size (Rounds is then empty): a median that skipped failures
+	// would flatter it.
+	Error string `json:"error,omitempty"`
+	// Figures are each figure's median over Rounds.
+	Figures
+	// Measurement is the run of the median round (by tasks/s; by p99 for a
+	// latency scenario), whose phases and note the table shows.
+	Measurement *Measurement `json:"measurement,omitempty"`
+	// Rounds are the subject's runs, in round order.
+	Rounds []RoundResult `json:"rounds,omitempty"`
+	// Ratios, for an arbor subject, are its tasks/s divided by each
+	// baseline's, by the baseline's key, computed per round from the two
+	// runs of that round (above 1, arbor is faster). A baseline without a
+	// round in common has no entry.
+	Ratios map[string]Spread `json:"ratios,omitempty"`
+}
+
+// figuresOf returns the per-task figures of one run.
+func figuresOf(metric Metric, m *Measurement) Figures {
+	var f Figures
 	if m.Tasks <= 0 || m.Elapsed <= 0 {
-		return
+		return f
 	}
 	n := float64(m.Tasks)
-	r.TasksPerSec = n / m.Elapsed.Seconds()
-	r.MicrosPerTask = float64(m.Elapsed.Microseconds()) / n
-	r.StatementsPerTask = float64(m.Statements) / n
-	r.CommitsPerTask = -1
+	f.TasksPerSec = n / m.Elapsed.Seconds()
+	f.MicrosPerTask = float64(m.Elapsed.Microseconds()) / n
+	f.StatementsPerTask = float64(m.Statements) / n
+	f.CommitsPerTask = -1
 	if m.Commits >= 0 {
-		r.CommitsPerTask = float64(m.Commits) / n
+		f.CommitsPerTask = float64(m.Commits) / n
 	}
-	r.XIDsPerTask = float64(m.XIDs) / n
-	r.ClientCPUMicrosPerTask = micros(m.ClientCPU) / n
-	r.ServerCPUMicrosPerTask = -1
+	f.XIDsPerTask = float64(m.XIDs) / n
+	f.ClientCPUMicrosPerTask = micros(m.ClientCPU) / n
+	f.ServerCPUMicrosPerTask = -1
 	if m.ServerCPU >= 0 {
-		r.ServerCPUMicrosPerTask = micros(m.ServerCPU) / n
+		f.ServerCPUMicrosPerTask = micros(m.ServerCPU) / n
 	}
-	r.WALBytesPerTask = float64(m.WALBytes) / n
+	f.WALBytesPerTask = float64(m.WALBytes) / n
 	if metric == Latency && len(m.Latencies) > 0 {
-		r.P50Micros = micros(percentile(m.Latencies, 0.50))
-		r.P99Micros = micros(percentile(m.Latencies, 0.99))
-		r.MaxMicros = micros(slices.Max(m.Latencies))
+		f.P50Micros = micros(percentile(m.Latencies, 0.50))
+		f.P99Micros = micros(percentile(m.Latencies, 0.99))
+		f.MaxMicros = micros(slices.Max(m.Latencies))
 	}
+	return f
+}
+
+// summarize sets r's figures to the medians over its rounds and its
+// Measurement to the median round's.
+func (r *SubjectResult) summarize(metric Metric) {
+	if len(r.Rounds) == 0 {
+		return
+	}
+	r.Figures = medianFigures(r.Rounds)
+	key := func(f Figures) float64 { return f.TasksPerSec }
+	if metric == Latency {
+		key = func(f Figures) float64 { return f.P99Micros }
+	}
+	r.Measurement = r.Rounds[medianRound(r.Rounds, key)].Measurement
 }
 
 func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
@@ -137,8 +185,9 @@ func printMachine(w io.Writer, r *Report) {
 		bytesText(m.MemTotalBytes), m.GOOS, m.GOARCH, m.GoVersion)
 	fmt.Fprintf(w, "postgres: %s, fsync=%s, synchronous_commit=%s, shared_buffers=%s\n",
 		m.PostgresVersion, m.Fsync, m.SynchronousCommit, m.SharedBuffers)
-	fmt.Fprintf(w, "options: %d connections for every subject, claim batch %d, best of %d rep(s)%s\n\n",
-		r.Options.Conns, r.Options.ClaimBatch, r.Options.Reps, map[bool]string{true: ", quick sizes"}[r.Options.Quick])
+	fmt.Fprintf(w, "options: %d connections for every subject, claim batch %d, %d interleaved round(s) at each size "+
+		"(figures: the median over the rounds; ratios: the median of the per-round ratios, min–max)%s\n\n",
+		r.Options.Conns, r.Options.ClaimBatch, r.Options.Rounds, map[bool]string{true: ", quick sizes"}[r.Options.Quick])
 }
 
 func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
@@ -198,9 +247,6 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 				head = append(head, sub.Key)
 			}
 		}
-		for _, p := range pairs {
-			head = append(head, p.a+"÷"+p.b)
-		}
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
 	for _, sr := range res.Sizes {
@@ -227,19 +273,28 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 					row = append(row, "-")
 				}
 			}
-			for _, p := range pairs {
-				cell := "-"
-				for _, r := range sr.Subjects {
-					if v, ok := r.Ratios[p.b]; ok && r.Key == p.a {
-						cell = ratioText(v)
-					}
-				}
-				row = append(row, cell)
-			}
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	_ = tw.Flush()
+
+	// Each ratio per round, as the median and range of the rounds both
+	// sides ran in, with what each side cost in CPU per task beside it.
+	if s.Metric == Throughput && len(pairs) > 0 {
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "  ratio\tsize\tmedian (min–max)\trounds\tCPU µs/"+unit+" client/server of each side (medians)\t")
+		for _, p := range pairs {
+			for _, sr := range res.Sizes {
+				a, b := sr.subject(p.a), sr.subject(p.b)
+				cell, rounds := "-", "0"
+				if ratio, ok := a.Ratios[p.b]; ok {
+					cell, rounds = spreadText(ratio), fmt.Sprint(len(ratio.Values))
+				}
+				fmt.Fprintf(tw, "  %s÷%s\t%s\t%s\t%s\t%s ÷ %s\t\n", p.a, p.b, sr.Size.Spec, cell, rounds, cpuText(a), cpuText(b))
+			}
+		}
+		_ = tw.Flush()
+	}
 
 	// What each subject cost the database, per task: the figures that say
 	// why one is faster than another.
@@ -290,6 +345,30 @@ func printFooter(w io.Writer, r *Report) {
 	}
 	fmt.Fprintf(w, " (PostgreSQL's own memory not included)\n")
 	fmt.Fprintf(w, "total time: %s\n", r.Elapsed.Round(100*time.Millisecond))
+}
+
+// subject returns the result of the subject key at this size (the zero
+// SubjectResult when there is none).
+func (sr *SizeResult) subject(key string) SubjectResult {
+	for _, r := range sr.Subjects {
+		if r.Key == key {
+			return r
+		}
+	}
+	return SubjectResult{}
+}
+
+// cpuText prints a subject's median CPU per task as "client/server" in
+// µs, "?" for a server not measured, "-" without a figure.
+func cpuText(r SubjectResult) string {
+	if len(r.Rounds) == 0 {
+		return "-"
+	}
+	server := "?"
+	if r.ServerCPUMicrosPerTask >= 0 {
+		server = fmt.Sprintf("%.0f", r.ServerCPUMicrosPerTask)
+	}
+	return fmt.Sprintf("%.0f/%s", r.ClientCPUMicrosPerTask, server)
 }
 
 func ratioText(r float64) string {

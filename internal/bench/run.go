@@ -54,7 +54,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		Machine:   machine,
 		StartedAt: started.UTC(),
 		Options: ReportOptions{Conns: o.Conns, ClaimBatch: o.ClaimBatch, Quick: o.Quick,
-			Reps: o.Reps},
+			Rounds: o.Rounds},
 	}
 	printMachine(o.Out, rep)
 	if env.walinspect == "" {
@@ -119,14 +119,17 @@ func (o *Options) wants(key string) bool {
 	return len(o.Only) == 0 || slices.Contains(o.Only, key)
 }
 
-// runSize measures every subject of s at one size and computes the ratios
-// of each arbor subject to each baseline. With several repetitions the
-// subjects take turns (arbor, baseline, arbor, baseline, …) so that a slow
-// spell of the machine does not fall on one of them only, and each keeps
-// its fastest run.
+// runSize measures every subject of s at one size, in rounds, and computes
+// the ratios of each arbor subject to each baseline. In each round every
+// subject runs once, in the order roundOrder gives that round, so that a
+// slow spell of the machine falls on the subjects of a round alike; each
+// ratio is computed per round and reported as the median of those, with
+// their range (see Spread).
 func runSize(ctx context.Context, o *Options, env *Env, s Scenario, size Size, dbosWhy string) SizeResult {
-	out := SizeResult{Size: size}
-	best := make([]*Measurement, len(s.Subjects))
+	out := SizeResult{Size: size, Rounds: o.Rounds}
+	if s.MaxRounds > 0 {
+		out.Rounds = min(out.Rounds, s.MaxRounds)
+	}
 	for _, sub := range s.Subjects {
 		r := SubjectResult{Key: sub.Key, Label: sub.Label, Unavailable: sub.Unavailable}
 		if sub.Key == "dbos" && env.DBOS == nil && r.Unavailable == "" {
@@ -143,50 +146,43 @@ func runSize(ctx context.Context, o *Options, env *Env, s Scenario, size Size, d
 		}
 		out.Subjects = append(out.Subjects, r)
 	}
-	reps := o.Reps
-	if s.Reps > 0 {
-		reps = min(reps, s.Reps)
-	}
-	for rep := 0; rep < reps; rep++ {
-		for i, sub := range s.Subjects {
-			r := &out.Subjects[i]
-			if r.Unavailable != "" || r.Error != "" || (sub.Reps > 0 && rep >= sub.Reps) {
+	for round := range out.Rounds {
+		position := 0
+		for _, i := range roundOrder(len(s.Subjects), round) {
+			sub, r := s.Subjects[i], &out.Subjects[i]
+			if r.Unavailable != "" || r.Error != "" || (sub.MaxRounds > 0 && round >= sub.MaxRounds) {
 				continue
 			}
+			position++
 			o.Logger.InfoContext(ctx, "bench: running", slog.String("scenario", s.Key),
-				slog.String("subject", sub.Key), slog.String("size", size.Spec), slog.Int("rep", rep+1))
+				slog.String("subject", sub.Key), slog.String("size", size.Spec), slog.Int("round", round+1))
 			m, err := runOnce(ctx, o, env, sub, size)
 			if err != nil {
-				// A failed run voids the subject's figure at this size:
-				// a best-of that skipped failures would flatter it.
-				r.Error = err.Error()
-				best[i] = nil
+				// A failed run voids the subject's figures at this size:
+				// a median that skipped failures would flatter it.
+				r.Error, r.Rounds = err.Error(), nil
 				o.Logger.ErrorContext(ctx, "bench: run failed", slog.String("scenario", s.Key),
 					slog.String("subject", sub.Key), slog.String("size", size.Spec), slog.String("error", err.Error()))
 				continue
 			}
-			if best[i] == nil || m.Elapsed < best[i].Elapsed {
-				best[i] = &m
-			}
+			r.Rounds = append(r.Rounds, RoundResult{Round: round + 1, Position: position,
+				Figures: figuresOf(s.Metric, &m), Measurement: &m})
 		}
 	}
 	for i := range out.Subjects {
-		if best[i] != nil {
-			out.Subjects[i].fill(s.Metric, best[i])
-		}
+		out.Subjects[i].summarize(s.Metric)
 	}
 	for i, a := range s.Subjects {
-		if !a.Arbor || out.Subjects[i].TasksPerSec == 0 {
-			continue
-		}
 		for j, b := range s.Subjects {
-			if !a.Compared(b) || out.Subjects[j].TasksPerSec == 0 {
+			if !a.Compared(b) {
 				continue
 			}
-			if out.Subjects[i].Ratios == nil {
-				out.Subjects[i].Ratios = map[string]float64{}
+			if ratio, ok := ratioSpread(out.Subjects[i].Rounds, out.Subjects[j].Rounds); ok {
+				if out.Subjects[i].Ratios == nil {
+					out.Subjects[i].Ratios = map[string]Spread{}
+				}
+				out.Subjects[i].Ratios[b.Key] = ratio
 			}
-			out.Subjects[i].Ratios[b.Key] = out.Subjects[i].TasksPerSec / out.Subjects[j].TasksPerSec
 		}
 	}
 	return out

@@ -66,11 +66,8 @@ func (e *Engine) CreateMany(ctx context.Context, tx pgx.Tx, ps []CreateParams) (
 			return nil, nil, err
 		}
 	}
-	if err := e.Store.EnsureConversations(ctx, tx, convs); err != nil {
+	if _, err := e.Store.EnsureLockConversations(ctx, tx, convs); err != nil {
 		return nil, nil, fmt.Errorf("create tasks: %w", mapDBError(err))
-	}
-	if _, err := e.Store.LockConversations(ctx, tx, convs); err != nil {
-		return nil, nil, fmt.Errorf("create tasks: %w", err)
 	}
 
 	out := make([]Task, len(ps))

@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -92,4 +93,66 @@ func TestCreateManyRefusesTheBatch(t *testing.T) {
 	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
 	_, err = b.engine.AbortConversation(b.ctx, b.conv)
 	require.NoError(t, err)
+}
+
+// TestCreateManyLocksAConversationCreatedMeanwhile: CreateMany inserts the
+// new conversations of its batch without locking them (no other
+// transaction can see them before it ends) and locks the others; a
+// conversation another transaction created after CreateMany's statement
+// began — its insert skips it, its lock cannot see it — is locked all the
+// same before any task is inserted in it.
+func TestCreateManyLocksAConversationCreatedMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := b.ctx
+	conv, fresh := testdb.Conversation(t), testdb.Conversation(t)
+	const app = "arbor-test-create-many-meanwhile"
+
+	other, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(ctx) }()
+	_, err = other.Exec(ctx, `INSERT INTO `+b.schema+`.conversations (id) VALUES ($1)`, conv)
+	require.NoError(t, err)
+
+	conn, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET application_name = '`+app+`'`)
+	require.NoError(t, err)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := b.engine.CreateManyTx(ctx, tx, []tasks.CreateParams{
+			{ConversationID: conv, Kind: "turn"},
+			{ConversationID: fresh, Kind: "turn"},
+		})
+		done <- err
+	}()
+	// The batch's insert waits for the other transaction's row of conv.
+	require.Eventually(t, func() bool {
+		var n int
+		err := b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n)
+		return err == nil && n == 1
+	}, time.Minute, 5*time.Millisecond)
+	require.NoError(t, other.Commit(ctx))
+	require.NoError(t, <-done)
+
+	// conv is locked by the batch until it ends; fresh, its own insert,
+	// no other transaction sees until then.
+	probe, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = probe.Rollback(ctx) }()
+	_, err = probe.Exec(ctx, `SELECT 1 FROM `+b.schema+`.conversations WHERE id = $1 FOR NO KEY UPDATE NOWAIT`, conv)
+	require.Error(t, err, "conversation %s is locked by the batch", conv)
+	require.NoError(t, probe.Rollback(ctx))
+	var seen int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.schema+`.conversations WHERE id = $1`, fresh).Scan(&seen))
+	require.Zero(t, seen, "the batch's own conversation is not seen before it commits")
+	require.NoError(t, tx.Commit(ctx))
+	for _, c := range []string{conv, fresh} {
+		_, err := b.engine.AbortConversation(ctx, c)
+		require.NoError(t, err)
+	}
 }

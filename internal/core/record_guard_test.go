@@ -158,7 +158,7 @@ func TestGuardRefusesForgedHolders(t *testing.T) {
 		{"a holder renamed", `UPDATE ` + s + `.holders SET name = 'forged-` + b.conv + `' WHERE id = $1`, []any{held}, fsm.SQLStateRecord},
 		{"a holder's birth rewritten", `UPDATE ` + s + `.holders SET created_at = now() - interval '1 day' WHERE id = $1`, []any{idle}, fsm.SQLStateRecord},
 		{"a holder that holds a conversation deleted", `DELETE FROM ` + s + `.holders WHERE id = $1`, []any{held}, fsm.SQLStateDelete},
-		// Migration 023: a lease is at most a day. A deadline years away
+		// Migration 024: a lease is at most a day. A deadline years away
 		// held its conversations for good (the guard then refused to bring
 		// it back, and the row could not go while it held them).
 		{"a holder inserted with a deadline in 2400", `INSERT INTO ` + s + `.holders (name, expires_at) VALUES ('forged-` + b.conv + `', '2400-01-01')`, nil, fsm.SQLStateRecord},

@@ -180,10 +180,10 @@ func TestOnOpenRepairsWaitsAndCompleting(t *testing.T) {
 		_, err := c.Complete(ctx, tx, mid.ID, mid.Token, nil)
 		return err
 	})
-	_, err := pool.Exec(ctx, `ALTER TABLE `+schema+`.tasks DISABLE TRIGGER task_guard;
+	_, err := pool.Exec(ctx, `ALTER TABLE `+schema+`.tasks DISABLE TRIGGER task_guard, DISABLE TRIGGER "Arbor_task_guard_update";
 		UPDATE `+schema+`.tasks SET status = 'completed', token = NULL, lease_expires_at = NULL, settled_at = now(), settle_seq = 999999 WHERE id IN (`+
 		itoa(kid.ID)+`, `+itoa(leaf.ID)+`);
-		ALTER TABLE `+schema+`.tasks ENABLE TRIGGER task_guard`)
+		ALTER TABLE `+schema+`.tasks ENABLE TRIGGER task_guard, ENABLE TRIGGER "Arbor_task_guard_update"`)
 	require.NoError(t, err)
 
 	rep := h.open()

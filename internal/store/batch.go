@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/arborhq/arbor/arbortype"
 )
 
@@ -14,8 +16,22 @@ import (
 // per task.
 
 var (
-	qEnsureConversations = define(`INSERT INTO {schema}.conversations (id)
-		SELECT unnest($1::text[]) ON CONFLICT (id) DO NOTHING`)
+	// The conversations of a batch created (those that do not exist) and
+	// locked (those that do), each announced at commit, in one statement.
+	// A row this transaction inserts needs no lock: no other transaction
+	// can see it, nor insert its id, before this one ends; locking it
+	// would cost a WAL record per new conversation. An existing row is
+	// locked in id order. A conversation another transaction created
+	// after this statement's snapshot is neither (the insert skips it,
+	// the lock cannot see it): EnsureLockConversations locks those in a
+	// statement of their own.
+	qEnsureLockConversations = define(`WITH ins AS (
+			INSERT INTO {schema}.conversations (id) SELECT unnest($1::text[]) ON CONFLICT (id) DO NOTHING RETURNING id),
+		locked AS (
+			SELECT c.id FROM {schema}.conversations c
+			WHERE c.id = ANY($1) AND NOT c.id = ANY(ARRAY(SELECT id FROM ins))
+			ORDER BY c.id FOR NO KEY UPDATE)
+		SELECT id, pg_notify($2, id) FROM (SELECT id FROM ins UNION ALL SELECT id FROM locked) x`)
 
 	// Conversations locked in id order (docs/design.md §5), each announced
 	// at commit like LockConversation does.
@@ -40,10 +56,40 @@ var (
 		RETURNING id, created_at`)
 )
 
-// EnsureConversations creates the conversations among ids that do not exist.
-func (s *Store) EnsureConversations(ctx context.Context, db DB, ids []string) error {
-	_, err := db.Exec(ctx, s.sql[qEnsureConversations], ids)
-	return err
+// EnsureLockConversations creates the conversations among ids (sorted,
+// distinct) that do not exist and locks, in id order, those that do, and
+// announces each at commit; it returns the ids it created or locked, all
+// of ids unless a conversation is missing.
+func (s *Store) EnsureLockConversations(ctx context.Context, db DB, ids []string) ([]string, error) {
+	rows, err := db.Query(ctx, s.sql[qEnsureLockConversations], ids, s.ChangeChannel())
+	if err != nil {
+		return nil, err
+	}
+	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
+		var (
+			id       string
+			notified any
+		)
+		err := row.Scan(&id, &notified)
+		return id, err
+	})
+	if err != nil || len(got) == len(ids) {
+		return got, err
+	}
+	// Created by a transaction that committed after the statement's
+	// snapshot: a new statement sees them.
+	seen := make(map[string]bool, len(got))
+	for _, id := range got {
+		seen[id] = true
+	}
+	var missing []string
+	for _, id := range ids {
+		if !seen[id] {
+			missing = append(missing, id)
+		}
+	}
+	more, err := s.LockConversations(ctx, db, missing)
+	return append(got, more...), err
 }
 
 // LockConversations locks the conversations among ids in id order and
