@@ -66,9 +66,11 @@ type CreateParams struct {
 	// tasks.SteerEventDefault ("message").
 	SteerEvent string
 	// Budgets are set on the new task: its subtree's spend is counted and
-	// bounded by them (see tasks.Engine.SetBudget).
+	// bounded by them (see tasks.Engine.SetBudget). At most 64, each
+	// counter once (else ErrInvalidArgument, nothing written).
 	Budgets []BudgetLimit
 	// ConversationBudgets are set on the conversation for each counter it
 	// has no budget of yet: a session budget every turn's create may pass.
+	// At most 64, each counter once, as Budgets.
 	ConversationBudgets []BudgetLimit
 }

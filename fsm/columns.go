@@ -249,8 +249,14 @@ func ForkRules() []string {
 		"NEW.wake_job_id IS NULL", "NEW.await_token IS NULL", "NEW.settle_seq IS NOT NULL", "NEW.settle_seq > 0",
 		// The copy's waited children are copies too, made after it (ids
 		// grow from owner to child): never a task that existed before.
+		// A waited background child still live is not copied (a fork
+		// copies settled tasks), so the copy may wait on fewer. That they
+		// are exactly the copies of its source's waited children is
+		// checked at the commit, once they are in (migration 025,
+		// fork_wait_guard).
 		"(NEW.wait_ids IS NULL OR NOT EXISTS (SELECT 1 FROM unnest(NEW.wait_ids) w(id) WHERE w.id <= NEW.id))",
-		"cardinality(NEW.wait_ids) IS NOT DISTINCT FROM cardinality(src.wait_ids)",
+		"(NEW.wait_ids IS NULL) = (src.wait_ids IS NULL)",
+		"coalesce(cardinality(NEW.wait_ids), 0) <= coalesce(cardinality(src.wait_ids), 0)",
 		"(NEW.delivered - 'event_id') IS NOT DISTINCT FROM (src.delivered - 'event_id')",
 	}
 }

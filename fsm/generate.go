@@ -62,9 +62,10 @@ func Mermaid() string {
 	b.WriteString("\nA task is inserted only as a fresh pending task, or by a fork as a faithful copy of a settled task\n")
 	b.WriteString("of another conversation (`forked_from`; `fsm.ForkRules`). It is deleted only by the prune, and only\n")
 	b.WriteString("when it is settled, nothing above it is live, and it is not the newest settled turn of a conversation\n")
-	b.WriteString("still in use (`fsm.DeleteRules`); the table is never truncated. A conversation's epoch moves only by\n")
-	b.WriteString("one, with a new holder, and its holder changes only so (or to none); a conversation is deleted only by\n")
-	b.WriteString("the prune, with no task left and no live holder.\n")
+	b.WriteString("still in use (`fsm.DeleteRules`); the table is never truncated. A conversation is inserted free, at\n")
+	b.WriteString("epoch 0, stamped now by the database; its epoch moves only by one, with a new holder, and its holder\n")
+	b.WriteString("changes only so (or to none); a conversation is deleted only by the prune, with no task left and no\n")
+	b.WriteString("live holder.\n")
 	return b.String()
 }
 
@@ -105,11 +106,11 @@ const (
 // A change to the transition table or to the column rules needs a new
 // migration (a new number here, and its .down.sql restoring the previous
 // guard); the older guard files stay as they were applied.
-const GuardMigration = "022_guard_after_update"
+const GuardMigration = "026_conversation_stamp_guard"
 
 // PreviousGuard is the up migration of the guard GuardMigration replaces:
 // its down migration restores it.
-const PreviousGuard = "020_guard_plans"
+const PreviousGuard = "022_guard_after_update"
 
 // GuardSQL returns the up migration of GuardMigration: the trigger that makes
 // the database refuse any status change the table does not allow, any change
@@ -294,7 +295,8 @@ CREATE TRIGGER task_guard_truncate
     BEFORE TRUNCATE ON {schema}.tasks
     FOR EACH STATEMENT EXECUTE FUNCTION {schema}.task_guard_truncate();
 
--- A conversation's id never changes, and its epoch only grows: by one, with
+-- A conversation is inserted free, at epoch 0, stamped now. Its id and
+-- birth never change, and its epoch only grows: by one, with
 -- a new holder, when the lease is taken. Its holder changes only so (or to
 -- none, a release). Its rows are deleted only by the prune, with no task
 -- left and no live holder.
@@ -319,6 +321,10 @@ BEGIN
     IF TG_OP = 'INSERT' THEN
         IF NEW.epoch <> 0 OR NEW.holder IS NOT NULL OR NEW.holder_id IS NOT NULL THEN
             RAISE EXCEPTION 'arbor: a conversation is inserted free, at epoch 0'
+                USING ERRCODE = '%[2]s';
+        END IF;
+        IF NEW.created_at <> now() THEN
+            RAISE EXCEPTION 'arbor: a conversation is inserted stamped now by the database, not at %%', NEW.created_at
                 USING ERRCODE = '%[2]s';
         END IF;
         RETURN NEW;

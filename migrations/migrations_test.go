@@ -8,8 +8,11 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/migrations"
 )
@@ -201,4 +204,48 @@ func TestDownRestoresTheFunctionItReplaced(t *testing.T) {
 		return s[i : i+j]
 	}
 	require.Equal(t, body("007_events_log.up.sql"), body("014_log_error_message.down.sql"))
+}
+
+// TestErrorsWrapASentinel (issue 24): every error a Migrator returns
+// wraps one of arbor's sentinels — a server it cannot reach
+// ErrUnavailable, a schema in its way ErrDatabase, a bad target
+// ErrInvalidArgument — with the database's error in the chain.
+func TestErrorsWrapASentinel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	cfg, err := pgxpool.ParseConfig("postgres://arbor@/postgres?host=/nonexistent-arbor-dir&sslmode=disable&connect_timeout=1")
+	require.NoError(t, err)
+	unreachable, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(unreachable.Close)
+	m, err := migrations.New(unreachable, "arbor_unreachable", nil)
+	require.NoError(t, err)
+	_, err = m.Up(ctx)
+	require.ErrorIs(t, err, arbortype.ErrUnavailable)
+	_, err = m.Down(ctx, 0)
+	require.ErrorIs(t, err, arbortype.ErrUnavailable)
+	_, err = m.Version(ctx)
+	require.ErrorIs(t, err, arbortype.ErrUnavailable)
+	_, err = m.Down(ctx, migrations.Latest()+1)
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
+
+	// A table of arbor's name already in the schema: migration 001 fails,
+	// and nothing of it stays.
+	pool := testdb.NewPool(t)
+	schema := testdb.Name("arbor_in_the_way")
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+	})
+	_, err = pool.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize()+`; CREATE TABLE `+pgx.Identifier{schema, "tasks"}.Sanitize()+` (x int)`)
+	require.NoError(t, err)
+	m, err = migrations.New(pool, schema, nil)
+	require.NoError(t, err)
+	_, err = m.Up(ctx)
+	require.ErrorIs(t, err, arbortype.ErrDatabase)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	v, err := m.Version(ctx)
+	require.NoError(t, err)
+	require.Zero(t, v)
 }

@@ -182,7 +182,7 @@ args:
 			}
 		}
 	}
-	if err := fs.Parse(flags); err != nil {
+	if err := parseFlags(fs, flags); err != nil {
 		return nil, err
 	}
 	switch {
@@ -192,6 +192,27 @@ args:
 		return nil, fmt.Errorf("%s: unexpected argument %q (see arbor %s --help)", fs.Name(), pos[most], fs.Name())
 	}
 	return pos, nil
+}
+
+// parseFlags parses flags into fs. A mistake in them (a flag arbor does
+// not know, a value that does not parse) is one line, naming the command
+// and where its help is, like every other input error; only --help prints
+// the help.
+func parseFlags(fs *flag.FlagSet, flags []string) error {
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(flags)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	case err != nil:
+		return fmt.Errorf("%s: %w (see arbor %s --help)", fs.Name(), err, fs.Name())
+	}
+	return nil
 }
 
 // isNegativeNumber says whether a is a minus sign and digits.

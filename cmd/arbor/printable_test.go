@@ -60,8 +60,7 @@ func TestHostileText(t *testing.T) {
 	require.NoError(t, err)
 	victim := create(0, "victim\u009b2J")
 	cancelled := create(0, "cancelled\x1b\\")
-	_, err = b.pool.Exec(b.ctx, setHolder(b.schema, "$3"), b.conv, "node\x1b]8;;http://evil\x07", "2100-01-01T00:00:00Z")
-	require.NoError(t, err)
+	b.setHolder(t, b.conv, "node\x1b]8;;http://evil\x07", "2100-01-01T00:00:00Z")
 	require.Equal(t, []int64{1, 2, 3, 4}, []int64{turn.ID, tool.ID, victim.ID, cancelled.ID})
 
 	printed := func(r result) string {
@@ -108,8 +107,8 @@ func TestHostileText(t *testing.T) {
 		printed(b.arbor(t, "cancel", "4").ok(t)))
 	b.requireInvariants(t)
 
-	// Errors that echo what they were given: the one line is escaped, and
-	// so is the flag package's own message above the usage.
+	// Errors that echo what they were given: the one line is escaped, the
+	// flag package's message in it too.
 	r := b.arbor(t, "cancel", "1", "--result", "{\x1b[2J")
 	r.fails(t, 1, `cancel: --result is not valid JSON: {\x1b[2J`)
 	printed(r)
@@ -117,10 +116,8 @@ func TestHostileText(t *testing.T) {
 	r.fails(t, 1, `conversation "nope\x1b[2J\u202e" not found`)
 	printed(r)
 	r = b.arbor(t, "show", "--\x1b]0;pwned\x07", "1")
-	require.Equal(t, 1, r.code)
+	r.fails(t, 1, "arbor: show: flag provided but not defined: -"+`\x1b]0;pwned\a`+" (see arbor show --help)\n")
 	printed(r)
-	require.Contains(t, r.stderr, "flag provided but not defined: -"+`\x1b]0;pwned\a`+"\n")
-	require.True(t, strings.HasSuffix(r.stderr, "\narbor: flag provided but not defined: -"+`\x1b]0;pwned\a`+"\n"), r.stderr)
 }
 
 // requireNoControls requires that s be UTF-8 with no rune that is neither

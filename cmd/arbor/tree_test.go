@@ -243,8 +243,7 @@ func TestFarFromNow(t *testing.T) {
 		($1, 'far_future', '20000-01-01 00:00:00+00'), ($1, 'caesar', '0044-03-15 00:00:00+00 BC')`, b.conv)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(b.ctx))
-	_, err = b.pool.Exec(b.ctx, setHolder(b.schema, "'20000-01-01 00:00:00+00'"), b.conv, "node-far")
-	require.NoError(t, err)
+	b.setHolder(t, b.conv, "node-far", "20000-01-01 00:00:00+00")
 
 	out := b.arbor(t, "tree", b.conv).ok(t).stdout
 	days := func(kind string) int {

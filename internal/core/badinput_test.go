@@ -154,6 +154,26 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 			}
 			return create(tasks.CreateParams{Budgets: bs})
 		}, tasks.ErrInvalidArgument},
+		{"an emit of a name under arbor's prefix", func() error {
+			_, _, err := eng.Emit(ctx, tasks.EmitParams{ConversationID: conv, Name: "arbor:steer:1"})
+			return err
+		}, tasks.ErrInvalidArgument},
+		{"an emit keyed in arbor's own namespace", func() error {
+			_, _, err := eng.Emit(ctx, tasks.EmitParams{ConversationID: conv, Name: "note", IdempotencyKey: "arbor:steer:1"})
+			return err
+		}, tasks.ErrInvalidArgument},
+		{"a budget over 2^53", func() error {
+			_, err := eng.SetBudget(ctx, tasks.BudgetParams{ConversationID: conv, Counter: "tokens", Max: 1 << 62})
+			return err
+		}, tasks.ErrInvalidArgument},
+		{"a budget of a task, named under a conversation that does not exist", func() error {
+			_, err := eng.SetBudget(ctx, tasks.BudgetParams{ConversationID: conv + "-none", TaskID: turn.ID, Counter: "tokens", Max: 5})
+			return err
+		}, tasks.ErrNotFound},
+		{"a fork into an id with a NUL", func() error {
+			_, err := eng.Fork(ctx, tasks.ForkParams{ConversationID: conv, ThroughTurn: turn.ID, NewConversationID: "a\x00b"})
+			return err
+		}, tasks.ErrInvalidArgument},
 		{"a token with a payload over 64 KiB", func() error {
 			_, _, err := eng.EmitToken(ctx, woken, []byte(`"`+strings.Repeat("x", core.MaxEventBytes)+`"`))
 			return err

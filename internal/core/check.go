@@ -13,7 +13,7 @@ import (
 
 // Violation is one breach of docs/design.md §4 found by the invariant checker.
 type Violation struct {
-	// Invariant is the number of the invariant in docs/design.md §4 (1–11); 0 for a
+	// Invariant is the number of the invariant in docs/design.md §4 (1–12); 0 for a
 	// consistency rule of the engine's own (documented in its Message).
 	Invariant      int
 	ConversationID string
@@ -41,12 +41,15 @@ func (v Violation) String() string {
 //  2. a settled task has no run (no token, no lease) and, for each settled
 //     foreground child of a settled owner, the child settled first;
 //  3. a completed task has no live foreground child;
-//  4. a waiting task's wait names only its own children and is unsatisfied;
+//  4. a wait names only the task's own children (also once it ended), and
+//     a waiting task's wait is unsatisfied;
 //  5. a sleeping task has a wake time and exactly one live wake job for that
 //     sleep, and no wake job waits for a sleep that is over;
 //  6. no live foreground child has a settled owner;
 //  7. an owner is in the child's conversation and has a smaller id (the
-//     ownership graph is a forest);
+//     ownership graph is a forest); with no conversation given, every row
+//     of the tasks, events, log, budgets and reservations belongs to a
+//     conversation that exists;
 //  8. a running task has a token and a task lease deadline, and its run was
 //     started under the conversation's current lease: the conversation has
 //     a holder and its epoch is the run's. (An expired lease that nobody
@@ -54,7 +57,9 @@ func (v Violation) String() string {
 //     requeues the task.)
 //  9. a live task has attempt ≤ restart_limit; no two tasks hold one token;
 //  10. a budget's spent and reserved are exactly the sums of the closed and
-//     the open reservations of its scope's tasks.
+//     the open reservations of its scope's tasks;
+//  11. and 12., and the records' parts of 1 and 8: see recordViolations
+//     (events, the log, the holder, times, fork copies).
 //
 // Also (invariant 0, rules of the engine's own): a completing task has a
 // live foreground child (otherwise it should have completed), no live task
@@ -67,14 +72,23 @@ func (e *Engine) Check(ctx context.Context, conversationIDs ...string) ([]Violat
 		}
 	}
 	ids := conversationIDs
+	var out []Violation
 	if len(ids) == 0 {
 		var err error
 		ids, err = Read(ctx, e, func(db store.DB) ([]string, error) { return e.Store.ConversationIDs(ctx, db) })
 		if err != nil {
 			return nil, fmt.Errorf("check: list conversations: %w", err)
 		}
+		// 7. every row belongs to a conversation that exists.
+		orphans, err := Read(ctx, e, func(db store.DB) ([]store.OrphanRows, error) { return e.Store.OrphanRows(ctx, db, maxOrphanGroups) })
+		if err != nil {
+			return nil, fmt.Errorf("check: rows of no conversation: %w", err)
+		}
+		for _, o := range orphans {
+			out = append(out, Violation{Invariant: 7, ConversationID: o.ConversationID,
+				Message: fmt.Sprintf("%d rows of %s name this conversation, which does not exist", o.Rows, o.Table)})
+		}
 	}
-	var out []Violation
 	for _, id := range ids {
 		vs, err := Read(ctx, e, func(store.DB) ([]Violation, error) {
 			var vs []Violation
@@ -92,6 +106,11 @@ func (e *Engine) Check(ctx context.Context, conversationIDs ...string) ([]Violat
 	}
 	return out, nil
 }
+
+// maxOrphanGroups bounds what Check reports of rows whose conversation
+// does not exist: one violation per table and conversation, at most this
+// many.
+const maxOrphanGroups = 1000
 
 func (e *Engine) checkConversation(ctx context.Context, tx pgx.Tx, conv string) ([]Violation, error) {
 	convRow, err := e.Store.GetConversation(ctx, tx, conv)
@@ -192,7 +211,15 @@ func (e *Engine) checkConversation(ctx context.Context, tx pgx.Tx, conv string) 
 		if t.Status == arbortype.StatusCompleting && len(liveForeground) == 0 {
 			add(3, t.ID, "completing with no live foreground child: it should be completed")
 		}
-		// 4. a waiting task's wait is unsatisfied.
+		// 4. a wait (kept after it ends) names only the task's own
+		// children; a waiting task's wait is unsatisfied.
+		if t.Status != arbortype.StatusWaiting {
+			for _, id := range t.WaitIDs {
+				if c, ok := byID[id]; !ok || c.OwnerID != t.ID {
+					add(4, t.ID, "its wait named %d, which is not its child", id)
+				}
+			}
+		}
 		if t.Status == arbortype.StatusWaiting {
 			var waited []Task
 			for _, id := range t.WaitIDs {
@@ -238,12 +265,12 @@ func (e *Engine) checkConversation(ctx context.Context, tx pgx.Tx, conv string) 
 		return nil, err
 	}
 	out = append(out, bv...)
-	// 11. the log agrees with the tasks.
-	newest, err := e.Store.NewestStatusEntries(ctx, tx, conv)
+	// 1, 8, 11, 12: the records beside the tasks.
+	records, err := e.Store.CheckRecords(ctx, tx, conv, futureSlack)
 	if err != nil {
 		return nil, err
 	}
-	out = append(out, logViolations(conv, all, newest)...)
+	out = append(out, recordViolations(conv, all, byID, records, records.Now.Add(-e.Cfg.LogRetention))...)
 	slices.SortStableFunc(out, func(a, b Violation) int { return int(a.TaskID - b.TaskID) })
 	return out, nil
 }

@@ -16,8 +16,15 @@ import (
 // conversation.
 func (e *Engine) budgetViolations(ctx context.Context, tx pgx.Tx, conv string, byID map[int64]*Task) ([]Violation, error) {
 	budgets, spend, err := e.Budgets(ctx, tx, conv)
-	if err != nil || len(budgets) == 0 {
+	if err != nil {
 		return nil, err
+	}
+	var out []Violation
+	for _, s := range spend {
+		if byID[s.TaskID] == nil {
+			out = append(out, Violation{Invariant: 10, ConversationID: conv, TaskID: s.TaskID,
+				Message: "a reservation of " + s.Counter + " by task " + strconv.FormatInt(s.TaskID, 10) + ", which is not in the conversation"})
+		}
 	}
 	// within says whether task id is in the subtree of scope.
 	within := func(id, scope int64) bool {
@@ -31,7 +38,6 @@ func (e *Engine) budgetViolations(ctx context.Context, tx pgx.Tx, conv string, b
 		}
 		return false
 	}
-	var out []Violation
 	for _, b := range budgets {
 		if b.Counter == arbortype.CounterWallTime {
 			continue

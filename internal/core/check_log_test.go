@@ -12,7 +12,7 @@ import (
 // TestCheckerFindsAnUnloggedStatus: a status change the guard allows but
 // no arbor statement made (a hand-written UPDATE, which nothing logs since
 // the log is written by arbor's own statements) leaves the task's newest
-// status entry behind its status: invariant 11.
+// status entry behind its status: invariant 12.
 func TestCheckerFindsAnUnloggedStatus(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -29,7 +29,7 @@ func TestCheckerFindsAnUnloggedStatus(t *testing.T) {
 	vs, err = b.engine.Check(b.ctx, conv)
 	require.NoError(t, err)
 	require.Len(t, vs, 1)
-	require.Equal(t, 11, vs[0].Invariant)
+	require.Equal(t, 12, vs[0].Invariant)
 	require.Equal(t, task.ID, vs[0].TaskID)
 	require.Contains(t, vs[0].Message, "newest status entry in the log")
 

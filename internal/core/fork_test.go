@@ -10,6 +10,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -257,3 +258,117 @@ func latestSettled(t *testing.T, b *bundle) int64 {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestGuardRefusesForkCopiesWaitingOnForeignTasks (issue 24): a fork's
+// copy waits on exactly the copies of its source's waited children. The
+// insert guard can refuse only waited ids not above the copy's own (its
+// children are inserted after it); an id above it passed — one a task of
+// another conversation took, or none took — and the copy waited on a
+// foreign task. The check at commit (migration 025) refuses those, and a
+// copy that leaves out a copied waited child; the fork's own copy passes.
+func TestGuardRefusesForkCopiesWaitingOnForeignTasks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	root := b.root(t, "turn")
+	b.lease(t)
+	run := b.start(t, root.ID)
+	child := b.child(t, run.ID, "tool")
+	_, err := b.engine.WaitForChildren(b.ctx, run.ID, run.Token, core.WaitParams{ChildIDs: []int64{child.ID}, Policy: arbortype.AllSettled})
+	require.NoError(t, err)
+	crun := b.start(t, child.ID)
+	_, err = b.engine.Complete(b.ctx, crun.ID, crun.Token, nil)
+	require.NoError(t, err)
+	run = b.start(t, root.ID)
+	done, err := b.engine.Complete(b.ctx, run.ID, run.Token, nil)
+	require.NoError(t, err)
+	require.Equal(t, []int64{child.ID}, done.WaitIDs)
+
+	s := b.schema
+	// copyTask inserts a copy of task src as id into the target
+	// conversation, under owner (0: a root), waiting on waits.
+	copyTask := `INSERT INTO ` + s + `.tasks (id, conversation_id, owner_task_id, kind, status, background, input, phase, state, result, error,
+		attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, wait_ids, wake_at, sleep_seq, max_retries, retries,
+		settle_seq, created_at, started_at, settled_at, retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, trace, forked_from)
+		OVERRIDING SYSTEM VALUE
+		SELECT $1, $2, nullif($3::bigint, 0), kind, status, background, input, phase, state, result, error,
+		attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, CASE WHEN wait_ids IS NOT NULL THEN $4::bigint[] END, wake_at, sleep_seq, max_retries, retries,
+		nextval('` + s + `.task_settle_seq'), created_at, started_at, settled_at, retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, trace, id
+		FROM ` + s + `.tasks WHERE id = $5`
+	target := testdb.Conversation(t)
+	for _, forgery := range []string{"waits on a task another conversation took", "waits on no task", "leaves its copied child out of its wait"} {
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			// Two ids of the table's sequence: the copy's, and the next.
+			var copyID, next int64
+			if err := tx.QueryRow(b.ctx, `SELECT nextval(pg_get_serial_sequence('`+s+`.tasks', 'id')), nextval(pg_get_serial_sequence('`+s+`.tasks', 'id'))`).
+				Scan(&copyID, &next); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(b.ctx, `INSERT INTO `+s+`.conversations (id) VALUES ($1)`, target); err != nil {
+				return err
+			}
+			waits := []int64{next}
+			if forgery == "leaves its copied child out of its wait" {
+				waits = []int64{}
+			}
+			if _, err := tx.Exec(b.ctx, copyTask, copyID, target, 0, waits, done.ID); err != nil {
+				return err
+			}
+			switch forgery {
+			case "waits on a task another conversation took":
+				_, err := tx.Exec(b.ctx, `INSERT INTO `+s+`.tasks (id, conversation_id, kind) OVERRIDING SYSTEM VALUE VALUES ($1, $2, 'k')`, next, b.conv)
+				return err
+			case "leaves its copied child out of its wait":
+				_, err := tx.Exec(b.ctx, copyTask, next, target, copyID, []int64{}, child.ID)
+				return err
+			}
+			return nil
+		})
+		requireSQLState(t, err, fsm.SQLStateFork)
+	}
+	_, err = b.engine.Conversation(b.ctx, target)
+	require.ErrorIs(t, err, tasks.ErrNotFound, "nothing written")
+
+	// The fork's own copy of the same turn passes.
+	forked, err := b.engine.Fork(b.ctx, tasks.ForkParams{ConversationID: b.conv, ThroughTurn: done.ID})
+	require.NoError(t, err)
+	copies, err := b.engine.ConversationTasks(b.ctx, forked.ConversationID)
+	require.NoError(t, err)
+	require.Len(t, copies, 2)
+	require.Equal(t, []int64{copies[1].ID}, copies[0].WaitIDs)
+	vs, err := b.engine.Check(b.ctx, forked.ConversationID)
+	require.NoError(t, err)
+	require.Empty(t, vs)
+}
+
+// TestForkOfATurnAbortedWhileWaitingOnABackgroundTask (issue 24): a task
+// aborted while it waited on a background child leaves that child live (an
+// abort does not reach background children); the fork copies settled
+// tasks only, so the copy waits on what was copied — nothing here. The
+// guard required as many waited ids as the source's and refused the fork
+// (AB008, ErrInvalidTransition).
+func TestForkOfATurnAbortedWhileWaitingOnABackgroundTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	root := b.root(t, "turn")
+	b.lease(t)
+	run := b.start(t, root.ID)
+	watcher := b.background(t, run.ID, "watcher")
+	_, err := b.engine.WaitForChildren(b.ctx, run.ID, run.Token, core.WaitParams{ChildIDs: []int64{watcher.ID}, Policy: arbortype.AllSettled})
+	require.NoError(t, err)
+	_, err = b.engine.Abort(b.ctx, root.ID)
+	require.NoError(t, err)
+	require.Equal(t, arbortype.StatusPending, b.get(t, watcher.ID).Status, "the background child lives on")
+
+	forked, err := b.engine.Fork(b.ctx, tasks.ForkParams{ConversationID: b.conv, ThroughTurn: root.ID})
+	require.NoError(t, err)
+	copies, err := b.engine.ConversationTasks(b.ctx, forked.ConversationID)
+	require.NoError(t, err)
+	require.Len(t, copies, 1, "the live background child is not copied")
+	require.Equal(t, arbortype.StatusAborted, copies[0].Status)
+	require.Empty(t, copies[0].WaitIDs)
+	vs, err := b.engine.Check(b.ctx, forked.ConversationID)
+	require.NoError(t, err)
+	require.Empty(t, vs)
+	_, err = b.engine.AbortConversation(b.ctx, b.conv)
+	require.NoError(t, err)
+}

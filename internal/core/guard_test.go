@@ -190,7 +190,8 @@ func TestGuardRefusesDeletes(t *testing.T) {
 }
 
 // TestGuardRefusesForgedLeases: a conversation's epoch only grows, by one,
-// with a new holder; a holder always has a deadline; its id never changes.
+// with a new holder; a holder always has a deadline; its id never changes;
+// it is inserted free and stamped now.
 // A fence forged backwards would let a former holder write again.
 func TestGuardRefusesForgedLeases(t *testing.T) {
 	t.Parallel()
@@ -216,6 +217,12 @@ func TestGuardRefusesForgedLeases(t *testing.T) {
 	}
 	_, err := b.pool.Exec(b.ctx, fmt.Sprintf(`INSERT INTO %s.conversations (id, epoch) VALUES ($1, 5)`, b.schema), b.conv+"-forged")
 	requireGuard(t, err, "a conversation inserted at a forged epoch")
+	// Issue 24: a birth of the writer's choosing (a wall-time budget's
+	// spend, and the prune's cutoff, are measured from it).
+	for _, at := range []string{"2400-01-01", "2000-01-01"} {
+		_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`INSERT INTO %s.conversations (id, created_at) VALUES ($1, $2)`, b.schema), b.conv+"-forged", at)
+		requireGuard(t, err, "a conversation inserted born "+at)
+	}
 	require.Equal(t, before, b.snapshot(t), "nothing written")
 	// The engine's own take-over passes: epoch + 1 with a new holder.
 	_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`WITH h AS (INSERT INTO %[1]s.holders (name, expires_at) VALUES ('other', now() + interval '1 minute') RETURNING id)

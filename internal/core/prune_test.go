@@ -273,12 +273,16 @@ func TestGuardRefusesForgedDeletes(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, before, b.snapshot(t))
 
-	// The old turn alone, marked, with its events: the guard allows it.
+	// The old turn alone, marked, with its events and log entries (as the
+	// prune takes them): the guard allows it.
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(b.ctx, `INSERT INTO `+s+`.prune_marks DEFAULT VALUES`); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(b.ctx, `DELETE FROM `+s+`.events WHERE conversation_id = $1 AND (task_id < $2 OR delivered_to < $2)`, b.conv, newest.ID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(b.ctx, `DELETE FROM `+s+`.conversation_log WHERE conversation_id = $1 AND task_id < $2`, b.conv, newest.ID); err != nil {
 			return err
 		}
 		_, err := tx.Exec(b.ctx, `DELETE FROM `+s+`.tasks WHERE conversation_id = $1 AND id >= $2 AND id < $3`, b.conv, old.ID, newest.ID)

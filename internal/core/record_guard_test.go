@@ -122,8 +122,8 @@ func TestGuardRefusesForgedRecords(t *testing.T) {
 
 // TestGuardRefusesForgedHolders (issue 24): a holder row changes only as
 // arbor changes it — inserted live and stamped now, renewed while live to
-// a deadline never closer, deleted once it holds nothing, never
-// truncated. Each forgery is refused with AB009 or AB006 and writes
+// a deadline never closer and at most a day away, deleted once it holds
+// nothing, never truncated. Each forgery is refused with AB009 or AB006 and writes
 // nothing; arbor's own renewal and end go on.
 func TestGuardRefusesForgedHolders(t *testing.T) {
 	t.Parallel()
@@ -158,6 +158,12 @@ func TestGuardRefusesForgedHolders(t *testing.T) {
 		{"a holder renamed", `UPDATE ` + s + `.holders SET name = 'forged-` + b.conv + `' WHERE id = $1`, []any{held}, fsm.SQLStateRecord},
 		{"a holder's birth rewritten", `UPDATE ` + s + `.holders SET created_at = now() - interval '1 day' WHERE id = $1`, []any{idle}, fsm.SQLStateRecord},
 		{"a holder that holds a conversation deleted", `DELETE FROM ` + s + `.holders WHERE id = $1`, []any{held}, fsm.SQLStateDelete},
+		// Migration 025: a lease is at most a day. A deadline years away
+		// held its conversations for good (the guard then refused to bring
+		// it back, and the row could not go while it held them).
+		{"a holder inserted with a deadline in 2400", `INSERT INTO ` + s + `.holders (name, expires_at) VALUES ('forged-` + b.conv + `', '2400-01-01')`, nil, fsm.SQLStateRecord},
+		{"a live holder renewed to 2400", `UPDATE ` + s + `.holders SET expires_at = '2400-01-01', renewed_at = now() WHERE id = $1`, []any{held}, fsm.SQLStateRecord},
+		{"a live holder renewed a day and a minute ahead", `UPDATE ` + s + `.holders SET expires_at = now() + interval '1 day 1 minute', renewed_at = now() WHERE id = $1`, []any{held}, fsm.SQLStateRecord},
 	}
 	for _, f := range forged {
 		_, err := b.pool.Exec(b.ctx, f.sql, f.args...)
@@ -184,8 +190,12 @@ func TestGuardRefusesForgedHolders(t *testing.T) {
 	requireSQLState(t, err, fsm.SQLStateRecord)
 
 	// arbor's own: a renewal of the live holder (a shorter ttl leaves its
-	// deadline), the end of the idle one.
+	// deadline; the longest lease there is, a day, is the bound), the end
+	// of the idle one.
 	ok, err := core.Read(b.ctx, b.engine.C, func(db store.DB) (bool, error) { return b.engine.C.RenewHolder(b.ctx, db, held, time.Millisecond) })
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = core.Read(b.ctx, b.engine.C, func(db store.DB) (bool, error) { return b.engine.C.RenewHolder(b.ctx, db, held, 24*time.Hour) })
 	require.NoError(t, err)
 	require.True(t, ok)
 	ok, err = core.Read(b.ctx, b.engine.C, func(db store.DB) (bool, error) { return b.engine.C.EndHolder(b.ctx, db, idle) })

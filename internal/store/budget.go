@@ -78,12 +78,15 @@ var (
 	// The reserving task, share-locked: no take-over or settle of it
 	// commits while a reservation is made for its run.
 	qRunTask = define(`SELECT conversation_id, status, coalesce(token, 0) FROM {schema}.tasks WHERE id = $1 AND conversation_id = $2 FOR SHARE`)
-	// A task and its owners up to the root, the task first.
+	// A task and its owners up to the root, the task first: a walk up,
+	// one primary-key probe per step whatever the statistics (see
+	// tree.go, the walks up).
 	qScopeChain = define(`WITH RECURSIVE chain (id, owner_task_id, created_at, depth) AS (
 			SELECT id, owner_task_id, created_at, 0 FROM {schema}.tasks WHERE conversation_id = $1 AND id = $2
 			UNION ALL
-			SELECT t.id, t.owner_task_id, t.created_at, c.depth + 1 FROM {schema}.tasks t
-			JOIN chain c ON t.conversation_id = $1 AND t.id = c.owner_task_id)
+			SELECT o.id, o.owner_task_id, o.created_at, c.depth + 1 FROM chain c CROSS JOIN LATERAL (
+				SELECT o.id, o.owner_task_id, o.created_at FROM {schema}.tasks o
+				WHERE o.conversation_id = $1 AND o.id = c.owner_task_id OFFSET 0) o)
 		SELECT id, created_at, now() FROM chain ORDER BY depth`)
 	qConversationCreated = define(`SELECT created_at FROM {schema}.conversations WHERE id = $1`)
 	// Every budget of the conversation for the counters $2, locked in one

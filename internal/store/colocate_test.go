@@ -239,6 +239,7 @@ var crossConversation = map[string]string{
 	"qSleepingDue":           "waker's slow poll: sleeps due within the horizon, across all",
 	"qLiveDeadlines":         "deadline sweep: live tasks past their deadline, across all",
 	"qConversationIDs":       "checker's full scan: every conversation",
+	"qOrphanRows":            "checker's full scan: rows naming a conversation that does not exist",
 	"qLiveConversations":     "inspect (arbor ls): live conversations, across all",
 	"qPruneLog":              "retention: old log entries, across all",
 	"qPruneCandidates":       "retention: settled turns older than the cutoff, across all, oldest first",

@@ -563,12 +563,13 @@ func (s *Store) TaskEvents(ctx context.Context, db DB, conv string, taskID int64
 var (
 	// The budgets a task's spend counts against: its own, its owners' up
 	// to the turn, the conversation's (the scope chain, as a reservation
-	// walks it).
+	// walks it: a walk up, see tree.go).
 	qTaskBudgets = define(`WITH RECURSIVE chain (id, owner_task_id) AS (
 			SELECT id, owner_task_id FROM {schema}.tasks WHERE conversation_id = $1 AND id = $2
 			UNION ALL
-			SELECT t.id, t.owner_task_id FROM {schema}.tasks t
-			JOIN chain ch ON t.conversation_id = $1 AND t.id = ch.owner_task_id)
+			SELECT o.id, o.owner_task_id FROM chain ch CROSS JOIN LATERAL (
+				SELECT o.id, o.owner_task_id FROM {schema}.tasks o
+				WHERE o.conversation_id = $1 AND o.id = ch.owner_task_id OFFSET 0) o)
 		SELECT b.conversation_id, coalesce(b.task_id, 0), b.counter,
 			coalesce(b.max, 9223372036854775807),
 			CASE WHEN b.counter = 'wall_ms'

@@ -103,3 +103,55 @@ func TestTreeWalksKeepTheirPlanWithoutStatistics(t *testing.T) {
 	t.Logf("prune victims of %d tasks: work %.0f", total, work)
 	assert.Less(t, work, float64(20*total), "the prune's walk")
 }
+
+// TestTreeWalksUpKeepTheirPlanWithoutStatistics (issue 24): the walks up
+// a tree (a reservation's scope chain, the budgets a task's page shows)
+// from a task 40 levels under one of 3,000 siblings, before any statistics
+// of the table exist, and again after ANALYZE: each does work linear in
+// the depth. Planned blind, the plain recursive join hashed the whole
+// conversation at every level: 250,000 rows for a chain of 42.
+func TestTreeWalksUpKeepTheirPlanWithoutStatistics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testdb.Fresh(t)
+	s, err := New(schema)
+	require.NoError(t, err)
+	for _, table := range []string{"tasks", "conversations", "budgets"} {
+		_, err := pool.Exec(ctx, `ALTER TABLE `+s.Schema()+`.`+table+` SET (autovacuum_enabled = false)`)
+		require.NoError(t, err)
+	}
+	const siblings, depth = 3000, 40
+	conv := testdb.Conversation(t)
+	var root, leaf int64
+	require.NoError(t, pool.QueryRow(ctx, `WITH c AS (INSERT INTO `+schema+`.conversations (id) VALUES ($1))
+		INSERT INTO `+schema+`.tasks (conversation_id, kind) VALUES ($1, 'root') RETURNING id`, conv).Scan(&root))
+	require.NoError(t, pool.QueryRow(ctx, `WITH kids AS (INSERT INTO `+schema+`.tasks (conversation_id, owner_task_id, kind)
+		SELECT $1, $2, 'child' FROM generate_series(1, $3) RETURNING id) SELECT max(id) FROM kids`, conv, root, siblings).Scan(&leaf))
+	for range depth {
+		require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.tasks (conversation_id, owner_task_id, kind)
+			VALUES ($1, $2, 'deep') RETURNING id`, conv, leaf).Scan(&leaf))
+	}
+	// A budget of the root's subtree, so that the page's read walks.
+	_, err = pool.Exec(ctx, `INSERT INTO `+schema+`.budgets (conversation_id, task_id, counter, max) VALUES ($1, $2, 'tokens', 10)`, conv, root)
+	require.NoError(t, err)
+	const chain = depth + 2 // the leaf, its owners, the root
+
+	explain := func(t *testing.T, q query, args ...any) float64 {
+		t.Helper()
+		var plan []byte
+		require.NoError(t, pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[q], args...).Scan(&plan))
+		return planWork(t, plan)
+	}
+	for _, stats := range []string{"without statistics", "after ANALYZE"} {
+		if stats == "after ANALYZE" {
+			_, err := pool.Exec(ctx, `ANALYZE `+schema+`.tasks, `+schema+`.budgets`)
+			require.NoError(t, err)
+		}
+		work := explain(t, qScopeChain, conv, leaf)
+		t.Logf("%s: scope chain of %d: work %.0f", stats, chain, work)
+		assert.Less(t, work, float64(20*chain), "the scope chain, %s", stats)
+		work = explain(t, qTaskBudgets, conv, leaf)
+		t.Logf("%s: budgets of the chain of %d: work %.0f", stats, chain, work)
+		assert.Less(t, work, float64(20*chain), "the budgets of a task, %s", stats)
+	}
+}
