@@ -301,6 +301,23 @@ func runOver(err error) bool {
 // from ctx's cancellation (see detached). Each such write is idempotent, so
 // a commit whose outcome is unknown (ErrAmbiguous) is simply written again.
 func write[T any](ctx context.Context, r *Run, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
+	return idempotent(ctx, r, func(wctx context.Context) (T, error) {
+		return core.Tx(wctx, r.core, func(tx pgx.Tx) (T, error) { return fn(wctx, tx) })
+	})
+}
+
+// writeAtOnce is write for a write of one statement, which commits on its
+// own (core.Write): one round trip, no transaction around it.
+func writeAtOnce[T any](ctx context.Context, r *Run, fn func(ctx context.Context, db store.DB) (T, error)) (T, error) {
+	return idempotent(ctx, r, func(wctx context.Context) (T, error) {
+		return core.Write(wctx, r.core, func(db store.DB) (T, error) { return fn(wctx, db) })
+	})
+}
+
+// idempotent runs w, an idempotent write of the run, as an arbor call of
+// the handler's detached from ctx's cancellation, again after each
+// ErrAmbiguous while its context lasts.
+func idempotent[T any](ctx context.Context, r *Run, w func(wctx context.Context) (T, error)) (T, error) {
 	leave, err := r.enter(ctx)
 	if err != nil {
 		var zero T
@@ -309,7 +326,7 @@ func write[T any](ctx context.Context, r *Run, fn func(ctx context.Context, tx p
 	defer leave()
 	return detached(ctx, r, func(wctx context.Context) (T, error) {
 		for {
-			v, err := core.Tx(wctx, r.core, func(tx pgx.Tx) (T, error) { return fn(wctx, tx) })
+			v, err := w(wctx)
 			if !errors.Is(err, tasks.ErrAmbiguous) || wctx.Err() != nil {
 				return v, err
 			}
