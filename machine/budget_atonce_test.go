@@ -3,6 +3,7 @@ package machine_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -321,5 +322,34 @@ func TestBudgetReserveRecordStress(t *testing.T) {
 		require.NoError(t, run.Complete(b.ctx, nil))
 	}
 	require.NoError(t, turnRun.Complete(b.ctx, nil))
+	b.requireClean(t)
+}
+
+// The one-statement reservation and record work behind PgBouncer in
+// transaction mode (each is a statement outside any transaction, which
+// such a pooler runs on whichever server session it has).
+func TestBudgetThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	b := setupBouncer(t, false, slog.New(slog.DiscardHandler)) // (its warning that nothing LISTENs is expected)
+	eng := b.bounced
+	turn, _, err := eng.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetReturn}}})
+	require.NoError(t, err)
+	lease, err := machine.AcquireLease(b.ctx, eng.Engine, b.conv, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lease.Release(context.Background()) })
+	run, err := lease.Start(b.ctx, turn.ID)
+	require.NoError(t, err)
+	for range 3 {
+		res, err := run.Reserve(b.ctx, "tokens", 30)
+		require.NoError(t, err)
+		require.NoError(t, run.Record(b.ctx, res, 20))
+		require.NoError(t, run.Spend(b.ctx, "tokens", 5))
+	}
+	_, err = run.Reserve(b.ctx, "tokens", 30)
+	require.ErrorIs(t, err, tasks.ErrBudgetExhausted)
+	got := b.budgetOf(t, turn.ID, "tokens")
+	require.Equal(t, [2]int64{75, 0}, [2]int64{got.Spent, got.Reserved})
+	require.NoError(t, run.Complete(b.ctx, nil))
 	b.requireClean(t)
 }
