@@ -174,7 +174,7 @@ func TestBudgetReserveRecordStress(t *testing.T) {
 		maxAsked = 200
 	)
 	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
-		Budgets:             []arbortype.BudgetLimit{{Counter: "tokens", Max: arbortype.Unlimited}},
+		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: arbortype.Unlimited}},
 		ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: convMax, OnExhausted: arbortype.BudgetReturn},
 			{Counter: "calls", Max: arbortype.Unlimited}}})
 	require.NoError(t, err)

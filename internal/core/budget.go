@@ -37,11 +37,17 @@ import (
 // in every transaction's lock order (conversation → tasks → budgets): no
 // writer locks a live task after a budget (the prune, which carries the
 // spend of the settled tasks it deletes into the conversation's budgets,
-// locks only those settled rows after them, which no budget writer locks). Reserve's common path locks the
-// reserving task FOR SHARE and then the budgets, not the conversation
-// (runners lock conversations for their batches): it only checks and moves
-// amounts. When a budget is over and its action ends the run (fail, park),
-// the reservation is made again in a transaction that locks the
+// locks only those settled rows after them, which no budget writer
+// locks). Reserve's common path locks the reserving task FOR SHARE and
+// then the budgets, not the conversation (runners lock conversations for
+// their batches): it only checks and moves amounts. That path, and every
+// record, is one statement that commits on its own (migration 022's
+// functions budget_reserve and budget_record, which take those locks in
+// that order). A reservation off it (a budget over, an unknown counter, a
+// lapse to close) has that statement write nothing and is made again in a
+// transaction (reserve below) that locks as the function does and closes
+// the lapses. When a budget is over and its action ends the run (fail,
+// park), the reservation is made again in a transaction that locks the
 // conversation and the task first and reads the budgets without locking
 // them, then ends the run (which locks its subtree and owner). The failure
 // or the park and SetBudget's raise (which emits BudgetEvent to the parked
