@@ -12,9 +12,11 @@ import (
 // rechecks counts the runs a sink was asked to look at again.
 type rechecks struct{ n int }
 
-func (s *rechecks) apply(context.Context, *Run, core.Outcome) core.OutcomeResult { return core.OutcomeResult{} }
-func (s *rechecks) ending(*Run)                                                  {}
-func (s *rechecks) recheck(*Run)                                                 { s.n++ }
+func (s *rechecks) apply(context.Context, *Run, core.Outcome) core.OutcomeResult {
+	return core.OutcomeResult{}
+}
+func (s *rechecks) ending(*Run)  {}
+func (s *rechecks) recheck(*Run) { s.n++ }
 
 // A write that may end the run (a reservation) has the runner look at the
 // run again when it is over only if the watchdog left the run alone
