@@ -131,12 +131,12 @@ var (
 		SET reserved = reserved - $4, spent = spent + $5, updated_at = now()
 		WHERE conversation_id = $1 AND counter = $2 AND coalesce(task_id, 0) = ANY($3)`)
 	// The common path of a reservation, or a spend, in one statement
-	// (migration 022's budget_reserve; see ReserveAtOnce).
+	// (migration 024's budget_reserve; see ReserveAtOnce).
 	qReserveAtOnce = define(`SELECT outcome, coalesce(task_status, ''), coalesce(task_token, 0),
 			coalesce(r_id, 0), coalesce(r_conversation, ''), coalesce(r_task, 0), coalesce(r_counter, ''), coalesce(r_token, 0),
 			coalesce(r_key, ''), coalesce(r_amount, 0), r_actual, coalesce(r_lapsed, false)
 		FROM {schema}.budget_reserve($1, $2, $3, $4, $5, $6, $7)`)
-	// A record in one statement (migration 022's budget_record; see
+	// A record in one statement (migration 024's budget_record; see
 	// RecordAtOnce).
 	qRecordAtOnce = define(`SELECT outcome, '', 0::bigint,
 			coalesce(r_id, 0), coalesce(r_conversation, ''), coalesce(r_task, 0), coalesce(r_counter, ''), coalesce(r_token, 0),

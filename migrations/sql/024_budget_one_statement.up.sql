@@ -6,8 +6,8 @@
 -- same locks in the same order as the engine's transactions (the reserving
 -- task FOR SHARE, then the counter's budgets FOR UPDATE ordered by counter
 -- and scope, the conversation's first: docs/design.md §5, §3.11) and
--- write the same rows; the guards of migrations 019 and 021 check them as
--- they check the engine's. Each statement of a function sees what
+-- write the same rows; the guards of migrations 019, 021 and 023 check
+-- them as they check the engine's. Each statement of a function sees what
 -- committed before it began (a fresh snapshot per statement, as in the
 -- engine's READ COMMITTED transactions), so what is read after the locks
 -- is what the locks hold still.
