@@ -112,8 +112,10 @@ type Run struct {
 	ending    bool         // its ending write is queued or sent: the watchdog leaves it alone
 	// deciding counts its writes in flight that may end it (a reservation
 	// over a budget fails or parks the task in its own transaction): the
-	// watchdog leaves it alone meanwhile too, and looks again after.
+	// watchdog leaves it alone meanwhile too, and looks again after if it
+	// left it alone for that reason (missed).
 	deciding   int
+	missed     bool
 	inCall     int       // arbor calls in progress: time in them is not the handler's
 	lastActive time.Time // the start, or the end of the handler's last arbor call
 	spawns     int       // spawns without a key of the caller's, numbered for their keys
@@ -236,20 +238,32 @@ func (r *Run) Ended() bool {
 }
 
 // endingOrEnded reports whether the run is over or has sent the write
-// that ends it: its task's changing status is its own doing, and its
-// context must not be cancelled for it (its handler is about to hear the
-// outcome and return).
+// that ends it, or one that may end it: its task's changing status is its
+// own doing, and its context must not be cancelled for it (its handler is
+// about to hear the outcome and return). The watchdog asks it before it
+// stops a run; a run it leaves alone only for a write that may end it is
+// marked missed, to be looked at again when that write is over (mayEnd).
 func (r *Run) endingOrEnded() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.ended || r.ending || r.deciding > 0
+	if r.ended || r.ending {
+		return true
+	}
+	if r.deciding > 0 {
+		r.missed = true
+		return true
+	}
+	return false
 }
 
 // mayEnd marks a write that may end the run as in flight; the function it
 // returns, called when that write is over (landed or not, whatever the
 // handler's context did meanwhile), unmarks it and, when the run did not
-// end, has the runner look at the run again: a stop the watchdog left
-// while the write was in flight (an abort meanwhile) is not lost.
+// end and the watchdog left it alone meanwhile, has the runner look at the
+// run again: a stop the watchdog left while the write was in flight (an
+// abort meanwhile) is not lost. When the watchdog did not look meanwhile,
+// as on a reservation's common path, nothing is read again: the write is
+// its one statement.
 func (r *Run) mayEnd() func() {
 	r.mu.Lock()
 	r.deciding++
@@ -257,9 +271,12 @@ func (r *Run) mayEnd() func() {
 	return func() {
 		r.mu.Lock()
 		r.deciding--
-		ended := r.ended
+		again := !r.ended && r.missed && r.deciding == 0
+		if again {
+			r.missed = false
+		}
 		r.mu.Unlock()
-		if !ended {
+		if again {
 			r.sink.recheck(r)
 		}
 	}
@@ -301,6 +318,23 @@ func runOver(err error) bool {
 // from ctx's cancellation (see detached). Each such write is idempotent, so
 // a commit whose outcome is unknown (ErrAmbiguous) is simply written again.
 func write[T any](ctx context.Context, r *Run, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
+	return idempotent(ctx, r, func(wctx context.Context) (T, error) {
+		return core.Tx(wctx, r.core, func(tx pgx.Tx) (T, error) { return fn(wctx, tx) })
+	})
+}
+
+// writeAtOnce is write for a write of one statement, which commits on its
+// own (core.Write): one round trip, no transaction around it.
+func writeAtOnce[T any](ctx context.Context, r *Run, fn func(ctx context.Context, db store.DB) (T, error)) (T, error) {
+	return idempotent(ctx, r, func(wctx context.Context) (T, error) {
+		return core.Write(wctx, r.core, func(db store.DB) (T, error) { return fn(wctx, db) })
+	})
+}
+
+// idempotent runs w, an idempotent write of the run, as an arbor call of
+// the handler's detached from ctx's cancellation, again after each
+// ErrAmbiguous while its context lasts.
+func idempotent[T any](ctx context.Context, r *Run, w func(wctx context.Context) (T, error)) (T, error) {
 	leave, err := r.enter(ctx)
 	if err != nil {
 		var zero T
@@ -309,7 +343,7 @@ func write[T any](ctx context.Context, r *Run, fn func(ctx context.Context, tx p
 	defer leave()
 	return detached(ctx, r, func(wctx context.Context) (T, error) {
 		for {
-			v, err := core.Tx(wctx, r.core, func(tx pgx.Tx) (T, error) { return fn(wctx, tx) })
+			v, err := w(wctx)
 			if !errors.Is(err, tasks.ErrAmbiguous) || wctx.Err() != nil {
 				return v, err
 			}

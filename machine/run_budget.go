@@ -8,7 +8,6 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/store"
-	"github.com/jackc/pgx/v5"
 )
 
 // Budgets in a handler (docs/agents.md "Budgets"): reserve before an
@@ -110,8 +109,8 @@ func (r *Run) Record(ctx context.Context, res arbortype.Reservation, actual int6
 	if res.TaskID != r.id {
 		return fmt.Errorf("record task %d: reservation %d is task %d's: %w", r.id, res.ID, res.TaskID, arbortype.ErrInvalidArgument)
 	}
-	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (struct{}, error) {
-		_, err := r.core.RecordBudget(ctx, tx, r.conv, r.id, res.ID, actual)
+	_, err := writeAtOnce(ctx, r, func(ctx context.Context, db store.DB) (struct{}, error) {
+		_, err := r.core.RecordBudget(ctx, db, r.conv, r.id, res.ID, actual)
 		return struct{}{}, err
 	})
 	return err

@@ -24,9 +24,10 @@ const (
 	budgetMax     int64 = 1 << 50
 )
 
-// budgetReserve: N × Run.Reserve then Run.Record (two transactions: the
+// budgetReserve: N × Run.Reserve then Run.Record (two commits: the
 // reservation against every budget above the task, then its close with
-// the actual amount), counted as one operation.
+// the actual amount; one statement each on this, the common path),
+// counted as one operation.
 func budgetReserve(ctx context.Context, env *Env, size Size) (Measurement, error) {
 	return budgetOps(ctx, env, size, 60, func(ctx context.Context, run *machine.Run, i int) error {
 		res, err := run.Reserve(ctx, budgetCounter, 100)
@@ -37,8 +38,8 @@ func budgetReserve(ctx context.Context, env *Env, size Size) (Measurement, error
 	})
 }
 
-// budgetSpend: N × Run.Spend (one transaction: the reservation made and
-// closed at once).
+// budgetSpend: N × Run.Spend (one commit, one statement: the reservation
+// made and closed at once).
 func budgetSpend(ctx context.Context, env *Env, size Size) (Measurement, error) {
 	return budgetOps(ctx, env, size, 60, func(ctx context.Context, run *machine.Run, i int) error {
 		return run.Spend(ctx, budgetCounter, 60)

@@ -118,7 +118,7 @@ func Scenarios() []Scenario {
 			About: "One handler, run by a machine.Runner with RunnerConfig{}, makes N calls one after the other; only those are timed and " +
 				"counted. Its task is a tool call under a sub-agent under a turn, with three budgets above it: the sub-agent's " +
 				"(SpawnParams.Budgets), the turn's (CreateParams.Budgets) and the conversation's (CreateParams.ConversationBudgets), one " +
-				"counter, never exhausted. reserve: Run.Reserve then Run.Record (two transactions), one operation; spend: Run.Spend (one); " +
+				"counter, never exhausted. reserve: Run.Reserve then Run.Record (two commits), one operation; spend: Run.Spend (one); " +
 				"checkpoint, the baseline: Run.Checkpoint with a small state (one). Afterwards every budget must show the N operations " +
 				"spent and nothing held. The ratios divide ops/s: reserve÷checkpoint 0.5x means a reservation costs two checkpoints.",
 			Metric:     Throughput,

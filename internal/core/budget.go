@@ -37,11 +37,17 @@ import (
 // in every transaction's lock order (conversation → tasks → budgets): no
 // writer locks a live task after a budget (the prune, which carries the
 // spend of the settled tasks it deletes into the conversation's budgets,
-// locks only those settled rows after them, which no budget writer locks). Reserve's common path locks the
-// reserving task FOR SHARE and then the budgets, not the conversation
-// (runners lock conversations for their batches): it only checks and moves
-// amounts. When a budget is over and its action ends the run (fail, park),
-// the reservation is made again in a transaction that locks the
+// locks only those settled rows after them, which no budget writer
+// locks). Reserve's common path locks the reserving task FOR SHARE and
+// then the budgets, not the conversation (runners lock conversations for
+// their batches): it only checks and moves amounts. That path, and every
+// record, is one statement that commits on its own (migration 027's
+// functions budget_reserve and budget_record, which take those locks in
+// that order). A reservation off it (a budget over, an unknown counter, a
+// lapse to close) has that statement write nothing and is made again in a
+// transaction (reserve below) that locks as the function does and closes
+// the lapses. When a budget is over and its action ends the run (fail,
+// park), the reservation is made again in a transaction that locks the
 // conversation and the task first and reads the budgets without locking
 // them, then ends the run (which locks its subtree and owner). The failure
 // or the park and SetBudget's raise (which emits BudgetEvent to the parked
@@ -278,13 +284,23 @@ var errNeedsConversation = errors.New("budget over: again with the conversation 
 
 // ReserveBudget reserves (or spends) p.Amount of p.Counter for the run of
 // p.TaskID held with p.Token, against every budget of the counter above
-// the task, in a transaction of its own (two when a budget's action ends
-// the run; see the package comment above). The error of a budget over is
-// a *arbortype.BudgetExhaustedError (ErrBudgetExhausted).
+// the task. On the common path — every budget has room, no reservation of
+// the counter in the conversation is left by a run that is over — it is
+// one statement that commits on its own (store's ReserveAtOnce). Else
+// that statement writes nothing and the reservation is made in a
+// transaction of its own (two when a budget's action ends the run; see
+// the package comment above). The error of a budget over is a
+// *arbortype.BudgetExhaustedError (ErrBudgetExhausted).
 func (e *Engine) ReserveBudget(ctx context.Context, p ReserveParams) (ReserveResult, error) {
-	res, err := Tx(ctx, e, func(tx pgx.Tx) (ReserveResult, error) { return e.reserve(ctx, tx, p, false) })
-	if errors.Is(err, errNeedsConversation) {
-		res, err = Tx(ctx, e, func(tx pgx.Tx) (ReserveResult, error) { return e.reserve(ctx, tx, p, true) })
+	if err := checkReserveParams(p); err != nil {
+		return ReserveResult{}, errorf("reserve", p.TaskID, err)
+	}
+	res, rare, err := e.reserveAtOnce(ctx, p)
+	if err == nil && rare {
+		res, err = Tx(ctx, e, func(tx pgx.Tx) (ReserveResult, error) { return e.reserve(ctx, tx, p, false) })
+		if errors.Is(err, errNeedsConversation) {
+			res, err = Tx(ctx, e, func(tx pgx.Tx) (ReserveResult, error) { return e.reserve(ctx, tx, p, true) })
+		}
 	}
 	if err == nil && res.Exhausted != nil {
 		err = res.Exhausted
@@ -295,19 +311,50 @@ func (e *Engine) ReserveBudget(ctx context.Context, p ReserveParams) (ReserveRes
 	return res, nil
 }
 
-func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conversationLocked bool) (ReserveResult, error) {
+func checkReserveParams(p ReserveParams) error {
 	if err := checkCounter(p.Counter); err != nil {
-		return ReserveResult{}, err
+		return err
 	}
 	if p.Counter == arbortype.CounterWallTime {
-		return ReserveResult{}, fmt.Errorf("counter %s is wall time, checked by every reservation, not reserved: %w", p.Counter, arbortype.ErrInvalidArgument)
+		return fmt.Errorf("counter %s is wall time, checked by every reservation, not reserved: %w", p.Counter, arbortype.ErrInvalidArgument)
 	}
 	if err := checkAmount("amount", p.Amount); err != nil {
-		return ReserveResult{}, err
+		return err
 	}
-	if err := checkText("idempotency key", p.Key, true); err != nil {
-		return ReserveResult{}, err
+	return checkText("idempotency key", p.Key, true)
+}
+
+// reserveAtOnce tries the common path of a reservation in one statement;
+// rare says it was not on it, and nothing was written.
+func (e *Engine) reserveAtOnce(ctx context.Context, p ReserveParams) (res ReserveResult, rare bool, err error) {
+	type atOnce struct {
+		res  ReserveResult
+		rare bool
 	}
+	v, err := Write(ctx, e, func(db store.DB) (atOnce, error) {
+		o, err := e.Store.ReserveAtOnce(ctx, db, store.ReservationRow{ConversationID: p.ConversationID, TaskID: p.TaskID,
+			Counter: p.Counter, RunToken: p.Token, IdempotencyKey: p.Key, Amount: p.Amount}, p.Spend)
+		if err != nil {
+			return atOnce{}, err
+		}
+		switch o.Outcome {
+		case store.AtOnceReserved, store.AtOnceAgain:
+			return atOnce{res: ReserveResult{Reservation: o.Reservation}}, nil
+		case store.AtOnceNoTask:
+			return atOnce{}, arbortype.ErrNotFound
+		case store.AtOnceNotHeld:
+			if err := checkHolder(Task{Status: o.Status, Token: o.Token}, p.Token); err != nil {
+				return atOnce{}, err
+			}
+		}
+		return atOnce{rare: true}, nil
+	})
+	return v.res, v.rare, err
+}
+
+// reserve makes a reservation in tx: the rare paths of ReserveBudget,
+// which checked p.
+func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conversationLocked bool) (ReserveResult, error) {
 	var held Task
 	if conversationLocked {
 		t, err := e.lockConversationOf(ctx, tx, p.TaskID)
@@ -525,47 +572,38 @@ func (e *Engine) closeReservation(ctx context.Context, tx pgx.Tx, r store.Reserv
 
 // RecordBudget closes reservation id of task taskID with what was really
 // spent (actual, which may be more or less than the amount held: the
-// difference is released, or spent beyond). It is idempotent: a record
-// repeated with the same actual changes nothing. A reservation closed in
-// full because its run was over first is ErrNotRunning (its amount is
-// spent already); one recorded with another actual ErrInvalidArgument.
-// Recording does not need the run to hold its task still: the reservation
-// is what is fenced (closed once).
-func (e *Engine) RecordBudget(ctx context.Context, tx pgx.Tx, conv string, taskID, id, actual int64) (store.ReservationRow, error) {
+// difference is released, or spent beyond), in one statement (store's
+// RecordAtOnce): on db, a connection of the pool, it commits on its own.
+// It is idempotent: a record repeated with the same actual changes
+// nothing. A reservation closed in full because its run was over first is
+// ErrNotRunning (its amount is spent already); one recorded with another
+// actual ErrInvalidArgument. Recording does not need the run to hold its
+// task still: the reservation is what is fenced (closed once).
+func (e *Engine) RecordBudget(ctx context.Context, db store.DB, conv string, taskID, id, actual int64) (store.ReservationRow, error) {
 	if err := checkAmount("actual", actual); err != nil {
 		return store.ReservationRow{}, errorf("record", taskID, err)
 	}
-	r, err := e.Store.ReservationByID(ctx, tx, conv, id)
+	o, err := e.Store.RecordAtOnce(ctx, db, conv, taskID, id, actual)
+	if err != nil {
+		return store.ReservationRow{}, errorf("record", taskID, mapDBError(err))
+	}
+	r := o.Reservation
 	switch {
-	case store.IsNoRows(err) || (err == nil && r.TaskID != taskID):
+	case o.Outcome == store.AtOnceRecorded:
+		return r, nil
+	case o.Outcome == store.AtOnceNoReservation:
 		return store.ReservationRow{}, errorf("record", taskID, fmt.Errorf("reservation %d is not one of the task's: %w", id, arbortype.ErrNotFound))
-	case err != nil:
-		return store.ReservationRow{}, errorf("record", taskID, err)
-	}
-	if _, err := e.Store.LockBudgets(ctx, tx, conv, []string{r.Counter}); err != nil {
-		return store.ReservationRow{}, errorf("record", taskID, err)
-	}
-	if r, err = e.Store.ReservationByID(ctx, tx, conv, id); err != nil {
-		return store.ReservationRow{}, errorf("record", taskID, err)
-	}
-	switch {
-	case r.Actual != nil && r.Lapsed:
+	case o.Outcome == store.AtOnceRaced:
+		return r, errorf("record", taskID, fmt.Errorf("reservation %d closed meanwhile: %w", id, arbortype.ErrInvalidArgument))
+	case o.Outcome != store.AtOnceClosed || r.Actual == nil:
+		return r, errorf("record", taskID, fmt.Errorf("reservation %d: outcome %q", id, o.Outcome))
+	case r.Lapsed:
 		return r, errorf("record", taskID, fmt.Errorf("reservation %d was charged in full (%d) when its run ended before this record: %w",
 			id, r.Amount, arbortype.ErrNotRunning))
-	case r.Actual != nil && *r.Actual == actual:
+	case *r.Actual == actual:
 		return r, nil
-	case r.Actual != nil:
-		return r, errorf("record", taskID, fmt.Errorf("reservation %d was recorded as %d already: %w", id, *r.Actual, arbortype.ErrInvalidArgument))
 	}
-	chain, err := e.Store.ScopeChain(ctx, tx, conv, taskID)
-	if err != nil {
-		return r, errorf("record", taskID, err)
-	}
-	if err := e.closeReservation(ctx, tx, r, scopeIDs(chain), actual, false); err != nil {
-		return r, errorf("record", taskID, err)
-	}
-	r.Actual = &actual
-	return r, nil
+	return r, errorf("record", taskID, fmt.Errorf("reservation %d was recorded as %d already: %w", id, *r.Actual, arbortype.ErrInvalidArgument))
 }
 
 // SweepLapsed closes in full the open reservations of counter in conv

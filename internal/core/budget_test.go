@@ -54,3 +54,47 @@ func TestReserveRefusalsAreNotDatabaseErrors(t *testing.T) {
 	_, err = b.engine.Complete(b.ctx, run.ID, run.Token, nil)
 	require.NoError(t, err)
 }
+
+// TestReserveOfNoRunWritesNothing: the one-statement reservation refuses
+// as the engine's transaction did — a stale token ErrLeaseLost, a task no
+// longer running ErrNotRunning, a task of another conversation
+// ErrNotFound — and writes nothing; a key reserved before returns its
+// reservation again (a write retried after a lost answer), charged once.
+func TestReserveOfNoRunWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}}})
+	require.NoError(t, err)
+	run := b.start(t, turn.ID)
+	reserve := func(conv string, token int64, key string) (core.ReserveResult, error) {
+		return b.engine.C.ReserveBudget(b.ctx, core.ReserveParams{ConversationID: conv, TaskID: run.ID, Token: token,
+			Counter: "tokens", Amount: 10, Key: key})
+	}
+	first, err := reserve(b.conv, run.Token, "k")
+	require.NoError(t, err)
+	again, err := reserve(b.conv, run.Token, "k")
+	require.NoError(t, err)
+	require.Equal(t, first.Reservation, again.Reservation)
+	got, err := b.engine.Budget(b.ctx, b.conv, turn.ID, "tokens")
+	require.NoError(t, err)
+	require.EqualValues(t, 10, got.Reserved, "charged once")
+
+	before, records := b.snapshot(t), b.recordSnapshot(t)
+	_, err = reserve(b.conv, run.Token+1, "stale")
+	require.ErrorIs(t, err, tasks.ErrLeaseLost)
+	_, err = reserve(b.conv+"-other", run.Token, "elsewhere")
+	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.Equal(t, before, b.snapshot(t))
+	require.Equal(t, records, b.recordSnapshot(t))
+
+	_, err = b.engine.Complete(b.ctx, run.ID, run.Token, nil)
+	require.NoError(t, err)
+	records = b.recordSnapshot(t)
+	_, err = reserve(b.conv, run.Token, "after")
+	require.ErrorIs(t, err, tasks.ErrNotRunning)
+	require.Equal(t, records, b.recordSnapshot(t))
+	again, err = reserve(b.conv, run.Token, "k")
+	require.NoError(t, err, "a key reserved before is found before the run is checked, as it was")
+	require.Equal(t, first.Reservation, again.Reservation)
+}

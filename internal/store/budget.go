@@ -133,10 +133,20 @@ var (
 	qChargeBudgets = define(`UPDATE {schema}.budgets
 		SET reserved = reserved - $4, spent = spent + $5, updated_at = now()
 		WHERE conversation_id = $1 AND counter = $2 AND coalesce(task_id, 0) = ANY($3)`)
+	// The common path of a reservation, or a spend, in one statement
+	// (migration 027's budget_reserve; see ReserveAtOnce).
+	qReserveAtOnce = define(`SELECT outcome, coalesce(task_status, ''), coalesce(task_token, 0),
+			coalesce(r_id, 0), coalesce(r_conversation, ''), coalesce(r_task, 0), coalesce(r_counter, ''), coalesce(r_token, 0),
+			coalesce(r_key, ''), coalesce(r_amount, 0), r_actual, coalesce(r_lapsed, false)
+		FROM {schema}.budget_reserve($1, $2, $3, $4, $5, $6, $7)`)
+	// A record in one statement (migration 027's budget_record; see
+	// RecordAtOnce).
+	qRecordAtOnce = define(`SELECT outcome, '', 0::bigint,
+			coalesce(r_id, 0), coalesce(r_conversation, ''), coalesce(r_task, 0), coalesce(r_counter, ''), coalesce(r_token, 0),
+			coalesce(r_key, ''), coalesce(r_amount, 0), r_actual, coalesce(r_lapsed, false)
+		FROM {schema}.budget_record($1, $2, $3, $4)`)
 	qReservationByKey = define(`SELECT ` + reservationColumns + ` FROM {schema}.budget_reservations
 		WHERE conversation_id = $1 AND task_id = $2 AND idempotency_key = $3`)
-	qReservationByID = define(`SELECT ` + reservationColumns + ` FROM {schema}.budget_reservations
-		WHERE conversation_id = $1 AND id = $2`)
 	qInsertReservation = define(`INSERT INTO {schema}.budget_reservations
 			(conversation_id, task_id, counter, run_token, idempotency_key, amount, actual, closed_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7::bigint IS NULL THEN NULL ELSE now() END)
@@ -247,11 +257,6 @@ func (s *Store) ReservationByKey(ctx context.Context, db DB, conv string, taskID
 	return scanReservation(db.QueryRow(ctx, s.sql[qReservationByKey], conv, taskID, key))
 }
 
-// ReservationByID reads a reservation.
-func (s *Store) ReservationByID(ctx context.Context, db DB, conv string, id int64) (ReservationRow, error) {
-	return scanReservation(db.QueryRow(ctx, s.sql[qReservationByID], conv, id))
-}
-
 // InsertReservation records a reservation; with actual not nil it is
 // closed at once (a spend).
 func (s *Store) InsertReservation(ctx context.Context, tx pgx.Tx, r ReservationRow) (ReservationRow, error) {
@@ -263,6 +268,71 @@ func (s *Store) InsertReservation(ctx context.Context, tx pgx.Tx, r ReservationR
 func (s *Store) CloseReservation(ctx context.Context, tx pgx.Tx, conv string, id, actual int64, lapsed bool) (bool, error) {
 	tag, err := tx.Exec(ctx, s.sql[qCloseReservation], conv, id, actual, lapsed)
 	return tag.RowsAffected() == 1, err
+}
+
+// AtOnce is what a reservation or a record in one statement came to.
+type AtOnce struct {
+	Outcome AtOnceOutcome
+	// Status and Token are the reserving task's, read under its share lock
+	// (ReserveAtOnce's outcomes but AtOnceNoTask).
+	Status arbortype.Status
+	Token  int64
+	// Reservation is the reservation made, found by its key, or recorded;
+	// for AtOnceClosed, as it stood closed.
+	Reservation ReservationRow
+}
+
+// AtOnceOutcome is the outcome of ReserveAtOnce or RecordAtOnce. Nothing
+// was written but on AtOnceReserved and AtOnceRecorded.
+type AtOnceOutcome string
+
+const (
+	// AtOnceReserved: the reservation (or spend) was made and charged.
+	AtOnceReserved AtOnceOutcome = "reserved"
+	// AtOnceAgain: the task has a reservation of that key already.
+	AtOnceAgain AtOnceOutcome = "again"
+	// AtOnceNoTask: no such task in the conversation.
+	AtOnceNoTask AtOnceOutcome = "no_task"
+	// AtOnceNotHeld: the task is not running under the token.
+	AtOnceNotHeld AtOnceOutcome = "not_held"
+	// AtOnceRare: not the common path — a budget over (or its wall time
+	// run out), a counter no budget names, or a reservation of the counter
+	// whose run is over to close first; the engine's transaction decides.
+	AtOnceRare AtOnceOutcome = "rare"
+	// AtOnceRecorded: the reservation was closed with the actual given.
+	AtOnceRecorded AtOnceOutcome = "recorded"
+	// AtOnceClosed: the reservation was closed before.
+	AtOnceClosed AtOnceOutcome = "closed"
+	// AtOnceNoReservation: no reservation of that id is the task's.
+	AtOnceNoReservation AtOnceOutcome = "no_reservation"
+	// AtOnceRaced: closed by another between its reading and its close.
+	AtOnceRaced AtOnceOutcome = "raced"
+)
+
+// ReserveAtOnce makes r (a reservation of r.Amount of r.Counter for the
+// run r.RunToken of task r.TaskID, keyed r.IdempotencyKey; closed at once
+// with spend) in one statement when it is on the common path: the task
+// share-locked, the counter's and wall time's budgets locked in the one
+// order, checked, charged, the reservation inserted. Run outside a
+// transaction it commits on its own.
+func (s *Store) ReserveAtOnce(ctx context.Context, db DB, r ReservationRow, spend bool) (AtOnce, error) {
+	return scanAtOnce(db.QueryRow(ctx, s.sql[qReserveAtOnce], r.ConversationID, r.TaskID, r.RunToken, r.Counter,
+		r.Amount, r.IdempotencyKey, spend))
+}
+
+// RecordAtOnce closes reservation id of task taskID with actual in one
+// statement: the counter's budgets locked, the reservation read again
+// under them, closed, and charged to the budgets above the task.
+func (s *Store) RecordAtOnce(ctx context.Context, db DB, conv string, taskID, id, actual int64) (AtOnce, error) {
+	return scanAtOnce(db.QueryRow(ctx, s.sql[qRecordAtOnce], conv, taskID, id, actual))
+}
+
+func scanAtOnce(row pgx.Row) (AtOnce, error) {
+	var o AtOnce
+	r := &o.Reservation
+	err := row.Scan(&o.Outcome, &o.Status, &o.Token, &r.ID, &r.ConversationID, &r.TaskID, &r.Counter, &r.RunToken,
+		&r.IdempotencyKey, &r.Amount, &r.Actual, &r.Lapsed)
+	return o, err
 }
 
 // OpenReservations reads the open reservations of a counter in a
