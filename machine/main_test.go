@@ -91,7 +91,8 @@ type workInput struct {
 //   - root spawns Steps children of kind step (and a once child with
 //     abandon_on_restart, and a slow child with no restart allowed), waits
 //     on them (all_settled), then completes;
-//   - step works StepMS, heartbeating, then completes;
+//   - step works StepMS, heartbeating, then completes with its node and
+//     its row of the run log as its result;
 //   - once and slow work two seconds (so a crash catches them running);
 //   - block waits for its context to end and records when it did.
 func workHandlers(pool *pgxpool.Pool, schema, node string) map[string]machine.Handler {
@@ -123,7 +124,7 @@ func workHandlers(pool *pgxpool.Pool, schema, node string) map[string]machine.Ha
 		if _, err := pool.Exec(context.WithoutCancel(ctx), `UPDATE `+schema+`.run_log SET ended_at = clock_timestamp() WHERE id = $1`, r.id); err != nil {
 			return err
 		}
-		return r.end(ctx, "", run.Complete(ctx, json.RawMessage(fmt.Sprintf(`{"by": %q}`, node))))
+		return r.end(ctx, "", run.Complete(ctx, json.RawMessage(fmt.Sprintf(`{"by": %q, "run": %d}`, node, r.id))))
 	}
 	return map[string]machine.Handler{
 		"root": func(ctx context.Context, run *machine.Run) error {
@@ -203,7 +204,9 @@ func (r *loggedRun) alive(ctx context.Context) bool {
 // (cancelled_at: the run was cut) stamped, how long it was live, when it
 // returned, and its outcome: "completed" when err is nil (its Complete
 // returned nil), else err, and whether err says that the run lost its
-// lease (tasks.ErrLeaseLost) — and returns err.
+// lease (tasks.ErrLeaseLost) — and returns err. A Complete that returned
+// the run stopped (its context cancelled while the write was in flight)
+// may still have landed: the task's result says which run completed it.
 func (r *loggedRun) end(ctx context.Context, column string, err error) error {
 	set := ""
 	if column != "" {
