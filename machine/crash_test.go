@@ -66,13 +66,65 @@ func createRunLog(t *testing.T, b *bundle) {
 	require.NoError(t, err)
 }
 
-// logOverlaps logs the pairs of runs of one task that overlapped.
-func logOverlaps(t *testing.T, b *bundle) {
+// overlappingRuns selects the pairs of runs of one task that overlapped
+// (x the earlier): on two nodes, their live spans — from the handler's
+// entry to the last moment it found its context live — intersect; on one
+// node, their handlers did, from entry to return. That is the guarantee
+// (docs/design.md §3.8, docs/guarantees.md "When a handler is stopped"): a
+// runner cancels its handlers' contexts before another node may take its
+// conversations, and on one node a task's next run waits for its previous
+// handler to return. A handler that is slow to return after its context
+// was cancelled (as the work handlers are under load, writing the run log
+// on a busy pool) is its own business across nodes: arbor cannot stop it.
+const overlappingRuns = `SELECT x.task_id, x.token, x.node, x.kind, x.started_at, x.live_until, x.returned_at,
+		y.token, y.node, y.started_at, y.live_until, y.returned_at
+	FROM {s}.run_log x JOIN {s}.run_log y ON x.task_id = y.task_id AND x.id < y.id
+	WHERE (x.started_at < coalesce(y.live_until, 'infinity') AND y.started_at < coalesce(x.live_until, 'infinity'))
+	   OR (x.node = y.node AND x.started_at < coalesce(y.returned_at, 'infinity') AND y.started_at < coalesce(x.returned_at, 'infinity'))`
+
+// requireNoOverlap fails the test, listing them, if two runs of a task
+// overlapped (overlappingRuns).
+func requireNoOverlap(t *testing.T, b *bundle) {
 	t.Helper()
-	rows, err := b.pool.Query(b.ctx, `SELECT x.task_id, x.token, x.node, x.kind, x.started_at, x.ended_at, x.cancelled_at, y.token, y.node, y.started_at, y.ended_at, y.cancelled_at FROM `+b.schema+`.run_log x JOIN `+b.schema+`.run_log y
-		ON x.task_id = y.task_id AND x.id < y.id
-		WHERE x.started_at < coalesce(y.ended_at, y.cancelled_at, 'infinity')
-		  AND y.started_at < coalesce(x.ended_at, x.cancelled_at, 'infinity')`)
+	q := strings.ReplaceAll(overlappingRuns, "{s}", b.schema)
+	if n := b.count(t, `SELECT count(*) FROM (`+q+`) o`); n > 0 {
+		logRows(t, b, q)
+		t.Fatalf("%d pairs of runs of one task overlapped", n)
+	}
+}
+
+// requireEachStepCompletedOnce fails the test unless each of the steps
+// (tasks of kind step, all completed) was completed by its last run — the
+// row of the run log its result names — and every other run of it lost
+// its lease. On a busy machine a runner may not confirm its lease in time:
+// its fence stops its handlers, and their tasks run again, on this node
+// once it re-validated its conversations or on the node that took them
+// over (docs/design.md §3.8: one run at a time, not one run). A run that
+// ended any other way and was run again would be a task run twice, and a
+// Complete that returned nil for a run whose result did not land a result
+// lost.
+func requireEachStepCompletedOnce(t *testing.T, b *bundle, steps int) {
+	t.Helper()
+	s := b.schema
+	unexplained := `SELECT r.task_id, r.id, r.node, r.token, r.attempt, r.started_at, r.live_until, r.returned_at, r.outcome
+		FROM ` + s + `.run_log r JOIN ` + s + `.tasks t ON t.id = r.task_id
+		WHERE r.id IS DISTINCT FROM (t.result->>'run')::bigint AND r.lease_lost IS NOT TRUE`
+	if n := b.count(t, `SELECT count(*) FROM (`+unexplained+`) u`); n > 0 {
+		logRows(t, b, unexplained+` ORDER BY r.task_id, r.id`)
+		t.Fatalf("%d runs did not complete their task, yet did not lose their lease", n)
+	}
+	require.Equal(t, steps, b.count(t, `SELECT count(*) FROM `+s+`.tasks t WHERE t.kind = 'step' AND EXISTS (
+		SELECT 1 FROM `+s+`.run_log r WHERE r.task_id = t.id AND r.id = (t.result->>'run')::bigint AND r.node = t.result->>'by'
+		  AND NOT EXISTS (SELECT 1 FROM `+s+`.run_log l WHERE l.task_id = r.task_id AND l.id > r.id))`),
+		"each step was completed by its last run, which its result names")
+	t.Logf("runs cut by a lost lease and run again: %d", b.count(t, `SELECT count(*) FROM `+s+`.run_log r JOIN `+s+`.tasks t ON t.id = r.task_id
+		WHERE r.id <> (t.result->>'run')::bigint`))
+}
+
+// logRows logs the rows query returns.
+func logRows(t *testing.T, b *bundle, query string) {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, query)
 	require.NoError(t, err)
 	defer rows.Close()
 	for rows.Next() {
@@ -161,8 +213,10 @@ func TestCrashRecovery(t *testing.T) {
 
 // TestRunnersNeverOverlap runs two, then three, runner processes over a few
 // hundred conversations. Every handler run records (task, token, runner)
-// with its start and end; no task is ever run by two runs at once, and
-// the run log's per-node counts say how the work was shared.
+// with its start, its end and how it ended; no task is ever run by two
+// runs at once, each step is completed by one run, and every other run of
+// it lost its lease (on a busy machine, fences fire). The run log's
+// per-node counts say how the work was shared.
 func TestRunnersNeverOverlap(t *testing.T) {
 	t.Parallel()
 	for _, nodes := range [][]string{{"node-a", "node-c"}, {"node-a", "node-b", "node-c"}} {
@@ -200,14 +254,7 @@ func runnersNeverOverlap(t *testing.T, nodes []string) {
 		rows.Close()
 		t.Fatalf("%d steps completed of %d", n, conversations*2)
 	}
-	overlaps := b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log x JOIN `+b.schema+`.run_log y
-		ON x.task_id = y.task_id AND x.id < y.id
-		WHERE x.started_at < coalesce(y.ended_at, y.cancelled_at, 'infinity')
-		  AND y.started_at < coalesce(x.ended_at, x.cancelled_at, 'infinity')`)
-	if overlaps > 0 {
-		logOverlaps(t, b)
-	}
-	require.Zero(t, overlaps, "no task was run by two runs at once")
+	requireNoOverlap(t, b)
 	perNode := map[string]int{}
 	rows, err := b.pool.Query(b.ctx, `SELECT node, count(*) FROM `+b.schema+`.run_log GROUP BY node`)
 	require.NoError(t, err)
@@ -219,11 +266,7 @@ func runnersNeverOverlap(t *testing.T, nodes []string) {
 	}
 	require.NoError(t, rows.Err())
 	t.Logf("runs per node: %v", perNode)
-	total := 0
-	for _, n := range perNode {
-		total += n
-	}
-	require.Equal(t, conversations*2, total, "each step ran once")
+	requireEachStepCompletedOnce(t, b, conversations*2)
 	vs, err := b.engine.Check(b.ctx)
 	require.NoError(t, err)
 	require.Empty(t, vs)

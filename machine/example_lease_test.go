@@ -13,8 +13,8 @@ import (
 
 // Code that runs tasks itself, without a Runner, holds the conversation's
 // lease: no Runner touches the conversation meanwhile. When such a holder
-// dies, the next one to take the lease recovers its running tasks: back to
-// pending with attempt + 1, the checkpoint kept.
+// dies, the next one to take the lease — once it has expired — recovers its
+// running tasks: back to pending with attempt + 1, the checkpoint kept.
 func ExampleAcquireLease() {
 	ctx := context.Background()
 	engine, done := exampleEngine(ctx, "arbor_example_lease")
@@ -24,6 +24,9 @@ func ExampleAcquireLease() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// A short lease, so that the example need not wait long for it to
+	// expire. What worker-1 does under it is fenced by the lease's epoch,
+	// which only a take-over moves: it does not race the expiry.
 	first, err := machine.AcquireLease(ctx, engine, "chat-10", &machine.LeaseConfig{Holder: "worker-1", Duration: 200 * time.Millisecond})
 	if err != nil {
 		log.Fatal(err)
@@ -35,14 +38,11 @@ func ExampleAcquireLease() {
 	if err := run.Checkpoint(ctx, "half-way", []byte(`{"page": 3}`)); err != nil {
 		log.Fatal(err)
 	}
-	// worker-1 dies here: it never renews nor releases. While its lease
-	// lasts, nobody else can take the conversation.
-	_, err = machine.AcquireLease(ctx, engine, "chat-10", &machine.LeaseConfig{Holder: "worker-2"})
-	fmt.Println(errors.Is(err, tasks.ErrLeaseHeld))
-
+	// worker-1 dies here: it never renews nor releases. Until its lease
+	// expires, nobody else can take the conversation.
 	var second *machine.Lease
 	for second == nil {
-		second, err = machine.AcquireLease(ctx, engine, "chat-10", &machine.LeaseConfig{Holder: "worker-2"})
+		second, err = machine.AcquireLease(ctx, engine, "chat-10", &machine.LeaseConfig{Holder: "worker-2", Duration: time.Minute})
 		if err != nil && !errors.Is(err, tasks.ErrLeaseHeld) {
 			log.Fatal(err)
 		}
@@ -51,6 +51,11 @@ func ExampleAcquireLease() {
 		}
 	}
 	fmt.Println("recovered:", second.Report().Requeued)
+	// worker-2 holds it now, for a minute unless it renews: while its lease
+	// lasts, nobody else can take the conversation.
+	_, err = machine.AcquireLease(ctx, engine, "chat-10", &machine.LeaseConfig{Holder: "worker-3"})
+	fmt.Println(errors.Is(err, tasks.ErrLeaseHeld))
+
 	runs, err := second.Claim(ctx, 10)
 	if err != nil {
 		log.Fatal(err)
@@ -71,8 +76,8 @@ func ExampleAcquireLease() {
 	}
 	fmt.Println(t.Status, string(t.Result))
 	// Output:
-	// true
 	// recovered: [1]
+	// true
 	// attempt 1 from phase half-way
 	// true
 	// completed "done"

@@ -3,6 +3,7 @@ package machine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -90,42 +91,40 @@ type workInput struct {
 //   - root spawns Steps children of kind step (and a once child with
 //     abandon_on_restart, and a slow child with no restart allowed), waits
 //     on them (all_settled), then completes;
-//   - step works StepMS, heartbeating, then completes;
+//   - step works StepMS, heartbeating, then completes with its node and
+//     its row of the run log as its result;
 //   - once and slow work two seconds (so a crash catches them running);
 //   - block waits for its context to end and records when it did.
 func workHandlers(pool *pgxpool.Pool, schema, node string) map[string]machine.Handler {
-	logStart := func(ctx context.Context, run *machine.Run) (int64, error) {
-		var id int64
-		err := pool.QueryRow(context.WithoutCancel(ctx), `INSERT INTO `+schema+`.run_log (task_id, token, node, kind, attempt)
-			VALUES ($1, $2, $3, $4, $5) RETURNING id`, run.Task.ID, run.Task.Token, node, run.Task.Kind, run.Task.Attempt).Scan(&id)
-		return id, err
-	}
-	logEnd := func(ctx context.Context, id int64, column string) error {
-		_, err := pool.Exec(context.WithoutCancel(ctx), `UPDATE `+schema+`.run_log SET `+column+` = clock_timestamp() WHERE id = $1`, id)
-		return err
+	logStart := func(ctx context.Context, run *machine.Run) (*loggedRun, error) {
+		r := &loggedRun{pool: pool, schema: schema, live: time.Now()}
+		err := pool.QueryRow(context.WithoutCancel(ctx), `INSERT INTO `+schema+`.run_log (task_id, token, node, kind, attempt, started_at)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, run.Task.ID, run.Task.Token, node, run.Task.Kind, run.Task.Attempt, r.live).Scan(&r.id)
+		return r, err
 	}
 	work := func(ctx context.Context, run *machine.Run, d time.Duration) error {
-		id, err := logStart(ctx, run)
+		r, err := logStart(ctx, run)
 		if err != nil {
 			return err
 		}
-		deadline := time.Now().Add(d)
-		for time.Now().Before(deadline) {
+		deadline := r.live.Add(d)
+		for r.alive(ctx) && time.Now().Before(deadline) {
 			select {
 			case <-ctx.Done():
-				_ = logEnd(ctx, id, "cancelled_at")
-				return context.Cause(ctx)
+				continue
 			case <-time.After(min(100*time.Millisecond, time.Until(deadline))):
 			}
 			if err := run.Heartbeat(ctx); err != nil {
-				_ = logEnd(ctx, id, "cancelled_at")
-				return err
+				return r.end(ctx, "cancelled_at", err)
 			}
 		}
-		if err := logEnd(ctx, id, "ended_at"); err != nil {
+		if ctx.Err() != nil {
+			return r.end(ctx, "cancelled_at", context.Cause(ctx))
+		}
+		if _, err := pool.Exec(context.WithoutCancel(ctx), `UPDATE `+schema+`.run_log SET ended_at = clock_timestamp() WHERE id = $1`, r.id); err != nil {
 			return err
 		}
-		return run.Complete(ctx, json.RawMessage(fmt.Sprintf(`{"by": %q}`, node)))
+		return r.end(ctx, "", run.Complete(ctx, json.RawMessage(fmt.Sprintf(`{"by": %q, "run": %d}`, node, r.id))))
 	}
 	return map[string]machine.Handler{
 		"root": func(ctx context.Context, run *machine.Run) error {
@@ -169,17 +168,70 @@ func workHandlers(pool *pgxpool.Pool, schema, node string) map[string]machine.Ha
 		"once": func(ctx context.Context, run *machine.Run) error { return work(ctx, run, 2*time.Second) },
 		"slow": func(ctx context.Context, run *machine.Run) error { return work(ctx, run, 2*time.Second) },
 		"block": func(ctx context.Context, run *machine.Run) error {
-			id, err := logStart(ctx, run)
+			r, err := logStart(ctx, run)
 			if err != nil {
 				return err
 			}
 			<-ctx.Done()
-			_ = logEnd(ctx, id, "cancelled_at")
-			return context.Cause(ctx)
+			return r.end(ctx, "cancelled_at", context.Cause(ctx))
 		},
 	}
 }
 
+// loggedRun is a handler run's row in the run log.
+type loggedRun struct {
+	pool   *pgxpool.Pool
+	schema string
+	id     int64
+	// live is the last moment the run found its context live (at first,
+	// the handler's entry).
+	live time.Time
+}
+
+// alive reports whether ctx is live, and if so moves r.live to a moment
+// read before ctx.Err(): Err also checks the node's lease against the
+// clock, so the run surely held its lease then.
+func (r *loggedRun) alive(ctx context.Context) bool {
+	now := time.Now()
+	if ctx.Err() != nil {
+		return false
+	}
+	r.live = now
+	return true
+}
+
+// end records how the run ended, as the handler's last act — column
+// (cancelled_at: the run was cut) stamped, how long it was live, when it
+// returned, and its outcome: "completed" when err is nil (its Complete
+// returned nil), else err, and whether err says that the run lost its
+// lease (tasks.ErrLeaseLost) — and returns err. A Complete that returned
+// the run stopped (its context cancelled while the write was in flight)
+// may still have landed: the task's result says which run completed it.
+func (r *loggedRun) end(ctx context.Context, column string, err error) error {
+	set := ""
+	if column != "" {
+		set = column + " = clock_timestamp(), "
+	}
+	outcome := "completed"
+	if err != nil {
+		outcome = err.Error()
+	}
+	_, logErr := r.pool.Exec(context.WithoutCancel(ctx), `UPDATE `+r.schema+`.run_log SET `+set+`live_until = $2, returned_at = $3, outcome = $4, lease_lost = $5 WHERE id = $1`,
+		r.id, r.live, time.Now(), outcome, errors.Is(err, tasks.ErrLeaseLost))
+	if err == nil {
+		return logErr
+	}
+	return err
+}
+
+// runLogDDL is the run log: a row per handler run of the work handlers.
+// started_at, live_until and returned_at are the handler's clock (every
+// process of a test runs on one machine): its entry, the last moment it
+// found its context live, and its last act, just before it returned.
+// ended_at (its work done) and cancelled_at (cut) are the database's
+// clock when they were recorded. outcome is "completed" when the run's
+// Complete returned nil, else the error that ended it (lease_lost: one
+// that says the run lost its lease); null where the process died first.
 const runLogDDL = `CREATE TABLE %s.run_log (
 	id           bigserial PRIMARY KEY,
 	task_id      bigint NOT NULL,
@@ -189,4 +241,8 @@ const runLogDDL = `CREATE TABLE %s.run_log (
 	attempt      integer NOT NULL,
 	started_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
 	ended_at     timestamptz,
-	cancelled_at timestamptz)`
+	cancelled_at timestamptz,
+	live_until   timestamptz,
+	returned_at  timestamptz,
+	outcome      text,
+	lease_lost   boolean)`

@@ -172,7 +172,7 @@ func TestGuardRefusesForgedInserts(t *testing.T) {
 // truncated, and a conversation row is never deleted.
 func TestGuardRefusesDeletes(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupTruncating(t)
 	live := reach(t, b, arbortype.StatusRunning, false).task
 	done := reach(t, b, arbortype.StatusCompleted, false).task
 	before := b.snapshot(t)

@@ -36,7 +36,7 @@ func (b *bundle) recordSnapshot(t *testing.T) string {
 // engine reports the code as ErrInvalidTransition.
 func TestGuardRefusesForgedRecords(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupTruncating(t)
 	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
 		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}}})
 	require.NoError(t, err)
@@ -127,7 +127,7 @@ func TestGuardRefusesForgedRecords(t *testing.T) {
 // nothing; arbor's own renewal and end go on.
 func TestGuardRefusesForgedHolders(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupTruncating(t)
 	_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	l := b.lease(t)

@@ -37,6 +37,20 @@ func setup(t testing.TB) *bundle {
 	return newBundle(t, pool, schema)
 }
 
+// setupTruncating is setup on a schema of the test's own, for a test that
+// tries a TRUNCATE. A TRUNCATE (the guard refuses it, but only once its
+// locks are taken) locks every table it would empty, the cascade's
+// included, exclusively and in its own order: holders, conversations, then
+// the tables under them, the reverse of every transaction that locks a
+// conversation and then reads a holder. On the schema the package's tests
+// share, it deadlocked with their work, and was the one refused with
+// 40P01 (TestGuardRefusesForgedHolders, on a busy machine).
+func setupTruncating(t testing.TB) *bundle {
+	t.Helper()
+	pool, schema := testdb.Fresh(t)
+	return newBundle(t, pool, schema)
+}
+
 func newBundle(t testing.TB, pool *pgxpool.Pool, schema string) *bundle {
 	t.Helper()
 	ctx := context.Background()
