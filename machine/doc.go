@@ -52,7 +52,10 @@
 //     method, so that a process resumed from a freeze sees its context
 //     cancelled at its very next check, before the timer goroutine has run.
 //     A handler then has the last quarter of the lease to return before
-//     another node may take its conversation.
+//     another node may take its conversation. A renewal whose answer comes
+//     back after the fence point fires the fence before it confirms the
+//     lease, even if the fence's goroutine was starved and had not: until
+//     its commit, a take-over read the old row, possibly expired.
 //   - Handlers, on one node: a task has at most one handler running on a
 //     node, measured from the handler's entry to its return. A run claimed
 //     for a task whose previous handler has not returned (cancelled, or

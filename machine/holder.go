@@ -220,6 +220,16 @@ func (l *nodeLease) renewOnce(ctx context.Context) bool {
 		l.reconfirmed(true)
 		return true
 	}
+	// A renewal is confirmed only after the fence had its say: one whose
+	// answer came back past the fence point (the fence goroutine starved,
+	// the statement or its commit slow) may have been invisible to a
+	// take-over until then — the old row, expired, is what another node
+	// read — so the fence fires first, as it would have on time, and the
+	// conversations are re-validated by epoch before anything runs again.
+	// Without this, confirming would move the fence point past now, and a
+	// handler whose context had not yet seen the clock would go on in a
+	// conversation another node took.
+	l.checkFence(time.Now())
 	l.confirm(sent)
 	if l.fired.Load() {
 		l.reconfirmed(false)
