@@ -60,6 +60,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		timeout = fs.Duration("run-timeout", bench.RunTimeoutDefault, "bound of one subject's run at one size")
 		poll    = fs.Duration("runner-poll", 0, "PollInterval of the machine.Runners of (a) and (f), for diagnosis (default: the runner's own, 1s)")
 		leave   = fs.String("leave", "", "leave these subjects out, as scenario/subject, e.g. 'e/river-only,a/arbor-batch'")
+		walRel  = fs.Bool("wal-by-relation", false, "also list each run's WAL per task by relation and record type (pg_walinspect; slow for large runs)")
 
 		soak           = fs.Bool("soak", false, "run the soak instead of the scenarios: a Runner for minutes under a steady load while prune runs; exits non-zero when it is not flat (see docs/performance.md)")
 		soakDuration   = fs.Duration("soak-duration", bench.SoakDurationDefault, "soak: how long the producer runs")
@@ -119,7 +120,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	opts := bench.Options{
 		DatabaseURL: *url, Quick: *quick, Conns: *conns, ClaimBatch: *batch, Rounds: rounds,
 		DBOSDir: *dbosDir, Out: stdout, RunTimeout: *timeout,
-		RunnerPollInterval: *poll,
+		RunnerPollInterval: *poll, WALByRelation: *walRel,
 	}
 	if *leave != "" {
 		opts.Leave = strings.Split(*leave, ",")

@@ -174,3 +174,42 @@ func TestOptionsRefused(t *testing.T) {
 		Sizes: map[string][]string{"c": {"ten"}}})
 	require.ErrorContains(t, err, `size "ten"`, "sizes are read before connecting")
 }
+
+// TestWALByRelation: with Options.WALByRelation a run reports the WAL it
+// wrote by relation and record type, the task table's inserts among it,
+// and the shares sum to no more than the run's WAL.
+func TestWALByRelation(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	rep, err := bench.Run(context.Background(), bench.Options{
+		DatabaseURL:        testdb.URL(t),
+		Conns:              4,
+		Rounds:             1,
+		Only:               []string{"a"},
+		Sizes:              map[string][]string{"a": {"20", "30"}},
+		Leave:              []string{"a/arbor", "a/runner-create", "a/ceiling", "a/ceiling-row", "a/river"},
+		RunnerPollInterval: 20 * time.Millisecond,
+		WALByRelation:      true,
+		Out:                &out,
+		Logger:             slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	require.NoError(t, err)
+	require.Contains(t, out.String(), "WAL by relation, runner at 20")
+	for _, s := range rep.Scenarios {
+		for _, sr := range s.Sizes {
+			for _, r := range sr.Subjects {
+				if r.Measurement == nil {
+					continue
+				}
+				var sum int64
+				inserts := false
+				for _, sh := range r.Measurement.WAL {
+					sum += sh.Bytes
+					inserts = inserts || (sh.Relation == "tasks" && sh.Record == "INSERT")
+				}
+				require.True(t, inserts, "%s at %s: the tasks' inserts are among its WAL: %+v", r.Key, sr.Size.Spec, r.Measurement.WAL)
+				require.LessOrEqual(t, sum, r.Measurement.WALBytes)
+			}
+		}
+	}
+}

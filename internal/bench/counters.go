@@ -153,7 +153,7 @@ func (w *Window) End(ctx context.Context) (Measurement, error) {
 	if err != nil {
 		return Measurement{}, err
 	}
-	return Measurement{
+	m := Measurement{
 		Elapsed:    elapsed,
 		Statements: stmts,
 		Commits:    w.env.commitsBetween(ctx, w.before.lsn, after.lsn),
@@ -162,7 +162,38 @@ func (w *Window) End(ctx context.Context) (Measurement, error) {
 		ClientCPU:  cpu,
 		ServerCPU:  srv,
 		counted:    true,
-	}, nil
+	}
+	if w.env.walByRelation {
+		m.WAL = w.env.walBetween(ctx, w.before.lsn, after.lsn)
+	}
+	return m, nil
+}
+
+// walBetween reads the WAL between two positions and sums it by the
+// relation each record's first block names (looked up by its file node
+// while the run's schema still exists) and the record's type; nil when
+// pg_walinspect is not available or cannot read them.
+func (e *Env) walBetween(ctx context.Context, from, to string) []WALShare {
+	if e.walinspect == "" {
+		return nil
+	}
+	rows, err := e.Pool.Query(ctx, `WITH r AS (
+			SELECT w.resource_manager, w.record_type, w.record_length,
+			       (regexp_match(w.block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid AS node
+			FROM `+pgx.Identifier{e.walinspect, "pg_get_wal_records_info"}.Sanitize()+`($1::pg_lsn, $2::pg_lsn) w)
+		SELECT coalesce(c.relname, '(' || r.resource_manager || ')'), r.record_type, sum(r.record_length)::bigint, count(*)
+		FROM r LEFT JOIN pg_class c ON c.relfilenode = r.node
+		GROUP BY 1, 2 ORDER BY 3 DESC`, from, to)
+	if err != nil {
+		e.Logger.WarnContext(ctx, "bench: could not read the WAL by relation", "error", err)
+		return nil
+	}
+	shares, err := pgx.CollectRows(rows, pgx.RowToStructByPos[WALShare])
+	if err != nil {
+		e.Logger.WarnContext(ctx, "bench: could not read the WAL by relation", "error", err)
+		return nil
+	}
+	return shares
 }
 
 // counter is a pgx tracer that counts the statements sent through the

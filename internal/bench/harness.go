@@ -68,6 +68,13 @@ type Options struct {
 	// default (1 s), as in production. The smoke test shortens it: a machine
 	// that finds every worker slot taken waits for its poll.
 	RunnerPollInterval time.Duration
+	// WALByRelation: each measured run also reads the WAL it wrote with
+	// pg_walinspect and reports its bytes and records per task by the
+	// relation each record's block names and the record's type (the
+	// table's and its indexes', a row's insert, update and lock apart),
+	// printed after the scenario's tables and kept in the JSON. It reads
+	// every record of the window: seconds for a large run.
+	WALByRelation bool
 	// RunTimeout bounds one subject's run at one size. Default 5 minutes.
 	RunTimeout time.Duration
 	// Out receives the tables. Default io.Discard.
@@ -180,6 +187,18 @@ type Measurement struct {
 	counted bool
 	// Note says anything a reader must know about this figure.
 	Note string `json:"note,omitempty"`
+	// WAL is the WAL of the window by relation and record type, largest
+	// first (Options.WALByRelation).
+	WAL []WALShare `json:"wal_by_relation,omitempty"`
+}
+
+// WALShare is the WAL that records of one type, naming one relation (or
+// none: a commit, a sequence's log), wrote in a window.
+type WALShare struct {
+	Relation string `json:"relation"`
+	Record   string `json:"record"`
+	Bytes    int64  `json:"bytes"`
+	Records  int64  `json:"records"`
 }
 
 // RunFunc runs one subject of a scenario at one size in env's fresh schema.
@@ -278,6 +297,8 @@ type Env struct {
 	// walinspect is the schema of the pg_walinspect extension, which
 	// counts commits; "" when it is not available.
 	walinspect string
+	// walByRelation is Options.WALByRelation.
+	walByRelation bool
 	// postmaster is the server's pid when it runs on this machine, for
 	// its CPU time; 0 otherwise.
 	postmaster int

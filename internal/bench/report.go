@@ -329,6 +329,7 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 			}
 		}
 	}
+	printWAL(w, s, res, unit)
 	for i, n := range notes {
 		fmt.Fprintf(w, "  [%d] %s\n", i+1, n)
 	}
@@ -422,4 +423,31 @@ func wrap(text string, width int) []string {
 		lines = append(lines, cur)
 	}
 	return lines
+}
+
+// walShown is how many of a run's largest WAL shares printWAL lists.
+const walShown = 16
+
+// printWAL lists, for every measured run that read its WAL by relation
+// (Options.WALByRelation), its largest shares per task (the median
+// round's run).
+func printWAL(w io.Writer, s Scenario, res ScenarioResult, unit string) {
+	for _, sub := range s.Subjects {
+		for _, sr := range res.Sizes {
+			for _, r := range sr.Subjects {
+				if r.Key != sub.Key || r.Measurement == nil || len(r.Measurement.WAL) == 0 || r.Measurement.Tasks == 0 {
+					continue
+				}
+				m := r.Measurement
+				fmt.Fprintf(w, "  WAL by relation, %s at %s, per %s (largest %d of %d):\n", sub.Key, sr.Size.Spec, unit, min(walShown, len(m.WAL)), len(m.WAL))
+				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+				fmt.Fprintln(tw, "    relation\trecord\tbytes\trecords\t")
+				for _, sh := range m.WAL[:min(walShown, len(m.WAL))] {
+					fmt.Fprintf(tw, "    %s\t%s\t%.1f\t%.2f\t\n", sh.Relation, sh.Record,
+						float64(sh.Bytes)/float64(m.Tasks), float64(sh.Records)/float64(m.Tasks))
+				}
+				_ = tw.Flush()
+			}
+		}
+	}
 }

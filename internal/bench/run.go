@@ -45,6 +45,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	defer closeEnv()
 	env.ClaimBatch, env.WakeSpread, env.RunnerPollInterval = o.ClaimBatch, o.WakeSpread, o.RunnerPollInterval
+	env.walByRelation = o.WALByRelation
 
 	machine, err := readMachine(ctx, env.Pool)
 	if err != nil {
