@@ -75,7 +75,9 @@ func TestForkBesideManyTasksReadsOnlyItsOwn(t *testing.T) {
 	vs, err := b.engine.Check(b.ctx, f.ConversationID)
 	require.NoError(t, err)
 	require.Empty(t, vs)
-
-	_, err = other.engine.AbortConversation(b.ctx, other.conv)
-	require.NoError(t, err)
+	// The 50,000 pending tasks stay: the schema is the test's own
+	// (testdb.Fresh). Aborting them took one transaction whose client,
+	// under the race detector on a loaded machine, spent over the engine's
+	// IdleInTransaction (5 s) between two statements, and the server ended
+	// its session: a cost of the test's setting, not what it measures.
 }
