@@ -203,8 +203,11 @@ func TestCrashBetweenReserveAndRecord(t *testing.T) {
 
 // budgetHandlers: a "turn" spawns an "agent" with the given budget and
 // waits; the agent spawns a "tool" that waits for an event nobody sends,
-// then asks for 200 tokens. attempts counts the agent's runs.
+// and once the tool runs asks for 200 tokens (a tool still pending when
+// the agent fails would be orphaned, not aborted: the order is the
+// test's, not the runner's). attempts counts the agent's runs.
 func budgetHandlers(limit arbortype.BudgetLimit, agentRan chan<- error) map[string]machine.Handler {
+	toolRan := make(chan struct{}, 1)
 	return map[string]machine.Handler{
 		"turn": func(ctx context.Context, run *machine.Run) error {
 			if run.Task.Phase == "" {
@@ -223,6 +226,11 @@ func budgetHandlers(limit arbortype.BudgetLimit, agentRan chan<- error) map[stri
 				if err := run.Checkpoint(ctx, "tool started", nil); err != nil {
 					return err
 				}
+				select {
+				case <-toolRan:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 			}
 			res, err := run.Reserve(ctx, "tokens", 200)
 			agentRan <- err
@@ -235,6 +243,10 @@ func budgetHandlers(limit arbortype.BudgetLimit, agentRan chan<- error) map[stri
 			return run.Complete(ctx, json.RawMessage(`"answered"`))
 		},
 		"tool": func(ctx context.Context, run *machine.Run) error {
+			select {
+			case toolRan <- struct{}{}:
+			default:
+			}
 			return run.AwaitEvent(ctx, machine.AwaitParams{Name: "never"})
 		},
 	}

@@ -314,7 +314,7 @@ func runOver(err error) bool {
 }
 
 // write runs one fenced write of the run that does not end it and is not
-// batched (checkpoint, heartbeat) in a transaction of its own, detached
+// batched (a spawn with budgets) in a transaction of its own, detached
 // from ctx's cancellation (see detached). Each such write is idempotent, so
 // a commit whose outcome is unknown (ErrAmbiguous) is simply written again.
 func write[T any](ctx context.Context, r *Run, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
@@ -324,7 +324,9 @@ func write[T any](ctx context.Context, r *Run, fn func(ctx context.Context, tx p
 }
 
 // writeAtOnce is write for a write of one statement, which commits on its
-// own (core.Write): one round trip, no transaction around it.
+// own (core.Write): one round trip, no transaction around it (a
+// checkpoint, a heartbeat, a progress entry, a record). A refused one may
+// read the task back after it, to say why.
 func writeAtOnce[T any](ctx context.Context, r *Run, fn func(ctx context.Context, db store.DB) (T, error)) (T, error) {
 	return idempotent(ctx, r, func(wctx context.Context) (T, error) {
 		return core.Write(wctx, r.core, func(db store.DB) (T, error) { return fn(wctx, db) })
@@ -438,10 +440,11 @@ func endedBy(ctx context.Context, c *core.Engine, o core.Outcome) error {
 
 // Checkpoint saves phase and state (replacing the last checkpoint as a
 // whole) and extends the task lease. A handler that is recovered after a
-// crash runs again from its last checkpoint.
+// crash runs again from its last checkpoint. It is one statement, which
+// commits on its own; a refused one reads the task back to say why.
 func (r *Run) Checkpoint(ctx context.Context, phase string, state json.RawMessage) error {
-	t, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
-		return r.core.Checkpoint(ctx, tx, r.conv, r.id, r.token, phase, state)
+	t, err := writeAtOnce(ctx, r, func(ctx context.Context, db store.DB) (arbortype.Task, error) {
+		return r.core.Checkpoint(ctx, db, r.conv, r.id, r.token, phase, state)
 	})
 	if err == nil {
 		r.Task.Phase, r.Task.State = t.Phase, t.State
@@ -452,10 +455,10 @@ func (r *Run) Checkpoint(ctx context.Context, phase string, state json.RawMessag
 }
 
 // Heartbeat extends the task lease, for a handler that works long between
-// checkpoints.
+// checkpoints. It is one statement, as Checkpoint is.
 func (r *Run) Heartbeat(ctx context.Context) error {
-	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (arbortype.Task, error) {
-		return r.core.Heartbeat(ctx, tx, r.conv, r.id, r.token)
+	_, err := writeAtOnce(ctx, r, func(ctx context.Context, db store.DB) (arbortype.Task, error) {
+		return r.core.Heartbeat(ctx, db, r.conv, r.id, r.token)
 	})
 	if err == nil {
 		r.extended()

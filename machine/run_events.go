@@ -11,6 +11,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/store"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -52,16 +53,14 @@ func (r *Run) AwaitEvent(ctx context.Context, p AwaitParams) error {
 // log, labelled name: what a client following the conversation
 // (tasks.Engine.Follow) sees while the handler works — tokens of a streamed
 // answer, a tool's status. Unlike Checkpoint it does not change what the
-// handler resumes from. Fenced by the run's token.
+// handler resumes from. Fenced by the run's token; one statement, which
+// commits on its own.
 func (r *Run) Progress(ctx context.Context, name string, payload json.RawMessage) error {
-	conv := ""
-	_, err := write(ctx, r, func(ctx context.Context, tx pgx.Tx) (int64, error) {
-		seq, c, err := r.core.Progress(ctx, tx, r.id, r.token, name, payload)
-		conv = c
-		return seq, err
+	_, err := writeAtOnce(ctx, r, func(ctx context.Context, db store.DB) (int64, error) {
+		return r.core.Progress(ctx, db, r.conv, r.id, r.token, name, payload)
 	})
 	if err == nil {
-		r.core.AnnounceLog(conv)
+		r.core.AnnounceLog(r.conv)
 	}
 	r.over(err)
 	return err

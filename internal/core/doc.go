@@ -37,8 +37,12 @@
 // row while it waits for a conversation row, so they cannot close a cycle
 // either: at worst they wait for a multi-task
 // transaction to finish, and then see its result (a task aborted while its
-// checkpoint waited gets ErrAborted, and nothing is written). Claims skip
-// locked rows instead of waiting.
+// checkpoint waited gets ErrAborted, and nothing is written). A progress
+// entry locks the conversation row, then share-locks its task row, in one
+// statement (the same order); the share lock checks the run's token
+// against the task's newest version, so one that waited for the
+// conversation sees what the holder before it did. Claims skip locked
+// rows instead of waiting.
 //
 // One caveat for a caller's own transaction: one that does a self-only
 // write and then a multi-task one holds a task row while it waits for the

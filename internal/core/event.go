@@ -570,37 +570,6 @@ func (e *Engine) tokenTask(ctx context.Context, tx pgx.Tx, token string) (string
 	return t.ConversationID, t.ID, nil
 }
 
-// Progress appends a progress entry to the conversation's log for the
-// running task held with token. It locks the conversation (the log's order
-// is its commit order) without announcing it to the runners: the caller
-// announces it to the log's followers after the commit (AnnounceLog).
-func (e *Engine) Progress(ctx context.Context, tx pgx.Tx, taskID, token int64, name string, payload json.RawMessage) (int64, string, error) {
-	if err := checkText("progress name", name, false); err != nil {
-		return 0, "", errorf("progress", taskID, err)
-	}
-	if err := e.checkPayload("progress payload", payload); err != nil {
-		return 0, "", errorf("progress", taskID, err)
-	}
-	if err := e.Store.LockConversationOfTaskQuiet(ctx, tx, taskID); err != nil {
-		if store.IsNoRows(err) {
-			err = arbortype.ErrNotFound
-		}
-		return 0, "", errorf("progress", taskID, err)
-	}
-	t, err := e.Store.GetTask(ctx, tx, taskID)
-	if err != nil {
-		return 0, "", errorf("progress", taskID, err)
-	}
-	if err := checkHolder(t, token); err != nil {
-		return 0, "", errorf("progress", taskID, err)
-	}
-	seq, err := e.Store.AppendLog(ctx, tx, t.ConversationID, taskID, arbortype.LogKindProgress, name, payload)
-	if err != nil {
-		return 0, "", errorf("progress", taskID, mapDBError(err))
-	}
-	return seq, t.ConversationID, nil
-}
-
 // ReadLog reads up to limit entries of a conversation's log after seq
 // after, in order. An unknown conversation is ErrNotFound.
 func (e *Engine) ReadLog(ctx context.Context, db store.DB, conv string, after int64, limit int) ([]store.LogEntry, error) {

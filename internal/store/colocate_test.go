@@ -270,12 +270,11 @@ var crossConversation = map[string]string{
 // every shard (docs/scaling.md); a caller that knows the conversation
 // skips them where an API takes it.
 var entryPoints = map[string]string{
-	"qGetTask":                     "reads a task by id (Engine.Get and the reads after a lost commit answer)",
-	"qGetTasks":                    "reads tasks by ids (Engine.GetMany; a batch create's owners, of several conversations)",
-	"qTaskConversation":            "finds a task's conversation: the entry point of a task-addressed call",
-	"qTaskByAwaitToken":            "finds an await by a token of the older form, which does not name its task (EmitToken): a client posts the token alone",
-	"qLockConversationOfTask":      "locks a task's conversation, found from the task, then the task by (conversation, id)",
-	"qLockConversationOfTaskQuiet": "the same without announcing it (Progress)",
+	"qGetTask":                "reads a task by id (Engine.Get and the reads after a lost commit answer)",
+	"qGetTasks":               "reads tasks by ids (Engine.GetMany; a batch create's owners, of several conversations)",
+	"qTaskConversation":       "finds a task's conversation: the entry point of a task-addressed call",
+	"qTaskByAwaitToken":       "finds an await by a token of the older form, which does not name its task (EmitToken): a client posts the token alone",
+	"qLockConversationOfTask": "locks a task's conversation, found from the task, then the task by (conversation, id)",
 }
 
 // TestEveryStatementIsColocatable fails on a statement of the store that

@@ -88,11 +88,6 @@ var (
 	qPruneLog = define(`DELETE FROM {schema}.conversation_log WHERE seq IN (
 		SELECT seq FROM {schema}.conversation_log WHERE at < now() - $1 * interval '1 microsecond' ORDER BY seq LIMIT $2)`)
 
-	// A conversation locked without announcing it: for a writer whose news
-	// is the log's alone (progress), which must not wake the runners.
-	qLockConversationOfTaskQuiet = define(`SELECT c.id FROM {schema}.conversations c
-		WHERE c.id = (SELECT conversation_id FROM {schema}.tasks WHERE id = $1) FOR NO KEY UPDATE`)
-
 	qUndeliveredEvents = define(`SELECT ` + eventColumns + ` FROM {schema}.events
 		WHERE conversation_id = $1 AND delivered_to IS NULL ORDER BY id`)
 	qConversationEvents = define(`SELECT ` + eventColumns + ` FROM {schema}.events
@@ -204,13 +199,6 @@ func (s *Store) LogHead(ctx context.Context, db DB, conv string) (int64, error) 
 func (s *Store) PruneLog(ctx context.Context, db DB, keep time.Duration, limit int) (int64, error) {
 	tag, err := db.Exec(ctx, s.sql[qPruneLog], micros(keep), limit)
 	return tag.RowsAffected(), err
-}
-
-// LockConversationOfTaskQuiet locks taskID's conversation without
-// announcing it.
-func (s *Store) LockConversationOfTaskQuiet(ctx context.Context, db DB, taskID int64) error {
-	var id string
-	return db.QueryRow(ctx, s.sql[qLockConversationOfTaskQuiet], taskID).Scan(&id)
 }
 
 // UndeliveredEvents lists the undelivered events of conv.

@@ -73,6 +73,27 @@ var (
 		WHERE id = $1 AND conversation_id = $4 AND token = $2 AND status = 'running' AND NOT abort_requested
 		RETURNING {task_columns}`)
 
+	// A progress entry of a running task held with token, in one
+	// statement that commits on its own (Run.Progress): the conversation's
+	// row locked first, as every writer of its log holds it until commit
+	// (so the log's order is its commit order); then the task's row
+	// share-locked, which in READ COMMITTED re-reads its newest version
+	// and checks the fence against that rather than against the
+	// statement's snapshot, taken before the wait for the conversation's
+	// lock (an abort or a take-over that committed meanwhile fences the
+	// entry off). The uncorrelated EXISTS runs once before the task is
+	// read, so the locks come in the engine's order. No row comes back
+	// when it was fenced off.
+	qAppendProgress = define(`WITH c AS (
+			SELECT id FROM {schema}.conversations WHERE id = $1 FOR NO KEY UPDATE),
+		t AS (
+			SELECT t.id, t.conversation_id FROM {schema}.tasks t
+			WHERE t.id = $2 AND t.conversation_id = $1 AND EXISTS (SELECT 1 FROM c)
+			  AND t.token = $3 AND t.status = 'running' AND NOT t.abort_requested
+			FOR SHARE OF t)
+		INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, name, payload)
+		SELECT t.conversation_id, t.id, 'progress', nullif($4::text, ''), $5 FROM t RETURNING seq`)
+
 	qSettleTask = define(logged(`UPDATE {schema}.tasks t
 		SET status = $2, result = coalesce($3, result), error = coalesce($4, error),
 		    settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass),
@@ -152,6 +173,15 @@ func (s *Store) CheckpointTask(ctx context.Context, db DB, conv string, id, toke
 // ErrNoRows means the write was fenced off.
 func (s *Store) HeartbeatTask(ctx context.Context, db DB, conv string, id, token int64, lease time.Duration) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qHeartbeatTask], id, token, micros(lease), conv))
+}
+
+// AppendProgress appends a progress entry named name to the log of conv,
+// for a running task held with token (see qAppendProgress). ErrNoRows
+// means the write was fenced off.
+func (s *Store) AppendProgress(ctx context.Context, db DB, conv string, id, token int64, name string, payload json.RawMessage) (int64, error) {
+	var seq int64
+	err := db.QueryRow(ctx, s.sql[qAppendProgress], conv, id, token, name, nullJSON(payload)).Scan(&seq)
+	return seq, err
 }
 
 // SettleTask moves a task to the settled status `to`, recording result and
