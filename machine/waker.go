@@ -46,8 +46,9 @@ const (
 	WokenByRiver WakeSource = "river"
 )
 
-// WakeEvent reports a wake that a Waker committed.
-type WakeEvent struct {
+// Wake reports a wake that a Waker committed (WakerConfig.OnWake,
+// Observation.Wake).
+type Wake struct {
 	TaskID         int64
 	SleepSeq       int64
 	ConversationID string
@@ -57,6 +58,12 @@ type WakeEvent struct {
 	// the job's scheduled time). 0 when it was not late.
 	Late time.Duration
 }
+
+// WakeEvent is Wake's former name: a wake is not an event in arbor's sense
+// (arbortype.Event, what Emit sends).
+//
+// Deprecated: use Wake.
+type WakeEvent = Wake
 
 // WakerConfig configures a Waker. The zero value of every field means its
 // default.
@@ -101,7 +108,7 @@ type WakerConfig struct {
 	Filter func(conversationID string) bool
 	// OnWake, if not nil, is called after each wake this waker committed,
 	// by a timer or by its River worker, from the goroutine that woke it.
-	OnWake func(WakeEvent)
+	OnWake func(Wake)
 	// RiverTestOnly sets River's Config.TestOnly (no staggered start of its
 	// maintenance services). For tests only. Default false.
 	RiverTestOnly bool
@@ -503,7 +510,7 @@ func (w *Waker) fire(ctx context.Context, key sleepKey, conversationID string, e
 	e.touched = time.Now()
 	w.mu.Unlock()
 	if woken && w.cfg.OnWake != nil {
-		w.cfg.OnWake(WakeEvent{TaskID: key.taskID, SleepSeq: key.sleepSeq, ConversationID: conversationID, By: WokenByTimer,
+		w.cfg.OnWake(Wake{TaskID: key.taskID, SleepSeq: key.sleepSeq, ConversationID: conversationID, By: WokenByTimer,
 			Late: max(-w.untilDB(e.wakeAt), 0)})
 	}
 }
