@@ -40,8 +40,9 @@ type Config struct {
 	// this far ahead by the database's clock. It only tells a handler that
 	// went quiet from one that calls arbor: a runner's watchdog warns when
 	// a handler runs this long outside arbor's calls without a checkpoint
-	// or heartbeat (it cancels one only past RunnerConfig.BlockedAfter).
-	// Nothing is fenced, recovered or taken over when it passes.
+	// or heartbeat (it cancels one only past
+	// machine.RunnerConfig.BlockedAfter). Nothing is fenced, recovered or
+	// taken over when it passes.
 	//
 	// It is not the conversation lease
 	// (machine.RunnerConfig.ConversationLease, one per node, not per task):
