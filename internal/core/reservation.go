@@ -52,8 +52,8 @@ var errNeedsConversation = errors.New("budget over: again with the conversation 
 // one statement that commits on its own (store's ReserveAtOnce). Else
 // that statement writes nothing and the reservation is made in a
 // transaction of its own (two when a budget's action ends the run; see
-// the comment on budgets at the top of budget.go). The error of a budget over is a
-// *arbortype.BudgetExhaustedError (ErrBudgetExhausted).
+// the comment on budgets at the top of budget.go). The error of a budget
+// over is a *arbortype.BudgetExhaustedError (ErrBudgetExhausted).
 func (e *Engine) ReserveBudget(ctx context.Context, p ReserveParams) (ReserveResult, error) {
 	if err := checkReserveParams(p); err != nil {
 		return ReserveResult{}, errorf("reserve", p.TaskID, err)
