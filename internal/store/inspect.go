@@ -46,24 +46,26 @@ func (s *Store) LiveConversations(ctx context.Context, db DB, statuses []arborty
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []arbortype.ConversationSummary
-	for rows.Next() {
-		var (
-			c      arbortype.ConversationSummary
-			status string
-			n      int
-		)
-		if err := rows.Scan(&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &status, &n); err != nil {
-			return nil, err
-		}
+	// One row per conversation and live status, a conversation's rows
+	// together: folded into one summary each.
+	var (
+		out    []arbortype.ConversationSummary
+		c      arbortype.ConversationSummary
+		status string
+		n      int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &status, &n}, func() error {
 		if len(out) == 0 || out[len(out)-1].ID != c.ID {
 			c.Live = map[arbortype.Status]int{}
 			out = append(out, c)
 		}
 		out[len(out)-1].Live[arbortype.Status(status)] = n
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 var qRecentConversations = define(`WITH recent AS (
@@ -293,23 +295,22 @@ func scanConversationRows(rows pgx.Rows, err error) (ConversationScan, error) {
 	if err != nil {
 		return out, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id, holder, lastKind, lastStatus *string
-			epoch, lastID                    *int64
-			lease, created, lastCreated      *time.Time
-			live                             map[string]int
-			failed                           *bool
-			awaiting                         *int
-			key                              *int64
-		)
-		if err := rows.Scan(&out.Scanned, &out.LastID, &out.LastKey, &id, &holder, &epoch, &lease, &created, &live, &failed,
-			&awaiting, &lastID, &lastKind, &lastStatus, &lastCreated, &key); err != nil {
-			return out, err
-		}
+	// Every row carries the scan's figures; a row of nulls beside them
+	// stands for no conversation. The scan allocates each pointer's value
+	// afresh (and a NULL sets it nil), so what a row keeps is its own.
+	var (
+		id, holder, lastKind, lastStatus *string
+		epoch, lastID                    *int64
+		lease, created, lastCreated      *time.Time
+		live                             map[string]int
+		failed                           *bool
+		awaiting                         *int
+		key                              *int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&out.Scanned, &out.LastID, &out.LastKey, &id, &holder, &epoch, &lease, &created, &live, &failed,
+		&awaiting, &lastID, &lastKind, &lastStatus, &lastCreated, &key}, func() error {
 		if id == nil {
-			continue // the row of nulls: nothing kept
+			return nil // the row of nulls: nothing kept
 		}
 		r := ConversationRow{Failed: *failed, Awaiting: *awaiting, LastID: *lastID, LastKind: *lastKind,
 			LastStatus: arbortype.Status(*lastStatus), LastCreatedAt: lastCreated}
@@ -319,8 +320,9 @@ func scanConversationRows(rows pgx.Rows, err error) (ConversationScan, error) {
 			r.Live[arbortype.Status(st)] = n
 		}
 		out.Rows = append(out.Rows, r)
-	}
-	return out, rows.Err()
+		return nil
+	})
+	return out, err
 }
 
 // LiveCount is how many tasks, across conversations, are in a live status

@@ -208,16 +208,8 @@ func collectOpened(rows pgx.Rows, err error) ([]OpenedLease, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []OpenedLease
-	for rows.Next() {
-		var l OpenedLease
-		if err := rows.Scan(&l.ConversationID, &l.Epoch, &l.Xact, &l.Recover, &l.PrevHolder, &l.PrevRestarted); err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
+	// openedColumns are OpenedLease's fields, in its order.
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[OpenedLease])
 }
 
 // RunningIn reads the running tasks of the conversations, in id order.
@@ -232,18 +224,18 @@ func (s *Store) ToRepair(ctx context.Context, db DB, convs []string) (ids []int6
 	if err != nil {
 		return nil, nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id int64
-			st string
-		)
-		if err := rows.Scan(&id, &st); err != nil {
-			return nil, nil, err
-		}
+	var (
+		id int64
+		st string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &st}, func() error {
 		ids, statuses = append(ids, id), append(statuses, arbortype.Status(st))
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	return ids, statuses, rows.Err()
+	return ids, statuses, nil
 }
 
 // ReleaseIdle frees the conversations holder holds at the epochs given
@@ -285,14 +277,9 @@ func (s *Store) HeldBy(ctx context.Context, db DB, holder int64) ([]OpenedLease,
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []OpenedLease
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (OpenedLease, error) {
 		var l OpenedLease
-		if err := rows.Scan(&l.ConversationID, &l.Epoch); err != nil {
-			return nil, err
-		}
-		out = append(out, l)
-	}
-	return out, rows.Err()
+		err := row.Scan(&l.ConversationID, &l.Epoch)
+		return l, err
+	})
 }

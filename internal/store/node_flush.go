@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/arborhq/arbor/arbortype"
 )
 
@@ -77,19 +79,19 @@ func (s *Store) LockForFlush(ctx context.Context, db DB, ids []string, holder in
 	if err != nil {
 		return nil, 0, err
 	}
-	defer rows.Close()
 	held = make(map[string]bool, len(ids))
-	for rows.Next() {
-		var (
-			id string
-			h  bool
-		)
-		if err := rows.Scan(&id, &h, &xact); err != nil {
-			return nil, 0, err
-		}
+	var (
+		id string
+		h  bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &h, &xact}, func() error {
 		held[id] = h
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
 	}
-	return held, xact, rows.Err()
+	return held, xact, nil
 }
 
 // Settled is a task a set-based statement settled: its id and its owner's.
@@ -97,25 +99,15 @@ type Settled struct {
 	ID, OwnerID int64
 }
 
-func collectSettled(rows interface {
-	Next() bool
-	Scan(...any) error
-	Err() error
-	Close()
-}, err error) ([]Settled, error) {
+func collectSettled(rows pgx.Rows, err error) ([]Settled, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []Settled
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Settled, error) {
 		var s Settled
-		if err := rows.Scan(&s.ID, &s.OwnerID); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+		err := row.Scan(&s.ID, &s.OwnerID)
+		return s, err
+	})
 }
 
 // CompleteMany settles as `to` (completed) the running tasks among ids held
@@ -147,20 +139,15 @@ func (s *Store) LockRunStates(ctx context.Context, db DB, ids []int64) ([]OwnerS
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []OwnerState
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (OwnerState, error) {
 		var (
 			o  OwnerState
 			st string
 		)
-		if err := rows.Scan(&o.ID, &st, &o.Token, &o.AbortRequested); err != nil {
-			return nil, err
-		}
+		err := row.Scan(&o.ID, &st, &o.Token, &o.AbortRequested)
 		o.Status = arbortype.Status(st)
-		out = append(out, o)
-	}
-	return out, rows.Err()
+		return o, err
+	})
 }
 
 // ChildState is what a wait checks of a waited child.
@@ -176,20 +163,15 @@ func (s *Store) ChildStates(ctx context.Context, db DB, ids []int64) ([]ChildSta
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []ChildState
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ChildState, error) {
 		var (
 			c  ChildState
 			st string
 		)
-		if err := rows.Scan(&c.ID, &c.OwnerID, &st, &c.SettleSeq); err != nil {
-			return nil, err
-		}
+		err := row.Scan(&c.ID, &c.OwnerID, &st, &c.SettleSeq)
 		c.Status = arbortype.Status(st)
-		out = append(out, c)
-	}
-	return out, rows.Err()
+		return c, err
+	})
 }
 
 // WaitParked is one wait WaitMany parks.
