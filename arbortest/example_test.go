@@ -139,7 +139,7 @@ func TestTurnAnswersFromTheWeatherTool(t *testing.T) {
 	require.NoError(t, err)
 
 	res := arbortest.Work(ctx, t, engine, chatTurn, turn.ID) // spawns the tool call and waits
-	require.Equal(t, arbortest.OutcomeWaiting, res.Outcome)
+	require.Equal(t, arbortest.WorkWaiting, res.Outcome)
 	calls := arbortest.RequireChildren(ctx, t, engine, turn.ID, "weather", 1)
 
 	arbortest.Work(ctx, t, engine, weather, calls[0].ID) // completes; the turn wakes in the same transaction

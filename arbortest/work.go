@@ -12,41 +12,83 @@ import (
 	"github.com/arborhq/arbor/tasks"
 )
 
-// Outcome says how a run of a handler ended.
-type Outcome string
+// WorkOutcome says how a run of a handler by Work ended, as the task reads
+// after it. Unlike machine.OutcomeKind (what a Middleware and an Observer
+// see), it tells a failure that is retried (WorkRetried) from one that is
+// not (WorkFailed).
+type WorkOutcome string
 
 const (
-	// OutcomeCompleted: the run completed the task (Complete, or the
+	// WorkCompleted: the run completed the task (Complete, or the
 	// handler returned nil). The task is completed, or completing while
 	// foreground children are live.
-	OutcomeCompleted Outcome = "completed"
-	// OutcomeFailed: the handler's error (or panic) failed the task for
+	WorkCompleted WorkOutcome = "completed"
+	// WorkFailed: the handler's error (or panic) failed the task for
 	// good: no retry was left, or the error was machine.NonRetryable; or a
 	// reservation over a budget whose action is fail (the default) failed
 	// it, code "budget_exhausted", never retried.
-	OutcomeFailed Outcome = "failed"
-	// OutcomeRetried: the handler's error failed the run, and the task
+	WorkFailed WorkOutcome = "failed"
+	// WorkRetried: the handler's error failed the run, and the task
 	// sleeps until its retry (its Retries counts it, its Error records it).
-	OutcomeRetried Outcome = "retried"
-	// OutcomeWaiting: the run parked the task on its children (Wait). With
+	WorkRetried WorkOutcome = "retried"
+	// WorkWaiting: the run parked the task on its children (Wait). With
 	// Woken, the wait was satisfied already and the task is pending again.
-	OutcomeWaiting Outcome = "waiting"
-	// OutcomeSleeping: the run parked the task until a time (SleepUntil).
-	OutcomeSleeping Outcome = "sleeping"
-	// OutcomeAwaiting: the run parked the task on an event (AwaitEvent),
+	WorkWaiting WorkOutcome = "waiting"
+	// WorkSleeping: the run parked the task until a time (SleepUntil).
+	WorkSleeping WorkOutcome = "sleeping"
+	// WorkAwaiting: the run parked the task on an event (AwaitEvent),
 	// or a reservation over a budget whose action is park parked it on
 	// arbortype.BudgetEvent until a budget is raised. With Woken, the event
 	// had been emitted already and the task is pending again.
-	OutcomeAwaiting Outcome = "awaiting"
-	// OutcomeStopped: the task was taken from the run before it ended (it
+	WorkAwaiting WorkOutcome = "awaiting"
+	// WorkStopped: the task was taken from the run before it ended (it
 	// was aborted or cancelled meanwhile): the run wrote no ending.
-	OutcomeStopped Outcome = "stopped"
+	WorkStopped WorkOutcome = "stopped"
+)
+
+// Outcome and its constants are WorkOutcome's former names, which read as
+// machine.Outcome's.
+
+// Outcome is WorkOutcome's former name.
+//
+// Deprecated: use WorkOutcome.
+type Outcome = WorkOutcome
+
+const (
+	// OutcomeCompleted is WorkCompleted's former name.
+	//
+	// Deprecated: use WorkCompleted.
+	OutcomeCompleted = WorkCompleted
+	// OutcomeFailed is WorkFailed's former name.
+	//
+	// Deprecated: use WorkFailed.
+	OutcomeFailed = WorkFailed
+	// OutcomeRetried is WorkRetried's former name.
+	//
+	// Deprecated: use WorkRetried.
+	OutcomeRetried = WorkRetried
+	// OutcomeWaiting is WorkWaiting's former name.
+	//
+	// Deprecated: use WorkWaiting.
+	OutcomeWaiting = WorkWaiting
+	// OutcomeSleeping is WorkSleeping's former name.
+	//
+	// Deprecated: use WorkSleeping.
+	OutcomeSleeping = WorkSleeping
+	// OutcomeAwaiting is WorkAwaiting's former name.
+	//
+	// Deprecated: use WorkAwaiting.
+	OutcomeAwaiting = WorkAwaiting
+	// OutcomeStopped is WorkStopped's former name.
+	//
+	// Deprecated: use WorkStopped.
+	OutcomeStopped = WorkStopped
 )
 
 // WorkResult is what one run of a handler did.
 type WorkResult struct {
 	// Outcome says how the run ended.
-	Outcome Outcome
+	Outcome WorkOutcome
 	// Woken: the run's wait or await was satisfied when it was written,
 	// and the task is pending again (a Runner would call the handler again
 	// at once; Work it again).
@@ -76,7 +118,7 @@ type WorkResult struct {
 // or a Runner, can take the conversation. Two Works on one conversation do
 // not overlap: the second, while the first runs, finds the lease held.
 // The handler's context is ctx: an abort made meanwhile refuses the run's
-// next write (OutcomeStopped) rather than cancelling ctx.
+// next write (WorkStopped) rather than cancelling ctx.
 //
 // Work fails the test when arbor refuses to run the task (tb.Fatalf, and
 // nothing is written) or when the database fails the run; it returns nil
@@ -122,24 +164,24 @@ func Work(ctx context.Context, tb testing.TB, engine *tasks.Engine, handler mach
 
 // outcome names how a run ended from what machine reported and the task
 // read back.
-func outcome(rep workhook.Report, t arbortype.Task) Outcome {
+func outcome(rep workhook.Report, t arbortype.Task) WorkOutcome {
 	if !rep.Ended {
-		return OutcomeStopped
+		return WorkStopped
 	}
 	switch rep.Ending {
 	case core.OutComplete:
-		return OutcomeCompleted
+		return WorkCompleted
 	case core.OutWait:
-		return OutcomeWaiting
+		return WorkWaiting
 	case core.OutSleep:
-		return OutcomeSleeping
+		return WorkSleeping
 	case core.OutAwait:
-		return OutcomeAwaiting
+		return WorkAwaiting
 	}
 	if t.Status == arbortype.StatusFailed {
-		return OutcomeFailed
+		return WorkFailed
 	}
-	return OutcomeRetried
+	return WorkRetried
 }
 
 // Worker runs the handlers of several kinds, picking each task's by its

@@ -45,7 +45,7 @@ func TestWorkTurnWithToolCall(t *testing.T) {
 	id := b.create(t, tasks.CreateParams{Kind: "turn"})
 
 	res := arbortest.Work(b.ctx, t, b.engine, turn, id)
-	require.Equal(t, arbortest.OutcomeWaiting, res.Outcome)
+	require.Equal(t, arbortest.WorkWaiting, res.Outcome)
 	require.False(t, res.Woken)
 	require.NoError(t, res.Err)
 	require.Equal(t, arbortype.StatusWaiting, res.Task.Status)
@@ -56,14 +56,14 @@ func TestWorkTurnWithToolCall(t *testing.T) {
 	require.Equal(t, res.Spawned[0].ID, kids[0].ID)
 
 	res = arbortest.Work(b.ctx, t, b.engine, search, kids[0].ID)
-	require.Equal(t, arbortest.OutcomeCompleted, res.Outcome)
+	require.Equal(t, arbortest.WorkCompleted, res.Outcome)
 	require.Empty(t, res.Spawned)
 	arbortest.RequireSettled(b.ctx, t, b.engine, kids[0].ID, arbortype.StatusCompleted, json.RawMessage(`"sunny"`))
 	woken := arbortest.RequireStatus(b.ctx, t, b.engine, id, arbortype.StatusPending)
 	require.Equal(t, "answer", woken.Phase, "the settle woke the turn into its wait's phase")
 
 	res = arbortest.Work(b.ctx, t, b.engine, turn, id)
-	require.Equal(t, arbortest.OutcomeCompleted, res.Outcome)
+	require.Equal(t, arbortest.WorkCompleted, res.Outcome)
 	require.Empty(t, res.Spawned, "the second run spawns nothing")
 	arbortest.RequireSettled(b.ctx, t, b.engine, id, arbortype.StatusCompleted, json.RawMessage(`{ "answer" : "sunny" }`))
 	arbortest.RequireConsistent(b.ctx, t, b.engine, b.conv)
@@ -82,9 +82,9 @@ func TestWorkerByKind(t *testing.T) {
 	w := arbortest.NewWorker(t, b.engine, map[string]machine.Handler{"turn": turn, "search": search})
 	id := b.create(t, tasks.CreateParams{Kind: "turn"})
 	res := w.Work(b.ctx, t, id)
-	require.Equal(t, arbortest.OutcomeWaiting, res.Outcome)
-	require.Equal(t, arbortest.OutcomeCompleted, w.Work(b.ctx, t, res.Spawned[0].ID).Outcome)
-	require.Equal(t, arbortest.OutcomeCompleted, w.Work(b.ctx, t, id).Outcome)
+	require.Equal(t, arbortest.WorkWaiting, res.Outcome)
+	require.Equal(t, arbortest.WorkCompleted, w.Work(b.ctx, t, res.Spawned[0].ID).Outcome)
+	require.Equal(t, arbortest.WorkCompleted, w.Work(b.ctx, t, id).Outcome)
 	arbortest.RequireSettled(b.ctx, t, b.engine, id, arbortype.StatusCompleted, json.RawMessage(`{"answer": "sunny"}`))
 
 	other := b.create(t, tasks.CreateParams{Kind: "unknown"})
@@ -102,7 +102,7 @@ func TestWorkOutcomes(t *testing.T) {
 		name    string
 		params  tasks.CreateParams
 		handler machine.Handler
-		outcome arbortest.Outcome
+		outcome arbortest.WorkOutcome
 		status  arbortype.Status
 		woken   bool
 		err     error
@@ -111,7 +111,7 @@ func TestWorkOutcomes(t *testing.T) {
 		{
 			name:    "nil completes with no result",
 			handler: func(context.Context, *machine.Run) error { return nil },
-			outcome: arbortest.OutcomeCompleted, status: arbortype.StatusCompleted,
+			outcome: arbortest.WorkCompleted, status: arbortype.StatusCompleted,
 			check: func(t *testing.T, b *bundle, res *arbortest.WorkResult) {
 				arbortest.RequireSettled(b.ctx, t, b.engine, res.Task.ID, arbortype.StatusCompleted, json.RawMessage(`null`))
 			},
@@ -120,7 +120,7 @@ func TestWorkOutcomes(t *testing.T) {
 			name:    "an error with retries left is retried",
 			params:  tasks.CreateParams{MaxRetries: 2},
 			handler: func(context.Context, *machine.Run) error { return boom },
-			outcome: arbortest.OutcomeRetried, status: arbortype.StatusSleeping, err: boom,
+			outcome: arbortest.WorkRetried, status: arbortype.StatusSleeping, err: boom,
 			check: func(t *testing.T, _ *bundle, res *arbortest.WorkResult) {
 				require.Equal(t, 1, res.Task.Retries)
 				require.Equal(t, "boom", res.Task.Error.Message)
@@ -130,12 +130,12 @@ func TestWorkOutcomes(t *testing.T) {
 			name:    "a non-retryable error fails at once",
 			params:  tasks.CreateParams{MaxRetries: 2},
 			handler: func(context.Context, *machine.Run) error { return machine.NonRetryable(boom) },
-			outcome: arbortest.OutcomeFailed, status: arbortype.StatusFailed, err: boom,
+			outcome: arbortest.WorkFailed, status: arbortype.StatusFailed, err: boom,
 		},
 		{
 			name:    "a panic fails with its code",
 			handler: func(context.Context, *machine.Run) error { panic("kaboom") },
-			outcome: arbortest.OutcomeFailed, status: arbortype.StatusFailed,
+			outcome: arbortest.WorkFailed, status: arbortype.StatusFailed,
 			check: func(t *testing.T, _ *bundle, res *arbortest.WorkResult) {
 				require.ErrorContains(t, res.Err, "kaboom")
 				require.Equal(t, "panic", res.Task.Error.Code)
@@ -146,7 +146,7 @@ func TestWorkOutcomes(t *testing.T) {
 			handler: func(ctx context.Context, run *machine.Run) error {
 				return run.SleepUntil(ctx, time.Now().Add(time.Hour), "later", json.RawMessage(`{"n": 1}`))
 			},
-			outcome: arbortest.OutcomeSleeping, status: arbortype.StatusSleeping,
+			outcome: arbortest.WorkSleeping, status: arbortype.StatusSleeping,
 			check: func(t *testing.T, _ *bundle, res *arbortest.WorkResult) {
 				require.Equal(t, "later", res.Task.Phase)
 				require.NotNil(t, res.Task.WakeAt)
@@ -157,7 +157,7 @@ func TestWorkOutcomes(t *testing.T) {
 			handler: func(ctx context.Context, run *machine.Run) error {
 				return run.AwaitEvent(ctx, machine.AwaitParams{Name: "approval", Phase: "approved"})
 			},
-			outcome: arbortest.OutcomeAwaiting, status: arbortype.StatusSleeping,
+			outcome: arbortest.WorkAwaiting, status: arbortype.StatusSleeping,
 			check: func(t *testing.T, b *bundle, res *arbortest.WorkResult) {
 				p := arbortest.RequirePendingEvent(b.ctx, t, b.engine, res.Task.ID, "approval")
 				require.NotEmpty(t, p.Token)
@@ -168,7 +168,7 @@ func TestWorkOutcomes(t *testing.T) {
 			handler: func(ctx context.Context, run *machine.Run) error {
 				return run.Wait(ctx, machine.WaitParams{Policy: arbortype.AllSettled, Phase: "next"})
 			},
-			outcome: arbortest.OutcomeWaiting, status: arbortype.StatusPending, woken: true,
+			outcome: arbortest.WorkWaiting, status: arbortype.StatusPending, woken: true,
 		},
 		{
 			name: "complete with a live child is completing",
@@ -178,7 +178,7 @@ func TestWorkOutcomes(t *testing.T) {
 				}
 				return run.Complete(ctx, json.RawMessage(`1`))
 			},
-			outcome: arbortest.OutcomeCompleted, status: arbortype.StatusCompleting,
+			outcome: arbortest.WorkCompleted, status: arbortype.StatusCompleting,
 			check: func(t *testing.T, b *bundle, res *arbortest.WorkResult) {
 				require.Len(t, res.Spawned, 1)
 				arbortest.RequireChildren(b.ctx, t, b.engine, res.Task.ID, "tool", 1)
@@ -189,7 +189,7 @@ func TestWorkOutcomes(t *testing.T) {
 			handler: func(ctx context.Context, run *machine.Run) error {
 				return run.Wait(ctx, machine.WaitParams{ChildIDs: []int64{run.Task.ID}, Policy: arbortype.AllSettled})
 			},
-			outcome: arbortest.OutcomeFailed, status: arbortype.StatusFailed,
+			outcome: arbortest.WorkFailed, status: arbortype.StatusFailed,
 			check: func(t *testing.T, _ *bundle, res *arbortest.WorkResult) {
 				require.ErrorContains(t, res.Err, "not a child")
 				require.Contains(t, res.Task.Error.Message, "not a child")
@@ -202,7 +202,7 @@ func TestWorkOutcomes(t *testing.T) {
 				_, err := run.Reserve(ctx, "tokens", 11)
 				return err
 			},
-			outcome: arbortest.OutcomeFailed, status: arbortype.StatusFailed, err: tasks.ErrBudgetExhausted,
+			outcome: arbortest.WorkFailed, status: arbortype.StatusFailed, err: tasks.ErrBudgetExhausted,
 			check: func(t *testing.T, _ *bundle, res *arbortest.WorkResult) {
 				require.Equal(t, arbortype.CodeBudgetExhausted, res.Task.Error.Code, "not retried, whatever its retries")
 				require.Zero(t, res.Task.Retries)
@@ -215,7 +215,7 @@ func TestWorkOutcomes(t *testing.T) {
 			handler: func(ctx context.Context, run *machine.Run) error {
 				return run.Spend(ctx, "tokens", 11)
 			},
-			outcome: arbortest.OutcomeAwaiting, status: arbortype.StatusSleeping, err: tasks.ErrBudgetExhausted,
+			outcome: arbortest.WorkAwaiting, status: arbortype.StatusSleeping, err: tasks.ErrBudgetExhausted,
 			check: func(t *testing.T, b *bundle, res *arbortest.WorkResult) {
 				arbortest.RequirePendingEvent(b.ctx, t, b.engine, res.Task.ID, arbortype.BudgetEvent)
 			},
@@ -225,7 +225,7 @@ func TestWorkOutcomes(t *testing.T) {
 			handler: func(ctx context.Context, run *machine.Run) error {
 				return run.Complete(ctx, nil)
 			},
-			outcome: arbortest.OutcomeStopped, status: arbortype.StatusAborted, err: tasks.ErrAborted,
+			outcome: arbortest.WorkStopped, status: arbortype.StatusAborted, err: tasks.ErrAborted,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -234,7 +234,7 @@ func TestWorkOutcomes(t *testing.T) {
 			tc.params.Kind = "task"
 			id := b.create(t, tc.params)
 			h := tc.handler
-			if tc.outcome == arbortest.OutcomeStopped {
+			if tc.outcome == arbortest.WorkStopped {
 				h = func(ctx context.Context, run *machine.Run) error {
 					if _, err := b.engine.Abort(ctx, run.Task.ID); err != nil {
 						return err
@@ -272,10 +272,10 @@ func TestWorkAwaitTakesEarlierEvent(t *testing.T) {
 		return run.AwaitEvent(ctx, machine.AwaitParams{Name: "approval", Phase: "decided"})
 	}
 	res := arbortest.Work(b.ctx, t, b.engine, ask, id)
-	require.Equal(t, arbortest.OutcomeAwaiting, res.Outcome)
+	require.Equal(t, arbortest.WorkAwaiting, res.Outcome)
 	require.True(t, res.Woken)
 	require.Equal(t, arbortype.StatusPending, res.Task.Status)
-	require.Equal(t, arbortest.OutcomeCompleted, arbortest.Work(b.ctx, t, b.engine, ask, id).Outcome)
+	require.Equal(t, arbortest.WorkCompleted, arbortest.Work(b.ctx, t, b.engine, ask, id).Outcome)
 	arbortest.RequireSettled(b.ctx, t, b.engine, id, arbortype.StatusCompleted, json.RawMessage(`"yes"`))
 }
 
@@ -304,11 +304,11 @@ func TestWorkCompleteTx(t *testing.T) {
 			return tx.Commit(ctx)
 		}, task.ID)
 		if commit {
-			require.Equal(t, arbortest.OutcomeCompleted, res.Outcome)
+			require.Equal(t, arbortest.WorkCompleted, res.Outcome)
 			arbortest.RequireSettled(ctx, t, engine, task.ID, arbortype.StatusCompleted, json.RawMessage(`"saved"`))
 			continue
 		}
-		require.Equal(t, arbortest.OutcomeRetried, res.Outcome)
+		require.Equal(t, arbortest.WorkRetried, res.Outcome)
 		require.Equal(t, machine.CodeEndingNotCommitted, res.Task.Error.Code)
 	}
 }

@@ -11,7 +11,14 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 )
 
-// Event is what moves a task from one status to another.
+// Event is what moves a task from one status to another: a name of the
+// transition table, as a state machine's literature and looplab/fsm call
+// it, and as TransitionError and the generated guard (docs/state-machine.md)
+// report it. It is not an event in the sense of the rest of arbor's API
+// (arbortype.Event, what Emit sends and AwaitEvent waits for): nothing is
+// sent or stored. The name stays because this package is the state
+// machine, where "event" is the word every reader of a transition table
+// expects.
 type Event string
 
 const (

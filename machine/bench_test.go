@@ -70,7 +70,7 @@ func measureLateness(b *testing.B, timers bool, sleeps int) ([]time.Duration, in
 		wokeAt = map[int64]time.Time{}
 		wokeBy = map[int64]machine.WakeSource{}
 	)
-	onWake := func(ev machine.WakeEvent) {
+	onWake := func(ev machine.Wake) {
 		now := time.Now()
 		mu.Lock()
 		wokeAt[ev.TaskID], wokeBy[ev.TaskID] = now, ev.By

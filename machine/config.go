@@ -74,9 +74,12 @@ type RunnerConfig struct {
 	// them over and recover their tasks. The runner renews its lease (one
 	// row, whatever it holds) every sixth of it, and stops its handlers
 	// at three quarters of it after the last renewal that succeeded
-	// (docs/guarantees.md: a handler has the last quarter to return). Not
-	// the task lease, tasks.Config.TaskLease, which only drives the
-	// watchdog's warning. Default ConversationLeaseDefault (15 s).
+	// (docs/guarantees.md: a handler has the last quarter to return).
+	//
+	// It is not the task lease (tasks.Config.TaskLease, a deadline per
+	// running task): that one fences nothing and lets nothing be taken
+	// over; it only drives the watchdog's warning about a handler that
+	// went quiet. Default ConversationLeaseDefault (15 s).
 	ConversationLease time.Duration
 	// PollInterval is the slow poll that covers missed notifications: one
 	// claim across every held conversation and one look for conversations

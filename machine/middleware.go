@@ -68,7 +68,7 @@ func (k OutcomeKind) String() string {
 }
 
 // Outcome is how a run ended, as a Middleware's next returns it and an
-// Observer's EventRunEnded carries it.
+// Observer's ObservedRunEnded carries it.
 type Outcome struct {
 	Kind OutcomeKind
 	// Err is the handler's error for OutcomeFailed; for OutcomeNone, why the
@@ -86,42 +86,73 @@ type Outcome struct {
 // runner's goroutines (workers, the producer, the waker's timers), often at
 // once: it must be safe for concurrent use, and return quickly.
 type Observer interface {
-	Observe(Event)
+	Observe(Observation)
 }
 
-// EventKind says what an Event reports.
-type EventKind uint8
+// ObservationKind says what an Observation reports.
+type ObservationKind uint8
 
 const (
-	// EventRunEnded: a run ended (Task, Outcome, Started, Ended).
-	EventRunEnded EventKind = iota + 1
-	// EventTakeOver: the runner opened a conversation and recovered what
+	// ObservedRunEnded: a run ended (Task, Outcome, Started, Ended).
+	ObservedRunEnded ObservationKind = iota + 1
+	// ObservedTakeOver: the runner opened a conversation and recovered what
 	// its former holder left (Report: tasks requeued, abandoned, woken or
 	// completed). Opening a conversation with nothing to recover is not a
 	// take-over and is not reported.
-	EventTakeOver
-	// EventWoken: a sleep or an await's timeout ended (Wake; Late is how
+	ObservedTakeOver
+	// ObservedWake: a sleep or an await's timeout ended (Wake; Late is how
 	// long after its time the wake committed).
-	EventWoken
+	ObservedWake
 )
 
-// Event is one thing a Runner reports to its Observer. Only the fields its
-// Kind names are set.
-type Event struct {
-	Kind EventKind
-	// Task is the run's task, as it was claimed (EventRunEnded). Read it,
-	// do not keep it.
+// Observation is one thing a Runner reports to its Observer: a run's end,
+// a take-over or a wake. It is not an event in arbor's sense (what Emit
+// sends and AwaitEvent waits for, arbortype.Event): nothing is stored or
+// delivered. Only the fields its Kind names are set.
+type Observation struct {
+	Kind ObservationKind
+	// Task is the run's task, as it was claimed (ObservedRunEnded). Read
+	// it, do not keep it.
 	Task *arbortype.Task
-	// Outcome is how the run ended (EventRunEnded).
+	// Outcome is how the run ended (ObservedRunEnded).
 	Outcome Outcome
 	// Started and Ended are when the runner started the run's handler and
-	// when the run ended, by this process's clock (EventRunEnded).
+	// when the run ended, by this process's clock (ObservedRunEnded).
 	Started, Ended time.Time
-	// Report is what a take-over recovered (EventTakeOver).
+	// Report is what a take-over recovered (ObservedTakeOver).
 	Report reconcile.Report
-	// Wake is the wake (EventWoken).
-	Wake WakeEvent
+	// Wake is the wake (ObservedWake).
+	Wake Wake
 }
+
+// Names before Observation (kept so that code written against them
+// compiles): "event" is arbor's word for what Emit sends and AwaitEvent
+// waits for (arbortype.Event), which an Observer never receives.
+
+// Event is Observation's former name.
+//
+// Deprecated: use Observation.
+type Event = Observation
+
+// EventKind is ObservationKind's former name.
+//
+// Deprecated: use ObservationKind.
+type EventKind = ObservationKind
+
+const (
+	// EventRunEnded is ObservedRunEnded's former name.
+	//
+	// Deprecated: use ObservedRunEnded.
+	EventRunEnded = ObservedRunEnded
+	// EventTakeOver is ObservedTakeOver's former name.
+	//
+	// Deprecated: use ObservedTakeOver.
+	EventTakeOver = ObservedTakeOver
+	// EventWoken is ObservedWake's former name.
+	//
+	// Deprecated: use ObservedWake.
+	EventWoken = ObservedWake
+)
 
 // outcomeOf is the run's outcome after its ending write o landed.
 func outcomeOf(o core.Outcome, res core.OutcomeResult) Outcome {

@@ -109,13 +109,13 @@ func TestRunnerThroughPgBouncer(t *testing.T) {
 	b := setupBouncer(t, true, nil)
 	eng := b.bounced
 	parked := make(chan int64, 1)
-	wakes := make(chan machine.WakeEvent, 4)
+	wakes := make(chan machine.Wake, 4)
 	r, err := machine.NewRunner(eng.Engine, bouncerTree(parked), &machine.RunnerConfig{
 		ConversationLease: 2 * time.Second,
 		PollInterval:      time.Second,
 		ShutdownGrace:     5 * time.Second,
 		Waker: &machine.WakerConfig{DisableTimers: true, RiverTestOnly: true,
-			OnWake: func(ev machine.WakeEvent) { wakes <- ev }},
+			OnWake: func(ev machine.Wake) { wakes <- ev }},
 	})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(b.ctx))

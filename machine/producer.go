@@ -327,7 +327,7 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 			r.cfg.OnReconcile(rep)
 		}
 		if r.cfg.Observer != nil && !rep.Empty() {
-			r.cfg.Observer.Observe(Event{Kind: EventTakeOver, Report: rep})
+			r.cfg.Observer.Observe(Observation{Kind: ObservedTakeOver, Report: rep})
 		}
 	}
 	r.unreserve(k - len(o.claimed))

@@ -240,8 +240,8 @@ func (r *Runner) startWaker(ctx context.Context) error {
 	}
 	if obs := r.cfg.Observer; obs != nil {
 		onWake := wcfg.OnWake
-		wcfg.OnWake = func(e WakeEvent) {
-			obs.Observe(Event{Kind: EventWoken, Wake: e})
+		wcfg.OnWake = func(e Wake) {
+			obs.Observe(Observation{Kind: ObservedWake, Wake: e})
 			if onWake != nil {
 				onWake(e)
 			}
@@ -498,7 +498,7 @@ func (r *Runner) run(ctx context.Context, run *Run) {
 	}
 	r.runWith(ctx, run)
 	if r.cfg.Observer != nil {
-		r.cfg.Observer.Observe(Event{Kind: EventRunEnded, Task: &run.Task, Outcome: run.Outcome(),
+		r.cfg.Observer.Observe(Observation{Kind: ObservedRunEnded, Task: &run.Task, Outcome: run.Outcome(),
 			Started: started, Ended: time.Now()})
 	}
 }

@@ -47,11 +47,11 @@ func setup(t testing.TB) *bundle {
 // recorder collects a waker's wake events.
 type recorder struct {
 	mu     sync.Mutex
-	events []machine.WakeEvent
-	ch     chan machine.WakeEvent
+	events []machine.Wake
+	ch     chan machine.Wake
 }
 
-func (r *recorder) record(ev machine.WakeEvent) {
+func (r *recorder) record(ev machine.Wake) {
 	r.mu.Lock()
 	r.events = append(r.events, ev)
 	r.mu.Unlock()
@@ -61,14 +61,14 @@ func (r *recorder) record(ev machine.WakeEvent) {
 	}
 }
 
-func (r *recorder) all() []machine.WakeEvent {
+func (r *recorder) all() []machine.Wake {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]machine.WakeEvent(nil), r.events...)
+	return append([]machine.Wake(nil), r.events...)
 }
 
-func (r *recorder) of(taskID int64) []machine.WakeEvent {
-	var out []machine.WakeEvent
+func (r *recorder) of(taskID int64) []machine.Wake {
+	var out []machine.Wake
 	for _, ev := range r.all() {
 		if ev.TaskID == taskID {
 			out = append(out, ev)
@@ -81,7 +81,7 @@ func (r *recorder) of(taskID int64) []machine.WakeEvent {
 // stopped when the test ends if the test did not stop it.
 func (b *bundle) startWaker(t testing.TB, timers bool) (*machine.Waker, *recorder) {
 	t.Helper()
-	rec := &recorder{ch: make(chan machine.WakeEvent, 4096)}
+	rec := &recorder{ch: make(chan machine.Wake, 4096)}
 	w, err := machine.NewWaker(b.engine.Engine, &machine.WakerConfig{
 		DisableTimers: !timers,
 		PollInterval:  500 * time.Millisecond,
@@ -452,7 +452,7 @@ func TestRiverRescuesAWakeJobLeftRunning(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
 
-	rec := &recorder{ch: make(chan machine.WakeEvent, 16)}
+	rec := &recorder{ch: make(chan machine.Wake, 16)}
 	w, err := machine.NewWaker(b.engine.Engine, &machine.WakerConfig{
 		DisableTimers:        true,
 		RescueStuckJobsAfter: 5 * time.Second,

@@ -22,13 +22,13 @@ type wakeWorker struct {
 	river.WorkerDefaults[core.WakeArgs]
 
 	core   *core.Engine
-	onWake func(WakeEvent)
+	onWake func(Wake)
 	logger *slog.Logger
 }
 
 // newWakeWorker returns a worker that wakes tasks of c. onWake, if not nil,
 // is called after each wake this worker committed.
-func newWakeWorker(c *core.Engine, onWake func(WakeEvent), logger *slog.Logger) *wakeWorker {
+func newWakeWorker(c *core.Engine, onWake func(Wake), logger *slog.Logger) *wakeWorker {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -63,7 +63,7 @@ func (w *wakeWorker) Work(ctx context.Context, job *river.Job[core.WakeArgs]) er
 		return err
 	}
 	if woken && w.onWake != nil {
-		w.onWake(WakeEvent{TaskID: job.Args.TaskID, SleepSeq: job.Args.SleepSeq, ConversationID: job.Args.ConversationID, By: WokenByRiver,
+		w.onWake(Wake{TaskID: job.Args.TaskID, SleepSeq: job.Args.SleepSeq, ConversationID: job.Args.ConversationID, By: WokenByRiver,
 			Late: max(time.Since(job.ScheduledAt), 0)})
 	}
 	return nil

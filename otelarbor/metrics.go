@@ -60,16 +60,16 @@ func newMetrics(meter metric.Meter) (metrics, error) {
 }
 
 // Observe records the metrics of what a runner reports (machine.Observer).
-func (m *Middleware) Observe(e machine.Event) {
+func (m *Middleware) Observe(o machine.Observation) {
 	ctx := context.Background()
-	switch e.Kind {
-	case machine.EventRunEnded:
-		t := e.Task
+	switch o.Kind {
+	case machine.ObservedRunEnded:
+		t := o.Task
 		kind := AttrTaskKind.String(t.Kind)
-		outcome := metric.WithAttributes(kind, AttrOutcome.String(e.Outcome.Kind.String()))
+		outcome := metric.WithAttributes(kind, AttrOutcome.String(o.Outcome.Kind.String()))
 		m.metrics.runs.Add(ctx, 1, outcome)
-		m.metrics.duration.Record(ctx, e.Ended.Sub(e.Started).Seconds(), outcome)
-		if status, ok := settledStatus(t, e.Outcome); ok {
+		m.metrics.duration.Record(ctx, o.Ended.Sub(o.Started).Seconds(), outcome)
+		if status, ok := settledStatus(t, o.Outcome); ok {
 			m.metrics.settled.Add(ctx, 1, metric.WithAttributes(kind, AttrStatus.String(string(status))))
 		}
 		// A first start stamps started_at and updated_at with the same
@@ -77,12 +77,12 @@ func (m *Middleware) Observe(e machine.Event) {
 		if t.StartedAt != nil && t.StartedAt.Equal(t.UpdatedAt) {
 			m.metrics.startDelay.Record(ctx, t.StartedAt.Sub(t.CreatedAt).Seconds(), metric.WithAttributes(kind))
 		}
-	case machine.EventTakeOver:
+	case machine.ObservedTakeOver:
 		m.metrics.takeOvers.Add(ctx, 1)
-		if n := len(e.Report.Requeued); n > 0 {
+		if n := len(o.Report.Requeued); n > 0 {
 			m.metrics.requeued.Add(ctx, int64(n))
 		}
-	case machine.EventWoken:
-		m.metrics.lateness.Record(ctx, e.Wake.Late.Seconds(), metric.WithAttributes(AttrWokenBy.String(string(e.Wake.By))))
+	case machine.ObservedWake:
+		m.metrics.lateness.Record(ctx, o.Wake.Late.Seconds(), metric.WithAttributes(AttrWokenBy.String(string(o.Wake.By))))
 	}
 }

@@ -35,12 +35,20 @@ const (
 type Config struct {
 	// Schema is the schema arbor's tables live in. Default "arbor".
 	Schema string
-	// TaskLease is how long a run may go without a checkpoint or a
-	// heartbeat before the runner's watchdog warns (and at twice it,
-	// cancels the handler); it is the deadline a start, a checkpoint or a
-	// heartbeat writes, by the database's clock. It is not the conversation
-	// lease (machine.RunnerConfig.ConversationLease), which is what fences
-	// a node and what recovery waits for. Default TaskLeaseDefault (30 s).
+	// TaskLease is the task lease: a running task's deadline
+	// (lease_expires_at), which a start, a checkpoint or a heartbeat sets
+	// this far ahead by the database's clock. It only tells a handler that
+	// went quiet from one that calls arbor: a runner's watchdog warns when
+	// a handler runs this long outside arbor's calls without a checkpoint
+	// or heartbeat (it cancels one only past
+	// machine.RunnerConfig.BlockedAfter). Nothing is fenced, recovered or
+	// taken over when it passes.
+	//
+	// It is not the conversation lease
+	// (machine.RunnerConfig.ConversationLease, one per node, not per task):
+	// that one is the node's hold on its conversations, and its expiry is
+	// what stops a node's handlers and lets another node take them over.
+	// Default TaskLeaseDefault (30 s).
 	TaskLease time.Duration
 	// MaxPayloadBytes bounds every JSON document the engine stores (input,
 	// state, result, error detail). Larger ones are refused with

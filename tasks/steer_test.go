@@ -80,9 +80,9 @@ func TestSteeredMessageNotTakenIsATurnOfItsOwn(t *testing.T) {
 	require.Equal(t, "msg-2", own.IdempotencyKey)
 
 	res := arbortest.Work(b.ctx, t, b.engine, steerTurn(false), live.ID)
-	require.Equal(t, arbortest.OutcomeCompleted, res.Outcome, "the live turn answers its own message only")
+	require.Equal(t, arbortest.WorkCompleted, res.Outcome, "the live turn answers its own message only")
 	res = arbortest.Work(b.ctx, t, b.engine, steerTurn(false), own.ID)
-	require.Equal(t, arbortest.OutcomeCompleted, res.Outcome)
+	require.Equal(t, arbortest.WorkCompleted, res.Outcome)
 	arbortest.RequireSettled(b.ctx, t, b.engine, own.ID, arbortype.StatusCompleted, json.RawMessage(`{"answered": "also in French"}`))
 
 	evs, err := b.engine.Events(b.ctx, b.conv, 0, 10)
@@ -111,13 +111,13 @@ func TestSteeredMessageTakenCancelsItsOwnTurn(t *testing.T) {
 			require.NoError(t, err)
 			if parkedFirst {
 				res := arbortest.Work(b.ctx, t, b.engine, steerTurn(true), live.ID)
-				require.Equal(t, arbortest.OutcomeAwaiting, res.Outcome)
+				require.Equal(t, arbortest.WorkAwaiting, res.Outcome)
 				require.False(t, res.Woken)
 				b.steer(t, live, `"stop and summarize"`, "")
 			} else {
 				b.steer(t, live, `"stop and summarize"`, "")
 				res := arbortest.Work(b.ctx, t, b.engine, steerTurn(true), live.ID)
-				require.Equal(t, arbortest.OutcomeAwaiting, res.Outcome)
+				require.Equal(t, arbortest.WorkAwaiting, res.Outcome)
 				require.True(t, res.Woken, "the await took the message waiting for it")
 			}
 			own := arbortest.RequireSettled(b.ctx, t, b.engine, b.ownTurn(t).ID, arbortype.StatusCancelled, nil)
@@ -137,7 +137,7 @@ func TestSteeredMessageTakenCancelsItsOwnTurn(t *testing.T) {
 			require.Equal(t, live.ID, evs[0].DeliveredTo)
 
 			res := arbortest.Work(b.ctx, t, b.engine, steerTurn(true), live.ID)
-			require.Equal(t, arbortest.OutcomeCompleted, res.Outcome)
+			require.Equal(t, arbortest.WorkCompleted, res.Outcome)
 			arbortest.RequireSettled(b.ctx, t, b.engine, live.ID, arbortype.StatusCompleted, json.RawMessage(`{"steered": "stop and summarize"}`))
 			arbortest.RequireConsistent(b.ctx, t, b.engine, b.conv)
 		})

@@ -58,7 +58,7 @@ func wakeLateness(ctx context.Context, env *Env, size Size, timers bool) (Measur
 		woken   = make(chan struct{}, 1)
 	)
 	var warmID atomic.Int64 // the warm-up's wake may be reported after the warm-up
-	onWake := func(ev machine.WakeEvent) {
+	onWake := func(ev machine.Wake) {
 		now := time.Now()
 		if ev.TaskID == warmID.Load() {
 			return

@@ -190,7 +190,7 @@ func (s *scenario) startNode(name string, o options) *node {
 		ShutdownGrace:     5 * time.Second,
 		// A wake job left running by a client cut off mid-job is rescued
 		// after 10 s (docs/operations.md, "High availability").
-		Waker: &machine.WakerConfig{RiverTestOnly: true, DisableTimers: o.riverOnly, RescueStuckJobsAfter: 10 * time.Second, OnWake: func(e machine.WakeEvent) {
+		Waker: &machine.WakerConfig{RiverTestOnly: true, DisableTimers: o.riverOnly, RescueStuckJobsAfter: 10 * time.Second, OnWake: func(e machine.Wake) {
 			s.mu.Lock()
 			s.wakes = append(s.wakes, wake{at: time.Now(), node: name, by: e.By})
 			s.mu.Unlock()

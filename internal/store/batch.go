@@ -101,19 +101,14 @@ func (s *Store) LockConversations(ctx context.Context, db DB, ids []string) ([]s
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
 		var (
 			id       string
 			notified any
 		)
-		if err := rows.Scan(&id, &notified); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
+		err := row.Scan(&id, &notified)
+		return id, err
+	})
 }
 
 // TasksByKeys reads the tasks created with the given (conversation,
@@ -138,20 +133,15 @@ func (s *Store) LockOwners(ctx context.Context, db DB, ids []int64) ([]OwnerStat
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []OwnerState
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (OwnerState, error) {
 		var (
 			o      OwnerState
 			status string
 		)
-		if err := rows.Scan(&o.ID, &o.ConversationID, &status, &o.AbortRequested, &o.Token); err != nil {
-			return nil, err
-		}
+		err := row.Scan(&o.ID, &o.ConversationID, &status, &o.AbortRequested, &o.Token)
 		o.Status = arbortype.Status(status)
-		out = append(out, o)
-	}
-	return out, rows.Err()
+		return o, err
+	})
 }
 
 // Inserted is a task InsertTasks created: its id and creation time, the
@@ -197,16 +187,12 @@ func (s *Store) InsertTasks(ctx context.Context, db DB, ps []InsertParams) ([]In
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := make([]Inserted, 0, n)
-	for rows.Next() {
+	out, err := pgx.AppendRows(make([]Inserted, 0, n), rows, func(row pgx.CollectableRow) (Inserted, error) {
 		var in Inserted
-		if err := rows.Scan(&in.ID, &in.CreatedAt); err != nil {
-			return nil, err
-		}
-		out = append(out, in)
-	}
-	if err := rows.Err(); err != nil {
+		err := row.Scan(&in.ID, &in.CreatedAt)
+		return in, err
+	})
+	if err != nil {
 		return nil, err
 	}
 	// Identity values are drawn in the order the rows are inserted, which is

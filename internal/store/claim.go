@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/arborhq/arbor/arbortype"
 )
 
@@ -97,20 +99,15 @@ func (s *Store) RunStates(ctx context.Context, db DB, ids []int64) ([]RunState, 
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []RunState
-	for rows.Next() {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunState, error) {
 		var (
 			rs     RunState
 			status string
 		)
-		if err := rows.Scan(&rs.ID, &status, &rs.Token); err != nil {
-			return nil, err
-		}
+		err := row.Scan(&rs.ID, &status, &rs.Token)
 		rs.Status = arbortype.Status(status)
-		out = append(out, rs)
-	}
-	return out, rows.Err()
+		return rs, err
+	})
 }
 
 // StaleUnknownKinds lists up to limit pending tasks that never ran, whose

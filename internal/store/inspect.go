@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 	"time"
 
@@ -47,24 +46,26 @@ func (s *Store) LiveConversations(ctx context.Context, db DB, statuses []arborty
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []arbortype.ConversationSummary
-	for rows.Next() {
-		var (
-			c      arbortype.ConversationSummary
-			status string
-			n      int
-		)
-		if err := rows.Scan(&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &status, &n); err != nil {
-			return nil, err
-		}
+	// One row per conversation and live status, a conversation's rows
+	// together: folded into one summary each.
+	var (
+		out    []arbortype.ConversationSummary
+		c      arbortype.ConversationSummary
+		status string
+		n      int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &status, &n}, func() error {
 		if len(out) == 0 || out[len(out)-1].ID != c.ID {
 			c.Live = map[arbortype.Status]int{}
 			out = append(out, c)
 		}
 		out[len(out)-1].Live[arbortype.Status(status)] = n
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 var qRecentConversations = define(`WITH recent AS (
@@ -294,23 +295,22 @@ func scanConversationRows(rows pgx.Rows, err error) (ConversationScan, error) {
 	if err != nil {
 		return out, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			id, holder, lastKind, lastStatus *string
-			epoch, lastID                    *int64
-			lease, created, lastCreated      *time.Time
-			live                             map[string]int
-			failed                           *bool
-			awaiting                         *int
-			key                              *int64
-		)
-		if err := rows.Scan(&out.Scanned, &out.LastID, &out.LastKey, &id, &holder, &epoch, &lease, &created, &live, &failed,
-			&awaiting, &lastID, &lastKind, &lastStatus, &lastCreated, &key); err != nil {
-			return out, err
-		}
+	// Every row carries the scan's figures; a row of nulls beside them
+	// stands for no conversation. The scan allocates each pointer's value
+	// afresh (and a NULL sets it nil), so what a row keeps is its own.
+	var (
+		id, holder, lastKind, lastStatus *string
+		epoch, lastID                    *int64
+		lease, created, lastCreated      *time.Time
+		live                             map[string]int
+		failed                           *bool
+		awaiting                         *int
+		key                              *int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&out.Scanned, &out.LastID, &out.LastKey, &id, &holder, &epoch, &lease, &created, &live, &failed,
+		&awaiting, &lastID, &lastKind, &lastStatus, &lastCreated, &key}, func() error {
 		if id == nil {
-			continue // the row of nulls: nothing kept
+			return nil // the row of nulls: nothing kept
 		}
 		r := ConversationRow{Failed: *failed, Awaiting: *awaiting, LastID: *lastID, LastKind: *lastKind,
 			LastStatus: arbortype.Status(*lastStatus), LastCreatedAt: lastCreated}
@@ -320,8 +320,9 @@ func scanConversationRows(rows pgx.Rows, err error) (ConversationScan, error) {
 			r.Live[arbortype.Status(st)] = n
 		}
 		out.Rows = append(out.Rows, r)
-	}
-	return out, rows.Err()
+		return nil
+	})
+	return out, err
 }
 
 // LiveCount is how many tasks, across conversations, are in a live status
@@ -350,213 +351,6 @@ func (s *Store) LiveCounts(ctx context.Context, db DB, limit int) ([]LiveCount, 
 		var c LiveCount
 		err := row.Scan(&c.Status, &c.N)
 		return c, err
-	})
-}
-
-// Awaits in the order of the awaiting index, after the key ($1, $2, $3).
-var qAwaitsAfter = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(wait_ids), 0) FROM {schema}.tasks
-		WHERE status = 'sleeping' AND await_name IS NOT NULL AND (conversation_id, await_name, id) > ($1, $2, $3)
-		ORDER BY conversation_id, await_name, id LIMIT $4`)
-
-// One conversation's awaits, after the key ($2, $3), along the same index.
-var qConversationAwaitsAfter = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(wait_ids), 0) FROM {schema}.tasks
-		WHERE conversation_id = $1 AND status = 'sleeping' AND await_name IS NOT NULL AND (await_name, id) > ($2, $3)
-		ORDER BY await_name, id LIMIT $4`)
-
-// ConversationAwaitsAfter lists up to limit tasks of conv awaiting an
-// event, after the key (await name, task id).
-func (s *Store) ConversationAwaitsAfter(ctx context.Context, db DB, conv, name string, id int64, limit int) ([]TaskSummary, error) {
-	return collectSummaries(db.Query(ctx, s.sql[qConversationAwaitsAfter], conv, name, id, limit))
-}
-
-// AwaitsAfter lists up to limit tasks awaiting an event (each with its
-// AwaitToken), across conversations, after the key (conversation, await
-// name, task id) in the order of the awaiting index.
-func (s *Store) AwaitsAfter(ctx context.Context, db DB, conv, name string, id int64, limit int) ([]TaskSummary, error) {
-	return collectSummaries(db.Query(ctx, s.sql[qAwaitsAfter], conv, name, id, limit))
-}
-
-var (
-	// A page of a conversation's tasks in id order (ancestors first), by
-	// its end of the (conversation_id, id) index.
-	qTreePage = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(wait_ids), 0) FROM {schema}.tasks
-		WHERE conversation_id = $1 AND id > $2 AND (cardinality($3::text[]) = 0 OR status = ANY($3::text[]))
-		ORDER BY id LIMIT $4`)
-	qChildrenPage = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(wait_ids), 0) FROM {schema}.tasks
-		WHERE conversation_id = $1 AND owner_task_id = $2 AND id > $3 ORDER BY id LIMIT $4`)
-	qChildCounts = define(`SELECT owner_task_id, count(*) FROM {schema}.tasks
-		WHERE conversation_id = $1 AND owner_task_id = ANY($2) GROUP BY owner_task_id`)
-	qStatusCounts = define(`SELECT t.status, count(*) FROM (
-			SELECT status FROM {schema}.tasks WHERE conversation_id = $1 LIMIT $2) t GROUP BY t.status`)
-)
-
-// TreePage reads up to limit tasks of conv after task id after, in id
-// order, those in statuses when it is not empty.
-func (s *Store) TreePage(ctx context.Context, db DB, conv string, after int64, statuses []string, limit int) ([]TaskSummary, error) {
-	if statuses == nil {
-		statuses = []string{}
-	}
-	return collectSummaries(db.Query(ctx, s.sql[qTreePage], conv, after, statuses, limit))
-}
-
-// ChildrenPage reads up to limit children of owner after task id after,
-// in id order.
-func (s *Store) ChildrenPage(ctx context.Context, db DB, conv string, owner, after int64, limit int) ([]TaskSummary, error) {
-	return collectSummaries(db.Query(ctx, s.sql[qChildrenPage], conv, owner, after, limit))
-}
-
-// ChildCounts counts the children of each of owners (those with none are
-// absent).
-func (s *Store) ChildCounts(ctx context.Context, db DB, conv string, owners []int64) (map[int64]int, error) {
-	rows, err := db.Query(ctx, s.sql[qChildCounts], conv, owners)
-	if err != nil {
-		return nil, err
-	}
-	out := map[int64]int{}
-	var (
-		id int64
-		n  int
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error {
-		out[id] = n
-		return nil
-	})
-	return out, err
-}
-
-// StatusCounts counts conv's tasks by status, reading at most limit.
-func (s *Store) StatusCounts(ctx context.Context, db DB, conv string, limit int) (map[arbortype.Status]int, error) {
-	rows, err := db.Query(ctx, s.sql[qStatusCounts], conv, limit)
-	if err != nil {
-		return nil, err
-	}
-	out := map[arbortype.Status]int{}
-	var (
-		st string
-		n  int
-	)
-	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error {
-		out[arbortype.Status(st)] = n
-		return nil
-	})
-	return out, err
-}
-
-// LogRow is a log entry whose payload may be cut: Payload holds at most
-// the first characters of its text the read asked for, and PayloadBytes
-// the size of its whole text.
-type LogRow struct {
-	LogEntry
-	PayloadBytes int
-}
-
-// logRowColumns read log entry l with its payload cut to $cut characters.
-const logRowColumns = `l.seq, l.conversation_id, coalesce(l.task_id, 0), l.kind, coalesce(l.status, ''), coalesce(l.name, ''),
-		left(l.payload::text, $cut), coalesce(octet_length(l.payload::text), 0), l.at`
-
-var (
-	qLogBefore = define(`SELECT ` + expand(logRowColumns, "$cut", "$4") + ` FROM {schema}.conversation_log l
-		WHERE l.conversation_id = $1 AND l.seq < $2 ORDER BY l.seq DESC LIMIT $3`)
-	qLogAfter = define(`SELECT ` + expand(logRowColumns, "$cut", "$4") + ` FROM {schema}.conversation_log l
-		WHERE l.conversation_id = $1 AND l.seq > $2 ORDER BY l.seq LIMIT $3`)
-	// A task's entries among the conversation's $5 entries below $2 (the
-	// log has no index by task).
-	qTaskLogBefore = define(`SELECT ` + expand(logRowColumns, "$cut", "$6") + ` FROM (
-			SELECT * FROM {schema}.conversation_log w
-			WHERE w.conversation_id = $1 AND w.seq < $2 ORDER BY w.seq DESC LIMIT $5) l
-		WHERE l.task_id = $3 ORDER BY l.seq DESC LIMIT $4`)
-	qLogWindow = define(`SELECT count(*), coalesce(min(w.seq), 0) FROM (
-			SELECT seq FROM {schema}.conversation_log WHERE conversation_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3) w`)
-	// The last entry of every conversation's log: one probe of the
-	// primary key's end.
-	qLastLogSeq = define(`SELECT coalesce(max(seq), 0) FROM {schema}.conversation_log`)
-)
-
-func collectLogRows(rows pgx.Rows, err error) ([]LogRow, error) {
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LogRow, error) {
-		var (
-			e       LogRow
-			st      string
-			payload *string
-		)
-		err := row.Scan(&e.Seq, &e.ConversationID, &e.TaskID, &e.Kind, &st, &e.Name, &payload, &e.PayloadBytes, &e.At)
-		e.Status = arbortype.Status(st)
-		if payload != nil {
-			e.Payload = json.RawMessage(*payload)
-		}
-		return e, err
-	})
-}
-
-// LogBefore reads up to limit entries of conv's log below seq before, the
-// newest first, payloads cut to cut characters.
-func (s *Store) LogBefore(ctx context.Context, db DB, conv string, before int64, limit, cut int) ([]LogRow, error) {
-	return collectLogRows(db.Query(ctx, s.sql[qLogBefore], conv, before, limit, cut))
-}
-
-// LogAfter reads up to limit entries of conv's log after seq after, in
-// order, payloads cut to cut characters.
-func (s *Store) LogAfter(ctx context.Context, db DB, conv string, after int64, limit, cut int) ([]LogRow, error) {
-	return collectLogRows(db.Query(ctx, s.sql[qLogAfter], conv, after, limit, cut))
-}
-
-// TaskLogBefore reads up to limit entries of task taskID among the scan
-// entries of conv's log below seq before, the newest first, payloads cut
-// to cut characters.
-func (s *Store) TaskLogBefore(ctx context.Context, db DB, conv string, taskID, before int64, limit, scan, cut int) ([]LogRow, error) {
-	return collectLogRows(db.Query(ctx, s.sql[qTaskLogBefore], conv, before, taskID, limit, scan, cut))
-}
-
-// LogWindow counts the entries of conv's log below seq before, up to
-// scan of them, and returns the lowest seq among those.
-func (s *Store) LogWindow(ctx context.Context, db DB, conv string, before int64, scan int) (n int, low int64, err error) {
-	err = db.QueryRow(ctx, s.sql[qLogWindow], conv, before, scan).Scan(&n, &low)
-	return n, low, err
-}
-
-// LastLogSeq is the seq of the newest entry of any conversation's log (0:
-// none).
-func (s *Store) LastLogSeq(ctx context.Context, db DB) (int64, error) {
-	var seq int64
-	err := db.QueryRow(ctx, s.sql[qLastLogSeq]).Scan(&seq)
-	return seq, err
-}
-
-// EventRow is an event whose payload may be cut, as LogRow's.
-type EventRow struct {
-	Event
-	PayloadBytes int
-}
-
-// The events addressed to a task and those delivered to it (their two
-// indexes), the newest first.
-var qTaskEvents = define(`SELECT id, conversation_id, coalesce(task_id, 0), name, left(payload::text, $4),
-			coalesce(octet_length(payload::text), 0), coalesce(idempotency_key, ''), queued, emitted_at,
-			coalesce(delivered_to, 0), delivered_at
-		FROM {schema}.events WHERE conversation_id = $1 AND (task_id = $2 OR delivered_to = $2)
-		ORDER BY id DESC LIMIT $3`)
-
-// TaskEvents reads up to limit events addressed or delivered to taskID,
-// the newest first, payloads cut to cut characters.
-func (s *Store) TaskEvents(ctx context.Context, db DB, conv string, taskID int64, limit, cut int) ([]EventRow, error) {
-	rows, err := db.Query(ctx, s.sql[qTaskEvents], conv, taskID, limit, cut)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (EventRow, error) {
-		var (
-			e       EventRow
-			payload *string
-		)
-		err := row.Scan(&e.ID, &e.ConversationID, &e.TaskID, &e.Name, &payload, &e.PayloadBytes, &e.IdempotencyKey,
-			&e.Queued, &e.EmittedAt, &e.DeliveredTo, &e.DeliveredAt)
-		if payload != nil {
-			e.Payload = json.RawMessage(*payload)
-		}
-		return e, err
 	})
 }
 

@@ -157,19 +157,14 @@ func collectRunTasksXact(rows pgx.Rows, err error) ([]arbortype.Task, int64, err
 	if err != nil {
 		return nil, 0, err
 	}
-	defer rows.Close()
-	var (
-		out  []arbortype.Task
-		xact int64
-	)
-	for rows.Next() {
-		t, err := scanColumns(runColumnList, rows, &xact)
-		if err != nil {
-			return nil, 0, err
-		}
-		out = append(out, t)
+	var xact int64
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (arbortype.Task, error) {
+		return scanColumns(runColumnList, row, &xact)
+	})
+	if err != nil {
+		return nil, 0, err
 	}
-	return out, xact, rows.Err()
+	return out, xact, nil
 }
 
 func collectColumns(list []taskColumn, rows pgx.Rows, err error) ([]arbortype.Task, error) {
