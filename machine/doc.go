@@ -139,6 +139,14 @@
 //   - maintenance: deadlines, wall-time budgets, unknown kinds, lapsed
 //     reservations, and the holder rows of lives long over.
 //
+// Where each lives: the Runner, its start and stop in runner.go; the lease
+// in holder.go and lapse.go; the producer in producer.go; the completer in
+// completer.go; the workers (slots, dispatch, a handler's start and
+// return) in runner_runs.go; the listener and what it marks in
+// runner_news.go; the watchdog in watchdog.go; maintenance in
+// maintenance.go; the pools in runner_pools.go. They share the Runner's
+// mutex (below: the locking order), not state of their own.
+//
 // The producer, completer, maintenance and River's wake client use the
 // runner's own pool (RunnerConfig.Pool; by default one made from the
 // engine pool's configuration), the renewer and the watchdog a connection

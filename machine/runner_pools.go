@@ -1,0 +1,66 @@
+package machine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/arborhq/arbor/internal/core"
+)
+
+// runnerPools are a runner's own connections: work for the producer, the
+// completer, maintenance, the wake service and the handlers' calls (the
+// configured RunnerConfig.Pool, or one made from the engine pool's
+// configuration); renew, one connection kept open for the lease's renewer
+// alone; control for the watchdog's reads. The renewer waits behind
+// nothing, not even the watchdog.
+type runnerPools struct {
+	work, renew, control *pgxpool.Pool
+	ownWork              bool
+}
+
+func newRunnerPools(ctx context.Context, c *core.Engine, cfg *RunnerConfig) (runnerPools, error) {
+	var p runnerPools
+	base := c.Pool.Config()
+	if cfg.Pool != nil {
+		p.work = cfg.Pool
+		base = cfg.Pool.Config()
+	} else {
+		wc := base.Copy()
+		wc.MaxConns, wc.MinConns = int32(cfg.Flushers+1+WorkPoolExtraConns), 0 // + the completer's express lane
+		pool, err := pgxpool.NewWithConfig(ctx, wc)
+		if err != nil {
+			return p, fmt.Errorf("the runner's pool: %w", err)
+		}
+		p.work, p.ownWork = pool, true
+	}
+	rc := base.Copy()
+	rc.MaxConns, rc.MinConns = 1, 1
+	renew, err := pgxpool.NewWithConfig(ctx, rc)
+	if err != nil {
+		p.close()
+		return p, fmt.Errorf("the runner's renewal connection: %w", err)
+	}
+	p.renew = renew
+	cc := base.Copy()
+	cc.MaxConns, cc.MinConns = 1, 0
+	control, err := pgxpool.NewWithConfig(ctx, cc)
+	if err != nil {
+		p.close()
+		return p, fmt.Errorf("the runner's control pool: %w", err)
+	}
+	p.control = control
+	return p, nil
+}
+
+func (p runnerPools) close() {
+	if p.ownWork && p.work != nil {
+		p.work.Close()
+	}
+	for _, pool := range []*pgxpool.Pool{p.renew, p.control} {
+		if pool != nil {
+			pool.Close()
+		}
+	}
+}
