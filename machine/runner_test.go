@@ -22,7 +22,7 @@ import (
 func fastRunner(t *testing.T, b *bundle, handlers map[string]machine.Handler, tweak func(*machine.RunnerConfig)) *machine.Runner {
 	t.Helper()
 	cfg := &machine.RunnerConfig{
-		ConversationLease: time.Second,
+		ConversationLease: 3 * time.Second, // renewals each 500 ms: a starved CPU does not fire the fence by itself
 		PollInterval:      50 * time.Millisecond,
 		IdleRelease:       200 * time.Millisecond,
 		ShutdownGrace:     2 * time.Second,

@@ -261,49 +261,71 @@ func TestLeavingASleepCausesNoWake(t *testing.T) {
 	for name, timers := range map[string]bool{"timers": true, "river alone": false} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
-			w, rec := b.startWaker(t, timers)
-			at := time.Now().Add(800 * time.Millisecond)
-			owner, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "owner"})
-			require.NoError(t, err)
-			owner, err = b.engine.Start(b.ctx, owner.ID)
-			require.NoError(t, err)
-			cancelled := b.sleeper(t, 0, at)
-			aborted := b.sleeper(t, 0, at)
-			abortedChild := b.sleeper(t, owner.ID, at)
-			wokenNow := b.sleeper(t, 0, at)
-			sentinel := b.sleeper(t, 0, at.Add(100*time.Millisecond))
-
-			_, err = b.engine.Cancel(b.ctx, cancelled.ID, nil)
-			require.NoError(t, err)
-			_, err = b.engine.Abort(b.ctx, aborted.ID)
-			require.NoError(t, err)
-			_, err = b.engine.Abort(b.ctx, owner.ID)
-			require.NoError(t, err)
-			_, err = b.engine.WakeNow(b.ctx, wokenNow.ID)
-			require.NoError(t, err)
-			left := []int64{cancelled.ID, aborted.ID, abortedChild.ID, wokenNow.ID}
-			for _, id := range left {
-				// Removed, unless River was moving it at that instant: then
-				// it is available or running, and will do nothing.
-				for _, s := range b.jobStates(t, id) {
-					require.Contains(t, []string{"available", "running", "completed"}, s, "task %d keeps no waiting wake job", id)
+			// The sleeps must be left before they are due, or the round
+			// says nothing: a round whose set-up outlasted its margin (a
+			// busy machine) is run again, on a fresh schema, with twice it.
+			for margin := 800 * time.Millisecond; ; margin *= 2 {
+				if leaveSleeps(t, timers, margin) {
+					return
 				}
+				require.Less(t, margin, 30*time.Second, "every round's set-up outlasted its margin")
+				t.Logf("the set-up outlasted its %s margin; again with %s", margin, 2*margin)
 			}
-
-			// The sentinel sleeps past the others: once it is woken, their
-			// timers have fired and their jobs would have been due.
-			b.waitStatus(t, sentinel.ID, arbortype.StatusPending)
-			require.NoError(t, w.Stop(b.ctx), "wait for every wake in flight")
-			events := rec.all()
-			require.Len(t, events, 1, "only the sentinel was woken: %v", events)
-			require.Equal(t, sentinel.ID, events[0].TaskID)
-			require.Equal(t, arbortype.StatusCancelled, b.status(t, cancelled.ID))
-			require.Equal(t, arbortype.StatusAborted, b.status(t, aborted.ID))
-			require.Equal(t, arbortype.StatusAborted, b.status(t, abortedChild.ID))
-			require.Equal(t, arbortype.StatusPending, b.status(t, wokenNow.ID))
 		})
 	}
+}
+
+// leaveSleeps puts tasks to sleep until margin from now, takes four of them
+// out of their sleep (cancel, abort, abort of the owner, wake now) and
+// checks that none of them is woken when its sleep was due, only the
+// sentinel that stayed asleep. It reports false, having checked nothing,
+// when the sleeps were due before they were all left.
+func leaveSleeps(t *testing.T, timers bool, margin time.Duration) bool {
+	b := setup(t)
+	w, rec := b.startWaker(t, timers)
+	at := time.Now().Add(margin)
+	owner, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "owner"})
+	require.NoError(t, err)
+	owner, err = b.engine.Start(b.ctx, owner.ID)
+	require.NoError(t, err)
+	cancelled := b.sleeper(t, 0, at)
+	aborted := b.sleeper(t, 0, at)
+	abortedChild := b.sleeper(t, owner.ID, at)
+	wokenNow := b.sleeper(t, 0, at)
+	sentinel := b.sleeper(t, 0, at.Add(100*time.Millisecond))
+
+	_, errCancel := b.engine.Cancel(b.ctx, cancelled.ID, nil)
+	_, errAbort := b.engine.Abort(b.ctx, aborted.ID)
+	_, errOwner := b.engine.Abort(b.ctx, owner.ID)
+	_, errWake := b.engine.WakeNow(b.ctx, wokenNow.ID)
+	if !time.Now().Before(at) {
+		require.NoError(t, w.Stop(b.ctx))
+		return false
+	}
+	for _, err := range []error{errCancel, errAbort, errOwner, errWake} {
+		require.NoError(t, err)
+	}
+	left := []int64{cancelled.ID, aborted.ID, abortedChild.ID, wokenNow.ID}
+	for _, id := range left {
+		// Removed, unless River was moving it at that instant: then
+		// it is available or running, and will do nothing.
+		for _, s := range b.jobStates(t, id) {
+			require.Contains(t, []string{"available", "running", "completed"}, s, "task %d keeps no waiting wake job", id)
+		}
+	}
+
+	// The sentinel sleeps past the others: once it is woken, their
+	// timers have fired and their jobs would have been due.
+	b.waitStatus(t, sentinel.ID, arbortype.StatusPending)
+	require.NoError(t, w.Stop(b.ctx), "wait for every wake in flight")
+	events := rec.all()
+	require.Len(t, events, 1, "only the sentinel was woken: %v", events)
+	require.Equal(t, sentinel.ID, events[0].TaskID)
+	require.Equal(t, arbortype.StatusCancelled, b.status(t, cancelled.ID))
+	require.Equal(t, arbortype.StatusAborted, b.status(t, aborted.ID))
+	require.Equal(t, arbortype.StatusAborted, b.status(t, abortedChild.ID))
+	require.Equal(t, arbortype.StatusPending, b.status(t, wokenNow.ID))
+	return true
 }
 
 func TestPastSleepWakesPromptly(t *testing.T) {
