@@ -235,8 +235,26 @@ func TestStuckConversationAffectsOnlyItself(t *testing.T) {
 // lease is not in doubt meanwhile (its renewal locks no conversation), so
 // no child is given up and run again: every child's handler is called at
 // most once, and none overlaps another call of its task.
+//
+// A round in which the node's fence fired anyway says nothing about the
+// conversation's lock: on a starved CPU (a second test suite beside this
+// one) the renewer itself can miss the fence point. Such a round still
+// shows no overlap and passes the checker, and is run again, on a fresh schema, up to three times.
 func TestFailFastFanOutRunsNoChildTwice(t *testing.T) {
 	t.Parallel()
+	for round := 1; ; round++ {
+		if failFastFanOut(t) {
+			return
+		}
+		require.Less(t, round, 3, "the node's fence fired in every round")
+		t.Logf("round %d: the node's fence fired (a starved renewer); again", round)
+	}
+}
+
+// failFastFanOut runs one round of TestFailFastFanOutRunsNoChildTwice and
+// reports whether the node's lease stayed confirmed throughout; when it
+// did not, it has checked only what holds whatever the lease did.
+func failFastFanOut(t *testing.T) bool {
 	b := setup(t)
 	const children = 10_000
 	var log runLog
@@ -285,11 +303,14 @@ func TestFailFastFanOutRunsNoChildTwice(t *testing.T) {
 	kids, err := b.engine.Children(b.ctx, parent.ID)
 	require.NoError(t, err)
 	require.Len(t, kids, children)
+	require.Empty(t, log.overlaps())
+	b.requireClean(t)
+	if logs.count("could not confirm its lease") > 0 {
+		return false
+	}
 	for _, k := range kids {
 		require.LessOrEqual(t, log.count(k.ID), 1, "child %d ran at most once", k.ID)
 		require.Zero(t, k.Attempt)
 	}
-	require.Empty(t, log.overlaps())
-	require.Zero(t, logs.count("could not confirm its lease"))
-	b.requireClean(t)
+	return true
 }
