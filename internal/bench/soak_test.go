@@ -25,25 +25,22 @@ import (
 // round yet) is not what this test is about.
 func TestSoakShort(t *testing.T) {
 	t.Parallel()
+	// A soak of a few seconds on a starved machine may have no turn old
+	// enough for the prune when it looks (its turns complete late): such a
+	// run says nothing about the prune, and is run again, up to 3 times.
 	var out bytes.Buffer
-	rep, err := bench.Soak(context.Background(), bench.SoakOptions{
-		DatabaseURL:    testdb.URL(t),
-		Duration:       5 * time.Second,
-		Interval:       time.Second,
-		Warmup:         2 * time.Second,
-		Rate:           10,
-		PruneOlderThan: 500 * time.Millisecond,
-		PruneInterval:  300 * time.Millisecond,
-		ThinkTime:      200 * time.Millisecond,
-		Conns:          4,
-		Out:            &out,
-		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
-	require.NoError(t, err)
+	var rep *bench.SoakReport
+	for attempt := 1; ; attempt++ {
+		out.Reset()
+		rep = soakShort(t, &out)
+		if prunedTurns(rep) > 0 || attempt == 3 {
+			break
+		}
+		t.Logf("run %d: no turn was old enough for the prune in time; again", attempt)
+	}
 
 	require.Len(t, rep.Samples, 6, "the baseline and one sample per interval")
 	var created, completed int
-	var prunedTurns int64
 	for i, s := range rep.Samples {
 		require.Equal(t, i, s.Index)
 		require.Len(t, s.Tables, 7)
@@ -54,7 +51,6 @@ func TestSoakShort(t *testing.T) {
 		}
 		created += s.Created
 		completed += s.Completed
-		prunedTurns += s.PrunedTurns
 		if s.Completed > 0 {
 			require.Positive(t, s.P50)
 			require.GreaterOrEqual(t, s.P99, s.P50)
@@ -69,7 +65,7 @@ func TestSoakShort(t *testing.T) {
 	require.LessOrEqual(t, created, rep.End.TurnsCreated)
 	require.LessOrEqual(t, completed, rep.End.TurnsCompleted)
 	require.Equal(t, rep.End.TurnsCreated, rep.End.TurnsCompleted)
-	require.Positive(t, prunedTurns, "the prune loop deleted turns")
+	require.Positive(t, prunedTurns(rep), "the prune loop deleted turns")
 	require.Zero(t, rep.End.Timeouts)
 	require.Zero(t, rep.End.HarnessErrors, rep.End.FirstHarnessError)
 	require.Zero(t, rep.End.PruneErrors)
@@ -125,4 +121,32 @@ func TestSoakOptionsRefused(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// soakShort runs TestSoakShort's soak, its report printed to out.
+func soakShort(t *testing.T, out *bytes.Buffer) *bench.SoakReport {
+	rep, err := bench.Soak(context.Background(), bench.SoakOptions{
+		DatabaseURL:    testdb.URL(t),
+		Duration:       5 * time.Second,
+		Interval:       time.Second,
+		Warmup:         2 * time.Second,
+		Rate:           10,
+		PruneOlderThan: 500 * time.Millisecond,
+		PruneInterval:  300 * time.Millisecond,
+		ThinkTime:      200 * time.Millisecond,
+		Conns:          4,
+		Out:            out,
+		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	require.NoError(t, err)
+	return rep
+}
+
+// prunedTurns is the turns the soak's prune deleted, over its samples.
+func prunedTurns(rep *bench.SoakReport) int64 {
+	var n int64
+	for _, s := range rep.Samples {
+		n += s.PrunedTurns
+	}
+	return n
 }
