@@ -2,6 +2,7 @@ package machine_test
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -275,4 +276,46 @@ func TestRunnerRidesOutAnOutage(t *testing.T) {
 	for i := range ids {
 		f.requireClean(t, f.conv+"-"+string(rune('a'+i)))
 	}
+}
+
+// TestSlowReconnectIsReported: every connection of a runner is cut and new
+// ones hang (the route blackholed: a failover, a server too busy to fork).
+// The renewer's wait for a new connection outlasts a quarter of the lease,
+// and the runner says so — the operator's sign that a reconnect a little
+// slower fires the fence — and, once the route heals, the turn completes.
+func TestSlowReconnectIsReported(t *testing.T) {
+	t.Parallel()
+	f := setupFaults(t, time.Minute)
+	logs := &logRecorder{}
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	r, err := machine.NewRunner(f.eng, map[string]machine.Handler{
+		"turn": func(ctx context.Context, run *machine.Run) error {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-gate // the fence may stop this call: the run is then requeued
+			return run.Complete(ctx, []byte(`"answered"`))
+		},
+	}, &machine.RunnerConfig{ConversationLease: 2 * time.Second, PollInterval: 50 * time.Millisecond,
+		Logger: slog.New(logs), Waker: &machine.WakerConfig{RiverTestOnly: true}})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(f.ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(ctx))
+	})
+	turn, _, err := f.eng.Create(f.ctx, tasks.CreateParams{ConversationID: f.conv, Kind: "turn"})
+	require.NoError(t, err)
+	<-entered
+	const warning = "lease renewal waited long for a database connection"
+	require.Zero(t, logs.count(warning), "no slow connection before the fault")
+	f.proxy.Blackhole()
+	f.proxy.CutAll()
+	waitUntil(t, "the runner to report its slow reconnect", func() bool { return logs.count(warning) > 0 })
+	f.proxy.Heal()
+	close(gate)
+	waitUntil(t, "the turn to complete", func() bool { return f.status(t, turn.ID) == arbortype.StatusCompleted })
+	require.Equal(t, 1, logs.count(warning), "reported once a minute at most")
 }

@@ -2,6 +2,7 @@ package machine
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,8 @@ type nodeLease struct {
 
 	fireMu sync.Mutex // serializes fire
 	kick   chan struct{}
+
+	slowWarned atomic.Int64 // when the last slow connection was warned of (since base)
 }
 
 func newNodeLease(c *core.Engine, name string, ttl time.Duration, logger *slog.Logger) *nodeLease {
@@ -186,7 +189,7 @@ func (l *nodeLease) renewOnce(ctx context.Context) bool {
 	rctx, cancel := context.WithTimeout(ctx, l.ttl/2)
 	defer cancel()
 	sent := time.Now()
-	live, err := l.core.RenewHolder(rctx, l.core.Pool, id, l.ttl)
+	live, err := l.renewOn(rctx, id)
 	if err != nil {
 		if ctx.Err() == nil {
 			level := slog.LevelDebug
@@ -235,6 +238,42 @@ func (l *nodeLease) renewOnce(ctx context.Context) bool {
 		l.reconfirmed(false)
 	}
 	return true
+}
+
+// slowConnect is the part of the lease past which the renewer's wait for
+// a connection is reported: a wait that long, after every connection of
+// the node was cut (a failover, a proxy's restart, an administrator's
+// pg_terminate_backend), is one a little longer from firing the fence.
+func (l *nodeLease) slowConnect() time.Duration { return l.ttl / 4 }
+
+// renewOn renews row id on the renewer's pool. The connection is acquired
+// apart, so that a slow one — a new connection to a busy server, after the
+// old one was cut — is told to the operator: a lease shorter than the time
+// a reconnect takes under load fires the fence on every such fault (a
+// once task's stopped run is then abandoned), however transient.
+func (l *nodeLease) renewOn(ctx context.Context, id int64) (bool, error) {
+	start := time.Now()
+	conn, err := l.core.Pool.Acquire(ctx)
+	if waited := time.Since(start); waited > l.slowConnect() {
+		l.warnSlowConnect(waited)
+	}
+	if err != nil {
+		return false, fmt.Errorf("renew holder %d: get a connection: %w", id, err)
+	}
+	defer conn.Release()
+	return l.core.RenewHolder(ctx, conn, id, l.ttl)
+}
+
+// warnSlowConnect logs, at most once a minute, that the renewer waited
+// waited for a connection.
+func (l *nodeLease) warnSlowConnect(waited time.Duration) {
+	now := l.since(time.Now())
+	last := l.slowWarned.Load()
+	if last != 0 && now-last < int64(time.Minute) || !l.slowWarned.CompareAndSwap(last, now) {
+		return
+	}
+	l.logger.Warn("arbor: the node's lease renewal waited long for a database connection; a ConversationLease this short fires the fence (stopping every handler) when reconnecting takes a little longer: raise it well above the time a reconnect takes under load",
+		slog.Duration("waited", waited), slog.Duration("conversation_lease", l.ttl))
 }
 
 // reconfirmed ends the fence's firing: the lease is confirmed again.

@@ -3,7 +3,7 @@
 // during large flushes, and beside a CPU hog), frozen with SIGSTOP past
 // their conversation lease and for less than it, every arbor backend
 // terminated with pg_terminate_backend (LISTEN connections included) for
-// two minutes, the database server restarted (fast and immediate), a
+// two minutes (under the default lease: see terminate_test.go), the database server restarted (fast and immediate), a
 // conversation row locked by an outside connection, and a node's route to
 // the database blackholed. Each scenario runs the same workload of trees —
 // parallel children under all_settled, a fail_fast group whose failing
