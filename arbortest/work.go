@@ -2,12 +2,12 @@ package arbortest
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"slices"
 	"testing"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/internal/workhook"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -138,12 +138,12 @@ func Work(ctx context.Context, tb testing.TB, engine *tasks.Engine, handler mach
 		tb.Fatalf("arbortest.Work: %v", err)
 		return nil
 	}
-	rep, err := workhook.Work(ctx, engine, taskID, handler)
+	rep, err := workOnce(ctx, engine, taskID, handler)
 	if err != nil {
 		tb.Fatalf("arbortest.Work: %v", err)
 		return nil
 	}
-	res := &WorkResult{Err: rep.HandlerErr, Woken: rep.Woken}
+	res := &WorkResult{Err: rep.HandlerErr, Woken: rep.Outcome.Woken}
 	if res.Task, err = engine.Get(ctx, taskID); err != nil {
 		tb.Fatalf("arbortest.Work: read task %d back: %v", taskID, err)
 		return nil
@@ -162,26 +162,53 @@ func Work(ctx context.Context, tb testing.TB, engine *tasks.Engine, handler mach
 	return res
 }
 
+// workOnce takes the lease of taskID's conversation (recovering what an
+// earlier holder left, as a take-over does), runs handler on the task with
+// machine.Lease.Work, and releases the lease. The release recovers
+// whatever is still running under the lease (a run a database fault left
+// open), so that nothing of the test's run can write after it.
+func workOnce(ctx context.Context, engine *tasks.Engine, taskID int64, handler machine.Handler) (machine.WorkReport, error) {
+	var rep machine.WorkReport
+	cur, err := engine.Get(ctx, taskID)
+	if err != nil {
+		return rep, err
+	}
+	lease, err := machine.AcquireLease(ctx, engine, cur.ConversationID, &machine.LeaseConfig{Holder: holderName()})
+	if err != nil {
+		return rep, fmt.Errorf("task %d: %w", taskID, err)
+	}
+	rep, err = lease.Work(ctx, taskID, handler)
+	if rerr := lease.Release(context.WithoutCancel(ctx)); rerr != nil && err == nil {
+		err = fmt.Errorf("task %d: %w", taskID, rerr)
+	}
+	return rep, err
+}
+
+// holderName names the leases Work takes, as arbor ls shows them.
+func holderName() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("arbortest-%s-%d", host, os.Getpid())
+}
+
 // outcome names how a run ended from what machine reported and the task
 // read back.
-func outcome(rep workhook.Report, t arbortype.Task) WorkOutcome {
-	if !rep.Ended {
-		return WorkStopped
-	}
-	switch rep.Ending {
-	case core.OutComplete:
+func outcome(rep machine.WorkReport, t arbortype.Task) WorkOutcome {
+	switch rep.Outcome.Kind {
+	case machine.OutcomeCompleted:
 		return WorkCompleted
-	case core.OutWait:
+	case machine.OutcomeWaiting:
 		return WorkWaiting
-	case core.OutSleep:
+	case machine.OutcomeSleeping:
 		return WorkSleeping
-	case core.OutAwait:
+	case machine.OutcomeAwaiting:
 		return WorkAwaiting
+	case machine.OutcomeFailed:
+		if t.Status == arbortype.StatusFailed {
+			return WorkFailed
+		}
+		return WorkRetried
 	}
-	if t.Status == arbortype.StatusFailed {
-		return WorkFailed
-	}
-	return WorkRetried
+	return WorkStopped
 }
 
 // Worker runs the handlers of several kinds, picking each task's by its

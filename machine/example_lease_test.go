@@ -7,6 +7,7 @@ import (
 	"log"
 	"time"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -81,4 +82,70 @@ func ExampleAcquireLease() {
 	// attempt 1 from phase half-way
 	// true
 	// completed "done"
+}
+
+// A worker of your own design runs one task as a Runner would with
+// Lease.Work: the handler's nil return completes the task, its error fails
+// it (retried under its policy), a panic fails it with code "panic", and a
+// Wait, SleepUntil or AwaitEvent parks it.
+func ExampleLease_Work() {
+	ctx := context.Background()
+	engine, done := exampleEngine(ctx, "arbor_example_lease_work")
+	defer done()
+
+	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-11", Kind: "turn"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := machine.AcquireLease(ctx, engine, "chat-11", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() {
+		if err := lease.Release(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}()
+	// The turn spawns a tool call and waits for it.
+	rep, err := lease.Work(ctx, turn.ID, func(ctx context.Context, run *machine.Run) error {
+		tool, err := run.Spawn(ctx, machine.SpawnParams{Kind: "tool"})
+		if err != nil {
+			return err
+		}
+		return run.Wait(ctx, machine.WaitParams{ChildIDs: []int64{tool.ID}, Policy: arbortype.AllSettled})
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("turn:", rep.Outcome.Kind)
+	kids, err := engine.Children(ctx, turn.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The tool panics: the run fails, and so does the task (no retries).
+	rep, err = lease.Work(ctx, kids[0].ID, func(ctx context.Context, run *machine.Run) error {
+		panic("the tool broke")
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	tool, err := engine.Get(ctx, kids[0].ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("tool:", rep.Outcome.Kind, tool.Status, tool.Error.Code)
+	// The settled child woke the turn: it runs again and returns nil.
+	rep, err = lease.Work(ctx, turn.ID, func(ctx context.Context, run *machine.Run) error { return nil })
+	if err != nil {
+		log.Fatal(err)
+	}
+	t, err := engine.Get(ctx, turn.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("turn:", rep.Outcome.Kind, t.Status)
+	// Output:
+	// turn: waiting
+	// tool: failed failed panic
+	// turn: completed completed
 }

@@ -114,6 +114,18 @@ func TestAcquireLeaseBadInput(t *testing.T) {
 	require.NoError(t, err)
 	_, err = lease.Start(b.ctx, other.ID)
 	require.ErrorIs(t, err, tasks.ErrForeignTask)
+	// Work refuses what Start refuses, and a nil handler, before it calls
+	// anything: the task stays pending.
+	called := false
+	handler := func(context.Context, *machine.Run) error { called = true; return nil }
+	_, err = lease.Work(b.ctx, other.ID, handler)
+	require.ErrorIs(t, err, tasks.ErrForeignTask)
+	_, err = lease.Work(b.ctx, 1<<50, handler)
+	require.ErrorIs(t, err, tasks.ErrNotFound)
+	_, err = lease.Work(b.ctx, other.ID, nil)
+	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	require.False(t, called)
+	require.Equal(t, arbortype.StatusPending, b.status(t, other.ID))
 	require.NoError(t, lease.Release(b.ctx))
 	_, err = b.engine.AbortConversation(b.ctx, b.conv)
 	require.NoError(t, err)

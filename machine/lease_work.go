@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,65 +9,39 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/internal/store"
-	"github.com/arborhq/arbor/internal/workhook"
 	"github.com/arborhq/arbor/tasks"
 )
 
-// A test's run of one handler on one task (package arbortest, through
-// internal/workhook): what a Runner does for a run it claimed, without the
-// Runner. The task is started under a lease of its own on the conversation
-// (so that no Runner touches it meanwhile, and recovery runs first, as a
-// take-over's would); the handler is called once, under the same panic
-// guard; a run it left open is ended by the runner's rules (nil completes,
-// an error fails); and every spawn and ending write goes through the
-// completer's transaction (core.Engine.Flush, a batch of one that claims nothing).
-// Unlike a Runner it does not call the handler again after a database
-// fault: that is reported to the test.
-
-func init() { workhook.Work = workOnce }
-
-func workOnce(ctx context.Context, engine *tasks.Engine, taskID int64, handler any) (workhook.Report, error) {
-	var rep workhook.Report
-	h, _ := handler.(Handler)
-	if h == nil {
+// Work starts the pending task taskID under the lease and runs handler on
+// it once, as a Runner runs a run it claimed: the handler is called under
+// the Runner's panic guard; a run it left open is ended by the Runner's
+// rules (nil completes the task with no result, an error fails it —
+// retried under its policy unless NonRetryable — a panic fails it with
+// code "panic"); and every spawn and ending write is applied as a
+// Runner's completer applies it. A Lease's runs from Start write each call
+// on its own instead. The handler's context is ctx: an abort made
+// meanwhile refuses the run's next write rather than cancelling ctx.
+//
+// Work's error is a refusal to start the task, as Start's, or a database
+// fault that cut the run off before it ended: the task is then still
+// running under the lease, and Release recovers it. Unlike a Runner, Work
+// does not call the handler again after such a fault. Package arbortest's
+// Work is built on it.
+func (l *Lease) Work(ctx context.Context, taskID int64, handler Handler) (WorkReport, error) {
+	var rep WorkReport
+	if handler == nil {
 		return rep, fmt.Errorf("task %d: the handler is nil: %w", taskID, tasks.ErrInvalidArgument)
 	}
-	c := core.Of(engine)
-	if c == nil {
-		return rep, fmt.Errorf("task %d: the engine is nil: %w", taskID, tasks.ErrInvalidArgument)
-	}
-	cur, err := core.Read(ctx, c, func(db store.DB) (arbortype.Task, error) { return c.Get(ctx, db, taskID) })
+	t, err := core.Tx(ctx, l.core, func(tx pgx.Tx) (core.Task, error) { return l.core.Start(ctx, tx, l.lease, taskID) })
 	if err != nil {
 		return rep, err
 	}
-	lease, err := AcquireLease(ctx, engine, cur.ConversationID, &LeaseConfig{Holder: "arbortest-" + defaultHolder()})
-	if err != nil {
-		return rep, fmt.Errorf("task %d: %w", taskID, err)
-	}
-	rep, err = workLeased(ctx, c, lease, taskID, h)
-	// The release recovers whatever is still running under the lease (a
-	// run a database fault left open), so that nothing of the test's run
-	// can write after it.
-	if rerr := lease.Release(context.WithoutCancel(ctx)); rerr != nil && err == nil {
-		err = fmt.Errorf("task %d: %w", taskID, rerr)
-	}
-	return rep, err
-}
-
-func workLeased(ctx context.Context, c *core.Engine, lease *Lease, taskID int64, h Handler) (workhook.Report, error) {
-	var rep workhook.Report
-	t, err := core.Tx(ctx, c, func(tx pgx.Tx) (core.Task, error) { return c.Start(ctx, tx, lease.lease, taskID) })
-	if err != nil {
-		return rep, err
-	}
-	rep.Started = t
-	sink := &flushSink{core: c, holder: lease.lease.HolderID}
+	c := l.core
+	sink := &flushSink{core: c, holder: l.lease.HolderID}
 	run := newRun(c, sink, t)
-	err = callHandler(ctx, h, run)
-	rep.HandlerErr = err
+	rep.HandlerErr = callHandler(ctx, handler, run)
+	err = rep.HandlerErr
 	switch {
 	case run.Ended() && run.endedInTxForm():
 		// The transaction committed, or confirmTxEnding failed the run
@@ -91,21 +66,39 @@ func workLeased(ctx context.Context, c *core.Engine, lease *Lease, taskID int64,
 	}
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
-	rep.Ending, rep.Ended, rep.Woken, rep.EndErr = sink.last.Kind, sink.hasEnded, sink.lastRes.Woken, sink.lastRes.Err
-	if !rep.Ended {
-		// A reservation over a budget that fails or parks ended the run in
-		// its own transaction, not through the sink: the task failed, or
-		// awaits the budget's raise.
+	switch {
+	case sink.hasEnded:
+		rep.Outcome = outcomeOf(sink.last, sink.lastRes)
+		if rep.Outcome.Kind == OutcomeFailed {
+			rep.Outcome.Err = rep.HandlerErr
+		}
+	default:
+		// No ending write landed through the sink. A reservation over a
+		// budget that fails or parks ended the run in its own transaction:
+		// the task failed, or awaits the budget's raise. Else the task was
+		// taken from the run.
 		run.mu.Lock()
 		switch run.outcome.Kind {
-		case OutcomeFailed:
-			rep.Ending, rep.Ended = core.OutFail, true
-		case OutcomeAwaiting:
-			rep.Ending, rep.Ended = core.OutAwait, true
+		case OutcomeFailed, OutcomeAwaiting:
+			rep.Outcome = run.outcome
+		default:
+			rep.Outcome = Outcome{Kind: OutcomeNone, Err: cmp.Or(sink.lastRes.Err, rep.HandlerErr)}
 		}
 		run.mu.Unlock()
 	}
 	return rep, nil
+}
+
+// WorkReport is what a run of Lease.Work did.
+type WorkReport struct {
+	// Outcome is how the run ended, as a Middleware's next returns it:
+	// OutcomeNone when the task was taken from the run before it ended
+	// (aborted or cancelled meanwhile). With Woken, its wait or await was
+	// satisfied when written, and the task is pending again.
+	Outcome Outcome
+	// HandlerErr is what the handler returned; a panic is an error here,
+	// as it is the task's failure (code "panic").
+	HandlerErr error
 }
 
 // flushSink applies each write of a run alone in the completer's
