@@ -205,10 +205,13 @@ func TestCrashRecovery(t *testing.T) {
 				require.Equal(t, 1, runs, "restart limit 0: no second run")
 			case "step":
 				require.Equal(t, arbortype.StatusCompleted, task.Status)
-				// Attempt counts the runs the crash cut, and a run node-b
-				// lost with its own lease, if a starved CPU let it lapse
-				// (a lapse counts as a restart, §3.8).
-				cut := b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log WHERE task_id = $1 AND node = 'node-a' AND ended_at IS NULL`, task.ID)
+				// Attempt counts the runs the crash cut — node-a's whose
+				// handler never returned and whose Complete did not land,
+				// its work done or not — and a run node-b lost with its
+				// own lease, if a starved CPU let it lapse (a lapse counts
+				// as a restart, §3.8).
+				cut := b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log r WHERE r.task_id = $1 AND r.node = 'node-a' AND r.returned_at IS NULL
+					AND r.id IS DISTINCT FROM (SELECT (t.result->>'run')::bigint FROM `+b.schema+`.tasks t WHERE t.id = r.task_id)`, task.ID)
 				lost := b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log WHERE task_id = $1 AND node = 'node-b' AND lease_lost`, task.ID)
 				if task.Attempt < cut || task.Attempt > cut+lost {
 					logRows(t, b, `SELECT * FROM `+b.schema+`.run_log WHERE task_id = `+strconv.FormatInt(task.ID, 10)+` ORDER BY id`)
