@@ -131,6 +131,39 @@ func TestRunAddressesItsTaskWhateverTheHandlerDoesToTask(t *testing.T) {
 	b.requireClean(t)
 }
 
+// TestUncommittedCompleteTxIsCaughtWhateverTheHandlerDoesToTask: a
+// handler changes run.Task.ID, then ends its run with CompleteTx in a
+// transaction it rolls back. The run's check that the transaction
+// committed reads the run's own task, not run.Task: the task fails with
+// ending_not_committed instead of staying running (issue 24's audit found
+// it left running, the outcome reported completed).
+func TestUncommittedCompleteTxIsCaughtWhateverTheHandlerDoesToTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	require.NoError(t, err)
+	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lease.Release(context.Background()) })
+	rep, err := lease.Work(b.ctx, turn.ID, func(ctx context.Context, run *machine.Run) error {
+		run.Task.ID += 100_000
+		tx, err := b.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if err := run.CompleteTx(ctx, tx, []byte(`"x"`)); err != nil {
+			return err
+		}
+		return tx.Rollback(ctx)
+	})
+	require.NoError(t, err)
+	require.Equal(t, machine.OutcomeFailed, rep.Outcome.Kind)
+	got := b.get(t, turn.ID)
+	require.Equal(t, arbortype.StatusFailed, got.Status)
+	require.Equal(t, machine.CodeEndingNotCommitted, got.Error.Code)
+	b.requireClean(t)
+}
+
 // TestAwaitOfArborsOwnEventIsRefused: arbortype.BudgetEvent is a budget
 // park's, raised only by a raise; a handler's await of it is refused and
 // writes nothing (issue 24).

@@ -150,7 +150,7 @@ func (r *Run) endedInTxForm() bool {
 // its CompleteTx wrote in committed: a task still running under this run
 // means it did not, and the run fails (retried under the task's policy).
 func confirmTxEnding(ctx context.Context, c *core.Engine, run *Run) {
-	cur, err := c.Get(ctx, c.Pool, run.Task.ID)
+	cur, err := c.Get(ctx, c.Pool, run.id)
 	if err != nil || cur.Status != arbortype.StatusRunning || cur.Token != run.token {
 		return
 	}
@@ -158,6 +158,6 @@ func confirmTxEnding(ctx context.Context, c *core.Engine, run *Run) {
 	run.ended, run.endedInTx = false, false
 	run.mu.Unlock()
 	te := arbortype.TaskError{Code: CodeEndingNotCommitted,
-		Message: fmt.Sprintf("the handler of task %d ended its run with CompleteTx, and that transaction did not commit", run.Task.ID)}
+		Message: fmt.Sprintf("the handler of task %d ended its run with CompleteTx, and that transaction did not commit", run.id)}
 	_ = run.finish(ctx, core.Outcome{Kind: core.OutFail, Error: te})
 }
