@@ -331,13 +331,20 @@ func TestBudgetParkThenRaise(t *testing.T) {
 		return len(pending) == 2 // the agent on its budget, the tool on "never"
 	})
 	var agent int64
+	var parkToken string
 	for _, p := range pending {
 		if p.Name == arbortype.BudgetEvent {
-			agent = p.TaskID
+			agent, parkToken = p.TaskID, p.Token
 		}
 	}
 	require.NotZero(t, agent, "the agent awaits its budget: %v", pending)
 	b.requireClean(t)
+	// The park's token is not an answer: only a raise ends the park (issue
+	// 24's audit woke the agent with it, its budget unraised).
+	before := b.get(t, agent)
+	_, _, err = b.engine.EmitToken(b.ctx, parkToken, []byte(`{"approved": true}`))
+	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	require.Equal(t, before, b.get(t, agent), "nothing written")
 
 	_, err = b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, TaskID: agent, Counter: "tokens", Max: 500, OnExhausted: arbortype.BudgetPark})
 	require.NoError(t, err)

@@ -82,7 +82,9 @@ func (e *Engine) emit(ctx context.Context, tx pgx.Tx, p EmitParams) (core.Emitte
 // waits for the next await of its name, a late answer is never kept for a
 // later await. A token racing its await's timeout is either the await's
 // answer or refused. An unknown token is ErrNotFound; a payload over 64
-// KiB ErrPayloadTooLarge.
+// KiB ErrPayloadTooLarge. The token of a budget's park (an await of
+// arbortype.BudgetEvent, listed by PendingEvents) is ErrInvalidArgument:
+// only a raise of the budget (SetBudget) ends that await.
 func (e *Engine) EmitToken(ctx context.Context, token string, payload json.RawMessage) (ev arbortype.Event, created bool, err error) {
 	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (core.Emitted, error) { return e.core.EmitToken(ctx, tx, token, payload) })
 	return event(r.Event), r.Created, err

@@ -294,6 +294,11 @@ func (e *Engine) EmitToken(ctx context.Context, tx pgx.Tx, token string, payload
 		return Emitted{}, fmt.Errorf("%s: the task is %s, and not in the await this token answered: %w", what, t.Status, arbortype.ErrAwaitEnded)
 	case !awaiting(t):
 		return Emitted{}, fmt.Errorf("%s: the task is %s, its await of %q over: %w", what, t.Status, t.AwaitName, arbortype.ErrAwaitEnded)
+	case t.AwaitName == arbortype.BudgetEvent:
+		// A budget's park: only a raise of the budget wakes it (SetBudget
+		// emits BudgetEvent), or the task would run again over its budget.
+		return Emitted{}, fmt.Errorf("%s: the task is parked on a budget (%s), which only a raise of the budget (SetBudget) ends: %w",
+			what, arbortype.BudgetEvent, arbortype.ErrInvalidArgument)
 	}
 	p := EmitParams{ConversationID: conv, TaskID: t.ID, Name: t.AwaitName, Payload: payload, Queue: true, IdempotencyKey: key}
 	out, err := e.emitLocked(ctx, tx, p, t)
