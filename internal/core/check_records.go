@@ -33,8 +33,9 @@ const futureSlack = time.Minute
 //     delivered to it, with the payload emitted; a task parked in an
 //     await carries no delivery.
 //   - 12: every log entry that names a task names one of its conversation,
-//     none is stamped in the future, and each task's newest status entry
-//     is its status (every status change is logged).
+//     none is stamped in the future, every event entry is an emit's (the
+//     event it names has its name, task and payload), and each task's
+//     newest status entry is its status (every status change is logged).
 //
 // The log's retention (Config.LogRetention) deletes entries older than
 // kept: what the log must show is asked only of tasks created and events
@@ -85,6 +86,9 @@ func recordViolations(conv string, all []Task, byID map[int64]*Task, r store.Rec
 	// 12. the log.
 	for _, seq := range r.FutureLog {
 		add(12, 0, "log entry %d is stamped after the database's clock (%s)", seq, r.Now.UTC().Format(time.RFC3339))
+	}
+	for _, seq := range r.ForgedLogEvents {
+		add(12, 0, "log entry %d is an event no emit wrote: it names no event of the conversation with its name, task and payload", seq)
 	}
 	logged := make(map[int64]store.TaskLog, len(r.Logged))
 	for _, l := range r.Logged {

@@ -141,6 +141,13 @@ func TestCheckReportsForgedRecords(t *testing.T) {
 			`UPDATE {schema}.tasks SET created_at = '2400-01-01' WHERE id = @pending`, 1, "after the database's clock"},
 		{"a conversation born in 2400",
 			`UPDATE {schema}.conversations SET created_at = '2400-01-01' WHERE id = @conv`, 1, "the conversation's created_at"},
+		// The audit's forgeries: an answer to an await written straight
+		// into the log, and an emit's entry with its payload rewritten.
+		{"an event entry no emit wrote",
+			`INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, name, payload) VALUES (@conv, @awaiting, 'event', 'approval', '{"approved": true}')`, 12, "no emit wrote"},
+		{"an emit's entry with its payload rewritten",
+			`UPDATE {schema}.conversation_log SET payload = jsonb_set(payload, '{payload}', '{"approved": true}')
+				WHERE seq = (SELECT min(seq) FROM {schema}.conversation_log WHERE conversation_id = @conv AND kind = 'event' AND (payload->>'event_id')::bigint = @answered)`, 12, "no emit wrote"},
 		{"a log entry stamped in 2400",
 			`INSERT INTO {schema}.conversation_log (conversation_id, kind, name, at) VALUES (@conv, 'progress', 'step', '2400-01-01')`, 12, "stamped after the database's clock"},
 		{"a settle number of -5",

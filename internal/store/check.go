@@ -58,6 +58,23 @@ var (
 	// clock (the first ten).
 	qFutureLog = define(`SELECT seq FROM {schema}.conversation_log
 		WHERE conversation_id = $1 AND at > statement_timestamp() + $2 * interval '1 microsecond' ORDER BY seq LIMIT 10`)
+	// Event entries of the log that no emit wrote (the first ten): one
+	// without the event's id (every emit's entry names it), or one whose
+	// event is another conversation's or differs in name, task or
+	// payload. An id that names no event at all is not reported: the
+	// prune deletes an event with the turn it was delivered to, and may
+	// keep its entry (one addressed to no task), and a fork's copy of an
+	// entry whose event it did not copy names none (null).
+	qForgedLogEvents = define(`SELECT l.seq FROM {schema}.conversation_log l
+		WHERE l.conversation_id = $1 AND l.kind = 'event'
+		  AND CASE WHEN l.payload IS NULL OR jsonb_typeof(l.payload) <> 'object' OR NOT l.payload ? 'event_id' THEN true
+			WHEN l.payload->>'event_id' ~ '^[0-9]{1,18}$' THEN EXISTS (SELECT 1 FROM {schema}.events ev
+				WHERE ev.id = (l.payload->>'event_id')::bigint
+				  AND (ev.conversation_id <> l.conversation_id OR ev.name IS DISTINCT FROM l.name
+					OR (ev.task_id IS DISTINCT FROM l.task_id AND l.task_id IS NOT NULL)
+					OR coalesce(ev.payload, 'null'::jsonb) <> coalesce(l.payload->'payload', 'null'::jsonb)))
+			ELSE false END
+		ORDER BY l.seq LIMIT 10`)
 	// The events the log says were emitted.
 	qLoggedEvents = define(`SELECT DISTINCT (payload->>'event_id')::bigint FROM {schema}.conversation_log
 		WHERE conversation_id = $1 AND kind = 'event' AND payload->>'event_id' ~ '^[0-9]{1,18}$'`)
@@ -96,6 +113,9 @@ type Records struct {
 	// LoggedEvents are the event ids the conversation's log has an emit
 	// entry for.
 	LoggedEvents []int64
+	// ForgedLogEvents are event entries of the log (seq) that no emit
+	// wrote (at most ten).
+	ForgedLogEvents []int64
 	// Logged is, per task id the log names, what it says of the task.
 	Logged []TaskLog
 }
@@ -135,6 +155,9 @@ func (s *Store) CheckRecords(ctx context.Context, db DB, conv string, slack time
 		return Records{}, err
 	}
 	if r.LoggedEvents, err = collect[int64](db.Query(ctx, s.sql[qLoggedEvents], conv)); err != nil {
+		return Records{}, err
+	}
+	if r.ForgedLogEvents, err = collect[int64](db.Query(ctx, s.sql[qForgedLogEvents], conv)); err != nil {
 		return Records{}, err
 	}
 	rows, err = db.Query(ctx, s.sql[qLogByTask], conv)
