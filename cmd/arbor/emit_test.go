@@ -117,3 +117,40 @@ func TestLogPrintsAFailuresMessage(t *testing.T) {
 	require.Contains(t, out, fmt.Sprintf(`#%d turn failed (tool said:\nno \x1b[31mred\x1b[0m)`+"\n", task.ID))
 	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 3, "pending, running, failed: one line each")
 }
+
+// A settle entry of the log written by hand for a task still running (the
+// log has no INSERT guard) does not end a follow --until-settled: only the
+// task's own settle does (issue 24's audit saw the follow stop, exit 0,
+// at the forged entry).
+func TestFollowUntilSettledIgnoresAForgedSettle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	task := b.create(t, 0, "turn", false)
+	run := b.start(t, task.ID)
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, `INSERT INTO `+b.schema+`.conversation_log (conversation_id, task_id, kind, status, name) VALUES ($1, $2, 'status', 'completed', 'turn')`, b.conv, task.ID)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(b.ctx))
+	entries, err := b.engine.ReadLog(b.ctx, b.conv, 0, 100)
+	require.NoError(t, err)
+	forged := entries[len(entries)-1]
+	require.True(t, forged.Terminal())
+
+	engine := b.engine.Engine
+	settled, err := settles(b.ctx, engine, task.ID, forged)
+	require.NoError(t, err)
+	require.False(t, settled, "the task is still running")
+	_, err = b.engine.Complete(b.ctx, run.ID, run.Token, nil)
+	require.NoError(t, err)
+	entries, err = b.engine.ReadLog(b.ctx, b.conv, forged.Seq, 100)
+	require.NoError(t, err)
+	require.NotEmpty(t, entries)
+	real := entries[len(entries)-1]
+	settled, err = settles(b.ctx, engine, task.ID, real)
+	require.NoError(t, err)
+	require.True(t, settled, "the task's own settle")
+	settled, err = settles(b.ctx, engine, task.ID+1000, real)
+	require.NoError(t, err)
+	require.False(t, settled, "another task's entry")
+}

@@ -80,15 +80,34 @@ func cmdLog(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	stop := errors.New("settled")
 	err = engine.Follow(ctx, pos[0], *after, func(en arbortype.LogEntry) error {
 		printEntry(stdout, en)
-		if *until != 0 && en.TaskID == *until && en.Terminal() {
-			return stop
+		if *until == 0 {
+			return nil
 		}
-		return nil
+		settled, err := settles(ctx, engine.Engine, *until, en)
+		if err == nil && settled {
+			err = stop
+		}
+		return err
 	})
 	if errors.Is(err, stop) || errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
+}
+
+// settles reports whether en is the settle of task id. The entry is
+// written by the statement that settles the task, so one whose task is
+// not settled was written by hand (the log has no INSERT guard; arbor
+// check reports it): a follow goes on until the task really settles.
+func settles(ctx context.Context, engine *tasks.Engine, id int64, en arbortype.LogEntry) (bool, error) {
+	if en.TaskID != id || !en.Terminal() {
+		return false, nil
+	}
+	t, err := engine.Get(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	return t.Status.Settled(), nil
 }
 
 // errorText is a settle's error as a line says it: "code: message", or
