@@ -108,6 +108,10 @@ func TestAcquireLeaseBadInput(t *testing.T) {
 	require.NoError(t, err)
 	_, err = machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, &machine.LeaseConfig{Duration: -1})
 	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	for _, holder := range []string{"a\x00b", "bad \xff utf-8"} {
+		_, err = machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, &machine.LeaseConfig{Holder: holder})
+		require.ErrorIs(t, err, tasks.ErrInvalidArgument, "holder %q", holder)
+	}
 	other, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv + "-other", Kind: "work"})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
