@@ -88,7 +88,7 @@ func recordViolations(conv string, all []Task, byID map[int64]*Task, r store.Rec
 		add(12, 0, "log entry %d is stamped after the database's clock (%s)", seq, r.Now.UTC().Format(time.RFC3339))
 	}
 	for _, seq := range r.ForgedLogEvents {
-		add(12, 0, "log entry %d is an event no emit wrote: it names no event of the conversation with its name, task and payload", seq)
+		add(12, 0, "log entry %d is an event no emit wrote: it names no event id, or an event of another name, task or payload", seq)
 	}
 	logged := make(map[int64]store.TaskLog, len(r.Logged))
 	for _, l := range r.Logged {

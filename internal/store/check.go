@@ -60,17 +60,18 @@ var (
 		WHERE conversation_id = $1 AND at > statement_timestamp() + $2 * interval '1 microsecond' ORDER BY seq LIMIT 10`)
 	// Event entries of the log that no emit wrote (the first ten): one
 	// without the event's id (every emit's entry names it), or one whose
-	// event is another conversation's or differs in name, task or
-	// payload. An id that names no event at all is not reported: the
-	// prune deletes an event with the turn it was delivered to, and may
-	// keep its entry (one addressed to no task), and a fork's copy of an
-	// entry whose event it did not copy names none (null).
+	// event differs in name, task or payload. An id that names no event
+	// of the conversation is not reported: the prune deletes an event
+	// with the turn it was delivered to, and may keep its entry (one
+	// addressed to no task), and a fork's copy of an entry whose event it
+	// did not copy names none (null). The events are read by the
+	// conversation, so that the check is co-located with it.
 	qForgedLogEvents = define(`SELECT l.seq FROM {schema}.conversation_log l
 		WHERE l.conversation_id = $1 AND l.kind = 'event'
 		  AND CASE WHEN l.payload IS NULL OR jsonb_typeof(l.payload) <> 'object' OR NOT l.payload ? 'event_id' THEN true
 			WHEN l.payload->>'event_id' ~ '^[0-9]{1,18}$' THEN EXISTS (SELECT 1 FROM {schema}.events ev
-				WHERE ev.id = (l.payload->>'event_id')::bigint
-				  AND (ev.conversation_id <> l.conversation_id OR ev.name IS DISTINCT FROM l.name
+				WHERE ev.conversation_id = $1 AND ev.id = (l.payload->>'event_id')::bigint
+				  AND (ev.name IS DISTINCT FROM l.name
 					OR (ev.task_id IS DISTINCT FROM l.task_id AND l.task_id IS NOT NULL)
 					OR coalesce(ev.payload, 'null'::jsonb) <> coalesce(l.payload->'payload', 'null'::jsonb)))
 			ELSE false END
