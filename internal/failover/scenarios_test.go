@@ -87,7 +87,7 @@ func TestKilledDuringFlush(t *testing.T) {
 		deadline := time.Now().Add(waitWithin)
 		for !inFlush && time.Now().Before(deadline) && !s.done() {
 			inFlush = s.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '`+appPrefix+`%'
-				AND xact_start IS NOT NULL AND state <> 'idle' AND query ILIKE 'INSERT INTO %tasks%unnest%'`) > 0
+				AND xact_start IS NOT NULL AND state <> 'idle' AND query ILIKE '%INSERT INTO %.tasks AS t%unnest%'`) > 0
 			if !inFlush {
 				time.Sleep(2 * time.Millisecond) // a poll of pg_stat_activity
 			}
