@@ -39,7 +39,9 @@ func demoHandlers() map[string]machine.Handler {
 		"long_step":    work(2 * time.Second),
 		"browse":       work(time.Minute), // stopped by the user
 		"translate_fr": func(ctx context.Context, run *machine.Run) error {
-			if err := busy(ctx, run, 300*time.Millisecond); err != nil {
+			// Long enough for the demo's watch (a poll every 100 ms) to
+			// show the turn waiting fail_fast before this fails it.
+			if err := busy(ctx, run, 700*time.Millisecond); err != nil {
 				return err
 			}
 			return fmt.Errorf("%w: translation service rejected the text", machine.ErrNonRetryable)
@@ -163,14 +165,17 @@ func chatTurn(ctx context.Context, run *machine.Run) error {
 // spawnAll creates one child per kind, each with an idempotency key so a
 // re-run after a crash finds the children the first run made.
 func spawnAll(ctx context.Context, run *machine.Run, kinds ...string) ([]int64, error) {
-	var ids []int64
+	ps := make([]machine.SpawnParams, len(kinds))
 	for i, kind := range kinds {
-		c, err := run.Spawn(ctx, machine.SpawnParams{Kind: kind,
-			IdempotencyKey: fmt.Sprintf("%d/%s/%s/%d", run.Task.ID, run.Task.Phase, kind, i)})
-		if err != nil {
-			return nil, err
-		}
-		ids = append(ids, c.ID)
+		ps[i] = machine.SpawnParams{Kind: kind, IdempotencyKey: fmt.Sprintf("%d/%s/%s/%d", run.Task.ID, run.Task.Phase, kind, i)}
+	}
+	kids, err := run.SpawnMany(ctx, ps) // one write for all of them
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, len(kids))
+	for i, c := range kids {
+		ids[i] = c.ID
 	}
 	return ids, nil
 }
