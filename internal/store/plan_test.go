@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -40,6 +41,34 @@ func planWork(t *testing.T, plan []byte) float64 {
 	return walk(top[0].Plan)
 }
 
+// blindSchema is a fresh schema whose tables autovacuum never analyses:
+// their statistics are what the test takes, or none.
+func blindSchema(t *testing.T) (*pgxpool.Pool, string, *Store) {
+	t.Helper()
+	pool, schema := testdb.Fresh(t)
+	s, err := New(schema)
+	require.NoError(t, err)
+	for _, table := range []string{"tasks", "conversations", "conversation_log", "events"} {
+		_, err := pool.Exec(context.Background(), `ALTER TABLE `+s.Schema()+`.`+table+` SET (autovacuum_enabled = false)`)
+		require.NoError(t, err)
+	}
+	return pool, schema, s
+}
+
+// fanOut inserts conversation conv with a root task and children pending
+// children of it, and returns the root's id.
+func fanOut(t *testing.T, pool *pgxpool.Pool, schema, conv string, children int) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var root int64
+	require.NoError(t, pool.QueryRow(ctx, `WITH c AS (INSERT INTO `+schema+`.conversations (id) VALUES ($1))
+		INSERT INTO `+schema+`.tasks (conversation_id, kind) VALUES ($1, 'root') RETURNING id`, conv).Scan(&root))
+	_, err := pool.Exec(ctx, `INSERT INTO `+schema+`.tasks (conversation_id, owner_task_id, kind)
+		SELECT $1, $2, 'child' FROM generate_series(1, $3)`, conv, root, children)
+	require.NoError(t, err)
+	return root
+}
+
 // TestTreeWalksKeepTheirPlanWithoutStatistics (issue 24): the walks down a
 // tree (the abort's, the fork's, the prune's) right after a fan-out of
 // 3,000 children, before any statistics of the table exist (autovacuum is
@@ -50,21 +79,10 @@ func planWork(t *testing.T, plan []byte) float64 {
 func TestTreeWalksKeepTheirPlanWithoutStatistics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema := testdb.Fresh(t)
-	s, err := New(schema)
-	require.NoError(t, err)
-	for _, table := range []string{"tasks", "conversations", "conversation_log", "events"} {
-		_, err := pool.Exec(ctx, `ALTER TABLE `+s.Schema()+`.`+table+` SET (autovacuum_enabled = false)`)
-		require.NoError(t, err)
-	}
+	pool, schema, s := blindSchema(t)
 	const children = 3000
 	conv := testdb.Conversation(t)
-	var root int64
-	require.NoError(t, pool.QueryRow(ctx, `WITH c AS (INSERT INTO `+schema+`.conversations (id) VALUES ($1))
-		INSERT INTO `+schema+`.tasks (conversation_id, kind) VALUES ($1, 'root') RETURNING id`, conv).Scan(&root))
-	_, err = pool.Exec(ctx, `INSERT INTO `+schema+`.tasks (conversation_id, owner_task_id, kind)
-		SELECT $1, $2, 'child' FROM generate_series(1, $3)`, conv, root, children)
-	require.NoError(t, err)
+	root := fanOut(t, pool, schema, conv, children)
 	const total = children + 1
 
 	explain := func(t *testing.T, db DB, q query, args ...any) float64 {
@@ -116,28 +134,13 @@ func TestTreeWalksKeepTheirPlanWithoutStatistics(t *testing.T) {
 func TestAbortWalkKeepsItsPlanWithStaleStatistics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema := testdb.Fresh(t)
-	s, err := New(schema)
-	require.NoError(t, err)
-	for _, table := range []string{"tasks", "conversations", "conversation_log", "events"} {
-		_, err := pool.Exec(ctx, `ALTER TABLE `+s.Schema()+`.`+table+` SET (autovacuum_enabled = false)`)
-		require.NoError(t, err)
-	}
-	fanOut := func(conv string, children int) int64 {
-		var root int64
-		require.NoError(t, pool.QueryRow(ctx, `WITH c AS (INSERT INTO `+schema+`.conversations (id) VALUES ($1))
-			INSERT INTO `+schema+`.tasks (conversation_id, kind) VALUES ($1, 'root') RETURNING id`, conv).Scan(&root))
-		_, err := pool.Exec(ctx, `INSERT INTO `+schema+`.tasks (conversation_id, owner_task_id, kind)
-			SELECT $1, $2, 'child' FROM generate_series(1, $3)`, conv, root, children)
-		require.NoError(t, err)
-		return root
-	}
-	fanOut(testdb.Conversation(t), 1000)
-	_, err = pool.Exec(ctx, `ANALYZE `+schema+`.tasks`)
+	pool, schema, s := blindSchema(t)
+	fanOut(t, pool, schema, testdb.Conversation(t), 1000)
+	_, err := pool.Exec(ctx, `ANALYZE `+schema+`.tasks`)
 	require.NoError(t, err)
 	const children = 3000
 	conv := testdb.Conversation(t)
-	root := fanOut(conv, children)
+	root := fanOut(t, pool, schema, conv, children)
 	const total = children + 1
 
 	tx, err := pool.Begin(ctx)
