@@ -349,10 +349,19 @@ func (s *scenario) waitFor(what string, cond func() bool) {
 	deadline := time.Now().Add(waitWithin)
 	for !cond() {
 		if time.Now().After(deadline) {
-			s.t.Fatalf("timed out waiting for %s; live tasks:\n%s\nrunner sessions:\n%s", what, s.dumpLive(), s.dumpSessions())
+			s.t.Fatalf("timed out waiting for %s; live tasks:\n%s\nrunner sessions:\n%s%s", what, s.dumpLive(), s.dumpSessions(), s.dumpLogs(15))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// dumpLogs is the last n lines of each runner process's log.
+func (s *scenario) dumpLogs(n int) string {
+	var b strings.Builder
+	for _, c := range s.children {
+		fmt.Fprintf(&b, "\nrunner %s's log, its last %d lines:\n%s\n", c.node, n, tail(c.log, n))
+	}
+	return b.String()
 }
 
 // dumpSessions describes the runner processes' sessions that are not idle.

@@ -266,7 +266,7 @@ func (e *Engine) checkConversation(ctx context.Context, tx pgx.Tx, conv string) 
 	}
 	out = append(out, bv...)
 	// 1, 8, 11, 12: the records beside the tasks.
-	records, err := e.Store.CheckRecords(ctx, tx, conv, futureSlack)
+	records, err := e.Store.CheckRecords(ctx, tx, conv, futureSlack, e.Cfg.LogRetention)
 	if err != nil {
 		return nil, err
 	}

@@ -34,8 +34,10 @@ const futureSlack = time.Minute
 //     await carries no delivery.
 //   - 12: every log entry that names a task names one of its conversation,
 //     none is stamped in the future, every event entry is an emit's (the
-//     event it names has its name, task and payload), and each task's
-//     newest status entry is its status (every status change is logged).
+//     event it names has its name, task and payload), every progress
+//     entry a run's (it names a task whose newest status entry before it
+//     is running), and each task's newest status entry is its status
+//     (every status change is logged).
 //
 // The log's retention (Config.LogRetention) deletes entries older than
 // kept: what the log must show is asked only of tasks created and events
@@ -89,6 +91,9 @@ func recordViolations(conv string, all []Task, byID map[int64]*Task, r store.Rec
 	}
 	for _, seq := range r.ForgedLogEvents {
 		add(12, 0, "log entry %d is an event no emit wrote: it names no event id, or an event of another name, task or payload", seq)
+	}
+	for _, seq := range r.ForgedProgress {
+		add(12, 0, "log entry %d is progress no run wrote: it names no task, or its task was not logged running before it", seq)
 	}
 	logged := make(map[int64]store.TaskLog, len(r.Logged))
 	for _, l := range r.Logged {

@@ -21,8 +21,9 @@ import (
 type forgeryScene struct {
 	b *bundle
 	// turn runs under the test's lease; awaiting is parked in an await of
-	// "approval"; woken was woken by the event answered; settled completed;
-	// pending never ran; foreign is a task of another conversation.
+	// "approval"; woken was woken by the event answered; settled logged
+	// progress and completed; pending never ran; foreign is a task of
+	// another conversation.
 	turn, awaiting, woken, settled, pending, foreign int64
 	// answered was delivered to woken; note waits undelivered.
 	answered, note int64
@@ -56,6 +57,8 @@ func newForgeryScene(t *testing.T) *forgeryScene {
 	s.answered = ev.ID
 	s.awaiting = awaitOn("approval")
 	done := b.start(t, b.child(t, s.turn, "tool").ID)
+	_, err = b.engine.C.Progress(ctx, b.pool, b.conv, done.ID, done.Token, "step", []byte(`{"done": 1}`))
+	require.NoError(t, err)
 	_, err = b.engine.Complete(ctx, done.ID, done.Token, nil)
 	require.NoError(t, err)
 	s.settled = done.ID
@@ -150,6 +153,12 @@ func TestCheckReportsForgedRecords(t *testing.T) {
 				WHERE seq = (SELECT min(seq) FROM {schema}.conversation_log WHERE conversation_id = @conv AND kind = 'event' AND (payload->>'event_id')::bigint = @answered)`, 12, "no emit wrote"},
 		{"a log entry stamped in 2400",
 			`INSERT INTO {schema}.conversation_log (conversation_id, kind, name, at) VALUES (@conv, 'progress', 'step', '2400-01-01')`, 12, "stamped after the database's clock"},
+		{"a progress entry of a task that never ran",
+			`INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, name, payload) VALUES (@conv, @pending, 'progress', 'step', '{"done": 1}')`, 12, "progress no run wrote"},
+		{"a progress entry of a settled task",
+			`INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, name) VALUES (@conv, @settled, 'progress', 'step')`, 12, "progress no run wrote"},
+		{"a progress entry naming no task",
+			`INSERT INTO {schema}.conversation_log (conversation_id, kind, name) VALUES (@conv, 'progress', 'step')`, 12, "progress no run wrote"},
 		{"a settle number of -5",
 			`UPDATE {schema}.tasks SET settle_seq = -5 WHERE id = @settled`, 1, "not positive"},
 		{"a live task marked as a fork's copy",

@@ -76,6 +76,19 @@ var (
 					OR coalesce(ev.payload, 'null'::jsonb) <> coalesce(l.payload->'payload', 'null'::jsonb)))
 			ELSE false END
 		ORDER BY l.seq LIMIT 10`)
+	// Progress entries of the log that no run wrote (the first ten): one
+	// naming no task, or one of a task created at or after $2 (the log's
+	// retention keeps every entry of those) whose newest status entry
+	// before it is not running — Run.Progress writes only while its task
+	// runs, and a fork copies a task's status entries with its progress.
+	qForgedProgress = define(`SELECT l.seq FROM {schema}.conversation_log l
+		LEFT JOIN {schema}.tasks t ON t.conversation_id = $1 AND t.id = l.task_id
+		WHERE l.conversation_id = $1 AND l.kind = 'progress'
+		  AND (l.task_id IS NULL
+			OR (t.created_at >= $2 AND (SELECT s.status FROM {schema}.conversation_log s
+				WHERE s.conversation_id = $1 AND s.task_id = l.task_id AND s.kind = 'status' AND s.seq < l.seq
+				ORDER BY s.seq DESC LIMIT 1) IS DISTINCT FROM 'running'))
+		ORDER BY l.seq LIMIT 10`)
 	// The events the log says were emitted.
 	qLoggedEvents = define(`SELECT DISTINCT (payload->>'event_id')::bigint FROM {schema}.conversation_log
 		WHERE conversation_id = $1 AND kind = 'event' AND payload->>'event_id' ~ '^[0-9]{1,18}$'`)
@@ -117,6 +130,10 @@ type Records struct {
 	// ForgedLogEvents are event entries of the log (seq) that no emit
 	// wrote (at most ten).
 	ForgedLogEvents []int64
+	// ForgedProgress are progress entries of the log (seq) that no run
+	// wrote (at most ten), among those of tasks created at or after the
+	// kept time CheckRecords was given.
+	ForgedProgress []int64
 	// Logged is, per task id the log names, what it says of the task.
 	Logged []TaskLog
 }
@@ -132,8 +149,9 @@ type TaskLog struct {
 
 // CheckRecords reads the conversation's Records (in the caller's
 // snapshot); slack is how far past the database's clock a log entry's time
-// may be.
-func (s *Store) CheckRecords(ctx context.Context, db DB, conv string, slack time.Duration) (Records, error) {
+// may be, and kept how old a task may be for the log to keep all of its
+// entries (the log's retention before the database's clock).
+func (s *Store) CheckRecords(ctx context.Context, db DB, conv string, slack, retention time.Duration) (Records, error) {
 	var r Records
 	if err := db.QueryRow(ctx, s.sql[qCheckHolder], conv).Scan(&r.Holder, &r.HolderID, &r.HolderRow, &r.Now, &r.Created); err != nil {
 		return Records{}, err
@@ -159,6 +177,9 @@ func (s *Store) CheckRecords(ctx context.Context, db DB, conv string, slack time
 		return Records{}, err
 	}
 	if r.ForgedLogEvents, err = collect[int64](db.Query(ctx, s.sql[qForgedLogEvents], conv)); err != nil {
+		return Records{}, err
+	}
+	if r.ForgedProgress, err = collect[int64](db.Query(ctx, s.sql[qForgedProgress], conv, r.Now.Add(-retention))); err != nil {
 		return Records{}, err
 	}
 	rows, err = db.Query(ctx, s.sql[qLogByTask], conv)
