@@ -178,10 +178,10 @@ func (e *Env) walBetween(ctx context.Context, from, to string) []WALShare {
 		return nil
 	}
 	rows, err := e.Pool.Query(ctx, `WITH r AS (
-			SELECT w.resource_manager, w.record_type, w.record_length,
+			SELECT w.resource_manager, w.record_type, w.record_length, w.fpi_length,
 			       (regexp_match(w.block_ref, 'rel \d+/\d+/(\d+)'))[1]::oid AS node
 			FROM `+pgx.Identifier{e.walinspect, "pg_get_wal_records_info"}.Sanitize()+`($1::pg_lsn, $2::pg_lsn) w)
-		SELECT coalesce(c.relname, '(' || r.resource_manager || ')'), r.record_type, sum(r.record_length)::bigint, count(*)
+		SELECT coalesce(c.relname, '(' || r.resource_manager || ')'), r.record_type, sum(r.record_length)::bigint, count(*), sum(r.fpi_length)::bigint
 		FROM r LEFT JOIN pg_class c ON c.relfilenode = r.node
 		GROUP BY 1, 2 ORDER BY 3 DESC`, from, to)
 	if err != nil {

@@ -199,6 +199,10 @@ type WALShare struct {
 	Record   string `json:"record"`
 	Bytes    int64  `json:"bytes"`
 	Records  int64  `json:"records"`
+	// FPIBytes are the full-page images among Bytes: the first change of
+	// a page after a checkpoint logs the whole page, which is what a
+	// table grown past the cache costs per row.
+	FPIBytes int64 `json:"fpi_bytes"`
 }
 
 // RunFunc runs one subject of a scenario at one size in env's fresh schema.

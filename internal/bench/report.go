@@ -439,12 +439,12 @@ func printWAL(w io.Writer, s Scenario, res ScenarioResult, unit string) {
 					continue
 				}
 				m := r.Measurement
-				fmt.Fprintf(w, "  WAL by relation, %s at %s, per %s (largest %d of %d):\n", sub.Key, sr.Size.Spec, unit, min(walShown, len(m.WAL)), len(m.WAL))
+				fmt.Fprintf(w, "  WAL by relation, %s at %s, per %s (largest %d of %d; page images: full-page images among the bytes):\n", sub.Key, sr.Size.Spec, unit, min(walShown, len(m.WAL)), len(m.WAL))
 				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-				fmt.Fprintln(tw, "    relation\trecord\tbytes\trecords\t")
+				fmt.Fprintln(tw, "    relation\trecord\tbytes\trecords\tof which page images\t")
 				for _, sh := range m.WAL[:min(walShown, len(m.WAL))] {
-					fmt.Fprintf(tw, "    %s\t%s\t%.1f\t%.2f\t\n", sh.Relation, sh.Record,
-						float64(sh.Bytes)/float64(m.Tasks), float64(sh.Records)/float64(m.Tasks))
+					fmt.Fprintf(tw, "    %s\t%s\t%.1f\t%.2f\t%.1f\t\n", sh.Relation, sh.Record,
+						float64(sh.Bytes)/float64(m.Tasks), float64(sh.Records)/float64(m.Tasks), float64(sh.FPIBytes)/float64(m.Tasks))
 				}
 				_ = tw.Flush()
 			}
