@@ -22,6 +22,16 @@ const heldLive = `EXISTS (SELECT 1 FROM {schema}.holders hl WHERE hl.id = c.hold
 // freeToTake says that conversation c has no live holder.
 const freeToTake = `(c.holder_id IS NULL OR NOT ` + heldLive + `)`
 
+// notHeldLive says that task t's conversation has no live holder, found
+// by primary key: a scalar subquery, not NOT EXISTS, so that a scan of
+// pending tasks in id order stays one (see qOpenConversations).
+const notHeldLive = `NOT coalesce((SELECT true FROM {schema}.conversations h JOIN {schema}.holders hh ON hh.id = h.holder_id
+	WHERE h.id = t.conversation_id AND hh.expires_at >= now()), false)`
+
+// runsIn says that conversation c has a running task, found through the
+// live index by conversation: a scalar subquery, for notHeldLive's reason.
+const runsIn = `coalesce((SELECT true FROM {schema}.tasks r WHERE r.conversation_id = c.id AND r.status = 'running' LIMIT 1), false)`
+
 // prevHolder is what a take-over reports of the holder it took c from: its
 // id (0: none), and whether its last renewal came before the server's start
 // (a database restart lapsed it: the restarts it leaves are not counted) or
