@@ -255,6 +255,11 @@ func TestOpenKeepsItsPlanWithABacklog(t *testing.T) {
 	var node int64
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at) VALUES ('node', now() + interval '1 hour') RETURNING id`).Scan(&node))
 
+	// A notification names the conversations a batch of creates made.
+	named := make([]string, scan)
+	for i := range named {
+		named[i] = fmt.Sprintf("c-%d", backlog-i)
+	}
 	for _, c := range []struct {
 		name string
 		q    query
@@ -262,7 +267,8 @@ func TestOpenKeepsItsPlanWithABacklog(t *testing.T) {
 	}{
 		{"the open", qOpenConversations, []any{"node", node, nil, limit, scan}},
 		{"the count", qCountOpenable, []any{nil, limit, nil, scan}},
-		{"the count of named conversations", qCountOpenable, []any{nil, limit, []string{"c-1", "c-2", "c-3"}, scan}},
+		{"the count of named conversations", qCountOpenable, []any{nil, limit, named, scan}},
+		{"the open of named conversations", qOpenNamed, []any{"node", node, nil, limit, named}},
 	} {
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
@@ -293,4 +299,15 @@ func TestOpenKeepsItsPlanWithABacklog(t *testing.T) {
 		require.NoError(t, err)
 		require.LessOrEqual(t, n, scan, "%s is among the conversations of the oldest pending tasks", o.ConversationID)
 	}
+	// The idle release of what the node opened reads those conversations
+	// only.
+	ids, epochs := make([]string, len(opened)), make([]int64, len(opened))
+	for i, o := range opened {
+		ids[i], epochs[i] = o.ConversationID, o.Epoch
+	}
+	var plan []byte
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[qReleaseIdle], ids, epochs, node).Scan(&plan))
+	work := planWork(t, plan)
+	t.Logf("the idle release of %d conversations over a backlog of %d: plan work %.0f", len(ids), backlog, work)
+	require.LessOrEqual(t, work, float64(40*limit), "the idle release reads its conversations only:\n%s", plan)
 }
