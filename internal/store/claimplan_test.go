@@ -71,9 +71,10 @@ func TestClaimKeepsItsPlanAfterASettledHistory(t *testing.T) {
 	var plan []byte
 	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[qClaimIn],
 		holder, convs, nil, nil, 1000, string(arbortype.StatusRunning), micros(60e9)).Scan(&plan))
-	work := planWork(t, plan)
-	t.Logf("the claim in %d held conversations after %d settled tasks: plan work %.0f", live, history, work)
+	work, cost := planWork(t, plan), planCost(t, plan)
+	t.Logf("the claim in %d held conversations after %d settled tasks: plan work %.0f, estimated cost %.0f", live, history, work, cost)
 	require.LessOrEqual(t, work, float64(40*live), "the claim's plan is linear in the conversations it claims in:\n%s", plan)
+	require.Less(t, cost, jitAboveCost, "the claim is estimated below PostgreSQL's jit_above_cost:\n%s", plan)
 }
 
 // TestFlushKeepsItsPlansAfterASettledHistory: the statements of a flush
@@ -162,9 +163,10 @@ func TestFlushKeepsItsPlansAfterASettledHistory(t *testing.T) {
 		var plan []byte
 		require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[c.q], c.args...).Scan(&plan), c.name)
 		require.NoError(t, tx.Rollback(ctx))
-		work := planWork(t, plan)
-		t.Logf("%s, %d of them after %d settled tasks: plan work %.0f", c.name, live, history, work)
+		work, cost := planWork(t, plan), planCost(t, plan)
+		t.Logf("%s, %d of them after %d settled tasks: plan work %.0f, estimated cost %.0f", c.name, live, history, work, cost)
 		require.LessOrEqual(t, work, float64(40*live), "%s: the plan is linear in the tasks it takes:\n%s", c.name, plan)
+		require.Less(t, cost, jitAboveCost, "%s is estimated below PostgreSQL's jit_above_cost:\n%s", c.name, plan)
 	}
 }
 
@@ -275,9 +277,10 @@ func TestOpenKeepsItsPlanWithABacklog(t *testing.T) {
 		var plan []byte
 		require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[c.q], c.args...).Scan(&plan), c.name)
 		require.NoError(t, tx.Rollback(ctx))
-		work := planWork(t, plan)
-		t.Logf("%s over a backlog of %d: plan work %.0f", c.name, backlog, work)
+		work, cost := planWork(t, plan), planCost(t, plan)
+		t.Logf("%s over a backlog of %d: plan work %.0f, estimated cost %.0f", c.name, backlog, work, cost)
 		require.LessOrEqual(t, work, float64(40*scan), "%s reads the backlog up to its bound only:\n%s", c.name, plan)
+		require.Less(t, cost, jitAboveCost, "%s is estimated below PostgreSQL's jit_above_cost (its JIT would compile it):\n%s", c.name, plan)
 	}
 	// And they find what they should: the oldest, at most limit of them.
 	tx, err = pool.Begin(ctx)

@@ -41,6 +41,24 @@ func planWork(t *testing.T, plan []byte) float64 {
 	return walk(top[0].Plan)
 }
 
+// jitAboveCost is PostgreSQL's default jit_above_cost: a plan estimated
+// to cost more is compiled by its JIT (when the server has one), which
+// takes hundreds of milliseconds, for a statement whose work is a few.
+const jitAboveCost = 100_000.0
+
+// planCost is a plan's estimated total cost, from EXPLAIN (FORMAT JSON).
+func planCost(t *testing.T, plan []byte) float64 {
+	t.Helper()
+	var top []struct {
+		Plan struct {
+			TotalCost float64 `json:"Total Cost"`
+		} `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal(plan, &top))
+	require.Len(t, top, 1)
+	return top[0].Plan.TotalCost
+}
+
 // blindSchema is a fresh schema whose tables autovacuum never analyses:
 // their statistics are what the test takes, or none.
 func blindSchema(t *testing.T) (*pgxpool.Pool, string, *Store) {
