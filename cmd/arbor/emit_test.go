@@ -118,10 +118,11 @@ func TestLogPrintsAFailuresMessage(t *testing.T) {
 	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 3, "pending, running, failed: one line each")
 }
 
-// A settle entry of the log written by hand for a task still running (the
-// log has no INSERT guard) does not end a follow --until-settled: only the
-// task's own settle does (issue 24's audit saw the follow stop, exit 0,
-// at the forged entry).
+// A settle entry of the log written by hand for a task still running does
+// not end a follow --until-settled: only the task's own settle does
+// (issue 24's audit saw the follow stop, exit 0, at the forged entry). The
+// log's INSERT guard refuses such an entry (migration 028); the test
+// writes it with the triggers off, as a superuser restoring a dump could.
 func TestFollowUntilSettledIgnoresAForgedSettle(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -129,6 +130,9 @@ func TestFollowUntilSettledIgnoresAForgedSettle(t *testing.T) {
 	run := b.start(t, task.ID)
 	tx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	_, err = tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`)
+	require.NoError(t, err, "the test forges with the triggers off (a superuser's session_replication_role)")
 	_, err = tx.Exec(b.ctx, `INSERT INTO `+b.schema+`.conversation_log (conversation_id, task_id, kind, status, name) VALUES ($1, $2, 'status', 'completed', 'turn')`, b.conv, task.ID)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(b.ctx))

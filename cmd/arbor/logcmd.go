@@ -97,8 +97,9 @@ func cmdLog(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // settles reports whether en is the settle of task id. The entry is
 // written by the statement that settles the task, so one whose task is
-// not settled was written by hand (the log has no INSERT guard; arbor
-// check reports it): a follow goes on until the task really settles.
+// not settled was written past the log's INSERT guard, with the triggers
+// off (arbor check reports it): a follow goes on until the task really
+// settles.
 func settles(ctx context.Context, engine *tasks.Engine, id int64, en arbortype.LogEntry) (bool, error) {
 	if en.TaskID != id || !en.Terminal() {
 		return false, nil

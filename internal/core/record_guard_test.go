@@ -58,6 +58,11 @@ func TestGuardRefusesForgedRecords(t *testing.T) {
 	require.NoError(t, err)
 	require.NotZero(t, delivered.DeliveredTo)
 	require.Zero(t, undelivered.DeliveredTo)
+	foreign, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv + "-other", Kind: "turn"})
+	require.NoError(t, err)
+	woken, err := b.engine.Get(b.ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, arbortype.StatusPending, woken.Status, "the turn was woken by the approval: each forged entry below is refused for what it names")
 
 	s := b.schema
 	var seq int64
@@ -72,6 +77,28 @@ func TestGuardRefusesForgedRecords(t *testing.T) {
 		{"a log entry rewritten", `UPDATE ` + s + `.conversation_log SET payload = '{"forged": true}' WHERE seq = $1`, []any{seq}, fsm.SQLStateRecord},
 		{"a log entry deleted", `DELETE FROM ` + s + `.conversation_log WHERE seq = $1`, []any{seq}, fsm.SQLStateDelete},
 		{"the log truncated", `TRUNCATE ` + s + `.conversation_log`, nil, fsm.SQLStateDelete},
+		// The log's inserts (migration 028): an entry is what the tasks and
+		// events are, appended by the statement that changes them.
+		{"a status entry the task does not have", `INSERT INTO ` + s + `.conversation_log (conversation_id, task_id, kind, status, name)
+			VALUES ($1, $2, 'status', 'completed', 'turn')`, []any{b.conv, run.ID}, fsm.SQLStateRecord},
+		{"a progress entry of a task not running", `INSERT INTO ` + s + `.conversation_log (conversation_id, task_id, kind, name)
+			VALUES ($1, $2, 'progress', 'step')`, []any{b.conv, run.ID}, fsm.SQLStateRecord},
+		{"a progress entry naming no task", `INSERT INTO ` + s + `.conversation_log (conversation_id, kind, name)
+			VALUES ($1, 'progress', 'step')`, []any{b.conv}, fsm.SQLStateRecord},
+		{"an event entry naming no event", `INSERT INTO ` + s + `.conversation_log (conversation_id, kind, name, payload)
+			VALUES ($1, 'event', 'approval', '{"event_id": 424242424, "payload": {"approved": true}}')`, []any{b.conv}, fsm.SQLStateRecord},
+		{"an event entry without an event id", `INSERT INTO ` + s + `.conversation_log (conversation_id, kind, name, payload)
+			VALUES ($1, 'event', 'approval', '{"payload": {"approved": true}}')`, []any{b.conv}, fsm.SQLStateRecord},
+		{"an event entry naming an event of another name", `INSERT INTO ` + s + `.conversation_log (conversation_id, kind, name, payload)
+			VALUES ($1, 'event', 'approval', jsonb_build_object('event_id', $2::bigint))`, []any{b.conv, undelivered.ID}, fsm.SQLStateRecord},
+		{"an event entry addressed to another task than its event", `INSERT INTO ` + s + `.conversation_log (conversation_id, task_id, kind, name, payload)
+			VALUES ($1, $2, 'event', 'note', jsonb_build_object('event_id', $3::bigint))`, []any{b.conv, run.ID, undelivered.ID}, fsm.SQLStateRecord},
+		{"an entry of no conversation", `INSERT INTO ` + s + `.conversation_log (conversation_id, kind, name, payload)
+			VALUES ($1 || '-nowhere', 'event', 'note', jsonb_build_object('event_id', $2::bigint))`, []any{b.conv, undelivered.ID}, fsm.SQLStateRecord},
+		{"an entry naming a task of another conversation", `INSERT INTO ` + s + `.conversation_log (conversation_id, task_id, kind, status, name)
+			VALUES ($1, $2, 'status', 'pending', 'turn')`, []any{b.conv, foreign.ID}, fsm.SQLStateRecord},
+		{"an entry stamped in the future", `INSERT INTO ` + s + `.conversation_log (conversation_id, task_id, kind, status, name, at)
+			VALUES ($1, $2, 'status', 'pending', 'turn', now() + interval '1 hour')`, []any{b.conv, run.ID}, fsm.SQLStateRecord},
 
 		{"an event's payload rewritten", `UPDATE ` + s + `.events SET payload = '{"approved": true}' WHERE id = $1`, []any{delivered.ID}, fsm.SQLStateRecord},
 		{"an event's name rewritten", `UPDATE ` + s + `.events SET name = 'approval' WHERE id = $1`, []any{undelivered.ID}, fsm.SQLStateRecord},
