@@ -23,10 +23,12 @@
 -- a conversation's own entries are stamped by the database, after it).
 --
 -- The check is one statement per INSERT statement, over its new rows
--- (a transition table), each looked up by primary key in a LATERAL
--- subquery that the planner cannot turn into a join over the whole table
--- (OFFSET 0): its cost is linear in the rows inserted whatever the
--- statistics, and it holds no lock. A refusal raises AB009
+-- (a transition table), each looked up by key in a LATERAL subquery that
+-- the planner cannot turn into a join over the whole table (OFFSET 0):
+-- its cost is linear in the rows inserted whatever the statistics, and it
+-- holds no lock. An entry that names a task is looked up by its task alone
+-- (the task's foreign key vouches for the conversation); the conversation
+-- is read for the others and for event entries. A refusal raises AB009
 -- (fsm.SQLStateRecord), which the engine reports as ErrInvalidTransition.
 CREATE FUNCTION {schema}.log_guard_insert() RETURNS trigger
 LANGUAGE plpgsql AS $guard$
@@ -37,10 +39,10 @@ BEGIN
     SELECT a.seq, a.kind INTO bad_seq, bad_kind
     FROM added a
     LEFT JOIN LATERAL (SELECT c.created_at FROM {schema}.conversations c
-        WHERE c.id = a.conversation_id OFFSET 0) c ON true
+        WHERE (a.task_id IS NULL OR a.kind = 'event') AND c.id = a.conversation_id OFFSET 0) c ON true
     LEFT JOIN LATERAL (SELECT t.status, t.forked_from FROM {schema}.tasks t
         WHERE t.id = a.task_id AND t.conversation_id = a.conversation_id OFFSET 0) t ON true
-    WHERE c.created_at IS NULL
+    WHERE (c.created_at IS NULL AND (a.task_id IS NULL OR a.kind = 'event'))
        OR a.at > clock_timestamp()
        OR (a.task_id IS NOT NULL AND t.status IS NULL)
        OR (a.kind = 'status' AND t.forked_from IS NULL AND a.status IS DISTINCT FROM t.status)
