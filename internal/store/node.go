@@ -34,7 +34,11 @@ var (
 	// estimate stays small whatever the statistics say of the dead
 	// holders. (Estimated at 518,000 rows, it cost 5,000,000, and
 	// PostgreSQL's JIT, which compiles a plan that costs more than
-	// jit_above_cost, took 569 ms of a 694 ms open.)
+	// jit_above_cost, took 569 ms of a 694 ms open.) The candidates are
+	// read by primary key (a LATERAL subquery the planner cannot make a
+	// join over the whole table), the free ones first (free), and only
+	// those are locked, each tested again once locked; a conversation
+	// another transaction holds is skipped, and the next open finds it.
 	qOpenConversations = define(`WITH cand AS (
 			(SELECT t.conversation_id AS id FROM {schema}.tasks t
 			WHERE t.status = 'pending' AND NOT t.abort_requested AND ($3::text[] IS NULL OR t.kind = ANY($3))
@@ -43,11 +47,15 @@ var (
 			UNION
 			(SELECT c.id FROM {schema}.holders hx JOIN {schema}.conversations c ON c.holder_id = hx.id
 			WHERE hx.expires_at < now() AND ` + runsIn + ` LIMIT $5)),
-		picked AS (
-			SELECT c.id, ` + prevHolder + ` FROM cand CROSS JOIN LATERAL (
-				SELECT c.* FROM {schema}.conversations c WHERE c.id = cand.id OFFSET 0) c
+		free AS (
+			SELECT c.id FROM cand CROSS JOIN LATERAL (
+				SELECT c.id, c.holder_id FROM {schema}.conversations c WHERE c.id = cand.id OFFSET 0) c
 			WHERE ` + freeToTake + `
-			ORDER BY c.id LIMIT $4
+			ORDER BY c.id LIMIT $4),
+		picked AS (
+			SELECT c.id, ` + prevHolder + ` FROM {schema}.conversations c
+			WHERE c.id IN (SELECT id FROM free) AND ` + freeToTake + `
+			ORDER BY c.id
 			FOR NO KEY UPDATE OF c SKIP LOCKED)
 		UPDATE {schema}.conversations c
 		SET holder = $1, holder_id = $2, epoch = c.epoch + 1, updated_at = now()
