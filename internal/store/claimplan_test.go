@@ -158,11 +158,7 @@ func TestFlushKeepsItsPlansAfterASettledHistory(t *testing.T) {
 		{"the waits woken", qWakeSatisfied, []any{waiting, string(arbortype.StatusPending)}},
 		{"the completing owners completed", qCompleteHeld, []any{completing, string(arbortype.StatusCompleted)}},
 	} {
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		var plan []byte
-		require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[c.q], c.args...).Scan(&plan), c.name)
-		require.NoError(t, tx.Rollback(ctx))
+		plan := explainRolledBack(t, pool, s.sql[c.q], c.args...)
 		work, cost := planWork(t, plan), planCost(t, plan)
 		t.Logf("%s, %d of them after %d settled tasks: plan work %.0f, estimated cost %.0f", c.name, live, history, work, cost)
 		require.LessOrEqual(t, work, float64(40*live), "%s: the plan is linear in the tasks it takes:\n%s", c.name, plan)
@@ -232,28 +228,15 @@ func TestOpenKeepsItsPlanWithABacklog(t *testing.T) {
 	const backlog, limit, scan = 20_000, 100, 400
 	var old int64
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at) VALUES ('old', now() + interval '1 hour') RETURNING id`).Scan(&old))
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `SET LOCAL session_replication_role = replica`)
-	require.NoError(t, err, "the test writes its backlog with triggers off (a superuser's session_replication_role)")
-	_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.conversations (id, holder, holder_id, epoch)
-		SELECT 'c-' || g, 'old', $2, 1 FROM generate_series(1, $1) g`, backlog, old)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.tasks (conversation_id, kind) SELECT 'c-' || g, 'noop' FROM generate_series(1, $1) g`, backlog)
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx))
+	withTriggersOff(t, pool,
+		sqlArgs(`INSERT INTO `+schema+`.conversations (id, holder, holder_id, epoch)
+			SELECT 'c-' || g, 'old', $2, 1 FROM generate_series(1, $1) g`, backlog, old),
+		sqlArgs(`INSERT INTO `+schema+`.tasks (conversation_id, kind) SELECT 'c-' || g, 'noop' FROM generate_series(1, $1) g`, backlog))
 	_, err = pool.Exec(ctx, `ANALYZE `+schema+`.tasks, `+schema+`.conversations, `+schema+`.holders`)
 	require.NoError(t, err)
 	// The node lets them go (its idle release, or its stop): no holder,
 	// and no statistics say so.
-	tx, err = pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `SET LOCAL session_replication_role = replica`)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `UPDATE `+schema+`.conversations SET holder = NULL, holder_id = NULL`)
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx))
+	withTriggersOff(t, pool, sqlArgs(`UPDATE `+schema+`.conversations SET holder = NULL, holder_id = NULL`))
 	var node int64
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at) VALUES ('node', now() + interval '1 hour') RETURNING id`).Scan(&node))
 
@@ -274,11 +257,7 @@ func TestOpenKeepsItsPlanWithABacklog(t *testing.T) {
 			{"the count of named conversations", qCountOpenable, []any{nil, limit, named, scan}},
 			{"the open of named conversations", qOpenNamed, []any{"node", node, nil, limit, named}},
 		} {
-			tx, err := pool.Begin(ctx)
-			require.NoError(t, err)
-			var plan []byte
-			require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[c.q], c.args...).Scan(&plan), c.name)
-			require.NoError(t, tx.Rollback(ctx))
+			plan := explainRolledBack(t, pool, s.sql[c.q], c.args...)
 			work, cost := planWork(t, plan), planCost(t, plan)
 			t.Logf("%s over a backlog of %d, %s: plan work %.0f, estimated cost %.0f", c.name, backlog, stats, work, cost)
 			require.LessOrEqual(t, work, float64(40*scan), "%s reads the backlog up to its bound only (%s):\n%s", c.name, stats, plan)
@@ -294,18 +273,12 @@ func TestOpenKeepsItsPlanWithABacklog(t *testing.T) {
 	// 2.7 s for an open).
 	_, err = pool.Exec(ctx, `ANALYZE `+schema+`.tasks, `+schema+`.conversations, `+schema+`.holders`)
 	require.NoError(t, err)
-	tx, err = pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `SET LOCAL session_replication_role = replica`)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `UPDATE `+schema+`.conversations SET holder = 'node', holder_id = $1, epoch = epoch + 1
-		WHERE id IN (SELECT 'c-' || g FROM generate_series(10001, 12000) g)`, node)
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx))
+	withTriggersOff(t, pool, sqlArgs(`UPDATE `+schema+`.conversations SET holder = 'node', holder_id = $1, epoch = epoch + 1
+		WHERE id IN (SELECT 'c-' || g FROM generate_series(10001, 12000) g)`, node))
 	explain("statistics taken while nothing was held, 2,000 held since")
 
 	// And they find what they should: the oldest, at most limit of them.
-	tx, err = pool.Begin(ctx)
+	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	n, err := s.CountOpenable(ctx, tx, nil, limit, nil, scan)

@@ -59,6 +59,46 @@ func planCost(t *testing.T, plan []byte) float64 {
 	return top[0].Plan.TotalCost
 }
 
+// explainRolledBack runs sql with EXPLAIN (ANALYZE, FORMAT JSON) in a
+// transaction it rolls back, and returns the plan.
+func explainRolledBack(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) []byte {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var plan []byte
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+sql, args...).Scan(&plan), sql)
+	return plan
+}
+
+// statement is a statement and its arguments, for withTriggersOff.
+type statement struct {
+	sql  string
+	args []any
+}
+
+func sqlArgs(sql string, args ...any) statement { return statement{sql, args} }
+
+// withTriggersOff runs the statements in one transaction with the
+// triggers off (a superuser's session_replication_role, as a restore
+// would): rows a runner would take minutes to make, or states the guards
+// would refuse, written at once.
+func withTriggersOff(t *testing.T, pool *pgxpool.Pool, stmts ...statement) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SET LOCAL session_replication_role = replica`)
+	require.NoError(t, err, "the test writes with the triggers off (a superuser's session_replication_role)")
+	for _, st := range stmts {
+		_, err = tx.Exec(ctx, st.sql, st.args...)
+		require.NoError(t, err, st.sql)
+	}
+	require.NoError(t, tx.Commit(ctx))
+}
+
 // blindSchema is a fresh schema whose tables autovacuum never analyses:
 // their statistics are what the test takes, or none.
 func blindSchema(t *testing.T) (*pgxpool.Pool, string, *Store) {
