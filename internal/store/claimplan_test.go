@@ -32,45 +32,27 @@ func TestClaimKeepsItsPlanAfterASettledHistory(t *testing.T) {
 	// The history, written with the guard off (rows a runner would have
 	// taken minutes to make), then analyzed.
 	const history, live = 5000, 300
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, `SET LOCAL session_replication_role = replica`)
-	require.NoError(t, err, "the test writes its history with triggers off (a superuser's session_replication_role)")
-	_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.conversations (id) SELECT 'hist-' || g FROM generate_series(1, $1) g`, history)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.tasks (conversation_id, kind, status, started_at, settled_at)
-		SELECT 'hist-' || g, 'noop', 'completed', now(), now() FROM generate_series(1, $1) g`, history)
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx))
+	withTriggersOff(t, pool,
+		sqlArgs(`INSERT INTO `+schema+`.conversations (id) SELECT 'hist-' || g FROM generate_series(1, $1) g`, history),
+		sqlArgs(`INSERT INTO `+schema+`.tasks (conversation_id, kind, status, started_at, settled_at)
+			SELECT 'hist-' || g, 'noop', 'completed', now(), now() FROM generate_series(1, $1) g`, history))
 	_, err = pool.Exec(ctx, `ANALYZE `+schema+`.tasks, `+schema+`.conversations, `+schema+`.holders`)
 	require.NoError(t, err)
 
 	// Now a node holds live conversations, each with a pending turn.
 	var holder int64
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at) VALUES ('node', now() + interval '1 hour') RETURNING id`).Scan(&holder))
-	tx, err = pool.Begin(ctx)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `SET LOCAL session_replication_role = replica`)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.conversations (id, holder, holder_id, epoch)
-		SELECT 'live-' || g, 'node', $2, 1 FROM generate_series(1, $1) g`, live, holder)
-	require.NoError(t, err)
-	_, err = tx.Exec(ctx, `INSERT INTO `+schema+`.tasks (conversation_id, kind) SELECT 'live-' || g, 'noop' FROM generate_series(1, $1) g`, live)
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit(ctx))
+	withTriggersOff(t, pool,
+		sqlArgs(`INSERT INTO `+schema+`.conversations (id, holder, holder_id, epoch)
+			SELECT 'live-' || g, 'node', $2, 1 FROM generate_series(1, $1) g`, live, holder),
+		sqlArgs(`INSERT INTO `+schema+`.tasks (conversation_id, kind) SELECT 'live-' || g, 'noop' FROM generate_series(1, $1) g`, live))
 	convs := make([]string, live)
 	for i := range convs {
 		convs[i] = fmt.Sprintf("live-%d", i+1)
 	}
 
 	// The claim, explained and run in a transaction rolled back.
-	tx, err = pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	var plan []byte
-	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[qClaimIn],
-		holder, convs, nil, nil, 1000, string(arbortype.StatusRunning), micros(60e9)).Scan(&plan))
+	plan := explainRolledBack(t, pool, s.sql[qClaimIn], holder, convs, nil, nil, 1000, string(arbortype.StatusRunning), micros(60e9))
 	work, cost := planWork(t, plan), planCost(t, plan)
 	t.Logf("the claim in %d held conversations after %d settled tasks: plan work %.0f, estimated cost %.0f", live, history, work, cost)
 	require.LessOrEqual(t, work, float64(40*live), "the claim's plan is linear in the conversations it claims in:\n%s", plan)
@@ -101,22 +83,10 @@ func TestFlushKeepsItsPlansAfterASettledHistory(t *testing.T) {
 		require.NoError(t, err)
 	}
 	const history, live = 5000, 300
-	exec := func(sqls ...string) {
-		t.Helper()
-		tx, err := pool.Begin(ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(ctx) }()
-		_, err = tx.Exec(ctx, `SET LOCAL session_replication_role = replica`)
-		require.NoError(t, err, "the test writes its rows with triggers off (a superuser's session_replication_role)")
-		for _, q := range sqls {
-			_, err = tx.Exec(ctx, q)
-			require.NoError(t, err, q)
-		}
-		require.NoError(t, tx.Commit(ctx))
-	}
-	exec(fmt.Sprintf(`INSERT INTO %s.conversations (id) SELECT 'hist-' || g FROM generate_series(1, %d) g`, schema, history),
-		fmt.Sprintf(`INSERT INTO %s.tasks (conversation_id, kind, status, started_at, settled_at)
-			SELECT 'hist-' || g, 'noop', 'completed', now(), now() FROM generate_series(1, %d) g`, schema, history))
+	withTriggersOff(t, pool,
+		sqlArgs(`INSERT INTO `+schema+`.conversations (id) SELECT 'hist-' || g FROM generate_series(1, $1) g`, history),
+		sqlArgs(`INSERT INTO `+schema+`.tasks (conversation_id, kind, status, started_at, settled_at)
+			SELECT 'hist-' || g, 'noop', 'completed', now(), now() FROM generate_series(1, $1) g`, history))
 	_, err = pool.Exec(ctx, `ANALYZE `+schema+`.tasks, `+schema+`.conversations, `+schema+`.holders`)
 	require.NoError(t, err)
 
@@ -124,11 +94,12 @@ func TestFlushKeepsItsPlansAfterASettledHistory(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at) VALUES ('node', now() + interval '1 hour') RETURNING id`).Scan(&holder))
 	// live conversations held by the node, each with one task of every
 	// status a flush takes by id, ids known by their token.
-	exec(fmt.Sprintf(`INSERT INTO %s.conversations (id, holder, holder_id, epoch)
-			SELECT 'live-' || g, 'node', %d, 1 FROM generate_series(1, %d) g`, schema, holder, live),
-		fmt.Sprintf(`INSERT INTO %s.tasks (conversation_id, kind, status, token, started_at)
+	withTriggersOff(t, pool,
+		sqlArgs(`INSERT INTO `+schema+`.conversations (id, holder, holder_id, epoch)
+			SELECT 'live-' || g, 'node', $2, 1 FROM generate_series(1, $1) g`, live, holder),
+		sqlArgs(`INSERT INTO `+schema+`.tasks (conversation_id, kind, status, token, started_at)
 			SELECT 'live-' || g, 'noop', st, CASE WHEN st = 'running' THEN g END, CASE WHEN st = 'pending' THEN NULL ELSE now() END
-			FROM generate_series(1, %d) g, unnest(ARRAY['pending', 'running', 'waiting', 'completing']) st`, schema, live))
+			FROM generate_series(1, $1) g, unnest(ARRAY['pending', 'running', 'waiting', 'completing']) st`, live))
 	byStatus := func(status string) (ids, tokens []int64, results []string) {
 		rows, err := pool.Query(ctx, `SELECT id, coalesce(token, 0) FROM `+schema+`.tasks WHERE status = $1 ORDER BY id`, status)
 		require.NoError(t, err)
