@@ -251,8 +251,9 @@ func Scenarios() []Scenario {
 			Title: "child settles → parent's handler runs again: latency p50/p99/max",
 			About: "N parents, one conversation each, through one machine.Runner with RunnerConfig{} (1,000 workers: one is free whenever a parent wakes, so no time goes to queueing for a worker): " +
 				"a parent's handler spawns one child and waits on it (all_settled); the child's handler completes. " +
-				"Latency per parent = the parent handler's re-entry minus the return of the child's Complete " +
-				"(after its commit), both noted in memory by the handlers. Run once per size.",
+				"Latency per parent = the parent handler's re-entry minus the moment the child's handler called Complete " +
+				"(the parent can be re-entered before that Complete returns), both noted in memory by the handlers. The N parents run twice on the same runner, a cold round and the timed one: " +
+				"the timed round measures the steady state, not the first statements of fresh backends (the Note gives the cold round's figures). Run once per size.",
 			Metric:     Latency,
 			Sizes:      []string{"50", "200", "500"},
 			QuickSizes: []string{"10", "20", "40"},
