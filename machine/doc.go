@@ -140,12 +140,31 @@
 //     reservations, and the holder rows of lives long over.
 //
 // Where each lives: the Runner, its start and stop in runner.go; the lease
-// in holder.go and lapse.go; the producer in producer.go; the completer in
-// completer.go; the workers (slots, dispatch, a handler's start and
-// return) in runner_runs.go; the listener and what it marks in
-// runner_news.go; the watchdog in watchdog.go; maintenance in
-// maintenance.go; the pools in runner_pools.go. They share the Runner's
-// mutex (below: the locking order), not state of their own.
+// (nodeLease: renewer and fence) in holder.go, what the runner does when it
+// fires or is confirmed again in lapse.go; the producer (type producer) in
+// producer.go; the completer (type completer) in completer.go; the workers
+// (slots, dispatch, a handler's start and return) in runner_runs.go; the
+// listener and what it marks in runner_news.go; the watchdog (type
+// watchdog) in watchdog.go; maintenance (type maintainer) in
+// maintenance.go; the pools in runner_pools.go. Runner.Start starts each
+// service's goroutines and Runner.Stop stops them, in one place each.
+//
+// What the node holds and runs (held and lapsed conversations, running and
+// waiting runs, worker slots, flushes in flight per conversation) is the
+// Runner's, under Runner.mu; each service keeps its own state under its own
+// mutex: the producer what it has been told to look at (conversations that
+// may have work, the wants of a scan or a reopen), the completer its queue,
+// the watchdog its checks, the lease its renewal and fence, and the
+// maintainer nothing (it reads and writes the database only). In-process
+// locks are taken in this order, never the other way: nodeLease.fireMu
+// (held while the fence fires or is confirmed again, which marks the
+// held conversations lapsed under Runner.mu) or Runner.claimMu (read by
+// every transaction that claims, written by an adoption); then Runner.mu;
+// then one service's own mutex (producer.mu, nodeLease.mu for the holder's
+// id; completer.mu and watchdog.mu are never held with Runner.mu). A step
+// that decides by what the node holds (a conversation held: marked for a
+// claim; released: news for the producer) is made under Runner.mu and
+// producer.mu together, so a release and a mark cannot interleave.
 //
 // The producer, completer, maintenance and River's wake client use the
 // runner's own pool (RunnerConfig.Pool; by default one made from the

@@ -33,7 +33,9 @@ func (r *Runner) fenceFired() {
 		r.lapsed[id] = h.lease
 		delete(r.held, id)
 	}
-	r.dirty = map[string]bool{}
+	r.prod.mu.Lock()
+	r.prod.dirty = map[string]bool{}
+	r.prod.mu.Unlock()
 	r.afterFlush = map[string]bool{}
 	for _, a := range r.runs {
 		a.stop(errLeaseUnconfirmed)
@@ -50,20 +52,23 @@ func (r *Runner) fenceFired() {
 // and are forgotten: the open path takes back those no other node took,
 // its recovery of their runs not counted (they are this process's own).
 func (r *Runner) leaseConfirmed(newLife bool) {
+	p := r.prod
 	r.mu.Lock()
+	p.mu.Lock()
 	if newLife {
 		r.lapsed = map[string]core.Lease{}
 		for id := range r.held {
 			delete(r.held, id)
 		}
-		r.wantOpen = true
+		p.wantOpen = true
 	} else {
-		r.wantReopen = len(r.lapsed) > 0
-		r.wantHeld = true
+		p.wantReopen = len(r.lapsed) > 0
+		p.wantHeld = true
 	}
+	p.mu.Unlock()
 	r.mu.Unlock()
 	r.logger.Info("arbor: the node's lease is confirmed again", slog.Bool("new_life", newLife))
-	r.poke()
+	p.poke()
 }
 
 // hold records a lease a transaction of this node took (under r.mu): held,
@@ -82,7 +87,9 @@ func (r *Runner) hold(l core.Lease, now time.Time) {
 		return
 	}
 	r.held[l.ConversationID] = &heldConv{lease: l, idleSince: now}
-	r.dirty[l.ConversationID] = true
+	r.prod.mu.Lock()
+	r.prod.dirty[l.ConversationID] = true
+	r.prod.mu.Unlock()
 }
 
 // reopenBatch bounds the conversations one reopen transaction takes.
@@ -141,9 +148,7 @@ func (r *Runner) reopen() {
 		} else {
 			r.claimFailed(err, 0, "reopening conversations")
 		}
-		r.mu.Lock()
-		r.wantReopen = true
-		r.mu.Unlock()
+		r.prod.set(false, false, true)
 		return
 	}
 	now := time.Now()
@@ -199,13 +204,14 @@ func (r *Runner) reopen() {
 		}
 	}
 	if again {
-		r.mu.Lock()
-		r.wantReopen = true
-		r.mu.Unlock()
+		p := r.prod
+		p.mu.Lock()
+		p.wantReopen = true
+		p.mu.Unlock()
 		if len(rest) > 0 {
-			time.AfterFunc(skippedRetry, r.poke)
+			time.AfterFunc(skippedRetry, p.poke)
 		} else {
-			r.poke()
+			p.poke()
 		}
 	}
 }

@@ -1,9 +1,11 @@
 package machine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,68 +16,96 @@ import (
 	"github.com/arborhq/arbor/tasks"
 )
 
-// maintenanceLoop adopts, each PollInterval while Runner.unresolved is
-// set, the runs a commit whose answer was lost may have claimed; fails,
-// each PollInterval, the live tasks past their
-// deadline (their foreground subtrees aborted) and those over a "fail"
-// wall-time budget; and, less often, the never-started tasks of kinds no
+// maintainer is the runner's maintenance service. Each PollInterval it
+// adopts, while the runner's unresolved flag is set, the runs a commit
+// whose answer was lost may have claimed, and fails the live tasks past
+// their deadline (their foreground subtrees aborted) and those over a
+// "fail" wall-time budget; less often, the never-started tasks of kinds no
 // runner claimed within UnknownKindGrace, the reservations whose run is
 // over, and the holder rows of lives long over (the prune is a periodic
 // River job: pruneworker.go). Every runner does it; the engine's
 // transactions make a second runner's attempt a no-op.
-func (r *Runner) maintenanceLoop() {
-	defer r.loops.Done()
-	interval := min(r.cfg.UnknownKindGrace/4, time.Minute)
+//
+// It holds no state of the runner's: it reads and writes the database
+// only, and reaches the runner through two things it is given (unresolved
+// and adopt), so it takes no lock of the runner's but adopt's own.
+type maintainer struct {
+	core   *core.Engine
+	logger *slog.Logger
+	kinds  []string      // the kinds the runner has handlers for
+	poll   time.Duration // RunnerConfig.PollInterval
+	grace  time.Duration // RunnerConfig.UnknownKindGrace
+	// unresolved is the runner's flag (Runner.unresolved); adopt, the
+	// runner's adoption of what the node holds (Runner.adopt).
+	unresolved *atomic.Bool
+	adopt      func(ctx context.Context)
+}
+
+func newMaintainer(r *Runner) *maintainer {
+	return &maintainer{
+		core:       r.core,
+		logger:     r.logger,
+		kinds:      r.kinds,
+		poll:       r.cfg.PollInterval,
+		grace:      r.cfg.UnknownKindGrace,
+		unresolved: &r.unresolved,
+		adopt:      func(ctx context.Context) { r.adopt(ctx, nil) },
+	}
+}
+
+// run does the maintenance until ctx ends.
+func (m *maintainer) run(ctx context.Context) {
+	interval := min(m.grace/4, time.Minute)
 	if interval <= 0 {
 		interval = time.Minute
 	}
 	slow := time.NewTicker(interval)
 	defer slow.Stop()
-	fast := time.NewTicker(r.cfg.PollInterval)
+	fast := time.NewTicker(m.poll)
 	defer fast.Stop()
 	for {
 		select {
-		case <-r.runCtx.Done():
+		case <-ctx.Done():
 			return
 		case <-fast.C:
-			if r.unresolved.Swap(false) {
-				r.adopt(r.runCtx, nil)
+			if m.unresolved.Swap(false) {
+				m.adopt(ctx)
 			}
-			r.expireDeadlines()
-			r.expireWallTime()
+			m.expireDeadlines(ctx)
+			m.expireWallTime(ctx)
 		case <-slow.C:
-			r.failUnknownKinds()
-			r.sweepLapsedReservations()
-			r.pruneHolders()
+			m.failUnknownKinds(ctx)
+			m.sweepLapsedReservations(ctx)
+			m.pruneHolders(ctx)
 		}
 	}
 }
 
 // expireDeadlines fails the live tasks past their deadline.
-func (r *Runner) expireDeadlines() {
-	ids, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]int64, error) { return r.core.LiveDeadlines(r.runCtx, db, 100) })
+func (m *maintainer) expireDeadlines(ctx context.Context) {
+	ids, err := core.Read(ctx, m.core, func(db store.DB) ([]int64, error) { return m.core.LiveDeadlines(ctx, db, 100) })
 	if err != nil {
 		return
 	}
 	for _, id := range ids {
-		_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (bool, error) { return r.core.Expire(r.runCtx, tx, id) })
-		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) && r.runCtx.Err() == nil {
-			r.logger.WarnContext(r.runCtx, "arbor: failing a task past its deadline failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
+		_, err := core.Tx(ctx, m.core, func(tx pgx.Tx) (bool, error) { return m.core.Expire(ctx, tx, id) })
+		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) && ctx.Err() == nil {
+			m.logger.WarnContext(ctx, "arbor: failing a task past its deadline failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
 		}
 	}
 }
 
 // expireWallTime fails the live tasks under a "fail" wall-time budget
 // that is over (arbortype.CounterWallTime).
-func (r *Runner) expireWallTime() {
-	ids, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]int64, error) { return r.core.OverWallTime(r.runCtx, db, 100) })
+func (m *maintainer) expireWallTime(ctx context.Context) {
+	ids, err := core.Read(ctx, m.core, func(db store.DB) ([]int64, error) { return m.core.OverWallTime(ctx, db, 100) })
 	if err != nil {
 		return
 	}
 	for _, id := range ids {
-		_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (bool, error) { return r.core.ExpireWallTime(r.runCtx, tx, id) })
-		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) && r.runCtx.Err() == nil {
-			r.logger.WarnContext(r.runCtx, "arbor: failing a task over its wall-time budget failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
+		_, err := core.Tx(ctx, m.core, func(tx pgx.Tx) (bool, error) { return m.core.ExpireWallTime(ctx, tx, id) })
+		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) && ctx.Err() == nil {
+			m.logger.WarnContext(ctx, "arbor: failing a task over its wall-time budget failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
 		}
 	}
 }
@@ -84,36 +114,36 @@ func (r *Runner) expireWallTime() {
 // over (a crash between reserve and record), so that budgets read right
 // without waiting for the next reservation of the counter, which would
 // sweep them too.
-func (r *Runner) sweepLapsedReservations() {
-	pairs, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]store.ConversationCounter, error) {
-		return r.core.LapsedReservations(r.runCtx, db, 100)
+func (m *maintainer) sweepLapsedReservations(ctx context.Context) {
+	pairs, err := core.Read(ctx, m.core, func(db store.DB) ([]store.ConversationCounter, error) {
+		return m.core.LapsedReservations(ctx, db, 100)
 	})
 	if err != nil {
 		return
 	}
 	for _, p := range pairs {
-		_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (struct{}, error) {
-			return struct{}{}, r.core.SweepLapsed(r.runCtx, tx, p.ConversationID, p.Counter)
+		_, err := core.Tx(ctx, m.core, func(tx pgx.Tx) (struct{}, error) {
+			return struct{}{}, m.core.SweepLapsed(ctx, tx, p.ConversationID, p.Counter)
 		})
-		if err != nil && r.runCtx.Err() == nil {
-			r.logger.WarnContext(r.runCtx, "arbor: spending lapsed reservations failed", slog.String("conversation_id", p.ConversationID),
+		if err != nil && ctx.Err() == nil {
+			m.logger.WarnContext(ctx, "arbor: spending lapsed reservations failed", slog.String("conversation_id", p.ConversationID),
 				slog.String("counter", p.Counter), slog.String("error", err.Error()))
 		}
 	}
 }
 
-func (r *Runner) failUnknownKinds() {
-	ids, err := r.core.Store.StaleUnknownKinds(r.runCtx, r.core.Pool, r.kinds, r.cfg.UnknownKindGrace, 100)
+func (m *maintainer) failUnknownKinds(ctx context.Context) {
+	ids, err := m.core.Store.StaleUnknownKinds(ctx, m.core.Pool, m.kinds, m.grace, 100)
 	if err != nil {
 		return
 	}
 	for _, id := range ids {
-		_, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (arbortype.Task, error) {
-			return r.core.ForceFail(r.runCtx, tx, id, arbortype.TaskError{Code: arbortype.CodeUnknownKind,
-				Message: fmt.Sprintf("no runner had a handler for its kind within %s", r.cfg.UnknownKindGrace)})
+		_, err := core.Tx(ctx, m.core, func(tx pgx.Tx) (arbortype.Task, error) {
+			return m.core.ForceFail(ctx, tx, id, arbortype.TaskError{Code: arbortype.CodeUnknownKind,
+				Message: fmt.Sprintf("no runner had a handler for its kind within %s", m.grace)})
 		})
 		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) {
-			r.logger.WarnContext(r.runCtx, "arbor: failing a task of unknown kind failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
+			m.logger.WarnContext(ctx, "arbor: failing a task of unknown kind failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
 		}
 	}
 }
@@ -123,11 +153,11 @@ func (r *Runner) failUnknownKinds() {
 const holderRowsKept = time.Hour
 
 // pruneHolders removes holder rows of lives long over.
-func (r *Runner) pruneHolders() {
-	_, err := core.Read(r.runCtx, r.core, func(db store.DB) (int64, error) {
-		return r.core.PruneHolders(r.runCtx, db, holderRowsKept, 1000)
+func (m *maintainer) pruneHolders(ctx context.Context) {
+	_, err := core.Read(ctx, m.core, func(db store.DB) (int64, error) {
+		return m.core.PruneHolders(ctx, db, holderRowsKept, 1000)
 	})
-	if err != nil && r.runCtx.Err() == nil {
-		r.logger.Debug("arbor: removing old holder rows failed", slog.String("error", err.Error()))
+	if err != nil && ctx.Err() == nil {
+		m.logger.Debug("arbor: removing old holder rows failed", slog.String("error", err.Error()))
 	}
 }

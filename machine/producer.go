@@ -1,9 +1,11 @@
 package machine
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,36 +18,98 @@ import (
 	"github.com/arborhq/arbor/tasks"
 )
 
-// produce is the producer: it starts work while worker slots are free —
-// claims across the held conversations, and opens conversations with work
-// and no holder — when told (a notification, a handler that returned, a
-// flush) and on every PollInterval; and it releases conversations idle past
-// IdleRelease.
-func (r *Runner) produce() {
-	defer r.loops.Done()
+// producer is the runner's producer service: it starts work while worker
+// slots are free — claims across the held conversations, and opens
+// conversations with work and no holder — when told (a notification, a
+// handler that returned, a flush) and on every PollInterval; and it
+// releases conversations idle past IdleRelease.
+//
+// Its own state is what it has been told: the held conversations that may
+// have work (dirty), the unheld ones the change channel named (news), and
+// three wants (every held conversation, a scan for unheld ones, a reopen
+// of lapsed ones). What the node holds and runs is the Runner's. Its mutex
+// is taken after the Runner's, never before it: a caller that decides by
+// what the node holds (held → dirty, unheld → news) does so under both,
+// as one step.
+type producer struct {
+	r    *Runner
+	kick chan struct{} // the producer's wake-up
+
+	mu         sync.Mutex
+	dirty      map[string]bool // held conversations that may have work to claim
+	news       map[string]bool // conversations not held here that the change channel named
+	wantHeld   bool            // any held conversation may have work (the slow poll)
+	wantOpen   bool            // a conversation with no holder may have work
+	wantReopen bool            // lapsed conversations wait for a reopen
+}
+
+func newProducer(r *Runner) *producer {
+	return &producer{
+		r:        r,
+		kick:     make(chan struct{}, 1),
+		dirty:    map[string]bool{},
+		news:     map[string]bool{},
+		wantHeld: true,
+		wantOpen: true,
+	}
+}
+
+// poke wakes the producer (at once if it is idle, after its pass if not).
+func (p *producer) poke() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// addNews marks an unheld conversation as named by the change channel
+// (under p.mu); past maxNews, the producer scans instead.
+func (p *producer) addNews(conv string) {
+	if len(p.news) < maxNews {
+		p.news[conv] = true
+	} else {
+		p.wantOpen = true
+	}
+}
+
+// set sets the wants given true (a scan of the held conversations, of the
+// unheld ones, a reopen) and pokes the producer.
+func (p *producer) set(held, open, reopen bool) {
+	p.mu.Lock()
+	p.wantHeld = p.wantHeld || held
+	p.wantOpen = p.wantOpen || open
+	p.wantReopen = p.wantReopen || reopen
+	p.mu.Unlock()
+	p.poke()
+}
+
+// run is the producer's loop, until ctx ends.
+func (p *producer) run(ctx context.Context) {
+	r := p.r
 	tick := time.NewTicker(r.cfg.PollInterval)
 	defer tick.Stop()
 	for {
 		select {
-		case <-r.runCtx.Done():
+		case <-ctx.Done():
 			return
-		case <-r.kick:
+		case <-p.kick:
 		case <-tick.C:
-			r.mu.Lock()
-			r.wantHeld, r.wantOpen = true, true
-			r.mu.Unlock()
+			p.mu.Lock()
+			p.wantHeld, p.wantOpen = true, true
+			p.mu.Unlock()
 			r.releaseIdle(time.Now())
 		}
-		r.produceOnce()
+		p.once()
 	}
 }
 
-// produceOnce claims and opens until there is nothing more to do or no
-// free slot; a slot given back later pokes the producer again. Claims come
+// once claims and opens until there is nothing more to do or no free
+// slot; a slot given back later pokes the producer again. Claims come
 // first: in the conversations marked dirty (a notification, a flush that
 // ran out of slots), or, on the slow poll, across every held one; then
 // conversations with work and no holder are opened.
-func (r *Runner) produceOnce() {
+func (p *producer) once() {
+	r := p.r
 	for r.runCtx.Err() == nil {
 		// Nothing is claimed or opened while the node's lease is not
 		// confirmed: what a claim took could not be run.
@@ -57,40 +121,43 @@ func (r *Runner) produceOnce() {
 			r.mu.Unlock()
 			return
 		}
-		if r.wantReopen {
-			r.wantReopen = false
+		p.mu.Lock()
+		if p.wantReopen {
+			p.wantReopen = false
+			p.mu.Unlock()
 			r.mu.Unlock()
 			r.reopen()
 			continue
 		}
 		var dirty []string
-		if len(r.dirty) > 0 && !r.wantHeld {
-			dirty = make([]string, 0, len(r.dirty))
-			for c := range r.dirty {
+		if len(p.dirty) > 0 && !p.wantHeld {
+			dirty = make([]string, 0, len(p.dirty))
+			for c := range p.dirty {
 				dirty = append(dirty, c)
 			}
-			r.dirty = map[string]bool{}
+			p.dirty = map[string]bool{}
 		}
 		var news []string
-		if len(r.news) > 0 {
-			news = make([]string, 0, len(r.news))
-			for c := range r.news {
+		if len(p.news) > 0 {
+			news = make([]string, 0, len(p.news))
+			for c := range p.news {
 				news = append(news, c)
 			}
 			slices.Sort(news)
-			r.news = map[string]bool{}
+			p.news = map[string]bool{}
 		}
-		wantHeld, wantOpen := r.wantHeld, r.wantOpen
+		wantHeld, wantOpen := p.wantHeld, p.wantOpen
 		if wantHeld {
-			r.dirty = map[string]bool{}
+			p.dirty = map[string]bool{}
 		}
 		if news != nil {
 			// The named conversations first (by primary key); the scan,
 			// which finds what no notification named, after them.
 			wantOpen = false
 		}
-		deferScan := r.wantOpen && news != nil
-		r.wantHeld, r.wantOpen = false, deferScan
+		deferScan := p.wantOpen && news != nil
+		p.wantHeld, p.wantOpen = false, deferScan
+		p.mu.Unlock()
 		r.mu.Unlock()
 		if !wantHeld && !wantOpen && dirty == nil && news == nil {
 			return
@@ -100,15 +167,17 @@ func (r *Runner) produceOnce() {
 			full, noSlot := r.claimHeld(dirty)
 			if noSlot || full {
 				r.mu.Lock()
+				p.mu.Lock()
 				if wantHeld {
-					r.wantHeld = true
+					p.wantHeld = true
 				}
 				for _, c := range dirty {
 					if r.held[c] != nil {
-						r.dirty[c] = true
+						p.dirty[c] = true
 					}
 				}
-				r.wantOpen = r.wantOpen || (noSlot && wantOpen)
+				p.wantOpen = p.wantOpen || (noSlot && wantOpen)
+				p.mu.Unlock()
 				r.mu.Unlock()
 			}
 			if noSlot {
@@ -120,14 +189,16 @@ func (r *Runner) produceOnce() {
 			full, noSlot := r.open(news)
 			if noSlot || (full && wantOpen) {
 				r.mu.Lock()
+				p.mu.Lock()
 				if wantOpen {
-					r.wantOpen = true
+					p.wantOpen = true
 				}
 				for _, c := range news {
 					if noSlot && r.held[c] == nil {
-						r.news[c] = true
+						p.news[c] = true
 					}
 				}
+				p.mu.Unlock()
 				r.mu.Unlock()
 			}
 			if noSlot {
@@ -205,7 +276,9 @@ func (r *Runner) retrySkipped(convs, locked []string) {
 	for _, c := range locked {
 		got[c] = true
 	}
+	p := r.prod
 	r.mu.Lock()
+	p.mu.Lock()
 	n := 0
 	for _, c := range convs {
 		switch {
@@ -215,13 +288,14 @@ func (r *Runner) retrySkipped(convs, locked []string) {
 		case r.flushingIn[c] > 0:
 			r.afterFlush[c] = true
 		default:
-			r.dirty[c] = true
+			p.dirty[c] = true
 			n++
 		}
 	}
+	p.mu.Unlock()
 	r.mu.Unlock()
 	if n > 0 {
-		time.AfterFunc(skippedRetry, r.poke)
+		time.AfterFunc(skippedRetry, p.poke)
 	}
 }
 
@@ -333,10 +407,14 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 	r.unreserve(k - len(o.claimed))
 	r.dispatch(o.claimed)
 	r.announceRuns(o.claimed)
+	p := r.prod
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if len(o.claimed) == k {
 		for _, l := range o.leases {
-			r.dirty[l.ConversationID] = true // the slots ran out first
+			p.dirty[l.ConversationID] = true // the slots ran out first
 		}
 	}
 	full = len(o.leases) == limit
@@ -346,11 +424,10 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 		last := o.leases[len(o.leases)-1].ConversationID
 		for _, c := range named {
 			if c > last && r.held[c] == nil {
-				r.news[c] = true
+				p.news[c] = true
 			}
 		}
 	}
-	r.mu.Unlock()
 	return full, false
 }
 
@@ -453,13 +530,16 @@ func (r *Runner) releaseLeases(ls []core.Lease) int {
 		done[id] = true
 	}
 	recheck := false
+	p := r.prod
 	defer func() {
 		if recheck {
-			r.poke()
+			p.poke()
 		}
 	}()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, l := range ls {
 		if done[l.ConversationID] {
 			if la, ok := r.lapsed[l.ConversationID]; ok && la.Epoch == l.Epoch {
@@ -477,12 +557,8 @@ func (r *Runner) releaseLeases(ls []core.Lease) int {
 			// it) or missed by the release's snapshot: the producer looks
 			// at it again as an unheld one's news, and opens it if it has
 			// work.
-			delete(r.dirty, l.ConversationID)
-			if len(r.news) < maxNews {
-				r.news[l.ConversationID] = true
-			} else {
-				r.wantOpen = true
-			}
+			delete(p.dirty, l.ConversationID)
+			p.addNews(l.ConversationID)
 			recheck = true
 		} else {
 			h.releasing = false

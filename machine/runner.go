@@ -58,8 +58,7 @@ type Runner struct {
 	// liveIn counts, by conversation, the runs of runs and waiting: a
 	// conversation is released only when it has none.
 	liveIn map[string]int
-	busy   int             // worker slots taken (running handlers, waiting runs, claims in flight)
-	dirty  map[string]bool // held conversations that may have work to claim
+	busy   int // worker slots taken (running handlers, waiting runs, claims in flight)
 	// flushingIn counts this node's flushes in flight per conversation;
 	// afterFlush are held conversations a claim skipped while one of them
 	// held it, to be claimed in once those flushes are over.
@@ -68,10 +67,6 @@ type Runner struct {
 	// outcomesAfter are outcomes a flush skipped because another flush of
 	// this node held their conversation: queued again when it ends.
 	outcomesAfter map[string][]*queued
-	news          map[string]bool // conversations not held here that the change channel named
-	wantHeld      bool            // any held conversation may have work (the slow poll)
-	wantOpen      bool            // a conversation with no holder may have work
-	wantReopen    bool            // lapsed conversations wait for a reopen
 	started       bool
 	stopping      bool
 	// halted is set once Stop is done: a handler that outlived it can make
@@ -80,10 +75,10 @@ type Runner struct {
 
 	runCtx    context.Context
 	cancelRun context.CancelCauseFunc
-	kick      chan struct{} // the producer's wake-up
 	loops     sync.WaitGroup
 	handlerWG sync.WaitGroup
 	watch     *watchdog
+	prod      *producer
 }
 
 // heldConv is what a runner keeps of a conversation it holds: a few words.
@@ -123,12 +118,9 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		runs:          map[int64]*active{},
 		waiting:       map[int64]*active{},
 		liveIn:        map[string]int{},
-		dirty:         map[string]bool{},
 		flushingIn:    map[string]int{},
 		afterFlush:    map[string]bool{},
 		outcomesAfter: map[string][]*queued{},
-		news:          map[string]bool{},
-		kick:          make(chan struct{}, 1),
 	}
 	for kind, h := range handlers {
 		if kind == "" || h == nil {
@@ -137,6 +129,7 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		r.kinds = append(r.kinds, kind)
 	}
 	slices.Sort(r.kinds)
+	r.prod = newProducer(r)
 	r.runWith = func(ctx context.Context, run *Run) {
 		r.execute(ctx, run)
 		run.noteStop(ctx)
@@ -185,17 +178,16 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.comp = newCompleter(r)
 	r.watch = newWatchdog(r)
 	r.started = true
-	r.wantOpen, r.wantHeld = true, true
 	r.runCtx, r.cancelRun = context.WithCancelCause(context.WithoutCancel(ctx))
 	r.loops.Add(7)
 	go func() { defer r.loops.Done(); r.lease.renewLoop(r.runCtx) }()
 	go func() { defer r.loops.Done(); r.lease.fenceLoop(r.runCtx) }()
-	go r.produce()
+	go func() { defer r.loops.Done(); r.prod.run(r.runCtx) }()
 	go r.listenLoop()
 	go r.watch.loop()
 	go r.watch.checkLoop()
-	go r.maintenanceLoop()
-	r.poke()
+	go func() { defer r.loops.Done(); newMaintainer(r).run(r.runCtx) }()
+	r.prod.poke()
 	return nil
 }
 
@@ -317,13 +309,6 @@ func (r *Runner) Held() []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-func (r *Runner) poke() {
-	select {
-	case r.kick <- struct{}{}:
-	default:
-	}
 }
 
 // cancelAll cancels every running handler's context with cause.

@@ -80,50 +80,38 @@ func (r *Runner) adopt(ctx context.Context, convs map[string]bool) {
 
 // markDirty says that the held conversations convs may have work (one
 // released meanwhile is news for the producer to open); markHeld
-// that any held one may; markOpen that an unheld one may.
+// that any held one may; markOpen that an unheld one may; markNews that
+// the unheld conv may.
 func (r *Runner) markDirty(convs ...string) {
+	p := r.prod
 	r.mu.Lock()
+	p.mu.Lock()
 	for _, c := range convs {
-		switch {
-		case r.held[c] != nil:
-			r.dirty[c] = true
-		case len(r.news) < maxNews:
-			r.news[c] = true // released meanwhile: news of an unheld one
-		default:
-			r.wantOpen = true
+		if r.held[c] != nil {
+			p.dirty[c] = true
+		} else {
+			p.addNews(c) // released meanwhile: news of an unheld one
 		}
 	}
+	p.mu.Unlock()
 	r.mu.Unlock()
-	r.poke()
+	p.poke()
 }
 
-func (r *Runner) markHeld() {
-	r.mu.Lock()
-	r.wantHeld = true
-	r.mu.Unlock()
-	r.poke()
-}
+func (r *Runner) markHeld() { r.prod.set(true, false, false) }
+
+func (r *Runner) markOpen() { r.prod.set(false, true, false) }
 
 // maxNews bounds the conversations the change channel named that wait to
 // be looked at; past it, the producer scans for them instead.
 const maxNews = 100_000
 
 func (r *Runner) markNews(conv string) {
-	r.mu.Lock()
-	if len(r.news) < maxNews {
-		r.news[conv] = true
-	} else {
-		r.wantOpen = true
-	}
-	r.mu.Unlock()
-	r.poke()
-}
-
-func (r *Runner) markOpen() {
-	r.mu.Lock()
-	r.wantOpen = true
-	r.mu.Unlock()
-	r.poke()
+	p := r.prod
+	p.mu.Lock()
+	p.addNews(conv)
+	p.mu.Unlock()
+	p.poke()
 }
 
 // listenLoop hears the change channel: a held conversation's change may be

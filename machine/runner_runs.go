@@ -63,7 +63,7 @@ func (r *Runner) unreserve(n int) {
 	r.mu.Lock()
 	r.busy -= n
 	r.mu.Unlock()
-	r.poke()
+	r.prod.poke()
 }
 
 // dispatch starts the handlers of claimed tasks, each on a slot reserved
@@ -207,7 +207,7 @@ func (r *Runner) runDone(a *active) {
 	if next != nil {
 		r.start(next)
 	}
-	r.poke() // a slot is free: the producer may have work waiting for one
+	r.prod.poke() // a slot is free: the producer may have work waiting for one
 }
 
 // ending gives a run's worker slot back when it queues its ending write
