@@ -151,6 +151,11 @@ func TestCheckReportsForgedRecords(t *testing.T) {
 		{"an emit's entry with its payload rewritten",
 			`UPDATE {schema}.conversation_log SET payload = jsonb_set(payload, '{payload}', '{"approved": true}')
 				WHERE seq = (SELECT min(seq) FROM {schema}.conversation_log WHERE conversation_id = @conv AND kind = 'event' AND (payload->>'event_id')::bigint = @answered)`, 12, "no emit wrote"},
+		{"an event entry naming another conversation's event",
+			`WITH ev AS (INSERT INTO {schema}.events (conversation_id, name, queued) VALUES (@conv::text || '-other', 'note', true) RETURNING id)
+				INSERT INTO {schema}.conversation_log (conversation_id, kind, name, payload) SELECT @conv, 'event', 'note', jsonb_build_object('event_id', id) FROM ev`, 12, "no emit wrote"},
+		{"an event entry naming an event id never given out",
+			`INSERT INTO {schema}.conversation_log (conversation_id, kind, name, payload) VALUES (@conv, 'event', 'note', '{"event_id": 900000000000000000}')`, 12, "no emit wrote"},
 		{"a log entry stamped in 2400",
 			`INSERT INTO {schema}.conversation_log (conversation_id, kind, name, at) VALUES (@conv, 'progress', 'step', '2400-01-01')`, 12, "stamped after the database's clock"},
 		{"a progress entry of a task that never ran",
@@ -182,6 +187,21 @@ func TestCheckReportsForgedRecords(t *testing.T) {
 			}
 			require.Fail(t, fmt.Sprintf("no violation of invariant %d saying %q", c.invariant, c.want), "found: %q", found)
 		})
+	}
+}
+
+// TestCheckLetsAPrunedEventsEntryBe: an event entry whose event is gone
+// (the prune deletes an event with the turn it was delivered to, and may
+// keep its entry) names an id that was given out and belongs to no
+// conversation now: the checker does not call it forged.
+func TestCheckLetsAPrunedEventsEntryBe(t *testing.T) {
+	t.Parallel()
+	s := newForgeryScene(t)
+	s.forge(t, `DELETE FROM {schema}.events WHERE id = @note`)
+	vs, err := s.b.engine.Check(s.b.ctx, s.b.conv)
+	require.NoError(t, err)
+	for _, v := range vs {
+		require.NotContains(t, v.Message, "no emit wrote", v.String())
 	}
 }
 

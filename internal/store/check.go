@@ -59,21 +59,30 @@ var (
 	qFutureLog = define(`SELECT seq FROM {schema}.conversation_log
 		WHERE conversation_id = $1 AND at > statement_timestamp() + $2 * interval '1 microsecond' ORDER BY seq LIMIT 10`)
 	// Event entries of the log that no emit wrote (the first ten): one
-	// without the event's id (every emit's entry names it), or one whose
-	// event differs in name, task or payload. An id that names no event
-	// of the conversation is not reported: the prune deletes an event
-	// with the turn it was delivered to, and may keep its entry (one
-	// addressed to no task), and a fork's copy of an entry whose event it
-	// did not copy names none (null). The events are read by the
-	// conversation, so that the check is co-located with it.
-	qForgedLogEvents = define(`SELECT l.seq FROM {schema}.conversation_log l
+	// without the event's id (every emit's entry names it); one whose id
+	// names no event of the conversation that matches it in name, task
+	// and payload, when an event with that id exists (in the conversation
+	// but differing, or in another conversation: a fork maps the ids it
+	// copies and writes null for the others) or the id was never given
+	// out (past the events' sequence, read only where the checker's role
+	// may read it). An id given out whose event is gone is not reported:
+	// the prune deletes an event with the turn it was delivered to, and
+	// may keep its entry (one addressed to no task). A fork's copy of an
+	// entry whose event it did not copy names none (null), which is not
+	// reported either.
+	qForgedLogEvents = define(`WITH seq AS (SELECT pg_get_serial_sequence('{schema}.events', 'id')::regclass AS s),
+			issued AS (SELECT CASE WHEN has_sequence_privilege(s, 'SELECT,USAGE') THEN pg_sequence_last_value(s) END AS last FROM seq)
+		SELECT l.seq FROM {schema}.conversation_log l
 		WHERE l.conversation_id = $1 AND l.kind = 'event'
 		  AND CASE WHEN l.payload IS NULL OR jsonb_typeof(l.payload) <> 'object' OR NOT l.payload ? 'event_id' THEN true
-			WHEN l.payload->>'event_id' ~ '^[0-9]{1,18}$' THEN EXISTS (SELECT 1 FROM {schema}.events ev
+			WHEN l.payload->>'event_id' ~ '^[0-9]{1,18}$' THEN NOT EXISTS (SELECT 1 FROM {schema}.events ev
 				WHERE ev.conversation_id = $1 AND ev.id = (l.payload->>'event_id')::bigint
-				  AND (ev.name IS DISTINCT FROM l.name
-					OR (ev.task_id IS DISTINCT FROM l.task_id AND l.task_id IS NOT NULL)
-					OR coalesce(ev.payload, 'null'::jsonb) <> coalesce(l.payload->'payload', 'null'::jsonb)))
+				  AND ev.name IS NOT DISTINCT FROM l.name
+				  AND (ev.task_id IS NOT DISTINCT FROM l.task_id OR l.task_id IS NULL)
+				  AND coalesce(ev.payload, 'null'::jsonb) = coalesce(l.payload->'payload', 'null'::jsonb))
+			  AND (EXISTS (SELECT 1 FROM {schema}.events ev WHERE ev.id = (l.payload->>'event_id')::bigint)
+				OR (l.payload->>'event_id')::bigint > (SELECT coalesce(last, 0) FROM issued)
+				   AND (SELECT last FROM issued) IS NOT NULL)
 			ELSE false END
 		ORDER BY l.seq LIMIT 10`)
 	// Progress entries of the log that no run wrote (the first ten): one

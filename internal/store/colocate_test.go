@@ -240,6 +240,7 @@ var crossConversation = map[string]string{
 	"qLiveDeadlines":         "deadline sweep: live tasks past their deadline, across all",
 	"qConversationIDs":       "checker's full scan: every conversation",
 	"qOrphanRows":            "checker's full scan: rows naming a conversation that does not exist",
+	"qForgedLogEvents":       "checker: an event id a log entry names, looked up in every conversation (an entry naming another conversation's event is forged)",
 	"qLiveConversations":     "inspect (arbor ls): live conversations, across all",
 	"qPruneLog":              "retention: old log entries, across all",
 	"qPruneCandidates":       "retention: settled turns older than the cutoff, across all, oldest first",
