@@ -142,7 +142,8 @@
 // Where each lives: the Runner, its start and stop in runner.go; the lease
 // (nodeLease: renewer and fence) in holder.go, what the runner does when it
 // fires or is confirmed again in lapse.go; the producer (type producer) in
-// producer.go; the completer (type completer) in completer.go; the workers
+// producer.go, and the releases it and Stop make (idle, for room, at
+// shutdown) in release.go; the completer (type completer) in completer.go; the workers
 // (slots, dispatch, a handler's start and return) in runner_runs.go; the
 // listener and what it marks in runner_news.go; the watchdog (type
 // watchdog) in watchdog.go; maintenance (type maintainer) in

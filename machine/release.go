@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -98,4 +99,103 @@ func release(ctx context.Context, c *core.Engine, lease core.Lease) (reconcile.R
 		}
 		return rep, nil
 	})
+}
+
+// evictBatch bounds how many idle conversations one open releases to make
+// room (in one statement).
+const evictBatch = 1000
+
+// releaseIdle releases the conversations with nothing running that have
+// been idle past IdleRelease, in one statement.
+func (r *Runner) releaseIdle(now time.Time) {
+	r.mu.Lock()
+	var ls []core.Lease
+	for id, h := range r.held {
+		if r.liveIn[id] == 0 && !h.releasing && now.Sub(h.idleSince) >= r.cfg.IdleRelease {
+			h.releasing = true
+			ls = append(ls, h.lease)
+		}
+	}
+	r.mu.Unlock()
+	r.releaseLeases(ls)
+}
+
+// releaseForRoom releases up to n of the longest idle conversations and
+// returns how many it released.
+func (r *Runner) releaseForRoom(n int) int {
+	r.mu.Lock()
+	var idle []*heldConv
+	for id, h := range r.held {
+		if r.liveIn[id] == 0 && !h.releasing {
+			idle = append(idle, h)
+		}
+	}
+	slices.SortFunc(idle, func(a, b *heldConv) int { return a.idleSince.Compare(b.idleSince) })
+	if len(idle) > n {
+		idle = idle[:n]
+	}
+	ls := make([]core.Lease, len(idle))
+	for i, h := range idle {
+		h.releasing = true
+		ls[i] = h.lease
+	}
+	r.mu.Unlock()
+	return r.releaseLeases(ls)
+}
+
+// releaseLeases releases idle leases (marked releasing) in one statement
+// and forgets those it released, which become news for the producer (work
+// may have arrived as they went); one with a run claimed meanwhile stays
+// held.
+func (r *Runner) releaseLeases(ls []core.Lease) int {
+	if len(ls) == 0 {
+		return 0
+	}
+	holderID, _ := r.lease.holder()
+	freed, err := core.Read(r.runCtx, r.core, func(db store.DB) ([]string, error) {
+		return r.core.ReleaseIdle(r.runCtx, db, holderID, ls)
+	})
+	if err != nil && r.runCtx.Err() == nil {
+		r.logger.Warn("arbor: releasing idle conversations failed", slog.String("error", err.Error()))
+	}
+	done := make(map[string]bool, len(freed))
+	for _, id := range freed {
+		done[id] = true
+	}
+	recheck := false
+	p := r.prod
+	defer func() {
+		if recheck {
+			p.poke()
+		}
+	}()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range ls {
+		if done[l.ConversationID] {
+			if la, ok := r.lapsed[l.ConversationID]; ok && la.Epoch == l.Epoch {
+				delete(r.lapsed, l.ConversationID) // released before the fence fired
+			}
+		}
+		h := r.held[l.ConversationID]
+		if h == nil || h.lease.Epoch != l.Epoch {
+			continue
+		}
+		if done[l.ConversationID] {
+			delete(r.held, l.ConversationID)
+			// Work committed while it was being released may have been
+			// announced as a held conversation's (dirty, and dropped with
+			// it) or missed by the release's snapshot: the producer looks
+			// at it again as an unheld one's news, and opens it if it has
+			// work.
+			delete(p.dirty, l.ConversationID)
+			p.addNews(l.ConversationID)
+			recheck = true
+		} else {
+			h.releasing = false
+		}
+	}
+	return len(freed)
 }
