@@ -4,7 +4,8 @@
 // top, and the element keeps no more than data-keep children, so that a
 // page left open for a day holds what it held after a minute. The
 // fragments are HTML the server rendered and escaped (html/template);
-// nothing here builds markup from data.
+// nothing here builds markup from data. What a user typed into a field of
+// a live element is kept across the fragments that replace it.
 "use strict";
 
 (function () {
@@ -16,12 +17,52 @@
     status.className = "live-status " + cls;
   }
 
+  // What a user typed into a form field of a live element (an approval's
+  // payload, say) outlives the fragment that replaces the element: the
+  // fields are matched by their tag, id, name and data-payload, and the
+  // value, the focus and the selection put back. A field the new fragment
+  // no longer has (its await ended) is dropped with it.
+  function fieldKey(f) {
+    return [f.tagName, f.id, f.name, f.dataset.payload || ""].join("|");
+  }
+  function keepTyped(el) {
+    const kept = new Map();
+    for (const f of el.querySelectorAll("input, textarea")) {
+      if (f.value !== f.defaultValue || f === document.activeElement) {
+        kept.set(fieldKey(f), {
+          value: f.value,
+          focused: f === document.activeElement,
+          start: f.selectionStart,
+          end: f.selectionEnd,
+        });
+      }
+    }
+    return () => {
+      if (kept.size === 0) return;
+      for (const f of el.querySelectorAll("input, textarea")) {
+        const k = kept.get(fieldKey(f));
+        if (!k) continue;
+        f.value = k.value;
+        if (k.focused) {
+          f.focus();
+          try {
+            f.setSelectionRange(k.start, k.end);
+          } catch (_) {
+            // a field without a selection (not a text field)
+          }
+        }
+      }
+    };
+  }
+
   for (const el of document.querySelectorAll("[data-live]")) {
     const source = new EventSource(el.dataset.live);
     const keep = Number(el.dataset.keep || 0);
     source.addEventListener("open", () => show("live", "on"));
     source.addEventListener("fragment", (e) => {
+      const typed = keepTyped(el);
       el.innerHTML = e.data;
+      typed();
       el.dataset.updated = String(Date.now());
       show("live", "on");
     });

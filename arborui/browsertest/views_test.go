@@ -197,6 +197,44 @@ func TestBrowserLogStream(t *testing.T) {
 	require.Equal(t, "100", n, "the log keeps its last 100")
 }
 
+// TestBrowserTypedAnswerSurvivesAnUpdate: what a user typed into an
+// approval's payload stays there, with the focus, when the live list is
+// replaced because another await came in, and it is what the approval
+// sends.
+func TestBrowserTypedAnswerSurvivesAnUpdate(t *testing.T) {
+	t.Parallel()
+	v := newView(t, &arborui.Options{Actions: true})
+	await := func(conv string) arbortype.Task {
+		task, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "mail_agent"})
+		require.NoError(t, err)
+		run, err := v.engine.Start(v.ctx, task.ID)
+		require.NoError(t, err)
+		res, err := v.engine.AwaitEvent(v.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval", Phase: "ask", Timeout: time.Hour})
+		require.NoError(t, err)
+		return res.Task
+	}
+	a := await(testdb.Conversation(t))
+	b := browser(t)
+	field := fmt.Sprintf(`input[data-payload="%d"]`, a.ID)
+	require.NoError(t, chromedp.Do(b,
+		chromedp.Navigate(v.base+"/approvals"),
+		chromedp.WaitVisible(fmt.Sprintf(`#await-%d`, a.ID)),
+		chromedp.WaitVisible(`#live-status.on`),
+		chromedp.SendKeys(field, `{"note": "keep me"}`),
+	))
+	before := text(t, b, `document.getElementById("awaits").dataset.updated || ""`)
+	later := await(testdb.Conversation(t))
+	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(fmt.Sprintf(`#await-%d`, later.ID))))
+	require.NotEqual(t, before, text(t, b, `document.getElementById("awaits").dataset.updated || ""`), "the list was replaced")
+	require.Equal(t, `{"note": "keep me"}`, text(t, b, fmt.Sprintf(`document.querySelector(%q).value`, field)))
+	require.Equal(t, "true", text(t, b, fmt.Sprintf(`String(document.activeElement === document.querySelector(%q))`, field)), "the field keeps the focus")
+	submit(t, b, fmt.Sprintf(`button[data-approve="%d"]`, a.ID))
+	require.NoError(t, chromedp.Do(b, chromedp.WaitNotPresent(fmt.Sprintf(`#await-%d`, a.ID))))
+	got, err := v.engine.Get(v.ctx, a.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"approved": true, "note": "keep me"}`, string(got.Delivered.Payload))
+}
+
 // TestBrowserApprovals: the approvals page lists the awaits of every
 // conversation and answers one (approve, with a payload) from the page;
 // the answer form of a task's page left open after its await ended says
