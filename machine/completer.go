@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -79,13 +80,25 @@ func (c *completer) recheck(run *Run) { c.r.watch.check(run.conv) }
 // express flush (see enqueue).
 func (c *completer) apply(ctx context.Context, run *Run, o core.Outcome) core.OutcomeResult {
 	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
 		return directSink{c.r.core}.apply(ctx, run, o)
 	}
 	q := &queued{run: run, o: o, res: make(chan core.OutcomeResult, 1)}
-	c.enqueue(q)
-	c.mu.Unlock()
+	// A flush of this node in the outcome's conversation holds it (or is
+	// about to): the outcome waits for that flush, which takes it in
+	// before its claim, or queues it when it ends — a flush of its own
+	// would find the conversation locked and skip it.
+	if !c.r.parkBehindFlush(q, 0) {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return directSink{c.r.core}.apply(ctx, run, o)
+		}
+		c.enqueue(q)
+		c.mu.Unlock()
+	}
 	select {
 	case res := <-q.res:
 		return res
@@ -138,7 +151,7 @@ func (c *completer) expressLoop() {
 			return
 		}
 		c.mu.Unlock()
-		c.flush(batch)
+		c.flush(batch, true)
 	}
 }
 
@@ -165,7 +178,7 @@ func (c *completer) takeEndings(n int) []*queued {
 func (c *completer) requeue(qs []*queued) {
 	for _, q := range qs {
 		q.deferrals++
-		if q.deferrals <= 3 && c.r.parkBehindFlush(q) {
+		if q.deferrals <= 3 && c.r.parkBehindFlush(q, 1) {
 			continue
 		}
 		c.wg.Add(1)
@@ -220,12 +233,40 @@ func (c *completer) flushLoop() {
 		copy(batch, c.queue)
 		c.queue = append(c.queue[:0], c.queue[n:]...)
 		c.mu.Unlock()
-		c.flush(batch)
+		c.flush(batch, false)
 	}
+}
+
+// takeIn takes out of the queue its oldest outcomes of the conversations
+// locked (sorted), at most n, endings only if endingsOnly, and leaves the
+// rest in order: they go in the flush that holds those conversations now
+// (see Engine.Flush's more).
+func (c *completer) takeIn(locked []string, n int, endingsOnly bool) []*queued {
+	if n <= 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*queued
+	rest := c.queue[:0]
+	for _, q := range c.queue {
+		if len(out) < n && !(endingsOnly && q.o.Kind == core.OutSpawn) {
+			if _, ok := slices.BinarySearch(locked, q.o.ConversationID); ok {
+				out = append(out, q)
+				continue
+			}
+		}
+		rest = append(rest, q)
+	}
+	clear(c.queue[len(rest):])
+	c.queue = rest
+	return out
 }
 
 // flush applies a batch in one transaction, with the claim of the work it
 // makes runnable for the slots free now, and gives each run its outcome.
+// The outcomes queued meanwhile in the conversations it has locked go in
+// it too, before its claim (endings only, for the express lane's).
 //
 //   - A set-based statement the database refuses fails the transaction: the
 //     batch is applied again one outcome at a time (each in a savepoint), so
@@ -234,13 +275,9 @@ func (c *completer) flushLoop() {
 //     is called again when the database is back; nothing was written).
 //   - A commit whose outcome is unknown is resolved by asking the database
 //     what became of the transaction (see resolve).
-func (c *completer) flush(batch []*queued) {
+func (c *completer) flush(batch []*queued, express bool) {
 	r := c.r
 	ctx := context.WithoutCancel(r.runCtx)
-	outs := make([]core.Outcome, len(batch))
-	for i, q := range batch {
-		outs[i] = q.o
-	}
 	convs := batchConvs(batch)
 	r.flushBegin(convs)
 	defer r.flushEnd(convs)
@@ -256,7 +293,23 @@ func (c *completer) flush(batch []*queued) {
 		var xact int64
 		r.claimMu.RLock()
 		res, err := core.Tx(ctx, r.core, func(tx pgx.Tx) (core.FlushResult, error) {
-			return r.core.Flush(ctx, tx, outs, r.claimParams(k), slow, &xact)
+			// The outcomes from the batch as it is now: what an earlier try
+			// took in (more) is part of it.
+			outs := make([]core.Outcome, len(batch))
+			for i, q := range batch {
+				outs[i] = q.o
+			}
+			more := func(locked []string) []core.Outcome {
+				extra := r.takeParked(locked, r.cfg.MaxBatch-len(batch), express)
+				extra = append(extra, c.takeIn(locked, r.cfg.MaxBatch-len(batch)-len(extra), express)...)
+				os := make([]core.Outcome, len(extra))
+				for i, q := range extra {
+					os[i] = q.o
+				}
+				batch = append(batch, extra...)
+				return os
+			}
+			return r.core.Flush(ctx, tx, outs, r.claimParams(k), slow, &xact, more)
 		})
 		if err == nil {
 			r.unreserve(k - len(res.Claimed))
@@ -418,18 +471,52 @@ func (r *Runner) flushEnd(convs []string) {
 	}
 }
 
-// parkBehindFlush keeps q, an outcome a flush skipped, for the end of
-// another flush of this node's in its conversation, if one is in flight
-// (besides the flush that skipped it, which counts in flushingIn too): it
-// holds the lock, or is about to, and its end is the moment to try again.
-func (r *Runner) parkBehindFlush(q *queued) bool {
+// parkBehindFlush keeps q for the end of a flush of this node's in its
+// conversation, if one is in flight besides the `own` ones (a flush that
+// skipped q counts in flushingIn too): it holds the lock, or is about to,
+// and takes q in before its claim (takeParked), or its end is the moment
+// to try again (flushEnd queues q).
+func (r *Runner) parkBehindFlush(q *queued, own int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.flushingIn[q.o.ConversationID] <= 1 {
+	if r.flushingIn[q.o.ConversationID] <= own {
 		return false
 	}
 	r.outcomesAfter[q.o.ConversationID] = append(r.outcomesAfter[q.o.ConversationID], q)
 	return true
+}
+
+// takeParked takes the outcomes parked behind flushes in the conversations
+// locked (by the flush asking), oldest first per conversation, at most n,
+// endings only if endingsOnly.
+func (r *Runner) takeParked(locked []string, n int, endingsOnly bool) []*queued {
+	if n <= 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*queued
+	for _, conv := range locked {
+		parked := r.outcomesAfter[conv]
+		if len(parked) == 0 {
+			continue
+		}
+		rest := parked[:0]
+		for _, q := range parked {
+			if len(out) < n && !(endingsOnly && q.o.Kind == core.OutSpawn) {
+				out = append(out, q)
+				continue
+			}
+			rest = append(rest, q)
+		}
+		clear(parked[len(rest):])
+		if len(rest) == 0 {
+			delete(r.outcomesAfter, conv)
+		} else {
+			r.outcomesAfter[conv] = rest
+		}
+	}
+	return out
 }
 
 // batchConvs lists the conversations of a batch's outcomes.

@@ -209,12 +209,21 @@
 //     time, and an unknown commit is resolved by pg_xact_status, exactly as
 //     for a batch lane: the express lane changes which flush an outcome
 //     goes in, never what a flush does.
-//   - Two flushes of this node in one conversation were already possible
-//     (Flushers ≥ 2): the later one skips the conversation the earlier one
-//     holds, and its outcomes there go again when that flush ends. So an
-//     ending that the express lane took while a batch holds its
-//     conversation waits for that batch all the same — it cannot overtake
-//     writes to its own conversation, only other conversations' batches.
+//   - An outcome queued while a flush of this node is in flight in its
+//     conversation (it holds the conversation's lock, or is about to take
+//     it) is not flushed on its own: it is parked behind that flush, which
+//     takes it in — with the outcomes queued meanwhile in the conversations
+//     it has locked — once its own are applied, before its claim, so that
+//     both commit together (Engine.Flush's more; endings only, for the
+//     express lane). One parked after the flush asked, or behind a flush
+//     that skipped the conversation, goes when that flush ends. A child's
+//     Complete and its parent's Wait, made at once, so commit in one
+//     flush, not in two one after the other. Two flushes of this node may
+//     still meet in a conversation (an outcome taken by a lane before
+//     another flush began in it): the later one skips the conversation the
+//     earlier one holds, and its outcomes there go again when that flush
+//     ends. So an ending cannot overtake writes to its own conversation,
+//     only other conversations' batches.
 //   - Order: writes a caller makes one after another are queued one after
 //     another (each call waits for its outcome), so taking endings before
 //     spawns queued earlier reorders only writes that no caller ordered

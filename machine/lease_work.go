@@ -135,7 +135,7 @@ func (s *flushSink) apply(ctx context.Context, _ *Run, o core.Outcome) core.Outc
 	for try := 0; ; try++ {
 		var xact int64
 		res, err := core.Tx(ctx, s.core, func(tx pgx.Tx) (core.FlushResult, error) {
-			return s.core.Flush(ctx, tx, []core.Outcome{o}, core.ClaimParamsFor{Holder: s.holder}, slow, &xact)
+			return s.core.Flush(ctx, tx, []core.Outcome{o}, core.ClaimParamsFor{Holder: s.holder}, slow, &xact, nil)
 		})
 		var out core.OutcomeResult
 		switch {

@@ -92,7 +92,15 @@ type FlushResult struct {
 // is set by Flush). With slow, every outcome goes the one-by-one path.
 // *xact receives the transaction's id, from its first statement, so that a
 // commit whose outcome is unknown can be resolved (XactCommitted).
-func (e *Engine) Flush(ctx context.Context, tx pgx.Tx, outs []Outcome, claim ClaimParamsFor, slow bool, xact *int64) (FlushResult, error) {
+//
+// more, if not nil, is asked once the outcomes are applied, and before the
+// claim, for outcomes that came meanwhile in the conversations the flush
+// has locked (given sorted): those are applied in the same transaction,
+// their results appended to FlushResult.Results in the order given, and
+// more is asked again until it has none. An outcome that comes while a
+// flush holds its conversation so goes in that flush's commit instead of
+// a flush of its own that would find the conversation locked and skip it.
+func (e *Engine) Flush(ctx context.Context, tx pgx.Tx, outs []Outcome, claim ClaimParamsFor, slow bool, xact *int64, more func(locked []string) []Outcome) (FlushResult, error) {
 	res := FlushResult{Results: make([]OutcomeResult, len(outs))}
 	convSet := map[string]bool{}
 	for _, o := range outs {
@@ -117,7 +125,55 @@ func (e *Engine) Flush(ctx context.Context, tx pgx.Tx, outs []Outcome, claim Cla
 			res.Deferred = append(res.Deferred, i)
 		}
 	}
+	if err := e.applyOutcomes(ctx, tx, outs, apply, slow, &res); err != nil {
+		return res, err
+	}
+	if more != nil && len(held) > 0 {
+		locked := make([]string, 0, len(held))
+		for _, c := range convs {
+			if _, ok := held[c]; ok {
+				locked = append(locked, c)
+			}
+		}
+		for {
+			extra := more(locked)
+			if len(extra) == 0 {
+				break
+			}
+			idx := make([]int, len(extra))
+			for i, o := range extra {
+				if _, ok := held[o.ConversationID]; !ok {
+					return res, fmt.Errorf("flush: an outcome of conversation %q came for a flush that has not locked it", o.ConversationID)
+				}
+				idx[i] = len(outs) + i
+			}
+			outs = append(outs, extra...)
+			res.Results = append(res.Results, make([]OutcomeResult, len(extra))...)
+			if err := e.applyOutcomes(ctx, tx, outs, idx, slow, &res); err != nil {
+				return res, err
+			}
+		}
+	}
 
+	var heldConvs []string
+	for _, c := range convs {
+		if held[c] {
+			heldConvs = append(heldConvs, c)
+		}
+	}
+	if len(heldConvs) > 0 && claim.Limit > 0 {
+		claim.Conversations = heldConvs
+		if res.Claimed, _, err = e.ClaimFor(ctx, tx, claim); err != nil {
+			return res, fmt.Errorf("flush: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// applyOutcomes applies the outcomes outs[i] for i in apply (their
+// conversations locked by the flush): by the set-based statements, or
+// with slow, each by its one-by-one operation under a savepoint.
+func (e *Engine) applyOutcomes(ctx context.Context, tx pgx.Tx, outs []Outcome, apply []int, slow bool, res *FlushResult) error {
 	var slowIdx []int
 	if slow {
 		slowIdx = apply
@@ -136,41 +192,28 @@ func (e *Engine) Flush(ctx context.Context, tx pgx.Tx, outs []Outcome, claim Cla
 				slowIdx = append(slowIdx, i)
 			}
 		}
-		if err := e.flushSpawns(ctx, tx, outs, spawns, &res); err != nil {
-			return res, err
+		if err := e.flushSpawns(ctx, tx, outs, spawns, res); err != nil {
+			return err
 		}
-		waitSlow, err := e.flushWaits(ctx, tx, outs, waits, &res)
+		waitSlow, err := e.flushWaits(ctx, tx, outs, waits, res)
 		if err != nil {
-			return res, err
+			return err
 		}
 		slowIdx = append(slowIdx, waitSlow...)
-		completeSlow, settled, err := e.flushCompletes(ctx, tx, outs, completes, &res)
+		completeSlow, settled, err := e.flushCompletes(ctx, tx, outs, completes, res)
 		if err != nil {
-			return res, err
+			return err
 		}
 		slowIdx = append(slowIdx, completeSlow...)
 		if err := e.reconcileOwners(ctx, tx, settled); err != nil {
-			return res, err
+			return err
 		}
 	}
 	slices.Sort(slowIdx)
 	for _, i := range slowIdx {
 		res.Results[i] = e.applyOne(ctx, tx, outs[i])
 	}
-
-	var heldConvs []string
-	for _, c := range convs {
-		if held[c] {
-			heldConvs = append(heldConvs, c)
-		}
-	}
-	if len(heldConvs) > 0 && claim.Limit > 0 {
-		claim.Conversations = heldConvs
-		if res.Claimed, _, err = e.ClaimFor(ctx, tx, claim); err != nil {
-			return res, fmt.Errorf("flush: %w", err)
-		}
-	}
-	return res, nil
+	return nil
 }
 
 // applyOne applies one outcome by its one-by-one operation, under a

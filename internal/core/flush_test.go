@@ -18,7 +18,7 @@ func (b *bundle) flush(t *testing.T, outs []core.Outcome, slow bool) core.FlushR
 	t.Helper()
 	var xact int64
 	res, err := core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (core.FlushResult, error) {
-		return b.engine.C.Flush(b.ctx, tx, outs, core.ClaimParamsFor{Holder: b.lease(t).HolderID}, slow, &xact)
+		return b.engine.C.Flush(b.ctx, tx, outs, core.ClaimParamsFor{Holder: b.lease(t).HolderID}, slow, &xact, nil)
 	})
 	require.NoError(t, err)
 	require.NotZero(t, xact, "the flush's transaction id is known")
@@ -114,7 +114,7 @@ func TestFlushReconcilesOwnersAndClaimsTheWoken(t *testing.T) {
 	res, err := core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (core.FlushResult, error) {
 		return b.engine.C.Flush(b.ctx, tx, []core.Outcome{
 			{Kind: core.OutComplete, TaskID: tool.ID, Token: toolRun.Token, ConversationID: b.conv, Result: js(`"tool done"`)},
-		}, core.ClaimParamsFor{Holder: b.lease(t).HolderID, Limit: 10}, false, &xact)
+		}, core.ClaimParamsFor{Holder: b.lease(t).HolderID, Limit: 10}, false, &xact, nil)
 	})
 	require.NoError(t, err)
 	require.NoError(t, res.Results[0].Err)
