@@ -120,7 +120,11 @@ func ambiguousClaim(t *testing.T, marker string, before, after int) {
 			return err
 		},
 	}, &machine.RunnerConfig{
-		ConversationLease: time.Second,
+		// Long enough that a starved renewer does not fire the fence: a
+		// fence stops the adopted run and abandons its abandon_on_restart
+		// task, at-most-once working as designed, which is not what this
+		// test is about (with 1 s, a second `make test` beside fired it).
+		ConversationLease: 5 * time.Second,
 		PollInterval:      50 * time.Millisecond,
 		IdleRelease:       time.Minute,
 		ShutdownGrace:     2 * time.Second,

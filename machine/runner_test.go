@@ -272,8 +272,8 @@ func TestRunnerShutdownDrainsAndReleases(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 			return run.Complete(ctx, nil)
 		},
-	}, &machine.RunnerConfig{ConversationLease: time.Second, PollInterval: 50 * time.Millisecond, IdleRelease: time.Hour,
-		Waker: &machine.WakerConfig{RiverTestOnly: true}})
+	}, &machine.RunnerConfig{ConversationLease: 3 * time.Second, PollInterval: 50 * time.Millisecond, IdleRelease: time.Hour,
+		Waker: &machine.WakerConfig{RiverTestOnly: true}}) // 3 s: the fence, fired by a starved renewer, would stop the handler this test lets finish
 	require.NoError(t, err)
 	require.NoError(t, r.Start(b.ctx))
 	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "work"})

@@ -54,21 +54,20 @@ func setupPrivileges(t *testing.T) *privBundle {
 		ctx := context.Background()
 		_, err := b.admin.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
 		require.NoError(t, err)
-		_, err = b.admin.Exec(ctx, `DROP OWNED BY `+migrator+`, `+runtime)
-		require.NoError(t, err)
+		require.NoError(t, onDatabaseACL(ctx, b.admin, `DROP OWNED BY `+migrator+`, `+runtime))
 		_, err = b.admin.Exec(ctx, `DROP ROLE `+migrator+`, `+runtime)
 		require.NoError(t, err)
 	})
 
 	// The migration role's statements of docs/operations.md, as a
 	// superuser runs them.
+	_, err = b.admin.Exec(ctx, `CREATE SCHEMA `+schema+` AUTHORIZATION `+migrator)
+	require.NoError(t, err)
 	for _, sql := range []string{
-		`CREATE SCHEMA ` + schema + ` AUTHORIZATION ` + migrator,
 		`GRANT CONNECT ON DATABASE ` + db + ` TO ` + migrator,
 		`GRANT CONNECT ON DATABASE ` + db + ` TO ` + runtime,
 	} {
-		_, err := b.admin.Exec(ctx, sql)
-		require.NoError(t, err, sql)
+		require.NoError(t, onDatabaseACL(ctx, b.admin, sql), sql)
 	}
 
 	var super, createDB bool
@@ -100,6 +99,26 @@ func (b *privBundle) grantRuntime(t *testing.T) {
 }
 
 func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// onDatabaseACL runs sql, a statement that changes the database's own
+// privileges (a GRANT … ON DATABASE, a DROP OWNED that revokes one), one
+// at a time across the tests that share the server: two at once update
+// the database's catalog row together, and one fails with "tuple
+// concurrently updated" (XX000).
+func onDatabaseACL(ctx context.Context, admin *pgxpool.Pool, sql string) error {
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('arbor tests: the database''s privileges'))`); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, sql); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
 
 // poolAs opens a pool on the test database that logs in as role, closed
 // when the test ends.

@@ -36,9 +36,10 @@ func TestPruneMarkIsThePrunesAlone(t *testing.T) {
 	var database string
 	require.NoError(t, b.admin.QueryRow(b.ctx, `SELECT current_database()`).Scan(&database))
 	schema := ident(b.schema)
+	_, err = b.admin.Exec(b.ctx, `CREATE ROLE `+ident(hand)+` LOGIN`)
+	require.NoError(t, err)
+	require.NoError(t, onDatabaseACL(b.ctx, b.admin, `GRANT CONNECT ON DATABASE `+ident(database)+` TO `+ident(hand)))
 	for _, sql := range []string{
-		`CREATE ROLE ` + ident(hand) + ` LOGIN`,
-		`GRANT CONNECT ON DATABASE ` + ident(database) + ` TO ` + ident(hand),
 		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + ident(hand),
 		`GRANT SELECT, INSERT, UPDATE, DELETE ON ` + schema + `.tasks, ` + schema + `.conversations, ` + schema + `.events, ` +
 			schema + `.conversation_log, ` + schema + `.budgets, ` + schema + `.budget_reservations TO ` + ident(hand),
@@ -48,9 +49,8 @@ func TestPruneMarkIsThePrunesAlone(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		ctx := context.Background()
-		_, err := b.admin.Exec(ctx, `DROP OWNED BY `+ident(hand))
-		require.NoError(t, err)
-		_, err = b.admin.Exec(ctx, `DROP ROLE `+ident(hand))
+		require.NoError(t, onDatabaseACL(ctx, b.admin, `DROP OWNED BY `+ident(hand)))
+		_, err := b.admin.Exec(ctx, `DROP ROLE `+ident(hand))
 		require.NoError(t, err)
 	})
 
