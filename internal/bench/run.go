@@ -62,7 +62,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		fmt.Fprintf(o.Out, "note: pg_walinspect is not available, so commits are not counted (shown as ?)\n\n")
 	}
 	var dbosWhy string
-	if o.wants("b") {
+	if wantsDBOS(o) {
 		env.DBOS, dbosWhy = prepareDBOS(ctx, o.DBOSDir, o.Logger)
 		if env.DBOS != nil {
 			defer env.DBOS.Close()
@@ -231,3 +231,20 @@ func randomName(prefix string) string {
 
 // errUnfinished is returned by a run whose work did not all finish in time.
 var errUnfinished = errors.New("the work did not finish")
+
+// wantsDBOS says whether a scenario the run wants has DBOS as a subject
+// ((b) and (h)): the subprocess is built only then. It was built for (b)
+// alone, so that `-only h` ran without DBOS.
+func wantsDBOS(o *Options) bool {
+	for _, s := range Scenarios() {
+		if !o.wants(s.Key) {
+			continue
+		}
+		for _, sub := range s.Subjects {
+			if sub.Key == "dbos" {
+				return true
+			}
+		}
+	}
+	return false
+}
