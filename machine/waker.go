@@ -105,6 +105,9 @@ type WakerConfig struct {
 	Filter func(conversationID string) bool
 	// OnWake, if not nil, is called after each wake this waker committed,
 	// by a timer or by its River worker, from the goroutine that woke it.
+	// A wake whose commit's answer was lost (the connection failed during
+	// its COMMIT) is not reported: the waker does not know it committed,
+	// and the job worked again finds the task awake.
 	OnWake func(Wake)
 	// RiverTestOnly sets River's Config.TestOnly (no staggered start of its
 	// maintenance services). For tests only. Default false.

@@ -318,9 +318,19 @@ func leaveSleeps(t *testing.T, timers bool, margin time.Duration) bool {
 	// timers have fired and their jobs would have been due.
 	b.waitStatus(t, sentinel.ID, arbortype.StatusPending)
 	require.NoError(t, w.Stop(b.ctx), "wait for every wake in flight")
+	// No left sleep was reported woken. The sentinel's own report is not
+	// required: it woke (above), and OnWake is not called for a wake whose
+	// commit's answer was lost, which River works again and finds done
+	// (CI saw the sentinel woken with no report once, beside a loaded
+	// suite; the statuses below are what this test is about).
 	events := rec.all()
-	require.Len(t, events, 1, "only the sentinel was woken: %v", events)
-	require.Equal(t, sentinel.ID, events[0].TaskID)
+	require.LessOrEqual(t, len(events), 1, "only the sentinel was woken: %v", events)
+	for _, e := range events {
+		require.Equal(t, sentinel.ID, e.TaskID, "only the sentinel was woken: %v", events)
+	}
+	if len(events) == 0 {
+		t.Logf("the sentinel (task %d) woke with no OnWake report", sentinel.ID)
+	}
 	require.Equal(t, arbortype.StatusCancelled, b.status(t, cancelled.ID))
 	require.Equal(t, arbortype.StatusAborted, b.status(t, aborted.ID))
 	require.Equal(t, arbortype.StatusAborted, b.status(t, abortedChild.ID))
