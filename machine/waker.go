@@ -211,6 +211,11 @@ func NewWaker(engine *tasks.Engine, cfg *WakerConfig) (*Waker, error) {
 }
 
 // newWaker is NewWaker on c (a Runner's: the engine on the runner's pool).
+// riverSoftStop is how long a stopping waker lets River's jobs in flight
+// finish before their contexts are cancelled: a wake is one short
+// transaction; a prune batch may be longer, and is cut (rolled back).
+const riverSoftStop = 5 * time.Second
+
 func newWaker(c *core.Engine, cfg *WakerConfig) (*Waker, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -259,6 +264,13 @@ func newWaker(c *core.Engine, cfg *WakerConfig) (*Waker, error) {
 		// transaction mode that would hear nothing, so it polls.
 		PollOnly: c.Cfg.TransactionPooler,
 		TestOnly: cfg.RiverTestOnly,
+		// Stop cancels the context River was started with; without a soft
+		// stop, River takes that for StopAndCancel and cancels the jobs it
+		// is working: a wake whose COMMIT was on its way could commit with
+		// its worker told it failed (not reported to OnWake, and River's
+		// Stop returned without it). With it, the jobs in flight finish;
+		// past riverSoftStop (a prune batch, say) they are cancelled.
+		SoftStopTimeout: riverSoftStop,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("machine.NewWaker: river client: %w", err)
@@ -290,8 +302,9 @@ func (w *Waker) Start(ctx context.Context) error {
 }
 
 // Stop stops the timers and the loops, waits for wakes in flight, and stops
-// River's client (which finishes the jobs it is working and resigns its
-// leadership, so another node's client takes over promptly). Sleeps that
+// River's client (which finishes the jobs it is working, for up to
+// riverSoftStop, and resigns its leadership, so another node's client takes
+// over promptly). Sleeps that
 // were armed here are left to River and to other wakers. ctx bounds the wait
 // for River.
 func (w *Waker) Stop(ctx context.Context) error {
