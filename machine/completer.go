@@ -159,17 +159,23 @@ func (c *completer) expressLoop() {
 // leaves the rest in order (under c.mu).
 func (c *completer) takeEndings(n int) []*queued {
 	var out []*queued
-	rest := c.queue[:0]
-	for _, q := range c.queue {
-		if len(out) < n && q.o.Kind != core.OutSpawn {
-			out = append(out, q)
+	out, c.queue = take(c.queue, n, func(q *queued) bool { return q.o.Kind != core.OutSpawn })
+	return out
+}
+
+// take takes out of qs, oldest first, at most n of the outcomes ok accepts,
+// and returns them and the rest of qs in order (in qs's own array).
+func take(qs []*queued, n int, ok func(*queued) bool) (taken, rest []*queued) {
+	rest = qs[:0]
+	for _, q := range qs {
+		if len(taken) < n && ok(q) {
+			taken = append(taken, q)
 			continue
 		}
 		rest = append(rest, q)
 	}
-	clear(c.queue[len(rest):])
-	c.queue = rest
-	return out
+	clear(qs[len(rest):])
+	return taken, rest
 }
 
 // requeue puts back the outcomes a flush skipped: one whose conversation
@@ -248,18 +254,10 @@ func (c *completer) takeIn(locked []string, n int, endingsOnly bool) []*queued {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []*queued
-	rest := c.queue[:0]
-	for _, q := range c.queue {
-		if len(out) < n && !(endingsOnly && q.o.Kind == core.OutSpawn) {
-			if _, ok := slices.BinarySearch(locked, q.o.ConversationID); ok {
-				out = append(out, q)
-				continue
-			}
-		}
-		rest = append(rest, q)
-	}
-	clear(c.queue[len(rest):])
-	c.queue = rest
+	out, c.queue = take(c.queue, n, func(q *queued) bool {
+		_, in := slices.BinarySearch(locked, q.o.ConversationID)
+		return in && !(endingsOnly && q.o.Kind == core.OutSpawn)
+	})
 	return out
 }
 
@@ -501,15 +499,8 @@ func (r *Runner) takeParked(locked []string, n int, endingsOnly bool) []*queued 
 		if len(parked) == 0 {
 			continue
 		}
-		rest := parked[:0]
-		for _, q := range parked {
-			if len(out) < n && !(endingsOnly && q.o.Kind == core.OutSpawn) {
-				out = append(out, q)
-				continue
-			}
-			rest = append(rest, q)
-		}
-		clear(parked[len(rest):])
+		got, rest := take(parked, n-len(out), func(q *queued) bool { return !(endingsOnly && q.o.Kind == core.OutSpawn) })
+		out = append(out, got...)
 		if len(rest) == 0 {
 			delete(r.outcomesAfter, conv)
 		} else {

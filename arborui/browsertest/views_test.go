@@ -197,6 +197,19 @@ func TestBrowserLogStream(t *testing.T) {
 	require.Equal(t, "100", n, "the log keeps its last 100")
 }
 
+// awaitApproval creates a task in conv, starts it and parks it in an
+// await of "approval" (an hour's timeout).
+func awaitApproval(t *testing.T, v *view, conv string) arbortype.Task {
+	t.Helper()
+	task, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "mail_agent"})
+	require.NoError(t, err)
+	run, err := v.engine.Start(v.ctx, task.ID)
+	require.NoError(t, err)
+	res, err := v.engine.AwaitEvent(v.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval", Phase: "ask", Timeout: time.Hour})
+	require.NoError(t, err)
+	return res.Task
+}
+
 // TestBrowserTypedAnswerSurvivesAnUpdate: what a user typed into an
 // approval's payload stays there, with the focus, when the live list is
 // replaced because another await came in, and it is what the approval
@@ -204,16 +217,7 @@ func TestBrowserLogStream(t *testing.T) {
 func TestBrowserTypedAnswerSurvivesAnUpdate(t *testing.T) {
 	t.Parallel()
 	v := newView(t, &arborui.Options{Actions: true})
-	await := func(conv string) arbortype.Task {
-		task, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "mail_agent"})
-		require.NoError(t, err)
-		run, err := v.engine.Start(v.ctx, task.ID)
-		require.NoError(t, err)
-		res, err := v.engine.AwaitEvent(v.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval", Phase: "ask", Timeout: time.Hour})
-		require.NoError(t, err)
-		return res.Task
-	}
-	a := await(testdb.Conversation(t))
+	a := awaitApproval(t, v, testdb.Conversation(t))
 	b := browser(t)
 	field := fmt.Sprintf(`input[data-payload="%d"]`, a.ID)
 	require.NoError(t, chromedp.Do(b,
@@ -223,7 +227,7 @@ func TestBrowserTypedAnswerSurvivesAnUpdate(t *testing.T) {
 		chromedp.SendKeys(field, `{"note": "keep me"}`),
 	))
 	before := text(t, b, `document.getElementById("awaits").dataset.updated || ""`)
-	later := await(testdb.Conversation(t))
+	later := awaitApproval(t, v, testdb.Conversation(t))
 	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(fmt.Sprintf(`#await-%d`, later.ID))))
 	require.NotEqual(t, before, text(t, b, `document.getElementById("awaits").dataset.updated || ""`), "the list was replaced")
 	require.Equal(t, `{"note": "keep me"}`, text(t, b, fmt.Sprintf(`document.querySelector(%q).value`, field)))
@@ -242,16 +246,7 @@ func TestBrowserTypedAnswerSurvivesAnUpdate(t *testing.T) {
 func TestBrowserApprovals(t *testing.T) {
 	t.Parallel()
 	v := newView(t, &arborui.Options{Actions: true})
-	await := func(conv string) arbortype.Task {
-		task, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "mail_agent"})
-		require.NoError(t, err)
-		run, err := v.engine.Start(v.ctx, task.ID)
-		require.NoError(t, err)
-		res, err := v.engine.AwaitEvent(v.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval", Phase: "ask", Timeout: time.Hour})
-		require.NoError(t, err)
-		return res.Task
-	}
-	a, other := await(testdb.Conversation(t)), await(testdb.Conversation(t))
+	a, other := awaitApproval(t, v, testdb.Conversation(t)), awaitApproval(t, v, testdb.Conversation(t))
 	b := browser(t)
 	require.NoError(t, chromedp.Do(b,
 		chromedp.Navigate(v.base+"/approvals"),
