@@ -113,6 +113,9 @@ func runChild() int {
 		return 1
 	}
 	w := &worker{logs: logs, schema: schema, node: node, engine: engine}
+	// The record's statements still on their way land before the pool
+	// closes (each gives up after two minutes: worker.log).
+	defer w.pending.Wait()
 	runner, err := machine.NewRunner(engine, w.handlers(), &machine.RunnerConfig{
 		NodeID:            node,
 		Workers:           workers,

@@ -394,7 +394,7 @@ func (s *scenario) column(sql string, args ...any) []string {
 // or its process's death when it was killed first — and whether it was in
 // flight while its process was frozen past the lease.
 const callsCTE = `WITH calls AS (
-	SELECT r.id, r.task_id, r.token, r.node, r.kind, r.stubborn, r.started_at, r.returned_at, r.outcome,
+	SELECT r.id, r.task_id, r.token, r.node, r.kind, r.stubborn, r.started_at, r.cancelled_at, r.returned_at, r.outcome,
 		coalesce(r.returned_at, k.from_at, 'infinity') AS end_at,
 		EXISTS (SELECT 1 FROM {s}.chaos_faults f WHERE f.kind = 'freeze_past_lease' AND f.node = r.node
 			AND r.started_at < f.from_at AND coalesce(r.returned_at, k.from_at, 'infinity') > f.from_at) AS frozen
@@ -409,13 +409,13 @@ const callsCTE = `WITH calls AS (
 // never do.
 const overlapPairs = callsCTE + `, pairs AS (
 	SELECT CASE WHEN x.frozen THEN 'frozen' WHEN x.stubborn AND x.node <> y.node THEN 'stubborn' ELSE 'overlap' END AS class,
-		x.task_id, x.kind, x.id AS call, x.node, x.token, x.started_at, x.end_at, x.outcome,
+		x.task_id, x.kind, x.id AS call, x.node, x.token, x.started_at, x.cancelled_at, x.end_at, x.outcome,
 		y.id AS other, y.node AS other_node, y.token AS other_token, y.started_at AS other_started
 	FROM calls x JOIN calls y ON x.task_id = y.task_id AND (x.started_at, x.id) < (y.started_at, y.id)
 	WHERE y.started_at < x.end_at)`
 
 const overlapSQL = overlapPairs + `
-SELECT task_id, kind, call, node, token, started_at, end_at, outcome, other, other_node, other_token, other_started,
+SELECT task_id, kind, call, node, token, started_at, cancelled_at, end_at, outcome, other, other_node, other_token, other_started,
 	CASE WHEN node = other_node THEN 'same node' ELSE 'across nodes' END AS where_
 FROM pairs WHERE class = 'overlap' ORDER BY task_id, started_at LIMIT 20`
 

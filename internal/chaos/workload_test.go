@@ -136,6 +136,8 @@ type worker struct {
 	schema string
 	node   string
 	engine *tasks.Engine
+	// pending counts the statements of the record on their way (start).
+	pending sync.WaitGroup
 }
 
 func (w *worker) handlers() map[string]machine.Handler {
@@ -219,20 +221,26 @@ const (
 // The entry is logged before the body runs, so that a call has a row
 // before it does anything; a call whose entry cannot be logged (the
 // database unreachable for two minutes) returns tasks.ErrUnavailable having
-// done nothing, and the runner calls it again. The return is logged before
-// the wrapper returns, so that a process killed right after a return does
-// not lose it; the time logged is taken before that statement.
+// done nothing, and the runner calls it again. A well-behaved call whose
+// context is cancelled while its entry is on its way returns the cause
+// without running its body (see await). The return is logged before the
+// wrapper returns, so that a process killed right after a return does not
+// lose it — but for a call whose entry is still on its way, whose return
+// follows it in the background; the time logged is taken before that
+// statement.
 func (w *worker) handler(stubborn bool, body func(ctx context.Context, c *call) error) machine.Handler {
 	return func(ctx context.Context, run *machine.Run) (err error) {
 		entered := time.Now()
 		c := &call{w: w, id: rand.Int64(), run: run, stubborn: stubborn, noted: make(chan struct{})}
 		stop := context.AfterFunc(ctx, c.cancelled)
 		t := run.Task
-		if lerr := w.log(func(ctx context.Context, db *pgxpool.Pool) error {
+		entry := w.start(nil, func(ctx context.Context, db *pgxpool.Pool) error {
 			_, err := db.Exec(ctx, fmt.Sprintf(logEntrySQL, w.schema), c.id, t.ID, t.ConversationID, t.Token, w.node, t.Kind,
 				stubborn, t.Attempt, entered)
 			return err
-		}); lerr != nil {
+		})
+		landed, lerr := c.await(ctx, entry)
+		if landed && lerr != nil {
 			stop()
 			return fmt.Errorf("run_log: %w: %w", tasks.ErrUnavailable, lerr)
 		}
@@ -266,13 +274,23 @@ func (w *worker) handler(stubborn bool, body func(ctx context.Context, c *call) 
 			case err != nil:
 				out = "error: " + err.Error()
 			}
-			if lerr := w.log(func(ctx context.Context, db *pgxpool.Pool) error {
+			ret := w.start(entry, func(ctx context.Context, db *pgxpool.Pool) error {
 				_, err := db.Exec(ctx, fmt.Sprintf(logReturnSQL, w.schema), c.id, returned, cancelled, cause, out, c.refused)
 				return err
-			}); lerr != nil && err == nil && !panicked {
-				err = fmt.Errorf("run_log: %w: %w", tasks.ErrUnavailable, lerr)
+			})
+			if !landed {
+				return // after the entry, in the background
+			}
+			<-ret.done
+			if ret.err != nil && err == nil && !panicked {
+				err = fmt.Errorf("run_log: %w: %w", tasks.ErrUnavailable, ret.err)
 			}
 		}()
+		if !landed {
+			// Cancelled while its entry was on its way: the body never ran.
+			panicked = false
+			return lerr
+		}
 		err = body(ctx, c)
 		panicked = false
 		return err
@@ -310,13 +328,65 @@ func (c *call) effect(ctx context.Context, what string) error {
 	}
 	checked := time.Now()
 	id := rand.Int64()
-	if err := c.w.log(func(ctx context.Context, db *pgxpool.Pool) error {
+	landed, err := c.await(ctx, c.w.start(nil, func(ctx context.Context, db *pgxpool.Pool) error {
 		_, err := db.Exec(ctx, fmt.Sprintf(logEffectSQL, c.w.schema), id, c.id, c.run.Task.ID, c.w.node, what, c.stubborn, checked)
 		return err
-	}); err != nil {
+	}))
+	switch {
+	case !landed:
+		return err // cancelled while its record was on its way; the effect was decided at checked
+	case err != nil:
 		return fmt.Errorf("side_effects: %w: %w", tasks.ErrUnavailable, err)
 	}
 	return nil
+}
+
+// write is a statement of the run log or the side effects on its way
+// (worker.start); err is its result once done is closed.
+type write struct {
+	done chan struct{}
+	err  error
+}
+
+// start runs a statement of the run log or the side effects (w.log) in
+// the background, once after (if not nil) is done, counted in w.pending so
+// that the process ends only once it has landed (runChild).
+func (w *worker) start(after *write, fn func(ctx context.Context, db *pgxpool.Pool) error) *write {
+	wr := &write{done: make(chan struct{})}
+	w.pending.Add(1)
+	go func() {
+		defer w.pending.Done()
+		if after != nil {
+			<-after.done
+		}
+		wr.err = w.log(fn)
+		close(wr.done)
+	}()
+	return wr
+}
+
+// await waits for a statement of the call's record to land (landed, with
+// its error). A well-behaved call waits only until its context is
+// cancelled, and then returns its cause with landed false, the statement
+// going on in the background with the times the call took: the record is
+// the test's, not the handler's work, and a server restart holds it for
+// seconds. Waiting it out held a call past its cancel, past the lease, and
+// a CI run saw another node's call of its task begin before it returned. A
+// stubborn call waits, as it ignores its context everywhere.
+func (c *call) await(ctx context.Context, wr *write) (landed bool, err error) {
+	if !c.stubborn {
+		select {
+		case <-wr.done:
+		case <-ctx.Done():
+			select {
+			case <-wr.done:
+			default:
+				return false, context.Cause(ctx)
+			}
+		}
+	}
+	<-wr.done
+	return true, wr.err
 }
 
 func refusedErr(err error) bool {
