@@ -89,6 +89,27 @@
 // once). So a dropped connection, ErrUnavailable, a database restart or a
 // failover never spends a task's restart_limit.
 //
+// Nor does a recovery by this node abandon a run whose handler it never
+// entered. A transaction of this node that claims (a flush, the producer,
+// a reopen) records each run it claims as unstarted (Runner.unstarted, by
+// token), inside the transaction, before it commits. The run is taken off
+// when its handler is entered, under Runner.mu, after a last check of its
+// context there; the fence cancels every run under Runner.mu before it
+// marks their conversations lapsed, so a run entered is taken off before a
+// reopen can look. A run claimed while the fence was firing (a flush whose
+// commit was on its way through a database restart), or whose context was
+// cancelled before its handler began, stays unstarted, and the recoveries
+// this node makes (a reopen, a take-back in a new life, a release) requeue
+// it, uncounted, even if its task is abandon_on_restart: no handler saw
+// it, so it cannot have made its side effect. (A chaos run saw an
+// abandon_on_restart task abandoned by a database restart: claimed by a
+// flush that committed while its conversation was lapsed, never called.)
+// Another node taking the conversation over cannot know, and abandons such
+// a task as docs/design.md §3.8 says. An entry of a conversation this node
+// neither holds nor has lapsed is forgotten after a minute or ten leases,
+// whichever is longer; tokens are never reused, so an entry left over
+// changes nothing.
+//
 // # The runner's services
 //
 // A runner's cost is per batch, not per task or per conversation it holds.

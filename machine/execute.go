@@ -30,9 +30,12 @@ func (r *Runner) execute(ctx context.Context, run *Run) {
 		slog.String("kind", t.Kind), slog.Int("attempt", t.Attempt))
 	for try := 0; ; try++ {
 		run.mu.Lock()
-		run.spawns, run.ending = 0, false
+		run.spawns, run.ending, run.inHandler = 0, false, true
 		run.mu.Unlock()
 		err := callHandler(ctx, r.handlers[t.Kind], run)
+		run.mu.Lock()
+		run.inHandler = false
+		run.mu.Unlock()
 		run.handlerErr = err
 		if run.Ended() && run.endedInTxForm() && !stopped(ctx) {
 			confirmTxEnding(ctx, r.core, run)

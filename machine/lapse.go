@@ -130,7 +130,7 @@ func (r *Runner) reopen() {
 			return o, err
 		}
 		xact = o.op.Xact
-		if o.reps, err = recovery.OnOpenMany(r.runCtx, r.core, tx, o.op.Recover, func(string) bool { return false }); err != nil {
+		if o.reps, err = recovery.OnOpenMany(r.runCtx, r.core, tx, o.op.Recover, func(string) bool { return false }, r.uncalled); err != nil {
 			return o, err
 		}
 		if k > 0 {

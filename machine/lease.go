@@ -167,7 +167,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 // so that no run of the lease can write after Release returns.
 // tasks.ErrLeaseLost when the lease was taken over already.
 func (l *Lease) Release(ctx context.Context) error {
-	_, err := release(ctx, l.core, l.lease)
+	_, err := release(ctx, l.core, l.lease, nil)
 	if err == nil {
 		_, _ = core.Read(context.WithoutCancel(ctx), l.core, func(db store.DB) (bool, error) {
 			return l.core.EndHolder(ctx, db, l.lease.HolderID)

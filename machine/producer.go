@@ -301,7 +301,8 @@ func (r *Runner) retrySkipped(convs, locked []string) {
 
 func (r *Runner) claimParams(limit int) core.ClaimParamsFor {
 	holderID, _ := r.lease.holder()
-	return core.ClaimParamsFor{Holder: holderID, Kinds: r.kinds, GenerationKinds: r.cfg.GenerationKinds, Limit: limit}
+	return core.ClaimParamsFor{Holder: holderID, Kinds: r.kinds, GenerationKinds: r.cfg.GenerationKinds, Limit: limit,
+		Claimed: r.claimedRuns}
 }
 
 // open takes conversations that have work and no live holder — as many as
@@ -360,7 +361,7 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 		// an empty report. A take-over counts restarts only from a holder
 		// that lapsed (not from this process's own earlier lives, nor one
 		// lapsed by a database restart).
-		reps, err := recovery.OnOpenMany(r.runCtx, r.core, tx, op.Recover, func(c string) bool { return op.Taken[c].Counted(ownLives...) })
+		reps, err := recovery.OnOpenMany(r.runCtx, r.core, tx, op.Recover, func(c string) bool { return op.Taken[c].Counted(ownLives...) }, r.uncalled)
 		if err != nil {
 			return o, err
 		}

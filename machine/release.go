@@ -59,7 +59,7 @@ func (r *Runner) releaseAll() {
 		}
 	}
 	for _, l := range busy {
-		rep, err := release(ctx, r.core, l)
+		rep, err := release(ctx, r.core, l, r.uncalled)
 		switch {
 		case errors.Is(err, tasks.ErrLeaseLost):
 		case err != nil:
@@ -83,14 +83,15 @@ func (r *Runner) releaseAll() {
 }
 
 // release frees a lease, recovering the runs still under it (not counted
-// as restarts: the holder gives them up), in one transaction. A
-// conversation another transaction holds is waited for.
-func release(ctx context.Context, c *core.Engine, lease core.Lease) (reconcile.Report, error) {
+// as restarts: the holder gives them up; those uncalled reports requeued
+// whatever their kind), in one transaction. A conversation another
+// transaction holds is waited for.
+func release(ctx context.Context, c *core.Engine, lease core.Lease, uncalled recovery.Uncalled) (reconcile.Report, error) {
 	return core.Tx(ctx, c, func(tx pgx.Tx) (reconcile.Report, error) {
 		if err := c.LockLease(ctx, tx, lease); err != nil {
 			return reconcile.Report{}, fmt.Errorf("release conversation %q: %w", lease.ConversationID, err)
 		}
-		rep, err := recovery.RecoverRunning(ctx, c, tx, lease.ConversationID, false)
+		rep, err := recovery.RecoverRunning(ctx, c, tx, lease.ConversationID, false, uncalled)
 		if err != nil {
 			return rep, err
 		}
@@ -109,6 +110,7 @@ const evictBatch = 1000
 // been idle past IdleRelease, in one statement.
 func (r *Runner) releaseIdle(now time.Time) {
 	r.mu.Lock()
+	r.forgetUnstarted(now)
 	var ls []core.Lease
 	for id, h := range r.held {
 		if r.liveIn[id] == 0 && !h.releasing && now.Sub(h.idleSince) >= r.cfg.IdleRelease {

@@ -112,6 +112,7 @@ type Run struct {
 	// left it alone for that reason (missed).
 	deciding   int
 	missed     bool
+	inHandler  bool      // its handler is being called (execute)
 	inCall     int       // arbor calls in progress: time in them is not the handler's
 	lastActive time.Time // the start, or the end of the handler's last arbor call
 	spawns     int       // spawns without a key of the caller's, numbered for their keys
@@ -123,6 +124,14 @@ type Run struct {
 func newRun(c *core.Engine, s sink, t arbortype.Task) *Run {
 	return &Run{Task: t, core: c, sink: s, token: t.Token, id: t.ID, conv: t.ConversationID,
 		waitIDs: slices.Clone(t.WaitIDs), lastActive: time.Now()}
+}
+
+// handlerRunning reports whether the run's handler is being called (not
+// yet entered, or returned: false).
+func (run *Run) handlerRunning() bool {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	return run.inHandler
 }
 
 // Ended reports whether the run is over: ended by Complete, Wait or

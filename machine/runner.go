@@ -55,6 +55,10 @@ type Runner struct {
 	// waiting are runs claimed for a task whose previous handler here has
 	// not returned yet: dispatched when it does.
 	waiting map[int64]*active
+	// unstarted are the runs this node claimed whose handlers it has not
+	// entered, by token (unstarted.go): a recovery of this node requeues
+	// them, whatever their kind.
+	unstarted map[int64]unstartedRun
 	// liveIn counts, by conversation, the runs of runs and waiting: a
 	// conversation is released only when it has none.
 	liveIn map[string]int
@@ -117,6 +121,7 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		lapsed:        map[string]core.Lease{},
 		runs:          map[int64]*active{},
 		waiting:       map[int64]*active{},
+		unstarted:     map[int64]unstartedRun{},
 		liveIn:        map[string]int{},
 		flushingIn:    map[string]int{},
 		afterFlush:    map[string]bool{},
@@ -281,6 +286,7 @@ func (r *Runner) Stop(ctx context.Context) error {
 	r.halted.Store(true)
 	r.mu.Lock()
 	r.held, r.lapsed = map[string]*heldConv{}, map[string]core.Lease{}
+	r.unstarted = map[int64]unstartedRun{}
 	r.mu.Unlock()
 	r.pools.close()
 	if werr != nil {

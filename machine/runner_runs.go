@@ -149,11 +149,18 @@ func (r *Runner) start(a *active) {
 	go func() {
 		defer r.handlerWG.Done()
 		// A run whose context was cancelled before it began (the fence
-		// fired, the task was stopped) does not call its handler.
-		if a.ctx.Err() == nil {
-			r.mu.Lock()
+		// fired, the task was stopped) does not call its handler, and stays
+		// unstarted. The check is made under r.mu, where the fence cancels
+		// every run before it marks their conversations lapsed: a run
+		// entered is off unstarted before any reopen can look.
+		r.mu.Lock()
+		call := a.ctx.Err() == nil
+		if call {
 			a.started = true
-			r.mu.Unlock()
+			delete(r.unstarted, a.token)
+		}
+		r.mu.Unlock()
+		if call {
 			r.run(a.ctx, a.run)
 		}
 		a.cancel(context.Canceled)

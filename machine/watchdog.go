@@ -132,8 +132,12 @@ func (w *watchdog) loop() {
 			if !a.cancelledAt.IsZero() {
 				if now.Sub(a.cancelledAt) >= r.cfg.ConversationLease && now.Sub(a.stuckWarned) >= r.cfg.ConversationLease {
 					a.stuckWarned = now
-					r.logger.Warn("arbor: a handler has not returned since its context was cancelled; its task stays held on this node, and its next run waits for it",
-						slog.Int64("task_id", id), slog.String("kind", a.kind), slog.String("conversation_id", a.conv),
+					msg := "arbor: a handler has not returned since its context was cancelled; its task stays held on this node, and its next run waits for it"
+					if !a.run.handlerRunning() {
+						// It returned; the runner's write of its end waits for the database.
+						msg = "arbor: a run's end is still being written since its context was cancelled (the database slow or unreachable); its task stays held on this node, and its next run waits for it"
+					}
+					r.logger.Warn(msg, slog.Int64("task_id", id), slog.String("kind", a.kind), slog.String("conversation_id", a.conv),
 						slog.Duration("since", now.Sub(a.cancelledAt)), slog.Any("cause", context.Cause(a.ctx)))
 				}
 				continue

@@ -114,6 +114,11 @@ type ClaimParamsFor struct {
 	GenerationKinds []string
 	// Limit is the most tasks to start.
 	Limit int
+	// Claimed, when set, is given the runs claimed, inside the
+	// transaction, before it commits: a runner records them as not handed
+	// to a handler yet, so that a recovery it makes before it enters their
+	// handlers requeues them (machine/doc.go, "Restarts: what counts").
+	Claimed func(runs []Task)
 }
 
 // ClaimFor starts up to p.Limit runnable tasks across the conversations
@@ -139,6 +144,9 @@ func (e *Engine) ClaimFor(ctx context.Context, tx pgx.Tx, p ClaimParamsFor) (cla
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("claim for holder %d: %w", p.Holder, mapDBError(err))
+	}
+	if p.Claimed != nil && len(claimed) > 0 {
+		p.Claimed(claimed)
 	}
 	return claimed, xact, nil
 }

@@ -230,7 +230,7 @@ func (e *Engine) ReleaseLease(ctx context.Context, conv string) error {
 		if err := e.C.LockLease(ctx, tx, l); err != nil {
 			return struct{}{}, err
 		}
-		if _, err := recovery.RecoverRunning(ctx, e.C, tx, conv, false); err != nil {
+		if _, err := recovery.RecoverRunning(ctx, e.C, tx, conv, false, nil); err != nil {
 			return struct{}{}, err
 		}
 		_, err := e.C.ReleaseLease(ctx, tx, l)

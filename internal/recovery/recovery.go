@@ -17,7 +17,7 @@ import (
 // RecoverRunning, then the repair of waits and completing tasks. counted
 // says whether the runs it recovers count as restarts (see RecoverRunning).
 func OnOpen(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID string, counted bool) (reconcile.Report, error) {
-	rep, err := RecoverRunning(ctx, engine, tx, conversationID, counted)
+	rep, err := RecoverRunning(ctx, engine, tx, conversationID, counted, nil)
 	if err != nil {
 		return rep, err
 	}
@@ -31,17 +31,20 @@ func OnOpen(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID 
 // effect). counted says the runs' holder died or lost its lease while
 // running them (docs/design.md §3.8): their attempt grows by one, and a
 // task past its restart limit fails instead. A holder's own release, or a
-// take-over of a holder lapsed by a database restart, counts nothing. tx
-// must hold the conversation's row lock. A release runs it so that no run
-// of the releasing holder can write after the release commits.
-func RecoverRunning(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID string, counted bool) (reconcile.Report, error) {
+// take-over of a holder lapsed by a database restart, counts nothing.
+// uncalled (nil: none) says which runs, by token, the recovering runner
+// claimed and never handed to a handler: those are requeued, uncounted,
+// whatever their kind (see Uncalled). tx must hold the conversation's row
+// lock. A release runs it so that no run of the releasing holder can write
+// after the release commits.
+func RecoverRunning(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID string, counted bool, uncalled Uncalled) (reconcile.Report, error) {
 	rep := reconcile.Report{ConversationID: conversationID}
 	running, err := engine.Store.TasksInStatus(ctx, tx, conversationID, arbortype.StatusRunning)
 	if err != nil {
 		return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
 	}
 	reps := []reconcile.Report{rep}
-	if err := recoverRuns(ctx, engine, tx, running, func(string) (*reconcile.Report, bool) { return &reps[0], counted }); err != nil {
+	if err := recoverRuns(ctx, engine, tx, running, func(string) (*reconcile.Report, bool) { return &reps[0], counted }, uncalled); err != nil {
 		return reps[0], err
 	}
 	slices.Sort(reps[0].Requeued)
@@ -49,19 +52,29 @@ func RecoverRunning(ctx context.Context, engine *core.Engine, tx pgx.Tx, convers
 	return reps[0], nil
 }
 
+// Uncalled says whether the run of a token was claimed by the recovering
+// runner and never handed to a handler: no handler saw it, so it cannot
+// have made a side effect, and its recovery neither abandons nor counts it.
+type Uncalled func(token int64) bool
+
 // recoverRuns recovers running tasks (of conversations tx holds locked):
 // the abandon_on_restart ones and, when counted, those past their restart
 // limit settle one by one (an abandon aborts a subtree and reconciles
 // owners); the rest are requeued in one statement per kind of count, which
 // skips any that a settle above already took out of running. of gives the
-// report of a task's conversation and whether its recovery counts.
-func recoverRuns(ctx context.Context, engine *core.Engine, tx pgx.Tx, running []arbortype.Task, of func(conv string) (*reconcile.Report, bool)) error {
+// report of a task's conversation and whether its recovery counts; a run
+// uncalled (nil: none) reports is requeued uncounted.
+func recoverRuns(ctx context.Context, engine *core.Engine, tx pgx.Tx, running []arbortype.Task, of func(conv string) (*reconcile.Report, bool), uncalled Uncalled) error {
 	var requeue [2][]int64 // [uncounted, counted]
 	conv := map[int64]string{}
 	for _, t := range running {
 		rep, counted := of(t.ConversationID)
+		never := uncalled != nil && uncalled(t.Token)
+		if never {
+			counted = false
+		}
 		switch {
-		case t.AbandonOnRestart:
+		case t.AbandonOnRestart && !never:
 			cur, err := engine.Get(ctx, tx, t.ID)
 			if err != nil {
 				return fmt.Errorf("reconcile %q: %w", t.ConversationID, err)
@@ -156,10 +169,11 @@ func repair(ctx context.Context, engine *core.Engine, tx pgx.Tx, rep *reconcile.
 // by one, as OnOpen does), and the waits and completing tasks to repair
 // found in one (there are none unless something wrote behind the engine's
 // back) and repaired one by one. counted says, by conversation, whether its
-// recovered runs count as restarts. tx must hold the conversations' row
+// recovered runs count as restarts; uncalled, as for RecoverRunning, which
+// runs the recovering runner never handed to a handler. tx must hold the conversations' row
 // locks. Reports come back in the order of convs; a conversation with
 // nothing to recover has an empty one.
-func OnOpenMany(ctx context.Context, engine *core.Engine, tx pgx.Tx, convs []string, counted func(conv string) bool) ([]reconcile.Report, error) {
+func OnOpenMany(ctx context.Context, engine *core.Engine, tx pgx.Tx, convs []string, counted func(conv string) bool, uncalled Uncalled) ([]reconcile.Report, error) {
 	reps := make([]reconcile.Report, len(convs))
 	at := make(map[string]int, len(convs))
 	for i, c := range convs {
@@ -173,7 +187,7 @@ func OnOpenMany(ctx context.Context, engine *core.Engine, tx pgx.Tx, convs []str
 	if err != nil {
 		return reps, fmt.Errorf("reconcile %d conversations: %w", len(convs), err)
 	}
-	if err := recoverRuns(ctx, engine, tx, running, func(c string) (*reconcile.Report, bool) { return &reps[at[c]], counted(c) }); err != nil {
+	if err := recoverRuns(ctx, engine, tx, running, func(c string) (*reconcile.Report, bool) { return &reps[at[c]], counted(c) }, uncalled); err != nil {
 		return reps, err
 	}
 	ids, statuses, err := engine.Store.ToRepair(ctx, tx, convs)
