@@ -27,7 +27,7 @@ func TestEndingGoesInTheFlushHoldingItsConversation(t *testing.T) {
 	t.Parallel()
 	const eventually = 45 * time.Second
 	ctx := context.Background()
-	pool, schema := testdb.Shared(t)
+	pool, schema := testdb.Fresh(t)
 	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
 	conv := testdb.Conversation(t)
 	var (

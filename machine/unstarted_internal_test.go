@@ -33,7 +33,7 @@ func TestUnstartedRunIsRequeuedNotAbandoned(t *testing.T) {
 	t.Parallel()
 	const eventually = 45 * time.Second
 	ctx := context.Background()
-	pool, schema := testdb.Shared(t)
+	pool, schema := testdb.Fresh(t)
 	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
 	conv := testdb.Conversation(t)
 	var calls atomic.Int32
