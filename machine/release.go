@@ -107,7 +107,8 @@ func release(ctx context.Context, c *core.Engine, lease core.Lease, uncalled rec
 const evictBatch = 1000
 
 // releaseIdle releases the conversations with nothing running that have
-// been idle past IdleRelease, in one statement.
+// been idle past IdleRelease, in one statement, and forgets the unstarted
+// runs of conversations long gone (forgetUnstarted).
 func (r *Runner) releaseIdle(now time.Time) {
 	r.mu.Lock()
 	r.forgetUnstarted(now)

@@ -128,10 +128,10 @@ func newRun(c *core.Engine, s sink, t arbortype.Task) *Run {
 
 // handlerRunning reports whether the run's handler is being called (not
 // yet entered, or returned: false).
-func (run *Run) handlerRunning() bool {
-	run.mu.Lock()
-	defer run.mu.Unlock()
-	return run.inHandler
+func (r *Run) handlerRunning() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.inHandler
 }
 
 // Ended reports whether the run is over: ended by Complete, Wait or
