@@ -9,8 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/internal/enginetest"
-	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -25,11 +23,7 @@ import (
 // re-entered.
 func TestEndingGoesInTheFlushHoldingItsConversation(t *testing.T) {
 	t.Parallel()
-	const eventually = 45 * time.Second
 	ctx := context.Background()
-	pool, schema := testdb.Fresh(t)
-	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
-	conv := testdb.Conversation(t)
 	var (
 		up        = make(chan int64, 2) // a child's handler started (its id)
 		goQuick   = make(chan struct{})
@@ -71,19 +65,8 @@ func TestEndingGoesInTheFlushHoldingItsConversation(t *testing.T) {
 		"quick": child(goQuick),
 		"slow":  child(goSlow),
 	}
-	r, err := NewRunner(eng.Engine, handlers, &RunnerConfig{
-		ConversationLease: 5 * time.Second,
-		PollInterval:      50 * time.Millisecond,
-		ShutdownGrace:     2 * time.Second,
-		Waker:             &WakerConfig{RiverTestOnly: true},
-	})
-	require.NoError(t, err)
-	require.NoError(t, r.Start(ctx))
-	t.Cleanup(func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		require.NoError(t, r.Stop(stopCtx))
-	})
+	ir := startInternalRunner(t, handlers, nil)
+	r, eng, pool, schema, conv := ir.r, ir.eng, ir.pool, ir.schema, ir.conv
 	recv := func(what string, ch <-chan int64) int64 {
 		t.Helper()
 		select {
@@ -92,14 +75,6 @@ func TestEndingGoesInTheFlushHoldingItsConversation(t *testing.T) {
 		case <-time.After(eventually):
 			require.FailNow(t, "timed out waiting for "+what)
 			return 0
-		}
-	}
-	waitUntil := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(eventually)
-		for !cond() {
-			require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
-			time.Sleep(10 * time.Millisecond)
 		}
 	}
 
@@ -119,7 +94,7 @@ func TestEndingGoesInTheFlushHoldingItsConversation(t *testing.T) {
 	// The turn's wait has landed (its children run after its spawn, but
 	// the wait is a write of its own): nothing else of the conversation is
 	// in flight when the quick child completes.
-	waitUntil("the turn to wait", func() bool {
+	waitFor(t, "the turn to wait", func() bool {
 		t, err := eng.Get(ctx, turn.ID)
 		return err == nil && t.Status == arbortype.StatusWaiting
 	})
@@ -132,7 +107,7 @@ func TestEndingGoesInTheFlushHoldingItsConversation(t *testing.T) {
 	_, err = tx.Exec(ctx, `SELECT id FROM `+schema+`.tasks WHERE id = $1 FOR UPDATE`, quick)
 	require.NoError(t, err)
 	close(goQuick)
-	waitUntil("the quick child's flush to wait on its row", func() bool {
+	waitFor(t, "the quick child's flush to wait on its row", func() bool {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`,
 			schema).Scan(&n))
@@ -142,7 +117,7 @@ func TestEndingGoesInTheFlushHoldingItsConversation(t *testing.T) {
 	// The slow child's Complete comes while that flush holds the
 	// conversation: it is parked behind it, not flushed on its own.
 	close(goSlow)
-	waitUntil("the slow child's Complete to wait behind the flush", func() bool {
+	waitFor(t, "the slow child's Complete to wait behind the flush", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return len(r.outcomesAfter[conv]) == 1

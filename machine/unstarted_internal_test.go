@@ -11,8 +11,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/internal/enginetest"
-	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -31,11 +29,7 @@ import (
 // conversation is lapsed.
 func TestUnstartedRunIsRequeuedNotAbandoned(t *testing.T) {
 	t.Parallel()
-	const eventually = 45 * time.Second
 	ctx := context.Background()
-	pool, schema := testdb.Fresh(t)
-	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
-	conv := testdb.Conversation(t)
 	var calls atomic.Int32
 	handlers := map[string]Handler{
 		"turn": func(ctx context.Context, run *Run) error { return run.Complete(ctx, nil) },
@@ -44,28 +38,10 @@ func TestUnstartedRunIsRequeuedNotAbandoned(t *testing.T) {
 			return run.Complete(ctx, []byte(`"done"`))
 		},
 	}
-	r, err := NewRunner(eng.Engine, handlers, &RunnerConfig{
-		ConversationLease: 5 * time.Second,
-		PollInterval:      50 * time.Millisecond,
-		IdleRelease:       time.Minute, // the conversation stays held while idle
-		ShutdownGrace:     2 * time.Second,
-		Waker:             &WakerConfig{RiverTestOnly: true},
+	ir := startInternalRunner(t, handlers, func(c *RunnerConfig) {
+		c.IdleRelease = time.Minute // the conversation stays held while idle
 	})
-	require.NoError(t, err)
-	require.NoError(t, r.Start(ctx))
-	t.Cleanup(func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		require.NoError(t, r.Stop(stopCtx))
-	})
-	waitUntil := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(eventually)
-		for !cond() {
-			require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	r, eng, conv := ir.r, ir.eng, ir.conv
 	status := func(id int64) arbortype.Status {
 		got, err := eng.Get(ctx, id)
 		require.NoError(t, err)
@@ -75,13 +51,13 @@ func TestUnstartedRunIsRequeuedNotAbandoned(t *testing.T) {
 	// The node holds the conversation, idle.
 	turn, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
-	waitUntil("the turn to complete", func() bool { return status(turn.ID) == arbortype.StatusCompleted })
+	waitFor(t, "the turn to complete", func() bool { return status(turn.ID) == arbortype.StatusCompleted })
 	held := func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.held[conv] != nil
 	}
-	waitUntil("the conversation to be held", held)
+	waitFor(t, "the conversation to be held", held)
 
 	// No claim, reopen or flush of the runner's from here: the fence
 	// fires, the conversation lapses, and its reopen waits.
@@ -123,7 +99,7 @@ func TestUnstartedRunIsRequeuedNotAbandoned(t *testing.T) {
 
 	r.claimMu.Unlock()
 	locked = false
-	waitUntil("the once task to settle", func() bool {
+	waitFor(t, "the once task to settle", func() bool {
 		s := status(once.ID)
 		return s != arbortype.StatusRunning && s != arbortype.StatusPending
 	})
