@@ -175,20 +175,19 @@
 //
 // What the node holds and runs (held and lapsed conversations, running,
 // waiting and unstarted runs, worker slots, flushes in flight per
-// conversation) is the
-// Runner's, under Runner.mu; each service keeps its own state under its own
-// mutex: the producer what it has been told to look at (conversations that
-// may have work, the wants of a scan or a reopen), the completer its queue,
-// the watchdog its checks, the lease its renewal and fence, and the
-// maintainer nothing (it reads and writes the database only). In-process
-// locks are taken in this order, never the other way: nodeLease.fireMu
-// (held while the fence fires or is confirmed again, which marks the
-// held conversations lapsed under Runner.mu) or Runner.claimMu (read by
-// every transaction that claims, written by an adoption); then Runner.mu;
-// then one service's own mutex (producer.mu, nodeLease.mu for the holder's
-// id; completer.mu and watchdog.mu are never held with Runner.mu). A step
-// that decides by what the node holds (a conversation held: marked for a
-// claim; released: news for the producer) is made under Runner.mu and
+// conversation) is the Runner's, under Runner.mu; each service keeps its own
+// state under its own mutex: the producer what it has been told to look at
+// (conversations that may have work, the wants of a scan or a reopen), the
+// completer its queue, the watchdog its checks, the lease its renewal and
+// fence, and the maintainer nothing (it reads and writes the database only).
+// In-process locks are taken in this order, never the other way:
+// nodeLease.fireMu (held while the fence fires or is confirmed again, which
+// marks the held conversations lapsed under Runner.mu) or Runner.claimMu
+// (read by every transaction that claims, written by an adoption); then
+// Runner.mu; then one service's own mutex (producer.mu, nodeLease.mu for the
+// holder's id; completer.mu and watchdog.mu are never held with Runner.mu).
+// A step that decides by what the node holds (a conversation held: marked
+// for a claim; released: news for the producer) is made under Runner.mu and
 // producer.mu together, so a release and a mark cannot interleave.
 //
 // The producer, completer, maintenance and River's wake client use the
