@@ -189,6 +189,10 @@
 // A step that decides by what the node holds (a conversation held: marked
 // for a claim; released: news for the producer) is made under Runner.mu and
 // producer.mu together, so a release and a mark cannot interleave.
+// Runner.mu is never held across a database call, so a transaction may take
+// it briefly while it holds row locks (a claim recording its runs as
+// unstarted, a recovery asking whether a run is, a flush taking in parked
+// outcomes) without waiting on anything that waits on the database.
 //
 // The producer, completer, maintenance and River's wake client use the
 // runner's own pool (RunnerConfig.Pool; by default one made from the
