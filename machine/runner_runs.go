@@ -15,12 +15,16 @@ import (
 // active is a run of this node: running its handler, or waiting for the
 // previous handler of its task to return.
 type active struct {
-	run     *Run
-	token   int64
-	kind    string
-	conv    string
-	epoch   int64 // the conversation's lease epoch the run was claimed under
-	ctx     context.Context
+	run   *Run
+	token int64
+	kind  string
+	conv  string
+	epoch int64 // the conversation's lease epoch the run was claimed under
+	ctx   context.Context
+	// base is ctx without the lease's clock check: cancelled by a stop
+	// (the fence's included, under r.mu) and nothing else. Read it under
+	// r.mu: ctx.Err may fire the fence, which takes r.mu.
+	base    context.Context
 	cancel  context.CancelCauseFunc
 	warned  bool
 	slot    bool // holds a worker slot (until its ending write is queued)
@@ -120,7 +124,7 @@ func (r *Runner) newActive(t arbortype.Task) *active {
 	run := newRun(r.core, r.comp, t)
 	run.halted = &r.halted
 	return &active{run: run, token: t.Token, kind: t.Kind, conv: t.ConversationID, epoch: t.Epoch,
-		ctx: fencedCtx{Context: inner, lease: r.lease}, cancel: cancel, slot: true}
+		ctx: fencedCtx{Context: inner, lease: r.lease}, base: inner, cancel: cancel, slot: true}
 }
 
 // drop forgets a run that will not be started, with its slot (under r.mu).
@@ -150,11 +154,14 @@ func (r *Runner) start(a *active) {
 		defer r.handlerWG.Done()
 		// A run whose context was cancelled before it began (the fence
 		// fired, the task was stopped) does not call its handler, and stays
-		// unstarted. The check is made under r.mu, where the fence cancels
-		// every run before it marks their conversations lapsed: a run
+		// unstarted. The context is checked first with the lease's clock,
+		// outside r.mu (that check may fire the fence, which takes r.mu),
+		// then again under r.mu without it: the fence cancels every run
+		// under r.mu before it marks their conversations lapsed, so a run
 		// entered is off unstarted before any reopen can look.
-		r.mu.Lock()
 		call := a.ctx.Err() == nil
+		r.mu.Lock()
+		call = call && a.base.Err() == nil
 		if call {
 			a.started = true
 			delete(r.unstarted, a.token)

@@ -14,21 +14,35 @@ import (
 	"github.com/arborhq/arbor/tasks"
 )
 
-// TestUnstartedRunIsRequeuedNotAbandoned: a run claimed by this node
-// while its conversation is lapsed — a flush whose transaction was on its
-// way when the fence fired (a chaos run saw one commit through a database
-// restart) — is never handed to a handler. The reopen that re-validates
-// the conversation once the lease is confirmed must requeue it, not
-// abandon it: its task is abandon_on_restart, but no handler saw the run,
-// so it cannot have made its side effect. The task then runs once, and
-// completes, with no restart counted.
+// TestUnstartedRunIsRequeuedNotAbandoned: a run this node claimed and
+// never handed to a handler is requeued by the node's own recovery, not
+// abandoned, though its task is abandon_on_restart: no handler saw the
+// run, so it cannot have made its side effect. The task then runs once,
+// and completes, with no restart counted. Two ways a run goes unstarted:
 //
-// The test holds Runner.claimMu for writing, so that the reopen waits,
-// fires the fence itself, and claims the task as a flush does (ClaimFor
-// with the runner's claim parameters, then dispatch) while the
-// conversation is lapsed.
+//   - claimed while its conversation is lapsed: a flush whose transaction
+//     was on its way when the fence fired (a chaos run saw one commit
+//     through a database restart); dispatch does not start it;
+//   - past the fence point when its handler would start: the lease's
+//     clock passed it between dispatch and start, and the fence's own
+//     goroutine has not fired yet; start's check of the context fires it
+//     (outside Runner.mu, which the fence takes) and does not call the
+//     handler.
+//
+// The test holds Runner.claimMu for writing, so that neither the producer
+// nor the reopen claims the task first, and claims it as a flush does
+// (ClaimFor with the runner's claim parameters).
 func TestUnstartedRunIsRequeuedNotAbandoned(t *testing.T) {
 	t.Parallel()
+	for name, atStart := range map[string]bool{"claimed while lapsed": false, "past the fence point at its start": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			requeuedNotAbandoned(t, atStart)
+		})
+	}
+}
+
+func requeuedNotAbandoned(t *testing.T, atStart bool) {
 	ctx := context.Background()
 	var calls atomic.Int32
 	handlers := map[string]Handler{
@@ -52,15 +66,13 @@ func TestUnstartedRunIsRequeuedNotAbandoned(t *testing.T) {
 	turn, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	waitFor(t, "the turn to complete", func() bool { return status(turn.ID) == arbortype.StatusCompleted })
-	held := func() bool {
+	waitFor(t, "the conversation to be held", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return r.held[conv] != nil
-	}
-	waitFor(t, "the conversation to be held", held)
+	})
 
-	// No claim, reopen or flush of the runner's from here: the fence
-	// fires, the conversation lapses, and its reopen waits.
+	// No claim, reopen or flush of the runner's from here.
 	r.claimMu.Lock()
 	locked := true
 	defer func() {
@@ -68,15 +80,26 @@ func TestUnstartedRunIsRequeuedNotAbandoned(t *testing.T) {
 			r.claimMu.Unlock()
 		}
 	}()
-	r.lease.fire()
-	r.mu.Lock()
-	_, lapsed := r.lapsed[conv]
-	r.mu.Unlock()
-	require.True(t, lapsed, "the fence marked the conversation lapsed")
+	var stall pgx.Tx
+	if atStart {
+		// Renewals stall on the node's holder row, so that nothing moves
+		// the lease's clock but the test.
+		holder, _ := r.lease.holder()
+		stall, err = ir.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = stall.Rollback(context.Background()) }()
+		_, err = stall.Exec(ctx, `SELECT 1 FROM `+ir.schema+`.holders WHERE id = $1 FOR UPDATE`, holder)
+		require.NoError(t, err)
+	} else {
+		r.lease.fire()
+		r.mu.Lock()
+		_, lapsed := r.lapsed[conv]
+		r.mu.Unlock()
+		require.True(t, lapsed, "the fence marked the conversation lapsed")
+	}
 
 	once, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "once", AbandonOnRestart: true})
 	require.NoError(t, err)
-	// A flush's claim, committed while the conversation is lapsed.
 	var claimed []arbortype.Task
 	_, err = core.Tx(ctx, r.core, func(tx pgx.Tx) (struct{}, error) {
 		p := r.claimParams(1)
@@ -86,15 +109,37 @@ func TestUnstartedRunIsRequeuedNotAbandoned(t *testing.T) {
 		return struct{}{}, err
 	})
 	require.NoError(t, err)
-	require.Len(t, claimed, 1, "the claim took the task: its holder row is live, only the node's own clock fenced it")
+	require.Len(t, claimed, 1, "the claim took the task: its holder row is live, only the node's own clock fences it")
 	require.Equal(t, once.ID, claimed[0].ID)
-	// Its slot, as a flush reserves one (the waiting reopen took the free
-	// ones); dispatch gives it back when it does not start the run.
-	r.mu.Lock()
-	r.busy++
-	r.mu.Unlock()
-	r.dispatch(claimed)
-	require.True(t, r.uncalled(claimed[0].Token), "dispatch did not start it: it stays unstarted")
+	token := claimed[0].Token
+	if atStart {
+		// What dispatch does for a run it starts, while the lease is usable.
+		r.mu.Lock()
+		r.busy++
+		a := r.newActive(claimed[0])
+		r.liveIn[conv]++
+		r.runs[once.ID] = a
+		r.mu.Unlock()
+		// Then the clock passes the fence point before the handler starts.
+		r.lease.confirmed.Store(r.lease.since(time.Now()))
+		r.start(a)
+		waitFor(t, "the run to end without its handler", func() bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.runs[once.ID] == nil
+		})
+		require.True(t, r.lease.fired.Load(), "start's check fired the fence")
+		require.NoError(t, stall.Rollback(ctx))
+	} else {
+		// Its slot, as a flush reserves one; dispatch gives it back when
+		// it does not start the run.
+		r.mu.Lock()
+		r.busy++
+		r.mu.Unlock()
+		r.dispatch(claimed)
+	}
+	require.Zero(t, calls.Load(), "no handler saw the run")
+	require.True(t, r.uncalled(token), "the run stays unstarted")
 	require.Equal(t, arbortype.StatusRunning, status(once.ID))
 
 	r.claimMu.Unlock()
