@@ -374,7 +374,12 @@ func (c *completer) flush(batch []*queued, express bool) {
 //
 //   - rolled back: nothing was written; again is true and the batch is
 //     flushed anew;
-//   - committed: every outcome was applied (or refused) as one. A spawn is
+//   - committed: every outcome was applied (or refused) as one, or deferred
+//     (its conversation locked). Each ending is checked against its task,
+//     since after a failover the id may be another transaction's
+//     (core.XactCommitted): one whose task is still running under its
+//     run's token did not land (deferred, or the flush was not the one
+//     that committed) and is queued again. A spawn is
 //     written again by its own path, which its idempotency keys make return
 //     the children it created; an ending write returns nil, or ErrAborted
 //     for a task aborted meanwhile. What the transaction claimed is adopted
@@ -398,19 +403,40 @@ func (c *completer) resolve(ctx context.Context, batch []*queued, xact int64) (a
 	if !committed {
 		return true
 	}
+	landed := make([]bool, len(batch))
+	var later []*queued
+	for i, q := range batch {
+		if q.o.Kind == core.OutSpawn {
+			continue
+		}
+		done, err := resolveEnding(c.ctx, r.core, q.o)
+		if err != nil {
+			r.logger.Warn("arbor: a batch's commit could not be checked", slog.Int("outcomes", len(batch)), slog.String("error", err.Error()))
+			r.unresolved.Store(true)
+			for _, q := range batch {
+				q.res <- core.OutcomeResult{Err: err}
+			}
+			return false
+		}
+		if landed[i] = done; !done {
+			later = append(later, q)
+		}
+	}
 	convs := map[string]bool{}
 	for _, q := range batch {
 		convs[q.o.ConversationID] = true
 	}
 	r.adopt(ctx, convs)
 	d := directSink{r.core}
-	for _, q := range batch {
-		if q.o.Kind == core.OutSpawn {
+	for i, q := range batch {
+		switch {
+		case q.o.Kind == core.OutSpawn:
 			q.res <- d.apply(ctx, q.run, q.o)
-			continue
+		case landed[i]:
+			q.res <- core.OutcomeResult{Err: endedBy(ctx, r.core, q.o)}
 		}
-		q.res <- core.OutcomeResult{Err: endedBy(ctx, r.core, q.o)}
 	}
+	c.requeue(later)
 	return false
 }
 

@@ -310,7 +310,10 @@
 //     at a time, each in a savepoint. No outcome is lost or applied twice.
 //   - A commit gets no answer (ErrAmbiguous) — a flush's, a claim's or an
 //     open's: the runner asks the database what became of the transaction
-//     (pg_xact_status), and adopts what a committed one took.
+//     (pg_xact_status), and adopts what a committed one took. After a
+//     failover the id may be another transaction's: a flush called
+//     committed is checked against its tasks, and an ending that did not
+//     land is queued again (completer.resolve).
 //   - A handler blocks: the watchdog warns when it passed its task lease
 //     outside arbor's calls; it is not cancelled for it (its node holds the
 //     conversation and its goroutine lives) unless RunnerConfig.BlockedAfter

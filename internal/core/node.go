@@ -195,7 +195,14 @@ func (e *Engine) XactID(ctx context.Context, tx pgx.Tx) (int64, error) {
 // the server may not have noticed the lost connection yet), and reports
 // whether it committed. It gives up with ctx, or with ErrUnavailable, or
 // with ErrAmbiguous when the transaction is too old for the database to
-// know.
+// know. An id the server never gave out did not commit there (a failover's
+// new primary that never received the transaction's records).
+//
+// Across a failover an id is not proof of identity: an id the old primary
+// gave a transaction whose records never reached the standby is given out
+// again by the promoted standby, to another transaction, so "committed" or
+// "in progress" may be that other one's. A caller whose writes can be read
+// back checks them (the completer does: see completer.resolve).
 func XactCommitted(ctx context.Context, e *Engine, xact int64) (bool, error) {
 	for try := 0; ; try++ {
 		st, err := Read(ctx, e, func(db store.DB) (string, error) { return e.Store.XactStatus(ctx, db, xact) })
@@ -209,6 +216,10 @@ func XactCommitted(ctx context.Context, e *Engine, xact int64) (bool, error) {
 			return false, nil
 		case "":
 			return false, fmt.Errorf("transaction %d is too old to resolve: %w", xact, arbortype.ErrAmbiguous)
+		case "future":
+			// Never given out by this server: a standby promoted before the
+			// transaction's records reached it. Nothing of it is here.
+			return false, nil
 		}
 		if !sleepCtx(ctx, faultBackoff(try)) {
 			return false, fmt.Errorf("resolving transaction %d: %w", xact, ctx.Err())

@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/arborhq/arbor/arbortype"
 )
@@ -301,10 +303,18 @@ func (s *Store) XactID(ctx context.Context, db DB) (int64, error) {
 }
 
 // XactStatus says what became of transaction xact: "committed",
-// "aborted", "in progress", or "" when it is too old to know.
+// "aborted", "in progress", "" when it is too old to know, or "future"
+// when the server never gave the id out (pg_xact_status refuses an id past
+// the server's next one with 22023, its only refusal of a valid id: the
+// server is not the one the transaction ran on, but a standby promoted
+// before the transaction's records reached it).
 func (s *Store) XactStatus(ctx context.Context, db DB, xact int64) (string, error) {
 	var st string
 	err := db.QueryRow(ctx, s.sql[qXactStatus], xact).Scan(&st)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "22023" {
+		return "future", nil
+	}
 	return st, err
 }
 
