@@ -244,9 +244,27 @@ func TestTreeIsOneTraceAcrossACrash(t *testing.T) {
 	}
 	// The kill comes while the tool runs and its owners wait on it (a
 	// parent killed between its spawn and its wait is run again, and gets
-	// its child back by the spawn's key).
-	waitUntil(t, "the tool to run in the child, its owners waiting", func() bool {
-		return status("tool") == "running" && status("agent") == "waiting" && status("turn") == "waiting"
+	// its child back by the spawn's key), once the owners' first runs have
+	// ended in the child and their spans are in its file: a wait commits
+	// before its handler returns and its run's span ends, so a kill right
+	// after the commit could cut the span (a loaded CI run saw the agent's
+	// missing).
+	exported := func(name string) bool {
+		raw, err := os.ReadFile(spansFile)
+		if err != nil {
+			return false
+		}
+		for l := range strings.SplitSeq(string(raw), "\n") {
+			var s spanLine
+			if json.Unmarshal([]byte(l), &s) == nil && s.Name == name {
+				return true
+			}
+		}
+		return false
+	}
+	waitUntil(t, "the tool to run in the child, its owners waiting and their runs' spans exported", func() bool {
+		return status("tool") == "running" && status("agent") == "waiting" && status("turn") == "waiting" &&
+			exported("agent") && exported("turn")
 	})
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
