@@ -77,6 +77,18 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		return err
 	}
 
+	// What the refusals below name: a task of another conversation, a
+	// settled task, a pending one, and a key already used.
+	other := testdb.Conversation(t)
+	foreign, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: other, Kind: "turn"})
+	require.NoError(t, err)
+	settled, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: other, Kind: "tool", OwnerID: foreign.ID})
+	require.NoError(t, err)
+	_, err = eng.Cancel(ctx, settled.ID, nil)
+	require.NoError(t, err)
+	pending, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "tool", OwnerID: turn.ID, IdempotencyKey: "once"})
+	require.NoError(t, err)
+
 	create := func(p tasks.CreateParams) error {
 		if p.ConversationID == "" {
 			p.ConversationID = conv
@@ -174,6 +186,29 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 			_, err := eng.Fork(ctx, tasks.ForkParams{ConversationID: conv, ThroughTurn: turn.ID, NewConversationID: "a\x00b"})
 			return err
 		}, tasks.ErrInvalidArgument},
+		// The brief's list: an unknown id, a foreign owner, a stale token,
+		// an invalid transition, an owner that is no longer live.
+		{"a Get of an unknown id", func() error { _, err := eng.Get(ctx, 1<<40); return err }, tasks.ErrNotFound},
+		{"a Cancel of an unknown id", func() error { _, err := eng.Cancel(ctx, 1<<40, nil); return err }, tasks.ErrNotFound},
+		{"a child under another conversation's task", func() error { return create(tasks.CreateParams{OwnerID: foreign.ID}) }, tasks.ErrForeignOwner},
+		{"a child under an unknown task", func() error { return create(tasks.CreateParams{OwnerID: 1 << 40}) }, tasks.ErrNotFound},
+		{"a child under a settled task", func() error {
+			return create(tasks.CreateParams{ConversationID: other, OwnerID: settled.ID})
+		}, tasks.ErrOwnerNotLive},
+		{"a key reused for another task", func() error {
+			return create(tasks.CreateParams{Kind: "other", OwnerID: turn.ID, IdempotencyKey: "once"})
+		}, tasks.ErrIdempotencyConflict},
+		{"a Complete under a stale token", func() error { _, err := eng.Complete(ctx, run.ID, run.Token+1, nil); return err }, tasks.ErrLeaseLost},
+		{"a Complete of a task never started", func() error { _, err := eng.Complete(ctx, pending.ID, 1, nil); return err }, tasks.ErrNotRunning},
+		{"a WakeNow of a task not asleep", func() error { _, err := eng.WakeNow(ctx, pending.ID); return err }, tasks.ErrNotSleeping},
+		{"an emit to another conversation's task", func() error {
+			_, _, err := eng.Emit(ctx, tasks.EmitParams{ConversationID: conv, TaskID: foreign.ID, Name: "note"})
+			return err
+		}, tasks.ErrForeignTask},
+		{"an emit to a conversation that does not exist", func() error {
+			_, _, err := eng.Emit(ctx, tasks.EmitParams{ConversationID: conv + "-none", Name: "note"})
+			return err
+		}, tasks.ErrNotFound},
 		{"a token with a payload over 64 KiB", func() error {
 			_, _, err := eng.EmitToken(ctx, woken, []byte(`"`+strings.Repeat("x", core.MaxEventBytes)+`"`))
 			return err
@@ -184,6 +219,10 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		err := c.op()
 		require.ErrorIs(t, err, c.want, c.name)
 		require.True(t, core.IsArborError(err), "%s: %v", c.name, err)
+		// A refusal is not a fault of the database (issue 24: ordinary
+		// refusals matched ErrDatabase).
+		require.NotErrorIs(t, err, tasks.ErrDatabase, c.name)
+		require.NotErrorIs(t, err, tasks.ErrUnavailable, c.name)
 		check(c.name)
 	}
 
