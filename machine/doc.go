@@ -164,14 +164,16 @@
 // (nodeLease: renewer and fence) in holder.go, what the runner does when it
 // fires or is confirmed again in lapse.go; the producer (type producer) in
 // producer.go, and the releases it and Stop make (idle, for room, at
-// shutdown) in release.go; the completer (type completer) in completer.go;
-// the workers (slots, dispatch, a handler's start and return) in
-// runner_runs.go, and the runs claimed and not yet started, which this
-// node's recoveries requeue, in unstarted.go; the listener and what it marks
-// in runner_news.go; the watchdog (type watchdog) in watchdog.go;
-// maintenance (type maintainer) in maintenance.go; the pools in
-// runner_pools.go. Runner.Start starts each service's goroutines and
-// Runner.Stop stops them, in one place each.
+// shutdown) in release.go; the completer (type completer) in completer.go,
+// and what this node knows of its flushes in flight in each conversation
+// (the outcomes and claims that wait for their end) in flush_order.go; the
+// workers (slots, dispatch, a handler's start and return) in runner_runs.go,
+// and the runs claimed and not yet started, which this node's recoveries
+// requeue, in unstarted.go; the listener and what it marks in
+// runner_news.go; the watchdog (type watchdog) in watchdog.go; maintenance
+// (type maintainer) in maintenance.go; the pools in runner_pools.go.
+// Runner.Start starts each service's goroutines and Runner.Stop stops them,
+// in one place each.
 //
 // What the node holds and runs (held and lapsed conversations, running,
 // waiting and unstarted runs, worker slots, flushes in flight per
