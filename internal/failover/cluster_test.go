@@ -63,6 +63,23 @@ func (c *cluster) do(args ...string) string {
 	return string(out)
 }
 
+// switchover performs a planned switchover and waits for its end. The
+// monitor's perform_failover can fail with a deadlock against a keeper's
+// report (both update pgautofailover.node): then its transaction rolled
+// back, nothing was assigned, and it is tried again.
+func (c *cluster) switchover() error {
+	for try := 1; ; try++ {
+		out, err := exec.Command("bash", "-c", c.ctl+" switchover").CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		if !strings.Contains(string(out), "deadlock detected") || try == 5 {
+			return fmt.Errorf("ctl switchover (try %d): %v: %s", try, err, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // states reads the monitor's view of the data nodes.
 func (c *cluster) states() (map[string]nodeState, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -127,7 +144,57 @@ func (c *cluster) healthy() string {
 		}
 		return primary != "" && n == 2
 	})
-	return primary
+	// The monitor's states say the keepers finished their transitions, not
+	// that the primary's commits wait for the standby: a keeper's change
+	// of synchronous_standby_names is a reload, and the walsender turns
+	// synchronous once the standby streams. A scenario that began before
+	// would run on asynchronous replication, where a failover may lose
+	// commits the primary acknowledged: the cluster's loss, not arbor's.
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		out, err := exec.Command("bash", "-c", c.ctl+" sql "+primary+" "+shellQuote(syncInForce)).CombinedOutput()
+		if err == nil && strings.TrimSpace(string(out)) == "t" {
+			return primary
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("cluster: %s's commits never waited for a synchronous standby: %s %v\nmonitor events:\n%s", primary, out, err, c.events())
+		}
+		time.Sleep(50 * time.Millisecond) // a poll of the primary
+	}
+}
+
+// syncInForce is true on a primary whose commits wait for a standby now.
+const syncInForce = `SELECT current_setting('synchronous_standby_names') <> '' AND EXISTS (SELECT 1 FROM pg_stat_replication WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum'))`
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// events is the monitor's history of the data nodes' states, newest last:
+// what a failed scenario's report shows of the cluster.
+func (c *cluster) events() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.monitor)
+	if err != nil {
+		return err.Error()
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	rows, err := conn.Query(ctx, `SELECT to_char(eventtime, 'HH24:MI:SS.MS'), nodename, reportedstate::text, goalstate::text, coalesce(reportedrepstate, ''), coalesce(description, '')
+		FROM (SELECT * FROM pgautofailover.event ORDER BY eventid DESC LIMIT 60) e ORDER BY eventid`)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for rows.Next() {
+		var at, node, rep, goal, repstate, desc string
+		if err := rows.Scan(&at, &node, &rep, &goal, &repstate, &desc); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "%s %s reported %s goal %s (replication %s): %s\n", at, node, rep, goal, repstate, desc)
+	}
+	if err := rows.Err(); err != nil {
+		return err.Error()
+	}
+	return b.String()
 }
 
 // promoted waits until a node other than old is a primary (wait_primary,

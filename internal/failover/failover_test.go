@@ -71,8 +71,9 @@ func (s *scenario) run(f failover, wait func()) figures {
 	old := s.primary
 	faultAt := f.fault(s, old)
 	var emitted sync.WaitGroup
+	var emitErr error
 	emitted.Add(1)
-	go func() { defer emitted.Done(); s.emitRest() }()
+	go func() { defer emitted.Done(); emitErr = s.emitRest() }()
 	promoted := s.cluster.promoted(old)
 	promotedAt := time.Now()
 	t.Logf("%s: the fault at %s with %d tasks live; %s promoted %.1f s after it (seen on the monitor)",
@@ -81,6 +82,7 @@ func (s *scenario) run(f failover, wait func()) figures {
 		f.after(s, old)
 	}
 	emitted.Wait()
+	require.NoError(t, emitErr, "the approvals emitted through the failover")
 	s.waitSettled()
 	// Before the runners stop: do they LISTEN on the new primary?
 	listening := s.listeners()

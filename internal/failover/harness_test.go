@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,6 +83,8 @@ type scenario struct {
 	fans    []int
 	nodes   []*node
 	emitted atomic.Int32 // approvals emitted
+	ackMu   sync.Mutex
+	acked   map[int64]string // event id → conversation and time: every approval an Emit acknowledged
 
 	mu    sync.Mutex
 	wakes []wake // every wake a runner committed
@@ -326,7 +329,7 @@ func (s *scenario) addTurns(n int, fan func(i int) int) {
 		s.turns = append(s.turns, turn.ID)
 		s.fans = append(s.fans, k)
 		if i%2 == 0 {
-			s.approve(conv)
+			require.NoError(s.t, s.approve(conv))
 		}
 	}
 }
@@ -334,23 +337,48 @@ func (s *scenario) addTurns(n int, fan func(i int) int) {
 // approve emits the approval a conversation's agent awaits, once (a
 // first-wins name with a key: an emit retried after ErrAmbiguous or
 // ErrUnavailable is the same emit).
-func (s *scenario) approve(conv string) {
-	s.retry("approve "+conv, func(ctx context.Context) error {
-		_, _, err := s.engine.Emit(ctx, tasks.EmitParams{ConversationID: conv, Name: approveEvent,
+func (s *scenario) approve(conv string) error {
+	var tries []string
+	err := s.try("approve "+conv, func(ctx context.Context) error {
+		ev, created, err := s.engine.Emit(ctx, tasks.EmitParams{ConversationID: conv, Name: approveEvent,
 			Payload: json.RawMessage(fmt.Sprintf(`{"answer": %q}`, "yes-"+conv)), IdempotencyKey: "approve"})
+		if err != nil {
+			tries = append(tries, fmt.Sprintf("%s: %v", time.Now().Format("15:04:05.000"), err))
+		} else {
+			s.ackMu.Lock()
+			if s.acked == nil {
+				s.acked = map[int64]string{}
+			}
+			s.acked[ev.ID] = conv + " at " + time.Now().Format("15:04:05.000")
+			s.ackMu.Unlock()
+		}
+		if err == nil && len(tries) > 0 {
+			tries = append(tries, fmt.Sprintf("%s: event %d (created %v)", time.Now().Format("15:04:05.000"), ev.ID, created))
+		}
 		return err
 	})
-	s.emitted.Add(1)
+	if len(tries) > 0 {
+		// What a failover made of an emit: kept for a failure's diagnosis.
+		s.t.Logf("approve %s, retried: %s", conv, strings.Join(tries, "; "))
+	}
+	if err == nil {
+		s.emitted.Add(1)
+	}
+	return err
 }
 
 // emitRest emits, one by one, the approvals addTurns left: called as the
-// fault comes, so that they go on through the failover.
-func (s *scenario) emitRest() {
+// fault comes, so that they go on through the failover. It runs on a
+// goroutine of its own, so it returns what failed rather than failing the
+// test (FailNow must be called from the test's goroutine).
+func (s *scenario) emitRest() error {
+	var errs []error
 	for i, conv := range s.convs {
 		if i%2 == 1 {
-			s.approve(conv)
+			errs = append(errs, s.approve(conv))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // The run log, the side effects, the faults and the audit: internal/chaos's
@@ -483,15 +511,23 @@ func (s *scenario) q(sql string) string {
 // queryWithin: the test's own calls go on through a failover.
 func (s *scenario) retry(what string, fn func(ctx context.Context) error) {
 	s.t.Helper()
+	require.NoError(s.t, s.try(what, fn))
+}
+
+// try is retry for a goroutine other than the test's: it returns the last
+// error once queryWithin has passed.
+func (s *scenario) try(what string, fn func(ctx context.Context) error) error {
 	deadline := time.Now().Add(queryWithin)
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		ctx, cancel := context.WithTimeout(s.ctx, 45*time.Second)
 		err := fn(ctx)
 		cancel()
 		if err == nil {
-			return
+			return nil
 		}
-		require.True(s.t, time.Now().Before(deadline), "%s: %v", what, err)
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
 		time.Sleep(wait)
 	}
 }
@@ -518,7 +554,7 @@ func (s *scenario) waitFor(what string, cond func() bool) {
 	deadline := time.Now().Add(waitWithin)
 	for !cond() {
 		if time.Now().After(deadline) {
-			s.t.Fatalf("timed out waiting for %s; live tasks:\n%s", what, s.dumpLive())
+			s.t.Fatalf("timed out waiting for %s; live tasks:\n%s", what, s.dumpLive(40))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -553,17 +589,52 @@ func (s *scenario) waitSettled() {
 			for _, msg := range slices.Sorted(maps.Keys(warns)) {
 				fmt.Fprintf(&log, "%5d × %s\n", warns[msg], msg)
 			}
-			s.t.Fatalf("lost work: tasks still live %s after the start:\n%s\nrunner sessions:\n%s\nrunner log:\n%s",
-				time.Since(s.began).Round(time.Second), s.dumpLive(), s.dumpSessions(), log.String())
+			s.dumpTables()
+			s.t.Fatalf("lost work: tasks still live %s after the start:\n%s\nrunner sessions:\n%s\nrunner log:\n%s\n%s\nevents of the conversations still live:\n%s\nmonitor events:\n%s",
+				time.Since(s.began).Round(time.Second), s.dumpLive(200), s.dumpSessions(), log.String(), s.lostEmits(),
+				strings.Join(s.rows(`SELECT e.id, e.conversation_id, e.task_id, e.name, e.idempotency_key, e.emitted_at, e.delivered_to, e.delivered_at
+					FROM {s}.events e WHERE e.conversation_id IN (SELECT conversation_id FROM {s}.tasks
+						WHERE status IN ('pending','running','waiting','sleeping','completing'))
+					ORDER BY e.id LIMIT 200`), "\n"),
+				s.cluster.events())
 		}
 		if n := s.runs(); n != last {
 			last, since, told = n, time.Now(), false
 		} else if !told && time.Since(since) > 5*time.Second {
 			told = true
-			s.t.Logf("no handler call for 5 s with tasks live:\n%s\nrunner sessions:\n%s", s.dumpLive(), s.dumpSessions())
+			s.t.Logf("no handler call for 5 s with tasks live:\n%s\nrunner sessions:\n%s", s.dumpLive(40), s.dumpSessions())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// lostEmits names the acknowledged approvals whose event is not in the
+// database: an Emit that returned its event, which the failover then
+// lost. Empty when every one is there.
+func (s *scenario) lostEmits() string {
+	s.ackMu.Lock()
+	ids := slices.Sorted(maps.Keys(s.acked))
+	acked := maps.Clone(s.acked)
+	s.ackMu.Unlock()
+	var found []int64
+	s.retry("acknowledged events", func(ctx context.Context) error {
+		rows, err := s.pool.Query(ctx, s.q(`SELECT id FROM {s}.events WHERE id = ANY($1)`), ids)
+		if err != nil {
+			return err
+		}
+		found, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	})
+	var lost []string
+	for _, id := range ids {
+		if !slices.Contains(found, id) {
+			lost = append(lost, fmt.Sprintf("event %d (%s)", id, acked[id]))
+		}
+	}
+	if len(lost) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d acknowledged approvals are not in the database: %s", len(lost), len(ids), strings.Join(lost, ", "))
 }
 
 // dumpSessions describes the runners' sessions that are not idle.
@@ -574,11 +645,11 @@ func (s *scenario) dumpSessions() string {
 }
 
 // dumpLive describes the live tasks and their conversations' holders.
-func (s *scenario) dumpLive() string {
+func (s *scenario) dumpLive(limit int) string {
 	return strings.Join(s.rows(`SELECT t.id, t.conversation_id, t.kind, t.status, t.phase, t.attempt,
 			coalesce(t.token, 0) AS token, coalesce(c.holder, '') AS holder, c.epoch, c.lease_expires_at
 		FROM {s}.tasks t JOIN {s}.conversation_leases c ON c.id = t.conversation_id
-		WHERE t.status IN ('pending','running','waiting','sleeping','completing') ORDER BY t.id LIMIT 40`), "\n") +
+		WHERE t.status IN ('pending','running','waiting','sleeping','completing') ORDER BY t.id LIMIT `+strconv.Itoa(limit)), "\n") +
 		"\nwake jobs of sleeping tasks:\n" + strings.Join(s.rows(`SELECT j.id, (j.args->>'task_id')::bigint AS task_id, j.state::text AS state,
 			j.attempt, j.attempted_at, j.scheduled_at, j.attempted_by
 		FROM {s}.river_job j JOIN {s}.tasks t ON t.id = (j.args->>'task_id')::bigint
@@ -591,7 +662,7 @@ func (s *scenario) dumpTables() {
 	if os.Getenv(envKeepLogs) == "" {
 		return
 	}
-	for _, table := range []string{"run_log", "side_effects", "chaos_faults", "chaos_audit", "tasks", "conversations", "river_job"} {
+	for _, table := range []string{"run_log", "side_effects", "chaos_faults", "chaos_audit", "tasks", "conversations", "events", "river_job"} {
 		f, err := os.Create(filepath.Join(s.logDir, table+".csv"))
 		require.NoError(s.t, err)
 		s.retry("dump "+table, func(ctx context.Context) error {

@@ -38,8 +38,11 @@ func TestSwitchover(t *testing.T) {
 			at := time.Now()
 			go func() {
 				// It waits for the switchover's end, which run waits for on
-				// the monitor.
-				s.cluster.do("switchover")
+				// the monitor. Off the test's goroutine, it reports with
+				// Errorf, never FailNow.
+				if err := s.cluster.switchover(); err != nil {
+					s.t.Errorf("%v", err)
+				}
 			}()
 			return at
 		},

@@ -51,6 +51,7 @@ func (s *scenario) verify() figures {
 	t.Helper()
 	s.importLogs()
 	s.dumpTables()
+	require.Empty(t, s.lostEmits(), "every emit acknowledged is in the database")
 	require.Zero(t, s.live(), "every task settled")
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
