@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
@@ -224,9 +225,38 @@ func TestGuardRefusesForgedLeases(t *testing.T) {
 		requireGuard(t, err, "a conversation inserted born "+at)
 	}
 	require.Equal(t, before, b.snapshot(t), "nothing written")
-	// The engine's own take-over passes: epoch + 1 with a new holder.
-	_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`WITH h AS (INSERT INTO %[1]s.holders (name, expires_at) VALUES ('other', now() + interval '1 minute') RETURNING id)
-		UPDATE %[1]s.conversations SET holder = 'other', holder_id = (SELECT id FROM h), epoch = epoch + 1 WHERE id = $1`, b.schema), b.conv)
+	// Migration 029 (issue 24): the lease changes hands only as arbor's
+	// paths change it. Taken by hand from the live holder, or released by
+	// hand with a task running, another node could claim a task whose run
+	// the live holder's handler is still making.
+	takeOver := fmt.Sprintf(`WITH h AS (INSERT INTO %[1]s.holders (name, expires_at) VALUES ('other', now() + interval '1 minute') RETURNING id)
+		UPDATE %[1]s.conversations SET holder = 'other', holder_id = (SELECT id FROM h), epoch = epoch + 1 WHERE id = $1`, b.schema)
+	_, err = b.pool.Exec(b.ctx, takeOver, b.conv)
+	requireGuard(t, err, "a conversation taken from its live holder")
+	turn := b.start(t, b.root(t, "turn").ID)
+	before = b.snapshot(t)
+	_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`UPDATE %s.conversations SET holder = NULL, holder_id = NULL WHERE id = $1`, b.schema), b.conv)
+	requireGuard(t, err, "a conversation released with a task running")
+	require.Equal(t, before, b.snapshot(t), "nothing written")
+	// The engine's own take-over passes: epoch + 1 with a new holder, once
+	// the holder's row has expired (written with the triggers off: the
+	// holders' guard never brings a deadline back); and a release with
+	// nothing running. (The engine's take-over recovers the runs in the
+	// same transaction; the run here ends first, so that the hand-written
+	// one leaves nothing to recover.)
+	_, err = b.engine.Complete(b.ctx, turn.ID, turn.Token, nil)
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(b.ctx, fmt.Sprintf(`UPDATE %[1]s.holders SET expires_at = now() - interval '1 second'
+			WHERE id = (SELECT holder_id FROM %[1]s.conversations WHERE id = $1)`, b.schema), b.conv)
+		return err
+	}))
+	_, err = b.pool.Exec(b.ctx, takeOver, b.conv)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, fmt.Sprintf(`UPDATE %s.conversations SET holder = NULL, holder_id = NULL WHERE id = $1`, b.schema), b.conv)
 	require.NoError(t, err)
 	_, err = b.engine.AbortConversation(b.ctx, b.conv)
 	require.NoError(t, err)
