@@ -11,8 +11,9 @@
 -- Either by hand would let another node claim a task whose run the live
 -- holder's handler is still making: two calls of the task at once.
 -- Checked after the row is written, as the conversation guard is, and
--- only when the holder row changes. now() is the transaction's start, as
--- in the statements it checks.
+-- only when a holder gives way (the WHEN clause, evaluated without calling
+-- the function: a conversation's first open, from none, costs nothing).
+-- now() is the transaction's start, as in the statements it checks.
 CREATE FUNCTION {schema}.conversation_handover_guard() RETURNS trigger
 LANGUAGE plpgsql AS $guard$
 BEGIN
@@ -21,8 +22,7 @@ BEGIN
             RAISE EXCEPTION 'arbor: conversation %: released with a task running (a release recovers its holder''s runs first)', NEW.id
                 USING ERRCODE = 'AB007';
         END IF;
-    ELSIF OLD.holder_id IS NOT NULL
-        AND EXISTS (SELECT 1 FROM {schema}.holders h WHERE h.id = OLD.holder_id AND h.expires_at >= now()) THEN
+    ELSIF EXISTS (SELECT 1 FROM {schema}.holders h WHERE h.id = OLD.holder_id AND h.expires_at >= now()) THEN
         RAISE EXCEPTION 'arbor: conversation %: taken from %, whose lease is live', NEW.id, OLD.holder
             USING ERRCODE = 'AB007';
     END IF;
@@ -32,5 +32,5 @@ $guard$;
 
 CREATE TRIGGER "Arbor_conversation_handover_guard"
     AFTER UPDATE OF holder_id ON {schema}.conversations
-    FOR EACH ROW WHEN (OLD.holder_id IS DISTINCT FROM NEW.holder_id)
+    FOR EACH ROW WHEN (OLD.holder_id IS NOT NULL AND OLD.holder_id IS DISTINCT FROM NEW.holder_id)
     EXECUTE FUNCTION {schema}.conversation_handover_guard();
