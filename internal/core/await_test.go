@@ -320,3 +320,36 @@ func TestAwaitTokenForms(t *testing.T) {
 	_, _, err = a.engine.EmitToken(a.ctx, "awt_forged", nil)
 	require.ErrorIs(t, err, tasks.ErrNotFound)
 }
+
+// TestDeliveryIsStampedAfterItsEmission: an await whose transaction began
+// before the emit's, and reached the conversation's lock after the emit
+// committed, takes the event stamped no earlier than its emission. Both
+// stamps are their transactions' starts; the delivery's was the earlier
+// one (a flush under load in a failover test: delivered 0.4 ms before it
+// was emitted, which the checker's invariant 11 reports).
+func TestDeliveryIsStampedAfterItsEmission(t *testing.T) {
+	t.Parallel()
+	a := setupAwait(t)
+	tx, err := a.pool.Begin(a.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(a.ctx) }()
+	var began time.Time
+	require.NoError(t, tx.QueryRow(a.ctx, `SELECT now()`).Scan(&began))
+	// The emit's transaction starts later, by the server's clock.
+	require.Eventually(t, func() bool {
+		var now time.Time
+		require.NoError(t, a.pool.QueryRow(a.ctx, `SELECT now()`).Scan(&now))
+		return now.After(began)
+	}, 10*time.Second, time.Millisecond)
+	ev, _, err := a.engine.Emit(a.ctx, tasks.EmitParams{ConversationID: a.conv, Name: "approval", Payload: json.RawMessage(`true`)})
+	require.NoError(t, err)
+	require.True(t, ev.EmittedAt.After(began))
+	res, err := a.engine.C.AwaitEvent(a.ctx, tx, a.turn.ID, a.turn.Token, core.AwaitParams{Name: "approval"})
+	require.NoError(t, err)
+	require.True(t, res.Woken, "the await took the event emitted before it")
+	require.NoError(t, tx.Commit(a.ctx))
+	var emitted, delivered time.Time
+	require.NoError(t, a.pool.QueryRow(a.ctx, `SELECT emitted_at, delivered_at FROM `+a.schema+`.events WHERE id = $1`, ev.ID).Scan(&emitted, &delivered))
+	require.False(t, delivered.Before(emitted), "delivered %s, emitted %s", delivered, emitted)
+	// The cleanup's checker agrees (invariant 11).
+}

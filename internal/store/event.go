@@ -62,7 +62,7 @@ var (
 	qUndeliveredFor = define(`SELECT ` + eventColumns + ` FROM {schema}.events
 		WHERE conversation_id = $1 AND name = $2 AND delivered_to IS NULL AND (task_id = $3 OR task_id IS NULL)
 		ORDER BY (task_id IS NULL), id LIMIT 1 FOR UPDATE`)
-	qMarkDelivered = define(`UPDATE {schema}.events SET delivered_to = $2, delivered_at = now()
+	qMarkDelivered = define(`UPDATE {schema}.events SET delivered_to = $2, delivered_at = greatest(now(), emitted_at)
 		WHERE id = $1 AND conversation_id = $3 AND delivered_to IS NULL`)
 	// The oldest task of the conversation awaiting $2 (for an event
 	// addressed to the conversation).
