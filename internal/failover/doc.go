@@ -16,7 +16,11 @@
 // version) held to what a failover must give: nothing lost, no two calls
 // of a task at once, no stale write, no task failed, no restart counted
 // (every task's attempt stays 0), no follower left hanging, every sleep
-// woken, and the invariant checker clean. The figures the tests log —
+// woken, every approval an Emit acknowledged in the database, and the
+// invariant checker clean. A scenario starts only once the primary's
+// commits wait for a synchronous standby (cluster.healthy): what a
+// failover may lose under asynchronous replication is the cluster's
+// loss, not arbor's, and the acknowledged emits tell the two apart. The figures the tests log —
 // the time from the fault to the first task completed on the new primary
 // and to every conversation settled, a client's longest call, the
 // followers' lag — are docs/operations.md's "High availability".
