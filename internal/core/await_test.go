@@ -336,10 +336,11 @@ func TestDeliveryIsStampedAfterItsEmission(t *testing.T) {
 	var began time.Time
 	require.NoError(t, tx.QueryRow(a.ctx, `SELECT now()`).Scan(&began))
 	// The emit's transaction starts later, by the server's clock.
+	// (The condition runs on a goroutine of Eventually's: it reports, it
+	// does not FailNow.)
 	require.Eventually(t, func() bool {
 		var now time.Time
-		require.NoError(t, a.pool.QueryRow(a.ctx, `SELECT now()`).Scan(&now))
-		return now.After(began)
+		return a.pool.QueryRow(a.ctx, `SELECT now()`).Scan(&now) == nil && now.After(began)
 	}, 10*time.Second, time.Millisecond)
 	ev, _, err := a.engine.Emit(a.ctx, tasks.EmitParams{ConversationID: a.conv, Name: "approval", Payload: json.RawMessage(`true`)})
 	require.NoError(t, err)
