@@ -4,12 +4,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/guardhistory"
 )
 
 // design is docs/design.md §2 written out by hand, row by row, so that a change to
@@ -75,19 +77,27 @@ func TestSettledHasNoEdges(t *testing.T) {
 }
 
 // TestGeneratedFilesUpToDate fails when fsm.go changed and `go generate
-// ./fsm` was not run: the docs diagram and the database guard must be the
-// table's own.
+// ./fsm` was not run: the docs diagram, the database guard and its history
+// must be the table's own.
 func TestGeneratedFilesUpToDate(t *testing.T) {
 	t.Parallel()
-	previous, err := os.ReadFile(filepath.Join("..", "migrations", "sql", fsm.PreviousGuard+".up.sql"))
+	guards := filepath.Join("..", "migrations", "guard")
+	version, err := strconv.Atoi(fsm.GuardMigration[:3])
 	require.NoError(t, err)
-	for path, want := range map[string]string{
-		filepath.Join("..", "docs", "state-machine.md"):                          fsm.Mermaid(),
-		filepath.Join("..", "migrations", "sql", fsm.GuardMigration+".up.sql"):   fsm.GuardSQL(),
-		filepath.Join("..", "migrations", "sql", fsm.GuardMigration+".down.sql"): fsm.GuardDownSQL(string(previous)),
-	} {
+	want, err := guardhistory.Regenerate(guards, version, fsm.GuardSQL())
+	require.NoError(t, err)
+	held, err := filepath.Glob(filepath.Join(guards, "*"))
+	require.NoError(t, err)
+	for _, path := range held {
+		_, ok := want[path]
+		require.True(t, ok, "%s is stale: run go generate ./fsm", path)
+	}
+	want[filepath.Join("..", "docs", "state-machine.md")] = fsm.Mermaid()
+	want[filepath.Join("..", "migrations", "sql", fsm.GuardMigration+".up.sql")] = fsm.GuardUpSQL()
+	want[filepath.Join("..", "migrations", "sql", fsm.GuardMigration+".down.sql")] = fsm.GuardDownSQL()
+	for path, content := range want {
 		got, err := os.ReadFile(path)
 		require.NoError(t, err)
-		require.Equal(t, want, string(got), "%s is out of date: run go generate ./fsm", path)
+		require.Equal(t, content, string(got), "%s is out of date: run go generate ./fsm", path)
 	}
 }

@@ -16,11 +16,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/guardhistory"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-//go:embed sql/*.sql
+//go:embed sql/*.sql guard/*
 var files embed.FS
 
 // SchemaDefault is the schema arbor uses when none is given.
@@ -53,6 +54,12 @@ func mustLoad() []Migration {
 	if err != nil {
 		panic(err)
 	}
+	// A guard migration names the generated guard it applies by version
+	// (guardhistory.Directive), and the text is rebuilt from guard/.
+	guards, err := guardhistory.Load(files, "guard")
+	if err != nil {
+		panic(err)
+	}
 	byVersion := map[int]*Migration{}
 	for _, e := range entries {
 		m := nameRE.FindStringSubmatch(e.Name())
@@ -60,9 +67,13 @@ func mustLoad() []Migration {
 			panic("migrations: badly named file " + e.Name())
 		}
 		v, _ := strconv.Atoi(m[1])
-		body, err := files.ReadFile("sql/" + e.Name())
+		raw, err := files.ReadFile("sql/" + e.Name())
 		if err != nil {
 			panic(err)
+		}
+		body, err := guardhistory.Expand(string(raw), guards)
+		if err != nil {
+			panic("migrations: " + e.Name() + ": " + err.Error())
 		}
 		mig := byVersion[v]
 		if mig == nil {

@@ -1,0 +1,62 @@
+package guardhistory_test
+
+import (
+	"testing"
+	"testing/fstest"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/internal/guardhistory"
+)
+
+func fsOf(files map[string]string) fstest.MapFS {
+	m := fstest.MapFS{}
+	for name, content := range files {
+		m["guard/"+name] = &fstest.MapFile{Data: []byte(content)}
+	}
+	return m
+}
+
+// TestFilesThenLoadGivesEveryVersion: the newest kept whole, the older ones
+// as patches, and every version read back exactly.
+func TestFilesThenLoadGivesEveryVersion(t *testing.T) {
+	t.Parallel()
+	texts := map[int]string{
+		5:  "create a;\ncheck x;\n",
+		8:  "create a;\ncheck x;\ncheck y;\n",
+		11: "create a;\ncheck y;\ncheck z;\n",
+	}
+	files, err := guardhistory.Files(texts)
+	require.NoError(t, err)
+	require.Equal(t, texts[11], files["011.sql"])
+	require.Contains(t, files, "005.patch")
+	require.Contains(t, files, "008.patch")
+	require.Len(t, files, 3)
+	got, err := guardhistory.Load(fsOf(files), "guard")
+	require.NoError(t, err)
+	require.Equal(t, texts, got)
+
+	sql, err := guardhistory.Expand("BEGIN;\n-- arbor:guard 008\nCOMMIT;\n", got)
+	require.NoError(t, err)
+	require.Equal(t, "BEGIN;\n"+texts[8]+"COMMIT;\n", sql)
+	_, err = guardhistory.Expand("-- arbor:guard 009\n", got)
+	require.ErrorContains(t, err, "no such guard version: -- arbor:guard 009")
+}
+
+// TestLoadRefusesABrokenHistory: a history that cannot give each version
+// exactly is an error, never a guess.
+func TestLoadRefusesABrokenHistory(t *testing.T) {
+	t.Parallel()
+	files, err := guardhistory.Files(map[int]string{5: "a\nb\n", 8: "a\nc\n"})
+	require.NoError(t, err)
+	for name, broken := range map[string]map[string]string{
+		"two whole guards":   {"005.sql": "a\nb\n", "008.sql": "a\nc\n"},
+		"no whole guard":     {"005.patch": files["005.patch"]},
+		"a patch newer":      {"005.sql": "a\nb\n", "008.patch": files["005.patch"]},
+		"a foreign file":     {"008.sql": "a\nc\n", "notes.txt": "x\n"},
+		"the newest changed": {"008.sql": "a\nC\n", "005.patch": files["005.patch"]},
+	} {
+		_, err := guardhistory.Load(fsOf(broken), "guard")
+		require.Error(t, err, name)
+	}
+}
