@@ -2,6 +2,7 @@ package fsm_test
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -81,20 +82,33 @@ func TestSettledHasNoEdges(t *testing.T) {
 // must be the table's own.
 func TestGeneratedFilesUpToDate(t *testing.T) {
 	t.Parallel()
-	guards := filepath.Join("..", "migrations", "guard")
-	version, err := strconv.Atoi(fsm.GuardMigration[:3])
-	require.NoError(t, err)
-	want, err := guardhistory.Regenerate(guards, version, fsm.GuardSQL())
-	require.NoError(t, err)
-	held, err := filepath.Glob(filepath.Join(guards, "*"))
-	require.NoError(t, err)
-	for _, path := range held {
-		_, ok := want[path]
-		require.True(t, ok, "%s is stale: run go generate ./fsm", path)
+	want := map[string]string{filepath.Join("..", "docs", "state-machine.md"): fsm.Mermaid()}
+	sql := filepath.Join("..", "migrations", "sql")
+	for _, h := range []struct {
+		dir, migration, text string
+	}{
+		{"guard", fsm.GuardMigration, fsm.GuardSQL()},
+		{"records", fsm.RecordMigration, fsm.RecordGuardSQL()},
+	} {
+		dir := filepath.Join("..", "migrations", h.dir)
+		version, err := strconv.Atoi(h.migration[:3])
+		require.NoError(t, err)
+		history, err := guardhistory.Regenerate(dir, version, h.text)
+		require.NoError(t, err)
+		held, err := filepath.Glob(filepath.Join(dir, "*"))
+		require.NoError(t, err)
+		for _, path := range held {
+			_, ok := history[path]
+			require.True(t, ok, "%s is stale: run go generate ./fsm", path)
+		}
+		maps.Copy(want, history)
 	}
-	want[filepath.Join("..", "docs", "state-machine.md")] = fsm.Mermaid()
-	want[filepath.Join("..", "migrations", "sql", fsm.GuardMigration+".up.sql")] = fsm.GuardUpSQL()
-	want[filepath.Join("..", "migrations", "sql", fsm.GuardMigration+".down.sql")] = fsm.GuardDownSQL()
+	want[filepath.Join(sql, fsm.GuardMigration+".up.sql")] = fsm.GuardUpSQL()
+	want[filepath.Join(sql, fsm.GuardMigration+".down.sql")] = fsm.GuardDownSQL()
+	want[filepath.Join(sql, fsm.RecordMigration+".up.sql")] = fsm.RecordUpSQL()
+	if fsm.PreviousRecords != "" {
+		want[filepath.Join(sql, fsm.RecordMigration+".down.sql")] = fsm.RecordDownSQL()
+	}
 	for path, content := range want {
 		got, err := os.ReadFile(path)
 		require.NoError(t, err)

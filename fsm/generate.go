@@ -66,6 +66,38 @@ func Mermaid() string {
 	b.WriteString("epoch 0, stamped now by the database; its epoch moves only by one, with a new holder, and its holder\n")
 	b.WriteString("changes only so (or to none); a conversation is deleted only by the prune, with no task left and no\n")
 	b.WriteString("live holder.\n")
+	b.WriteString("\n## The other tables: arbor's records\n\n")
+	b.WriteString("Generated from `fsm/records.go` into the record guards (`migrations/records/`). A new row must\n")
+	b.WriteString("take one of the insert forms; a column changes only by its rule; any other change, a\n")
+	b.WriteString("delete off its path (the prune's, unless the table says otherwise) and a TRUNCATE are refused.\n\n")
+	b.WriteString("| table | inserted as | never changes | changes only | deleted |\n|---|---|---|---|---|\n")
+	for _, t := range RecordRules() {
+		var forms, changes []string
+		for _, f := range t.Insert {
+			forms = append(forms, f.Why)
+		}
+		if len(forms) == 0 {
+			forms = append(forms, t.FreeWhy)
+		}
+		fixed := "`" + strings.Join(t.Fixed, "`, `") + "`"
+		if t.AppendOnly {
+			fixed = "any column (append-only)"
+		}
+		for _, c := range t.Changes {
+			changes = append(changes, "`"+strings.Join(c.Columns, "`, `")+"`: "+c.Why)
+		}
+		if len(changes) == 0 {
+			changes = append(changes, "—")
+		}
+		deleted := "by the prune"
+		if t.Delete != nil {
+			deleted = t.Delete.Why
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", t.Table, strings.Join(forms, "; or "), fixed, strings.Join(changes, "; "), deleted)
+	}
+	b.WriteString("\nThe log's entries and the budgets' sums are also checked across rows, by hand-written\n")
+	b.WriteString("triggers: an entry must name what its task or event is (migration 028), and a budget's\n")
+	b.WriteString("spent and reserved must be its reservations' sums at commit (migration 021).\n")
 	return b.String()
 }
 

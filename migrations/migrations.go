@@ -21,7 +21,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-//go:embed sql/*.sql guard/*
+//go:embed sql/*.sql guard/* records/*
 var files embed.FS
 
 // SchemaDefault is the schema arbor uses when none is given.
@@ -55,10 +55,15 @@ func mustLoad() []Migration {
 		panic(err)
 	}
 	// A guard migration names the generated guard it applies by version
-	// (guardhistory.Directive), and the text is rebuilt from guard/.
-	guards, err := guardhistory.Load(files, "guard")
-	if err != nil {
-		panic(err)
+	// (guardhistory.Directive), and the text is rebuilt from guard/ or
+	// records/.
+	histories := map[string]map[int]string{}
+	for _, name := range []string{"guard", "records"} {
+		h, err := guardhistory.Load(files, name)
+		if err != nil {
+			panic(err)
+		}
+		histories[name] = h
 	}
 	byVersion := map[int]*Migration{}
 	for _, e := range entries {
@@ -71,7 +76,7 @@ func mustLoad() []Migration {
 		if err != nil {
 			panic(err)
 		}
-		body, err := guardhistory.Expand(string(raw), guards)
+		body, err := guardhistory.Expand(string(raw), histories)
 		if err != nil {
 			panic("migrations: " + e.Name() + ": " + err.Error())
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/migrations"
 )
@@ -248,4 +249,40 @@ func TestErrorsWrapASentinel(t *testing.T) {
 	v, err := m.Version(ctx)
 	require.NoError(t, err)
 	require.Zero(t, v)
+}
+
+// TestRecordRulesCoverEveryColumn: every column of each table of records
+// is under a rule of fsm.RecordRules (fixed, changed only so, or free with
+// why), so a column added without one fails here, not in production.
+func TestRecordRulesCoverEveryColumn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.NewPool(t)
+	schema := testdb.Name("arbor_records")
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`) })
+	m, err := migrations.New(pool, schema, nil)
+	require.NoError(t, err)
+	_, err = m.Up(ctx)
+	require.NoError(t, err)
+	for _, r := range fsm.RecordRules() {
+		var columns []string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT array_agg(attname::text ORDER BY attnum) FROM pg_attribute
+			WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`,
+			pgx.Identifier{schema, r.Table}.Sanitize()).Scan(&columns))
+		ruled := map[string]bool{}
+		for _, c := range append(r.Fixed, r.Free...) {
+			ruled[c] = true
+		}
+		for _, ch := range r.Changes {
+			for _, c := range ch.Columns {
+				ruled[c] = true
+			}
+		}
+		for _, c := range columns {
+			require.True(t, ruled[c], "%s.%s is under no rule of fsm.RecordRules", r.Table, c)
+		}
+		for c := range ruled {
+			require.Contains(t, columns, c, "fsm.RecordRules names %s.%s, which the table does not have", r.Table, c)
+		}
+	}
 }

@@ -1,14 +1,18 @@
-// Package guardhistory keeps every version of arbor's generated guard (the
-// task and conversation triggers of fsm.GuardSQL) without copying it: the
-// newest whole, as `go generate ./fsm` writes it, and each older version as
-// the difference that turns the next newer one back into it.
+// Package guardhistory keeps every version of arbor's generated guards
+// without copying them: the newest whole, as `go generate ./fsm` writes it,
+// and each older version as the difference that turns the next newer one
+// back into it. There are two histories: "guard", the tasks' and
+// conversations' guard (fsm.GuardSQL), in migrations/guard/, and
+// "records", the record guards (fsm.RecordGuardSQL), in
+// migrations/records/.
 //
-// The files live in migrations/guard/: NNN.sql, the guard migration NNN
-// applies, for the newest; NNN.patch for each older one (unified hunks,
-// internal/linediff). A migration names the guard it applies by a line of
-// its own, `-- arbor:guard NNN` (Directive), which the migrator replaces by
-// that version's text. A guard migration's up file is that line; its down
-// file drops what the guard added and names the previous version.
+// In each folder, NNN.sql is the version migration NNN applies, for the
+// newest; NNN.patch each older one (unified hunks, internal/linediff). A
+// migration names the version it applies by a line of its own,
+// `-- arbor:guard NNN` or `-- arbor:records NNN` (Directive), which the
+// migrator replaces by that version's text. A guard migration's up file is
+// that line; its down file drops what the guard added and names the
+// previous version.
 //
 // Migrations stay immutable: a version's text is rebuilt by exact patches
 // only (a context line that does not match is an error), and the migrations
@@ -32,10 +36,11 @@ import (
 	"github.com/arborhq/arbor/internal/linediff"
 )
 
-// Directive is the line a migration file names a guard version by: the
-// migrator replaces the whole line (with its newline) by that version's
-// text.
-var Directive = regexp.MustCompile(`(?m)^-- arbor:guard ([0-9]{3})\n`)
+// Directive is the line a migration file names a version of a history by
+// ("guard", the tasks' and conversations' guard; "records", the record
+// guards): the migrator replaces the whole line (with its newline) by that
+// version's text.
+var Directive = regexp.MustCompile(`(?m)^-- arbor:(guard|records) ([0-9]{3})\n`)
 
 var fileRE = regexp.MustCompile(`^([0-9]{3})\.(sql|patch)$`)
 
@@ -113,20 +118,21 @@ func Files(texts map[int]string) (map[string]string, error) {
 	return files, nil
 }
 
-// Expand replaces each Directive line of a migration's text by the guard
-// version it names.
-func Expand(sql string, texts map[int]string) (string, error) {
+// Expand replaces each Directive line of a migration's text by the version
+// it names, of the histories by name.
+func Expand(sql string, histories map[string]map[int]string) (string, error) {
 	var missing []string
 	out := Directive.ReplaceAllStringFunc(sql, func(line string) string {
-		v, _ := strconv.Atoi(Directive.FindStringSubmatch(line)[1])
-		text, ok := texts[v]
+		m := Directive.FindStringSubmatch(line)
+		v, _ := strconv.Atoi(m[2])
+		text, ok := histories[m[1]][v]
 		if !ok {
 			missing = append(missing, strings.TrimSpace(line))
 		}
 		return text
 	})
 	if len(missing) > 0 {
-		return "", fmt.Errorf("guardhistory: no such guard version: %s", strings.Join(missing, ", "))
+		return "", fmt.Errorf("guardhistory: no such version: %s", strings.Join(missing, ", "))
 	}
 	return out, nil
 }
@@ -135,9 +141,12 @@ func Expand(sql string, texts map[int]string) (string, error) {
 // newest's guard is text (the newest so far, or a new one): by path, every
 // file of dir. What dir holds and this does not is stale.
 func Regenerate(dir string, newest int, text string) (map[string]string, error) {
-	texts, err := Load(os.DirFS(dir), ".")
-	if err != nil {
-		return nil, err
+	texts := map[int]string{}
+	if held, err := os.ReadDir(dir); err != nil || len(held) > 0 {
+		// An empty or missing folder is a history not begun yet.
+		if texts, err = Load(os.DirFS(dir), "."); err != nil {
+			return nil, err
+		}
 	}
 	for v := range texts {
 		if v > newest {

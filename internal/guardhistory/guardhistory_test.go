@@ -36,11 +36,14 @@ func TestFilesThenLoadGivesEveryVersion(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, texts, got)
 
-	sql, err := guardhistory.Expand("BEGIN;\n-- arbor:guard 008\nCOMMIT;\n", got)
+	histories := map[string]map[int]string{"guard": got, "records": {3: "create r;\n"}}
+	sql, err := guardhistory.Expand("BEGIN;\n-- arbor:guard 008\n-- arbor:records 003\nCOMMIT;\n", histories)
 	require.NoError(t, err)
-	require.Equal(t, "BEGIN;\n"+texts[8]+"COMMIT;\n", sql)
-	_, err = guardhistory.Expand("-- arbor:guard 009\n", got)
-	require.ErrorContains(t, err, "no such guard version: -- arbor:guard 009")
+	require.Equal(t, "BEGIN;\n"+texts[8]+"create r;\nCOMMIT;\n", sql)
+	_, err = guardhistory.Expand("-- arbor:guard 009\n", histories)
+	require.ErrorContains(t, err, "no such version: -- arbor:guard 009")
+	_, err = guardhistory.Expand("-- arbor:records 008\n", histories)
+	require.ErrorContains(t, err, "no such version: -- arbor:records 008")
 }
 
 // TestLoadRefusesABrokenHistory: a history that cannot give each version

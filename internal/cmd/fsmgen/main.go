@@ -1,13 +1,16 @@
-// Command fsmgen writes the files generated from fsm's transition table and
-// column rules: docs/state-machine.md, the latest guard whole in
-// migrations/guard/ with the older ones as patches on it
-// (internal/guardhistory), and the latest guard migration's two files
-// (migrations/sql/<fsm.GuardMigration>.up.sql and .down.sql). Run it with
-// `go generate ./fsm` from the repository root.
+// Command fsmgen writes the files generated from fsm's transition table,
+// column rules and record rules: docs/state-machine.md; the latest guard
+// whole in migrations/guard/ and the latest record guards in
+// migrations/records/, the older versions of each as patches on it
+// (internal/guardhistory); and the two files of each one's latest
+// migration (fsm.GuardMigration, fsm.RecordMigration; a down file written
+// by hand is left alone). Run it with `go generate ./fsm` from the
+// repository root.
 package main
 
 import (
 	"log"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,28 +26,44 @@ func main() {
 		root = "."
 	}
 	sql := filepath.Join(root, "migrations", "sql")
-	guards := filepath.Join(root, "migrations", "guard")
-	version, err := strconv.Atoi(fsm.GuardMigration[:3])
-	if err != nil {
-		log.Fatal(err)
+	files := map[string]string{filepath.Join(root, "docs", "state-machine.md"): fsm.Mermaid()}
+	var stale []string
+	for _, h := range []struct {
+		dir, migration, up, down string
+	}{
+		{"guard", fsm.GuardMigration, fsm.GuardUpSQL(), fsm.GuardDownSQL()},
+		{"records", fsm.RecordMigration, fsm.RecordUpSQL(), recordDown()},
+	} {
+		dir := filepath.Join(root, "migrations", h.dir)
+		version, err := strconv.Atoi(h.migration[:3])
+		if err != nil {
+			log.Fatal(err)
+		}
+		text := fsm.GuardSQL()
+		if h.dir == "records" {
+			text = fsm.RecordGuardSQL()
+		}
+		history, err := guardhistory.Regenerate(dir, version, text)
+		if err != nil {
+			log.Fatal(err)
+		}
+		held, err := filepath.Glob(filepath.Join(dir, "*"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		stale = append(stale, held...)
+		maps.Copy(files, history)
+		files[filepath.Join(sql, h.migration+".up.sql")] = h.up
+		if h.down != "" {
+			files[filepath.Join(sql, h.migration+".down.sql")] = h.down
+		}
 	}
-	files, err := guardhistory.Regenerate(guards, version, fsm.GuardSQL())
-	if err != nil {
-		log.Fatal(err)
-	}
-	stale, err := filepath.Glob(filepath.Join(guards, "*"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	files[filepath.Join(root, "docs", "state-machine.md")] = fsm.Mermaid()
-	files[filepath.Join(sql, fsm.GuardMigration+".up.sql")] = fsm.GuardUpSQL()
-	files[filepath.Join(sql, fsm.GuardMigration+".down.sql")] = fsm.GuardDownSQL()
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			log.Fatal(err)
 		}
 	}
-	// The guard that was the newest is now a patch: its whole file goes.
+	// A version that was the newest is now a patch: its whole file goes.
 	for _, path := range stale {
 		if _, ok := files[path]; !ok {
 			if err := os.Remove(path); err != nil {
@@ -52,4 +71,13 @@ func main() {
 			}
 		}
 	}
+}
+
+// recordDown is the record migration's down file when the guards it
+// replaces were generated; "" (the file is written by hand) when not.
+func recordDown() string {
+	if fsm.PreviousRecords == "" {
+		return ""
+	}
+	return fsm.RecordDownSQL()
 }

@@ -1,0 +1,1 @@
+-- arbor:records 031
