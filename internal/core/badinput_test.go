@@ -2,15 +2,19 @@ package core_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/internal/testdb"
@@ -87,6 +91,21 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	_, err = eng.Cancel(ctx, settled.ID, nil)
 	require.NoError(t, err)
 	pending, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "tool", OwnerID: turn.ID, IdempotencyKey: "once"})
+	require.NoError(t, err)
+
+	// What the forgeries below change: an await in progress, an event, a
+	// budget and a node's holder row.
+	awaiter, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "approver", OwnerID: turn.ID})
+	require.NoError(t, err)
+	arun, err := eng.Start(ctx, awaiter.ID)
+	require.NoError(t, err)
+	_, err = eng.AwaitEvent(ctx, arun.ID, arun.Token, core.AwaitParams{Name: "approval", Timeout: time.Hour})
+	require.NoError(t, err)
+	note, _, err := eng.Emit(ctx, tasks.EmitParams{ConversationID: conv, Name: "note", Payload: []byte(`{"n": 1}`)})
+	require.NoError(t, err)
+	_, err = eng.SetBudget(ctx, tasks.BudgetParams{ConversationID: conv, Counter: "tokens", Max: 100})
+	require.NoError(t, err)
+	holder, err := eng.C.NewHolder(ctx, pool, "node-"+conv, time.Hour)
 	require.NoError(t, err)
 
 	create := func(p tasks.CreateParams) error {
@@ -226,6 +245,74 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		check(c.name)
 	}
 
+	// Forgeries by hand (issue 24): a statement written past the engine, by
+	// an application bug or a person at a SQL console, is refused by the
+	// database's guards with arbor's code (the engine reports each as
+	// ErrInvalidTransition; guardcodes_internal_test.go) and writes
+	// nothing. Each runs in a transaction of its own, so that the checks
+	// made at commit run too. The guard tests (guard_test.go,
+	// record_guard_test.go) try every rule; these are the issue's cases.
+	sql := func(statements ...string) func() error {
+		return func() error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				for _, st := range statements {
+					if strings.Contains(st, "%[1]s") {
+						st = fmt.Sprintf(st, schema)
+					}
+					if _, err := tx.Exec(ctx, st); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	}
+	forgeries := []struct {
+		name string
+		op   func() error
+		code string
+	}{
+		{"a DELETE of a settled task off the prune path", sql(fmt.Sprintf(`DELETE FROM %%[1]s.tasks WHERE id = %d`, settled.ID)), fsm.SQLStateDelete},
+		{"a DELETE under the old prune setting, which any role may set", sql(`SET LOCAL arbor.prune = 'on'`, fmt.Sprintf(`DELETE FROM %%[1]s.tasks WHERE id = %d`, settled.ID)), fsm.SQLStateDelete},
+		{"a TRUNCATE of the tasks", sql(`TRUNCATE %[1]s.tasks CASCADE`), fsm.SQLStateDelete},
+		{"an approval forged on an awaiting task, with no event", sql(fmt.Sprintf(`UPDATE %%[1]s.tasks SET status = 'pending',
+			delivered = '{"event_id": "%d", "payload": {"approved": true}}' WHERE id = %d`, note.ID, awaiter.ID)), fsm.SQLStateColumn},
+		{"a pending child inserted under a settled owner", sql(fmt.Sprintf(`INSERT INTO %%[1]s.tasks (conversation_id, owner_task_id, kind) VALUES (%s, %d, 'k')`,
+			quote(other), settled.ID)), fsm.SQLStateInvalidInsert},
+		{"a fresh task stamped in 2400", sql(fmt.Sprintf(`INSERT INTO %%[1]s.tasks (conversation_id, kind, created_at) VALUES (%s, 'k', '2400-01-01')`,
+			quote(conv))), fsm.SQLStateInvalidInsert},
+		{"a conversation's holder changed without its epoch", sql(fmt.Sprintf(`UPDATE %%[1]s.conversations SET holder = 'forged', holder_id = %d WHERE id = %s`,
+			holder, quote(conv))), fsm.SQLStateConversation},
+		{"an event's payload rewritten", sql(fmt.Sprintf(`UPDATE %%[1]s.events SET payload = '{"n": 2}' WHERE id = %d`, note.ID)), fsm.SQLStateRecord},
+		{"an event delivered by hand to a task that does not await it", sql(fmt.Sprintf(`UPDATE %%[1]s.events SET delivered_to = %d, delivered_at = now() WHERE id = %d`,
+			pending.ID, note.ID)), fsm.SQLStateRecord},
+		{"an event inserted delivered", sql(fmt.Sprintf(`INSERT INTO %%[1]s.events (conversation_id, name, delivered_to, delivered_at) VALUES (%s, 'approval', %d, now())`,
+			quote(conv), awaiter.ID)), fsm.SQLStateRecord},
+		{"an event deleted", sql(fmt.Sprintf(`DELETE FROM %%[1]s.events WHERE id = %d`, note.ID)), fsm.SQLStateDelete},
+		{"the events truncated", sql(`TRUNCATE %[1]s.events`), fsm.SQLStateDelete},
+		{"a log entry rewritten", sql(`UPDATE %[1]s.conversation_log SET status = 'completed' WHERE kind = 'status'`), fsm.SQLStateRecord},
+		{"a log entry deleted", sql(`DELETE FROM %[1]s.conversation_log`), fsm.SQLStateDelete},
+		{"a settle logged for a running task", sql(fmt.Sprintf(`INSERT INTO %%[1]s.conversation_log (conversation_id, task_id, kind, status) VALUES (%s, %d, 'status', 'completed')`,
+			quote(conv), turn.ID)), fsm.SQLStateRecord},
+		{"the log truncated", sql(`TRUNCATE %[1]s.conversation_log`), fsm.SQLStateDelete},
+		{"a budget's spend raised with no reservation", sql(`UPDATE %[1]s.budgets SET spent = spent + 5`), fsm.SQLStateRecord},
+		{"a budget moved to another counter", sql(`UPDATE %[1]s.budgets SET counter = 'other'`), fsm.SQLStateRecord},
+		{"spend carried outside the prune", sql(`UPDATE %[1]s.budgets SET carried = carried + 1`), fsm.SQLStateRecord},
+		{"a reservation made with no run", sql(fmt.Sprintf(`INSERT INTO %%[1]s.budget_reservations (conversation_id, task_id, counter, run_token, idempotency_key, amount)
+			VALUES (%s, %d, 'tokens', 1, 'forged', 5)`, quote(conv), pending.ID)), fsm.SQLStateRecord},
+		{"the budgets truncated", sql(`TRUNCATE %[1]s.budgets CASCADE`), fsm.SQLStateDelete},
+		{"a live holder's deadline brought back", sql(fmt.Sprintf(`UPDATE %%[1]s.holders SET expires_at = now(), renewed_at = now() WHERE id = %d`, holder)), fsm.SQLStateRecord},
+		{"a holder's lease set to 2400", sql(fmt.Sprintf(`UPDATE %%[1]s.holders SET expires_at = '2400-01-01', renewed_at = now() WHERE id = %d`, holder)), fsm.SQLStateRecord},
+	}
+	for _, f := range forgeries {
+		err := f.op()
+		var pgErr *pgconn.PgError
+		require.True(t, errors.As(err, &pgErr), "%s: want SQLSTATE %s, got %v", f.name, f.code, err)
+		require.Equal(t, f.code, pgErr.Code, "%s: %s", f.name, pgErr.Message)
+		require.True(t, strings.HasPrefix(pgErr.Message, "arbor: "), "%s: %s", f.name, pgErr.Message)
+		check(f.name)
+	}
+
 	// A backslash before u0000 is text jsonb stores: it is accepted.
 	doc, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "k", Input: []byte(`{"a": "\\u0000"}`)})
 	require.NoError(t, err)
@@ -255,3 +342,6 @@ func TestBadConfigIsRefused(t *testing.T) {
 	_, err := tasks.New(ctx, nil, nil)
 	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
 }
+
+// quote renders s as an SQL string literal.
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
