@@ -64,7 +64,8 @@ func Mermaid() string {
 	b.WriteString("when it is settled, nothing above it is live, and it is not the newest settled turn of a conversation\n")
 	b.WriteString("still in use (`fsm.DeleteRules`); the table is never truncated. A conversation is inserted free, at\n")
 	b.WriteString("epoch 0, stamped now by the database; its epoch moves only by one, with a new holder, and its holder\n")
-	b.WriteString("changes only so (or to none); a conversation is deleted only by the prune, with no task left and no\n")
+	b.WriteString("changes only so (or to none); a release leaves none of its tasks running, and a new holder takes it\n")
+	b.WriteString("only from none or from a holder whose lease expired; a conversation is deleted only by the prune, with no task left and no\n")
 	b.WriteString("live holder.\n")
 	b.WriteString("\n## The other tables: arbor's records\n\n")
 	b.WriteString("Generated from `fsm/records.go` into the record guards (`migrations/records/`). A new row must\n")
@@ -141,11 +142,11 @@ const (
 // previous one into a patch on it, and writes the migration's two files.
 // The older guards stay exactly as they were applied
 // (internal/guardhistory; migrations' pinned hashes).
-const GuardMigration = "026_conversation_stamp_guard"
+const GuardMigration = "032_conversation_handover_generated"
 
 // PreviousGuard is the migration whose guard GuardMigration replaces: its
 // down migration restores that one.
-const PreviousGuard = "022_guard_after_update"
+const PreviousGuard = "026_conversation_stamp_guard"
 
 // GuardUpSQL returns GuardMigration's up file: the line that names its
 // guard (GuardSQL, kept in migrations/guard/), which the migrator expands.
@@ -398,6 +399,44 @@ DROP TRIGGER IF EXISTS "Arbor_conversation_guard_update" ON {schema}.conversatio
 CREATE TRIGGER "Arbor_conversation_guard_update"
     AFTER UPDATE ON {schema}.conversations
     FOR EACH ROW EXECUTE FUNCTION {schema}.conversation_guard();
+
+-- A conversation's lease changes hands only as arbor's own paths change it
+-- (migration 029 first; part of the generated guard since 032):
+--   - a release (its holder to none) leaves none of its tasks running:
+--     every release of arbor's recovers the holder's runs first, in the
+--     same transaction (a Lease's Release, a runner's release at shutdown
+--     or for room, one by one), or frees only conversations with nothing
+--     running (the idle release);
+--   - a new holder takes the lease from none or from a holder whose row
+--     has expired, never from a live one (an open and a Lease's take-over
+--     test the same, freeToTake in internal/store/lease.go).
+-- Either by hand would let another node claim a task whose run the live
+-- holder's handler is still making: two calls of the task at once.
+-- Checked after the row is written, and only when a holder gives way (the
+-- WHEN clause, evaluated without calling the function: a conversation's
+-- first open, from none, costs nothing). now() is the transaction's
+-- start, as in the statements it checks.
+CREATE OR REPLACE FUNCTION {schema}.conversation_handover_guard() RETURNS trigger
+LANGUAGE plpgsql AS $guard$
+BEGIN
+    IF NEW.holder_id IS NULL THEN
+        IF EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = NEW.id AND t.status = 'running') THEN
+            RAISE EXCEPTION 'arbor: conversation %%: released with a task running (a release recovers its holder''s runs first)', NEW.id
+                USING ERRCODE = '%[2]s';
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM {schema}.holders h WHERE h.id = OLD.holder_id AND h.expires_at >= now()) THEN
+        RAISE EXCEPTION 'arbor: conversation %%: taken from %%, whose lease is live', NEW.id, OLD.holder
+            USING ERRCODE = '%[2]s';
+    END IF;
+    RETURN NULL;
+END
+$guard$;
+
+DROP TRIGGER IF EXISTS "Arbor_conversation_handover_guard" ON {schema}.conversations;
+CREATE TRIGGER "Arbor_conversation_handover_guard"
+    AFTER UPDATE OF holder_id ON {schema}.conversations
+    FOR EACH ROW WHEN (OLD.holder_id IS NOT NULL AND OLD.holder_id IS DISTINCT FROM NEW.holder_id)
+    EXECUTE FUNCTION {schema}.conversation_handover_guard();
 `, SQLStateDelete, SQLStateConversation)
 	return b.String()
 }

@@ -1,0 +1,1 @@
+-- arbor:guard 032
