@@ -12,7 +12,7 @@ import (
 // is a take-over outside the engine; attempt moving by anything but one is a
 // forged recovery). ColumnRules says, for every column of the tasks table,
 // on which status changes (from, to) it may take a new value, and what the
-// new value must then be; the database trigger generated from it (GuardSQL)
+// new value must then be; the database trigger generated from it (fsmgen.GuardSQL)
 // refuses every other change, so a bug or a hand-written UPDATE cannot make
 // a history the engine would not have made.
 //
@@ -158,8 +158,12 @@ const deliveredRule = `NEW.delivered IS NULL
                 WHERE ev.conversation_id = NEW.conversation_id AND ev.id = (NEW.delivered->>'event_id')::bigint
                   AND ev.delivered_to = NEW.id AND ev.payload IS NOT DISTINCT FROM NEW.delivered->'payload') ELSE false END`
 
-// freeColumns may change with any write.
-var freeColumns = []string{"updated_at"}
+// FreeColumns may change with any write.
+var FreeColumns = []string{"updated_at"}
+
+// IdentityColumns never change: the guard checks them first (identity
+// rule, AB003), before the column rules.
+var IdentityColumns = []string{"id", "conversation_id", "owner_task_id", "kind", "background"}
 
 // RowRules are conditions every row of the tasks table meets after any
 // update, whatever changed: the run columns exactly while running, the
@@ -213,10 +217,6 @@ func InsertChecks() []InsertCheck {
 			" AND o.status IN ('pending', 'running', 'waiting', 'sleeping') AND NOT o.abort_requested)"},
 	}
 }
-
-// reads reports whether a rule's SQL reads a table (a subquery): such a
-// rule is checked apart from the fast path of every write (see GuardSQL).
-func reads(sql string) bool { return strings.Contains(sql, "SELECT") }
 
 // ForkCopied are the columns a forked row (forked_from set) carries over
 // from its source verbatim: its whole settled history, times included. A
@@ -303,4 +303,30 @@ func DeleteRules() []ColumnRule {
                 AND n.id > OLD.id AND n.status IN (` + settled + `) ORDER BY n.conversation_id, n.owner_task_id LIMIT 1) IS NOT NULL`,
 			Why: "a conversation in use keeps its newest settled turn"},
 	}
+}
+
+func settledStatuses() []string {
+	var out []string
+	for _, s := range arbortype.Statuses {
+		if s.Settled() {
+			out = append(out, string(s))
+		}
+	}
+	return out
+}
+
+func liveStatuses() []string {
+	var out []string
+	for _, s := range arbortype.LiveStatuses {
+		out = append(out, string(s))
+	}
+	return out
+}
+
+func quoted(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = "'" + s + "'"
+	}
+	return strings.Join(q, ", ")
 }

@@ -2,17 +2,12 @@ package fsm_test
 
 import (
 	"errors"
-	"maps"
-	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
-	"github.com/arborhq/arbor/internal/guardhistory"
 )
 
 // design is docs/design.md §2 written out by hand, row by row, so that a change to
@@ -75,43 +70,4 @@ func TestSettledHasNoEdges(t *testing.T) {
 	require.True(t, arbortype.StatusOrphaned.Settled())
 	require.True(t, arbortype.StatusCompleting.Live())
 	require.False(t, arbortype.Status("nope").Live())
-}
-
-// TestGeneratedFilesUpToDate fails when fsm.go changed and `go generate
-// ./fsm` was not run: the docs diagram, the database guard and its history
-// must be the table's own.
-func TestGeneratedFilesUpToDate(t *testing.T) {
-	t.Parallel()
-	want := map[string]string{filepath.Join("..", "docs", "state-machine.md"): fsm.Mermaid()}
-	sql := filepath.Join("..", "migrations", "sql")
-	for _, h := range []struct {
-		dir, migration, text string
-	}{
-		{"guard", fsm.GuardMigration, fsm.GuardSQL()},
-		{"records", fsm.RecordMigration, fsm.RecordGuardSQL()},
-	} {
-		dir := filepath.Join("..", "migrations", h.dir)
-		version, err := strconv.Atoi(h.migration[:3])
-		require.NoError(t, err)
-		history, err := guardhistory.Regenerate(dir, version, h.text)
-		require.NoError(t, err)
-		held, err := filepath.Glob(filepath.Join(dir, "*"))
-		require.NoError(t, err)
-		for _, path := range held {
-			_, ok := history[path]
-			require.True(t, ok, "%s is stale: run go generate ./fsm", path)
-		}
-		maps.Copy(want, history)
-	}
-	want[filepath.Join(sql, fsm.GuardMigration+".up.sql")] = fsm.GuardUpSQL()
-	want[filepath.Join(sql, fsm.GuardMigration+".down.sql")] = fsm.GuardDownSQL()
-	want[filepath.Join(sql, fsm.RecordMigration+".up.sql")] = fsm.RecordUpSQL()
-	if fsm.PreviousRecords != "" {
-		want[filepath.Join(sql, fsm.RecordMigration+".down.sql")] = fsm.RecordDownSQL()
-	}
-	for path, content := range want {
-		got, err := os.ReadFile(path)
-		require.NoError(t, err)
-		require.Equal(t, content, string(got), "%s is out of date: run go generate ./fsm", path)
-	}
 }

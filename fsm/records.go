@@ -7,7 +7,7 @@ package fsm
 // holders (a node's lease, which fences its runs). RecordRules says, table
 // by table, what a new row must look like, which columns never change,
 // which change only under a condition, and when a row may be deleted; the
-// database trigger functions generated from it (RecordGuardSQL) refuse
+// database trigger functions generated from it (fsmgen.RecordGuardSQL) refuse
 // everything else, so a bug or a hand-written statement cannot forge one.
 //
 // Two checks span rows, not one row's change, and are written by hand

@@ -2,8 +2,8 @@
 // without copying them: the newest whole, as `go generate ./fsm` writes it,
 // and each older version as the difference that turns the next newer one
 // back into it. There are two histories: "guard", the tasks' and
-// conversations' guard (fsm.GuardSQL), in migrations/guard/, and
-// "records", the record guards (fsm.RecordGuardSQL), in
+// conversations' guard (fsmgen.GuardSQL), in migrations/guard/, and
+// "records", the record guards (fsmgen.RecordGuardSQL), in
 // migrations/records/.
 //
 // In each folder, NNN.sql is the version migration NNN applies, for the

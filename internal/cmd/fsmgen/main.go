@@ -3,7 +3,7 @@
 // whole in migrations/guard/ and the latest record guards in
 // migrations/records/, the older versions of each as patches on it
 // (internal/guardhistory); and the two files of each one's latest
-// migration (fsm.GuardMigration, fsm.RecordMigration; a down file written
+// migration (fsmgen.GuardMigration, fsmgen.RecordMigration; a down file written
 // by hand is left alone). Run it with `go generate ./fsm` from the
 // repository root.
 package main
@@ -15,7 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/fsmgen"
 	"github.com/arborhq/arbor/internal/guardhistory"
 )
 
@@ -26,22 +26,22 @@ func main() {
 		root = "."
 	}
 	sql := filepath.Join(root, "migrations", "sql")
-	files := map[string]string{filepath.Join(root, "docs", "state-machine.md"): fsm.Mermaid()}
+	files := map[string]string{filepath.Join(root, "docs", "state-machine.md"): fsmgen.Mermaid()}
 	var stale []string
 	for _, h := range []struct {
 		dir, migration, up, down string
 	}{
-		{"guard", fsm.GuardMigration, fsm.GuardUpSQL(), fsm.GuardDownSQL()},
-		{"records", fsm.RecordMigration, fsm.RecordUpSQL(), recordDown()},
+		{"guard", fsmgen.GuardMigration, fsmgen.GuardUpSQL(), fsmgen.GuardDownSQL()},
+		{"records", fsmgen.RecordMigration, fsmgen.RecordUpSQL(), recordDown()},
 	} {
 		dir := filepath.Join(root, "migrations", h.dir)
 		version, err := strconv.Atoi(h.migration[:3])
 		if err != nil {
 			log.Fatal(err)
 		}
-		text := fsm.GuardSQL()
+		text := fsmgen.GuardSQL()
 		if h.dir == "records" {
-			text = fsm.RecordGuardSQL()
+			text = fsmgen.RecordGuardSQL()
 		}
 		history, err := guardhistory.Regenerate(dir, version, text)
 		if err != nil {
@@ -76,8 +76,8 @@ func main() {
 // recordDown is the record migration's down file when the guards it
 // replaces were generated; "" (the file is written by hand) when not.
 func recordDown() string {
-	if fsm.PreviousRecords == "" {
+	if fsmgen.PreviousRecords == "" {
 		return ""
 	}
-	return fsm.RecordDownSQL()
+	return fsmgen.RecordDownSQL()
 }

@@ -1,14 +1,13 @@
-package fsm
+package fsmgen
 
 import (
 	"fmt"
+	"github.com/arborhq/arbor/fsm"
 	"slices"
 	"strings"
 
 	"github.com/arborhq/arbor/arbortype"
 )
-
-//go:generate go run ../internal/cmd/fsmgen
 
 // Mermaid returns docs/state-machine.md: the transition table drawn as a
 // mermaid state diagram, followed by the table itself.
@@ -22,7 +21,7 @@ func Mermaid() string {
 	b.WriteString("including a hand-written `UPDATE`. A settled task never changes again.\n\n")
 	b.WriteString("```mermaid\nstateDiagram-v2\n")
 	b.WriteString("    [*] --> pending: create\n")
-	for _, e := range Edges() {
+	for _, e := range fsm.Edges() {
 		fmt.Fprintf(&b, "    %s --> %s: %s\n", e.From, e.To, e.Event)
 	}
 	for _, s := range arbortype.Statuses {
@@ -33,7 +32,7 @@ func Mermaid() string {
 	b.WriteString("```\n\n")
 	b.WriteString("| from | event | to |\n|---|---|---|\n")
 	b.WriteString("| (none) | create | pending |\n")
-	for _, e := range Edges() {
+	for _, e := range fsm.Edges() {
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", e.From, e.Event, e.To)
 	}
 	b.WriteString("\nLive: ")
@@ -45,7 +44,7 @@ func Mermaid() string {
 	b.WriteString("The same trigger refuses a column changed on any other status change than these (`fsm/columns.go`;\n")
 	b.WriteString("a status kept, `running > running`, is a checkpoint or heartbeat). Columns not listed never change.\n\n")
 	b.WriteString("| column | may change on | and then | why |\n|---|---|---|---|\n")
-	for _, r := range ColumnRules() {
+	for _, r := range fsm.ColumnRules() {
 		if len(r.Changes) == 0 || r.Column == "status" {
 			continue
 		}
@@ -56,7 +55,7 @@ func Mermaid() string {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", r.Column, strings.Join(changes, ", "), codeOrDash(r.Value), r.Why)
 	}
 	b.WriteString("\nEvery row, after every write:\n\n")
-	for _, r := range RowRules() {
+	for _, r := range fsm.RowRules() {
 		fmt.Fprintf(&b, "- %s: `%s`\n", r.Why, r.Value)
 	}
 	b.WriteString("\nA task is inserted only as a fresh pending task, or by a fork as a faithful copy of a settled task\n")
@@ -72,7 +71,7 @@ func Mermaid() string {
 	b.WriteString("take one of the insert forms; a column changes only by its rule; any other change, a\n")
 	b.WriteString("delete off its path (the prune's, unless the table says otherwise) and a TRUNCATE are refused.\n\n")
 	b.WriteString("| table | inserted as | never changes | changes only | deleted |\n|---|---|---|---|---|\n")
-	for _, t := range RecordRules() {
+	for _, t := range fsm.RecordRules() {
 		var forms, changes []string
 		for _, f := range t.Insert {
 			forms = append(forms, f.Why)
@@ -119,22 +118,6 @@ func statusList(settled bool) string {
 	return strings.Join(names, ", ")
 }
 
-// Error codes (SQLSTATE) raised by the database guard. Class "AB" is arbor's.
-const (
-	SQLStateInvalidTransition = "AB001" // a status change that is not an edge of the table
-	SQLStateSettled           = "AB002" // any change to a settled task
-	SQLStateImmutable         = "AB003" // a change to id, conversation, owner, kind or background
-	SQLStateInvalidInsert     = "AB004" // a task inserted other than as a fresh pending task
-	SQLStateColumn            = "AB005" // a column changed outside its rule, or a row breaking a row rule
-	SQLStateDelete            = "AB006" // a DELETE of tasks or a conversation off the prune path or of what is live (DeleteRules), or a TRUNCATE
-	SQLStateConversation      = "AB007" // a conversation's identity or epoch forged
-	SQLStateFork              = "AB008" // a forked row that is not a faithful copy of its source (ForkRules)
-	// An event, log entry, budget or budget reservation written otherwise
-	// than arbor writes it (migrations/sql/019_record_guards.up.sql; a
-	// delete of one off the prune path, or a TRUNCATE, is SQLStateDelete).
-	SQLStateRecord = "AB009"
-)
-
 // GuardMigration is the migration that applies GuardSQL: the latest guard.
 // A change to the transition table or to the column rules needs a new
 // migration (a new number here, PreviousGuard the old one); `go generate
@@ -154,9 +137,9 @@ func GuardUpSQL() string { return "-- arbor:guard " + GuardMigration[:3] + "\n" 
 
 // GuardSQL returns the guard GuardMigration applies: the trigger that makes
 // the database refuse any status change the table does not allow, any change
-// to a settled task, any column changed outside its rule (ColumnRules) or a
-// row breaking a row rule (RowRules), an insert other than a fresh pending
-// task (InsertRules), and any delete; and the guard of the conversations
+// to a settled task, any column changed outside its rule (fsm.ColumnRules) or a
+// row breaking a row rule (fsm.RowRules), an insert other than a fresh pending
+// task (fsm.InsertRules), and any delete; and the guard of the conversations
 // table (its id never changes, its epoch only grows, one take-over at a
 // time; no delete). The placeholder {schema} is replaced by the migrator.
 func GuardSQL() string {
@@ -175,12 +158,12 @@ DECLARE
 BEGIN
     IF TG_OP = 'DELETE' THEN
 `)
-	for _, r := range DeleteRules() {
+	for _, r := range fsm.DeleteRules() {
 		fmt.Fprintf(&b, `        IF NOT (%s) THEN
             RAISE EXCEPTION 'arbor: task %% cannot be deleted: %s', OLD.id
                 USING ERRCODE = '%s';
         END IF;
-`, r.Value, strings.ReplaceAll(r.Why, "'", "''"), SQLStateDelete)
+`, r.Value, strings.ReplaceAll(r.Why, "'", "''"), fsm.SQLStateDelete)
 	}
 	b.WriteString(`        RETURN OLD;
     END IF;
@@ -188,42 +171,42 @@ BEGIN
         SELECT * INTO src FROM {schema}.tasks WHERE id = NEW.forked_from;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'arbor: task % is forked from task %, which does not exist', NEW.id, NEW.forked_from
-                USING ERRCODE = '` + SQLStateFork + `';
+                USING ERRCODE = '` + fsm.SQLStateFork + `';
         END IF;
 `)
 	var copied []string
-	for _, c := range ForkCopied() {
+	for _, c := range fsm.ForkCopied() {
 		copied = append(copied, fmt.Sprintf("NEW.%[1]s IS NOT DISTINCT FROM src.%[1]s", c))
 	}
-	for _, r := range append(copied, ForkRules()...) {
+	for _, r := range append(copied, fsm.ForkRules()...) {
 		fmt.Fprintf(&b, `        IF NOT (%s) THEN
             RAISE EXCEPTION 'arbor: task %% is not a faithful fork of task %%: %s does not hold', NEW.id, NEW.forked_from
                 USING ERRCODE = '%s';
         END IF;
-`, r, strings.ReplaceAll(strings.ReplaceAll(r, "'", "''"), "%", "%%"), SQLStateFork)
+`, r, strings.ReplaceAll(strings.ReplaceAll(r, "'", "''"), "%", "%%"), fsm.SQLStateFork)
 	}
 	b.WriteString(`        RETURN NEW;
     END IF;
     IF TG_OP = 'INSERT' THEN
 `)
 	// The insert rules as one condition; each is named when it fails.
-	fmt.Fprintf(&b, "        IF NOT (%s) THEN\n", strings.Join(InsertRules(), "\n            AND "))
-	for _, r := range InsertRules() {
+	fmt.Fprintf(&b, "        IF NOT (%s) THEN\n", strings.Join(fsm.InsertRules(), "\n            AND "))
+	for _, r := range fsm.InsertRules() {
 		fmt.Fprintf(&b, `            IF NOT (%s) THEN
                 RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: %s does not hold'
                     USING ERRCODE = '%s';
             END IF;
-`, r, strings.ReplaceAll(strings.ReplaceAll(r, "'", "''"), "%", "%%"), SQLStateInvalidInsert)
+`, r, strings.ReplaceAll(strings.ReplaceAll(r, "'", "''"), "%", "%%"), fsm.SQLStateInvalidInsert)
 	}
 	b.WriteString("        END IF;\n")
-	for _, c := range InsertChecks() {
+	for _, c := range fsm.InsertChecks() {
 		fmt.Fprintf(&b, `        IF %s THEN
             IF NOT (%s) THEN
                 RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: %s does not hold'
                     USING ERRCODE = '%s';
             END IF;
         END IF;
-`, c.When, c.Check, strings.ReplaceAll(strings.ReplaceAll(c.Check, "'", "''"), "%", "%%"), SQLStateInvalidInsert)
+`, c.When, c.Check, strings.ReplaceAll(strings.ReplaceAll(c.Check, "'", "''"), "%", "%%"), fsm.SQLStateInvalidInsert)
 	}
 	fmt.Fprintf(&b, `        RETURN NEW;
     END IF;
@@ -244,7 +227,7 @@ BEGIN
         RAISE EXCEPTION 'arbor: invalid transition of task %%: %% -> %%', OLD.id, OLD.status, NEW.status
             USING ERRCODE = '%s';
     END IF;
-`, quoted(settledStatuses()), SQLStateSettled, SQLStateImmutable, changeList(StatusChanges()), SQLStateInvalidTransition)
+`, quoted(settledStatuses()), fsm.SQLStateSettled, fsm.SQLStateImmutable, changeList(fsm.StatusChanges()), fsm.SQLStateInvalidTransition)
 	// Every column and row rule as one condition, the fast path of every
 	// write the engine makes; when it fails, each rule is checked to name
 	// the one that failed.
@@ -255,9 +238,9 @@ BEGIN
 	// condition out of PL/pgSQL's simple-expression evaluation into the
 	// executor, for every write: its edge is allowed on the fast path, and
 	// its value checked apart, only when its column changed.
-	var slow []ColumnRule
-	for _, r := range ColumnRules() {
-		if r.Column == "status" || slices.Contains(freeColumns, r.Column) || slices.Contains(identityColumns, r.Column) {
+	var slow []fsm.ColumnRule
+	for _, r := range fsm.ColumnRules() {
+		if r.Column == "status" || slices.Contains(fsm.FreeColumns, r.Column) || slices.Contains(fsm.IdentityColumns, r.Column) {
 			continue
 		}
 		allowed := "false"
@@ -281,9 +264,9 @@ BEGIN
                 USING ERRCODE = '%[3]s', HINT = '%[4]s';
         END IF;
     END IF;
-`, r.Column, r.Value, SQLStateColumn, strings.ReplaceAll(r.Why, "'", "''"))
+`, r.Column, r.Value, fsm.SQLStateColumn, strings.ReplaceAll(r.Why, "'", "''"))
 	}
-	for _, r := range RowRules() {
+	for _, r := range fsm.RowRules() {
 		conds = append(conds, "("+r.Value+")")
 		checks = append(checks, check{"(" + r.Value + ")", r.Why + " (on %)", ""})
 	}
@@ -297,7 +280,7 @@ BEGIN
         RAISE EXCEPTION 'arbor: task %%: %[2]s', OLD.id, change
             USING ERRCODE = '%[3]s'%[4]s;
     END IF;
-`, c.cond, strings.ReplaceAll(c.msg, "'", "''"), SQLStateColumn, hint)
+`, c.cond, strings.ReplaceAll(c.msg, "'", "''"), fsm.SQLStateColumn, hint)
 	}
 	fmt.Fprintf(&b, `    RETURN NEW;
 END
@@ -437,13 +420,9 @@ CREATE TRIGGER "Arbor_conversation_handover_guard"
     AFTER UPDATE OF holder_id ON {schema}.conversations
     FOR EACH ROW WHEN (OLD.holder_id IS NOT NULL AND OLD.holder_id IS DISTINCT FROM NEW.holder_id)
     EXECUTE FUNCTION {schema}.conversation_handover_guard();
-`, SQLStateDelete, SQLStateConversation)
+`, fsm.SQLStateDelete, fsm.SQLStateConversation)
 	return b.String()
 }
-
-// identityColumns are checked by the identity rule (AB003), before the
-// column rules.
-var identityColumns = []string{"id", "conversation_id", "owner_task_id", "kind", "background"}
 
 // GuardDownSQL returns the down migration of GuardMigration: the guard it
 // replaced (PreviousGuard's), restored, named by its version.
@@ -473,14 +452,6 @@ func settledStatuses() []string {
 	return out
 }
 
-func liveStatuses() []string {
-	var out []string
-	for _, s := range arbortype.LiveStatuses {
-		out = append(out, string(s))
-	}
-	return out
-}
-
 func quoted(ss []string) string {
 	q := make([]string, len(ss))
 	for i, s := range ss {
@@ -497,3 +468,6 @@ func changeList(changes [][2]arbortype.Status) string {
 	}
 	return strings.Join(q, ", ")
 }
+
+// reads says whether an SQL condition reads a table (a subquery).
+func reads(sql string) bool { return strings.Contains(sql, "SELECT") }
