@@ -302,18 +302,30 @@ func TestTreeIsOneTraceAcrossACrash(t *testing.T) {
 		spans = append(spans, l)
 	}
 	runs := map[string][]spanLine{}
+	fenced := map[string][]spanLine{} // runs the child's own fence stopped
 	for _, s := range spans {
 		require.Equal(t, req.SpanContext().TraceID().String(), s.TraceID, "span %s is in the request's trace", s.Name)
-		if s.Name != "POST /messages" {
-			runs[s.Name] = append(runs[s.Name], s)
+		if s.Name == "POST /messages" {
+			continue
+		}
+		runs[s.Name] = append(runs[s.Name], s)
+		// On a starved machine the child's renewer can miss its 1 s lease:
+		// its fence stops the runs (no outcome, the reason says so) and
+		// the child runs them again once its lease is confirmed. Such a
+		// run is a span of the trace like any other; it is not counted
+		// among the runs below.
+		if reason, _ := s.Attrs[string(otelarbor.AttrReason)].(string); s.Attrs[string(otelarbor.AttrOutcome)] == "none" &&
+			strings.HasPrefix(reason, "lease lost") {
+			require.Equal(t, "child", s.Attrs["process"], "a fenced run of %s", s.Name)
+			fenced[s.Name] = append(fenced[s.Name], s)
 		}
 	}
 	// turn: its first run in the child, its second (after the wait) here;
 	// agent likewise; tool: its first run died with the child (never
 	// ended, never exported), its recovered attempt ran here.
-	require.Len(t, runs["turn"], 2)
-	require.Len(t, runs["agent"], 2)
-	require.Len(t, runs["tool"], 1)
+	require.Len(t, runs["turn"], 2+len(fenced["turn"]))
+	require.Len(t, runs["agent"], 2+len(fenced["agent"]))
+	require.Len(t, runs["tool"], 1+len(fenced["tool"]))
 	for kind, rs := range runs {
 		stored := traceparent(t, byKind[kind].Trace)
 		require.Equal(t, req.SpanContext().TraceID().String(), stored.trace, "%s's stored trace", kind)
@@ -324,10 +336,19 @@ func TestTreeIsOneTraceAcrossACrash(t *testing.T) {
 		}
 	}
 	require.Equal(t, req.SpanContext().SpanID().String(), traceparent(t, byKind["turn"].Trace).span)
-	// Each child was spawned in its owner's first run, in the child process.
-	require.Equal(t, firstRun(t, runs["turn"]).SpanID, traceparent(t, byKind["agent"].Trace).span)
-	require.Equal(t, firstRun(t, runs["agent"]).SpanID, traceparent(t, byKind["tool"].Trace).span)
-	tool := runs["tool"][0]
+	// Each child was spawned in its owner's first run, in the child process
+	// (or in a run before it that the fence stopped after the spawn had
+	// committed: the run that waited then found the child by its key).
+	spawner := func(owner string) []string {
+		ids := []string{firstRun(t, runs[owner]).SpanID}
+		for _, s := range fenced[owner] {
+			ids = append(ids, s.SpanID)
+		}
+		return ids
+	}
+	require.Contains(t, spawner("turn"), traceparent(t, byKind["agent"].Trace).span)
+	require.Contains(t, spawner("agent"), traceparent(t, byKind["tool"].Trace).span)
+	tool := runs["tool"][len(runs["tool"])-1]
 	require.Equal(t, "parent", tool.Attrs["process"])
 	require.EqualValues(t, 1, tool.Attrs[string(otelarbor.AttrAttempt)])
 	require.Equal(t, "completed", tool.Attrs[string(otelarbor.AttrOutcome)])
