@@ -21,7 +21,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-//go:embed sql/*.sql guard/* records/*
+//go:embed sql/*.sql guard records
 var files embed.FS
 
 // SchemaDefault is the schema arbor uses when none is given.

@@ -284,5 +284,22 @@ func TestRecordRulesCoverEveryColumn(t *testing.T) {
 		for c := range ruled {
 			require.Contains(t, columns, c, "fsm.RecordRules names %s.%s, which the table does not have", r.Table, c)
 		}
+		// The generated function guards the table: a trigger calls it for
+		// updates (and inserts, deletes, as its rules say). The triggers
+		// are the migrations' (019, 021, 023).
+		var ops []string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT op ORDER BY op), '{}') FROM pg_trigger tg
+			CROSS JOIN LATERAL (VALUES (CASE WHEN tg.tgtype & 4 <> 0 THEN 'INSERT' END), (CASE WHEN tg.tgtype & 16 <> 0 THEN 'UPDATE' END),
+				(CASE WHEN tg.tgtype & 8 <> 0 THEN 'DELETE' END)) v(op)
+			WHERE tg.tgrelid = $1::regclass AND tg.tgfoid = $2::regprocedure AND op IS NOT NULL`,
+			pgx.Identifier{schema, r.Table}.Sanitize(), pgx.Identifier{schema, r.Function}.Sanitize()+"()").Scan(&ops))
+		want := []string{"UPDATE"}
+		if len(r.Insert) > 0 {
+			want = append([]string{"INSERT"}, want...)
+		}
+		if r.Delete != nil {
+			want = append([]string{"DELETE"}, want...)
+		}
+		require.ElementsMatch(t, want, ops, "%s: the operations %s guards", r.Table, r.Function)
 	}
 }

@@ -1,6 +1,7 @@
 package fsmgen_test
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -38,6 +39,21 @@ func TestGeneratedFilesUpToDate(t *testing.T) {
 			require.True(t, ok, "%s is stale: run go generate ./fsm", path)
 		}
 		maps.Copy(want, history)
+		// The down file restores the version before the newest: the
+		// constant that names it must name that one.
+		previous := 0
+		for path := range history {
+			if v, err := strconv.Atoi(filepath.Base(path)[:3]); err == nil && v < version {
+				previous = max(previous, v)
+			}
+		}
+		wantPrevious := map[string]string{"guard": fsmgen.PreviousGuard, "records": fsmgen.PreviousRecords}[h.dir]
+		if previous == 0 {
+			require.Empty(t, wantPrevious, "%s: no version before %03d, so no previous one to name", h.dir, version)
+		} else {
+			require.NotEmpty(t, wantPrevious, "%s: the version before %03d is %03d", h.dir, version, previous)
+			require.Equal(t, fmt.Sprintf("%03d", previous), wantPrevious[:3], "%s: the previous version of %03d", h.dir, version)
+		}
 	}
 	want[filepath.Join(sql, fsmgen.GuardMigration+".up.sql")] = fsmgen.GuardUpSQL()
 	want[filepath.Join(sql, fsmgen.GuardMigration+".down.sql")] = fsmgen.GuardDownSQL()

@@ -44,6 +44,12 @@ func TestFilesThenLoadGivesEveryVersion(t *testing.T) {
 	require.ErrorContains(t, err, "no such version: -- arbor:guard 009")
 	_, err = guardhistory.Expand("-- arbor:records 008\n", histories)
 	require.ErrorContains(t, err, "no such version: -- arbor:records 008")
+	// A directive written otherwise would stay a comment and apply
+	// nothing: it is refused.
+	for _, bad := range []string{"-- arbor:guard 008", "-- arbor:guard 008 \n", "-- arbor:guard 008\r\n", "-- arbor:guard 08\n", " --arbor:guard 008\n", "BEGIN;\n-- arbor:gaurd 008\n"} {
+		_, err := guardhistory.Expand(bad, histories)
+		require.ErrorContains(t, err, "is not a directive as written", "%q", bad)
+	}
 }
 
 // TestLoadRefusesABrokenHistory: a history that cannot give each version

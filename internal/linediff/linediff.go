@@ -171,6 +171,10 @@ func Apply(a, patch string) (string, error) {
 		if oldLen == 0 {
 			at = oldStart
 		}
+		// The text written so far must be where the hunk says it lands.
+		if written := strings.Count(out.String(), "\n") + (at - pos); (newLen == 0 && newStart != written) || (newLen > 0 && newStart != written+1) {
+			return "", fmt.Errorf("linediff: patch line %d: the hunk lands at line %d of the new text, its header says %d", k+1, written+1, newStart)
+		}
 		if at < pos || at > len(al) {
 			return "", fmt.Errorf("linediff: patch line %d: the hunk starts at line %d, outside the text or before the previous hunk's end", k+1, oldStart)
 		}

@@ -97,6 +97,7 @@ func TestApplyRefusesWhatDoesNotMatch(t *testing.T) {
 		"another text":      {"one\nTWO\nthree\nfour\n", patch},
 		"a context changed": {"ONE\ntwo\nthree\nfour\n", patch},
 		"a wrong count":     {a, strings.Replace(patch, "+1,4", "+1,5", 1)},
+		"a wrong new start": {a, strings.Replace(patch, "+1,4", "+2,4", 1)},
 		"an unmarked line":  {a, patch + "x\n"},
 		"no newline at end": {"one\ntwo", patch},
 		"not a hunk":        {a, "@@ nonsense\n"},
