@@ -60,7 +60,9 @@ func TestHostileText(t *testing.T) {
 	require.NoError(t, err)
 	victim := create(0, "victim\u009b2J")
 	cancelled := create(0, "cancelled\x1b\\")
-	b.setHolder(t, b.conv, "node\x1b]8;;http://evil\x07", "2100-01-01T00:00:00Z")
+	// A lease within the day a lease may run (a longer one is a violation
+	// the checker reports, and the check below must find none).
+	b.setHolder(t, b.conv, "node\x1b]8;;http://evil\x07", time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 	require.Equal(t, []int64{1, 2, 3, 4}, []int64{turn.ID, tool.ID, victim.ID, cancelled.ID})
 
 	printed := func(r result) string {

@@ -15,6 +15,11 @@ import (
 // this, or a forged row, puts one there.
 const futureSlack = time.Minute
 
+// maxLease is the longest a holder's lease may run past now: the guard
+// refuses a deadline further off (migration 025, fsm.RecordRules), and a
+// runner's ConversationLease is at most a day.
+const maxLease = 24 * time.Hour
+
 // recordViolations checks what the guards of migrations 019 and 021 keep
 // true of the rows beside a conversation's tasks, and of the tasks'
 // records: what a row written with the triggers off (a superuser's
@@ -25,7 +30,9 @@ const futureSlack = time.Minute
 //     future; a settle number is positive; a fork's copy (forked_from) is
 //     settled.
 //   - 8: the conversation's holder is a row of the holders table of that
-//     name (holder and holder_id set together).
+//     name (holder and holder_id set together), whose lease runs at most a
+//     day past the database's clock (a deadline further off would hold
+//     the conversation from every other node for that long).
 //   - 11: every event is in the log (an emit wrote it), names only tasks
 //     of its conversation, and was delivered at most once — to its
 //     addressee if it has one, after it was emitted, to a task the log
@@ -56,6 +63,9 @@ func recordViolations(conv string, all []Task, byID map[int64]*Task, r store.Rec
 		add(8, 0, "the conversation's holder row %d (%q) does not exist", r.HolderID, r.Holder)
 	case r.HolderID != 0 && *r.HolderRow != r.Holder:
 		add(8, 0, "the conversation names holder %q, but its holder row %d is %q", r.Holder, r.HolderID, *r.HolderRow)
+	case r.HolderExpires != nil && r.HolderExpires.After(r.Now.Add(maxLease+futureSlack)):
+		add(8, 0, "the conversation's holder row %d (%q) holds its lease until %s, more than a day past the database's clock (%s): a lease is at most a day",
+			r.HolderID, r.Holder, r.HolderExpires.UTC().Format(time.RFC3339), r.Now.UTC().Format(time.RFC3339))
 	}
 
 	// 1. times, settle numbers, fork copies.

@@ -140,6 +140,8 @@ func TestCheckReportsForgedRecords(t *testing.T) {
 			`UPDATE {schema}.conversations SET holder = 'someone-else' WHERE id = @conv`, 8, "its holder row"},
 		{"a holder without its row",
 			`UPDATE {schema}.conversations SET holder_id = NULL WHERE id = @conv`, 8, "go together"},
+		{"a holder's lease a year long",
+			`UPDATE {schema}.holders SET expires_at = now() + interval '1 year' WHERE id = (SELECT holder_id FROM {schema}.conversations WHERE id = @conv)`, 8, "more than a day past"},
 		{"a created_at in 2400",
 			`UPDATE {schema}.tasks SET created_at = '2400-01-01' WHERE id = @pending`, 1, "after the database's clock"},
 		{"a conversation born in 2400",

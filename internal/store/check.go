@@ -17,8 +17,8 @@ var (
 	// only a write with the triggers off (or a bug of the guard) leaves.
 
 	// The conversation's holder as its row names it, the holders row it
-	// points at, and the database's clock.
-	qCheckHolder = define(`SELECT coalesce(c.holder, ''), coalesce(c.holder_id, 0), h.name, statement_timestamp(), c.created_at
+	// points at with its deadline, and the database's clock.
+	qCheckHolder = define(`SELECT coalesce(c.holder, ''), coalesce(c.holder_id, 0), h.name, h.expires_at, statement_timestamp(), c.created_at
 		FROM {schema}.conversations c LEFT JOIN {schema}.holders h ON h.id = c.holder_id
 		WHERE c.id = $1`)
 	// Tasks whose delivered is not what an await's wake writes: nothing,
@@ -123,6 +123,8 @@ type Records struct {
 	Holder    string
 	HolderID  int64
 	HolderRow *string
+	// HolderExpires is that row's deadline (nil: there is no row).
+	HolderExpires *time.Time
 	// Now is the database's clock; Created the conversation's birth.
 	Now, Created time.Time
 	// FutureLog are log entries (seq) stamped after Now by more than the
@@ -162,7 +164,7 @@ type TaskLog struct {
 // entries (the log's retention before the database's clock).
 func (s *Store) CheckRecords(ctx context.Context, db DB, conv string, slack, retention time.Duration) (Records, error) {
 	var r Records
-	if err := db.QueryRow(ctx, s.sql[qCheckHolder], conv).Scan(&r.Holder, &r.HolderID, &r.HolderRow, &r.Now, &r.Created); err != nil {
+	if err := db.QueryRow(ctx, s.sql[qCheckHolder], conv).Scan(&r.Holder, &r.HolderID, &r.HolderRow, &r.HolderExpires, &r.Now, &r.Created); err != nil {
 		return Records{}, err
 	}
 	var err error
