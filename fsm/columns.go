@@ -1,8 +1,8 @@
 package fsm
 
 import (
+	"github.com/arborhq/arbor/internal/sqllit"
 	"slices"
-	"strings"
 
 	"github.com/arborhq/arbor/arbortype"
 )
@@ -171,7 +171,7 @@ var IdentityColumns = []string{"id", "conversation_id", "owner_task_id", "kind",
 // must make (a sleep numbers itself). They are what makes "a run ends,
 // its token goes" and "a settled task is numbered" facts of the table.
 func RowRules() []ColumnRule {
-	settled := quoted(settledStatuses())
+	settled := sqllit.Quoted(sqllit.Settled())
 	return []ColumnRule{
 		{Column: "token", Value: "(NEW.status = 'running') = (NEW.token IS NOT NULL)", Why: "a token exactly while running"},
 		{Column: "run_epoch", Value: "(NEW.status = 'running') = (NEW.run_epoch IS NOT NULL)", Why: "a run epoch exactly while running"},
@@ -238,7 +238,7 @@ func ForkCopied() []string {
 // it settled. wait_ids (remapped to the copies) and the event id in
 // delivered (remapped to the copied event) are the only values that differ.
 func ForkRules() []string {
-	settled := quoted(settledStatuses())
+	settled := sqllit.Quoted(sqllit.Settled())
 	return []string{
 		"src.status IN (" + settled + ")",
 		"NEW.conversation_id <> src.conversation_id",
@@ -273,7 +273,7 @@ func ForkRules() []string {
 // drops ORDER BY and LIMIT.
 func nothingLive(row string) string {
 	return "(SELECT l.id FROM {schema}.tasks l WHERE l.conversation_id = " + row + ".conversation_id" +
-		" AND l.status IN (" + quoted(liveStatuses()) + ") ORDER BY l.conversation_id, l.status LIMIT 1) IS NULL"
+		" AND l.status IN (" + sqllit.Quoted(sqllit.Live()) + ") ORDER BY l.conversation_id, l.status LIMIT 1) IS NULL"
 }
 
 // DeleteRules are what the guard checks of every task row a DELETE
@@ -286,7 +286,7 @@ func nothingLive(row string) string {
 // their tasks by foreign key too, so a task an event names goes only with
 // that event.
 func DeleteRules() []ColumnRule {
-	settled := quoted(settledStatuses())
+	settled := sqllit.Quoted(sqllit.Settled())
 	return []ColumnRule{
 		{Column: "prune", Value: "{schema}.prune_marked()",
 			Why: "only the prune path deletes (tasks.Engine.Prune, the runners' prune job)"},
@@ -303,30 +303,4 @@ func DeleteRules() []ColumnRule {
                 AND n.id > OLD.id AND n.status IN (` + settled + `) ORDER BY n.conversation_id, n.owner_task_id LIMIT 1) IS NOT NULL`,
 			Why: "a conversation in use keeps its newest settled turn"},
 	}
-}
-
-func settledStatuses() []string {
-	var out []string
-	for _, s := range arbortype.Statuses {
-		if s.Settled() {
-			out = append(out, string(s))
-		}
-	}
-	return out
-}
-
-func liveStatuses() []string {
-	var out []string
-	for _, s := range arbortype.LiveStatuses {
-		out = append(out, string(s))
-	}
-	return out
-}
-
-func quoted(ss []string) string {
-	q := make([]string, len(ss))
-	for i, s := range ss {
-		q[i] = "'" + s + "'"
-	}
-	return strings.Join(q, ", ")
 }

@@ -3,6 +3,7 @@ package fsmgen
 import (
 	"fmt"
 	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/sqllit"
 	"slices"
 	"strings"
 
@@ -227,7 +228,7 @@ BEGIN
         RAISE EXCEPTION 'arbor: invalid transition of task %%: %% -> %%', OLD.id, OLD.status, NEW.status
             USING ERRCODE = '%s';
     END IF;
-`, quoted(settledStatuses()), fsm.SQLStateSettled, fsm.SQLStateImmutable, changeList(fsm.StatusChanges()), fsm.SQLStateInvalidTransition)
+`, sqllit.Quoted(sqllit.Settled()), fsm.SQLStateSettled, fsm.SQLStateImmutable, changeList(fsm.StatusChanges()), fsm.SQLStateInvalidTransition)
 	// Every column and row rule as one condition, the fast path of every
 	// write the engine makes; when it fails, each rule is checked to name
 	// the one that failed.
@@ -440,24 +441,6 @@ DROP FUNCTION {schema}.task_guard_truncate();
 
 -- arbor:guard ` + PreviousGuard[:3] + `
 `
-}
-
-func settledStatuses() []string {
-	var out []string
-	for _, s := range arbortype.Statuses {
-		if s.Settled() {
-			out = append(out, string(s))
-		}
-	}
-	return out
-}
-
-func quoted(ss []string) string {
-	q := make([]string, len(ss))
-	for i, s := range ss {
-		q[i] = "'" + s + "'"
-	}
-	return strings.Join(q, ", ")
 }
 
 // changeList renders status changes as 'from>to' literals.
