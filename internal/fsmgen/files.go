@@ -1,0 +1,62 @@
+package fsmgen
+
+import (
+	"maps"
+	"path/filepath"
+	"strconv"
+
+	"github.com/arborhq/arbor/internal/guardhistory"
+)
+
+// History is one generated history: its folder under migrations/, the
+// migration that applies its newest version, and that version's text.
+type History struct {
+	Dir, Migration, Text string
+	// Previous names the migration of the version before (PreviousGuard,
+	// PreviousRecords): "" when there is none generated.
+	Previous string
+}
+
+// Histories are the two generated histories: the tasks' and
+// conversations' guard, and the record guards.
+func Histories() []History {
+	return []History{
+		{Dir: "guard", Migration: GuardMigration, Text: GuardSQL(), Previous: PreviousGuard},
+		{Dir: "records", Migration: RecordMigration, Text: RecordGuardSQL(), Previous: PreviousRecords},
+	}
+}
+
+// Files returns every file `go generate ./fsm` writes, by path under root
+// (the repository), with its content; and held, the files the history
+// folders hold now (those not among files are stale: a version that was
+// the newest and is now a patch). internal/cmd/fsmgen writes them, and
+// TestGeneratedFilesUpToDate compares them with the repository.
+func Files(root string) (files map[string]string, held []string, err error) {
+	sql := filepath.Join(root, "migrations", "sql")
+	files = map[string]string{filepath.Join(root, "docs", "state-machine.md"): Mermaid()}
+	for _, h := range Histories() {
+		dir := filepath.Join(root, "migrations", h.Dir)
+		version, err := strconv.Atoi(h.Migration[:3])
+		if err != nil {
+			return nil, nil, err
+		}
+		history, err := guardhistory.Regenerate(dir, version, h.Text)
+		if err != nil {
+			return nil, nil, err
+		}
+		now, err := filepath.Glob(filepath.Join(dir, "*"))
+		if err != nil {
+			return nil, nil, err
+		}
+		held = append(held, now...)
+		maps.Copy(files, history)
+	}
+	files[filepath.Join(sql, GuardMigration+".up.sql")] = GuardUpSQL()
+	files[filepath.Join(sql, GuardMigration+".down.sql")] = GuardDownSQL()
+	files[filepath.Join(sql, RecordMigration+".up.sql")] = RecordUpSQL()
+	if PreviousRecords != "" {
+		// Else the record migration's down is written by hand.
+		files[filepath.Join(sql, RecordMigration+".down.sql")] = RecordDownSQL()
+	}
+	return files, held, nil
+}
