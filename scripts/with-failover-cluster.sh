@@ -181,13 +181,24 @@ ctl() {
 		# stays writable, and accepts writes when the network heals until
 		# its keeper reaches the monitor (docs/operations.md, "High
 		# availability").
-		local seen
+		# Without that sight the cut is no partition but a split brain in
+		# waiting (the node stays primary, and takes writes again at the
+		# heal), so the cut fails rather than go on without it; on a busy
+		# machine the keeper can take several seconds to notice.
+		local seen saw=""
 		seen=$(grep -c "We lost the monitor, but still have a standby" "$dir/$1.log" || true)
 		iptables -I OUTPUT -p tcp -d "$(node_addr "$1")" --dport "$ports_monitor" -j REJECT --reject-with tcp-reset
-		for _ in $(seq 1 200); do
-			[ "$(grep -c "We lost the monitor, but still have a standby" "$dir/$1.log" || true)" -gt "$seen" ] && break
+		for _ in $(seq 1 1200); do
+			if [ "$(grep -c "We lost the monitor, but still have a standby" "$dir/$1.log" || true)" -gt "$seen" ]; then
+				saw=1
+				break
+			fi
 			sleep 0.05
 		done
+		[ -n "$saw" ] || {
+			echo "ctl cut: node $1's keeper did not report losing the monitor within 60 s" >&2
+			return 1
+		}
 		# Then every TCP connection to its port: a packet to it is answered
 		# with a reset, so connections in place break at their next packet
 		# and new ones are refused (the monitor's health checks and the
@@ -200,8 +211,28 @@ ctl() {
 			"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_type IN ('client backend', 'walsender')"
 		;;
 	heal)
-		local port
+		local port writable=""
 		port=$(node_port "$1")
+		# Only once the node is no longer a writable primary: its keeper,
+		# cut off from the monitor and its standby, stops its PostgreSQL
+		# (network_partition_timeout) and then rejoins as a standby. Healed
+		# before that, the old primary takes the clients' new connections
+		# (the first host of their connection string) and their writes,
+		# which its rewind then discards: a split brain that only the HA
+		# system can prevent (docs/operations.md, "High availability"), not
+		# the failure this test is about. On a busy machine the keeper's
+		# check can come after the promotion the test waits for.
+		local tries=0
+		for tries in $(seq 1 600); do
+			writable=$(as_pg psql -X -q -h "$dir" -p "$port" -U postgres -d postgres -Atc "SELECT NOT pg_is_in_recovery()" 2>/dev/null || true)
+			[ "$writable" = t ] || break
+			sleep 0.1
+		done
+		[ "$tries" -le 1 ] || echo "node $1 was still a writable primary when the heal began; healed once its keeper had demoted it ($tries polls 0.1 s apart)"
+		[ "$writable" != t ] || {
+			echo "ctl heal: node $1 is still a writable primary 60 s into the heal: its keeper did not demote it; healing now would be a split brain" >&2
+			return 1
+		}
 		iptables -D OUTPUT -p tcp --dport "$port" -j REJECT --reject-with tcp-reset || true
 		iptables -D OUTPUT -p tcp -d "$(node_addr "$1")" --dport "$ports_monitor" -j REJECT --reject-with tcp-reset || true
 		;;

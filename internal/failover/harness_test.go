@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -590,6 +592,7 @@ func (s *scenario) waitSettled() {
 				fmt.Fprintf(&log, "%5d × %s\n", warns[msg], msg)
 			}
 			s.dumpTables()
+			s.t.Logf("goroutines of the runners waiting on the database:\n%s", s.dumpGoroutines())
 			s.t.Fatalf("lost work: tasks still live %s after the start:\n%s\nrunner sessions:\n%s\nrunner log:\n%s\n%s\nevents of the conversations still live:\n%s\nmonitor events:\n%s",
 				time.Since(s.began).Round(time.Second), s.dumpLive(200), s.dumpSessions(), log.String(), s.lostEmits(),
 				strings.Join(s.rows(`SELECT e.id, e.conversation_id, e.task_id, e.name, e.idempotency_key, e.emitted_at, e.delivered_to, e.delivered_at
@@ -654,6 +657,22 @@ func (s *scenario) dumpLive(limit int) string {
 			j.attempt, j.attempted_at, j.scheduled_at, j.attempted_by
 		FROM {s}.river_job j JOIN {s}.tasks t ON t.id = (j.args->>'task_id')::bigint
 		WHERE j.kind = 'arbor_wake' AND t.status = 'sleeping' ORDER BY j.id LIMIT 40`), "\n")
+}
+
+// dumpGoroutines writes every goroutine's stack into the log folder (or
+// the test's temporary one) and returns those of arbor's that wait inside
+// pgx: where a run's end, a flush or a claim is stuck on the database.
+func (s *scenario) dumpGoroutines() string {
+	var all bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&all, 2)
+	_ = os.WriteFile(filepath.Join(s.logDir, "goroutines.txt"), all.Bytes(), 0o644)
+	var out []string
+	for _, g := range strings.Split(all.String(), "\n\n") {
+		if strings.Contains(g, "jackc/pgx") && strings.Contains(g, "arborhq/arbor/") {
+			out = append(out, g)
+		}
+	}
+	return fmt.Sprintf("%d goroutines (all in %s):\n%s", len(out), filepath.Join(s.logDir, "goroutines.txt"), strings.Join(out, "\n\n"))
 }
 
 // dumpTables writes the run log, the audit and the tasks as CSV files into

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -68,7 +69,11 @@ func TestPrimaryCut(t *testing.T) {
 			s.cluster.do("cut", old)
 			return at
 		},
-		after: func(s *scenario, old string) { s.cluster.do("heal", old) },
+		after: func(s *scenario, old string) {
+			if out := strings.TrimSpace(s.cluster.do("heal", old)); out != "" {
+				s.t.Logf("heal: %s", out)
+			}
+		},
 	}, nil)
 }
 
