@@ -158,7 +158,8 @@
 //     a checkpoint or heartbeat; time spent inside an arbor call (waiting
 //     for a flush) is not the handler's;
 //   - maintenance: deadlines, wall-time budgets, unknown kinds, lapsed
-//     reservations, and the holder rows of lives long over.
+//     reservations, the holder rows of lives long over, and the audit of
+//     what the node holds (below).
 //
 // Where each lives: the Runner, its start and stop in runner.go; the lease
 // (nodeLease: renewer and fence) in holder.go, what the runner does when it
@@ -171,7 +172,8 @@
 // and the runs claimed and not yet started, which this node's recoveries
 // requeue, in unstarted.go; the listener and what it marks in
 // runner_news.go; the watchdog (type watchdog) in watchdog.go; maintenance
-// (type maintainer) in maintenance.go; the pools in runner_pools.go.
+// (type maintainer) in maintenance.go, and the audit in audit.go; the pools
+// in runner_pools.go.
 // Runner.Start starts each service's goroutines and Runner.Stop stops them,
 // in one place each.
 //
@@ -280,6 +282,48 @@
 // or found by the slow poll, like any work that comes after a claim. A
 // conversation with work that another transaction holds is tried again as
 // before.
+//
+// # The audit: what the node holds, against the database
+//
+// What the node knows of its conversations and runs can be wrong in two
+// ways that nothing else would repair while the node lives and renews its
+// lease: a task running under this node's lease, at the epoch it holds the
+// conversation, with no run of its token here; or a conversation the
+// database says this life holds that the node neither holds nor has
+// lapsed. Either is left by a write or a read that went where it should
+// not: after a split brain of the HA system (a network healed before the
+// old primary stepped down: clients reconnect to it, and what they write
+// there its rewind discards; the watchdog's read there stops a run that
+// was still its task's), or by a commit whose answer was lost and could
+// not be resolved. So every audit interval (the longer of the conversation
+// lease and ten poll intervals; audit.go) the maintainer has the runner:
+//
+//  1. read, with no lock of its own, the conversations this life holds
+//     and the tasks running in those it holds;
+//  2. take Runner.claimMu for writing, so that no claim is between its
+//     commit and its dispatch (every claiming transaction holds it for
+//     reading from before its transaction to after its dispatch), and
+//     under Runner.mu find: the tasks running at the epoch the node holds
+//     their conversation with no run of their token here (running or
+//     waiting), and the conversations held in the database, neither held
+//     nor lapsed here, with no run of this node in them;
+//  3. for each conversation with lost runs, in a transaction that locks it
+//     at the epoch held (refused if it changed hands: nothing done), recover
+//     those of its tasks still running under the token read — requeued, not
+//     counted; an abandon_on_restart one whose handler was called is
+//     abandoned, as any cut run is — and mark it for a claim; for each
+//     conversation held unawares, release it as a release does (locked at
+//     the epoch read, its running tasks recovered, not counted), and make it
+//     news for the producer.
+//
+// A run that ended normally is never taken for lost: it stays among the
+// node's runs until its ending write has returned, and a task the read saw
+// running whose ending committed since is no longer running under the lock.
+// A run stopped with its ending still queued (its context cancelled) may
+// be: its task is requeued, and the queued ending, fenced by its token,
+// is refused. The audit does nothing while the lease is not usable (a
+// reopen re-validates then) or the runner stops. It costs two reads per
+// interval; it writes only what it finds lost, and warns of it.
 //
 // # Locking order
 //

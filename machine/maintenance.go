@@ -23,12 +23,14 @@ import (
 // "fail" wall-time budget; less often, the never-started tasks of kinds no
 // runner claimed within UnknownKindGrace, the reservations whose run is
 // over, and the holder rows of lives long over (the prune is a periodic
-// River job: pruneworker.go). Every runner does it; the engine's
-// transactions make a second runner's attempt a no-op.
+// River job: pruneworker.go); and every audit interval, the runner's audit
+// of what it holds against the database (audit.go). Every runner does it;
+// the engine's transactions make a second runner's attempt a no-op.
 //
 // It holds no state of the runner's: it reads and writes the database
-// only, and reaches the runner through two things it is given (unresolved
-// and adopt), so it takes no lock of the runner's but adopt's own.
+// only, and reaches the runner through three things it is given
+// (unresolved, adopt and audit), so it takes no lock of the runner's but
+// adopt's and the audit's own.
 type maintainer struct {
 	core   *core.Engine
 	logger *slog.Logger
@@ -39,6 +41,10 @@ type maintainer struct {
 	// runner's adoption of what the node holds (Runner.adopt).
 	unresolved *atomic.Bool
 	adopt      func(ctx context.Context)
+	// audit is the runner's audit of what it holds (Runner.audit), every
+	// auditEvery.
+	audit      func(ctx context.Context)
+	auditEvery time.Duration
 }
 
 func newMaintainer(r *Runner) *maintainer {
@@ -50,6 +56,8 @@ func newMaintainer(r *Runner) *maintainer {
 		grace:      r.cfg.UnknownKindGrace,
 		unresolved: &r.unresolved,
 		adopt:      func(ctx context.Context) { r.adopt(ctx, nil) },
+		audit:      r.audit,
+		auditEvery: r.auditInterval(),
 	}
 }
 
@@ -63,6 +71,8 @@ func (m *maintainer) run(ctx context.Context) {
 	defer slow.Stop()
 	fast := time.NewTicker(m.poll)
 	defer fast.Stop()
+	audit := time.NewTicker(m.auditEvery)
+	defer audit.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -73,6 +83,8 @@ func (m *maintainer) run(ctx context.Context) {
 			}
 			m.expireDeadlines(ctx)
 			m.expireWallTime(ctx)
+		case <-audit.C:
+			m.audit(ctx)
 		case <-slow.C:
 			m.failUnknownKinds(ctx)
 			m.sweepLapsedReservations(ctx)

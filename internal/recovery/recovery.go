@@ -52,6 +52,28 @@ func RecoverRunning(ctx context.Context, engine *core.Engine, tx pgx.Tx, convers
 	return reps[0], nil
 }
 
+// RecoverTasks recovers, as RecoverRunning does but never counted, those of
+// a conversation's running tasks that still run under the token given
+// (tokens: task id → token); the others (settled, requeued or claimed
+// again meanwhile) are left alone. tx must hold the conversation's row
+// lock. The runner's audit uses it for runs its node lost track of.
+func RecoverTasks(ctx context.Context, engine *core.Engine, tx pgx.Tx, conversationID string, tokens map[int64]int64, uncalled Uncalled) (reconcile.Report, error) {
+	rep := reconcile.Report{ConversationID: conversationID}
+	running, err := engine.Store.TasksInStatus(ctx, tx, conversationID, arbortype.StatusRunning)
+	if err != nil {
+		return rep, fmt.Errorf("reconcile %q: %w", conversationID, err)
+	}
+	running = slices.DeleteFunc(running, func(t arbortype.Task) bool {
+		tok, ok := tokens[t.ID]
+		return !ok || t.Token != tok
+	})
+	if err := recoverRuns(ctx, engine, tx, running, func(string) (*reconcile.Report, bool) { return &rep, false }, uncalled); err != nil {
+		return rep, err
+	}
+	slices.Sort(rep.Requeued)
+	return rep, nil
+}
+
 // Uncalled says whether the run of a token was claimed by the recovering
 // runner and never handed to a handler: no handler saw it, so it cannot
 // have made a side effect, and its recovery neither abandons nor counts it.
