@@ -58,26 +58,33 @@ func (r *Runner) audit(ctx context.Context) {
 		}
 	}
 
+	// Nothing found without the claims' lock: nothing to repair, and no
+	// claim or flush of the node paused for the audit.
+	if lost, unaware := r.auditFind(holderID, inDB, running); len(lost) == 0 && len(unaware) == 0 {
+		return
+	}
 	r.claimMu.Lock()
 	defer r.claimMu.Unlock()
 	lost, unaware := r.auditFind(holderID, inDB, running)
 	if len(lost) == 0 && len(unaware) == 0 {
-		return
+		return // a claim between its commit and its dispatch, seen by the first look
 	}
-	// Bounded: the node claims nothing while it repairs.
+	// The node claims nothing while it repairs: each repair skips a
+	// conversation another transaction holds (left for the next audit)
+	// rather than wait for it, and the whole is bounded.
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.ConversationLease)
 	defer cancel()
 	for _, l := range slices.SortedFunc(maps.Keys(lost), func(a, b core.Lease) int { return strings.Compare(a.ConversationID, b.ConversationID) }) {
 		tokens := lost[l]
 		rep, err := core.Tx(ctx, r.core, func(tx pgx.Tx) (reconcile.Report, error) {
-			if err := r.core.LockLease(ctx, tx, l); err != nil {
+			if err := r.core.TryLockLease(ctx, tx, l); err != nil {
 				return reconcile.Report{}, err
 			}
 			return recovery.RecoverTasks(ctx, r.core, tx, l.ConversationID, tokens, r.uncalled)
 		})
 		switch {
 		case errors.Is(err, tasks.ErrLeaseLost):
-			continue // it changed hands meanwhile: nothing of it is this node's to repair
+			continue // changed hands (nothing of it is this node's to repair), or busy (the next audit looks again)
 		case err != nil:
 			if ctx.Err() == nil {
 				r.logger.Warn("arbor: the audit could not recover runs this node lost track of; it tries again at the next audit",
@@ -91,7 +98,7 @@ func (r *Runner) audit(ctx context.Context) {
 		r.markDirty(l.ConversationID)
 	}
 	for _, l := range unaware {
-		rep, err := release(ctx, r.core, l, r.uncalled)
+		rep, err := releaseLocked(ctx, r.core, l, r.uncalled, r.core.TryLockLease)
 		switch {
 		case errors.Is(err, tasks.ErrLeaseLost):
 			continue
@@ -141,9 +148,29 @@ func (r *Runner) auditFind(holderID int64, inDB []core.Lease, running []arbortyp
 	return lost, unaware
 }
 
+// queuedLateBegin and queuedLateEnd count an outcome of token still
+// queued after its caller stopped waiting for it (Runner.queuedLate).
+func (r *Runner) queuedLateBegin(token int64) {
+	r.mu.Lock()
+	r.queuedLate[token]++
+	r.mu.Unlock()
+}
+
+func (r *Runner) queuedLateEnd(token int64) {
+	r.mu.Lock()
+	if r.queuedLate[token]--; r.queuedLate[token] <= 0 {
+		delete(r.queuedLate, token)
+	}
+	r.mu.Unlock()
+}
+
 // runsToken reports whether a run of task id with token is here, running
-// or waiting for the previous one (under r.mu).
+// or waiting for the previous one, or has an outcome still queued in the
+// completer (under r.mu).
 func (r *Runner) runsToken(id, token int64) bool {
+	if r.queuedLate[token] > 0 {
+		return true
+	}
 	if a := r.runs[id]; a != nil && a.token == token {
 		return true
 	}

@@ -130,3 +130,78 @@ func auditRepairs(t *testing.T, name string) {
 		require.NotEqual(t, lostToken, last, "the task ran again under a new claim, not the lost one's token")
 	}
 }
+
+// TestAuditLeavesLiveRunsAlone: what the audit must never take for lost —
+// a handler still running, through several audits, and a run whose
+// ending is still queued in the completer after the handler stopped
+// waiting for it (Complete called with a context of the handler's own that
+// ended first; the run is gone from the node's runs). The test holds
+// Runner.claimMu for writing meanwhile, so that no flush lands the ending
+// before the audit's look. The task completes once, by its one run.
+func TestAuditLeavesLiveRunsAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	entered := make(chan int64, 4)
+	proceed := make(chan struct{})
+	handlers := map[string]Handler{
+		"turn": func(ctx context.Context, run *Run) error { return run.Complete(ctx, nil) },
+		"late": func(ctx context.Context, run *Run) error {
+			entered <- run.Task.Token
+			<-proceed
+			own, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			_ = run.Complete(own, []byte(`"done"`)) // its context ends before the flush can run
+			return nil
+		},
+	}
+	ir := startInternalRunner(t, handlers, func(c *RunnerConfig) { c.IdleRelease = time.Hour })
+	r, eng, conv := ir.r, ir.eng, ir.conv
+	get := func(id int64) arbortype.Task {
+		got, err := eng.Get(ctx, id)
+		require.NoError(t, err)
+		return got
+	}
+	turn, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	require.NoError(t, err)
+	waitFor(t, "the turn to complete", func() bool { return get(turn.ID).Status == arbortype.StatusCompleted })
+
+	task, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "late", AbandonOnRestart: true})
+	require.NoError(t, err)
+	token := <-entered
+	for range 3 {
+		r.audit(ctx)
+	}
+	got := get(task.ID)
+	require.Equal(t, arbortype.StatusRunning, got.Status, "a running handler's task is left alone")
+	require.Equal(t, token, got.Token)
+
+	r.claimMu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			r.claimMu.Unlock()
+		}
+	}()
+	close(proceed)
+	waitFor(t, "the run to be gone from the node's runs, its ending queued", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.runs[task.ID] == nil
+	})
+	require.Equal(t, arbortype.StatusRunning, get(task.ID).Status, "the ending is still queued")
+	holderID, _ := r.lease.holder()
+	inDB, err := r.core.HeldBy(ctx, r.core.Pool, r.cfg.NodeID, holderID)
+	require.NoError(t, err)
+	running, err := r.core.RunningIn(ctx, r.core.Pool, []string{conv})
+	require.NoError(t, err)
+	require.Len(t, running, 1)
+	lost, unaware := r.auditFind(holderID, inDB, running)
+	require.Empty(t, lost, "a run whose ending is queued is not lost")
+	require.Empty(t, unaware)
+	r.claimMu.Unlock()
+	locked = false
+
+	waitFor(t, "the task to complete", func() bool { return get(task.ID).Status == arbortype.StatusCompleted })
+	require.Equal(t, `"done"`, string(get(task.ID).Result))
+	require.Len(t, entered, 0, "one call of the handler")
+}

@@ -108,6 +108,11 @@ func (c *completer) apply(ctx context.Context, run *Run, o core.Outcome) core.Ou
 			return res
 		default:
 		}
+		c.r.queuedLateBegin(run.token)
+		go func() {
+			<-q.res // every queued outcome gets its result, once
+			c.r.queuedLateEnd(run.token)
+		}()
 		return core.OutcomeResult{Err: run.stoppedErr(ctx)}
 	}
 }

@@ -187,7 +187,9 @@
 // In-process locks are taken in this order, never the other way:
 // nodeLease.fireMu (held while the fence fires or is confirmed again, which
 // marks the held conversations lapsed under Runner.mu) or Runner.claimMu
-// (read by every transaction that claims, written by an adoption); then
+// (read by every transaction that claims, written by an adoption and by the
+// audit when it found something to repair; neither waits for a row lock
+// while it holds it); then
 // Runner.mu; then one service's own mutex (producer.mu, nodeLease.mu for the
 // holder's id; completer.mu and watchdog.mu are never held with Runner.mu).
 // A step that decides by what the node holds (a conversation held: marked
@@ -299,31 +301,46 @@
 // lease and ten poll intervals; audit.go) the maintainer has the runner:
 //
 //  1. read, with no lock of its own, the conversations this life holds
-//     and the tasks running in those it holds;
-//  2. take Runner.claimMu for writing, so that no claim is between its
-//     commit and its dispatch (every claiming transaction holds it for
-//     reading from before its transaction to after its dispatch), and
-//     under Runner.mu find: the tasks running at the epoch the node holds
-//     their conversation with no run of their token here (running or
-//     waiting), and the conversations held in the database, neither held
-//     nor lapsed here, with no run of this node in them;
+//     and the tasks running in those it holds, and look, under Runner.mu:
+//     the tasks running at the epoch the node holds their conversation
+//     with no run of their token here (running, waiting, or with an
+//     outcome still queued in the completer), and the conversations held
+//     in the database, neither held nor lapsed here, with no run of this
+//     node in them. Nothing found (the usual case): done, no lock of the
+//     claims taken;
+//  2. otherwise take Runner.claimMu for writing, so that no claim is
+//     between its commit and its dispatch (every claiming transaction
+//     holds it for reading from before its transaction to after its
+//     dispatch), and look again: what the first look saw of a claim on
+//     its way to dispatch is gone now;
 //  3. for each conversation with lost runs, in a transaction that locks it
-//     at the epoch held (refused if it changed hands: nothing done), recover
-//     those of its tasks still running under the token read — requeued, not
-//     counted; an abandon_on_restart one whose handler was called is
-//     abandoned, as any cut run is — and mark it for a claim; for each
-//     conversation held unawares, release it as a release does (locked at
-//     the epoch read, its running tasks recovered, not counted), and make it
-//     news for the producer.
+//     at the epoch held, recover those of its tasks still running under
+//     the token read — requeued, not counted; an abandon_on_restart one
+//     whose handler was called is abandoned, as any cut run is — and mark
+//     it for a claim; for each conversation held unawares, release it as a
+//     release does (its running tasks recovered, not counted), and make it
+//     news for the producer. Each transaction skips a conversation that
+//     changed hands, or that another transaction holds locked (SKIP
+//     LOCKED: the audit never waits for a row lock while it holds
+//     claimMu, which would pause every claim and flush of the node); the
+//     next audit looks at it again. The repairs are bounded by the
+//     conversation lease.
 //
 // A run that ended normally is never taken for lost: it stays among the
 // node's runs until its ending write has returned, and a task the read saw
 // running whose ending committed since is no longer running under the lock.
-// A run stopped with its ending still queued (its context cancelled) may
-// be: its task is requeued, and the queued ending, fenced by its token,
-// is refused. The audit does nothing while the lease is not usable (a
-// reopen re-validates then) or the runner stops. It costs two reads per
-// interval; it writes only what it finds lost, and warns of it.
+// Nor is a run whose caller stopped waiting for its ending (a context of
+// the handler's own that ended first): its token is counted as queued
+// (Runner.queuedLate) until the completer gives that outcome its result.
+// The audit does not start while the lease is not usable (a reopen
+// re-validates then) or the runner stops; if the fence fires or Stop
+// begins during its repairs, their writes are fenced by holder and epoch
+// like any other. While a commit's answer is unresolved, adoption
+// (Runner.adopt) may run a lost claim under its own token before the audit
+// sees it. Not repaired by the audit: a conversation the node holds at an
+// epoch other than the database's (adoption's case), and lost runs in a
+// conversation being released (the release recovers them). It costs two
+// reads per interval.
 //
 // # Locking order
 //

@@ -87,8 +87,14 @@ func (r *Runner) releaseAll() {
 // whatever their kind), in one transaction. A conversation another
 // transaction holds is waited for.
 func release(ctx context.Context, c *core.Engine, lease core.Lease, uncalled recovery.Uncalled) (reconcile.Report, error) {
+	return releaseLocked(ctx, c, lease, uncalled, c.LockLease)
+}
+
+// releaseLocked is release with the conversation locked by lock (LockLease
+// waits for it; the audit's TryLockLease does not).
+func releaseLocked(ctx context.Context, c *core.Engine, lease core.Lease, uncalled recovery.Uncalled, lock func(context.Context, pgx.Tx, core.Lease) error) (reconcile.Report, error) {
 	return core.Tx(ctx, c, func(tx pgx.Tx) (reconcile.Report, error) {
-		if err := c.LockLease(ctx, tx, lease); err != nil {
+		if err := lock(ctx, tx, lease); err != nil {
 			return reconcile.Report{}, fmt.Errorf("release conversation %q: %w", lease.ConversationID, err)
 		}
 		rep, err := recovery.RecoverRunning(ctx, c, tx, lease.ConversationID, false, uncalled)

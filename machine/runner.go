@@ -71,8 +71,13 @@ type Runner struct {
 	// outcomesAfter are outcomes a flush skipped because another flush of
 	// this node held their conversation: queued again when it ends.
 	outcomesAfter map[string][]*queued
-	started       bool
-	stopping      bool
+	// queuedLate counts, by token, the outcomes still queued in the
+	// completer whose caller stopped waiting (its context ended): they land
+	// or are refused by their token later, and until then the audit does
+	// not take their task for lost, though the run may be gone from runs.
+	queuedLate map[int64]int
+	started    bool
+	stopping   bool
 	// halted is set once Stop is done: a handler that outlived it can make
 	// no call of arbor's any more (its connections are gone).
 	halted atomic.Bool
@@ -122,6 +127,7 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		runs:          map[int64]*active{},
 		waiting:       map[int64]*active{},
 		unstarted:     map[int64]unstartedRun{},
+		queuedLate:    map[int64]int{},
 		liveIn:        map[string]int{},
 		flushingIn:    map[string]int{},
 		afterFlush:    map[string]bool{},

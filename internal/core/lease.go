@@ -133,6 +133,17 @@ func (e *Engine) LockLease(ctx context.Context, tx pgx.Tx, l Lease) error {
 	return err
 }
 
+// TryLockLease is LockLease that does not wait for a row lock: a
+// conversation another transaction holds is ErrLeaseLost too (busy, or
+// changed hands: either way not now).
+func (e *Engine) TryLockLease(ctx context.Context, tx pgx.Tx, l Lease) error {
+	_, err := e.Store.TryLockHeldConversation(ctx, tx, l.ConversationID, l.HolderID, l.Epoch)
+	if store.IsNoRows(err) {
+		return fmt.Errorf("conversation %q at epoch %d, or it is locked: %w", l.ConversationID, l.Epoch, arbortype.ErrLeaseLost)
+	}
+	return err
+}
+
 // ReleaseLease frees the lease's conversation. It reports whether it did
 // (false: it had been taken over already).
 func (e *Engine) ReleaseLease(ctx context.Context, tx pgx.Tx, l Lease) (bool, error) {

@@ -89,6 +89,11 @@ var (
 	qLockHeldConversation = define(`SELECT ` + conversationColumns + `, pg_notify($4, c.id) FROM {schema}.conversations c
 		WHERE c.id = $1 AND c.holder_id = $2 AND c.epoch = $3 FOR NO KEY UPDATE OF c`)
 
+	// The same, skipping a row another transaction holds (the runner's
+	// audit, which must not wait: no row is returned then either).
+	qTryLockHeldConversation = define(`SELECT ` + conversationColumns + `, pg_notify($4, c.id) FROM {schema}.conversations c
+		WHERE c.id = $1 AND c.holder_id = $2 AND c.epoch = $3 FOR NO KEY UPDATE OF c SKIP LOCKED`)
+
 	qReleaseConversation = define(`UPDATE {schema}.conversations
 		SET holder = NULL, holder_id = NULL, updated_at = now()
 		WHERE id = $1 AND holder_id = $2 AND epoch = $3`)
@@ -164,6 +169,13 @@ func (s *Store) TakeConversation(ctx context.Context, db DB, id, holder string, 
 func (s *Store) LockHeldConversation(ctx context.Context, db DB, id string, holderID, epoch int64) (arbortype.Conversation, error) {
 	var notified any
 	return scanConversation(db.QueryRow(ctx, s.sql[qLockHeldConversation], id, holderID, epoch, s.ChangeChannel()), &notified)
+}
+
+// TryLockHeldConversation is LockHeldConversation that does not wait: a
+// conversation another transaction holds locked is ErrNoRows too.
+func (s *Store) TryLockHeldConversation(ctx context.Context, db DB, id string, holderID, epoch int64) (arbortype.Conversation, error) {
+	var notified any
+	return scanConversation(db.QueryRow(ctx, s.sql[qTryLockHeldConversation], id, holderID, epoch, s.ChangeChannel()), &notified)
 }
 
 // ReleaseConversation frees a conversation holder row holderID holds at
