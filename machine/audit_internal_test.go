@@ -60,21 +60,13 @@ func auditRepairs(t *testing.T, name string) {
 		c.IdleRelease = time.Hour // the conversation stays held while idle
 	})
 	r, eng, conv := ir.r, ir.eng, ir.conv
-	get := func(id int64) arbortype.Task {
-		got, err := eng.Get(ctx, id)
-		require.NoError(t, err)
-		return got
-	}
-	turn, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
-	require.NoError(t, err)
-	waitFor(t, "the turn to complete", func() bool { return get(turn.ID).Status == arbortype.StatusCompleted })
-	waitFor(t, "the conversation to be held", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return r.held[conv] != nil
-	})
+	get := func(id int64) arbortype.Task { return ir.task(t, id) }
+	ir.holdIdle(t)
 
-	var task arbortype.Task
+	var (
+		task arbortype.Task
+		err  error
+	)
 	lostToken := int64(0)
 	switch name {
 	case "stopped by a stale read":
@@ -156,14 +148,8 @@ func TestAuditLeavesLiveRunsAlone(t *testing.T) {
 	}
 	ir := startInternalRunner(t, handlers, func(c *RunnerConfig) { c.IdleRelease = time.Hour })
 	r, eng, conv := ir.r, ir.eng, ir.conv
-	get := func(id int64) arbortype.Task {
-		got, err := eng.Get(ctx, id)
-		require.NoError(t, err)
-		return got
-	}
-	turn, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
-	require.NoError(t, err)
-	waitFor(t, "the turn to complete", func() bool { return get(turn.ID).Status == arbortype.StatusCompleted })
+	get := func(id int64) arbortype.Task { return ir.task(t, id) }
+	ir.holdIdle(t)
 
 	task, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "late", AbandonOnRestart: true})
 	require.NoError(t, err)

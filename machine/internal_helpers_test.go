@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
@@ -62,4 +63,28 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// task reads task id through the engine.
+func (ir internalRunner) task(t *testing.T, id int64) arbortype.Task {
+	t.Helper()
+	got, err := ir.eng.Get(context.Background(), id)
+	require.NoError(t, err)
+	return got
+}
+
+// holdIdle has the runner hold the test's conversation, with nothing
+// running in it: a task of kind "turn" (whose handler must complete it)
+// is created and run to its end. The runner's IdleRelease must keep the
+// conversation held while idle.
+func (ir internalRunner) holdIdle(t *testing.T) {
+	t.Helper()
+	turn, _, err := ir.eng.Create(context.Background(), tasks.CreateParams{ConversationID: ir.conv, Kind: "turn"})
+	require.NoError(t, err)
+	waitFor(t, "the turn to complete", func() bool { return ir.task(t, turn.ID).Status == arbortype.StatusCompleted })
+	waitFor(t, "the conversation to be held", func() bool {
+		ir.r.mu.Lock()
+		defer ir.r.mu.Unlock()
+		return ir.r.held[ir.conv] != nil
+	})
 }

@@ -63,14 +63,7 @@ func requeuedNotAbandoned(t *testing.T, atStart bool) {
 	}
 
 	// The node holds the conversation, idle.
-	turn, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
-	require.NoError(t, err)
-	waitFor(t, "the turn to complete", func() bool { return status(turn.ID) == arbortype.StatusCompleted })
-	waitFor(t, "the conversation to be held", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return r.held[conv] != nil
-	})
+	ir.holdIdle(t)
 
 	// No claim, reopen or flush of the runner's from here.
 	r.claimMu.Lock()
@@ -80,7 +73,10 @@ func requeuedNotAbandoned(t *testing.T, atStart bool) {
 			r.claimMu.Unlock()
 		}
 	}()
-	var stall pgx.Tx
+	var (
+		stall pgx.Tx
+		err   error
+	)
 	if atStart {
 		// Renewals stall on the node's holder row, so that nothing moves
 		// the lease's clock but the test.
