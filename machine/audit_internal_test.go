@@ -28,10 +28,11 @@ import (
 //     handler saw it);
 //   - a conversation held by this life in the database, which the node
 //     forgot (an open whose answer was lost): its new task is never opened
-//     by anyone.
+//     by anyone; and the same with nothing in it, which the audit releases
+//     before any task is created.
 func TestAuditRepairsWhatTheNodeLostTrackOf(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"stopped by a stale read", "claimed and never dispatched", "held unawares"} {
+	for _, name := range []string{"stopped by a stale read", "claimed and never dispatched", "held unawares", "held unawares, idle"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			auditRepairs(t, name)
@@ -106,6 +107,19 @@ func auditRepairs(t *testing.T, name string) {
 		r.mu.Lock()
 		delete(r.held, conv)
 		r.mu.Unlock()
+		task, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "work"})
+		require.NoError(t, err)
+
+	case "held unawares, idle":
+		// Nothing to claim in it: only the audit's release frees it.
+		r.mu.Lock()
+		delete(r.held, conv)
+		r.mu.Unlock()
+		waitFor(t, "the audit to release the conversation", func() bool {
+			var holder *int64
+			require.NoError(t, ir.pool.QueryRow(ctx, `SELECT holder_id FROM `+ir.schema+`.conversations WHERE id = $1`, conv).Scan(&holder))
+			return holder == nil
+		})
 		task, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "work"})
 		require.NoError(t, err)
 	}
