@@ -55,7 +55,13 @@
 //     another node may take its conversation. A renewal whose answer comes
 //     back after the fence point fires the fence before it confirms the
 //     lease, even if the fence's goroutine was starved and had not: until
-//     its commit, a take-over read the old row, possibly expired.
+//     its commit, a take-over read the old row, possibly expired. And a
+//     renewal confirms only what its send time vouches for: one sent before
+//     a freeze and answered after it may leave the lease past its fence
+//     point, or a moment from expiring in the database. Such an answer ends
+//     nothing: the fence stays fired and the renewer renews again at once,
+//     instead of a sixth of the lease later, when the row may have expired
+//     and every conversation of the node gone free.
 //   - Handlers, on one node: a task has at most one handler running on a
 //     node, measured from the handler's entry to its return. A run claimed
 //     for a task whose previous handler has not returned (cancelled, or
@@ -64,9 +70,16 @@
 //     that ignores its cancelled context keeps its task held — its
 //     conversation is never released while one of its handlers lives —
 //     and the runner warns, naming it, every lease while it does.
-//   - No dispatch while unconfirmed: runs claimed while the lease is not
-//     confirmed (past confirmed − lease/4, or lapsed) are not started; their
-//     conversations are re-validated first (below).
+//   - No claim and no dispatch while unconfirmed: while the lease is not
+//     usable (past confirmed − lease/4, or the fence fired and no renewal
+//     has confirmed it since), the producer opens and claims nothing, a
+//     wake claims nothing, and a completer flush applies its outcomes but
+//     claims nothing. The database would take such a claim, under a row
+//     not yet expired, but the run could not be started: its task would
+//     wait, running, for a reopen or for the node that takes its
+//     conversation over, which counts it as a restart. Runs claimed by a
+//     transaction that was under way when the fence fired are not started;
+//     their conversations are re-validated first (below).
 //
 // After the fence fired, the next renewal that succeeds re-validates every
 // lapsed conversation in a reopen transaction: locked (skipping those

@@ -66,7 +66,7 @@ func (l *nodeLease) margin() time.Duration { return l.ttl / 4 }
 // usable reports whether the runner may act as the holder at now: the fence
 // has not fired, and now is before confirmed − margin.
 func (l *nodeLease) usable(now time.Time) bool {
-	return !l.fired.Load() && l.since(now) < l.confirmed.Load()-int64(l.margin())
+	return !l.fired.Load() && l.fresh(now)
 }
 
 // holder returns the current life's row and this process's earlier lives.
@@ -158,7 +158,8 @@ func (l *nodeLease) fenceLoop(ctx context.Context) {
 }
 
 // renewLoop renews the holder row every sixth of the lease, and again
-// soon after a failure (every 20 ms, at most a sixteenth of the lease), each
+// soon after a failure or an answer too late to confirm the lease (every
+// 20 ms, at most a sixteenth of the lease, see answered), each
 // try bounded by half the lease: a slow answer (a starved machine, a slow
 // fsync) is waited for rather than cut, which would only cost a new
 // connection on top. A renewal that finds the row expired starts a new
@@ -223,21 +224,46 @@ func (l *nodeLease) renewOnce(ctx context.Context) bool {
 		l.reconfirmed(true)
 		return true
 	}
-	// A renewal is confirmed only after the fence had its say: one whose
-	// answer came back past the fence point (the fence goroutine starved,
-	// the statement or its commit slow) may have been invisible to a
-	// take-over until then — the old row, expired, is what another node
-	// read — so the fence fires first, as it would have on time, and the
-	// conversations are re-validated by epoch before anything runs again.
-	// Without this, confirming would move the fence point past now, and a
-	// handler whose context had not yet seen the clock would go on in a
-	// conversation another node took.
+	return l.answered(sent)
+}
+
+// answered takes in a renewal sent at sent that found the row live, and
+// reports whether it confirmed the lease.
+//
+// A renewal is confirmed only after the fence had its say: one whose
+// answer came back past the fence point (the fence goroutine starved, the
+// statement or its commit slow) may have been invisible to a take-over
+// until then — the old row, expired, is what another node read — so the
+// fence fires first, as it would have on time, and the conversations are
+// re-validated by epoch before anything runs again. Without this,
+// confirming would move the fence point past now, and a handler whose
+// context had not yet seen the clock would go on in a conversation another
+// node took.
+//
+// And it ends the fence's firing only when it leaves the lease usable: a
+// renewal sent long before its answer was read (the process frozen or
+// starved in between) vouches for the lease only until its send time plus
+// the lease, which may be past the fence point already, or nearly expired
+// in the database. Such an answer is no confirmation: the fence stays
+// fired, and the caller renews again at once (false), rather than a sixth
+// of the lease later, by when the row may have expired and every
+// conversation of the node gone free.
+func (l *nodeLease) answered(sent time.Time) bool {
 	l.checkFence(time.Now())
 	l.confirm(sent)
+	if !l.fresh(time.Now()) {
+		return false // the first checkFence fired the fence already
+	}
 	if l.fired.Load() {
 		l.reconfirmed(false)
 	}
 	return true
+}
+
+// fresh reports whether now is before the fence point of the confirmed
+// lease (confirmed − margin), whether or not the fence has fired.
+func (l *nodeLease) fresh(now time.Time) bool {
+	return l.since(now) < l.confirmed.Load()-int64(l.margin())
 }
 
 // slowConnect is the part of the lease past which the renewer's wait for

@@ -47,3 +47,40 @@ func TestRenewalPastTheFencePointFiresTheFence(t *testing.T) {
 	require.Equal(t, 1, confirmed, "then the renewal confirmed it again, for the conversations to be re-validated")
 	require.True(t, l.usable(time.Now()))
 }
+
+// A renewal answered long after it was sent (the process frozen or
+// starved between its send and the read of its answer) vouches for the
+// lease only until its send time plus the lease: past the fence point, it
+// is no confirmation. The fence fires and stays fired, the renewal reports
+// failure (so the loop renews again at once rather than a sixth of the
+// lease later, by when the row may have expired), and the next renewal,
+// sent now, confirms the lease.
+func TestRenewalAnsweredTooLateDoesNotConfirm(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testdb.Shared(t)
+	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
+	ttl := 20 * time.Second
+	l := newNodeLease(eng.C, "late-answer", ttl, slog.New(slog.DiscardHandler))
+	var fired, confirmed int
+	l.onFire = func() { fired++ }
+	l.onConfirm = func(newLife bool) {
+		require.False(t, newLife)
+		confirmed++
+	}
+	require.NoError(t, l.begin(ctx))
+
+	// Sent 7/8 of the lease ago, answered now: live in the database, but
+	// past the fence point (3/4 of the lease after its send).
+	sent := time.Now().Add(-7 * ttl / 8)
+	l.confirmed.Store(l.since(sent) + int64(ttl)) // the renewal before it: as old
+	require.False(t, l.answered(sent), "an answer too late to vouch for the lease is not a confirmation")
+	require.Equal(t, 1, fired, "the fence fired")
+	require.Zero(t, confirmed, "the fence's firing did not end")
+	require.False(t, l.usable(time.Now()))
+
+	require.True(t, l.renewOnce(ctx), "a renewal sent now confirms the lease")
+	require.Equal(t, 1, fired)
+	require.Equal(t, 1, confirmed, "and ends the fence's firing")
+	require.True(t, l.usable(time.Now()))
+}

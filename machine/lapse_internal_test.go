@@ -1,0 +1,57 @@
+package machine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// A flush while the node's lease is not usable applies its outcomes and
+// claims nothing. The database would still take the claim, under a holder
+// row that has not expired yet, but the runner would not start what it
+// took: the task would stay running with no run until a reopen requeued
+// it, or until the node that took the conversation over counted it as a
+// restart. Here a handler completes its task just after the fence fired;
+// the next turn, runnable once the first is done, must be claimed once,
+// by the reopen after the lease is confirmed again: its log shows one
+// start.
+func TestFlushClaimsNothingWhileTheLeaseIsNotUsable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var ir internalRunner
+	ir = startInternalRunner(t, map[string]Handler{
+		"first": func(_ context.Context, run *Run) error {
+			// The fence point passed (as after a freeze): the fence fires.
+			l := ir.r.lease
+			l.confirmed.Store(l.since(time.Now()) + int64(l.margin()) - 1)
+			require.False(t, l.checkFence(time.Now()))
+			// The run's token is still the task's: its ending is applied.
+			return run.Complete(context.Background(), nil)
+		},
+		"next": func(ctx context.Context, run *Run) error { return run.Complete(ctx, nil) },
+	}, nil)
+	first, _, err := ir.eng.Create(ctx, tasks.CreateParams{ConversationID: ir.conv, Kind: "first"})
+	require.NoError(t, err)
+	next, _, err := ir.eng.Create(ctx, tasks.CreateParams{ConversationID: ir.conv, Kind: "next"})
+	require.NoError(t, err)
+	waitFor(t, "both turns to complete", func() bool {
+		return ir.task(t, first.ID).Status == arbortype.StatusCompleted && ir.task(t, next.ID).Status == arbortype.StatusCompleted
+	})
+
+	entries, err := ir.eng.ReadLog(ctx, ir.conv, 0, 1000)
+	require.NoError(t, err)
+	var starts []arbortype.Status
+	for _, e := range entries {
+		if e.TaskID == next.ID && e.Kind == arbortype.LogKindStatus {
+			starts = append(starts, e.Status)
+		}
+	}
+	require.Equal(t, []arbortype.Status{arbortype.StatusPending, arbortype.StatusRunning, arbortype.StatusCompleted}, starts,
+		"the next turn was claimed once, not claimed by the flush while the lease was not usable and requeued by the reopen")
+	require.Zero(t, ir.task(t, next.ID).Attempt, "no restart counted")
+}
