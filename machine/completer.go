@@ -303,6 +303,12 @@ func (c *completer) flush(batch []*queued, express bool) {
 	}
 	slow := false
 	for {
+		if k > 0 && !r.lease.usable(time.Now()) {
+			// A try after a rollback or a refusal, once the fence fired
+			// (resolving a lost commit can outlast the lease): no claim.
+			r.unreserve(k)
+			k = 0
+		}
 		var xact int64
 		r.claimMu.RLock()
 		res, err := core.Tx(ctx, r.core, func(tx pgx.Tx) (core.FlushResult, error) {

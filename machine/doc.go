@@ -61,7 +61,9 @@
 //     point, or a moment from expiring in the database. Such an answer ends
 //     nothing: the fence stays fired and the renewer renews again at once,
 //     instead of a sixth of the lease later, when the row may have expired
-//     and every conversation of the node gone free.
+//     and every conversation of the node gone free. For the same reason the
+//     next renewal is due a sixth of the lease after the send of the last
+//     one that confirmed, not after its answer.
 //   - Handlers, on one node: a task has at most one handler running on a
 //     node, measured from the handler's entry to its return. A run claimed
 //     for a task whose previous handler has not returned (cancelled, or

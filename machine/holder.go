@@ -166,22 +166,36 @@ func (l *nodeLease) fenceLoop(ctx context.Context) {
 // life. The fence fires at three quarters of the lease after the last
 // renewal that succeeded: with renewals every sixth, that is four
 // chances.
+//
+// The next renewal is timed from the send of the last one that confirmed
+// the lease, not from its answer: after an answer that came late (a
+// starved process, a slow commit) but still in time to confirm, a sixth of
+// the lease counted from the answer could pass the fence point before the
+// next renewal, firing the fence under a live row. When the last round
+// trip took a sixth of the lease or more, the next renewal goes at once
+// (never faster than one per round trip).
 func (l *nodeLease) renewLoop(ctx context.Context) {
-	every := l.ttl / 6
 	retry := min(20*time.Millisecond, l.ttl/16)
-	wait := every
+	wait := l.ttl / 6
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
-		ok := l.renewOnce(ctx)
-		wait = every
-		if !ok {
-			wait = retry
+		wait = retry
+		if l.renewOnce(ctx) {
+			wait = l.untilNextRenewal(time.Now())
 		}
 	}
+}
+
+// untilNextRenewal is how long after now the next renewal is due: a sixth
+// of the lease after the send of the last renewal that confirmed it (0:
+// at once).
+func (l *nodeLease) untilNextRenewal(now time.Time) time.Duration {
+	lastSent := l.confirmed.Load() - int64(l.ttl)
+	return max(0, time.Duration(lastSent+int64(l.ttl/6)-l.since(now)))
 }
 
 // renewOnce makes one renewal and reports whether it confirmed the lease.
@@ -252,7 +266,8 @@ func (l *nodeLease) answered(sent time.Time) bool {
 	l.checkFence(time.Now())
 	l.confirm(sent)
 	if !l.fresh(time.Now()) {
-		return false // the first checkFence fired the fence already
+		l.checkFence(time.Now()) // fired (the fence point may have passed since the first look)
+		return false
 	}
 	if l.fired.Load() {
 		l.reconfirmed(false)

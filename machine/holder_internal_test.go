@@ -84,3 +84,27 @@ func TestRenewalAnsweredTooLateDoesNotConfirm(t *testing.T) {
 	require.Equal(t, 1, confirmed, "and ends the fence's firing")
 	require.True(t, l.usable(time.Now()))
 }
+
+// The next renewal is timed from the send of the last one that confirmed
+// the lease: after an answer that came late but in time (here 0.7 of the
+// lease after its send, before the fence point at 0.75), it goes at once,
+// not a sixth of the lease after the answer (past the fence point, which
+// would fire the fence under a live row).
+func TestRenewalAfterALateAnswerGoesAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testdb.Shared(t)
+	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
+	ttl := 20 * time.Second
+	l := newNodeLease(eng.C, "late-in-time", ttl, slog.New(slog.DiscardHandler))
+	l.onFire = func() { t.Error("the fence fired") }
+	l.onConfirm = func(bool) {}
+	require.NoError(t, l.begin(ctx))
+	now := time.Now()
+	require.InDelta(t, float64(ttl/6), float64(l.untilNextRenewal(now)), float64(ttl/100), "after an answer at once: a sixth of the lease")
+
+	sent := now.Add(-7 * ttl / 10)
+	l.confirmed.Store(l.since(sent) + int64(ttl))
+	require.True(t, l.answered(sent), "in time: a confirmation")
+	require.Zero(t, l.untilNextRenewal(now), "the next renewal goes at once")
+}

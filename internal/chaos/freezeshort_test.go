@@ -15,7 +15,7 @@ import (
 const shortFreezeLease = 3 * time.Second
 
 // TestBrieflyFrozenRunner (e): two runner processes; one is frozen with
-// SIGSTOP right after a renewal of its leases landed, for 7/8 of the lease
+// SIGSTOP soon after a renewal of its leases landed, until 7/8 of the lease
 // counted from that renewal: past the point (3/4 of the lease after its
 // last renewal) where it must stop its handlers, since it cannot confirm
 // its leases, but before any lease of it can expire in the database, so
@@ -30,10 +30,11 @@ const shortFreezeLease = 3 * time.Second
 // own, counted from the renewal's send, is no later) and the thaw to come
 // after it and before the leases' expiry in the database. The thaw is
 // timed from the expiry read once the node is frozen, so only a machine
-// too slow to send SIGSTOP within a quarter of the lease of seeing a
-// renewal, or to wake a sleeping test within 1/8 of the lease, misses it.
-// (Freezing a little later than right after the renewal only makes the
-// freeze shorter, which tests the same.) The test checks afterwards that
+// too slow to send SIGSTOP within 5/8 of the lease of the poll that saw a
+// fresh renewal (every lease then had more than 7/8 of it to run), or to
+// wake a sleeping test within 1/8 of the lease, misses it. (Freezing later
+// than right after the renewal only makes the freeze shorter, which tests
+// the same.) The test checks afterwards that
 // the freeze fell inside its window (its premises), and fails saying so
 // if it did not.
 func TestBrieflyFrozenRunner(t *testing.T) {
