@@ -53,6 +53,19 @@ func TestBlackholedNode(t *testing.T) {
 	s.exec(`CREATE TABLE {s}.chaos_cut_leases AS SELECT id AS conversation_id, lease_expires_at FROM {s}.conversation_leases WHERE holder = $1`, cut.node)
 	tokens := s.inFlight(cut.node, cutAt)
 	require.NotEmpty(t, tokens)
+	// Such a backend, inside a transaction, keeps what that transaction
+	// locked — a flush's conversations, which no other node can then take
+	// over — and no timeout of the server's own ends it (it is neither idle
+	// nor running a statement). On a real partition, TCP keepalives end it
+	// (docs/operations.md, "A runner cut off from the database"); here the
+	// proxy answers the server's probes, so the test plays that part: one
+	// lease after the cut (the fault's own timing, not a wait for an
+	// effect), it ends the backends of the cut node still waiting so, as a
+	// server whose keepalives give up within a lease would.
+	time.Sleep(time.Until(cutAt.Add(leaseDefault)))
+	ended := s.count(`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = $1 AND state = 'active' AND wait_event = 'ClientRead' AND xact_start IS NOT NULL) x`, appPrefix+cut.node)
+	t.Logf("(i) backends of %s ended one lease after the cut, as the server's keepalives would: %d", cut.node, ended)
 	s.waitFor("three leases, and the direct runner's take-over of every run the cut one had in flight", func() bool {
 		return time.Since(cutAt) >= 3*leaseDefault &&
 			s.count(`SELECT count(*) FROM {s}.tasks WHERE status = 'running' AND token = ANY($1)`, tokens) == 0
