@@ -13,6 +13,28 @@ import (
 	"github.com/arborhq/arbor/tasks"
 )
 
+// leaseCalls counts the fence's firings and the confirmations after one
+// of a test's node lease.
+type leaseCalls struct{ fired, confirmed int }
+
+// beganLease is a node lease of a test's own (its life begun, on the
+// package's shared schema, no goroutine of it running), with a 20 s lease,
+// whose firings and confirmations are counted; a new life fails the test.
+func beganLease(t *testing.T, name string) (*nodeLease, *leaseCalls) {
+	t.Helper()
+	pool, schema := testdb.Shared(t)
+	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
+	l := newNodeLease(eng.C, name, 20*time.Second, slog.New(slog.DiscardHandler))
+	calls := &leaseCalls{}
+	l.onFire = func() { calls.fired++ }
+	l.onConfirm = func(newLife bool) {
+		require.False(t, newLife)
+		calls.confirmed++
+	}
+	require.NoError(t, l.begin(context.Background()))
+	return l, calls
+}
+
 // A renewal that succeeds but comes back after the fence point fires the
 // fence before it confirms the lease, even when the fence's own goroutine
 // did not run meanwhile (starved): the take-over another node may have
@@ -22,29 +44,20 @@ import (
 func TestRenewalPastTheFencePointFiresTheFence(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema := testdb.Shared(t)
-	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
-	l := newNodeLease(eng.C, "fence-after-late-renewal", 20*time.Second, slog.New(slog.DiscardHandler))
-	var fired, confirmed int
-	l.onFire = func() { fired++ }
-	l.onConfirm = func(newLife bool) {
-		require.False(t, newLife)
-		confirmed++
-	}
-	require.NoError(t, l.begin(ctx))
+	l, calls := beganLease(t, "fence-after-late-renewal")
 	require.True(t, l.usable(time.Now()))
 
 	// In time: nothing fires.
 	require.True(t, l.renewOnce(ctx))
-	require.Zero(t, fired)
+	require.Zero(t, calls.fired)
 
 	// The fence point passed with no fence goroutine running (none is
 	// started here), and the row, renewed a moment ago for 20 s, is live:
 	// the renewal succeeds, late.
 	l.confirmed.Store(l.since(time.Now()))
 	require.True(t, l.renewOnce(ctx))
-	require.Equal(t, 1, fired, "the fence fired before the late renewal confirmed the lease")
-	require.Equal(t, 1, confirmed, "then the renewal confirmed it again, for the conversations to be re-validated")
+	require.Equal(t, 1, calls.fired, "the fence fired before the late renewal confirmed the lease")
+	require.Equal(t, 1, calls.confirmed, "then the renewal confirmed it again, for the conversations to be re-validated")
 	require.True(t, l.usable(time.Now()))
 }
 
@@ -58,30 +71,21 @@ func TestRenewalPastTheFencePointFiresTheFence(t *testing.T) {
 func TestRenewalAnsweredTooLateDoesNotConfirm(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema := testdb.Shared(t)
-	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
-	ttl := 20 * time.Second
-	l := newNodeLease(eng.C, "late-answer", ttl, slog.New(slog.DiscardHandler))
-	var fired, confirmed int
-	l.onFire = func() { fired++ }
-	l.onConfirm = func(newLife bool) {
-		require.False(t, newLife)
-		confirmed++
-	}
-	require.NoError(t, l.begin(ctx))
+	l, calls := beganLease(t, "late-answer")
+	ttl := l.ttl
 
 	// Sent 7/8 of the lease ago, answered now: live in the database, but
 	// past the fence point (3/4 of the lease after its send).
 	sent := time.Now().Add(-7 * ttl / 8)
 	l.confirmed.Store(l.since(sent) + int64(ttl)) // the renewal before it: as old
 	require.False(t, l.answered(sent), "an answer too late to vouch for the lease is not a confirmation")
-	require.Equal(t, 1, fired, "the fence fired")
-	require.Zero(t, confirmed, "the fence's firing did not end")
+	require.Equal(t, 1, calls.fired, "the fence fired")
+	require.Zero(t, calls.confirmed, "the fence's firing did not end")
 	require.False(t, l.usable(time.Now()))
 
 	require.True(t, l.renewOnce(ctx), "a renewal sent now confirms the lease")
-	require.Equal(t, 1, fired)
-	require.Equal(t, 1, confirmed, "and ends the fence's firing")
+	require.Equal(t, 1, calls.fired)
+	require.Equal(t, 1, calls.confirmed, "and ends the fence's firing")
 	require.True(t, l.usable(time.Now()))
 }
 
@@ -92,14 +96,8 @@ func TestRenewalAnsweredTooLateDoesNotConfirm(t *testing.T) {
 // would fire the fence under a live row).
 func TestRenewalAfterALateAnswerGoesAtOnce(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	pool, schema := testdb.Shared(t)
-	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
-	ttl := 20 * time.Second
-	l := newNodeLease(eng.C, "late-in-time", ttl, slog.New(slog.DiscardHandler))
-	l.onFire = func() { t.Error("the fence fired") }
-	l.onConfirm = func(bool) {}
-	require.NoError(t, l.begin(ctx))
+	l, calls := beganLease(t, "late-in-time")
+	ttl := l.ttl
 	now := time.Now()
 	require.InDelta(t, float64(ttl/6), float64(l.untilNextRenewal(now)), float64(ttl/100), "after an answer at once: a sixth of the lease")
 
@@ -107,4 +105,5 @@ func TestRenewalAfterALateAnswerGoesAtOnce(t *testing.T) {
 	l.confirmed.Store(l.since(sent) + int64(ttl))
 	require.True(t, l.answered(sent), "in time: a confirmation")
 	require.Zero(t, l.untilNextRenewal(now), "the next renewal goes at once")
+	require.Zero(t, calls.fired, "the fence did not fire")
 }
