@@ -289,23 +289,19 @@ func (c *completer) flush(batch []*queued, express bool) {
 	// and with a slot per outcome, a batch whose every outcome made one
 	// task runnable (a wait's child, a child's owner) would look so.
 	// (core claims at most 10,000 at once, MaxBatch's bound.)
-	//
-	// Nothing is claimed while the node's lease is not usable (the fence is
-	// due or fired): the database would still take the claim, under a row
-	// that has not expired yet, but dispatch would not start what it took,
-	// and the runs would wait, running, for a reopen or for the node that
-	// takes the conversation over (counting them as restarts). The outcomes
-	// are applied all the same: a run's token fences them.
 	want := min(len(batch)+1, 10_000)
-	k := 0
-	if r.lease.usable(time.Now()) {
-		k = r.reserve(want)
-	}
+	k := r.reserve(want)
 	slow := false
 	for {
+		// Nothing is claimed while the node's lease is not usable (the
+		// fence is due or fired), checked on every try (resolving a lost
+		// commit can outlast the lease): the database would still take the
+		// claim, under a row that has not expired yet, but dispatch would
+		// not start what it took, and the runs would wait, running, for a
+		// reopen or for the node that takes the conversation over (counting
+		// them as restarts). The outcomes are applied all the same: a run's
+		// token fences them.
 		if k > 0 && !r.lease.usable(time.Now()) {
-			// A try after a rollback or a refusal, once the fence fired
-			// (resolving a lost commit can outlast the lease): no claim.
 			r.unreserve(k)
 			k = 0
 		}

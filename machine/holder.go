@@ -266,7 +266,7 @@ func (l *nodeLease) answered(sent time.Time) bool {
 	l.checkFence(time.Now())
 	l.confirm(sent)
 	if !l.fresh(time.Now()) {
-		l.checkFence(time.Now()) // fired (the fence point may have passed since the first look)
+		l.fire() // past the fence point, whatever the first look saw
 		return false
 	}
 	if l.fired.Load() {
