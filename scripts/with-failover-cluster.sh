@@ -110,12 +110,18 @@ node_port() {
 }
 
 # node_pids prints the pids of a node's pg_autoctl processes and of all
-# their descendants: its PostgreSQL server and backends.
+# their descendants: its PostgreSQL server and backends. The postmaster
+# named by postmaster.pid counts only while its command line names the
+# node's data folder: the file outlives a killed server, and on a busy
+# machine its pid may by then be another process's.
 node_pids() {
-	local pgdata=$dir/$1 roots
+	local pgdata=$dir/$1 roots pm
 	roots=$(pgrep -f -- "pg_autoctl .*--pgdata $pgdata( |\$)" | tr '\n' ' ' || true)
 	if [ -f "$pgdata/postmaster.pid" ]; then
-		roots="$roots $(head -1 "$pgdata/postmaster.pid")"
+		pm=$(head -1 "$pgdata/postmaster.pid")
+		if [[ "$pm" =~ ^[0-9]+$ ]] && ps -o args= -p "$pm" 2>/dev/null | grep -q -- "-D $pgdata\( \|\$\)"; then
+			roots="$roots $pm"
+		fi
 	fi
 	# shellcheck disable=SC2086
 	[ -n "${roots// /}" ] && ps -e -o pid=,ppid= | awk -v roots="$roots" '
@@ -148,13 +154,22 @@ ctl() {
 			echo "ctl kill $1: no process found" >&2
 			return 1
 		}
-		# shellcheck disable=SC2086
-		kill -KILL $pids 2>/dev/null || true
-		for _ in $(seq 1 100); do
-			[ -z "$(node_pids "$1" | tr -d '\n')" ] && return 0
+		# The machine dies: everything of the node, again and again until
+		# nothing is left — a process forked after the list was taken (a
+		# backend for a connection on its way in, a service pg_autoctl
+		# restarts) is killed on the next pass. A process in an
+		# uninterruptible wait (an fsync on a busy disk) dies only when it
+		# ends, hence the 30 s.
+		for _ in $(seq 1 600); do
+			# shellcheck disable=SC2086
+			kill -KILL $pids 2>/dev/null || true
 			sleep 0.05
+			pids=$(node_pids "$1" | sort -u | tr '\n' ' ')
+			[ -z "${pids// /}" ] && return 0
 		done
-		echo "ctl kill $1: processes left: $(node_pids "$1" | tr '\n' ' ')" >&2
+		echo "ctl kill $1: processes left after 30 s:" >&2
+		# shellcheck disable=SC2086
+		ps -o pid=,ppid=,stat=,wchan=,args= -p "$(echo $pids | tr " " ",")" >&2 || true
 		return 1
 		;;
 	start)
