@@ -126,6 +126,12 @@ func TestKilledDuringPrune(t *testing.T) {
 	s.addTurns(conversations, nil)
 	pruner, err := tasks.New(s.ctx, s.namedPool("fo-prune"), &tasks.Config{Schema: s.schema})
 	require.NoError(t, err)
+	// A prune still in flight when the test fails (its server killed half
+	// way, say) is cut first: registered after its pool's Close, this
+	// cleanup runs before it, which would otherwise wait for the prune's
+	// connection until the package's timeout.
+	pruneCtx, cancelPrune := context.WithCancel(s.ctx)
+	t.Cleanup(cancelPrune)
 	var (
 		pruned   tasks.PruneResult
 		pruneErr error
@@ -139,7 +145,7 @@ func TestKilledDuringPrune(t *testing.T) {
 			olderThan = time.Duration(secs * float64(time.Second))
 			return err
 		})
-		return pruner.Prune(s.ctx, tasks.PruneParams{OlderThan: olderThan, Batch: 20})
+		return pruner.Prune(pruneCtx, tasks.PruneParams{OlderThan: olderThan, Batch: 20})
 	}
 	s.run(failover{name: "primary SIGKILLed during a prune", fault: killed.fault, after: killed.after}, func() {
 		s.waitUnderWay(200)
