@@ -50,10 +50,12 @@ chaos:
 # killed during a completer flush and during a prune, with the chaos
 # proof after each. The modules are fetched first: the namespace has no
 # network. -v: the figures (fault → first task completed on the new
-# primary, → every conversation settled) are docs/operations.md's.
+# primary, → every conversation settled) are docs/operations.md's. The
+# suite takes about 5 minutes alone and 11 beside a second make test: the
+# package's bound (30m) is for a broken test, not an expectation.
 failover:
 	$(GO) mod download
-	scripts/with-failover-cluster.sh $(GO) test -race -count=1 -timeout 15m -v ./internal/failover/
+	scripts/with-failover-cluster.sh $(GO) test -race -count=1 -timeout 30m -v ./internal/failover/
 
 demo:
 	$(WITH_PG) $(GO) run ./cmd/arbor demo
