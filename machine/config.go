@@ -116,7 +116,8 @@ type RunnerConfig struct {
 	// wake service and its handlers' calls (Checkpoint, Spawn, Children…)
 	// use it, never the engine's, so that a runner and the application do
 	// not starve each other (pgxpool's default on a 2-core machine is 4
-	// connections). The renewer and the watchdog use a connection each of their own
+	// connections). The renewer, the watchdog and the announcements sent
+	// after the runner's commits use a connection each of their own
 	// besides, made from this one's configuration.
 	// The caller owns a pool given here (Stop does not close it). Default:
 	// a pool the runner makes from the engine pool's configuration, with

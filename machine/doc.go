@@ -172,6 +172,11 @@
 //     that spent longer than its task lease outside arbor's calls without
 //     a checkpoint or heartbeat; time spent inside an arbor call (waiting
 //     for a flush) is not the handler's;
+//   - announcements: what the runner's commits mean for others (a flush's
+//     log and its conversations, a claim's runs, a handler's progress
+//     entry) is announced after the commit, coalesced, by one sender on a
+//     connection of its own (internal/core/announce.go), so that a
+//     follower's news waits for no connection of the work pool;
 //   - maintenance: deadlines, wall-time budgets, unknown kinds, lapsed
 //     reservations, the holder rows of lives long over, and the audit of
 //     what the node holds (below).

@@ -174,7 +174,7 @@ func (r *Runner) Start(ctx context.Context) error {
 		return fmt.Errorf("machine: Runner.Start: %w", err)
 	}
 	r.pools = pools
-	r.core = r.app.WithPool(pools.work)
+	r.core = r.app.WithPool(pools.work).WithAnnouncePool(pools.announce)
 	r.lease = newNodeLease(r.app.WithPool(pools.renew), r.cfg.NodeID, r.cfg.ConversationLease, r.logger)
 	r.lease.onFire, r.lease.onConfirm = r.fenceFired, r.leaseConfirmed
 	if err := r.lease.begin(ctx); err != nil {

@@ -14,11 +14,15 @@ import (
 // completer, maintenance, the wake service and the handlers' calls (the
 // configured RunnerConfig.Pool, or one made from the engine pool's
 // configuration); renew, one connection kept open for the lease's renewer
-// alone; control for the watchdog's reads. The renewer waits behind
-// nothing, not even the watchdog.
+// alone; control for the watchdog's reads; announce, one connection kept
+// open for the announcements sent after the runner's commits (a flush's
+// log, a claim's runs, a handler's progress entry), so that a follower's
+// news waits neither for a busy work pool nor for it to open a connection
+// (internal/core/announce.go). The renewer waits behind nothing, not even
+// the watchdog or an announcement.
 type runnerPools struct {
-	work, renew, control *pgxpool.Pool
-	ownWork              bool
+	work, renew, control, announce *pgxpool.Pool
+	ownWork                        bool
 }
 
 // newRunnerPools makes a runner's pools. Those it makes turn PostgreSQL's
@@ -59,6 +63,14 @@ func newRunnerPools(ctx context.Context, c *core.Engine, cfg *RunnerConfig) (run
 		return p, fmt.Errorf("the runner's control pool: %w", err)
 	}
 	p.control = control
+	ac := base.Copy()
+	ac.MaxConns, ac.MinConns = 1, 1
+	announce, err := pgxpool.NewWithConfig(ctx, ac)
+	if err != nil {
+		p.close()
+		return p, fmt.Errorf("the runner's announce connection: %w", err)
+	}
+	p.announce = announce
 	return p, nil
 }
 
@@ -66,7 +78,7 @@ func (p runnerPools) close() {
 	if p.ownWork && p.work != nil {
 		p.work.Close()
 	}
-	for _, pool := range []*pgxpool.Pool{p.renew, p.control} {
+	for _, pool := range []*pgxpool.Pool{p.renew, p.control, p.announce} {
 		if pool != nil {
 			pool.Close()
 		}

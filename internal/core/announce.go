@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Announcing a change after its commit, coalesced.
@@ -20,11 +22,22 @@ import (
 // what was queued meanwhile, and ends when the queue is empty. An
 // announcement lost (the process died between the commit and the send, or
 // the send failed) costs a runner one PollInterval: runners also poll.
+//
+// The sender takes a connection for each send. From a pool that is busy or
+// growing, that wait is what a follower waits for: measured in bench (i)'s
+// stream (a handler's Run.Progress, then a follower), a runner's
+// announcements waited 90–235 ms for the runner's work pool to open a
+// connection, while the pool had connections free to open (p99 126–140
+// ms at 200 progress entries). So a runner gives its engine an announcer of
+// its own, on a connection kept open for it alone (WithAnnouncePool).
 
 // announceTimeout bounds one send.
 const announceTimeout = 5 * time.Second
 
 type announcer struct {
+	// pool, when not nil, is the announcer's own (a runner's announce
+	// connection); nil sends on the engine's pool.
+	pool    *pgxpool.Pool
 	mu      sync.Mutex
 	pending map[string][]string // by channel
 	sending bool
@@ -32,6 +45,15 @@ type announcer struct {
 
 // announce queues conv to be announced on the change channel, and starts a
 // sender unless one runs.
+// WithAnnouncePool returns the engine with an announcer of its own, which
+// sends on pool: the announcements of its one-statement writes (and its
+// AnnounceLog) wait for no connection of the engine's pool.
+func (e *Engine) WithAnnouncePool(pool *pgxpool.Pool) *Engine {
+	c := *e
+	c.announcer = &announcer{pool: pool}
+	return &c
+}
+
 func (e *Engine) announce(conv string) { e.announceOn(e.Store.ChangeChannel(), conv) }
 
 // AnnounceLog queues the conversations whose log grew in a transaction that
@@ -60,6 +82,10 @@ func (e *Engine) announceOn(channel, conv string) {
 
 func (e *Engine) sendAnnouncements() {
 	a := e.announcer
+	pool := a.pool
+	if pool == nil {
+		pool = e.Pool
+	}
 	for {
 		a.mu.Lock()
 		batch := a.pending
@@ -74,7 +100,7 @@ func (e *Engine) sendAnnouncements() {
 		for channel, convs := range batch {
 			slices.Sort(convs)
 			convs = slices.Compact(convs)
-			if err := e.Store.Announce(ctx, e.Pool, channel, convs); err != nil {
+			if err := e.Store.Announce(ctx, pool, channel, convs); err != nil {
 				e.Logger.Debug("arbor: announcing changes failed; listeners find them at their next poll", "conversations", len(convs), "error", err.Error())
 			}
 		}
