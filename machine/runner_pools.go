@@ -47,30 +47,22 @@ func newRunnerPools(ctx context.Context, c *core.Engine, cfg *RunnerConfig) (run
 		}
 		p.work, p.ownWork = pool, true
 	}
-	rc := base.Copy()
-	rc.MaxConns, rc.MinConns = 1, 1
-	renew, err := pgxpool.NewWithConfig(ctx, rc)
-	if err != nil {
-		p.close()
-		return p, fmt.Errorf("the runner's renewal connection: %w", err)
+	// One connection each, made from the same configuration: the renewer's
+	// and the announcer's kept open, the watchdog's opened when it reads.
+	for _, one := range []struct {
+		pool     **pgxpool.Pool
+		what     string
+		minConns int32
+	}{{&p.renew, "renewal connection", 1}, {&p.control, "control pool", 0}, {&p.announce, "announce connection", 1}} {
+		oc := base.Copy()
+		oc.MaxConns, oc.MinConns = 1, one.minConns
+		pool, err := pgxpool.NewWithConfig(ctx, oc)
+		if err != nil {
+			p.close()
+			return p, fmt.Errorf("the runner's %s: %w", one.what, err)
+		}
+		*one.pool = pool
 	}
-	p.renew = renew
-	cc := base.Copy()
-	cc.MaxConns, cc.MinConns = 1, 0
-	control, err := pgxpool.NewWithConfig(ctx, cc)
-	if err != nil {
-		p.close()
-		return p, fmt.Errorf("the runner's control pool: %w", err)
-	}
-	p.control = control
-	ac := base.Copy()
-	ac.MaxConns, ac.MinConns = 1, 1
-	announce, err := pgxpool.NewWithConfig(ctx, ac)
-	if err != nil {
-		p.close()
-		return p, fmt.Errorf("the runner's announce connection: %w", err)
-	}
-	p.announce = announce
 	return p, nil
 }
 

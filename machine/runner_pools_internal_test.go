@@ -68,12 +68,7 @@ func TestRunnerPoolsTurnJITOff(t *testing.T) {
 func TestRunnerAnnouncesOnItsOwnConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 2
-	work, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(work.Close)
+	work := testdb.SmallPool(t, 2)
 	ir := startInternalRunner(t, map[string]Handler{"turn": func(ctx context.Context, run *Run) error { return run.Complete(ctx, nil) }}, func(c *RunnerConfig) { c.Pool = work })
 
 	listener, err := pgx.Connect(ctx, testdb.URL(t))
@@ -85,7 +80,7 @@ func TestRunnerAnnouncesOnItsOwnConnection(t *testing.T) {
 
 	// Every connection of the work pool taken (and kept) by the test.
 	var held []*pgxpool.Conn
-	for len(held) < int(cfg.MaxConns) {
+	for len(held) < int(work.Config().MaxConns) {
 		c, err := work.Acquire(ctx)
 		require.NoError(t, err)
 		held = append(held, c)

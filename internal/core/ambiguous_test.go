@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
@@ -68,12 +67,7 @@ func TestNoConnectionIsNotAmbiguous(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	other, schema := testdb.Fresh(t)
-	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := testdb.SmallPool(t, 1)
 	e := enginetest.New(t, pool, &tasks.Config{Schema: schema})
 	conv := testdb.Conversation(t)
 

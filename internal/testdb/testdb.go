@@ -157,12 +157,27 @@ func NewPool(tb testing.TB) *pgxpool.Pool {
 	return pool
 }
 
-func openPool(url string) (*pgxpool.Pool, error) {
+// SmallPool opens a pool of at most maxConns connections on the test
+// database, closed when the test ends: for a test that takes every
+// connection of a pool.
+func SmallPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	pool, err := openPoolOf(URL(tb), maxConns)
+	if err != nil {
+		tb.Fatalf("connect: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+func openPool(url string) (*pgxpool.Pool, error) { return openPoolOf(url, 30) }
+
+func openPoolOf(url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", EnvURL, err)
 	}
-	cfg.MaxConns = 30
+	cfg.MaxConns = maxConns
 	return pgxpool.NewWithConfig(context.Background(), cfg)
 }
 
