@@ -43,8 +43,6 @@ type announcer struct {
 	sending bool
 }
 
-// announce queues conv to be announced on the change channel, and starts a
-// sender unless one runs.
 // WithAnnouncePool returns the engine with an announcer of its own, which
 // sends on pool: the announcements of its one-statement writes (and its
 // AnnounceLog) wait for no connection of the engine's pool.
@@ -54,6 +52,8 @@ func (e *Engine) WithAnnouncePool(pool *pgxpool.Pool) *Engine {
 	return &c
 }
 
+// announce queues conv to be announced on the change channel, and starts a
+// sender unless one runs.
 func (e *Engine) announce(conv string) { e.announceOn(e.Store.ChangeChannel(), conv) }
 
 // AnnounceLog queues the conversations whose log grew in a transaction that
