@@ -120,7 +120,7 @@ func (c *cluster) waitFor(what string, cond func(map[string]nodeState) bool) map
 		last, lastErr = st, err
 		time.Sleep(50 * time.Millisecond) // a poll of the monitor
 	}
-	c.t.Fatalf("cluster: timed out waiting for %s; monitor: %v (%v)", what, last, lastErr)
+	c.t.Fatalf("cluster: timed out waiting for %s; monitor: %v (%v)\nmonitor events:\n%s", what, last, lastErr, c.events())
 	return nil
 }
 
