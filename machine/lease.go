@@ -169,8 +169,12 @@ func (l *Lease) Renew(ctx context.Context) error {
 func (l *Lease) Release(ctx context.Context) error {
 	_, err := release(ctx, l.core, l.lease, nil)
 	if err == nil {
-		_, _ = core.Read(context.WithoutCancel(ctx), l.core, func(db store.DB) (bool, error) {
-			return l.core.EndHolder(ctx, db, l.lease.HolderID)
+		// The holder row goes too, whatever ctx does now: the release
+		// landed, and a row left would wait to expire (a failure here only
+		// leaves it to the prune of long-expired holders).
+		ectx := context.WithoutCancel(ctx)
+		_, _ = core.Read(ectx, l.core, func(db store.DB) (bool, error) {
+			return l.core.EndHolder(ectx, db, l.lease.HolderID)
 		})
 	}
 	return err
