@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,7 +42,23 @@ type queued struct {
 	// deferrals counts the flushes that skipped it (its conversation was
 	// locked by another transaction), for its backoff.
 	deferrals int
+	// state says whether a flush has it (queuedWaiting, queuedInFlush) or
+	// its caller withdrew it before any did (queuedWithdrawn): a flush
+	// takes an outcome only from waiting, and its caller withdraws it
+	// only from waiting, so a withdrawn outcome is never written.
+	state atomic.Int32
 }
+
+const (
+	queuedWaiting int32 = iota
+	queuedInFlush
+	queuedWithdrawn
+)
+
+// stoppedAnswerWait bounds how long a write's caller whose context was
+// cancelled waits for the flush that has its outcome, before it is told
+// ErrAmbiguous (see apply).
+const stoppedAnswerWait = time.Second
 
 // deferredWait is how long an outcome whose conversation another
 // transaction held waits before the next flush tries it: 1 ms doubling
@@ -103,18 +120,29 @@ func (c *completer) apply(ctx context.Context, run *Run, o core.Outcome) core.Ou
 	case res := <-q.res:
 		return res
 	case <-ctx.Done():
-		select {
-		case res := <-q.res: // both ready: the outcome is the truth
-			return res
-		default:
-		}
-		c.r.queuedLateBegin(run.token)
-		go func() {
-			<-q.res // every queued outcome gets its result, once
-			c.r.queuedLateEnd(run.token)
-		}()
-		return core.OutcomeResult{Err: run.stoppedErr(ctx)}
 	}
+	// The run is over. Its caller hears the truth: an outcome no flush has
+	// taken is withdrawn (nothing is written, so the stop is the answer);
+	// one a flush has is answered by that flush, or ErrAmbiguous when its
+	// answer does not come in time. It is never told refused while its
+	// write may still land.
+	stopped := run.stoppedErr(ctx) // over, whatever the write does
+	if q.state.CompareAndSwap(queuedWaiting, queuedWithdrawn) {
+		return core.OutcomeResult{Err: stopped}
+	}
+	t := time.NewTimer(stoppedAnswerWait)
+	defer t.Stop()
+	select {
+	case res := <-q.res:
+		return res
+	case <-t.C:
+	}
+	c.r.queuedLateBegin(run.token)
+	go func() {
+		<-q.res // every queued outcome gets its result, once
+		c.r.queuedLateEnd(run.token)
+	}()
+	return core.OutcomeResult{Err: fmt.Errorf("%v, while its write was being committed: %w", stopped, tasks.ErrAmbiguous)}
 }
 
 // enqueue queues q and starts a batch lane's flush if fewer than Flushers
@@ -188,6 +216,7 @@ func take(qs []*queued, n int, ok func(*queued) bool) (taken, rest []*queued) {
 // first few times), the others after their backoff.
 func (c *completer) requeue(qs []*queued) {
 	for _, q := range qs {
+		q.state.Store(queuedWaiting)
 		q.deferrals++
 		if q.deferrals <= 3 && c.r.parkBehindFlush(q, 1) {
 			continue
@@ -280,6 +309,10 @@ func (c *completer) takeIn(locked []string, n int, endingsOnly bool) []*queued {
 //     what became of the transaction (see resolve).
 func (c *completer) flush(batch []*queued, express bool) {
 	r := c.r
+	batch = takeForFlush(batch)
+	if len(batch) == 0 {
+		return
+	}
 	ctx := context.WithoutCancel(r.runCtx)
 	convs := batchConvs(batch)
 	r.flushBegin(convs)
@@ -292,6 +325,13 @@ func (c *completer) flush(batch []*queued, express bool) {
 	want := min(len(batch)+1, 10_000)
 	k := r.reserve(want)
 	slow := false
+	// tries counts the transactions tried; limit is how many of the
+	// batch's outcomes the current one applies. After a fault a try takes
+	// no more than the last one had (docs/design.md §3.8, "A flush's retries
+	// converge"): it takes in nothing queued meanwhile, claims nothing, and
+	// applies half of the outcomes the last try did; the rest go back to
+	// the head of the queue once the try is over.
+	tries, limit := 0, len(batch)
 	for {
 		// Nothing is claimed while the node's lease is not usable (the
 		// fence is due or fired), checked on every try (resolving a lost
@@ -299,33 +339,55 @@ func (c *completer) flush(batch []*queued, express bool) {
 		// claim, under a row that has not expired yet, but dispatch would
 		// not start what it took, and the runs would wait, running, for a
 		// reopen or for the node that takes the conversation over (counting
-		// them as restarts). The outcomes are applied all the same: a run's
-		// token fences them.
-		if k > 0 && !r.lease.usable(time.Now()) {
+		// them as restarts). Nor once the runner is stopping (see Stop).
+		// The outcomes are applied all the same: a run's token fences them.
+		if k > 0 && (!r.lease.usable(time.Now()) || r.isStopping()) {
 			r.unreserve(k)
 			k = 0
 		}
 		var xact int64
 		r.claimMu.RLock()
 		res, err := core.Tx(ctx, r.core, func(tx pgx.Tx) (core.FlushResult, error) {
-			// The outcomes from the batch as it is now: what an earlier try
-			// took in (more) is part of it.
-			outs := make([]core.Outcome, len(batch))
-			for i, q := range batch {
+			tries++
+			claim := k
+			var more func(locked []string) []core.Outcome
+			if tries == 1 {
+				limit = len(batch)
+				// The outcomes queued meanwhile in the conversations this
+				// flush locked go in it (first try only).
+				more = func(locked []string) []core.Outcome {
+					extra := r.takeParked(locked, r.cfg.MaxBatch-len(batch), express)
+					extra = append(extra, c.takeIn(locked, r.cfg.MaxBatch-len(batch)-len(extra), express)...)
+					extra = takeForFlush(extra)
+					os := make([]core.Outcome, len(extra))
+					for i, q := range extra {
+						os[i] = q.o
+					}
+					batch = append(batch, extra...)
+					limit = len(batch)
+					return os
+				}
+			} else {
+				claim = 0
+				limit = max(1, limit/2)
+			}
+			outs := make([]core.Outcome, limit)
+			for i, q := range batch[:limit] {
 				outs[i] = q.o
 			}
-			more := func(locked []string) []core.Outcome {
-				extra := r.takeParked(locked, r.cfg.MaxBatch-len(batch), express)
-				extra = append(extra, c.takeIn(locked, r.cfg.MaxBatch-len(batch)-len(extra), express)...)
-				os := make([]core.Outcome, len(extra))
-				for i, q := range extra {
-					os[i] = q.o
-				}
-				batch = append(batch, extra...)
-				return os
-			}
-			return r.core.Flush(ctx, tx, outs, r.claimParams(k), slow, &xact, more)
+			return r.core.Flush(ctx, tx, outs, r.claimParams(claim), slow, &xact, more)
 		})
+		if tries > 1 && k > 0 {
+			// The retries claimed nothing: the slots go back.
+			r.unreserve(k)
+			k = 0
+		}
+		if limit < len(batch) {
+			// What the last try left out goes back to the head of the
+			// queue, for the next flush.
+			c.putBack(batch[limit:])
+			batch = batch[:limit]
+		}
 		if err == nil {
 			r.unreserve(k - len(res.Claimed))
 			r.dispatch(res.Claimed)
@@ -372,6 +434,7 @@ func (c *completer) flush(batch []*queued, express bool) {
 			r.logger.Debug("arbor: a batched write was refused; applying the batch one outcome at a time",
 				slog.Int("outcomes", len(batch)), slog.String("error", err.Error()))
 			slow = true
+			tries = 0 // a refusal is no fault: the next try is a first
 			continue
 		}
 		r.unreserve(k)
@@ -382,6 +445,36 @@ func (c *completer) flush(batch []*queued, express bool) {
 			q.res <- core.OutcomeResult{Err: err}
 		}
 		return
+	}
+}
+
+// takeForFlush marks the outcomes of qs as a flush's, and returns those it
+// could: an outcome its caller withdrew (see apply) is left out, never
+// written.
+func takeForFlush(qs []*queued) []*queued {
+	out := qs[:0]
+	for _, q := range qs {
+		if q.state.CompareAndSwap(queuedWaiting, queuedInFlush) {
+			out = append(out, q)
+		}
+	}
+	clear(qs[len(out):])
+	return out
+}
+
+// putBack returns to the head of the queue, in order, outcomes a flush
+// took and did not try, and has a flush take them.
+func (c *completer) putBack(qs []*queued) {
+	for _, q := range qs {
+		q.state.Store(queuedWaiting)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.queue = append(slices.Clone(qs), c.queue...)
+	if c.flushing < c.r.cfg.Flushers {
+		c.flushing++
+		c.wg.Add(1)
+		go c.flushLoop()
 	}
 }
 

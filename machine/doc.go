@@ -408,8 +408,11 @@
 //     claims it. Past UnknownKindGrace a never-started task of a kind no
 //     runner claimed fails with code "unknown_kind".
 //   - The database is unavailable: a handler's write that gives up
-//     (ErrUnavailable) does not fail its task; the handler runs again with
-//     the same run when the database is back, if its lease held meanwhile.
+//     (ErrUnavailable) does not fail its task. An ending write is written
+//     again by the runner when the database is back; a handler cut off
+//     before its end runs again with the same run, if its lease held
+//     meanwhile — except an abandon_on_restart one, which is entered once
+//     and abandoned instead.
 //   - Shutdown: Stop stops claiming, lets handlers finish for
 //     ShutdownGrace, cancels the rest, flushes the completer, and releases
 //     every conversation with no handler left running, recovering any task

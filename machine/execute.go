@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/store"
@@ -19,11 +21,19 @@ import (
 //
 // An error of the infrastructure's — the database unavailable past the
 // engine's retry budget, or a commit whose outcome stayed unknown — is not
-// the handler's failure: the runner waits for the database, and if the
-// task is still this run's, calls the handler again (same run, same token,
-// from its last checkpoint; its spawns without keys of their own return the
-// children the last call made). A task fails only for the handler's own
-// error.
+// the handler's failure (docs/design.md §3.8, "The ending"):
+//   - an ending write the handler sent and a fault cut off is written
+//     again by the runner, from the outcome sent, until it lands or the run
+//     is over; the handler is not called again for it;
+//   - a handler that returned a fault without having sent its end is
+//     called again, once the database is back and if the task is still this
+//     run's (same run, same token, from its last checkpoint; its spawns
+//     without keys of their own return the children the last call made) —
+//     except a handler of an abandon_on_restart kind, which is entered once:
+//     its task is settled as a crash would settle it (abandoned), fenced by
+//     the run's token.
+//
+// A task fails only for the handler's own error.
 func (r *Runner) execute(ctx context.Context, run *Run) {
 	t := run.Task
 	log := r.logger.With(slog.String("conversation_id", t.ConversationID), slog.Int64("task_id", t.ID),
@@ -42,6 +52,16 @@ func (r *Runner) execute(ctx context.Context, run *Run) {
 			return
 		}
 		if run.Ended() || runOver(err) || stopped(ctx) {
+			return
+		}
+		if o := run.takeCutOff(); o != nil && (err == nil || infrastructure(err)) {
+			r.resend(ctx, run, *o, log)
+			return
+		}
+		if infrastructure(err) && t.AbandonOnRestart {
+			log.Warn("arbor: the handler of an abandon_on_restart task was cut off from the database before it sent its end; the task is abandoned, not run again",
+				slog.String("error", err.Error()))
+			r.abandonRun(ctx, run, log)
 			return
 		}
 		if infrastructure(err) {
@@ -86,6 +106,58 @@ func (r *Runner) endFor(ctx context.Context, run *Run, handlerErr error, log *sl
 		}
 		log.Warn("arbor: ending the run failed", slog.String("error", err.Error()),
 			slog.Any("handler_error", handlerErr))
+		return
+	}
+}
+
+// resend writes again an ending write of the run's that a fault cut off,
+// until it lands, the run is over, or the runner stops (then the release,
+// or the next holder, recovers the task).
+func (r *Runner) resend(ctx context.Context, run *Run, o core.Outcome, log *slog.Logger) {
+	wctx := context.WithoutCancel(ctx)
+	for try := 0; ; try++ {
+		if !r.stillOurs(ctx, run, try) {
+			return
+		}
+		err := run.send(wctx, o)
+		switch {
+		case err == nil || runOver(err) || run.Ended():
+			return
+		case infrastructure(err):
+			run.takeCutOff()
+			continue
+		}
+		log.Warn("arbor: writing again the end a fault cut off failed", slog.String("error", err.Error()))
+		return
+	}
+}
+
+// abandonRun settles the task of an abandon_on_restart run whose handler
+// returned a fault without having sent its end, as recovery would after a
+// crash: its handler is never entered again. Fenced by the run's token; a
+// write cut off is tried again until it lands, the run is over, or the
+// runner stops (then the release abandons it the same way).
+func (r *Runner) abandonRun(ctx context.Context, run *Run, log *slog.Logger) {
+	wctx := context.WithoutCancel(ctx)
+	for try := 0; ; try++ {
+		if !r.stillOurs(ctx, run, try) {
+			return
+		}
+		_, err := core.Tx(wctx, r.core, func(tx pgx.Tx) (bool, error) {
+			return r.core.AbandonRun(wctx, tx, run.id, run.token)
+		})
+		switch {
+		case err == nil || runOver(err):
+			run.mu.Lock()
+			run.ended = true
+			run.mu.Unlock()
+			r.core.AnnounceLog(run.conv)
+			r.markDirty(run.conv) // its owner may be runnable now
+			return
+		case infrastructure(err):
+			continue
+		}
+		log.Warn("arbor: abandoning the task failed", slog.String("error", err.Error()))
 		return
 	}
 }

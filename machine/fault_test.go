@@ -2,6 +2,7 @@ package machine_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -199,9 +200,15 @@ func TestAmbiguousCommit(t *testing.T) {
 }
 
 // TestRunnerRidesOutAnOutage: handlers whose writes meet an unavailable
-// database (past the engine's retry budget) are called again once it is
-// back, with the same run: no task fails for the outage, and every turn
-// completes with its result.
+// database (past the engine's retry budget) lose nothing and fail nothing
+// (docs/design.md §3.8, "The ending"):
+//   - a Complete cut off is written again by the runner once the database
+//     is back, from the result the handler sent: the handler is not called
+//     again, whatever its kind;
+//   - a handler that returned the fault of a checkpoint (before its end) is
+//     called again with the same run — unless its task is abandon_on_restart,
+//     which is entered once, whatever happened: it is abandoned, as a crash
+//     would have it.
 func TestRunnerRidesOutAnOutage(t *testing.T) {
 	t.Parallel()
 	f := setupFaults(t, 50*time.Millisecond)
@@ -212,26 +219,39 @@ func TestRunnerRidesOutAnOutage(t *testing.T) {
 	)
 	entered := make(chan struct{}, 16)
 	gate := make(chan struct{})
-	r, err := machine.NewRunner(f.eng, map[string]machine.Handler{
-		"turn": func(ctx context.Context, run *machine.Run) error {
+	// first reports whether this is the task's first call, counting it.
+	first := func(run *machine.Run) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		calls[run.Task.ID]++
+		return calls[run.Task.ID] == 1
+	}
+	noted := func(run *machine.Run, err error) error {
+		if err != nil {
 			mu.Lock()
-			calls[run.Task.ID]++
-			first := calls[run.Task.ID] == 1
+			failed[run.Task.ID] = err
 			mu.Unlock()
-			if first {
-				entered <- struct{}{}
-				<-gate // the database goes down meanwhile
-			}
-			err := run.Complete(ctx, []byte(`"answered"`))
-			if err != nil {
-				mu.Lock()
-				failed[run.Task.ID] = err
-				mu.Unlock()
-			}
-			return err
-		},
-	}, &machine.RunnerConfig{ConversationLease: time.Minute, PollInterval: 50 * time.Millisecond,
-		Waker: &machine.WakerConfig{RiverTestOnly: true}})
+		}
+		return err
+	}
+	complete := func(ctx context.Context, run *machine.Run) error {
+		if first(run) {
+			entered <- struct{}{}
+			<-gate // the database goes down meanwhile
+		}
+		return noted(run, run.Complete(ctx, []byte(`"answered"`)))
+	}
+	checkpoint := func(ctx context.Context, run *machine.Run) error {
+		if first(run) {
+			entered <- struct{}{}
+			<-gate
+			return noted(run, run.Checkpoint(ctx, "midway", nil))
+		}
+		return run.Complete(ctx, []byte(`"answered"`))
+	}
+	r, err := machine.NewRunner(f.eng, map[string]machine.Handler{"complete": complete, "checkpoint": checkpoint},
+		&machine.RunnerConfig{ConversationLease: time.Minute, PollInterval: 50 * time.Millisecond,
+			Waker: &machine.WakerConfig{RiverTestOnly: true}})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(f.ctx))
 	t.Cleanup(func() {
@@ -239,21 +259,31 @@ func TestRunnerRidesOutAnOutage(t *testing.T) {
 		defer cancel()
 		require.NoError(t, r.Stop(ctx))
 	})
-	var ids []int64
-	for i := range 3 {
-		turn, _, err := f.eng.Create(f.ctx, tasks.CreateParams{ConversationID: f.conv + "-" + string(rune('a'+i)), Kind: "turn"})
-		require.NoError(t, err)
-		ids = append(ids, turn.ID)
+	type turn struct {
+		id      int64
+		conv    string
+		kind    string
+		abandon bool
 	}
-	for range ids {
+	var turns []turn
+	for i, c := range []struct {
+		kind    string
+		abandon bool
+	}{{"complete", false}, {"complete", true}, {"checkpoint", false}, {"checkpoint", true}} {
+		conv := fmt.Sprintf("%s-%d", f.conv, i)
+		task, _, err := f.eng.Create(f.ctx, tasks.CreateParams{ConversationID: conv, Kind: c.kind, AbandonOnRestart: c.abandon})
+		require.NoError(t, err)
+		turns = append(turns, turn{task.ID, conv, c.kind, c.abandon})
+	}
+	for range turns {
 		<-entered
 	}
 	f.proxy.Down()
-	close(gate) // every Complete now fails past the 50 ms budget
-	waitUntil(t, "every handler's Complete to give up", func() bool {
+	close(gate) // every write now fails past the 50 ms budget
+	waitUntil(t, "every handler's write to give up", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(failed) == len(ids)
+		return len(failed) == len(turns)
 	})
 	mu.Lock()
 	for _, err := range failed {
@@ -261,20 +291,32 @@ func TestRunnerRidesOutAnOutage(t *testing.T) {
 	}
 	mu.Unlock()
 	f.proxy.Up()
-	for _, id := range ids {
-		waitUntil(t, "the turn to complete", func() bool { return f.status(t, id) == arbortype.StatusCompleted })
-		got := f.get(t, id)
-		require.JSONEq(t, `"answered"`, string(got.Result))
-		require.Equal(t, 0, got.Attempt, "the outage was not a recovery")
-		require.Empty(t, got.ErrorHistory, "no failure recorded")
+	for _, tu := range turns {
+		if tu.kind == "checkpoint" && tu.abandon {
+			waitUntil(t, "the abandon_on_restart turn to be abandoned", func() bool { return f.status(t, tu.id) == arbortype.StatusCancelled })
+			got := f.get(t, tu.id)
+			require.NotNil(t, got.Error)
+			require.Equal(t, arbortype.CodeAbandonedOnRestart, got.Error.Code)
+			require.Equal(t, 0, got.Attempt, "the outage was not a recovery")
+		} else {
+			waitUntil(t, "the turn to complete", func() bool { return f.status(t, tu.id) == arbortype.StatusCompleted })
+			got := f.get(t, tu.id)
+			require.JSONEq(t, `"answered"`, string(got.Result))
+			require.Equal(t, 0, got.Attempt, "the outage was not a recovery")
+			require.Empty(t, got.ErrorHistory, "no failure recorded")
+		}
 	}
 	mu.Lock()
-	for _, id := range ids {
-		require.Equal(t, 2, calls[id], "called again once the database was back, with the same run")
+	for _, tu := range turns {
+		want := 1 // the cut-off Complete written again by the runner; abandon_on_restart entered once
+		if tu.kind == "checkpoint" && !tu.abandon {
+			want = 2 // called again once the database was back, with the same run
+		}
+		require.Equal(t, want, calls[tu.id], "calls of the %s handler (abandon_on_restart %v)", tu.kind, tu.abandon)
 	}
 	mu.Unlock()
-	for i := range ids {
-		f.requireClean(t, f.conv+"-"+string(rune('a'+i)))
+	for _, tu := range turns {
+		f.requireClean(t, tu.conv)
 	}
 }
 

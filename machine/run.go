@@ -119,6 +119,10 @@ type Run struct {
 	budgets    int       // reservations and spends, numbered for their keys
 	outcome    Outcome   // how the run ended (see Outcome)
 	handlerErr error     // the error fail records, for the outcome
+	// cutOff is the run's last ending write when a fault cut it off
+	// (ErrUnavailable, or ErrAmbiguous left unknown): the runner writes it
+	// again rather than call the handler again (execute).
+	cutOff *core.Outcome
 }
 
 func newRun(c *core.Engine, s sink, t arbortype.Task) *Run {

@@ -94,9 +94,11 @@ func (r *Run) activity() (inCall bool, last time.Time) {
 }
 
 // detached runs fn, a write of the run, on a goroutine of its own, and
-// returns its result — or, when ctx is cancelled first, at once with the
-// run stopped: fn goes on to its end (under writeCtx, bounded), so that a
-// write already committing is not cut into an unknown outcome.
+// returns its result. When ctx is cancelled first, the run is over, and fn
+// goes on to its end (under writeCtx, bounded), so that a write already
+// committing is not cut into an unknown outcome: its caller gets fn's
+// result if it comes within stoppedAnswerWait, and ErrAmbiguous otherwise —
+// never a refusal while the write may still land.
 func detached[T any](ctx context.Context, r *Run, fn func(ctx context.Context) (T, error)) (T, error) {
 	type result struct {
 		v   T
@@ -113,8 +115,16 @@ func detached[T any](ctx context.Context, r *Run, fn func(ctx context.Context) (
 	case res := <-done:
 		return res.v, res.err
 	case <-ctx.Done():
+	}
+	stopped := r.stoppedErr(ctx)
+	t := time.NewTimer(stoppedAnswerWait)
+	defer t.Stop()
+	select {
+	case res := <-done:
+		return res.v, res.err
+	case <-t.C:
 		var zero T
-		return zero, r.stoppedErr(ctx)
+		return zero, fmt.Errorf("%v, while its write was being committed: %w", stopped, tasks.ErrAmbiguous)
 	}
 }
 
@@ -248,10 +258,33 @@ func (r *Run) finish(ctx context.Context, o core.Outcome) error {
 	r.ending = true
 	r.mu.Unlock()
 	r.sink.ending(r)
+	return r.send(ctx, o)
+}
+
+// send applies o, a filled-in ending write of the run, and notes what came
+// of it.
+func (r *Run) send(ctx context.Context, o core.Outcome) error {
 	res := r.sink.apply(ctx, r, o)
 	r.end(res.Err)
 	r.record(o, res, r.handlerErr)
+	r.mu.Lock()
+	if infrastructure(res.Err) {
+		r.cutOff = &o
+	} else {
+		r.cutOff = nil
+	}
+	r.mu.Unlock()
 	return res.Err
+}
+
+// takeCutOff returns the run's ending write that a fault cut off, if any,
+// and forgets it.
+func (r *Run) takeCutOff() *core.Outcome {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.cutOff
+	r.cutOff = nil
+	return o
 }
 
 // directSink writes each outcome of a run in a transaction of its own: a

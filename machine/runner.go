@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/store"
 	"github.com/arborhq/arbor/tasks"
@@ -78,6 +79,17 @@ type Runner struct {
 	queuedLate map[int64]int
 	started    bool
 	stopping   bool
+	// testClaimed, set by a test (under mu), is called inside every claim's
+	// transaction with what it claimed, before it commits: a test holds a
+	// claim in flight with it. Nil outside tests.
+	testClaimed func(runs []arbortype.Task)
+	// stopAtBarrier is set when Stop waits for the claims in flight, before
+	// the release (a test's signal).
+	stopAtBarrier atomic.Bool
+	// stopDone is closed when the first Stop has ended, with its result
+	// in stopErr (written before the close).
+	stopDone chan struct{}
+	stopErr  error
 	// halted is set once Stop is done: a handler that outlived it can make
 	// no call of arbor's any more (its connections are gone).
 	halted atomic.Bool
@@ -87,6 +99,7 @@ type Runner struct {
 	loops     sync.WaitGroup
 	handlerWG sync.WaitGroup
 	watch     *watchdog
+	entries   *entryCheck
 	prod      *producer
 }
 
@@ -188,16 +201,18 @@ func (r *Runner) Start(ctx context.Context) error {
 	}
 	r.comp = newCompleter(r)
 	r.watch = newWatchdog(r)
+	r.entries = newEntryCheck(r)
 	r.started = true
 	r.runCtx, r.cancelRun = context.WithCancelCause(context.WithoutCancel(ctx))
-	r.loops.Add(7)
-	go func() { defer r.loops.Done(); r.lease.renewLoop(r.runCtx) }()
-	go func() { defer r.loops.Done(); r.lease.fenceLoop(r.runCtx) }()
-	go func() { defer r.loops.Done(); r.prod.run(r.runCtx) }()
-	go r.listenLoop()
-	go r.watch.loop()
-	go r.watch.checkLoop()
-	go func() { defer r.loops.Done(); newMaintainer(r).run(r.runCtx) }()
+	// Every loop of the runner's starts here, and Stop waits for them all.
+	r.loops.Go(func() { r.lease.renewLoop(r.runCtx) })
+	r.loops.Go(func() { r.lease.fenceLoop(r.runCtx) })
+	r.loops.Go(func() { r.prod.run(r.runCtx) })
+	r.loops.Go(r.listenLoop)
+	r.loops.Go(r.watch.loop)
+	r.loops.Go(r.watch.checkLoop)
+	r.loops.Go(r.entries.loop)
+	r.loops.Go(func() { newMaintainer(r).run(r.runCtx) })
 	r.prod.poke()
 	return nil
 }
@@ -237,15 +252,38 @@ func (r *Runner) startWaker(ctx context.Context) error {
 // released: it lapses with the lease, so that no other node runs its task
 // while that handler runs here. ctx bounds the wait for handlers: when it
 // ends first, they are cancelled at once.
+//
+// A transaction that was claiming when Stop began commits before the drain,
+// and none of the runs it claimed is started: they stay unstarted, and the
+// release requeues them without counting a restart. A second Stop, or one
+// called at the same time, waits for the first to end and returns its
+// result (or ctx's error, when ctx ends first).
 func (r *Runner) Stop(ctx context.Context) error {
 	r.mu.Lock()
-	if !r.started || r.stopping {
+	if !r.started {
 		r.mu.Unlock()
 		return nil
 	}
+	if r.stopping {
+		done := r.stopDone
+		r.mu.Unlock()
+		select {
+		case <-done:
+			return r.stopErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	r.stopping = true
+	r.stopDone = make(chan struct{})
 	r.mu.Unlock()
+	r.stopErr = r.stop(ctx)
+	close(r.stopDone)
+	return r.stopErr
+}
 
+// stop is the first Stop's work.
+func (r *Runner) stop(ctx context.Context) error {
 	drained := make(chan struct{})
 	go func() { r.handlerWG.Wait(); close(drained) }()
 	grace := time.NewTimer(r.cfg.ShutdownGrace)
@@ -282,6 +320,15 @@ func (r *Runner) Stop(ctx context.Context) error {
 	}
 	// Every queued outcome is written before the leases go.
 	r.comp.stop()
+	// Every claim read-holds claimMu from its transaction's start to its
+	// dispatch, and reserve gives no slot once stopping is set: once the
+	// write lock is had, no claim is in flight and none starts after, so
+	// none commits after the release. What the last ones claimed was not
+	// started (dispatch, stopping): the release requeues it, uncounted.
+	r.stopAtBarrier.Store(true)
+	//lint:ignore SA2001 the lock is a barrier: it waits for the claims in flight
+	r.claimMu.Lock()
+	r.claimMu.Unlock()
 	r.releaseAll()
 	r.cancelRun(ErrShutdown)
 	r.loops.Wait()

@@ -122,7 +122,6 @@ func (r *Runner) markNews(conv string) {
 // Behind a transaction-mode pooler with no ListenPool there is nothing to
 // LISTEN on: the slow poll (PollInterval) finds the news instead.
 func (r *Runner) listenLoop() {
-	defer r.loops.Done()
 	pool := r.core.Listener()
 	if pool == nil {
 		return

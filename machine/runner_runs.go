@@ -59,6 +59,13 @@ func (r *Runner) reserve(n int) int {
 	return k
 }
 
+// isStopping reports whether Stop has begun.
+func (r *Runner) isStopping() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopping
+}
+
 // unreserve gives back n reserved slots that a claim did not use.
 func (r *Runner) unreserve(n int) {
 	if n <= 0 {
@@ -79,6 +86,9 @@ func (r *Runner) unreserve(n int) {
 //   - Nor is any run while the node's lease is not usable (the fence is
 //     due or fired): the fence fires, and the conversations are re-validated
 //     before anything of theirs runs.
+//   - Nor is any run once the runner is stopping: the release requeues it,
+//     uncounted (a claim in flight when Stop began commits before the
+//     drain; see Stop).
 //   - A run of a task whose previous handler here has not returned waits
 //     for it (see runDone).
 func (r *Runner) dispatch(claimed []arbortype.Task) {
@@ -92,7 +102,7 @@ func (r *Runner) dispatch(claimed []arbortype.Task) {
 	usable := r.lease.usable(now)
 	for _, t := range claimed {
 		h := r.held[t.ConversationID]
-		if !usable || h == nil || h.lease.Epoch != t.Epoch {
+		if !usable || r.stopping || h == nil || h.lease.Epoch != t.Epoch {
 			r.busy--
 			fire = fire || !usable
 			continue
@@ -107,6 +117,7 @@ func (r *Runner) dispatch(claimed []arbortype.Task) {
 			continue
 		}
 		r.runs[t.ID] = a
+		r.handlerWG.Add(1) // under r.mu: before a Stop's drain can wait
 		start = append(start, a)
 	}
 	r.mu.Unlock()
@@ -147,19 +158,22 @@ func (r *Runner) liveDone(conv string) {
 	}
 }
 
-// start runs a's handler on a goroutine of its own.
+// start runs a's handler on a goroutine of its own; the caller counted it
+// in handlerWG, under r.mu.
 func (r *Runner) start(a *active) {
-	r.handlerWG.Add(1)
 	go func() {
 		defer r.handlerWG.Done()
 		// A run whose context was cancelled before it began (the fence
 		// fired, the task was stopped) does not call its handler, and stays
-		// unstarted. The context is checked first with the lease's clock,
-		// outside r.mu (that check may fire the fence, which takes r.mu),
-		// then again under r.mu without it: the fence cancels every run
-		// under r.mu before it marks their conversations lapsed, so a run
-		// entered is off unstarted before any reopen can look.
-		call := a.ctx.Err() == nil
+		// unstarted; nor does one whose task the entry check found no
+		// longer running under its token (aborted, cancelled or settled
+		// since its claim committed). The context is checked first with
+		// the lease's clock, outside r.mu (that check may fire the fence,
+		// which takes r.mu), then again under r.mu without it: the fence
+		// cancels every run under r.mu before it marks their conversations
+		// lapsed, so a run entered is off unstarted before any reopen can
+		// look.
+		call := a.ctx.Err() == nil && r.entries.confirm(a) && a.ctx.Err() == nil
 		r.mu.Lock()
 		call = call && a.base.Err() == nil
 		if call {
@@ -210,8 +224,9 @@ func (r *Runner) runDone(a *active) {
 	if w := r.waiting[id]; w != nil {
 		delete(r.waiting, id)
 		h := r.held[w.conv]
-		if h != nil && h.lease.Epoch == w.epoch && r.lease.usable(time.Now()) {
+		if h != nil && h.lease.Epoch == w.epoch && r.lease.usable(time.Now()) && !r.stopping {
 			r.runs[id] = w
+			r.handlerWG.Add(1)
 			next = w
 		} else {
 			r.drop(w)
@@ -292,13 +307,17 @@ func (r *Runner) wakeAndClaim(ctx context.Context, taskID, sleepSeq int64, conv 
 }
 
 // stopRuns cancels, with cause, the runs here of the tasks among ids
-// (holding the token given, same index; 0: any).
+// (holding the token given, same index; 0: any), those waiting for their
+// task's previous handler included: they are then never entered.
 func (r *Runner) stopRuns(ids, tokens []int64, cause error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, id := range ids {
 		if a := r.runs[id]; a != nil && (tokens[i] == 0 || a.token == tokens[i]) && !a.run.endingOrEnded() {
 			a.stop(cause)
+		}
+		if w := r.waiting[id]; w != nil && (tokens[i] == 0 || w.token == tokens[i]) {
+			w.stop(cause)
 		}
 	}
 }

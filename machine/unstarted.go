@@ -28,7 +28,11 @@ func (r *Runner) claimedRuns(runs []arbortype.Task) {
 	for _, t := range runs {
 		r.unstarted[t.Token] = unstartedRun{conv: t.ConversationID, at: now}
 	}
+	hook := r.testClaimed
 	r.mu.Unlock()
+	if hook != nil {
+		hook(runs)
+	}
 }
 
 // uncalled answers a recovery of this node (recovery.Uncalled): the run of

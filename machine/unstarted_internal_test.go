@@ -115,6 +115,7 @@ func requeuedNotAbandoned(t *testing.T, atStart bool) {
 		a := r.newActive(claimed[0])
 		r.liveIn[conv]++
 		r.runs[once.ID] = a
+		r.handlerWG.Add(1)
 		r.mu.Unlock()
 		// Then the clock passes the fence point before the handler starts.
 		r.lease.confirmed.Store(r.lease.since(time.Now()))

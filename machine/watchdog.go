@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/arborhq/arbor/arbortype"
@@ -36,6 +37,9 @@ type watchdog struct {
 	convs  map[string]bool
 	all    bool
 	wakeUp chan struct{}
+	// polls counts the read-backs of every run done (a test's clock for
+	// the bound on an abort's reaching a handler).
+	polls atomic.Int64
 }
 
 func newWatchdog(r *Runner) *watchdog {
@@ -60,7 +64,6 @@ func (w *watchdog) check(convs ...string) {
 
 // checkLoop reads back what check asked for, as soon as it is asked.
 func (w *watchdog) checkLoop() {
-	defer w.r.loops.Done()
 	for {
 		select {
 		case <-w.r.runCtx.Done():
@@ -71,13 +74,15 @@ func (w *watchdog) checkLoop() {
 		convs, all := w.convs, w.all
 		w.convs, w.all = map[string]bool{}, false
 		w.mu.Unlock()
-		w.checkRuns(convs, all)
+		if w.checkRuns(convs, all) && all {
+			w.polls.Add(1)
+		}
 	}
 }
 
 // checkRuns cancels the handlers whose task is no longer theirs, of the
-// conversations convs (all: every run here).
-func (w *watchdog) checkRuns(convs map[string]bool, all bool) {
+// conversations convs (all: every run here); false when it could not read.
+func (w *watchdog) checkRuns(convs map[string]bool, all bool) bool {
 	r := w.r
 	r.mu.Lock()
 	var ids, tokens []int64
@@ -86,15 +91,20 @@ func (w *watchdog) checkRuns(convs map[string]bool, all bool) {
 			ids, tokens = append(ids, id), append(tokens, a.token)
 		}
 	}
+	for id, a := range r.waiting {
+		if all || convs[a.conv] {
+			ids, tokens = append(ids, id), append(tokens, a.token)
+		}
+	}
 	r.mu.Unlock()
 	if len(ids) == 0 {
-		return
+		return true
 	}
 	ctx, cancel := context.WithTimeout(r.runCtx, max(r.cfg.ConversationLease/4, time.Second))
 	defer cancel()
 	states, err := w.core.Store.RunStates(ctx, w.core.Pool, ids)
 	if err != nil {
-		return
+		return false
 	}
 	cur := make(map[int64]int64, len(states)) // the token of each task still running
 	for _, st := range states {
@@ -109,12 +119,12 @@ func (w *watchdog) checkRuns(convs map[string]bool, all bool) {
 		}
 	}
 	r.stopRuns(stop, stopTokens, ErrTaskStopped)
+	return true
 }
 
 // loop checks every run each PollInterval, and warns about blocked and
 // stuck handlers.
 func (w *watchdog) loop() {
-	defer w.r.loops.Done()
 	r := w.r
 	tick := time.NewTicker(r.cfg.PollInterval)
 	defer tick.Stop()

@@ -60,6 +60,24 @@ func (e *Engine) Abandon(ctx context.Context, tx pgx.Tx, taskID int64) (Task, er
 	return abandoned, nil
 }
 
+// AbandonRun settles, as Abandon does, a task whose run of token ended
+// without its outcome and must not be entered again (a handler of an
+// abandon_on_restart kind that returned a fault): fenced by the token, it
+// does nothing and reports false once the task is no longer that run's.
+func (e *Engine) AbandonRun(ctx context.Context, tx pgx.Tx, taskID, token int64) (bool, error) {
+	t, err := e.lockConversationOf(ctx, tx, taskID)
+	if err != nil {
+		return false, errorf("abandon", taskID, err)
+	}
+	if t.Status != arbortype.StatusRunning || t.Token != token {
+		return false, nil
+	}
+	if _, err := e.Abandon(ctx, tx, taskID); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // ForceFail fails a pending or running task without a runner's token and
 // without a retry (recovery past the restart limit, a handler kind unknown
 // past its grace period): its live foreground children are aborted first
