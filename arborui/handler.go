@@ -61,7 +61,14 @@ type Options struct {
 	// address (DNS rebinding) would otherwise read the view and its action
 	// token as if it were the view's own. List the names your users reach
 	// the handler by; "*" turns the check off (only behind a proxy that
-	// checks the host itself). Default: none (IP literals and localhost
+	// checks the host itself). A name is compared without its case and
+	// without a fully qualified name's trailing dot, on both sides
+	// ("Ops.Example.com." is "ops.example.com"). An entry must be a host
+	// name (labels of 1 to 63 ASCII letters, digits, hyphens and
+	// underscores, 253 bytes at most; an international name in its xn--
+	// form) or an IP address, with an optional port from 1 to 65535
+	// ("[::1]:8443" for an IPv6 address with one), or "*": anything else
+	// is an error of NewHandler. Default: none (IP literals and localhost
 	// only).
 	AllowedHosts []string
 	// TraceURL links a task's trace id to your tracing UI: an http(s)
@@ -151,8 +158,9 @@ func (o *Options) validate() error {
 		return fmt.Errorf("Options.Refresh: %v is outside 10ms..1m", o.Refresh)
 	}
 	for _, host := range o.AllowedHosts {
-		if host == "" || host != "*" && strings.ContainsFunc(host, func(c rune) bool { return c <= ' ' || strings.ContainsRune("/\\?#@*", c) }) {
-			return fmt.Errorf("Options.AllowedHosts: %q is not a host name (with an optional port), nor \"*\"", host)
+		if _, err := allowedHost(host); err != nil {
+			return fmt.Errorf("Options.AllowedHosts: %q is not a host name with an optional port (such as ops.example.com or ops.example.com:8443), "+
+				"an IP address, nor \"*\": %w", host, err)
 		}
 	}
 	if o.TraceURL != "" {
@@ -177,8 +185,8 @@ type handler struct {
 	csrf string
 	tmpl *template.Template
 	mux  *http.ServeMux
-	// hosts are Options.AllowedHosts, lower-cased; anyHost is "*" among
-	// them.
+	// hosts are Options.AllowedHosts, normalised (allowedHost); anyHost
+	// is "*" among them.
 	hosts   map[string]bool
 	anyHost bool
 	// watches share one follower of a conversation's log among the
@@ -206,8 +214,9 @@ func NewHandler(engine *tasks.Engine, opts *Options) (http.Handler, error) {
 	h := &handler{engine: engine, opts: opts, csrf: hex.EncodeToString(b[:]), tmpl: tmpl, mux: http.NewServeMux(),
 		hosts: map[string]bool{}, watches: newWatches(engine, opts.Logger)}
 	for _, host := range opts.AllowedHosts {
-		h.hosts[strings.ToLower(host)] = true
-		h.anyHost = h.anyHost || host == "*"
+		norm, _ := allowedHost(host) // validated above
+		h.hosts[norm] = true
+		h.anyHost = h.anyHost || norm == "*"
 	}
 	h.mux.HandleFunc("GET /assets/{name}", h.asset)
 	h.mux.HandleFunc("GET /{$}", h.index)
