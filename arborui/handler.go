@@ -12,8 +12,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/arborhq/arbor/tasks"
 )
@@ -269,8 +271,55 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r2.URL = &u
 		r = r2
 	}
+	// One reading of the query for every route, page and stream alike:
+	// what the database would refuse in its own words, or a stream would
+	// fail on after its 200, is refused here in arbor's.
+	if err := checkQuery(r.URL.RawQuery); err != nil {
+		h.errPage(w, r, err)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
+
+// maxQuery bounds the query of an address: the longest the view writes —
+// a cursor of the approvals, which holds a conversation id and an event
+// name of 200 bytes each, escaped — is a few KiB.
+const maxQuery = 8 << 10
+
+// checkQuery refuses a query that is longer than maxQuery, that does not
+// parse (a bad escape, a semicolon: which r.URL.Query would drop without
+// a word), or whose names and values are not text: invalid UTF-8 or a
+// NUL, which no id, name or cursor of arbor's holds (PostgreSQL cannot
+// store them).
+func checkQuery(raw string) error {
+	if len(raw) > maxQuery {
+		return badRequest("the address's query is %d bytes, over the limit of %d: no address of this view is that long", len(raw), maxQuery)
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return badRequest("the address's query does not parse: %v", err)
+	}
+	return checkValues("the address's query", q)
+}
+
+// checkValues refuses a query's or a form's name or value that is not
+// text: invalid UTF-8, or a NUL. where names it: "the address's query",
+// "the form".
+func checkValues(where string, vs url.Values) error {
+	for name, values := range vs {
+		if !isText(name) {
+			return badRequest("in %s, the name %s is not text (not UTF-8, or holding a NUL)", where, strconv.Quote(truncate(name, 40)))
+		}
+		for _, v := range values {
+			if !isText(v) {
+				return badRequest("in %s, %s=%s is not text (not UTF-8, or holding a NUL)", where, name, strconv.Quote(truncate(v, 80)))
+			}
+		}
+	}
+	return nil
+}
+
+func isText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 // errPage answers a request that failed: a 4xx with arbor's error, which
 // says what was wrong with the request; a 5xx with a line only (the error
