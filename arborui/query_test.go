@@ -14,7 +14,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/arborui"
+	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -119,4 +121,81 @@ func (w *warnings) got() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]string(nil), w.msgs...)
+}
+
+// TestAnswerWithAnotherTasksToken: the answer form of task A's page
+// answers A's await only. Carrying the token of another task's await —
+// of another conversation, of a sibling, or A's id with another token's
+// random part — it is refused, and nothing is written to either task;
+// A's own token answers A.
+func TestAnswerWithAnotherTasksToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &arborui.Options{Actions: true})
+	await := func(conv string) (arbortype.Task, string) {
+		task := b.create(t, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+		run, err := b.engine.Start(b.ctx, task.ID)
+		require.NoError(t, err)
+		res, err := b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval", Phase: "decided"})
+		require.NoError(t, err)
+		return task, res.Task.AwaitToken
+	}
+	a, aToken := await(b.conv)
+	sibling, siblingToken := await(b.conv)
+	other, otherToken := await(b.conv + "-other")
+	_, page := b.get(t, fmt.Sprintf("/tasks/%d", a.ID))
+	csrf := token(t, page)
+	unanswered := func(t *testing.T) {
+		t.Helper()
+		for _, task := range []arbortype.Task{a, sibling, other} {
+			got, err := b.engine.Get(b.ctx, task.ID)
+			require.NoError(t, err)
+			require.Equal(t, arbortype.StatusSleeping, got.Status, "task %d", task.ID)
+			require.Nil(t, got.Delivered, "task %d", task.ID)
+		}
+		for _, conv := range []string{b.conv, b.conv + "-other"} {
+			evs, err := b.engine.Events(b.ctx, conv, 0, 100)
+			require.NoError(t, err)
+			require.Empty(t, evs, "no event was emitted to %s", conv)
+		}
+	}
+	_, random, _ := strings.Cut(strings.TrimPrefix(otherToken, "awt_"), "_")
+	for name, c := range map[string]struct {
+		token string
+		code  int
+		want  string
+	}{
+		"another conversation's":      {otherToken, http.StatusBadRequest, fmt.Sprintf("of task #%d, not of task #%d", other.ID, a.ID)},
+		"a sibling's":                 {siblingToken, http.StatusBadRequest, fmt.Sprintf("of task #%d, not of task #%d", sibling.ID, a.ID)},
+		"of another form, not A's":    {"legacy-" + random, http.StatusBadRequest, fmt.Sprintf("not the one of task #%d", a.ID)},
+		"A's id, another's random":    {fmt.Sprintf("awt_%d_%s", a.ID, random), http.StatusConflict, "await"},
+		"A's own, not text":           {aToken + "\xff", http.StatusBadRequest, "is not text"},
+		"A's own, a payload not text": {aToken, http.StatusBadRequest, "is not text"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			payload := `{"note": "ok"}`
+			if name == "A's own, a payload not text" {
+				payload = "{\"note\": \"\xff\"}"
+			}
+			for _, decision := range []string{"", "approve"} {
+				code, body, _ := b.post(t, fmt.Sprintf("/tasks/%d/emit", a.ID),
+					url.Values{"csrf": {csrf}, "token": {c.token}, "decision": {decision}, "payload": {payload}}, nil)
+				require.Equal(t, c.code, code, body)
+				require.Contains(t, body, c.want)
+				unanswered(t)
+			}
+		})
+	}
+
+	code, body, to := b.post(t, fmt.Sprintf("/tasks/%d/emit", a.ID), url.Values{"csrf": {csrf}, "token": {aToken}, "decision": {"approve"}}, nil)
+	require.Equal(t, http.StatusSeeOther, code, body)
+	require.Equal(t, fmt.Sprintf("/tasks/%d", a.ID), to)
+	got, err := b.engine.Get(b.ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, arbortype.StatusPending, got.Status, "A's own token answers A")
+	require.JSONEq(t, `{"approved": true}`, string(got.Delivered.Payload))
+	for _, task := range []arbortype.Task{sibling, other} {
+		got, err := b.engine.Get(b.ctx, task.ID)
+		require.NoError(t, err)
+		require.Equal(t, arbortype.StatusSleeping, got.Status, "task %d is still waiting", task.ID)
+	}
 }
