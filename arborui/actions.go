@@ -43,6 +43,10 @@ func (h *handler) allowed(w http.ResponseWriter, r *http.Request) bool {
 			msg: "refused: the form's token is missing or stale (reload the page and try again)"})
 		return false
 	}
+	if err := checkQuery(r.URL.RawQuery); err != nil {
+		h.errPage(w, r, err)
+		return false
+	}
 	if err := checkValues("the form", r.PostForm); err != nil {
 		h.errPage(w, r, err)
 		return false

@@ -273,10 +273,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// One reading of the query for every route, page and stream alike:
 	// what the database would refuse in its own words, or a stream would
-	// fail on after its 200, is refused here in arbor's.
-	if err := checkQuery(r.URL.RawQuery); err != nil {
-		h.errPage(w, r, err)
-		return
+	// fail on after its 200, is refused here in arbor's. (A POST's is read
+	// by allowed, after the checks that refuse it with 403.)
+	if r.Method != http.MethodPost {
+		if err := checkQuery(r.URL.RawQuery); err != nil {
+			h.errPage(w, r, err)
+			return
+		}
 	}
 	h.mux.ServeHTTP(w, r)
 }

@@ -199,3 +199,33 @@ func TestAnswerWithAnotherTasksToken(t *testing.T) {
 		require.Equal(t, arbortype.StatusSleeping, got.Status, "task %d is still waiting", task.ID)
 	}
 }
+
+// TestBadQueryOfAPost: a POST's query is read like a page's, after the
+// checks that refuse a POST with 403 (actions off, another origin, no
+// token); nothing is written.
+func TestBadQueryOfAPost(t *testing.T) {
+	t.Parallel()
+	off := setup(t, nil)
+	code, body, _ := off.post(t, "/conversation/abort?id=%00", url.Values{}, nil)
+	require.Equal(t, http.StatusForbidden, code, body)
+	require.Contains(t, body, "actions are disabled")
+
+	b := setup(t, &arborui.Options{Actions: true})
+	task := b.create(t, tasks.CreateParams{Kind: "turn"})
+	_, page := b.get(t, fmt.Sprintf("/tasks/%d", task.ID))
+	csrf := token(t, page)
+	code, _, _ = b.post(t, "/conversation/abort?id=%FF", url.Values{}, nil)
+	require.Equal(t, http.StatusForbidden, code, "no token")
+	for _, path := range []string{"/conversation/abort?id=%FF", "/conversation/emit?id=a%00b", "/conversation/abort?id=" + strings.Repeat("x", 9<<10),
+		fmt.Sprintf("/tasks/%d/abort?x=%%FF", task.ID)} {
+		code, body, _ := b.post(t, path, url.Values{"csrf": {csrf}, "name": {"go"}, "id": {b.conv}}, nil)
+		require.Equal(t, http.StatusBadRequest, code, "%.60s: %s", path, body)
+		require.NotContains(t, body, "invalid byte sequence")
+	}
+	got, err := b.engine.Get(b.ctx, task.ID)
+	require.NoError(t, err)
+	require.Equal(t, arbortype.StatusPending, got.Status, "nothing was aborted")
+	evs, err := b.engine.Events(b.ctx, b.conv, 0, 100)
+	require.NoError(t, err)
+	require.Empty(t, evs)
+}
