@@ -1,7 +1,9 @@
 package arborui
 
 import (
+	"context"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -39,6 +41,14 @@ func (h *handler) allowed(w http.ResponseWriter, r *http.Request) bool {
 	if subtle.ConstantTimeCompare([]byte(token), []byte(h.csrf)) != 1 {
 		h.errPage(w, r, &requestError{code: http.StatusForbidden,
 			msg: "refused: the form's token is missing or stale (reload the page and try again)"})
+		return false
+	}
+	if err := checkQuery(r.URL.RawQuery); err != nil {
+		h.errPage(w, r, err)
+		return false
+	}
+	if err := checkValues("the form", r.PostForm); err != nil {
+		h.errPage(w, r, err)
 		return false
 	}
 	return true
@@ -131,6 +141,9 @@ func (h *handler) emitToTask(r *http.Request, id int64) error {
 		return err
 	}
 	if token := r.PostFormValue("token"); token != "" {
+		if err := h.tokenOf(r.Context(), id, token); err != nil {
+			return err
+		}
 		if d := r.PostFormValue("decision"); d != "" {
 			if p, err = decide(p, d); err != nil {
 				return err
@@ -154,6 +167,58 @@ func (h *handler) emitToTask(r *http.Request, id int64) error {
 	_, _, err = h.engine.Emit(r.Context(), tasks.EmitParams{ConversationID: t.ConversationID, TaskID: id,
 		Name: r.PostFormValue("name"), Payload: p, Queue: r.PostFormValue("queue") != ""})
 	return err
+}
+
+// tokenOf refuses an await token that is not one of task id's: a form of
+// task A's page carrying conversation B's token (copied, or forged) would
+// otherwise answer B's await and send the browser back to A's page, still
+// waiting.
+//
+// A token names its task ("awt_<task id>_<128 random bits>", see
+// docs/design.md), and EmitToken answers only the task it names, checking
+// under that task's lock, in its own transaction, that the task holds the
+// token: so a token naming id answers id or nothing, and needs no read
+// here. A token of the older form, which names no task, must be the one
+// the task holds now (a separate read, but a token is issued to one task
+// only: held by id, it is id's; not held by it, EmitToken could only
+// answer another task's await, or none).
+func (h *handler) tokenOf(ctx context.Context, id int64, token string) error {
+	if named, ok := tokenTask(token); ok {
+		if named != id {
+			return badRequest("this answer's token is of an await of task #%d, not of task #%d, whose page sent it; "+
+				"it was not sent, and nothing was written", named, id)
+		}
+		return nil
+	}
+	t, err := h.engine.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if t.AwaitToken != token {
+		return badRequest("this answer's token is not the one of task #%d's await; it was not sent, and nothing was written", id)
+	}
+	return nil
+}
+
+// tokenTask returns the task id an await token names — "awt_", the id in
+// decimal, "_", 32 hex digits — or false for a token of another form.
+func tokenTask(token string) (int64, bool) {
+	rest, ok := strings.CutPrefix(token, "awt_")
+	if !ok {
+		return 0, false
+	}
+	id, random, ok := strings.Cut(rest, "_")
+	if !ok || len(random) != 32 {
+		return 0, false
+	}
+	if _, err := hex.DecodeString(random); err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != id {
+		return 0, false
+	}
+	return n, true
 }
 
 // decide returns payload p (a JSON object, or none) with "approved" set

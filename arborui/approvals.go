@@ -53,10 +53,6 @@ func (h *handler) approvals(w http.ResponseWriter, r *http.Request) {
 // was logged (an await parks, ends or is answered with a status entry).
 func (h *handler) approvalsLive(w http.ResponseWriter, r *http.Request) {
 	cursor := r.URL.Query().Get("cursor")
-	if _, err := h.approvalsView(r.Context(), cursor); err != nil {
-		h.errPage(w, r, err)
-		return
-	}
 	h.serve(w, r, stream{poll: h.logMoved(15), render: func(ctx context.Context, buf *bytes.Buffer) (string, bool, error) {
 		v, err := h.approvalsView(ctx, cursor)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -107,7 +108,10 @@ func TestHostHeader(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, arbortype.StatusPending, got.Status, "nothing was aborted")
 	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST", "app.localhost:" + port, "[::1]:" + port,
-		"10.1.2.3", "arbor.internal:" + port, "ARBOR.internal", "ops.example:8443"} {
+		"10.1.2.3", "arbor.internal:" + port, "ARBOR.internal", "ops.example:8443",
+		// A fully qualified name's trailing dot, and the case, are the
+		// same host with or without a port.
+		"arbor.internal.", "arbor.internal.:" + port, "ops.example.:8443", "OPS.Example.:8443", "localhost.:" + port} {
 		code, _ := do(http.MethodGet, host, "/", nil)
 		require.Equal(t, http.StatusOK, code, host)
 	}
@@ -218,4 +222,43 @@ func TestRoutesRefused(t *testing.T) {
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusMethodNotAllowed, res.StatusCode)
+}
+
+// TestAllowedHostsValidated: an Options.AllowedHosts entry that is not a
+// host name with an optional port, an IP address, nor "*" is an error of
+// NewHandler naming the field, not a silently dead entry; an entry
+// written with a trailing dot or in capitals matches the host as the
+// browser names it.
+func TestAllowedHostsValidated(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	long := strings.Repeat("a", 60) + "."
+	for _, host := range []string{"", " ", "host:99999", "host:-1", "host:0", "host:", "host:+80", "host:80:80", "host:8o",
+		"[::1", "[::1]x", "[nothost]:80", "[::1]:99999", ":8080", ".", ".example.com", "a..b", "a.b..", "-a.example", "a-.example",
+		strings.Repeat(long, 5) + "com", strings.Repeat("a", 64) + ".example", "a b", "a/b", "a\\b", "a?b", "a#b", "user@host",
+		"*.example.com", "ex*mple", "bücher.example", "host\x00", "host\n", "a.b\x7f"} {
+		_, err := arborui.NewHandler(b.engine.Engine, &arborui.Options{AllowedHosts: []string{"ok.example", host}})
+		require.ErrorIs(t, err, tasks.ErrInvalidArgument, "%q", host)
+		require.ErrorContains(t, err, "Options.AllowedHosts", "%q", host)
+	}
+	for _, host := range []string{"*", "ops.example.com", "ops.example.com:8443", "OPS.Example.COM.", "ops.example.com.:8443",
+		"my_service", "xn--bcher-kva.example", "10.0.0.1", "10.0.0.1:80", "::", "::1", "[::1]", "[::1]:8080", "localhost:1",
+		strings.Repeat("a", 63) + ".example", strings.Repeat(long, 4) + "com"} {
+		_, err := arborui.NewHandler(b.engine.Engine, &arborui.Options{AllowedHosts: []string{host}})
+		require.NoError(t, err, "%q", host)
+	}
+
+	// Written with a trailing dot and capitals, and a port with a leading
+	// zero: the same entries as their plain forms.
+	h, err := arborui.NewHandler(b.engine.Engine, &arborui.Options{AllowedHosts: []string{"Dotted.Example.:9000", "plain.example."}})
+	require.NoError(t, err)
+	for host, want := range map[string]int{"dotted.example:9000": 200, "dotted.example.:9000": 200, "DOTTED.example:09000": 200,
+		"dotted.example:9001": 403, "dotted.example": 403, "plain.example": 200, "plain.example.:1": 200, "plain.example..": 403,
+		"evil.example": 403} {
+		req := httptest.NewRequest(http.MethodGet, "/nodes", nil)
+		req.Host = host
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		require.Equal(t, want, rec.Code, host)
+	}
 }

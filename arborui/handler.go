@@ -12,8 +12,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/arborhq/arbor/tasks"
 )
@@ -61,7 +63,14 @@ type Options struct {
 	// address (DNS rebinding) would otherwise read the view and its action
 	// token as if it were the view's own. List the names your users reach
 	// the handler by; "*" turns the check off (only behind a proxy that
-	// checks the host itself). Default: none (IP literals and localhost
+	// checks the host itself). A name is compared without its case and
+	// without a fully qualified name's trailing dot, on both sides
+	// ("Ops.Example.com." is "ops.example.com"). An entry must be a host
+	// name (labels of 1 to 63 ASCII letters, digits, hyphens and
+	// underscores, 253 bytes at most; an international name in its xn--
+	// form) or an IP address, with an optional port from 1 to 65535
+	// ("[::1]:8443" for an IPv6 address with one), or "*": anything else
+	// is an error of NewHandler. Default: none (IP literals and localhost
 	// only).
 	AllowedHosts []string
 	// TraceURL links a task's trace id to your tracing UI: an http(s)
@@ -151,8 +160,9 @@ func (o *Options) validate() error {
 		return fmt.Errorf("Options.Refresh: %v is outside 10ms..1m", o.Refresh)
 	}
 	for _, host := range o.AllowedHosts {
-		if host == "" || host != "*" && strings.ContainsFunc(host, func(c rune) bool { return c <= ' ' || strings.ContainsRune("/\\?#@*", c) }) {
-			return fmt.Errorf("Options.AllowedHosts: %q is not a host name (with an optional port), nor \"*\"", host)
+		if _, err := allowedHost(host); err != nil {
+			return fmt.Errorf("Options.AllowedHosts: %q is not a host name with an optional port (such as ops.example.com or ops.example.com:8443), "+
+				"an IP address, nor \"*\": %w", host, err)
 		}
 	}
 	if o.TraceURL != "" {
@@ -177,8 +187,8 @@ type handler struct {
 	csrf string
 	tmpl *template.Template
 	mux  *http.ServeMux
-	// hosts are Options.AllowedHosts, lower-cased; anyHost is "*" among
-	// them.
+	// hosts are Options.AllowedHosts, normalised (allowedHost); anyHost
+	// is "*" among them.
 	hosts   map[string]bool
 	anyHost bool
 	// watches share one follower of a conversation's log among the
@@ -206,8 +216,9 @@ func NewHandler(engine *tasks.Engine, opts *Options) (http.Handler, error) {
 	h := &handler{engine: engine, opts: opts, csrf: hex.EncodeToString(b[:]), tmpl: tmpl, mux: http.NewServeMux(),
 		hosts: map[string]bool{}, watches: newWatches(engine, opts.Logger)}
 	for _, host := range opts.AllowedHosts {
-		h.hosts[strings.ToLower(host)] = true
-		h.anyHost = h.anyHost || host == "*"
+		norm, _ := allowedHost(host) // validated above
+		h.hosts[norm] = true
+		h.anyHost = h.anyHost || norm == "*"
 	}
 	h.mux.HandleFunc("GET /assets/{name}", h.asset)
 	h.mux.HandleFunc("GET /{$}", h.index)
@@ -260,8 +271,58 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r2.URL = &u
 		r = r2
 	}
+	// One reading of the query for every route, page and stream alike:
+	// what the database would refuse in its own words, or a stream would
+	// fail on after its 200, is refused here in arbor's. (A POST's is read
+	// by allowed, after the checks that refuse it with 403.)
+	if r.Method != http.MethodPost {
+		if err := checkQuery(r.URL.RawQuery); err != nil {
+			h.errPage(w, r, err)
+			return
+		}
+	}
 	h.mux.ServeHTTP(w, r)
 }
+
+// maxQuery bounds the query of an address: the longest the view writes —
+// a cursor of the approvals, which holds a conversation id and an event
+// name of 200 bytes each, escaped — is a few KiB.
+const maxQuery = 8 << 10
+
+// checkQuery refuses a query that is longer than maxQuery, that does not
+// parse (a bad escape, a semicolon: which r.URL.Query would drop without
+// a word), or whose names and values are not text: invalid UTF-8 or a
+// NUL, which no id, name or cursor of arbor's holds (PostgreSQL cannot
+// store them).
+func checkQuery(raw string) error {
+	if len(raw) > maxQuery {
+		return badRequest("the address's query is %d bytes, over the limit of %d: no address of this view is that long", len(raw), maxQuery)
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return badRequest("the address's query does not parse: %v", err)
+	}
+	return checkValues("the address's query", q)
+}
+
+// checkValues refuses a query's or a form's name or value that is not
+// text: invalid UTF-8, or a NUL. where names it: "the address's query",
+// "the form".
+func checkValues(where string, vs url.Values) error {
+	for name, values := range vs {
+		if !isText(name) {
+			return badRequest("in %s, the name %s is not text (not UTF-8, or holding a NUL)", where, strconv.Quote(truncate(name, 40)))
+		}
+		for _, v := range values {
+			if !isText(v) {
+				return badRequest("in %s, %s=%s is not text (not UTF-8, or holding a NUL)", where, name, strconv.Quote(truncate(v, 80)))
+			}
+		}
+	}
+	return nil
+}
+
+func isText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 // errPage answers a request that failed: a 4xx with arbor's error, which
 // says what was wrong with the request; a 5xx with a line only (the error

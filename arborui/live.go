@@ -50,29 +50,57 @@ type stream struct {
 
 // serve runs s until the request ends: a fragment at once, then one after
 // each change (each poll that says so).
+//
+// The first fragment is read before the answer's status is written: a
+// request the page would refuse — a cursor that is not one, an unknown
+// task or conversation — is refused the same way, with its 4xx and
+// error page, and the browser's EventSource stops there. Once streaming,
+// or when the first read fails for the database (5xx), a failure is a
+// "failed" event, and the browser reconnects: that is what a fault that
+// passes needs, and a reconnect after the request went bad meanwhile (its
+// task pruned) is then refused with its 4xx.
 func (h *handler) serve(w http.ResponseWriter, r *http.Request, s stream) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	rc := http.NewResponseController(w)
+	streaming := false
+	start := func() {
+		hdr := w.Header()
+		hdr.Set("Content-Type", "text/event-stream")
+		hdr.Set("Cache-Control", "no-store")
+		hdr.Set("X-Accel-Buffering", "no") // nginx: do not hold the stream back
+		w.WriteHeader(http.StatusOK)
+		streaming = true
+	}
+	fail := func(err error) {
+		if !streaming && statusOf(err) < 500 {
+			h.errPage(w, r, err)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if !streaming {
+			start()
+		}
+		h.opts.Logger.Warn("arborui: live view failed", slog.String("path", r.URL.Path), slog.Any("error", err))
+		_ = sendEvent(w, "failed", "the view could not be read; reconnecting")
+		_ = rc.Flush()
+	}
 	var news <-chan struct{}
 	if s.conv != "" {
 		if _, err := h.engine.Conversation(ctx, s.conv); err != nil {
-			h.errPage(w, r, err)
+			fail(err)
 			return
 		}
 		sub, err := h.watches.subscribe(ctx, s.conv)
 		if err != nil {
-			h.errPage(w, r, err)
+			fail(err)
 			return
 		}
 		defer h.watches.unsubscribe(sub)
 		news = sub.news
 	}
-	rc := http.NewResponseController(w)
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-store")
-	hdr.Set("X-Accel-Buffering", "no") // nginx: do not hold the stream back
-	w.WriteHeader(http.StatusOK)
 
 	var (
 		poll <-chan time.Time
@@ -85,13 +113,6 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request, s stream) {
 	}
 	alive := time.NewTicker(keepAlive)
 	defer alive.Stop()
-	fail := func(err error) {
-		if ctx.Err() == nil {
-			h.opts.Logger.Warn("arborui: live view failed", slog.String("path", r.URL.Path), slog.Any("error", err))
-			_ = sendEvent(w, "failed", "the view could not be read; reconnecting")
-			_ = rc.Flush()
-		}
-	}
 	for fresh := true; ; {
 		if fresh {
 			began := time.Now()
@@ -101,10 +122,15 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request, s stream) {
 				fail(err)
 				return
 			}
+			if !streaming {
+				start()
+			}
 			if !skip {
 				if sendEvent(w, name, string(scrub(buf.Bytes()))) != nil || rc.Flush() != nil {
 					return
 				}
+			} else if rc.Flush() != nil {
+				return
 			}
 			// The next fragment no sooner than minGap, nor than twice what
 			// this one took to read and render.

@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -65,6 +67,15 @@ func TestUIRefusesBadFlags(t *testing.T) {
 	b.arbor(t, "ui", "--addr", "nonsense").fails(t, 1, "ui: listen tcp: address nonsense")
 	b.arbor(t, "ui", "--trace-url", "https://trace.example/").fails(t, 1, "Options.TraceURL")
 	b.arbor(t, "ui", "--allowed-host", "a/b").fails(t, 1, "Options.AllowedHosts")
+	// A malformed host is an error, not an entry that never matches (on a
+	// port of its own: were it accepted, the view would serve until the
+	// run's timeout, and the test fail).
+	for _, host := range []string{"host:99999", "host:-1", "[::1", strings.Repeat("a", 300), "a..b", "ok.test, host:"} {
+		t.Run(fmt.Sprintf("%.20s", host), func(t *testing.T) {
+			t.Parallel()
+			b.arbor(t, "ui", "--addr", "127.0.0.1:0", "--allowed-host", host).fails(t, 1, "Options.AllowedHosts")
+		})
+	}
 }
 
 // TestUIHosts: arbor ui answers the hosts --allowed-host names (and IP
