@@ -31,14 +31,16 @@ examples:
 		for m in $(NESTED); do (cd $$m && $(GO) test -count=1 -run "^Example" ./...) || exit 1; done'
 
 # The fault tests (internal/chaos): runner processes killed (beside a CPU
-# hog, during large flushes) and frozen, every backend terminated, the
+# hog, during large flushes) and frozen, every backend terminated (also
+# beside a CPU hog, with hundreds of abandon_on_restart tasks), the
 # database server restarted, a conversation row locked, a node's route
 # blackholed, all against a real PostgreSQL. They restart that server, so
 # they run only here, on a throwaway server of their own: ARBOR_CHAOS=1 lets
 # them run (under `make test` they skip), and with ARBOR_DATABASE_URL set the
 # restart test fails rather than restart a server the script did not start.
 # -v: the figures of each scenario (overlaps, side effects after a take-over,
-# tasks failed, restarts, give-ups, stop latency) are the report.
+# tasks failed, restarts, re-entries of abandon_on_restart handlers,
+# give-ups, stop latency) are the report.
 chaos:
 	ARBOR_CHAOS=1 $(WITH_PG) $(GO) test -race -count=1 -timeout 20m -v ./internal/chaos/
 

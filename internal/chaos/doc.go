@@ -3,7 +3,9 @@
 // during large flushes, and beside a CPU hog), frozen with SIGSTOP past
 // their conversation lease and for less than it, every arbor backend
 // terminated with pg_terminate_backend (LISTEN connections included) for
-// two minutes (under the default lease: see terminate_test.go), the database server restarted (fast and immediate), a
+// two minutes (under the default lease: see terminate_test.go; and again
+// beside a CPU hog, with hundreds of abandon_on_restart tasks:
+// terminateload_test.go), the database server restarted (fast and immediate), a
 // conversation row locked by an outside connection, and a node's route to
 // the database blackholed. Each scenario runs the same workload of trees —
 // parallel children under all_settled, a fail_fast group whose failing
@@ -14,7 +16,8 @@
 // another call of its task started; no task failed by a fault; no restart
 // that no kill, freeze, cut or lock explains, at the engine's default
 // restart limit; no write from a run whose token was dead; no
-// abandon_on_restart task run twice; and the invariant checker clean.
+// abandon_on_restart handler entered twice (reentry_test.go); and the
+// invariant checker clean.
 //
 // The package is tests only (workload_test.go is the workload and the
 // wrapper that logs each call and side effect, harness_test.go the schema

@@ -55,6 +55,10 @@ type scenario struct {
 	turns    []int64
 	fans     []int // the leaves each turn spawns (0: none)
 	children []*child
+
+	// onceLeaves makes the leaves of the turns addTurns creates from then
+	// on abandon_on_restart (see the workload).
+	onceLeaves bool
 }
 
 // setup gives a test a migrated schema of its own with the run log, the
@@ -109,7 +113,11 @@ func (s *scenario) addTurns(n int, fan func(i int) int) {
 			k = fan(i)
 		}
 		conv := fmt.Sprintf("chaos-%04d", i)
-		in, _ := json.Marshal(map[string]any{"value": map[string]any{"name": "turn", "fan": k}})
+		value := map[string]any{"name": "turn", "fan": k}
+		if s.onceLeaves {
+			value["once_leaves"] = true
+		}
+		in, _ := json.Marshal(map[string]any{"value": value})
 		var turn arbortype.Task
 		s.retry("create "+conv, func(ctx context.Context) error {
 			var err error

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -54,8 +55,34 @@ const (
 func TestTerminatedBackends(t *testing.T) {
 	s := setup(t, conversations)
 	nodes := []*child{s.startChild("b1", machine.ConversationLeaseDefault), s.startChild("b2", machine.ConversationLeaseDefault)}
-	end := time.Now().Add(terminateFor)
-	var rounds, killed, listening, riverListening, inTx, created int
+	r := s.terminationRounds(nodes, appPrefix+"b%", terminateFor, liveTurns, nil)
+	s.waitSettled()
+	s.stopAll()
+	s.verify()
+	t.Logf("(b) %s", r)
+}
+
+// rounds tallies termination rounds.
+type rounds struct {
+	n, killed, listening, riverListening, inTx, created int
+	d                                                   time.Duration
+}
+
+func (r rounds) String() string {
+	return fmt.Sprintf("%d rounds in %s: %d backends terminated, %d of them LISTENing (%d of those River's notifier's), %d in a transaction or a statement; %d turns created during the rounds",
+		r.n, r.d, r.killed, r.listening, r.riverListening, r.inTx, r.created)
+}
+
+// terminationRounds terminates, every 1 to 3 s for d, every backend whose
+// application_name is LIKE app (the nodes'), keeping live turns live
+// by creating more (with fan's leaves: see addTurns) as they complete. Each
+// round first waits for every node's arbor connection to LISTEN again
+// (see TestTerminatedBackends).
+func (s *scenario) terminationRounds(nodes []*child, app string, d time.Duration, live int, fan func(i int) int) rounds {
+	t := s.t
+	t.Helper()
+	r := rounds{d: d}
+	end := time.Now().Add(d)
 	for time.Now().Before(end) {
 		// Each round cuts the LISTEN connections too: wait until both
 		// runners are listening again after the last round.
@@ -66,20 +93,16 @@ func TestTerminatedBackends(t *testing.T) {
 			})
 		}
 		time.Sleep(time.Second + time.Duration(s.rng.Int64N(int64(2*time.Second))))
-		if live := s.count(`SELECT count(*) FROM {s}.tasks WHERE kind = $1 AND status IN ('pending','running','waiting','sleeping','completing')`,
-			turnKind); live < liveTurns {
-			s.addTurns(liveTurns-live, nil)
-			created += liveTurns - live
+		if n := s.count(`SELECT count(*) FROM {s}.tasks WHERE kind = $1 AND status IN ('pending','running','waiting','sleeping','completing')`,
+			turnKind); n < live {
+			s.addTurns(live-n, fan)
+			r.created += live - n
 		}
-		n, l, r, x := s.terminate(appPrefix + "b%")
-		require.Positive(t, l-r, "round %d terminated arbor LISTEN connections", rounds+1)
-		rounds, killed, listening, riverListening, inTx = rounds+1, killed+n, listening+l, riverListening+r, inTx+x
+		n, l, rl, x := s.terminate(app)
+		require.Positive(t, l-rl, "round %d terminated arbor LISTEN connections", r.n+1)
+		r.n, r.killed, r.listening, r.riverListening, r.inTx = r.n+1, r.killed+n, r.listening+l, r.riverListening+rl, r.inTx+x
 	}
-	s.waitSettled()
-	s.stopAll()
-	s.verify()
-	t.Logf("(b) %d rounds in %s: %d backends terminated, %d of them LISTENing (%d of those River's notifier's), %d in a transaction or a statement; %d turns created during the rounds",
-		rounds, terminateFor, killed, listening, riverListening, inTx, created)
+	return r
 }
 
 // terminate terminates every backend whose application_name is LIKE app,

@@ -25,8 +25,8 @@ import (
 //     as designed; no child spawned twice;
 //   - no task failed by a fault: the only failed tasks are the doomed ones,
 //     with their own message; the only error anywhere else is flaky's
-//     designed first failure and the abandoned_on_restart of a once whose
-//     run a fault cut; restart_limit_exceeded only for a task whose runs
+//     designed first failure and the abandoned_on_restart of an
+//     abandon_on_restart task whose run a fault cut; restart_limit_exceeded only for a task whose runs
 //     kills, freezes, cuts or locks really cut more often than its restart
 //     limit (the engine's default) — a slow machine makes runs longer and
 //     so cut more often by the same kills — and then its conversation's
@@ -37,7 +37,10 @@ import (
 //     or freeze of its node, a cut of its node's route, or a lock of its
 //     conversation's row overlapped (recoveriesSQL); in a scenario of
 //     backend terminations or server restarts there is none;
-//   - abandon_on_restart never ran twice: a once has at most one call;
+//   - no abandon_on_restart handler entered twice: a task created
+//     abandon_on_restart (once, and the leaves of a turn that asks for
+//     it) has at most one call in the run log, whatever the call's writes
+//     met (reentrySQL; figures.reentries, in every scenario);
 //   - no two calls of a task at once: no two calls of one task whose
 //     intervals from entry to return (to its process's death, if killed)
 //     intersect (overlapPairs) — but for a call in flight while its
@@ -118,6 +121,7 @@ func (s *scenario) verify() figures {
 		}
 		kinds := map[string]int{}
 		var onceStatus arbortype.Status
+		leaves := 0 // leaves not abandoned
 		for _, task := range all {
 			kinds[task.Kind]++
 			f.attempts += task.Attempt
@@ -148,7 +152,7 @@ func (s *scenario) verify() figures {
 				}
 				designed := (task.Kind == "doomed" && doomedRe.MatchString(e.Message) && e.Code == "") ||
 					(task.Kind == "flaky" && flakyRe.MatchString(e.Message) && e.Code == "") ||
-					(task.Kind == "once" && e.Code == abandonedCode)
+					(task.AbandonOnRestart && e.Code == abandonedCode)
 				if !designed {
 					fault(task.ID, "%s: failed by a fault: error %q (code %q)", where, e.Message, e.Code)
 				}
@@ -166,10 +170,7 @@ func (s *scenario) verify() figures {
 				continue
 			}
 			if exceeded {
-				if task.Kind == "once" && callsOf[task.ID] > 1 {
-					add("%s: abandon_on_restart called %d times", where, callsOf[task.ID])
-				}
-				continue
+				continue // its calls are counted all the same (reentries)
 			}
 			switch task.Kind {
 			case turnKind:
@@ -195,13 +196,18 @@ func (s *scenario) verify() figures {
 					add("%s: want one retry and one failure in its history, got %d and %d", where, task.Retries, len(task.ErrorHistory))
 				}
 			case leafKind:
+				if task.AbandonOnRestart && task.Status == arbortype.StatusCancelled && task.Error != nil && task.Error.Code == abandonedCode {
+					f.abandoned++
+					continue
+				}
+				leaves++
 				want(arbortype.StatusCompleted, fmt.Sprintf(`{"leaf": %q}`, nameOf(task)))
 			case "once":
 				onceStatus = task.Status
 				calls := callsOf[task.ID]
 				switch {
 				case calls > 1:
-					add("%s: abandon_on_restart called %d times", where, calls)
+					// A re-entry: counted and listed by reentries.
 				case task.Status == arbortype.StatusCompleted:
 					want(arbortype.StatusCompleted, `{"once": true}`)
 					if calls != 1 {
@@ -227,7 +233,7 @@ func (s *scenario) verify() figures {
 		}
 		for _, task := range all {
 			if task.Kind == turnKind {
-				s.checkTurn(task, onceStatus, s.fans[i], add)
+				s.checkTurn(task, onceStatus, s.fans[i], leaves, add)
 			}
 		}
 	}
@@ -249,6 +255,7 @@ func (s *scenario) verify() figures {
 	}
 
 	s.collect(&f, add)
+	s.reentries(&f, add)
 	for _, q := range staleWriteQueries {
 		for _, row := range s.rows(q.sql) {
 			add("%s: %s", q.what, row)
@@ -278,8 +285,9 @@ func (s *scenario) verify() figures {
 	return f
 }
 
-// checkTurn compares a turn's result with its children's designed ends.
-func (s *scenario) checkTurn(turn arbortype.Task, onceStatus arbortype.Status, fan int, add func(string, ...any)) {
+// checkTurn compares a turn's result with its children's designed ends:
+// of its fan leaves, completed ones (the others abandoned on restart).
+func (s *scenario) checkTurn(turn arbortype.Task, onceStatus arbortype.Status, fan, completed int, add func(string, ...any)) {
 	where := fmt.Sprintf("%s turn %d", turn.ConversationID, turn.ID)
 	if turn.Status != arbortype.StatusCompleted {
 		add("%s: %s, want completed (error %+v)", where, turn.Status, turn.Error)
@@ -291,7 +299,7 @@ func (s *scenario) checkTurn(turn arbortype.Task, onceStatus arbortype.Status, f
 	}
 	leaves := ""
 	if fan > 0 {
-		leaves = fmt.Sprintf(`, "leaves": {"status": "completed", "value": %d}`, fan)
+		leaves = fmt.Sprintf(`, "leaves": {"status": "completed", "value": %d}`, completed)
 	}
 	want := fmt.Sprintf(`{
 		"tool0": {"status": "completed", "value": {"tool": "tool0"}},
@@ -612,6 +620,12 @@ type figures struct {
 	cut, outlived                                                             int
 	idleRun                                                                   []string
 	took                                                                      time.Duration
+
+	// reentries counts the calls of abandon_on_restart tasks after their
+	// first, in reentered tasks, of aorTasks; reentryKinds describes them
+	// by kind (reentrySQL).
+	reentered, reentries, aorTasks int
+	reentryKinds                   []string
 }
 
 // collect reads the figures the run log, the side effects and the audit
@@ -690,8 +704,10 @@ func (f figures) log(t interface{ Logf(string, ...any) }) {
 		f.overlaps["overlap"], f.overlaps["frozen"], f.overlaps["stubborn"])
 	t.Logf("figures: side effects after another call of their task started: %d (stubborn, counted apart: %d); of %d side effects (%d stubborn); %d decided before a later call's entry landed after it",
 		f.effectsAfter, f.effectsAfterStubborn, f.effects, f.effectsStubborn, f.landedAfter)
-	t.Logf("figures: tasks failed by a fault: %d; restarts counted: %d (%d explained by a kill, freeze, cut or lock, %d unexplained; sum of attempts %d, %d once abandoned)",
+	t.Logf("figures: tasks failed by a fault: %d; restarts counted: %d (%d explained by a kill, freeze, cut or lock, %d unexplained; sum of attempts %d, %d abandon_on_restart tasks abandoned)",
 		f.failedByFault, f.restarts, f.explained, f.unexplained, f.attempts, f.abandoned)
+	t.Logf("figures: re-entries of abandon_on_restart handlers: %d calls after the first, of %d tasks (of %d abandon_on_restart tasks) [%s]",
+		f.reentries, f.reentered, f.aorTasks, strings.Join(f.reentryKinds, "; "))
 	var gs []string
 	for _, msg := range slices.Sorted(maps.Keys(f.giveUps)) {
 		gs = append(gs, fmt.Sprintf("%d × %q", f.giveUps[msg], msg))

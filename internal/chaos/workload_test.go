@@ -36,7 +36,10 @@ import (
 //	└── leaf000…              only in the fan-out variant (a turn whose input
 //	                          says "fan": K): K leaves, spawned with the seven
 //	                          in one SpawnMany, each a side effect and a
-//	                          complete — so that the turn's flush is large
+//	                          complete — so that the turn's flush is large;
+//	                          abandon_on_restart when its input also says
+//	                          "once_leaves": true (completed, or cancelled
+//	                          with abandoned_on_restart, as once)
 //
 // Eleven tasks (plus the leaves), every one with an expected end:
 // everything completed but the siblings (aborted), doomed (failed, with its
@@ -447,7 +450,8 @@ func input[T any](run *machine.Run) T {
 func (w *worker) turn(ctx context.Context, c *call) error {
 	run := c.run
 	in := input[struct {
-		Fan int `json:"fan"`
+		Fan        int  `json:"fan"`
+		OnceLeaves bool `json:"once_leaves"`
 	}](run)
 	if run.Task.Phase == "gathering" {
 		waited, err := run.Waited(ctx)
@@ -486,7 +490,7 @@ func (w *worker) turn(ctx context.Context, c *call) error {
 	for i := range in.Fan {
 		name := fmt.Sprintf("leaf%03d", i)
 		ps = append(ps, machine.SpawnParams{Kind: leafKind, Input: w.stamp(run, map[string]any{"name": name}),
-			IdempotencyKey: fmt.Sprintf("%d/%s", run.Task.ID, name)})
+			IdempotencyKey: fmt.Sprintf("%d/%s", run.Task.ID, name), AbandonOnRestart: in.OnceLeaves})
 	}
 	var ids []int64
 	if in.Fan == 0 {
