@@ -312,7 +312,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Engine, error) 
 			return nil, fmt.Errorf("tasks.New: Config.ListenPool: %w", err)
 		}
 	}
-	c, err := core.New(pool, core.Config(*cfg))
+	c, err := core.New(ctx, pool, core.Config(*cfg))
 	if err != nil {
 		return nil, fmt.Errorf("tasks.New: %w", err)
 	}
