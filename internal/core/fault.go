@@ -31,7 +31,7 @@ import (
 //     or Cfg.UnavailableTimeout has passed since the first failure (then
 //     ErrUnavailable);
 //   - by a serialization failure or a deadlock, which the locking order
-//     should make impossible: retried Cfg.TxRetries times;
+//     should make impossible: retried Cfg.TxRetries times (-1, none);
 //   - while COMMIT was in flight, with no answer: the transaction may or may
 //     not have committed, and only the caller can find out
 //     (ErrAmbiguous). A FATAL answer to COMMIT is ambiguous too: the
