@@ -31,8 +31,8 @@ const (
 	PruneIntervalDefault        = time.Hour
 )
 
-// TxRetriesNone, as Config.TxRetries, retries nothing (0 there means
-// TxRetriesDefault, as for every field).
+// TxRetriesNone is the Config.TxRetries that retries nothing (0 there
+// means TxRetriesDefault, as for every field).
 const TxRetriesNone = -1
 
 // Config configures an Engine. The zero value of every field means its default.
