@@ -31,6 +31,10 @@ const (
 	PruneIntervalDefault        = time.Hour
 )
 
+// TxRetriesNone is the Config.TxRetries that retries nothing (0 there
+// means TxRetriesDefault, as for every field).
+const TxRetriesNone = -1
+
 // Config configures an Engine. The zero value of every field means its default.
 type Config struct {
 	// Schema is the schema arbor's tables live in. Default "arbor".
@@ -63,7 +67,11 @@ type Config struct {
 	RestartLimit int
 	// TxRetries is how many times a pool-form operation is retried after a
 	// serialization failure or a deadlock (which arbor's locking order
-	// should make impossible). Default TxRetriesDefault (5).
+	// should make impossible), at most 100. TxRetriesNone (-1) retries
+	// none: the operation returns the database's error (ErrDatabase) at
+	// once. It does not bound the retries of a transient fault (a lost
+	// connection, a server-side timeout), which UnavailableTimeout does.
+	// Default (0) TxRetriesDefault (5).
 	TxRetries int
 	// RetryBackoffBase is the first retry's backoff for tasks created
 	// without one (CreateParams.RetryBackoffBase): retry n (from 0) waits
@@ -242,8 +250,8 @@ func (c *Config) validate() error {
 	if c.RestartLimit < 0 || c.RestartLimit > maxInt32 {
 		return fmt.Errorf("Config.RestartLimit: %d is outside 0..%d", c.RestartLimit, maxInt32)
 	}
-	if c.TxRetries < 0 || c.TxRetries > 100 {
-		return fmt.Errorf("Config.TxRetries: %d is outside 0..100", c.TxRetries)
+	if c.TxRetries < TxRetriesNone || c.TxRetries > 100 {
+		return fmt.Errorf("Config.TxRetries: %d is outside -1..100 (-1, TxRetriesNone: no retries)", c.TxRetries)
 	}
 	if err := core.ValidateBackoff(c.RetryBackoffBase, c.RetryBackoffCap); err != nil {
 		return fmt.Errorf("Config.RetryBackoffBase/RetryBackoffCap: %w", err)
@@ -312,7 +320,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Engine, error) 
 			return nil, fmt.Errorf("tasks.New: Config.ListenPool: %w", err)
 		}
 	}
-	c, err := core.New(pool, core.Config(*cfg))
+	c, err := core.New(ctx, pool, core.Config(*cfg))
 	if err != nil {
 		return nil, fmt.Errorf("tasks.New: %w", err)
 	}

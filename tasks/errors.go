@@ -75,10 +75,12 @@ var (
 	// ErrForeignTask: a start under a conversation's lease, or a Fork,
 	// named a task of another conversation.
 	ErrForeignTask = arbortype.ErrForeignTask
-	// ErrUnavailable: the database could not be reached, or kept dropping
-	// the connection, for longer than Config.UnavailableTimeout; nothing was
-	// written. Transient faults shorter than that are retried inside the
-	// operation and never reach the caller.
+	// ErrUnavailable: the database could not be reached, kept dropping
+	// the connection, or kept cutting the operation's statements on its own
+	// (a server-side timeout: statement_timeout, lock_timeout…), for longer
+	// than Config.UnavailableTimeout; nothing was written. Transient faults
+	// shorter than that are retried inside the operation and never reach
+	// the caller.
 	ErrUnavailable = arbortype.ErrUnavailable
 	// ErrPermissionDenied: the database refused the role a statement ran
 	// as.

@@ -96,8 +96,10 @@ type Engine struct {
 	appPool *pgxpool.Pool
 }
 
-// New returns an engine on pool with cfg (defaults filled, validated).
-func New(pool *pgxpool.Pool, cfg Config) (*Engine, error) {
+// New returns an engine on pool with cfg (defaults filled, validated). It
+// asks the server its version, for the settings its transactions begin
+// with (see TxOptions).
+func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Engine, error) {
 	st, err := store.New(cfg.Schema)
 	if err != nil {
 		return nil, err
@@ -106,11 +108,38 @@ func New(pool *pgxpool.Pool, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One round trip: a query without arguments goes by the simple
-	// protocol, which takes both statements at once.
-	begin := fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d", max(cfg.IdleInTransaction.Milliseconds(), 1))
+	var version int
+	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return nil, fmt.Errorf("read the server's version: %w", classify(ctx, err))
+	}
 	return &Engine{Pool: pool, Store: st, Cfg: cfg, Logger: cfg.Logger, wakeJobs: wakeJobs,
-		txOptions: pgx.TxOptions{BeginQuery: begin}, announcer: &announcer{}, appPool: pool}, nil
+		txOptions: pgx.TxOptions{BeginQuery: beginQuery(cfg.IdleInTransaction, version)}, announcer: &announcer{}, appPool: pool}, nil
+}
+
+// beginQuery is the statement that begins each transaction of the
+// engine's own (see TxOptions) on a server of version (server_version_num):
+// one round trip, since a query without arguments goes by the simple
+// protocol, which takes every statement at once.
+//
+// Besides the idle limit arbor depends on, it lifts, for this transaction
+// alone (SET LOCAL), the limits a role or database may set for the
+// application's statements: statement_timeout, lock_timeout and, from
+// PostgreSQL 17, transaction_timeout. arbor's transactions wait for a
+// conversation's row lock by design (the conversation serializes its
+// writes, and an application transaction may hold it), and some of them
+// are long by nature (the abort of a large tree); cut by such a limit,
+// each would be tried again and cut again until ErrUnavailable. They are
+// bounded instead by the caller's context, and a stopped process's by
+// idleInTransaction. (A one-statement write or a read, which has no
+// transaction of arbor's to set them in, keeps them: one that a limit cuts
+// is tried again, see transient.)
+func beginQuery(idleInTransaction time.Duration, version int) string {
+	q := fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0",
+		max(idleInTransaction.Milliseconds(), 1))
+	if version >= 170000 {
+		q += "; SET LOCAL transaction_timeout = 0"
+	}
+	return q
 }
 
 // WithPool returns the engine running its transactions on pool instead,
@@ -128,7 +157,9 @@ func (e *Engine) WithPool(pool *pgxpool.Pool) *Engine {
 // Cfg.IdleInTransaction, so that a process stopped in the middle of it
 // (paused, frozen) does not keep its row locks — the conversation rows
 // above all, which a take-over must lock once the stopped holder's lease
-// expired. Every transaction arbor opens on its pool begins with them.
+// expired — and which the role's statement_timeout, lock_timeout and
+// transaction_timeout do not cut (see beginQuery). Every transaction arbor
+// opens on its pool begins with them.
 func (e *Engine) TxOptions() pgx.TxOptions { return e.txOptions }
 
 // Tx runs fn in a transaction of its own and commits it. The whole

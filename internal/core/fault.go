@@ -21,14 +21,17 @@ import (
 //   - transiently, before it committed: the connection was refused, lost or
 //     terminated (a failover, a proxy or database restart, an idle timeout,
 //     pg_terminate_backend, the server ending a session left idle in a
-//     transaction past Cfg.IdleInTransaction), the server was starting or
-//     shutting down, or it had no connection slot free. Nothing was
-//     written. Tx runs the whole transaction again, with jittered backoff,
-//     until it succeeds, the caller's context ends, or
-//     Cfg.UnavailableTimeout has passed since the first failure (then
+//     transaction past Cfg.IdleInTransaction, or idle outside one past the
+//     role's idle_session_timeout, or in one past its transaction_timeout),
+//     the server was starting or shutting down, or it had no connection
+//     slot free; or the server cut a statement on its own (the role's
+//     statement_timeout or lock_timeout, or pg_cancel_backend), which rolls
+//     it back. Nothing was written. Tx runs the whole transaction again,
+//     with jittered backoff, until it succeeds, the caller's context ends,
+//     or Cfg.UnavailableTimeout has passed since the first failure (then
 //     ErrUnavailable);
 //   - by a serialization failure or a deadlock, which the locking order
-//     should make impossible: retried Cfg.TxRetries times;
+//     should make impossible: retried Cfg.TxRetries times (-1, none);
 //   - while COMMIT was in flight, with no answer: the transaction may or may
 //     not have committed, and only the caller can find out
 //     (ErrAmbiguous). A FATAL answer to COMMIT is ambiguous too: the
@@ -51,12 +54,40 @@ const (
 	// server ended it while waiting for the next command, so the
 	// transaction was rolled back before any COMMIT was read.
 	sqlStateIdleInTransactionTimeout = "25P03"
-	sqlStateClassConnection          = "08" // connection exception
+	// The session sat idle outside a transaction past the role's
+	// idle_session_timeout: the server ended it before the statement that
+	// finds out was read, so that statement never ran.
+	sqlStateIdleSessionTimeout = "57P05"
+	// The session stayed in one transaction past the role's
+	// transaction_timeout (PostgreSQL 17): the server ended it. Like any
+	// FATAL, one in answer to COMMIT may come after the commit.
+	sqlStateTransactionTimeout = "25P04"
+	// The server cancelled the statement on its own: statement_timeout, or
+	// an administrator's pg_cancel_backend. The statement, and the
+	// transaction around it, did not commit. When the caller's context
+	// has ended, a cancel may be the driver's (a pool configured to send
+	// cancel requests, pgconn.CancelRequestContextWatcherHandler): that is
+	// the context's end, never a fault (see transient's callers).
+	sqlStateQueryCanceled = "57014"
+	// A lock was not granted within the role's lock_timeout: the statement,
+	// and the transaction around it, did not commit. (arbor itself never
+	// uses NOWAIT, which fails the same way.)
+	sqlStateLockNotAvailable = "55P03"
+	sqlStateClassConnection  = "08" // connection exception
 )
 
 // transient reports whether err says that the database could not be
-// reached or dropped the connection: the transaction that got it did not
-// commit (it never reached COMMIT), so it may run again as a whole.
+// reached or dropped the connection, or cut the statement on its own (a
+// server-side timeout): the transaction that got it did not commit (it
+// never reached COMMIT, or its COMMIT was answered with an ERROR), so it
+// may run again as a whole. A FATAL in answer to COMMIT is the caller's to
+// tell apart (commitAnswered): it may come after the commit.
+//
+// A server-side timeout is the server's, not the caller's, only while the
+// caller's context lasts: every caller checks ctx.Err() first (classify
+// reports the context's error, retrier.again stops), since a pool may be
+// configured to cancel a statement whose context ended by a cancel request,
+// which the server answers with the same 57014.
 //
 // A context's end is not a fault: context.Canceled and
 // context.DeadlineExceeded, and every error that wraps one, are the
@@ -81,7 +112,8 @@ func transient(err error) bool {
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case sqlStateAdminShutdown, sqlStateCrashShutdown, sqlStateCannotConnectNow, sqlStateTooManyConnections,
-			sqlStateIdleInTransactionTimeout:
+			sqlStateIdleInTransactionTimeout, sqlStateIdleSessionTimeout, sqlStateTransactionTimeout,
+			sqlStateQueryCanceled, sqlStateLockNotAvailable:
 			return true
 		}
 		return strings.HasPrefix(pgErr.Code, sqlStateClassConnection)
@@ -101,12 +133,14 @@ func contextError(err error) bool {
 
 // commitAnswered reports whether a failed COMMIT got an answer that says
 // it did not commit: an ERROR (not FATAL) from the server, the end of a
-// session idle in its transaction (ended before the COMMIT was read), or a
-// failure before anything was sent.
+// session idle in its transaction or idle outside one (ended before the
+// COMMIT, or the one statement, was read), or a failure before anything
+// was sent.
 func commitAnswered(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return pgErr.Severity == "ERROR" || pgErr.SeverityUnlocalized == "ERROR" || pgErr.Code == sqlStateIdleInTransactionTimeout
+		return pgErr.Severity == "ERROR" || pgErr.SeverityUnlocalized == "ERROR" ||
+			pgErr.Code == sqlStateIdleInTransactionTimeout || pgErr.Code == sqlStateIdleSessionTimeout
 	}
 	return pgconn.SafeToRetry(err)
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
 )
 
 // TestContextErrorsAreNotFaults: a context's end is the caller's, never a
@@ -118,4 +120,52 @@ func TestEverySentinelIsListed(t *testing.T) {
 		err := fmt.Errorf("op: %w", s)
 		require.Same(t, err, classify(context.Background(), err), "%v is returned as it is", s)
 	}
+}
+
+// A serialization failure or a deadlock is retried Cfg.TxRetries times, and
+// not at all with -1 (tasks.TxRetriesNone; issue 38: 0 could only mean the
+// default); a server-side timeout (issue 38: 57014 with the context live)
+// is a transient fault, bounded by UnavailableTimeout, not by TxRetries;
+// once the context ended it is not retried.
+func TestRetrierCountsConflictsAndServerTimeouts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conflict := &pgconn.PgError{Code: sqlStateSerializationFailure, Severity: "ERROR"}
+	tries := func(txRetries int, err error) int {
+		r := retrier{e: &Engine{Cfg: Config{TxRetries: txRetries, UnavailableTimeout: time.Hour}}}
+		n := 0
+		for n < 6 {
+			again, _ := r.again(ctx, err)
+			if !again {
+				break
+			}
+			n++
+		}
+		return n
+	}
+	require.Equal(t, 0, tries(-1, conflict), "TxRetries -1: no retries")
+	require.Equal(t, 3, tries(3, conflict))
+	for _, code := range []string{sqlStateQueryCanceled, sqlStateLockNotAvailable} {
+		timeout := &pgconn.PgError{Code: code, Severity: "ERROR"}
+		require.True(t, transient(timeout), code)
+		require.True(t, commitAnswered(timeout), "%s: an ERROR: the transaction did not commit", code)
+		require.Equal(t, 6, tries(-1, timeout), "%s: retried while UnavailableTimeout lasts, whatever TxRetries", code)
+
+		ended, cancel := context.WithCancel(ctx)
+		cancel()
+		r := retrier{e: &Engine{Cfg: Config{UnavailableTimeout: time.Hour}}}
+		again, _ := r.again(ended, timeout)
+		require.False(t, again, "%s after the context ended", code)
+		err := classify(ended, timeout)
+		require.ErrorIs(t, err, context.Canceled, "%s after the context ended is the context's end", code)
+		require.NotErrorIs(t, err, arbortype.ErrUnavailable)
+		require.ErrorIs(t, classify(ctx, timeout), arbortype.ErrUnavailable, "%s given up on", code)
+	}
+	for _, code := range []string{sqlStateIdleSessionTimeout, sqlStateTransactionTimeout, sqlStateIdleInTransactionTimeout} {
+		require.True(t, transient(&pgconn.PgError{Code: code, Severity: "FATAL"}), code)
+	}
+	// A session ended while idle never read the statement that learns so;
+	// one ended by transaction_timeout may have been ended after COMMIT.
+	require.True(t, commitAnswered(&pgconn.PgError{Code: sqlStateIdleSessionTimeout, Severity: "FATAL"}))
+	require.False(t, commitAnswered(&pgconn.PgError{Code: sqlStateTransactionTimeout, Severity: "FATAL"}))
 }

@@ -184,6 +184,13 @@ func (l *Listener) session(ctx context.Context) (listened bool, err error) {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
+	// The session waits for notifications idle, outside any transaction: a
+	// role's idle_session_timeout would end it each time, and every
+	// reconnect misses what was sent meanwhile. The connection never goes
+	// back to the pool, so the setting ends with it.
+	if _, err := conn.Exec(ctx, "SET idle_session_timeout = 0"); err != nil {
+		return false, err
+	}
 	on := map[string]bool{}
 	told := map[*Subscription]bool{}
 	for {

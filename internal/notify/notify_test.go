@@ -3,7 +3,9 @@ package notify_test
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -73,4 +75,47 @@ func TestTerminatedListenerIsRecovered(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "after", <-heard)
 	require.Len(t, listeners(t, ctx, pool, ch), 1)
+}
+
+// TestListenerOutlastsTheRolesIdleSessionTimeout: a role with
+// idle_session_timeout (issue 38: settings a DBA puts on an application's
+// role) does not end the listener's session, idle while it waits: it keeps
+// one session, LISTENed once, and hears what is sent.
+func TestListenerOutlastsTheRolesIdleSessionTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := testdb.NewPool(t)
+	cfg := testdb.RoleWith(t, admin, map[string]string{"idle_session_timeout": "200ms"})
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	ch := testdb.Name("notify_idle")
+	var listens atomic.Int32
+	listening := make(chan struct{}, 1)
+	heard := make(chan string, 1)
+	s := notify.Subscribe(pool, slog.New(slog.DiscardHandler), []string{ch}, func() {
+		listens.Add(1)
+		select {
+		case listening <- struct{}{}:
+		default:
+		}
+	}, func(n *pgconn.Notification) { heard <- n.Payload })
+	t.Cleanup(s.Unsubscribe)
+	<-listening
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		var n int
+		require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE usename = $1
+			AND query ~ ('^LISTEN "' || $2) AND state = 'idle' AND now() - state_change > interval '600 ms'`,
+			cfg.ConnConfig.User, ch).Scan(&n))
+		if n == 1 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "timed out waiting for the listener to sit idle past the role's idle_session_timeout")
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Equal(t, int32(1), listens.Load(), "one session, LISTENed once")
+	_, err = admin.Exec(ctx, "SELECT pg_notify($1, 'idle')", ch)
+	require.NoError(t, err)
+	require.Equal(t, "idle", <-heard)
 }
