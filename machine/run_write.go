@@ -109,6 +109,13 @@ func detached[T any](ctx context.Context, r *Run, fn func(ctx context.Context) (
 		wctx, cancel := writeCtx(ctx)
 		defer cancel()
 		v, err := fn(wctx)
+		if err != nil && wctx.Err() != nil && ctx.Err() == nil && !core.IsArborError(err) {
+			// The write's own bound (writeTimeout) ended it, not its
+			// caller: a fault (a row held past it, say), not the handler's
+			// failure. A commit whose outcome is unknown is ErrAmbiguous
+			// already, so nothing was written.
+			err = fmt.Errorf("%w: the write did not land within %s: %w", tasks.ErrUnavailable, writeTimeout, err)
+		}
 		done <- result{v, err}
 	}()
 	select {
