@@ -150,8 +150,16 @@ func ColumnRules() []ColumnRule {
 // column cleared), a timeout that names no event and carries no payload,
 // or an event of the task's conversation that was delivered to this very
 // task (events.delivered_to, written before the wake in the same
-// transaction), with its payload as emitted. A hand-written approval — a
-// delivered payload no emit made — is refused.
+// transaction), with its payload as emitted. So an approval no emit made
+// is refused: a payload that is not its event's, an event never delivered
+// to the task, of another name or address (the event's own guard,
+// RecordRules), or a fork's copy (a copy is delivered only to a copy).
+// What is not refused, and cannot be: an emit written by hand exactly as
+// Emit writes it (the event inserted undelivered and stamped now, its
+// delivery to the awaiting task, the wake). The guards check what the rows
+// say, not which program wrote them, and a role with DML on the events and
+// tasks may emit as Engine.Emit does for it; who may approve is a matter
+// of grants (docs/operations.md, "Roles").
 const deliveredRule = `NEW.delivered IS NULL
             OR (coalesce(NEW.delivered->>'timed_out', '') = 'true' AND NOT (NEW.delivered ? 'event_id') AND NOT (NEW.delivered ? 'payload'))
             OR CASE WHEN NEW.delivered->>'event_id' ~ '^[0-9]{1,18}$' THEN EXISTS (SELECT 1 FROM {schema}.events ev

@@ -12,9 +12,13 @@ package fsm
 //
 // Two checks span rows, not one row's change, and are written by hand
 // beside these: the log's INSERT check, that each entry names what its task
-// or event is (migrations/sql/028_log_insert_guard.up.sql), and the
-// budgets' sums, checked at commit against their reservations
-// (migrations/sql/021_holder_budget_guards.up.sql).
+// or event is and is written by the statement that changed it
+// (migrations/sql/028_log_insert_guard.up.sql, revised by
+// migrations/sql/033_forgery_guards.up.sql), and the budgets' sums,
+// checked at commit against their reservations whenever a budget or a
+// reservation changed (migrations/sql/021_holder_budget_guards.up.sql, and
+// 033 for the reservations). A third guards the prune's marks themselves
+// (033): a mark names the transaction that inserts it.
 
 // RecordTable is the guard of one table of records.
 type RecordTable struct {
@@ -68,6 +72,37 @@ type Change struct {
 	Form
 }
 
+// forkEventCopy is the insert form of a fork's copy of an event
+// (internal/store's CopyHistory): made in the fork's own transaction (the
+// conversation was inserted by it: stamped now), naming forked tasks only
+// — the copy of the task the event was addressed to, if any, and the copy
+// of the one it was delivered to, if any — and equal, field for field, to
+// an event of the source conversation addressed (or, addressed to the
+// conversation, delivered) to the source of that copy. So a copy can
+// neither be delivered to a task of the fork's own (a live turn) nor carry
+// a payload, a name or stamps its source does not have (issue 38, G3).
+// The source is found by the copy's address: events_task_idx or
+// events_delivered_to_idx.
+const forkEventCopy = `(SELECT c.created_at FROM {schema}.conversations c WHERE c.id = NEW.conversation_id) = now()
+            AND (NEW.task_id IS NULL OR EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.id = NEW.task_id
+                AND t.conversation_id = NEW.conversation_id AND t.forked_from IS NOT NULL))
+            AND (NEW.delivered_to IS NULL OR EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.id = NEW.delivered_to
+                AND t.conversation_id = NEW.conversation_id AND t.forked_from IS NOT NULL))
+            AND (NEW.task_id IS NULL OR NEW.delivered_to IS NULL OR NEW.delivered_to = NEW.task_id)
+            AND EXISTS (SELECT 1 FROM {schema}.tasks ct JOIN {schema}.tasks st ON st.id = ct.forked_from
+                WHERE ct.id = coalesce(NEW.task_id, NEW.delivered_to) AND ct.conversation_id = NEW.conversation_id
+                AND CASE WHEN NEW.task_id IS NOT NULL
+                    THEN EXISTS (SELECT 1 FROM {schema}.events s WHERE s.conversation_id = st.conversation_id AND s.task_id = st.id
+                        AND (s.delivered_to IS NULL) = (NEW.delivered_to IS NULL) AND (s.delivered_to IS NULL OR s.delivered_to = st.id)
+                        AND s.name = NEW.name AND s.payload IS NOT DISTINCT FROM NEW.payload
+                        AND s.idempotency_key IS NOT DISTINCT FROM NEW.idempotency_key AND s.queued = NEW.queued
+                        AND s.emitted_at = NEW.emitted_at AND s.delivered_at IS NOT DISTINCT FROM NEW.delivered_at)
+                    ELSE EXISTS (SELECT 1 FROM {schema}.events s WHERE s.conversation_id = st.conversation_id AND s.delivered_to = st.id
+                        AND s.task_id IS NULL
+                        AND s.name = NEW.name AND s.payload IS NOT DISTINCT FROM NEW.payload
+                        AND s.idempotency_key IS NOT DISTINCT FROM NEW.idempotency_key AND s.queued = NEW.queued
+                        AND s.emitted_at = NEW.emitted_at AND s.delivered_at IS NOT DISTINCT FROM NEW.delivered_at) END)`
+
 // PruneOnly is the condition of a delete on the prune path: the
 // transaction inserted its own id into prune_marks (internal/store.MarkPrune), which
 // only the prune's role may write.
@@ -79,13 +114,11 @@ func RecordRules() []RecordTable {
 	return []RecordTable{
 		{
 			Table: "events", Function: "event_guard",
-			Why: "an event is inserted by an emit (undelivered, stamped now) or by a fork as a copy (it names a forked task: the copy of the task it was addressed or delivered to); it changes once, when it is delivered: to the task it is addressed to (or, addressed to the conversation, to any of its tasks), which is parked in an await of its name (the delivery comes before the task's wake, in the same transaction), stamped greatest(now(), its emission) so that its stamps follow the conversation lock's order; nothing else of it ever changes",
+			Why: "an event is inserted by an emit (undelivered, stamped now) or by a fork as a copy, in the fork's own transaction (it names forked tasks only, the copies of the task it was addressed or delivered to, and is their source's event field for field); it changes once, when it is delivered: to the task it is addressed to (or, addressed to the conversation, to any of its tasks), which is parked in an await of its name (the delivery comes before the task's wake, in the same transaction), stamped greatest(now(), its emission) so that its stamps follow the conversation lock's order; nothing else of it ever changes",
 			Insert: []Form{
 				{Why: "an emit: undelivered, stamped now", Cond: "NEW.delivered_to IS NULL AND NEW.emitted_at = now()"},
-				{Why: "a fork's copy: it names a forked task, stamped no later than now",
-					Cond: `NEW.emitted_at <= now() AND (NEW.delivered_at IS NULL OR NEW.delivered_at <= now())
-            AND EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = NEW.conversation_id
-                AND t.id IN (NEW.task_id, NEW.delivered_to) AND t.forked_from IS NOT NULL)`},
+				{Why: "a fork's copy, in the transaction that made the fork (its conversation is stamped now): it names forked tasks only (the copies of the task it was addressed to, or delivered to, or both) and is an event of their sources, copied field for field",
+					Cond: forkEventCopy},
 			},
 			InsertRefusal: "an event is inserted undelivered by an emit, or as a fork''s copy of one",
 			Key:           "OLD.id",

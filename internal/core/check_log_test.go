@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -33,11 +34,27 @@ func TestCheckerFindsAnUnloggedStatus(t *testing.T) {
 	require.Equal(t, task.ID, vs[0].TaskID)
 	require.Contains(t, vs[0].Message, "newest status entry in the log")
 
-	// Logged as arbor logs it, the log agrees again.
+	// An entry written afterwards is not the change's own: refused
+	// (migration 033, issue 38: it let a second `completed` in for a task
+	// settled long ago), and the violation stays.
 	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.schema+`.conversation_log (conversation_id, task_id, kind, status, name)
 		VALUES ($1, $2, 'status', 'cancelled', 'turn')`, conv, task.ID)
+	requireSQLState(t, err, fsm.SQLStateRecord)
+	vs, err = b.engine.Check(b.ctx, conv)
+	require.NoError(t, err)
+	require.Len(t, vs, 1)
+
+	// Logged as arbor logs it, by the statement that changes the status,
+	// the log agrees.
+	other, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `WITH w AS (UPDATE `+b.schema+`.tasks SET status = 'cancelled', error = '{"code": "by_hand"}',
+			settled_at = now(), settle_seq = nextval('`+b.schema+`.task_settle_seq'), updated_at = now() WHERE id = $2 RETURNING *)
+		INSERT INTO `+b.schema+`.conversation_log (conversation_id, task_id, kind, status, name, payload)
+		SELECT $1, w.id, 'status', w.status, w.kind, '{"error": "by_hand"}' FROM w`, conv, other.ID)
 	require.NoError(t, err)
 	vs, err = b.engine.Check(b.ctx, conv)
 	require.NoError(t, err)
-	require.Empty(t, vs)
+	require.Len(t, vs, 1)
+	require.Equal(t, task.ID, vs[0].TaskID, "only the unlogged change")
 }

@@ -1,9 +1,12 @@
 package fsmgen
 
 import (
+	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/arborhq/arbor/internal/guardhistory"
 )
@@ -53,10 +56,39 @@ func Files(root string) (files map[string]string, held []string, err error) {
 	}
 	files[filepath.Join(sql, GuardMigration+".up.sql")] = GuardUpSQL()
 	files[filepath.Join(sql, GuardMigration+".down.sql")] = GuardDownSQL()
-	files[filepath.Join(sql, RecordMigration+".up.sql")] = RecordUpSQL()
-	if PreviousRecords != "" {
-		// Else the record migration's down is written by hand.
-		files[filepath.Join(sql, RecordMigration+".down.sql")] = RecordDownSQL()
+	switch {
+	case RecordMigrationByHand:
+		if err := RecordFilesByHand(sql); err != nil {
+			return nil, nil, err
+		}
+	default:
+		files[filepath.Join(sql, RecordMigration+".up.sql")] = RecordUpSQL()
+		if PreviousRecords != "" {
+			// Else the record migration's down is written by hand.
+			files[filepath.Join(sql, RecordMigration+".down.sql")] = RecordDownSQL()
+		}
 	}
 	return files, held, nil
+}
+
+// RecordFilesByHand checks RecordMigration's files in the folder sql when
+// they are written by hand (RecordMigrationByHand): its up file must apply
+// its guards and its down file restore the previous ones, each by its own
+// directive line (internal/guardhistory), or the migration would apply
+// other guards than fsm.RecordRules'.
+func RecordFilesByHand(sql string) error {
+	want := map[string]string{
+		RecordMigration + ".up.sql":   "-- arbor:records " + RecordMigration[:3] + "\n",
+		RecordMigration + ".down.sql": "-- arbor:records " + (PreviousRecords + "000")[:3] + "\n",
+	}
+	for name, line := range want {
+		body, err := os.ReadFile(filepath.Join(sql, name))
+		if err != nil {
+			return fmt.Errorf("fsmgen: %s is written by hand (RecordMigrationByHand): %w", name, err)
+		}
+		if !strings.HasPrefix(string(body), line) && !strings.Contains(string(body), "\n"+line) {
+			return fmt.Errorf("fsmgen: %s is written by hand (RecordMigrationByHand) and must hold the line %q", name, strings.TrimSpace(line))
+		}
+	}
+	return nil
 }

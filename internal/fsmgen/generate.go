@@ -97,8 +97,11 @@ func Mermaid() string {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", t.Table, strings.Join(forms, "; or "), fixed, strings.Join(changes, "; "), deleted)
 	}
 	b.WriteString("\nThe log's entries and the budgets' sums are also checked across rows, by hand-written\n")
-	b.WriteString("triggers: an entry must name what its task or event is (migration 028), and a budget's\n")
-	b.WriteString("spent and reserved must be its reservations' sums at commit (migration 021).\n")
+	b.WriteString("triggers: an entry must name what its task or event is, written by the statement that changed it\n")
+	b.WriteString("(a fork's copies only in the fork's own transaction; migrations 028 and 033), and a budget's\n")
+	b.WriteString("spent and reserved must be its reservations' sums at the commit of any transaction that changed\n")
+	b.WriteString("a budget or a reservation (migrations 021 and 033). A prune mark names the transaction that\n")
+	b.WriteString("inserts it, and is never changed (033).\n")
 	return b.String()
 }
 

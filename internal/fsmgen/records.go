@@ -11,13 +11,23 @@ import (
 // here, PreviousRecords the old one); `go generate ./fsm` then writes the
 // new guards whole in migrations/records/, turns the previous ones into a
 // patch on them, and writes the migration's two files (internal/guardhistory).
-const RecordMigration = "031_record_guards_generated"
+const RecordMigration = "033_forgery_guards"
 
 // PreviousRecords is the migration whose record guards RecordMigration
 // replaces, when they were generated too; "" when they were written by
 // hand (migrations 019, 021 and 030), which RecordMigration's down file,
 // written by hand, restores.
-const PreviousRecords = ""
+const PreviousRecords = "031_record_guards_generated"
+
+// RecordMigrationByHand says that RecordMigration's two files are written
+// by hand around the lines that name its guards, because the migration
+// carries checks written by hand beside them (033: the prune's marks, the
+// reservations' sums, the log's inserts; docs/design.md §3.9): `go
+// generate ./fsm` then writes neither, and fails unless the up file names
+// RecordMigration's guards (`-- arbor:records NNN`) and the down file
+// PreviousRecords' (RecordFilesByHand). A later record migration that is
+// only its guards sets it false again.
+const RecordMigrationByHand = true
 
 // RecordUpSQL returns RecordMigration's up file: the line that names its
 // guards (RecordGuardSQL, kept in migrations/records/).

@@ -4,7 +4,7 @@
 // the latest record guards in migrations/records/, the older versions of
 // each as patches on it (internal/guardhistory); and the two files of each
 // one's latest migration (fsmgen.GuardMigration, fsmgen.RecordMigration; a
-// down file written by hand is left alone). Run it with `go generate ./fsm`
+// file written by hand, fsmgen.RecordMigrationByHand, is left alone). Run it with `go generate ./fsm`
 // from the repository root.
 package main
 

@@ -28,21 +28,38 @@ END
 $guard$;
 
 -- events: an event is inserted by an emit (undelivered, stamped now) or by
--- a fork as a copy (it names a forked task: the copy of the task it was
--- addressed or delivered to); it changes once, when it is delivered: to the
--- task it is addressed to (or, addressed to the conversation, to any of its
--- tasks), which is parked in an await of its name (the delivery comes
--- before the task's wake, in the same transaction), stamped greatest(now(),
--- its emission) so that its stamps follow the conversation lock's order;
--- nothing else of it ever changes
+-- a fork as a copy, in the fork's own transaction (it names forked tasks
+-- only, the copies of the task it was addressed or delivered to, and is
+-- their source's event field for field); it changes once, when it is
+-- delivered: to the task it is addressed to (or, addressed to the
+-- conversation, to any of its tasks), which is parked in an await of its
+-- name (the delivery comes before the task's wake, in the same
+-- transaction), stamped greatest(now(), its emission) so that its stamps
+-- follow the conversation lock's order; nothing else of it ever changes
 CREATE OR REPLACE FUNCTION {schema}.event_guard() RETURNS trigger
 LANGUAGE plpgsql AS $guard$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         IF NOT coalesce((NEW.delivered_to IS NULL AND NEW.emitted_at = now())
-            OR (NEW.emitted_at <= now() AND (NEW.delivered_at IS NULL OR NEW.delivered_at <= now())
-            AND EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = NEW.conversation_id
-                AND t.id IN (NEW.task_id, NEW.delivered_to) AND t.forked_from IS NOT NULL)), false) THEN
+            OR ((SELECT c.created_at FROM {schema}.conversations c WHERE c.id = NEW.conversation_id) = now()
+            AND (NEW.task_id IS NULL OR EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.id = NEW.task_id
+                AND t.conversation_id = NEW.conversation_id AND t.forked_from IS NOT NULL))
+            AND (NEW.delivered_to IS NULL OR EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.id = NEW.delivered_to
+                AND t.conversation_id = NEW.conversation_id AND t.forked_from IS NOT NULL))
+            AND (NEW.task_id IS NULL OR NEW.delivered_to IS NULL OR NEW.delivered_to = NEW.task_id)
+            AND EXISTS (SELECT 1 FROM {schema}.tasks ct JOIN {schema}.tasks st ON st.id = ct.forked_from
+                WHERE ct.id = coalesce(NEW.task_id, NEW.delivered_to) AND ct.conversation_id = NEW.conversation_id
+                AND CASE WHEN NEW.task_id IS NOT NULL
+                    THEN EXISTS (SELECT 1 FROM {schema}.events s WHERE s.conversation_id = st.conversation_id AND s.task_id = st.id
+                        AND (s.delivered_to IS NULL) = (NEW.delivered_to IS NULL) AND (s.delivered_to IS NULL OR s.delivered_to = st.id)
+                        AND s.name = NEW.name AND s.payload IS NOT DISTINCT FROM NEW.payload
+                        AND s.idempotency_key IS NOT DISTINCT FROM NEW.idempotency_key AND s.queued = NEW.queued
+                        AND s.emitted_at = NEW.emitted_at AND s.delivered_at IS NOT DISTINCT FROM NEW.delivered_at)
+                    ELSE EXISTS (SELECT 1 FROM {schema}.events s WHERE s.conversation_id = st.conversation_id AND s.delivered_to = st.id
+                        AND s.task_id IS NULL
+                        AND s.name = NEW.name AND s.payload IS NOT DISTINCT FROM NEW.payload
+                        AND s.idempotency_key IS NOT DISTINCT FROM NEW.idempotency_key AND s.queued = NEW.queued
+                        AND s.emitted_at = NEW.emitted_at AND s.delivered_at IS NOT DISTINCT FROM NEW.delivered_at) END)), false) THEN
             RAISE EXCEPTION 'arbor: an event is inserted undelivered by an emit, or as a fork''s copy of one'
                 USING ERRCODE = 'AB009';
         END IF;

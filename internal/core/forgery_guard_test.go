@@ -1,0 +1,374 @@
+package core_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/store"
+	"github.com/arborhq/arbor/internal/testdb"
+	"github.com/arborhq/arbor/tasks"
+)
+
+// forgery is a statement written by hand that the database must refuse,
+// with its SQLSTATE.
+type forgery struct {
+	name, sql string
+	args      []any
+	code      string
+}
+
+// requireRefused runs each forgery in a transaction of its own and
+// checks that it is refused with its code (at its statement or at its
+// commit) and that the conversations' rows and records are as they were.
+func (b *bundle) requireRefused(t *testing.T, forged []forgery, convs ...string) {
+	t.Helper()
+	state := func() string {
+		var s string
+		for _, conv := range convs {
+			c := *b
+			c.conv = conv
+			s += c.snapshot(t) + "|" + c.recordSnapshot(t) + "\n"
+		}
+		return s
+	}
+	before := state()
+	for _, f := range forged {
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(b.ctx, f.sql, f.args...)
+			return err
+		})
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != f.code {
+			// Each forgery is reported, not only the first.
+			t.Errorf("%s: want SQLSTATE %s, got %v", f.name, f.code, err)
+			before = state()
+			continue
+		}
+		require.Equal(t, before, state(), f.name+": nothing written")
+	}
+}
+
+// TestGuardRefusesReservationsNoBudgetExplains (issue 38, G1): a budget's
+// sums agree with its scope's reservations at commit (migration 021), but
+// the check ran only when a budget row changed: a reservation closed at 0,
+// or inserted open with its run's token, the budgets left as they were,
+// committed. A change of the reservations is checked too (migration 033),
+// over every budget of the counter above the reserving task (its own, its
+// owner's, the conversation's): each forgery fails at its commit with
+// AB009 and leaves nothing. arbor's own reservations, records and spends,
+// of the turn and of its child, pass.
+func TestGuardRefusesReservationsNoBudgetExplains(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}}, ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 1000}}})
+	require.NoError(t, err)
+	b.lease(t)
+	run := b.start(t, turn.ID)
+	child := b.child(t, run.ID, "search")
+	childRun := b.start(t, child.ID)
+	res, err := b.engine.C.ReserveBudget(b.ctx, core.ReserveParams{ConversationID: b.conv, TaskID: run.ID, Token: run.Token,
+		Counter: "tokens", Amount: 10, Key: "open"})
+	require.NoError(t, err)
+	open := res.Reservation.ID
+
+	s := b.schema
+	b.requireRefused(t, []forgery{
+		{"a reservation closed at 0, the budgets untouched", `UPDATE ` + s + `.budget_reservations SET actual = 0, closed_at = now() WHERE id = $1`,
+			[]any{open}, fsm.SQLStateRecord},
+		{"a reservation closed in full, the budgets untouched", `UPDATE ` + s + `.budget_reservations SET actual = amount, closed_at = now() WHERE id = $1`,
+			[]any{open}, fsm.SQLStateRecord},
+		{"a reservation lapsed, the budgets untouched", `UPDATE ` + s + `.budget_reservations SET actual = amount, lapsed = true, closed_at = now() WHERE id = $1`,
+			[]any{open}, fsm.SQLStateRecord},
+		{"a reservation inserted open with the run's token, the budgets untouched", `INSERT INTO ` + s + `.budget_reservations
+			(conversation_id, task_id, counter, run_token, idempotency_key, amount) VALUES ($1, $2, 'tokens', $3, 'forged-1', 1)`,
+			[]any{b.conv, run.ID, run.Token}, fsm.SQLStateRecord},
+		{"a spend inserted with the run's token, the budgets untouched", `INSERT INTO ` + s + `.budget_reservations
+			(conversation_id, task_id, counter, run_token, idempotency_key, amount, actual, closed_at) VALUES ($1, $2, 'tokens', $3, 'forged-2', 1, 1, now())`,
+			[]any{b.conv, run.ID, run.Token}, fsm.SQLStateRecord},
+		// The child has no budget of its own: its owner's and the
+		// conversation's are over it.
+		{"a reservation of the child inserted, the budgets above it untouched", `INSERT INTO ` + s + `.budget_reservations
+			(conversation_id, task_id, counter, run_token, idempotency_key, amount) VALUES ($1, $2, 'tokens', $3, 'forged-3', 1)`,
+			[]any{b.conv, childRun.ID, childRun.Token}, fsm.SQLStateRecord},
+		// The conversation's budget raised with it, the turn's not.
+		{"a reservation of the child with the conversation's budget alone", `WITH r AS (INSERT INTO ` + s + `.budget_reservations
+			(conversation_id, task_id, counter, run_token, idempotency_key, amount) VALUES ($1, $2, 'tokens', $3, 'forged-4', 1))
+			UPDATE ` + s + `.budgets SET reserved = reserved + 1 WHERE conversation_id = $1 AND task_id IS NULL`,
+			[]any{b.conv, childRun.ID, childRun.Token}, fsm.SQLStateRecord},
+	}, b.conv)
+
+	// Through the engine's transaction helper, the refusal at the commit is
+	// an arbor error.
+	_, err = core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (struct{}, error) {
+		_, err := tx.Exec(b.ctx, `UPDATE `+s+`.budget_reservations SET actual = 0, closed_at = now() WHERE id = $1`, open)
+		return struct{}{}, err
+	})
+	require.ErrorIs(t, err, arbortype.ErrInvalidTransition)
+
+	// A forgery that moves every budget over the task as the reservation
+	// does is arbor's own bookkeeping, and commits: the sums are what the
+	// check holds, not who wrote them.
+	_, err = b.pool.Exec(b.ctx, `WITH r AS (INSERT INTO `+s+`.budget_reservations
+			(conversation_id, task_id, counter, run_token, idempotency_key, amount) VALUES ($1, $2, 'tokens', $3, 'by-hand', 1))
+		UPDATE `+s+`.budgets SET reserved = reserved + 1 WHERE conversation_id = $1 AND counter = 'tokens'`, b.conv, childRun.ID, childRun.Token)
+	require.NoError(t, err)
+
+	// arbor's own: a spend and a reservation of the child, the open
+	// reservation recorded, both runs completed.
+	_, err = b.engine.C.ReserveBudget(b.ctx, core.ReserveParams{ConversationID: b.conv, TaskID: childRun.ID, Token: childRun.Token,
+		Counter: "tokens", Amount: 5, Key: "spent", Spend: true})
+	require.NoError(t, err)
+	_, err = b.engine.C.ReserveBudget(b.ctx, core.ReserveParams{ConversationID: b.conv, TaskID: childRun.ID, Token: childRun.Token,
+		Counter: "tokens", Amount: 7, Key: "child-open"})
+	require.NoError(t, err)
+	_, err = core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (store.ReservationRow, error) {
+		return b.engine.C.RecordBudget(b.ctx, tx, b.conv, run.ID, open, 3)
+	})
+	require.NoError(t, err)
+	_, err = b.engine.Complete(b.ctx, childRun.ID, childRun.Token, nil)
+	require.NoError(t, err)
+	_, err = b.engine.Complete(b.ctx, run.ID, run.Token, nil)
+	require.NoError(t, err)
+}
+
+// forkedConversation makes a conversation whose settled turn awaited two
+// events and was answered (one addressed to the conversation, one to the
+// turn), forks it, and returns the turn, the fork and the turn's copy.
+func forkedConversation(t *testing.T, b *bundle) (turn arbortype.Task, fork string, copied arbortype.Task) {
+	t.Helper()
+	turn = b.root(t, "turn")
+	b.lease(t)
+	run := b.start(t, turn.ID)
+	_, err := b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval"})
+	require.NoError(t, err)
+	_, _, err = b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, Name: "approval", Payload: js(`{"approved": false}`)})
+	require.NoError(t, err)
+	run = b.start(t, turn.ID)
+	_, err = b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "answer"})
+	require.NoError(t, err)
+	_, _, err = b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, TaskID: turn.ID, Name: "answer", Payload: js(`"no"`)})
+	require.NoError(t, err)
+	run = b.start(t, turn.ID)
+	_, err = b.engine.Complete(b.ctx, run.ID, run.Token, js(`"done"`))
+	require.NoError(t, err)
+
+	forked, err := b.engine.Fork(b.ctx, tasks.ForkParams{ConversationID: b.conv, ThroughTurn: turn.ID, NewConversationID: testdb.Conversation(t)})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, forked.Events, "the fork copies both events: their copies are what a fork's copy is")
+	copies, err := b.engine.ConversationTasks(b.ctx, forked.ConversationID)
+	require.NoError(t, err)
+	require.Len(t, copies, 1)
+	t.Cleanup(func() {
+		vs, err := b.engine.Check(b.ctx, forked.ConversationID)
+		require.NoError(t, err)
+		require.Empty(t, vs, "the fork's invariants")
+	})
+	return turn, forked.ConversationID, copies[0]
+}
+
+// TestGuardRefusesForgedForkEvents (issue 38, G3): in a forked
+// conversation the rule of a fork's copy took any event that named a
+// forked task: one backdated to 2000, already delivered to the fork's own
+// live turn, with an approval no one gave; with the wake written by hand
+// it approved that turn. A copy is now made only in the fork's own
+// transaction, names forked tasks only, and is an event of their sources
+// field for field (fsm.RecordRules, migration 033): each forgery is
+// refused (AB009) and writes nothing, and the wake finds no event
+// delivered to the turn. The fork's own copies went in (forkedConversation
+// counts them), and the live turn is answered by an emit.
+func TestGuardRefusesForgedForkEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, fork, copied := forkedConversation(t, b)
+	live, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: fork, Kind: "turn"})
+	require.NoError(t, err)
+	_, err = b.engine.Lease(b.ctx, fork)
+	require.NoError(t, err)
+	run := b.start(t, live.ID)
+	_, err = b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval"})
+	require.NoError(t, err)
+	var source int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM `+b.schema+`.events WHERE conversation_id = $1 AND name = 'answer'`,
+		b.conv).Scan(&source))
+
+	s := b.schema
+	insert := `INSERT INTO ` + s + `.events (conversation_id, task_id, name, payload, queued, emitted_at, delivered_to, delivered_at) VALUES `
+	b.requireRefused(t, []forgery{
+		{"the issue's: addressed to a copy, delivered to the live turn, backdated, approving", insert +
+			`($1, $2, 'approval', '{"approved": true}', false, '2000-01-01', $3, now())`, []any{fork, copied.ID, live.ID}, fsm.SQLStateRecord},
+		{"addressed to the conversation, delivered to the live turn and to no copy", insert +
+			`($1, NULL, 'approval', '{"approved": true}', false, '2000-01-01', $2, now())`, []any{fork, live.ID}, fsm.SQLStateRecord},
+		{"addressed to a copy, undelivered, a payload its source never had", insert +
+			`($1, $2, 'approval', '{"approved": true}', false, '2000-01-01', NULL, NULL)`, []any{fork, copied.ID}, fsm.SQLStateRecord},
+		{"an exact copy of a source event, after the fork's transaction", `INSERT INTO ` + s + `.events
+			(conversation_id, task_id, name, payload, idempotency_key, queued, emitted_at, delivered_to, delivered_at)
+			SELECT $1, $2, e.name, e.payload, e.idempotency_key, e.queued, e.emitted_at, $2, e.delivered_at FROM ` + s + `.events e WHERE e.id = $3`,
+			[]any{fork, copied.ID, source}, fsm.SQLStateRecord},
+	}, fork)
+
+	// The wake that approved the live turn: no event was delivered to it.
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+s+`.tasks SET status = 'pending', updated_at = now(),
+		delivered = jsonb_build_object('event_id', (SELECT max(id) FROM `+s+`.events WHERE conversation_id = $1), 'payload', '{"approved": true}'::jsonb)
+		WHERE id = $2`, fork, live.ID)
+	requireSQLState(t, err, fsm.SQLStateColumn)
+	require.Equal(t, arbortype.StatusSleeping, b.get(t, live.ID).Status)
+
+	// An emit answers it.
+	_, _, err = b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: fork, Name: "approval", Payload: js(`{"approved": true}`)})
+	require.NoError(t, err)
+	woken := b.get(t, live.ID)
+	require.Equal(t, arbortype.StatusPending, woken.Status)
+	again := b.start(t, live.ID)
+	_, err = b.engine.Complete(b.ctx, again.ID, again.Token, nil)
+	require.NoError(t, err)
+}
+
+// TestGuardRefusesLogEntriesArborNeverWrites (issue 38, G2): the log's
+// INSERT check (migration 028) took entries arbor never writes, although
+// guarantees.md says they are refused: an event entry stamped before its
+// conversation existed, a second `completed` for a task settled long ago,
+// `failed` and progress entries for a fork's copies, a status entry with
+// no task and no status. Each is refused (AB009) and writes nothing
+// (migration 033); arbor's own entries go on: a fork's copies of the log,
+// a progress entry of a run, the status entries of a run and of an emit's
+// wake.
+func TestGuardRefusesLogEntriesArborNeverWrites(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	turn, fork, copied := forkedConversation(t, b)
+	var eventID int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM `+b.schema+`.events WHERE conversation_id = $1 AND name = 'approval'`,
+		b.conv).Scan(&eventID))
+
+	s := b.schema
+	log := `INSERT INTO ` + s + `.conversation_log (conversation_id, task_id, kind, status, name, payload, at) VALUES `
+	b.requireRefused(t, []forgery{
+		{"an event entry stamped before its conversation existed", log +
+			`($1, NULL, 'event', NULL, 'approval', jsonb_build_object('event_id', $2::bigint, 'payload', '{"approved": true}'::jsonb), '2000-01-01')`,
+			[]any{b.conv, eventID}, fsm.SQLStateRecord},
+		{"an event entry naming no event, stamped before its conversation existed", log +
+			`($1, NULL, 'event', NULL, 'approval', '{"event_id": 424242424, "payload": {"approved": true}}', '2000-01-01')`,
+			[]any{b.conv}, fsm.SQLStateRecord},
+		{"a second completed for a task settled long ago", log + `($1, $2, 'status', 'completed', 'turn', NULL, DEFAULT)`,
+			[]any{b.conv, turn.ID}, fsm.SQLStateRecord},
+		{"a status entry with no task and no status", log + `($1, NULL, 'status', NULL, NULL, NULL, DEFAULT)`,
+			[]any{b.conv}, fsm.SQLStateRecord},
+		{"a status entry of a task with no status", log + `($1, $2, 'status', NULL, 'turn', NULL, DEFAULT)`,
+			[]any{b.conv, turn.ID}, fsm.SQLStateRecord},
+		{"a failed entry for a fork's copy", log + `($1, $2, 'status', 'failed', 'turn', '{"error": "forged"}', DEFAULT)`,
+			[]any{fork, copied.ID}, fsm.SQLStateRecord},
+		{"a completed entry for a fork's copy, stamped as its source's", log + `($1, $2, 'status', 'completed', 'turn', NULL, $3)`,
+			[]any{fork, copied.ID, copied.SettledAt}, fsm.SQLStateRecord},
+		{"a progress entry for a fork's copy", log + `($1, $2, 'progress', NULL, 'step', '{"forged": true}', DEFAULT)`,
+			[]any{fork, copied.ID}, fsm.SQLStateRecord},
+		{"an event entry of the fork stamped before it existed", log +
+			`($1, NULL, 'event', NULL, 'approval', '{"event_id": null}', '2000-01-01')`,
+			[]any{fork}, fsm.SQLStateRecord},
+	}, b.conv, fork)
+
+	// arbor's own entries: a run's progress and statuses, an emit's wake,
+	// in the conversation and in the fork.
+	for _, conv := range []string{b.conv, fork} {
+		next, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+		require.NoError(t, err)
+		_, err = b.engine.Lease(b.ctx, conv)
+		require.NoError(t, err)
+		run := b.start(t, next.ID)
+		_, err = core.Read(b.ctx, b.engine.C, func(db store.DB) (int64, error) {
+			return b.engine.C.Progress(b.ctx, db, conv, run.ID, run.Token, "step", js(`{"n": 1}`))
+		})
+		require.NoError(t, err)
+		_, err = b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "go"})
+		require.NoError(t, err)
+		_, _, err = b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: conv, Name: "go"})
+		require.NoError(t, err)
+		run = b.start(t, next.ID)
+		_, err = b.engine.Complete(b.ctx, run.ID, run.Token, nil)
+		require.NoError(t, err)
+	}
+}
+
+// TestAnEmitWrittenByHandIsAnEmit (issue 38, G4) pins what the guards say
+// of approvals, as fsm/columns.go and docs/guarantees.md now state it: a
+// wake's delivery must be an event of the conversation, emitted (inserted
+// undelivered, stamped now), delivered to that very task while it awaited
+// the event's name, with the payload it was emitted with. Which program
+// wrote those rows the database cannot tell: an approval written by hand
+// exactly as Emit writes it — the event, its log entry, its delivery and
+// the wake, in one transaction — is an emit, and commits, as
+// Engine.Emit would for the same role. Every approval no emit made is
+// refused and writes nothing.
+func TestAnEmitWrittenByHandIsAnEmit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	turn := b.root(t, "turn")
+	other := b.root(t, "turn")
+	b.lease(t)
+	run := b.start(t, turn.ID)
+	_, err := b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval"})
+	require.NoError(t, err)
+	note, _, err := b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, Name: "note", Payload: js(`{"approved": true}`)})
+	require.NoError(t, err)
+	elsewhere, _, err := b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, TaskID: other.ID, Name: "approval", Payload: js(`{"approved": true}`)})
+	require.NoError(t, err)
+	require.Zero(t, elsewhere.DeliveredTo)
+
+	s := b.schema
+	wake := `UPDATE ` + s + `.tasks SET status = 'pending', updated_at = now(), delivered = $2 WHERE id = $1`
+	delivered := func(id int64, payload string) json.RawMessage {
+		return js(`{"event_id": ` + jsonInt(id) + `, "payload": ` + payload + `}`)
+	}
+	b.requireRefused(t, []forgery{
+		{"a wake naming no event", wake, []any{turn.ID, delivered(424242424, `{"approved": true}`)}, fsm.SQLStateColumn},
+		{"a wake naming an event not delivered to it", wake, []any{turn.ID, delivered(note.ID, `{"approved": true}`)}, fsm.SQLStateColumn},
+		{"a wake whose payload is not the event's", wake, []any{turn.ID, delivered(note.ID, `{"approved": false}`)}, fsm.SQLStateColumn},
+		{"an event of another name delivered to it", `UPDATE ` + s + `.events SET delivered_to = $2, delivered_at = now() WHERE id = $1`,
+			[]any{note.ID, turn.ID}, fsm.SQLStateRecord},
+		{"an event addressed to another task delivered to it", `UPDATE ` + s + `.events SET delivered_to = $2, delivered_at = now() WHERE id = $1`,
+			[]any{elsewhere.ID, turn.ID}, fsm.SQLStateRecord},
+		{"an event inserted delivered", `INSERT INTO ` + s + `.events (conversation_id, name, payload, queued, delivered_to, delivered_at)
+			VALUES ($1, 'approval', '{"approved": true}', false, $2, now())`, []any{b.conv, turn.ID}, fsm.SQLStateRecord},
+	}, b.conv)
+
+	// Exactly as Emit writes it: an emit.
+	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		var id int64
+		if err := tx.QueryRow(b.ctx, `INSERT INTO `+s+`.events (conversation_id, name, payload, queued)
+			VALUES ($1, 'approval', '{"approved": true}', false) RETURNING id`, b.conv).Scan(&id); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(b.ctx, `INSERT INTO `+s+`.conversation_log (conversation_id, kind, name, payload)
+			VALUES ($1, 'event', 'approval', jsonb_build_object('event_id', $2::bigint, 'payload', '{"approved": true}'::jsonb))`, b.conv, id); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(b.ctx, `UPDATE `+s+`.events SET delivered_to = $2, delivered_at = greatest(now(), emitted_at) WHERE id = $1`, id, turn.ID); err != nil {
+			return err
+		}
+		_, err := tx.Exec(b.ctx, `WITH w AS (UPDATE `+s+`.tasks SET status = 'pending', updated_at = now(), wake_at = NULL, wake_job_id = NULL,
+				delivered = $2 WHERE id = $1 RETURNING *)
+			INSERT INTO `+s+`.conversation_log (conversation_id, task_id, kind, status, name, payload)
+			SELECT w.conversation_id, w.id, 'status', w.status, w.kind, NULL FROM w`,
+			turn.ID, delivered(id, `{"approved": true}`))
+		return err
+	})
+	require.NoError(t, err, "an emit written by hand is an emit")
+	woken := b.get(t, turn.ID)
+	require.Equal(t, arbortype.StatusPending, woken.Status)
+	again := b.start(t, turn.ID)
+	_, err = b.engine.Complete(b.ctx, again.ID, again.Token, nil)
+	require.NoError(t, err)
+}
+
+func jsonInt(v int64) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
