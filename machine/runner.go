@@ -326,8 +326,8 @@ func (r *Runner) stop(ctx context.Context) error {
 	// none commits after the release. What the last ones claimed was not
 	// started (dispatch, stopping): the release requeues it, uncounted.
 	r.stopAtBarrier.Store(true)
-	//lint:ignore SA2001 the lock is a barrier: it waits for the claims in flight
 	r.claimMu.Lock()
+	//lint:ignore SA2001 the lock is a barrier: it waits for the claims in flight
 	r.claimMu.Unlock()
 	r.releaseAll()
 	r.cancelRun(ErrShutdown)
