@@ -70,9 +70,15 @@ node_considered_unhealthy_timeout_ms=2000
 primary_demote_timeout_ms=5000
 network_partition_timeout_s=3
 
+# As root, the cluster's commands run as "postgres", in / rather than in
+# the caller's folder: a checkout in a mode-700 home is closed to that user,
+# and each of its programs (psql, pg_ctl, pg_autoctl) would then print
+# "could not change directory to …: Permission denied" into what it
+# answers (a test reading `ctl sql`'s "t" read that line too, and waited
+# 3 minutes for it to go). Every path given to them is absolute.
 run_as=()
 if [ "$(id -u)" = 0 ]; then
-	run_as=(runuser -u postgres --)
+	run_as=(runuser -u postgres -- env -C /)
 fi
 
 # --- ctl: actions on a running cluster (ARBOR_FAILOVER_CTL) ----------------
@@ -386,6 +392,15 @@ mkdir -p "$dir/xdg/config" "$dir/xdg/data" "$dir/xdg/run"
 chmod 700 "$dir/xdg/run"
 if [ "${#run_as[@]}" -gt 0 ]; then
 	chown -R postgres "$dir"
+	# What the cluster's user needs, checked now rather than minutes into
+	# a test: its programs, and the folder (under TMPDIR) it keeps all in.
+	# Nothing of the checkout: the scripts and the tests run as root.
+	for p in "$bindir/initdb" "$bindir/pg_ctl" "$bindir/postgres" "$bindir/psql" "$(command -v pg_autoctl)" "$dir"; do
+		if { [ -d "$p" ] && ! "${run_as[@]}" test -x "$p" -a -w "$p"; } || { [ ! -d "$p" ] && ! "${run_as[@]}" test -x "$p"; }; then
+			echo "with-failover-cluster: the user \"postgres\", which runs the cluster, cannot use $p: every folder above it must be open to that user (chmod o+x), or set TMPDIR to a folder it can reach" >&2
+			exit 1
+		fi
+	done
 fi
 NODES="a=5431 b=5432"
 if [ "${ARBOR_FAILOVER_NETNS:-}" != 1 ]; then
