@@ -364,9 +364,10 @@ cleanup() {
 				"${run_as[@]}" "$bindir/pg_ctl" stop -D "$dir/$n" -m immediate >/dev/null 2>&1 || true
 			fi
 		done
-		if [ "$rc" != 0 ] && [ "$rc" != 130 ] && [ "$rc" != 143 ] && [ -z "${ARBOR_FAILOVER_KEEP:-}" ]; then
+		if [ "$rc" != 0 ] && [ "$rc" != 130 ] && [ "$rc" != 143 ] && [ -z "${ARBOR_FAILOVER_KEEP:-}" ] && [ -f "$dir/monitor.log" ]; then
 			echo "with-failover-cluster: failed ($rc); the last lines of each node's log:" >&2
 			for n in monitor a b; do
+				[ -f "$dir/$n.log" ] || continue
 				echo "--- $n" >&2
 				tail -n 15 "$dir/$n.log" >&2 2>/dev/null || true
 			done
