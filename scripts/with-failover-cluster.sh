@@ -23,7 +23,13 @@
 #   - the monitor fails over within seconds, not its default half-minute or
 #     more (the timeouts below; docs/operations.md, "High availability");
 #   - everything is stopped and the folder removed at the end, also when the
-#     command fails or is interrupted (Ctrl-C).
+#     command fails or is interrupted (Ctrl-C);
+#   - the cluster's commands run in /, not in the caller's folder, which
+#     "postgres" may not be able to enter; what that user needs (the
+#     programs, the folder under TMPDIR) is checked first, and a path it
+#     cannot use is named at once;
+#   - it is PostgreSQL 15 only: ARBOR_PG_VERSION (scripts/with-postgres.sh)
+#     set to another version is refused.
 #
 # The command gets:
 #   - ARBOR_DATABASE_URL: a multi-host connection string naming both data
@@ -290,6 +296,10 @@ fi
 
 if [ "$#" -eq 0 ]; then
 	echo "usage: $0 COMMAND [ARG...]" >&2
+	exit 2
+fi
+if [ -n "${ARBOR_PG_VERSION:-}" ] && [ "$ARBOR_PG_VERSION" != "$pgversion" ]; then
+	echo "with-failover-cluster: ARBOR_PG_VERSION=$ARBOR_PG_VERSION: the failover cluster runs PostgreSQL $pgversion only (Debian's pg_auto_failover is built for it); unset ARBOR_PG_VERSION" >&2
 	exit 2
 fi
 
