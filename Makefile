@@ -8,7 +8,11 @@
 # demo's work, `make browser` the web view's test in a real browser.
 # Each that needs a database starts a private, throwaway PostgreSQL unless
 # ARBOR_DATABASE_URL is set (see scripts/with-postgres.sh), and removes it
-# when it ends.
+# when it ends: the machine's own (Debian's 15), or the major version
+# ARBOR_PG_VERSION names, which the script reads from the environment
+# (`ARBOR_PG_VERSION=18 make test`, or `make test ARBOR_PG_VERSION=18`):
+# 16, 17 and 18 are fetched once from the npm registry and checked against
+# the SHA-512 pinned in the script. `make failover` is 15 only.
 
 GO ?= go
 WITH_PG := scripts/with-postgres.sh
@@ -46,7 +50,8 @@ chaos:
 
 # The failover tests (internal/failover): a throwaway pg_auto_failover
 # cluster — a monitor, a primary and a synchronous standby, PostgreSQL 15
-# from Debian's packages, installed if missing — in a network namespace of
+# from Debian's packages, installed if missing (another ARBOR_PG_VERSION is
+# refused) — in a network namespace of
 # its own (scripts/with-failover-cluster.sh), reached by a multi-host
 # connection string; the primary killed, switched over, cut off, and
 # killed during a completer flush and during a prune, with the chaos

@@ -23,7 +23,13 @@
 #   - the monitor fails over within seconds, not its default half-minute or
 #     more (the timeouts below; docs/operations.md, "High availability");
 #   - everything is stopped and the folder removed at the end, also when the
-#     command fails or is interrupted (Ctrl-C).
+#     command fails or is interrupted (Ctrl-C);
+#   - the cluster's commands run in /, not in the caller's folder, which
+#     "postgres" may not be able to enter; what that user needs (the
+#     programs, the folder under TMPDIR) is checked first, and a path it
+#     cannot use is named at once;
+#   - it is PostgreSQL 15 only: ARBOR_PG_VERSION (scripts/with-postgres.sh)
+#     set to another version is refused.
 #
 # The command gets:
 #   - ARBOR_DATABASE_URL: a multi-host connection string naming both data
@@ -70,9 +76,15 @@ node_considered_unhealthy_timeout_ms=2000
 primary_demote_timeout_ms=5000
 network_partition_timeout_s=3
 
+# As root, the cluster's commands run as "postgres", in / rather than in
+# the caller's folder: a checkout in a mode-700 home is closed to that user,
+# and each of its programs (psql, pg_ctl, pg_autoctl) would then print
+# "could not change directory to …: Permission denied" into what it
+# answers (a test reading `ctl sql`'s "t" read that line too, and waited
+# 3 minutes for it to go). Every path given to them is absolute.
 run_as=()
 if [ "$(id -u)" = 0 ]; then
-	run_as=(runuser -u postgres --)
+	run_as=(runuser -u postgres -- env -C /)
 fi
 
 # --- ctl: actions on a running cluster (ARBOR_FAILOVER_CTL) ----------------
@@ -286,6 +298,10 @@ if [ "$#" -eq 0 ]; then
 	echo "usage: $0 COMMAND [ARG...]" >&2
 	exit 2
 fi
+if [ -n "${ARBOR_PG_VERSION:-}" ] && [ "$ARBOR_PG_VERSION" != "$pgversion" ]; then
+	echo "with-failover-cluster: ARBOR_PG_VERSION=$ARBOR_PG_VERSION: the failover cluster runs PostgreSQL $pgversion only (Debian's pg_auto_failover is built for it); unset ARBOR_PG_VERSION" >&2
+	exit 2
+fi
 
 # --- packages (before the network namespace: apt-get needs the network) ---
 
@@ -358,9 +374,10 @@ cleanup() {
 				"${run_as[@]}" "$bindir/pg_ctl" stop -D "$dir/$n" -m immediate >/dev/null 2>&1 || true
 			fi
 		done
-		if [ "$rc" != 0 ] && [ "$rc" != 130 ] && [ "$rc" != 143 ] && [ -z "${ARBOR_FAILOVER_KEEP:-}" ]; then
+		if [ "$rc" != 0 ] && [ "$rc" != 130 ] && [ "$rc" != 143 ] && [ -z "${ARBOR_FAILOVER_KEEP:-}" ] && [ -f "$dir/monitor.log" ]; then
 			echo "with-failover-cluster: failed ($rc); the last lines of each node's log:" >&2
 			for n in monitor a b; do
+				[ -f "$dir/$n.log" ] || continue
 				echo "--- $n" >&2
 				tail -n 15 "$dir/$n.log" >&2 2>/dev/null || true
 			done
@@ -386,6 +403,15 @@ mkdir -p "$dir/xdg/config" "$dir/xdg/data" "$dir/xdg/run"
 chmod 700 "$dir/xdg/run"
 if [ "${#run_as[@]}" -gt 0 ]; then
 	chown -R postgres "$dir"
+	# What the cluster's user needs, checked now rather than minutes into
+	# a test: its programs, and the folder (under TMPDIR) it keeps all in.
+	# Nothing of the checkout: the scripts and the tests run as root.
+	for p in "$bindir/initdb" "$bindir/pg_ctl" "$bindir/postgres" "$bindir/psql" "$(command -v pg_autoctl)" "$dir"; do
+		if { [ -d "$p" ] && ! "${run_as[@]}" test -x "$p" -a -w "$p"; } || { [ ! -d "$p" ] && ! "${run_as[@]}" test -x "$p"; }; then
+			echo "with-failover-cluster: the user \"postgres\", which runs the cluster, cannot use $p: every folder above it must be open to that user (chmod o+x), or set TMPDIR to a folder it can reach" >&2
+			exit 1
+		fi
+	done
 fi
 NODES="a=5431 b=5432"
 if [ "${ARBOR_FAILOVER_NETNS:-}" != 1 ]; then

@@ -281,3 +281,87 @@ func TestOpenKeepsItsPlanWithABacklog(t *testing.T) {
 	t.Logf("the idle release of %d conversations over a backlog of %d: plan work %.0f", len(ids), backlog, work)
 	require.LessOrEqual(t, work, float64(4*(2000+limit)), "the idle release reads its conversations or the node's only:\n%s", plan)
 }
+
+// TestOpenTakesADeadHoldersRunsWhateverItsStatistics (issue 38): the
+// conversations of a dead node (its holder row expired) that have a run
+// under them are found from the expired holders, each through the holder
+// index, whatever the statistics and the server's version. Joined to the
+// holders in a UNION, PostgreSQL 17 and 18 read every conversation of the
+// table in key order instead, to merge the UNION's branches. The open
+// takes those conversations and no others: neither the dead node's idle
+// ones, nor a live node's.
+func TestOpenTakesADeadHoldersRunsWhateverItsStatistics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema, s := blindSchema(t)
+	_, err := pool.Exec(ctx, `ALTER TABLE `+s.Schema()+`.holders SET (autovacuum_enabled = false)`)
+	require.NoError(t, err)
+	const history, held, running, live, limit, scan = 20_000, 200, 20, 20, 100, 400
+	withTriggersOff(t, pool,
+		sqlArgs(`INSERT INTO `+schema+`.conversations (id) SELECT 'c-' || g FROM generate_series(1, $1) g`, history),
+		sqlArgs(`INSERT INTO `+schema+`.tasks (conversation_id, kind, status, started_at, settled_at)
+			SELECT 'c-' || g, 'noop', 'completed', now(), now() FROM generate_series(1, $1) g`, history))
+	_, err = pool.Exec(ctx, `ANALYZE `+schema+`.tasks, `+schema+`.conversations, `+schema+`.holders`)
+	require.NoError(t, err)
+
+	// A node held conversations (ids after every other in key order) and
+	// died with runs in some of them; a live node runs in its own.
+	var dead, alive, node int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at) VALUES ('dead', now() + interval '1 hour') RETURNING id`).Scan(&dead))
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at) VALUES ('alive', now() + interval '1 hour') RETURNING id`).Scan(&alive))
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at) VALUES ('node', now() + interval '1 hour') RETURNING id`).Scan(&node))
+	withTriggersOff(t, pool,
+		sqlArgs(`INSERT INTO `+schema+`.conversations (id, holder, holder_id, epoch)
+			SELECT 'd-' || g, 'dead', $2, 1 FROM generate_series(1, $1) g`, held, dead),
+		sqlArgs(`INSERT INTO `+schema+`.tasks (conversation_id, kind, status, token, started_at, settled_at)
+			SELECT 'd-' || g, 'noop', CASE WHEN g <= $2 THEN 'running' ELSE 'completed' END,
+				CASE WHEN g <= $2 THEN g END, now(), CASE WHEN g > $2 THEN now() END
+			FROM generate_series(1, $1) g`, held, running),
+		sqlArgs(`INSERT INTO `+schema+`.conversations (id, holder, holder_id, epoch)
+			SELECT 'a-' || g, 'alive', $2, 1 FROM generate_series(1, $1) g`, live, alive),
+		sqlArgs(`INSERT INTO `+schema+`.tasks (conversation_id, kind, status, token, started_at)
+			SELECT 'a-' || g, 'noop', 'running', 1000 + g, now() FROM generate_series(1, $1) g`, live),
+		// The guard never brings a deadline back: the death is written
+		// with the triggers off.
+		sqlArgs(`UPDATE `+schema+`.holders SET expires_at = now() - interval '1 second' WHERE id = $1`, dead))
+
+	explain := func(stats string) {
+		t.Helper()
+		for _, c := range []struct {
+			name string
+			q    query
+			args []any
+		}{
+			{"the open", qOpenConversations, []any{"node", node, nil, limit, scan}},
+			{"the count", qCountOpenable, []any{nil, limit, nil, scan}},
+		} {
+			plan := explainRolledBack(t, pool, s.sql[c.q], c.args...)
+			work, cost := planWork(t, plan), planCost(t, plan)
+			t.Logf("%s of a dead node's %d conversations among %d, %s: plan work %.0f, estimated cost %.0f", c.name, held, history, stats, work, cost)
+			require.LessOrEqual(t, work, float64(40*held), "%s reads the dead node's conversations only (%s):\n%s", c.name, stats, plan)
+			require.Less(t, cost, jitAboveCost, "%s is estimated below PostgreSQL's jit_above_cost (%s):\n%s", c.name, stats, plan)
+		}
+	}
+	explain("statistics taken before any node held one")
+	_, err = pool.Exec(ctx, `ANALYZE `+schema+`.tasks, `+schema+`.conversations, `+schema+`.holders`)
+	require.NoError(t, err)
+	explain("statistics taken now")
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	n, err := s.CountOpenable(ctx, tx, nil, limit, nil, scan)
+	require.NoError(t, err)
+	require.Equal(t, running, n, "the dead node's conversations with a run, and no others")
+	opened, err := s.OpenConversations(ctx, tx, "node", node, nil, limit, scan)
+	require.NoError(t, err)
+	require.Len(t, opened, running)
+	for _, o := range opened {
+		var g int
+		_, err := fmt.Sscanf(o.ConversationID, "d-%d", &g)
+		require.NoError(t, err, "%s is not the dead node's", o.ConversationID)
+		require.LessOrEqual(t, g, running, "%s has no run under it", o.ConversationID)
+		require.Equal(t, dead, o.PrevHolder, "%s is taken from the dead node", o.ConversationID)
+		require.True(t, o.Recover, "%s has a run to recover", o.ConversationID)
+	}
+}
