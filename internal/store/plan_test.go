@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -149,13 +150,9 @@ func TestTreeWalksKeepTheirPlanWithoutStatistics(t *testing.T) {
 		require.NoError(t, db.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[q], args...).Scan(&plan))
 		return planWork(t, plan)
 	}
-	// The abort's walk over the live tree, in a transaction rolled back
-	// (it locks the rows).
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	work := explain(t, tx, qLockLiveSubtrees, []int64{root}, conv)
-	require.NoError(t, tx.Rollback(ctx))
-	t.Logf("lock of %d live tasks: work %.0f", total, work)
+	// The abort's walk over the live tree.
+	work := explain(t, pool, qLiveSubtreeIDs, []int64{root}, conv)
+	t.Logf("walk of %d live tasks: work %.0f", total, work)
 	assert.Less(t, work, float64(20*total), "the abort's walk")
 
 	// The tree settled (the abort's own bulk settle, leaves first), for
@@ -169,7 +166,7 @@ func TestTreeWalksKeepTheirPlanWithoutStatistics(t *testing.T) {
 		ids, statuses = append(ids, id), append(statuses, arbortype.StatusAborted)
 	}
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := s.AbortMany(ctx, tx, ids, statuses, nil, nil)
+		_, err := s.AbortMany(ctx, tx, conv, ids, statuses, nil, nil)
 		return err
 	}))
 	work = explain(t, pool, qForkSource, conv, root)
@@ -180,20 +177,23 @@ func TestTreeWalksKeepTheirPlanWithoutStatistics(t *testing.T) {
 	assert.Less(t, work, float64(20*total), "the prune's walk")
 }
 
-// TestAbortWalkKeepsItsPlanWithStaleStatistics (issue 24): the abort's
-// lock of a live tree right after a fan-out of 3,000 children, with the
-// table's statistics taken before it (another conversation's 1,001 tasks
-// analysed, then the fan-out): the statistics say the new conversation
-// has a few rows, and the lock of the walked ids planned a nested loop
-// over them that compared every task of the walk with every task of the
+// TestAbortStatementsKeepTheirPlanWithStaleStatistics (issues 24 and
+// 38): an abort's statements over a live tree right after a fan-out of
+// 3,000 children, in a table that also holds 20,000 tasks of another
+// conversation, with the table's statistics taken before the fan-out: the
+// walk, the lock of a chunk of ids and the settle of a chunk each do work
+// linear in what they are given, never in the table. With statistics
+// taken before a fan-out, the lock of the walked ids was planned as a
+// nested loop that compared every task of the walk with every task of the
 // conversation (the audit: 28.8 s for 10,001 tasks, 0.59 s after
-// ANALYZE). Each id is looked up by the primary key instead: work linear
-// in the tree.
-func TestAbortWalkKeepsItsPlanWithStaleStatistics(t *testing.T) {
+// ANALYZE), and the settle, "FROM unnest(ids) WHERE t.id = v.task_id", as
+// a hash join over a sequential scan of every task of the table, for each
+// statement of an abort.
+func TestAbortStatementsKeepTheirPlanWithStaleStatistics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, schema, s := blindSchema(t)
-	fanOut(t, pool, schema, testdb.Conversation(t), 1000)
+	fanOut(t, pool, schema, testdb.Conversation(t), 20_000)
 	_, err := pool.Exec(ctx, `ANALYZE `+schema+`.tasks`)
 	require.NoError(t, err)
 	const children = 3000
@@ -204,11 +204,36 @@ func TestAbortWalkKeepsItsPlanWithStaleStatistics(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	var plan []byte
-	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[qLockLiveSubtrees], []int64{root}, conv).Scan(&plan))
-	work := planWork(t, plan)
-	t.Logf("lock of %d live tasks over stale statistics: work %.0f", total, work)
+	explain := func(q query, args ...any) float64 {
+		t.Helper()
+		var plan []byte
+		require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[q], args...).Scan(&plan))
+		return planWork(t, plan)
+	}
+	work := explain(qLiveSubtreeIDs, []int64{root}, conv)
+	t.Logf("walk of %d live tasks over stale statistics: work %.0f", total, work)
 	assert.Less(t, work, float64(20*total), "the abort's walk")
+
+	ids, err := s.LiveSubtreeIDs(ctx, tx, conv, []int64{root})
+	require.NoError(t, err)
+	require.Len(t, ids, total)
+	const chunk = 500
+	leaves := ids[len(ids)-chunk:]
+	work = explain(qLockLiveTasks, leaves, conv)
+	t.Logf("lock of %d live tasks over stale statistics: work %.0f", chunk, work)
+	assert.Less(t, work, float64(20*chunk), "the abort's lock of a chunk")
+	_, err = s.LockLiveTasks(ctx, tx, conv, leaves)
+	require.NoError(t, err)
+
+	desc := slices.Clone(leaves)
+	slices.Reverse(desc)
+	statuses := make([]string, len(desc))
+	for i := range statuses {
+		statuses[i] = string(arbortype.StatusOrphaned)
+	}
+	work = explain(qSettleMany, desc, statuses, []int64{}, nil, conv)
+	t.Logf("settle of %d tasks over stale statistics: work %.0f", chunk, work)
+	assert.Less(t, work, float64(20*chunk), "the abort's settle of a chunk")
 }
 
 // TestTreeWalksUpKeepTheirPlanWithoutStatistics (issue 24): the walks up
