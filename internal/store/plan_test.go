@@ -287,3 +287,83 @@ func TestTreeWalksUpKeepTheirPlanWithoutStatistics(t *testing.T) {
 		assert.Less(t, work, float64(20*chain), "the budgets of a task, %s", stats)
 	}
 }
+
+// TestForkOfADeepChainIsLinear (issue 38): a fork of a settled chain
+// 10,000 tasks deep, each waiting on its child, with two log entries each
+// naming its owner, without statistics: each statement of the fork does
+// work linear in the chain. Each copy's owner, waited tasks and delivered
+// event, and each log entry's owner, were looked up by a pass over every
+// pair of old and new ids, once per copied row (a fork of such a chain
+// took 49 s, over 60 s in another run).
+func TestForkOfADeepChainIsLinear(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema, s := blindSchema(t)
+	const depth = 10_000
+	const total = depth + 1
+	conv := testdb.Conversation(t)
+	var first, firstSettle int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence($1, 'id')), nextval($2::regclass)`,
+		schema+".tasks", schema+".task_settle_seq").Scan(&first, &firstSettle))
+	withTriggersOff(t, pool,
+		sqlArgs(`SELECT setval(pg_get_serial_sequence($1, 'id'), $2), setval($3::regclass, $4)`,
+			schema+".tasks", first+total, schema+".task_settle_seq", firstSettle+total),
+		sqlArgs(`INSERT INTO `+schema+`.conversations (id) VALUES ($1)`, conv),
+		// Leaves first: the deepest task settled first.
+		sqlArgs(`INSERT INTO `+schema+`.tasks (id, conversation_id, owner_task_id, kind, status, abort_requested,
+				started_at, settled_at, settle_seq, wait_policy, wait_ids)
+			OVERRIDING SYSTEM VALUE
+			SELECT $2 + i, $1, CASE WHEN i > 0 THEN $2 + i - 1 END, 'deep', 'aborted', true, now(), now(), $3 + $4 - i,
+				CASE WHEN i < $4 THEN 'all_settled' END, CASE WHEN i < $4 THEN ARRAY[$2 + i + 1] END
+			FROM generate_series(0, $4::bigint) i ORDER BY i`, conv, first, firstSettle, depth),
+		sqlArgs(`INSERT INTO `+schema+`.conversation_log (conversation_id, task_id, kind, status, name, payload)
+			SELECT conversation_id, id, 'status', st, kind, jsonb_strip_nulls(jsonb_build_object('owner', owner_task_id))
+			FROM `+schema+`.tasks, unnest(ARRAY['pending', 'aborted']) st WHERE conversation_id = $1
+			ORDER BY st DESC, id`, conv))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	explain := func(what string, q query, args ...any) {
+		t.Helper()
+		var plan []byte
+		require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[q], args...).Scan(&plan))
+		work := planWork(t, plan)
+		t.Logf("%s of a chain of %d: work %.0f", what, total, work)
+		assert.Less(t, work, float64(20*total), what)
+	}
+	explain("the fork's walk", qForkSource, conv, first)
+	to := testdb.Conversation(t)
+	ok, err := s.InsertForkConversation(ctx, tx, to)
+	require.NoError(t, err)
+	require.True(t, ok)
+	old := make([]int64, total)
+	for i := range old {
+		old[i] = first + int64(i)
+	}
+	explain("the events' lookup", qForkEvents, conv, old)
+	ids, err := s.sequence(ctx, tx, qNextTaskIDs, total)
+	require.NoError(t, err)
+	settles, err := s.sequence(ctx, tx, qNextSettles, total)
+	require.NoError(t, err)
+	slices.Reverse(settles) // the sources settled leaves first
+	none := []int64{}
+	explain("the copy of the tasks", qInsertForkTasks, to, old, ids, settles, none, none)
+	explain("the copy of the log", qInsertForkLog, to, conv, old, ids, none, none)
+	var copied, waits, owners int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE c.wait_ids = ARRAY[c.id + 1]),
+			count(*) FILTER (WHERE c.owner_task_id = c.id - 1)
+		FROM `+schema+`.tasks c WHERE c.conversation_id = $1`, to).Scan(&copied, &waits, &owners))
+	require.Equal(t, total, copied)
+	require.Equal(t, depth, waits, "each copy waits on its child's copy")
+	require.Equal(t, depth, owners, "each copy is owned by its owner's copy")
+	var logged, named int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE (l.payload->>'owner')::bigint = t.owner_task_id)
+		FROM `+schema+`.conversation_log l JOIN `+schema+`.tasks t ON t.id = l.task_id WHERE l.conversation_id = $1`, to).Scan(&logged, &named))
+	require.Equal(t, 2*total, logged)
+	require.Equal(t, 2*depth, named, "each copied entry names its owner's copy")
+	// The commit's check that each copy waits on the copies of its
+	// source's waited tasks (migration 025), run now.
+	_, err = tx.Exec(ctx, `SET CONSTRAINTS ALL IMMEDIATE`)
+	require.NoError(t, err)
+}
