@@ -143,7 +143,7 @@ type ForkCounts struct {
 // up to the copied tasks' last entry.
 func (s *Store) CopyHistory(ctx context.Context, tx pgx.Tx, from string, through int64, to string) (ForkCounts, error) {
 	var c ForkCounts
-	rows, err := tx.Query(ctx, s.sql[qForkSource], from, through)
+	rows, err := tx.Query(ctx, s.sql[qForkSource], planAfresh, from, through)
 	if err != nil {
 		return c, err
 	}
@@ -179,7 +179,7 @@ func (s *Store) CopyHistory(ctx context.Context, tx pgx.Tx, from string, through
 	for i, v := range source {
 		newSettles[i] = settleOf[v.id]
 	}
-	rows, err = tx.Query(ctx, s.sql[qForkEvents], from, oldIDs)
+	rows, err = tx.Query(ctx, s.sql[qForkEvents], planAfresh, from, oldIDs)
 	if err != nil {
 		return c, err
 	}
@@ -191,17 +191,17 @@ func (s *Store) CopyHistory(ctx context.Context, tx pgx.Tx, from string, through
 	if err != nil {
 		return c, err
 	}
-	tag, err := tx.Exec(ctx, s.sql[qInsertForkTasks], to, oldIDs, newIDs, newSettles, oldEvents, newEvents)
+	tag, err := tx.Exec(ctx, s.sql[qInsertForkTasks], planAfresh, to, oldIDs, newIDs, newSettles, oldEvents, newEvents)
 	if err != nil {
 		return c, err
 	}
 	c.Tasks = tag.RowsAffected()
-	tag, err = tx.Exec(ctx, s.sql[qInsertForkEvents], to, oldIDs, newIDs, from, oldEvents, newEvents)
+	tag, err = tx.Exec(ctx, s.sql[qInsertForkEvents], planAfresh, to, oldIDs, newIDs, from, oldEvents, newEvents)
 	if err != nil {
 		return c, err
 	}
 	c.Events = tag.RowsAffected()
-	tag, err = tx.Exec(ctx, s.sql[qInsertForkLog], to, from, oldIDs, newIDs, oldEvents, newEvents)
+	tag, err = tx.Exec(ctx, s.sql[qInsertForkLog], planAfresh, to, from, oldIDs, newIDs, oldEvents, newEvents)
 	if err != nil {
 		return c, err
 	}

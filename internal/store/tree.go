@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/arborhq/arbor/arbortype"
 )
 
@@ -107,6 +109,19 @@ var (
 				CROSS JOIN LATERAL (SELECT ctid FROM {schema}.tasks WHERE id = s.id AND conversation_id = $5 OFFSET 0) l))`, "t", "{task_columns}", "ORDER BY settle_seq"))
 )
 
+// planAfresh runs a statement as an unnamed prepared statement, planned
+// for the arguments and the tables as they are at each execution, not
+// from pgx's statement cache: after five executions PostgreSQL keeps a
+// named statement's generic plan when it costs no more than the custom
+// ones, and a generic plan made while the tasks table held a page or two
+// (a new database, statistics taken then) reads the whole table for each
+// id, and keeps doing so, the table grown, until its statistics change
+// (issue 38: an abort of 5,000 children read 75 million rows in a session
+// that had aborted eight tasks before). The statements that take it are
+// those whose work grows with their arguments (an abort's, a fork's):
+// one plan per execution is nothing beside it.
+const planAfresh = pgx.QueryExecModeDescribeExec
+
 // settledStatusList is the settled statuses as an SQL list, for "status
 // NOT IN ({settled})": a live test that no partial index matches (see
 // above).
@@ -125,20 +140,20 @@ var settledStatusList = func() string {
 // and everything under it, is left out), ascending, without locking them:
 // the caller holds the conversation's row lock.
 func (s *Store) LiveSubtreeIDs(ctx context.Context, db DB, conv string, rootIDs []int64) ([]int64, error) {
-	return collect[int64](db.Query(ctx, s.sql[qLiveSubtreeIDs], rootIDs, conv))
+	return collect[int64](db.Query(ctx, s.sql[qLiveSubtreeIDs], planAfresh, rootIDs, conv))
 }
 
 // LiveConversationTaskIDs returns the ids of every live task of a
 // conversation, background ones included, ascending, without locking
 // them: the caller holds the conversation's row lock.
 func (s *Store) LiveConversationTaskIDs(ctx context.Context, db DB, conv string) ([]int64, error) {
-	return collect[int64](db.Query(ctx, s.sql[qLiveConversationIDs], conv))
+	return collect[int64](db.Query(ctx, s.sql[qLiveConversationIDs], planAfresh, conv))
 }
 
 // LockLiveTasks locks and returns the live tasks among ids (ascending, of
 // conversation conv), in ascending id order; a settled one is left out.
 func (s *Store) LockLiveTasks(ctx context.Context, db DB, conv string, ids []int64) ([]arbortype.Task, error) {
-	return collectTasks(db.Query(ctx, s.sql[qLockLiveTasks], ids, conv))
+	return collectTasks(db.Query(ctx, s.sql[qLockLiveTasks], planAfresh, ids, conv))
 }
 
 // AbortMany settles every task of ids, of conversation conv, with the
@@ -168,5 +183,5 @@ func (s *Store) AbortMany(ctx context.Context, db DB, conv string, ids []int64, 
 		reasonIDs = []int64{}
 	}
 	// RETURNING is ordered by the settle numbers: the order given.
-	return collectTasks(db.Query(ctx, s.sql[qSettleMany], ids, names, reasonIDs, nullJSON(whyJSON), conv))
+	return collectTasks(db.Query(ctx, s.sql[qSettleMany], planAfresh, ids, names, reasonIDs, nullJSON(whyJSON), conv))
 }
