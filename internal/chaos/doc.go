@@ -5,9 +5,11 @@
 // terminated with pg_terminate_backend (LISTEN connections included) for
 // two minutes (under the default lease: see terminate_test.go; and again
 // beside a CPU hog, with hundreds of abandon_on_restart tasks:
-// terminateload_test.go), the database server restarted (fast and immediate), a
-// conversation row locked by an outside connection, and a node's route to
-// the database blackholed. Each scenario runs the same workload of trees —
+// terminateload_test.go), the database server restarted (fast and
+// immediate), a conversation row locked by an outside connection, a node's
+// route to the database blackholed, and the owner of 100,000 children
+// aborted beside the workload and a CPU hog (bigabort_test.go). Each
+// scenario runs the same workload of trees —
 // parallel children under all_settled, a fail_fast group whose failing
 // child aborts its siblings, a sleep, a retried failure, an
 // abandon_on_restart child, and in one scenario big fan-outs — and ends

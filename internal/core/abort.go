@@ -74,7 +74,11 @@ func (e *Engine) AbortConversationWhy(ctx context.Context, tx pgx.Tx, conversati
 		}
 		return AbortReport{}, fmt.Errorf("abort conversation %q: %w", conversationID, err)
 	}
-	nodes, err := e.Store.LockLiveConversationTasks(ctx, tx, conversationID)
+	ids, err := e.Store.LiveConversationTaskIDs(ctx, tx, conversationID)
+	if err != nil {
+		return AbortReport{}, fmt.Errorf("abort conversation %q: %w", conversationID, err)
+	}
+	nodes, err := e.lockLive(ctx, tx, conversationID, ids)
 	if err != nil {
 		return AbortReport{}, fmt.Errorf("abort conversation %q: %w", conversationID, err)
 	}
@@ -84,7 +88,7 @@ func (e *Engine) AbortConversationWhy(ctx context.Context, tx pgx.Tx, conversati
 			roots = append(roots, n.ID)
 		}
 	}
-	settled, err := e.abortLockedWhy(ctx, tx, nodes, roots, why)
+	settled, err := e.abortLockedWhy(ctx, tx, conversationID, nodes, roots, why)
 	if err != nil {
 		return AbortReport{}, fmt.Errorf("abort conversation %q: %w", conversationID, err)
 	}

@@ -1,12 +1,20 @@
 package core_test
 
 import (
+	"context"
 	"fmt"
+	"reflect"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/enginetest"
+	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -83,4 +91,127 @@ func TestAbortTenThousandTasks(t *testing.T) {
 	_, err = b.engine.AbortConversation(b.ctx, b.conv)
 	require.NoError(t, err)
 	require.Equal(t, arbortype.StatusAborted, b.get(t, root.ID).Status)
+}
+
+// statementTracer records, while on, each statement's largest array
+// argument and the rows it returned or wrote.
+type statementTracer struct {
+	mu    sync.Mutex
+	on    bool
+	stmts []tracedStatement
+}
+
+type tracedStatement struct {
+	sql    string
+	maxArg int
+	rows   int64
+}
+
+type traceKey struct{}
+
+func (tr *statementTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if !tr.on {
+		return ctx
+	}
+	st := tracedStatement{sql: data.SQL}
+	for _, a := range data.Args {
+		if v := reflect.ValueOf(a); v.Kind() == reflect.Slice && v.Type().Elem().Kind() != reflect.Uint8 {
+			st.maxArg = max(st.maxArg, v.Len())
+		}
+	}
+	return context.WithValue(ctx, traceKey{}, &st)
+}
+
+func (tr *statementTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	st, ok := ctx.Value(traceKey{}).(*tracedStatement)
+	if !ok {
+		return
+	}
+	st.rows = data.CommandTag.RowsAffected()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.stmts = append(tr.stmts, *st)
+}
+
+func (tr *statementTracer) record(on bool) []tracedStatement {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.on = on
+	out := tr.stmts
+	tr.stmts = nil
+	return out
+}
+
+// TestAbortOfABigFanOutWorksInChunks (issue 38): the owner of 20,000
+// children aborted right after the fan-out, with the table's statistics
+// taken before it (autovacuum off), by an engine whose transactions the
+// server ends after 250 ms idle between two statements. Before, the abort
+// read every task of the subtree whole in one statement, computed the
+// settles of all of them and sent them back in another: the time its
+// transaction sat idle between them grew with the tree (100,000 children
+// on a loaded node: cut by the engine's own 5 s limit on every try, and
+// ErrUnavailable). Now no statement of it but the walk (the subtree's
+// ids, 8 bytes a task) reads or sends more than core.AbortChunk tasks
+// (and fsm.Transition, which builds a state machine per call, is asked
+// once per status, not once per task),
+// and the abort completes under the small limit: every child settled
+// before its owner, the owner last.
+func TestAbortOfABigFanOutWorksInChunks(t *testing.T) {
+	t.Parallel()
+	tracer := &statementTracer{}
+	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	schema := testdb.Schema(t, pool)
+	for _, table := range []string{"tasks", "events", "conversation_log", "conversations"} {
+		_, err := pool.Exec(context.Background(), `ALTER TABLE `+schema+`.`+table+` SET (autovacuum_enabled = false)`)
+		require.NoError(t, err)
+	}
+	b := newBundle(t, pool, schema)
+	b.engine = enginetest.New(t, pool, &tasks.Config{Schema: schema, IdleInTransaction: 250 * time.Millisecond,
+		UnavailableTimeout: 2 * time.Minute})
+	other := newBundle(t, pool, schema)
+	oroot, _ := bigTree(t, other, []int{1000}, 0)
+	_, err = other.engine.Abort(b.ctx, oroot.ID)
+	require.NoError(t, err)
+	_, err = pool.Exec(b.ctx, `ANALYZE `+schema+`.tasks`)
+	require.NoError(t, err)
+	const children = 20_000
+	root, total := bigTree(t, b, []int{children}, 0)
+	require.Equal(t, children+1, total)
+
+	tracer.record(true)
+	rep, err := b.engine.Abort(b.ctx, root.ID)
+	stmts := tracer.record(false)
+	require.NoError(t, err)
+	require.Len(t, rep.Settled, total)
+	require.Equal(t, root.ID, rep.Settled[len(rep.Settled)-1].ID, "the target settles last")
+	for i := 1; i < len(rep.Settled); i++ {
+		require.Less(t, rep.Settled[i-1].SettleSeq, rep.Settled[i].SettleSeq, "the report is in settle order")
+	}
+
+	// core.AbortChunk, spelled here so that the test also builds, and
+	// fails, on the code before it.
+	const chunk = 500
+	var big []tracedStatement
+	for _, st := range stmts {
+		if st.rows > chunk || st.maxArg > chunk {
+			big = append(big, st)
+		}
+	}
+	t.Logf("abort of %d tasks: %d statements", total, len(stmts))
+	require.Len(t, big, 1, "only the walk reads more than a chunk: %v", big)
+	require.Contains(t, big[0].sql, "SELECT DISTINCT id FROM sub ORDER BY id", "the walk returns ids alone")
+
+	var live, wrong int
+	require.NoError(t, pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE status IN ('pending','running')),
+		count(*) FILTER (WHERE owner_task_id IS NOT NULL AND settle_seq > (SELECT settle_seq FROM `+schema+`.tasks WHERE id = $2))
+		FROM `+schema+`.tasks WHERE conversation_id = $1`, b.conv, root.ID).Scan(&live, &wrong))
+	require.Zero(t, live)
+	require.Zero(t, wrong, "every child settled before its owner")
 }

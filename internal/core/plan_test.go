@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -80,4 +81,43 @@ func TestForkBesideManyTasksReadsOnlyItsOwn(t *testing.T) {
 	// under the race detector on a loaded machine, spent over the engine's
 	// IdleInTransaction (5 s) between two statements, and the server ended
 	// its session: a cost of the test's setting, not what it measures.
+}
+
+// TestAbortInASessionThatLoggedOnATinyTable (issue 38): an abort of 5,000
+// children by an engine whose one connection first wrote log entries
+// while the tasks table held a few rows (a new database), analysed then
+// and never again (autovacuum off): the abort's transaction reads a
+// number of tasks rows linear in the subtree. The log's INSERT check was
+// a static statement of its PL/pgSQL function, planned once per session:
+// that session kept a sequential scan of tasks for each new entry, and an
+// abort of 10,000 children took a minute (seconds after ANALYZE, which
+// drops the cached plans). Migration 034 plans it per statement.
+func TestAbortInASessionThatLoggedOnATinyTable(t *testing.T) {
+	t.Parallel()
+	b := planBundle(t)
+	one := testdb.SmallPool(t, 1)
+	b.engine = enginetest.New(t, one, &tasks.Config{Schema: b.schema})
+	warm := newBundle(t, b.pool, b.schema)
+	warm.engine = b.engine
+	warm.root(t, "w")
+	_, err := b.pool.Exec(b.ctx, `ANALYZE `+b.schema+`.tasks`)
+	require.NoError(t, err)
+	for range 8 {
+		r := warm.root(t, "w")
+		_, err := warm.engine.Abort(b.ctx, r.ID)
+		require.NoError(t, err)
+	}
+	root, total := bigTree(t, b, []int{5000}, 0)
+
+	tx, err := one.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	start := b.tasksRead(t, tx)
+	rep, err := b.engine.AbortTx(b.ctx, tx, root.ID)
+	require.NoError(t, err)
+	require.Len(t, rep.Settled, total)
+	read := b.tasksRead(t, tx) - start
+	t.Logf("abort of %d tasks read %d rows of tasks", total, read)
+	require.Less(t, read, int64(20*total), "rows read per task aborted: %d", read/int64(total))
+	require.NoError(t, tx.Commit(b.ctx))
 }

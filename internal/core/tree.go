@@ -193,14 +193,21 @@ func (e *Engine) applyWait(ctx context.Context, tx pgx.Tx, owner Task, settled *
 	return true, nil
 }
 
+// AbortChunk bounds the tasks one statement of an abort locks or settles,
+// so that what the client does between two statements of the abort's
+// transaction — and so the time the transaction sits idle in it, which
+// Cfg.IdleInTransaction bounds — does not grow with the subtree
+// (docs/design.md §3.6).
+const AbortChunk = 500
+
 // abortSubtrees settles each live task of rootIDs with its live foreground
 // descendants, leaves first: every task is marked abort_requested and
 // settled aborted (or orphaned, for a pending task that never ran), each
-// child before its owner, in one statement whose settle order is recorded.
-// Owners outside the subtrees are not reconciled: the caller does that for
-// the roots it aborted. It returns the tasks it settled, roots included,
-// as written (status, settle_seq, settled_at, error), in their settle
-// order: leaves first.
+// child before its owner, in statements of at most AbortChunk tasks whose
+// settle order is recorded. Owners outside the subtrees are not
+// reconciled: the caller does that for the roots it aborted. It returns
+// the tasks it settled, roots included, as written (status, settle_seq,
+// settled_at, error), in their settle order: leaves first.
 func (e *Engine) abortSubtrees(ctx context.Context, tx pgx.Tx, conv string, rootIDs []int64) ([]Task, error) {
 	return e.abortSubtreesWhy(ctx, tx, conv, rootIDs, nil)
 }
@@ -208,47 +215,82 @@ func (e *Engine) abortSubtrees(ctx context.Context, tx pgx.Tx, conv string, root
 // abortSubtreesWhy is abortSubtrees recording why on the roots (nil:
 // nothing).
 func (e *Engine) abortSubtreesWhy(ctx context.Context, tx pgx.Tx, conv string, rootIDs []int64, why *TaskError) ([]Task, error) {
-	nodes, err := e.Store.LockLiveSubtrees(ctx, tx, conv, rootIDs)
+	ids, err := e.Store.LiveSubtreeIDs(ctx, tx, conv, rootIDs)
 	if err != nil {
 		return nil, err
 	}
-	return e.abortLockedWhy(ctx, tx, nodes, rootIDs, why)
+	nodes, err := e.lockLive(ctx, tx, conv, ids)
+	if err != nil {
+		return nil, err
+	}
+	return e.abortLockedWhy(ctx, tx, conv, nodes, rootIDs, why)
+}
+
+// lockLive locks the live tasks among ids (ascending) in id order,
+// AbortChunk at a time, and returns them as locked.
+func (e *Engine) lockLive(ctx context.Context, tx pgx.Tx, conv string, ids []int64) ([]Task, error) {
+	nodes := make([]Task, 0, len(ids))
+	for chunk := range slices.Chunk(ids, AbortChunk) {
+		locked, err := e.Store.LockLiveTasks(ctx, tx, conv, chunk)
+		if err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, locked...)
+	}
+	return nodes, nil
 }
 
 // abortLockedWhy settles the locked live tasks of nodes (ascending id)
 // leaves first, in descending id order (an owner's id is always smaller
-// than its children's), recording why (nil: nothing) as the error of those
-// among them that are in roots. It returns the rows as settled, in that
-// order.
-func (e *Engine) abortLockedWhy(ctx context.Context, tx pgx.Tx, nodes []Task, roots []int64, why *TaskError) ([]Task, error) {
-	if err := e.dropWakeJobs(ctx, tx, nodes...); err != nil {
-		return nil, err
-	}
-	ids := make([]int64, 0, len(nodes))
-	statuses := make([]arbortype.Status, 0, len(nodes))
-	for i := len(nodes) - 1; i >= 0; i-- {
-		n := nodes[i]
-		event := fsm.Abort
-		if n.Status == arbortype.StatusPending && n.StartedAt == nil {
-			event = fsm.Orphan
-		}
-		to, err := fsm.Transition(n.Status, event)
-		if err != nil {
-			return nil, transitionError(n.ID, n.Status, event)
-		}
-		ids = append(ids, n.ID)
-		statuses = append(statuses, to)
-	}
+// than its children's), AbortChunk tasks per statement, recording why
+// (nil: nothing) as the error of those among them that are in roots. It
+// returns the rows as settled, in that order.
+func (e *Engine) abortLockedWhy(ctx context.Context, tx pgx.Tx, conv string, nodes []Task, roots []int64, why *TaskError) ([]Task, error) {
 	var reasons []int64
 	if why != nil {
 		reasons = roots
 	}
-	settled, err := e.Store.AbortMany(ctx, tx, ids, statuses, reasons, why)
-	if err != nil {
-		return nil, mapDBError(err)
+	// The edge of each (status, event) is asked of the state machine
+	// once: fsm.Transition builds a machine per call, which costs more
+	// than the rest of the abort's own work between two statements.
+	type edge struct {
+		from  arbortype.Status
+		event fsm.Event
 	}
-	if len(settled) != len(ids) {
-		return nil, fmt.Errorf("abort settled %d of the %d tasks it locked", len(settled), len(ids))
+	edges := map[edge]arbortype.Status{}
+	settled := make([]Task, 0, len(nodes))
+	for end := len(nodes); end > 0; end -= AbortChunk {
+		chunk := nodes[max(0, end-AbortChunk):end]
+		if err := e.dropWakeJobs(ctx, tx, chunk...); err != nil {
+			return nil, err
+		}
+		ids := make([]int64, 0, len(chunk))
+		statuses := make([]arbortype.Status, 0, len(chunk))
+		for i := len(chunk) - 1; i >= 0; i-- {
+			n := chunk[i]
+			event := fsm.Abort
+			if n.Status == arbortype.StatusPending && n.StartedAt == nil {
+				event = fsm.Orphan
+			}
+			to, ok := edges[edge{n.Status, event}]
+			if !ok {
+				var err error
+				if to, err = fsm.Transition(n.Status, event); err != nil {
+					return nil, transitionError(n.ID, n.Status, event)
+				}
+				edges[edge{n.Status, event}] = to
+			}
+			ids = append(ids, n.ID)
+			statuses = append(statuses, to)
+		}
+		done, err := e.Store.AbortMany(ctx, tx, conv, ids, statuses, reasons, why)
+		if err != nil {
+			return nil, mapDBError(err)
+		}
+		if len(done) != len(ids) {
+			return nil, fmt.Errorf("abort settled %d of the %d tasks it locked", len(done), len(ids))
+		}
+		settled = append(settled, done...)
 	}
 	return settled, nil
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -149,13 +150,9 @@ func TestTreeWalksKeepTheirPlanWithoutStatistics(t *testing.T) {
 		require.NoError(t, db.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[q], args...).Scan(&plan))
 		return planWork(t, plan)
 	}
-	// The abort's walk over the live tree, in a transaction rolled back
-	// (it locks the rows).
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	work := explain(t, tx, qLockLiveSubtrees, []int64{root}, conv)
-	require.NoError(t, tx.Rollback(ctx))
-	t.Logf("lock of %d live tasks: work %.0f", total, work)
+	// The abort's walk over the live tree.
+	work := explain(t, pool, qLiveSubtreeIDs, []int64{root}, conv)
+	t.Logf("walk of %d live tasks: work %.0f", total, work)
 	assert.Less(t, work, float64(20*total), "the abort's walk")
 
 	// The tree settled (the abort's own bulk settle, leaves first), for
@@ -169,7 +166,7 @@ func TestTreeWalksKeepTheirPlanWithoutStatistics(t *testing.T) {
 		ids, statuses = append(ids, id), append(statuses, arbortype.StatusAborted)
 	}
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := s.AbortMany(ctx, tx, ids, statuses, nil, nil)
+		_, err := s.AbortMany(ctx, tx, conv, ids, statuses, nil, nil)
 		return err
 	}))
 	work = explain(t, pool, qForkSource, conv, root)
@@ -180,20 +177,23 @@ func TestTreeWalksKeepTheirPlanWithoutStatistics(t *testing.T) {
 	assert.Less(t, work, float64(20*total), "the prune's walk")
 }
 
-// TestAbortWalkKeepsItsPlanWithStaleStatistics (issue 24): the abort's
-// lock of a live tree right after a fan-out of 3,000 children, with the
-// table's statistics taken before it (another conversation's 1,001 tasks
-// analysed, then the fan-out): the statistics say the new conversation
-// has a few rows, and the lock of the walked ids planned a nested loop
-// over them that compared every task of the walk with every task of the
+// TestAbortStatementsKeepTheirPlanWithStaleStatistics (issues 24 and
+// 38): an abort's statements over a live tree right after a fan-out of
+// 3,000 children, in a table that also holds 20,000 tasks of another
+// conversation, with the table's statistics taken before the fan-out: the
+// walk, the lock of a chunk of ids and the settle of a chunk each do work
+// linear in what they are given, never in the table. With statistics
+// taken before a fan-out, the lock of the walked ids was planned as a
+// nested loop that compared every task of the walk with every task of the
 // conversation (the audit: 28.8 s for 10,001 tasks, 0.59 s after
-// ANALYZE). Each id is looked up by the primary key instead: work linear
-// in the tree.
-func TestAbortWalkKeepsItsPlanWithStaleStatistics(t *testing.T) {
+// ANALYZE), and the settle, "FROM unnest(ids) WHERE t.id = v.task_id", as
+// a hash join over a sequential scan of every task of the table, for each
+// statement of an abort.
+func TestAbortStatementsKeepTheirPlanWithStaleStatistics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, schema, s := blindSchema(t)
-	fanOut(t, pool, schema, testdb.Conversation(t), 1000)
+	fanOut(t, pool, schema, testdb.Conversation(t), 20_000)
 	_, err := pool.Exec(ctx, `ANALYZE `+schema+`.tasks`)
 	require.NoError(t, err)
 	const children = 3000
@@ -204,11 +204,36 @@ func TestAbortWalkKeepsItsPlanWithStaleStatistics(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	var plan []byte
-	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[qLockLiveSubtrees], []int64{root}, conv).Scan(&plan))
-	work := planWork(t, plan)
-	t.Logf("lock of %d live tasks over stale statistics: work %.0f", total, work)
+	explain := func(q query, args ...any) float64 {
+		t.Helper()
+		var plan []byte
+		require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[q], args...).Scan(&plan))
+		return planWork(t, plan)
+	}
+	work := explain(qLiveSubtreeIDs, []int64{root}, conv)
+	t.Logf("walk of %d live tasks over stale statistics: work %.0f", total, work)
 	assert.Less(t, work, float64(20*total), "the abort's walk")
+
+	ids, err := s.LiveSubtreeIDs(ctx, tx, conv, []int64{root})
+	require.NoError(t, err)
+	require.Len(t, ids, total)
+	const chunk = 500
+	leaves := ids[len(ids)-chunk:]
+	work = explain(qLockLiveTasks, leaves, conv)
+	t.Logf("lock of %d live tasks over stale statistics: work %.0f", chunk, work)
+	assert.Less(t, work, float64(20*chunk), "the abort's lock of a chunk")
+	_, err = s.LockLiveTasks(ctx, tx, conv, leaves)
+	require.NoError(t, err)
+
+	desc := slices.Clone(leaves)
+	slices.Reverse(desc)
+	statuses := make([]string, len(desc))
+	for i := range statuses {
+		statuses[i] = string(arbortype.StatusOrphaned)
+	}
+	work = explain(qSettleMany, desc, statuses, []int64{}, nil, conv)
+	t.Logf("settle of %d tasks over stale statistics: work %.0f", chunk, work)
+	assert.Less(t, work, float64(20*chunk), "the abort's settle of a chunk")
 }
 
 // TestTreeWalksUpKeepTheirPlanWithoutStatistics (issue 24): the walks up
@@ -261,4 +286,84 @@ func TestTreeWalksUpKeepTheirPlanWithoutStatistics(t *testing.T) {
 		t.Logf("%s: budgets of the chain of %d: work %.0f", stats, chain, work)
 		assert.Less(t, work, float64(20*chain), "the budgets of a task, %s", stats)
 	}
+}
+
+// TestForkOfADeepChainIsLinear (issue 38): a fork of a settled chain
+// 10,000 tasks deep, each waiting on its child, with two log entries each
+// naming its owner, without statistics: each statement of the fork does
+// work linear in the chain. Each copy's owner, waited tasks and delivered
+// event, and each log entry's owner, were looked up by a pass over every
+// pair of old and new ids, once per copied row (a fork of such a chain
+// took 49 s, over 60 s in another run).
+func TestForkOfADeepChainIsLinear(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema, s := blindSchema(t)
+	const depth = 10_000
+	const total = depth + 1
+	conv := testdb.Conversation(t)
+	var first, firstSettle int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence($1, 'id')), nextval($2::regclass)`,
+		schema+".tasks", schema+".task_settle_seq").Scan(&first, &firstSettle))
+	withTriggersOff(t, pool,
+		sqlArgs(`SELECT setval(pg_get_serial_sequence($1, 'id'), $2), setval($3::regclass, $4)`,
+			schema+".tasks", first+total, schema+".task_settle_seq", firstSettle+total),
+		sqlArgs(`INSERT INTO `+schema+`.conversations (id) VALUES ($1)`, conv),
+		// Leaves first: the deepest task settled first.
+		sqlArgs(`INSERT INTO `+schema+`.tasks (id, conversation_id, owner_task_id, kind, status, abort_requested,
+				started_at, settled_at, settle_seq, wait_policy, wait_ids)
+			OVERRIDING SYSTEM VALUE
+			SELECT $2 + i, $1, CASE WHEN i > 0 THEN $2 + i - 1 END, 'deep', 'aborted', true, now(), now(), $3 + $4 - i,
+				CASE WHEN i < $4 THEN 'all_settled' END, CASE WHEN i < $4 THEN ARRAY[$2 + i + 1] END
+			FROM generate_series(0, $4::bigint) i ORDER BY i`, conv, first, firstSettle, depth),
+		sqlArgs(`INSERT INTO `+schema+`.conversation_log (conversation_id, task_id, kind, status, name, payload)
+			SELECT conversation_id, id, 'status', st, kind, jsonb_strip_nulls(jsonb_build_object('owner', owner_task_id))
+			FROM `+schema+`.tasks, unnest(ARRAY['pending', 'aborted']) st WHERE conversation_id = $1
+			ORDER BY st DESC, id`, conv))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	explain := func(what string, q query, args ...any) {
+		t.Helper()
+		var plan []byte
+		require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+s.sql[q], args...).Scan(&plan))
+		work := planWork(t, plan)
+		t.Logf("%s of a chain of %d: work %.0f", what, total, work)
+		assert.Less(t, work, float64(20*total), what)
+	}
+	explain("the fork's walk", qForkSource, conv, first)
+	to := testdb.Conversation(t)
+	ok, err := s.InsertForkConversation(ctx, tx, to)
+	require.NoError(t, err)
+	require.True(t, ok)
+	old := make([]int64, total)
+	for i := range old {
+		old[i] = first + int64(i)
+	}
+	explain("the events' lookup", qForkEvents, conv, old)
+	ids, err := s.sequence(ctx, tx, qNextTaskIDs, total)
+	require.NoError(t, err)
+	settles, err := s.sequence(ctx, tx, qNextSettles, total)
+	require.NoError(t, err)
+	slices.Reverse(settles) // the sources settled leaves first
+	none := []int64{}
+	explain("the copy of the tasks", qInsertForkTasks, to, old, ids, settles, none, none)
+	explain("the copy of the log", qInsertForkLog, to, conv, old, ids, none, none)
+	var copied, waits, owners int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE c.wait_ids = ARRAY[c.id + 1]),
+			count(*) FILTER (WHERE c.owner_task_id = c.id - 1)
+		FROM `+schema+`.tasks c WHERE c.conversation_id = $1`, to).Scan(&copied, &waits, &owners))
+	require.Equal(t, total, copied)
+	require.Equal(t, depth, waits, "each copy waits on its child's copy")
+	require.Equal(t, depth, owners, "each copy is owned by its owner's copy")
+	var logged, named int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE (l.payload->>'owner')::bigint = t.owner_task_id)
+		FROM `+schema+`.conversation_log l JOIN `+schema+`.tasks t ON t.id = l.task_id WHERE l.conversation_id = $1`, to).Scan(&logged, &named))
+	require.Equal(t, 2*total, logged)
+	require.Equal(t, 2*depth, named, "each copied entry names its owner's copy")
+	// The commit's check that each copy waits on the copies of its
+	// source's waited tasks (migration 025), run now.
+	_, err = tx.Exec(ctx, `SET CONSTRAINTS ALL IMMEDIATE`)
+	require.NoError(t, err)
 }

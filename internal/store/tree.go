@@ -1,10 +1,10 @@
 package store
 
 import (
-	"cmp"
 	"context"
-	"slices"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/arborhq/arbor/arbortype"
 )
@@ -13,7 +13,7 @@ import (
 // tasks table checks owner_task_id < id), so ascending id order is ancestors
 // first, and descending id order settles every child before its owner.
 
-// The walks down a tree (qLockLiveSubtrees, and the fork's and the
+// The walks down a tree (qLiveSubtreeIDs, and the fork's and the
 // prune's) are shaped so that their plan does not depend on statistics: a
 // table never analysed (a fan-out of 10,000 children, before autovacuum
 // came) is estimated at a few rows, and a plain recursive join then scans
@@ -26,13 +26,16 @@ import (
 // no partial index of the live statuses matches, so that none of those,
 // keyed by conversation alone, competes with it when the estimates are
 // blind. TestTreeWalksKeepTheirPlanWithoutStatistics checks the plans.
-// The abort's walk then locks what it found by primary key, one id at a
-// time in id order (the lock's order), in a LATERAL subquery that a lock
-// keeps the planner from flattening: with statistics taken before a
+// The abort then locks what it found by primary key (qLockLiveTasks), one
+// id at a time in id order (the lock's order), in a LATERAL subquery that
+// a lock keeps the planner from flattening: with statistics taken before a
 // fan-out, "id IN (SELECT id FROM sub)" was planned as a nested loop over
 // the conversation's few estimated rows that compared each with every
-// walked id (10,001 tasks: 28.8 s, 0.59 s after ANALYZE).
-// TestAbortWalkKeepsItsPlanWithStaleStatistics checks it.
+// walked id (10,001 tasks: 28.8 s, 0.59 s after ANALYZE); and it settles
+// them by primary key too (qSettleMany). An abort locks and settles
+// abortChunk tasks per statement (internal/core/tree.go), so that no gap
+// between two of its statements grows with the tree (issue 38).
+// TestAbortStatementsKeepTheirPlanWithStaleStatistics checks them.
 //
 // The walks up (a task's owners to the root: qScopeChain, qTaskBudgets,
 // and the prune's live_up) are fenced the same way, for the
@@ -44,33 +47,80 @@ import (
 // is the cheapest plan whatever the estimates.
 // TestTreeWalksUpKeepTheirPlanWithoutStatistics checks them.
 var (
-	qLockLiveSubtrees = define(expand(`WITH RECURSIVE sub(id) AS (
+	// The live foreground subtrees of $1 (ids, ascending), read without a
+	// lock: the caller holds the conversation's row, and every writer
+	// that creates a task or changes a status there takes it first
+	// (docs/design.md §5), so the set cannot change before the caller
+	// locks it, chunk by chunk (qLockLiveTasks).
+	qLiveSubtreeIDs = define(expand(`WITH RECURSIVE sub(id) AS (
 			SELECT id FROM {schema}.tasks
 			WHERE conversation_id = $2 AND id = ANY($1) AND status NOT IN ({settled})
 			UNION
 			SELECT c.id FROM sub s CROSS JOIN LATERAL (SELECT t.id FROM {schema}.tasks t
 				WHERE t.conversation_id = $2 AND t.owner_task_id = s.id
 				  AND t.status NOT IN ({settled}) AND NOT t.background OFFSET 0) c)
-		SELECT l.* FROM (SELECT DISTINCT id FROM sub ORDER BY id) s
+		SELECT DISTINCT id FROM sub ORDER BY id`, "{settled}", settledStatusList))
+
+	// Every live task of conversation $1 (ids, ascending), read without a
+	// lock as qLiveSubtreeIDs is.
+	qLiveConversationIDs = define(`SELECT id FROM {schema}.tasks
+		WHERE conversation_id = $1 AND status IN ({live}) ORDER BY id`)
+
+	// The live tasks among $1 (ascending), locked one at a time by
+	// primary key in id order, in a LATERAL subquery that the lock keeps
+	// the planner from flattening into a join planned on statistics.
+	qLockLiveTasks = define(expand(`SELECT l.* FROM unnest($1::bigint[]) AS s(id)
 		CROSS JOIN LATERAL (SELECT {task_columns} FROM {schema}.tasks
-			WHERE id = s.id AND conversation_id = $2 FOR NO KEY UPDATE) l
+			WHERE id = s.id AND conversation_id = $2 AND status NOT IN ({settled}) FOR NO KEY UPDATE) l
 		ORDER BY l.id`, "{settled}", settledStatusList))
 
-	qLockLiveConversation = define(`SELECT {task_columns} FROM {schema}.tasks
-		WHERE conversation_id = $1 AND status IN ({live})
-		ORDER BY id FOR NO KEY UPDATE`)
-
-	qNextSettleSeqs = define(`SELECT nextval('{schema}.task_settle_seq'::regclass) FROM generate_series(1, $1)`)
-
-	// v's columns are named apart from the tasks', which RETURNING lists
-	// unqualified.
-	qSettleMany = define(logged(`UPDATE {schema}.tasks t
-		SET status = v.to_status, settle_seq = v.seq, abort_requested = true,
+	// $1 the ids in settle order, $2 their statuses, $3 the ids whose
+	// error becomes $4, $5 the conversation; the rows are locked by the
+	// transaction already (qLockLiveTasks). They are read by their row
+	// addresses (ctid = ANY, a TID scan whatever the statistics), which
+	// a LATERAL lookup by primary key per id, fenced as the walk's,
+	// collects once (an InitPlan): no join between the ids and the table
+	// that the planner could plan as a scan of the whole table, as
+	// "FROM unnest(…) WHERE t.id = v.task_id" was (a hash join over a
+	// sequential scan of every task of every conversation). A locked
+	// row's address does not change before this transaction writes it.
+	// Each row's status and settle number are looked up in a jsonb
+	// object built once (a binary search of its keys; MATERIALIZED, so
+	// that it is not built again for every row). The row addresses are
+	// the only test of the rows: a test of their conversation besides
+	// let the planner read the whole conversation by its index and
+	// filter the addresses, for every chunk of an abort. The settle
+	// numbers are drawn in the same statement, once (a CTE), sorted, and
+	// given in the order of $1. m's columns are named apart from the
+	// tasks', which RETURNING lists unqualified.
+	qSettleMany = define(logged(`WITH seqs AS (
+			SELECT array_agg(n ORDER BY n) AS seqs FROM (
+				SELECT nextval('{schema}.task_settle_seq'::regclass) AS n
+				FROM generate_series(1, cardinality($1::bigint[]))) q),
+		m AS MATERIALIZED (
+			SELECT jsonb_object_agg(x.task_id::text, jsonb_build_array(x.to_status, seqs.seqs[x.ord])) AS m
+			FROM seqs, unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS x(task_id, to_status, ord))
+		UPDATE {schema}.tasks t
+		SET status = m.m->(t.id::text)->>0, settle_seq = (m.m->(t.id::text)->>1)::bigint, abort_requested = true,
 		    settled_at = now(), token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
-		    error = CASE WHEN t.id = ANY($4) THEN $5::jsonb ELSE t.error END
-		FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS v(task_id, to_status, seq)
-		WHERE t.id = v.task_id`, "t", "{task_columns}", "ORDER BY settle_seq"))
+		    error = CASE WHEN t.id = ANY($3) THEN $4::jsonb ELSE t.error END
+		FROM m
+		WHERE t.ctid = ANY(ARRAY(SELECT l.ctid FROM unnest($1::bigint[]) AS s(id)
+				CROSS JOIN LATERAL (SELECT ctid FROM {schema}.tasks WHERE id = s.id AND conversation_id = $5 OFFSET 0) l))`, "t", "{task_columns}", "ORDER BY settle_seq"))
 )
+
+// planAfresh runs a statement as an unnamed prepared statement, planned
+// for the arguments and the tables as they are at each execution, not
+// from pgx's statement cache: after five executions PostgreSQL keeps a
+// named statement's generic plan when it costs no more than the custom
+// ones, and a generic plan made while the tasks table held a page or two
+// (a new database, statistics taken then) reads the whole table for each
+// id, and keeps doing so, the table grown, until its statistics change
+// (issue 38: an abort of 5,000 children read 75 million rows in a session
+// that had aborted eight tasks before). The statements that take it are
+// those whose work grows with their arguments (an abort's, a fork's):
+// one plan per execution is nothing beside it.
+const planAfresh = pgx.QueryExecModeDescribeExec
 
 // settledStatusList is the settled statuses as an SQL list, for "status
 // NOT IN ({settled})": a live test that no partial index matches (see
@@ -85,42 +135,45 @@ var settledStatusList = func() string {
 	return strings.Join(quoted, ", ")
 }()
 
-// LockLiveSubtrees locks and returns each live task among rootIDs with all
-// its live descendants that are not background (a background child, and
-// everything under it, is left out), in ascending id order.
-func (s *Store) LockLiveSubtrees(ctx context.Context, db DB, conv string, rootIDs []int64) ([]arbortype.Task, error) {
-	return collectTasks(db.Query(ctx, s.sql[qLockLiveSubtrees], rootIDs, conv))
+// LiveSubtreeIDs returns the ids of each live task among rootIDs with
+// all its live descendants that are not background (a background child,
+// and everything under it, is left out), ascending, without locking them:
+// the caller holds the conversation's row lock.
+func (s *Store) LiveSubtreeIDs(ctx context.Context, db DB, conv string, rootIDs []int64) ([]int64, error) {
+	return collect[int64](db.Query(ctx, s.sql[qLiveSubtreeIDs], planAfresh, rootIDs, conv))
 }
 
-// LockLiveConversationTasks locks and returns every live task of a
-// conversation, background ones included, in ascending id order.
-func (s *Store) LockLiveConversationTasks(ctx context.Context, db DB, conversationID string) ([]arbortype.Task, error) {
-	return collectTasks(db.Query(ctx, s.sql[qLockLiveConversation], conversationID))
+// LiveConversationTaskIDs returns the ids of every live task of a
+// conversation, background ones included, ascending, without locking
+// them: the caller holds the conversation's row lock.
+func (s *Store) LiveConversationTaskIDs(ctx context.Context, db DB, conv string) ([]int64, error) {
+	return collect[int64](db.Query(ctx, s.sql[qLiveConversationIDs], planAfresh, conv))
 }
 
-// AbortMany settles every task of ids with the status at the same index,
-// marks them abort_requested, and numbers their settles in the order given:
-// ids[0] settles first. It is the bulk form of SettleTask for aborts, and
-// returns the rows as it wrote them, in the order of ids.
+// LockLiveTasks locks and returns the live tasks among ids (ascending, of
+// conversation conv), in ascending id order; a settled one is left out.
+func (s *Store) LockLiveTasks(ctx context.Context, db DB, conv string, ids []int64) ([]arbortype.Task, error) {
+	return collectTasks(db.Query(ctx, s.sql[qLockLiveTasks], planAfresh, ids, conv))
+}
+
+// AbortMany settles every task of ids, of conversation conv, with the
+// status at the same index, marks them abort_requested, and numbers their
+// settles in the order given: ids[0] settles first. It is the bulk form of
+// SettleTask for aborts, and returns the rows as it wrote them, in the
+// order of ids.
 //
 // The tasks among reasonIDs record why as their error (the reason of the
 // abort that targeted them).
-func (s *Store) AbortMany(ctx context.Context, db DB, ids []int64, statuses []arbortype.Status, reasonIDs []int64, why *arbortype.TaskError) ([]arbortype.Task, error) {
+func (s *Store) AbortMany(ctx context.Context, db DB, conv string, ids []int64, statuses []arbortype.Status, reasonIDs []int64, why *arbortype.TaskError) ([]arbortype.Task, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	seqs, err := collect[int64](db.Query(ctx, s.sql[qNextSettleSeqs], len(ids)))
-	if err != nil {
-		return nil, err
-	}
-	// One session's nextval calls increase; sort anyway so the order given
-	// is the order recorded whatever the series returned.
-	slices.Sort(seqs)
 	names := make([]string, len(statuses))
 	for i, st := range statuses {
 		names[i] = string(st)
 	}
 	var whyJSON []byte
+	var err error
 	if why != nil {
 		if whyJSON, err = marshalError(why); err != nil {
 			return nil, err
@@ -129,11 +182,6 @@ func (s *Store) AbortMany(ctx context.Context, db DB, ids []int64, statuses []ar
 	if reasonIDs == nil {
 		reasonIDs = []int64{}
 	}
-	settled, err := collectTasks(db.Query(ctx, s.sql[qSettleMany], ids, names, seqs, reasonIDs, nullJSON(whyJSON)))
-	if err != nil {
-		return nil, err
-	}
-	// RETURNING has no order: the settle numbers are the order given.
-	slices.SortFunc(settled, func(a, b arbortype.Task) int { return cmp.Compare(a.SettleSeq, b.SettleSeq) })
-	return settled, nil
+	// RETURNING is ordered by the settle numbers: the order given.
+	return collectTasks(db.Query(ctx, s.sql[qSettleMany], planAfresh, ids, names, reasonIDs, nullJSON(whyJSON), conv))
 }

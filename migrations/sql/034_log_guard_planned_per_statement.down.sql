@@ -1,0 +1,34 @@
+-- Back to migration 028's check, run as a static statement whose plan
+-- the session caches.
+CREATE OR REPLACE FUNCTION {schema}.log_guard_insert() RETURNS trigger
+LANGUAGE plpgsql AS $guard$
+DECLARE
+    bad_seq bigint;
+    bad_kind text;
+BEGIN
+    SELECT a.seq, a.kind INTO bad_seq, bad_kind
+    FROM added a
+    LEFT JOIN LATERAL (SELECT c.created_at FROM {schema}.conversations c
+        WHERE (a.task_id IS NULL OR a.kind = 'event') AND c.id = a.conversation_id OFFSET 0) c ON true
+    LEFT JOIN LATERAL (SELECT t.status, t.forked_from FROM {schema}.tasks t
+        WHERE t.id = a.task_id AND t.conversation_id = a.conversation_id OFFSET 0) t ON true
+    WHERE (c.created_at IS NULL AND (a.task_id IS NULL OR a.kind = 'event'))
+       OR a.at > clock_timestamp()
+       OR (a.task_id IS NOT NULL AND t.status IS NULL)
+       OR (a.kind = 'status' AND t.forked_from IS NULL AND a.status IS DISTINCT FROM t.status)
+       OR (a.kind = 'progress' AND (a.task_id IS NULL OR (t.forked_from IS NULL AND t.status <> 'running')))
+       OR (a.kind = 'event' AND t.forked_from IS NULL AND a.at >= c.created_at AND NOT coalesce(
+            jsonb_typeof(a.payload) = 'object' AND a.payload->>'event_id' ~ '^[0-9]{1,18}$'
+            AND EXISTS (SELECT 1 FROM {schema}.events ev
+                WHERE ev.id = (a.payload->>'event_id')::bigint AND ev.conversation_id = a.conversation_id
+                  AND ev.name IS NOT DISTINCT FROM a.name
+                  AND (a.task_id IS NULL OR ev.task_id IS NOT DISTINCT FROM a.task_id)), false))
+    LIMIT 1;
+    IF bad_seq IS NOT NULL THEN
+        RAISE EXCEPTION 'arbor: log entry % (%) is not one arbor writes: the log records what the tasks and events are, appended by the statements that change them', bad_seq, bad_kind
+            USING ERRCODE = 'AB009';
+    END IF;
+    RETURN NULL;
+END
+$guard$;
+
