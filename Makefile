@@ -46,7 +46,7 @@ examples:
 # tasks failed, restarts, re-entries of abandon_on_restart handlers,
 # give-ups, stop latency) are the report.
 chaos:
-	ARBOR_CHAOS=1 $(WITH_PG) $(GO) test -race -count=1 -timeout 20m -v ./internal/chaos/
+	ARBOR_CHAOS=1 $(WITH_PG) $(GO) test -race -count=1 -timeout 30m -v ./internal/chaos/
 
 # The failover tests (internal/failover): a throwaway pg_auto_failover
 # cluster — a monitor, a primary and a synchronous standby, PostgreSQL 15
