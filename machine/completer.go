@@ -55,10 +55,6 @@ const (
 	queuedWithdrawn
 )
 
-// stoppedAnswerWait bounds how long a write's caller whose context was
-// cancelled waits for the flush that has its outcome, before it is told
-// ErrAmbiguous (see apply).
-const stoppedAnswerWait = time.Second
 
 // deferredWait is how long an outcome whose conversation another
 // transaction held waits before the next flush tries it: 1 ms doubling
@@ -123,19 +119,18 @@ func (c *completer) apply(ctx context.Context, run *Run, o core.Outcome) core.Ou
 	}
 	// The run is over. Its caller hears the truth: an outcome no flush has
 	// taken is withdrawn (nothing is written, so the stop is the answer);
-	// one a flush has is answered by that flush, or ErrAmbiguous when its
-	// answer does not come in time. It is never told refused while its
-	// write may still land.
+	// one a flush has is answered by that flush if its answer is in, and
+	// is ErrAmbiguous otherwise — at once: a handler stopped by the fence
+	// has only the last quarter of the lease to return. It is never told
+	// refused while its write may still land.
 	stopped := run.stoppedErr(ctx) // over, whatever the write does
 	if q.state.CompareAndSwap(queuedWaiting, queuedWithdrawn) {
 		return core.OutcomeResult{Err: stopped}
 	}
-	t := time.NewTimer(stoppedAnswerWait)
-	defer t.Stop()
 	select {
 	case res := <-q.res:
 		return res
-	case <-t.C:
+	default:
 	}
 	c.r.queuedLateBegin(run.token)
 	go func() {

@@ -96,9 +96,9 @@ func (r *Run) activity() (inCall bool, last time.Time) {
 // detached runs fn, a write of the run, on a goroutine of its own, and
 // returns its result. When ctx is cancelled first, the run is over, and fn
 // goes on to its end (under writeCtx, bounded), so that a write already
-// committing is not cut into an unknown outcome: its caller gets fn's
-// result if it comes within stoppedAnswerWait, and ErrAmbiguous otherwise —
-// never a refusal while the write may still land.
+// committing is not cut into an unknown outcome; its caller is told at once
+// ErrAmbiguous (fn's result, if it is in already) — never a refusal while
+// the write may still land.
 func detached[T any](ctx context.Context, r *Run, fn func(ctx context.Context) (T, error)) (T, error) {
 	type result struct {
 		v   T
@@ -124,12 +124,10 @@ func detached[T any](ctx context.Context, r *Run, fn func(ctx context.Context) (
 	case <-ctx.Done():
 	}
 	stopped := r.stoppedErr(ctx)
-	t := time.NewTimer(stoppedAnswerWait)
-	defer t.Stop()
 	select {
 	case res := <-done:
 		return res.v, res.err
-	case <-t.C:
+	default:
 		var zero T
 		return zero, fmt.Errorf("%v, while its write was being committed: %w", stopped, tasks.ErrAmbiguous)
 	}
