@@ -55,7 +55,6 @@ const (
 	queuedWithdrawn
 )
 
-
 // deferredWait is how long an outcome whose conversation another
 // transaction held waits before the next flush tries it: 1 ms doubling
 // to at most 64 ms (a conversation locked for long costs a lock attempt
