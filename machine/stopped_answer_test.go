@@ -46,10 +46,12 @@ func holdTaskRow(t *testing.T, b *bundle, id int64) (blocked func() bool, releas
 // requireTruth asserts what the caller of a write whose context was
 // cancelled while the write was committing heard (docs/design.md §3.8,
 // "The answer to a stopped caller"): the write landed, so its caller is told
-// nil, or ErrAmbiguous when the answer did not come in time — never a
-// refusal.
+// nil, or ErrAmbiguous when its answer was not in — never a refusal.
 func requireTruth(t *testing.T, b *bundle, id int64, err error) {
 	t.Helper()
+	// ErrAmbiguous: the write goes on to its end; the caller finds out by
+	// reading the task, once it has left running.
+	waitUntil(t, "the write to end", func() bool { return b.get(t, id).Status != arbortype.StatusRunning })
 	got, gerr := b.engine.Get(b.ctx, id)
 	require.NoError(t, gerr)
 	require.Equal(t, arbortype.StatusCompleted, got.Status, "the write landed")
