@@ -3,7 +3,6 @@ package arborui
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/arborhq/arbor/internal/awaittoken"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -183,7 +183,7 @@ func (h *handler) emitToTask(r *http.Request, id int64) error {
 // only: held by id, it is id's; not held by it, EmitToken could only
 // answer another task's await, or none).
 func (h *handler) tokenOf(ctx context.Context, id int64, token string) error {
-	if named, ok := tokenTask(token); ok {
+	if named, ok := awaittoken.Task(token); ok {
 		if named != id {
 			return badRequest("this answer's token is of an await of task #%d, not of task #%d, whose page sent it; "+
 				"it was not sent, and nothing was written", named, id)
@@ -198,27 +198,6 @@ func (h *handler) tokenOf(ctx context.Context, id int64, token string) error {
 		return badRequest("this answer's token is not the one of task #%d's await; it was not sent, and nothing was written", id)
 	}
 	return nil
-}
-
-// tokenTask returns the task id an await token names — "awt_", the id in
-// decimal, "_", 32 hex digits — or false for a token of another form.
-func tokenTask(token string) (int64, bool) {
-	rest, ok := strings.CutPrefix(token, "awt_")
-	if !ok {
-		return 0, false
-	}
-	id, random, ok := strings.Cut(rest, "_")
-	if !ok || len(random) != 32 {
-		return 0, false
-	}
-	if _, err := hex.DecodeString(random); err != nil {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(id, 10, 64)
-	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != id {
-		return 0, false
-	}
-	return n, true
 }
 
 // decide returns payload p (a JSON object, or none) with "approved" set

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -115,28 +114,6 @@ func newAwaitToken(taskID int64) (string, error) {
 		return "", err
 	}
 	return "awt_" + strconv.FormatInt(taskID, 10) + "_" + hex.EncodeToString(b), nil
-}
-
-// awaitTokenTask returns the task id a token names (see newAwaitToken);
-// false for a token of another form (one issued before tokens named their
-// task, or not arbor's).
-func awaitTokenTask(token string) (int64, bool) {
-	rest, ok := strings.CutPrefix(token, "awt_")
-	if !ok {
-		return 0, false
-	}
-	id, random, ok := strings.Cut(rest, "_")
-	if !ok || len(random) != 32 {
-		return 0, false
-	}
-	if _, err := hex.DecodeString(random); err != nil {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(id, 10, 64)
-	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != id {
-		return 0, false
-	}
-	return n, true
 }
 
 // PendingAwaits lists the tasks of a conversation awaiting an event, at any

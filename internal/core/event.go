@@ -9,6 +9,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/awaittoken"
 	"github.com/arborhq/arbor/internal/store"
 )
 
@@ -312,7 +313,7 @@ func (e *Engine) EmitToken(ctx context.Context, tx pgx.Tx, token string, payload
 // await a token was issued for: by the task id it names, or, for a token
 // of the older form, by the task that still holds it.
 func (e *Engine) tokenTask(ctx context.Context, tx pgx.Tx, token string) (string, int64, error) {
-	if id, ok := awaitTokenTask(token); ok {
+	if id, ok := awaittoken.Task(token); ok {
 		conv, err := e.Store.TaskConversation(ctx, tx, id)
 		switch {
 		case store.IsNoRows(err):
