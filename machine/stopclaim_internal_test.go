@@ -15,8 +15,8 @@ import (
 
 // TestGracefulStopCountsNoRestart: a claim's transaction is in flight when
 // Stop begins — a sleep's wake, claiming the woken task on this node, held
-// by the test between its claim and its commit. It commits before the
-// release, and the run it claimed is not started: the release requeues the
+// by the test between its claim and its commit until Stop has begun. It
+// commits before the release, and the run it claimed is not started: the release requeues the
 // task, uncounted, and another runner runs it once with attempt 0 (issue
 // 38: in a rolling deploy, tasks had attempt 1 though no handler ever ran
 // attempt 0 and no runner was killed; a claim committed after the release
@@ -52,12 +52,12 @@ func TestGracefulStopCountsNoRestart(t *testing.T) {
 	<-inClaim // the wake's transaction is in flight, its claim made
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.Stop(ctx) }()
-	// Stop goes as far as it can while the claim is in flight: to its wait
-	// for the claims in flight, before the release (before its fix: through
-	// the release, to the end of the runner's context).
-	waitFor(t, "Stop to wait for the claim, or to pass the release", func() bool {
-		return r.stopAtBarrier.Load() || r.runCtx.Err() != nil
-	})
+	// The claim commits once Stop has begun (before its fix, it was then
+	// dispatched and started or, with the runner's context cancelled
+	// first, left running under a holder going away, neither released nor
+	// entered; since, Stop waits for it at its barrier, and dispatch
+	// starts nothing once Stop has begun).
+	waitFor(t, "Stop to begin", r.isStopping)
 	close(proceed)
 	require.NoError(t, <-stopped)
 	require.Zero(t, woken.Load(), "nothing a claim took after Stop began is started")
