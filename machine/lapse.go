@@ -22,6 +22,26 @@ import (
 // as the holder before any other node may take its conversations.
 var errLeaseUnconfirmed = fmt.Errorf("%w: the node could not confirm its lease in time", tasks.ErrLeaseLost)
 
+// errFencedClaim rolls back a claim's transaction (a claim in held
+// conversations, an open, a reopen) when the fence fired while it ran: what
+// it took could not be started, and would only be requeued by the next
+// reopen. Checked after the claim's statement, before the commit, so a
+// claim that waited behind a row lock while the fence fired (a flush of
+// the conversation's ending, which made its next turn runnable) takes
+// nothing. The fence can still fire between the check and the commit:
+// what that claim took is then held lapsed, never entered, and requeued
+// uncounted by the reopen (hold, start).
+var errFencedClaim = errors.New("machine: the fence fired during the claim; rolled back")
+
+// fencedClaim returns errFencedClaim when the node's lease is not usable
+// now (the fence fired, or is due).
+func (r *Runner) fencedClaim() error {
+	if r.lease.usable(time.Now()) {
+		return nil
+	}
+	return errFencedClaim
+}
+
 // fenceFired is the fence (nodeLease.fire): every handler's context is
 // cancelled, every held conversation is marked lapsed — not claimed in,
 // not released, nothing of it dispatched — until a renewal confirms the
@@ -137,6 +157,9 @@ func (r *Runner) reopen() {
 			p := r.claimParams(k)
 			p.Conversations = convsOf(o.op.Leases)
 			o.claimed, _, err = r.core.ClaimFor(r.runCtx, tx, p)
+			if err == nil {
+				err = r.fencedClaim()
+			}
 		}
 		return o, err
 	})

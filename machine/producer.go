@@ -244,6 +244,9 @@ func (r *Runner) claimHeld(convs []string) (full, noSlot bool) {
 		}
 		claimed, x, err := r.core.ClaimFor(r.runCtx, tx, p)
 		xact = x
+		if err == nil && len(claimed) > 0 {
+			err = r.fencedClaim()
+		}
 		return claimed, err
 	})
 	if err != nil {
@@ -377,6 +380,9 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 		p := r.claimParams(k)
 		p.Conversations = convs
 		o.claimed, _, err = r.core.ClaimFor(r.runCtx, tx, p)
+		if err == nil {
+			err = r.fencedClaim()
+		}
 		return o, err
 	})
 	if err != nil {
@@ -450,6 +456,12 @@ func (r *Runner) announceRuns(claimed []arbortype.Task) {
 // is adopted.
 func (r *Runner) claimFailed(err error, xact int64, what string) {
 	if r.runCtx.Err() != nil {
+		return
+	}
+	if errors.Is(err, errFencedClaim) {
+		// Rolled back: the renewal that confirms the lease again asks for
+		// the held claim and the reopen; the scan finds what an open took.
+		r.markOpen()
 		return
 	}
 	if !errors.Is(err, tasks.ErrAmbiguous) || xact == 0 {
