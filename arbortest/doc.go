@@ -26,5 +26,6 @@
 // that says what was found. Work fails the test when arbor refuses to run
 // the task (not found, not pending, its conversation held by a Runner):
 // nothing is written then. A handler's own error is not a test failure;
-// it is in the WorkResult, with the failure or retry it caused.
+// it is in the WorkResult, with the failure or retry it caused. The
+// runnable example is arbortest/example_test.go.
 package arbortest

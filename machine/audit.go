@@ -20,15 +20,15 @@ import (
 )
 
 // auditInterval is how often the maintainer has the runner audit what it
-// holds against the database (see the package doc, "The audit").
+// holds against the database (see docs/architecture.md, "The audit").
 func (r *Runner) auditInterval() time.Duration {
 	return max(r.cfg.ConversationLease, 10*r.cfg.PollInterval)
 }
 
 // audit finds and repairs what the node lost track of: tasks running under
 // its lease with no run of their token here, and conversations this life
-// holds in the database that the node does not know it holds (see the
-// package doc, "The audit", for the order of its steps and why it is
+// holds in the database that the node does not know it holds (see
+// docs/architecture.md, "The audit", for the order of its steps and why it is
 // safe).
 func (r *Runner) audit(ctx context.Context) {
 	if !r.lease.usable(time.Now()) {

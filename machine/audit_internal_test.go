@@ -15,7 +15,7 @@ import (
 
 // TestAuditRepairsWhatTheNodeLostTrackOf: the node's memory and the
 // database disagree in a way nothing but the audit repairs while the node
-// lives and renews its lease (machine/doc.go, "The audit"). Each case makes
+// lives and renews its lease (docs/architecture.md, "The audit"). Each case makes
 // one such state by hand, as a split brain of the HA system or a commit
 // whose answer was lost leaves it, and the task must then run to its end
 // through the runner's own maintenance, with no restart counted:

@@ -17,7 +17,7 @@ import (
 )
 
 // completer is a runner's batching sink: the spawns and ending writes of
-// its runs are queued, and flushed many at once (see the package doc).
+// its runs are queued, and flushed many at once (see docs/architecture.md).
 type completer struct {
 	r *Runner
 
@@ -163,7 +163,8 @@ func (c *completer) enqueue(q *queued) {
 
 // expressLoop flushes the queued endings, at most expressBatch at a time,
 // while every batch lane is in flight: an ending queued behind batches
-// does not wait for them to commit (see the package doc).
+// does not wait for them to commit (see docs/architecture.md, "The
+// completer's express lane").
 func (c *completer) expressLoop() {
 	defer c.wg.Done()
 	for {

@@ -15,8 +15,8 @@ import (
 // nodeLease is a runner's hold on everything it holds: its holder row (its
 // life), renewed by one statement every sixth of the lease on a pool of
 // its own, and the fence that stops the runner's handlers, from the local
-// clock alone, before the lease can have expired in the database (see the
-// package doc, "Fencing").
+// clock alone, before the lease can have expired in the database (see
+// docs/architecture.md, "Fencing").
 //
 // Times are kept as nanoseconds since base, a reading of the monotonic
 // clock, so that a wall-clock step changes nothing.

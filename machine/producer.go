@@ -234,7 +234,7 @@ func (r *Runner) claimHeld(convs []string) (full, noSlot bool) {
 			// user's operation) are skipped by the claim's SKIP LOCKED, and
 			// no notification says when they are free: they are looked at
 			// again shortly. Those with no pending task are not locked at
-			// all (see the package doc: an ending does not wait behind a
+			// all (docs/architecture.md: an ending does not wait behind a
 			// claim with nothing to claim).
 			var err error
 			if work, locked, err = r.core.LockHeld(r.runCtx, tx, p.Holder, convs); err != nil || len(locked) == 0 {

@@ -17,7 +17,8 @@ import (
 )
 
 // Runner is a node's runner: it holds conversations by lease, claims their
-// runnable tasks and runs their handlers (see the package doc).
+// runnable tasks and runs their handlers (see docs/architecture.md,
+// "Inside the runner").
 type Runner struct {
 	app      *core.Engine // the engine as the application made it (its pool)
 	core     *core.Engine // the same engine on the runner's own pool (Start)

@@ -20,8 +20,8 @@ const unstartedKept = time.Minute
 
 // claimedRuns records the runs a transaction of this node claims, inside
 // it, before it commits (core.ClaimParamsFor.Claimed): unstarted until
-// their handlers are entered (start). See machine/doc.go, "Restarts: what
-// counts".
+// their handlers are entered (start). See docs/architecture.md, "Restarts:
+// what counts".
 func (r *Runner) claimedRuns(runs []arbortype.Task) {
 	now := time.Now()
 	r.mu.Lock()

@@ -17,6 +17,9 @@
 //     by status, run duration, time from created to first started, wake
 //     lateness, lease take-overs.
 //
+// To start, make one with [NewMiddleware] and give it to the engine
+// (tasks.Config.TraceInjector) and to each runner (RunnerConfig.Middleware
+// and Observer), as otelarbor/example_middleware_test.go does.
 // docs/observability.md describes the spans, attributes and metrics.
 package otelarbor
 

@@ -3,6 +3,11 @@
 // steer them — cancel, abort a subtree leaves first, wake a sleep early —
 // and check the invariants. Every operation is one PostgreSQL transaction.
 //
+// To start, migrate a schema (package migrations), make an engine on your
+// pool with [New] and create a turn with [Engine.Create]; a runner of
+// package machine then runs it. The runnable examples are
+// tasks/example_*_test.go.
+//
 // Running tasks is not done here: a [machine.Runner] runs the handlers of
 // every node, and a handler acts on its task through a [machine.Run]
 // (checkpoint, spawn children, wait, sleep, complete). What an operation

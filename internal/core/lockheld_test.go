@@ -13,7 +13,7 @@ import (
 )
 
 // A producer's claim in the held conversations it was told of locks only
-// those with a pending task (machine's package doc: an ending does not
+// those with a pending task (docs/architecture.md: an ending does not
 // wait behind a claim with nothing to claim): one whose only task runs is
 // neither locked nor reported; one with a pending task is locked; one with
 // a pending task that another transaction holds is reported as work and

@@ -117,7 +117,7 @@ type ClaimParamsFor struct {
 	// Claimed, when set, is given the runs claimed, inside the
 	// transaction, before it commits: a runner records them as not handed
 	// to a handler yet, so that a recovery it makes before it enters their
-	// handlers requeues them (machine/doc.go, "Restarts: what counts").
+	// handlers requeues them (docs/architecture.md, "Restarts: what counts").
 	Claimed func(runs []Task)
 }
 
