@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortest"
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -29,7 +30,7 @@ func setup(t *testing.T) *bundle {
 }
 
 // create makes a root task of kind in the bundle's conversation.
-func (b *bundle) create(t *testing.T, p tasks.CreateParams) int64 {
+func (b *bundle) create(t *testing.T, p arbortype.CreateParams) int64 {
 	t.Helper()
 	if p.ConversationID == "" {
 		p.ConversationID = b.conv

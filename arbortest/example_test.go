@@ -62,7 +62,7 @@ func Example_chatTurn() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-1", Kind: "turn", Input: json.RawMessage(`"Paris"`)})
+	turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-1", Kind: "turn", Input: json.RawMessage(`"Paris"`)})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func ExampleWork_retried() {
 
 	pool, _ := arbortest.Database(t)
 	engine := arbortest.Engine(t, pool, nil) // an engine on a migrated schema of the test's own
-	call, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-2", Kind: "weather", MaxRetries: 3})
+	call, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-2", Kind: "weather", MaxRetries: 3})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestTurnAnswersFromTheWeatherTool(t *testing.T) {
 	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema})
 	require.NoError(t, err)
 
-	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-1", Kind: "turn", Input: json.RawMessage(`"Paris"`)})
+	turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-1", Kind: "turn", Input: json.RawMessage(`"Paris"`)})
 	require.NoError(t, err)
 
 	res := arbortest.Work(ctx, t, engine, chatTurn, turn.ID) // spawns the tool call and waits

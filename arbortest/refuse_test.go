@@ -21,12 +21,12 @@ func TestWorkRefuses(t *testing.T) {
 	called := false
 	h := func(ctx context.Context, run *machine.Run) error { called = true; return nil }
 
-	done := b.create(t, tasks.CreateParams{Kind: "turn"})
+	done := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	arbortest.Work(b.ctx, t, b.engine, h, done)
 	called = false
 	settled := arbortest.RequireSettled(b.ctx, t, b.engine, done, arbortype.StatusCompleted, nil)
 
-	held := b.create(t, tasks.CreateParams{ConversationID: b.conv + "-held", Kind: "turn"})
+	held := b.create(t, arbortype.CreateParams{ConversationID: b.conv + "-held", Kind: "turn"})
 	lease, err := machine.AcquireLease(b.ctx, b.engine, b.conv+"-held", nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lease.Release(context.Background()) })
@@ -60,11 +60,11 @@ func TestWorkRefuses(t *testing.T) {
 func TestRequireHelpersFail(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	turnID := b.create(t, tasks.CreateParams{Kind: "turn"})
+	turnID := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	res := arbortest.Work(b.ctx, t, b.engine, turn, turnID)
 	toolID := res.Spawned[0].ID
 	arbortest.Work(b.ctx, t, b.engine, search, toolID)
-	askID := b.create(t, tasks.CreateParams{ConversationID: b.conv + "-ask", Kind: "ask"})
+	askID := b.create(t, arbortype.CreateParams{ConversationID: b.conv + "-ask", Kind: "ask"})
 	arbortest.Work(b.ctx, t, b.engine, func(ctx context.Context, run *machine.Run) error {
 		return run.AwaitEvent(ctx, machine.AwaitParams{Name: "approval"})
 	}, askID)

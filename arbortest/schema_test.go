@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortest"
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -46,7 +47,7 @@ func TestSchema(t *testing.T) {
 				require.True(t, schemaExists(t, pool, schema))
 				engine, err := tasks.New(t.Context(), own, &tasks.Config{Schema: schema})
 				require.NoError(t, err)
-				_, _, err = engine.Create(t.Context(), tasks.CreateParams{ConversationID: "c", Kind: "turn"})
+				_, _, err = engine.Create(t.Context(), arbortype.CreateParams{ConversationID: "c", Kind: "turn"})
 				require.NoError(t, err, "the schema is migrated")
 			})
 		}
@@ -87,7 +88,7 @@ func TestDatabase(t *testing.T) {
 			require.True(t, schemaExists(t, observer, schema))
 			engine, err := tasks.New(t.Context(), pool, &tasks.Config{Schema: schema})
 			require.NoError(t, err)
-			_, _, err = engine.Create(t.Context(), tasks.CreateParams{ConversationID: "c", Kind: "turn"})
+			_, _, err = engine.Create(t.Context(), arbortype.CreateParams{ConversationID: "c", Kind: "turn"})
 			require.NoError(t, err, "the schema is migrated")
 		})
 	})

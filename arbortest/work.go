@@ -46,45 +46,6 @@ const (
 	WorkStopped WorkOutcome = "stopped"
 )
 
-// Outcome and its constants are WorkOutcome's former names, which read as
-// machine.Outcome's.
-
-// Outcome is WorkOutcome's former name.
-//
-// Deprecated: use WorkOutcome.
-type Outcome = WorkOutcome
-
-const (
-	// OutcomeCompleted is WorkCompleted's former name.
-	//
-	// Deprecated: use WorkCompleted.
-	OutcomeCompleted = WorkCompleted
-	// OutcomeFailed is WorkFailed's former name.
-	//
-	// Deprecated: use WorkFailed.
-	OutcomeFailed = WorkFailed
-	// OutcomeRetried is WorkRetried's former name.
-	//
-	// Deprecated: use WorkRetried.
-	OutcomeRetried = WorkRetried
-	// OutcomeWaiting is WorkWaiting's former name.
-	//
-	// Deprecated: use WorkWaiting.
-	OutcomeWaiting = WorkWaiting
-	// OutcomeSleeping is WorkSleeping's former name.
-	//
-	// Deprecated: use WorkSleeping.
-	OutcomeSleeping = WorkSleeping
-	// OutcomeAwaiting is WorkAwaiting's former name.
-	//
-	// Deprecated: use WorkAwaiting.
-	OutcomeAwaiting = WorkAwaiting
-	// OutcomeStopped is WorkStopped's former name.
-	//
-	// Deprecated: use WorkStopped.
-	OutcomeStopped = WorkStopped
-)
-
 // WorkResult is what one run of a handler did.
 type WorkResult struct {
 	// Outcome says how the run ended.

@@ -42,7 +42,7 @@ func search(ctx context.Context, run *machine.Run) error {
 func TestWorkTurnWithToolCall(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.create(t, tasks.CreateParams{Kind: "turn"})
+	id := b.create(t, arbortype.CreateParams{Kind: "turn"})
 
 	res := arbortest.Work(b.ctx, t, b.engine, turn, id)
 	require.Equal(t, arbortest.WorkWaiting, res.Outcome)
@@ -80,14 +80,14 @@ func TestWorkerByKind(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	w := arbortest.NewWorker(t, b.engine, map[string]machine.Handler{"turn": turn, "search": search})
-	id := b.create(t, tasks.CreateParams{Kind: "turn"})
+	id := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	res := w.Work(b.ctx, t, id)
 	require.Equal(t, arbortest.WorkWaiting, res.Outcome)
 	require.Equal(t, arbortest.WorkCompleted, w.Work(b.ctx, t, res.Spawned[0].ID).Outcome)
 	require.Equal(t, arbortest.WorkCompleted, w.Work(b.ctx, t, id).Outcome)
 	arbortest.RequireSettled(b.ctx, t, b.engine, id, arbortype.StatusCompleted, json.RawMessage(`{"answer": "sunny"}`))
 
-	other := b.create(t, tasks.CreateParams{Kind: "unknown"})
+	other := b.create(t, arbortype.CreateParams{Kind: "unknown"})
 	f := &fakeTB{TB: t}
 	require.Nil(t, w.Work(b.ctx, f, other))
 	f.requireFailed(t, `kind "unknown"`, "no handler")
@@ -100,7 +100,7 @@ func TestWorkOutcomes(t *testing.T) {
 	boom := errors.New("boom")
 	for _, tc := range []struct {
 		name    string
-		params  tasks.CreateParams
+		params  arbortype.CreateParams
 		handler machine.Handler
 		outcome arbortest.WorkOutcome
 		status  arbortype.Status
@@ -118,7 +118,7 @@ func TestWorkOutcomes(t *testing.T) {
 		},
 		{
 			name:    "an error with retries left is retried",
-			params:  tasks.CreateParams{MaxRetries: 2},
+			params:  arbortype.CreateParams{MaxRetries: 2},
 			handler: func(context.Context, *machine.Run) error { return boom },
 			outcome: arbortest.WorkRetried, status: arbortype.StatusSleeping, err: boom,
 			check: func(t *testing.T, _ *bundle, res *arbortest.WorkResult) {
@@ -128,7 +128,7 @@ func TestWorkOutcomes(t *testing.T) {
 		},
 		{
 			name:    "a non-retryable error fails at once",
-			params:  tasks.CreateParams{MaxRetries: 2},
+			params:  arbortype.CreateParams{MaxRetries: 2},
 			handler: func(context.Context, *machine.Run) error { return machine.NonRetryable(boom) },
 			outcome: arbortest.WorkFailed, status: arbortype.StatusFailed, err: boom,
 		},
@@ -197,12 +197,12 @@ func TestWorkOutcomes(t *testing.T) {
 		},
 		{
 			name:   "a budget that fails fails the task",
-			params: tasks.CreateParams{MaxRetries: 2, Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 10}}},
+			params: arbortype.CreateParams{MaxRetries: 2, Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 10}}},
 			handler: func(ctx context.Context, run *machine.Run) error {
 				_, err := run.Reserve(ctx, "tokens", 11)
 				return err
 			},
-			outcome: arbortest.WorkFailed, status: arbortype.StatusFailed, err: tasks.ErrBudgetExhausted,
+			outcome: arbortest.WorkFailed, status: arbortype.StatusFailed, err: arbortype.ErrBudgetExhausted,
 			check: func(t *testing.T, _ *bundle, res *arbortest.WorkResult) {
 				require.Equal(t, arbortype.CodeBudgetExhausted, res.Task.Error.Code, "not retried, whatever its retries")
 				require.Zero(t, res.Task.Retries)
@@ -210,12 +210,12 @@ func TestWorkOutcomes(t *testing.T) {
 		},
 		{
 			name: "a budget that parks awaits its raise",
-			params: tasks.CreateParams{Budgets: []arbortype.BudgetLimit{
+			params: arbortype.CreateParams{Budgets: []arbortype.BudgetLimit{
 				{Counter: "tokens", Max: 10, OnExhausted: arbortype.BudgetPark}}},
 			handler: func(ctx context.Context, run *machine.Run) error {
 				return run.Spend(ctx, "tokens", 11)
 			},
-			outcome: arbortest.WorkAwaiting, status: arbortype.StatusSleeping, err: tasks.ErrBudgetExhausted,
+			outcome: arbortest.WorkAwaiting, status: arbortype.StatusSleeping, err: arbortype.ErrBudgetExhausted,
 			check: func(t *testing.T, b *bundle, res *arbortest.WorkResult) {
 				arbortest.RequirePendingEvent(b.ctx, t, b.engine, res.Task.ID, arbortype.BudgetEvent)
 			},
@@ -225,7 +225,7 @@ func TestWorkOutcomes(t *testing.T) {
 			handler: func(ctx context.Context, run *machine.Run) error {
 				return run.Complete(ctx, nil)
 			},
-			outcome: arbortest.WorkStopped, status: arbortype.StatusAborted, err: tasks.ErrAborted,
+			outcome: arbortest.WorkStopped, status: arbortype.StatusAborted, err: arbortype.ErrAborted,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -262,7 +262,7 @@ func TestWorkOutcomes(t *testing.T) {
 func TestWorkAwaitTakesEarlierEvent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	id := b.create(t, tasks.CreateParams{Kind: "ask"})
+	id := b.create(t, arbortype.CreateParams{Kind: "ask"})
 	_, _, err := b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, Name: "approval", Payload: json.RawMessage(`"yes"`)})
 	require.NoError(t, err)
 	ask := func(ctx context.Context, run *machine.Run) error {
@@ -287,7 +287,7 @@ func TestWorkCompleteTx(t *testing.T) {
 	engine := arbortest.Engine(t, pool, nil)
 	ctx := t.Context()
 	for _, commit := range []bool{true, false} {
-		task, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-tx", Kind: "turn", MaxRetries: 1})
+		task, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-tx", Kind: "turn", MaxRetries: 1})
 		require.NoError(t, err)
 		res := arbortest.Work(ctx, t, engine, func(ctx context.Context, run *machine.Run) error {
 			tx, err := pool.Begin(ctx)
@@ -309,6 +309,6 @@ func TestWorkCompleteTx(t *testing.T) {
 			continue
 		}
 		require.Equal(t, arbortest.WorkRetried, res.Outcome)
-		require.Equal(t, machine.CodeEndingNotCommitted, res.Task.Error.Code)
+		require.Equal(t, arbortype.CodeEndingNotCommitted, res.Task.Error.Code)
 	}
 }

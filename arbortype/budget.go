@@ -54,7 +54,7 @@ const (
 const BudgetEvent = "arbor:budget"
 
 // BudgetLimit is a budget set with a task when it is created
-// (tasks.CreateParams.Budgets, machine.SpawnParams.Budgets).
+// (arbortype.CreateParams.Budgets, machine.SpawnParams.Budgets).
 type BudgetLimit struct {
 	Counter string
 	// Max is the most the scope may spend (Unlimited: a tally).

@@ -6,13 +6,13 @@ import (
 )
 
 // RestartLimitNone is the CreateParams.RestartLimit of a task that fails
-// with restart_limit_exceeded at its first recovery. (tasks.RestartLimitNone
+// with restart_limit_exceeded at its first recovery. (arbortype.RestartLimitNone
 // is the same constant.)
 const RestartLimitNone = -1
 
 // CreateParams describe a new task: the argument of tasks.Engine's Create,
 // CreateTx, CreateMany and CreateManyTx (package tasks names it
-// tasks.CreateParams). ConversationID and Kind are required; the zero value
+// arbortype.CreateParams). ConversationID and Kind are required; the zero value
 // of every other field is its default. It is defined here, once, because
 // the engine takes it as it is: a new create option is one field here.
 type CreateParams struct {

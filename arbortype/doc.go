@@ -5,8 +5,8 @@
 // errors every arbor operation wraps ([ErrNotFound] and the rest) and the
 // codes arbor records on a task it ends itself ([CodePanic] and the rest);
 // and a create's parameters ([CreateParams]), which package tasks names
-// tasks.CreateParams and the engine takes as they are. Packages tasks and
-// machine name many of these again (tasks.ErrNotFound, tasks.TurnSteer) so
+// arbortype.CreateParams and the engine takes as they are. Packages tasks and
+// machine name many of these again (arbortype.ErrNotFound, arbortype.TurnSteer) so
 // that code reads naturally; those are the same values, not copies.
 //
 // It imports nothing of arbor's, so any package — yours, a test helper, a

@@ -8,7 +8,7 @@ import (
 // Sentinel errors of every arbor operation. Test for them with errors.Is;
 // every error arbor returns wraps one of these, with the operation and the
 // task or conversation in its text. Packages tasks and machine re-export
-// them (tasks.ErrNotFound is ErrNotFound).
+// them (arbortype.ErrNotFound is ErrNotFound).
 var (
 	// ErrNotFound: no task (or conversation) with that id.
 	ErrNotFound = errors.New("not found")

@@ -30,10 +30,10 @@ var hostileIDs = []string{"victim#x", "victim&id=other", "victim+x", "victim%23"
 func TestHostileConversationIDs(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &arborui.Options{Actions: true})
-	victim := b.create(t, tasks.CreateParams{ConversationID: "victim", Kind: "victim_turn"})
+	victim := b.create(t, arbortype.CreateParams{ConversationID: "victim", Kind: "victim_turn"})
 	for _, id := range hostileIDs {
 		t.Run(id, func(t *testing.T) {
-			task := b.create(t, tasks.CreateParams{ConversationID: id, Kind: "own_turn"})
+			task := b.create(t, arbortype.CreateParams{ConversationID: id, Kind: "own_turn"})
 			code, page := b.get(t, "/conversation?id="+url.QueryEscape(id))
 			require.Equal(t, http.StatusOK, code, page)
 			require.Contains(t, page, `data-live="/conversation/live?id=`+attr(url.QueryEscape(id))+`"`)
@@ -76,7 +76,7 @@ func attr(s string) string {
 func TestHostHeader(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &arborui.Options{Actions: true, AllowedHosts: []string{"arbor.internal", "ops.example:8443"}})
-	task := b.create(t, tasks.CreateParams{Kind: "turn"})
+	task := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	_, page := b.get(t, fmt.Sprintf("/tasks/%d", task.ID))
 	csrf := token(t, page)
 	port := b.srv.URL[strings.LastIndex(b.srv.URL, ":")+1:]
@@ -125,7 +125,7 @@ func TestHostHeader(t *testing.T) {
 func TestBackIsSamePath(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &arborui.Options{Actions: true, Prefix: "/arbor"})
-	task := b.create(t, tasks.CreateParams{Kind: "turn"})
+	task := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	_, page := b.get(t, fmt.Sprintf("/tasks/%d", task.ID))
 	csrf := token(t, page)
 	fallback := fmt.Sprintf("/arbor/tasks/%d", task.ID)
@@ -163,7 +163,7 @@ func TestControlCharacters(t *testing.T) {
 	b := setup(t, &arborui.Options{Actions: true})
 	evil := "a\x1b[2J\x1b]0;pwned\x07\u009b31m\u202etxt.exe\u2066b\x7f\r"
 	conv := "conv\x1b[31m" + b.conv
-	root := b.create(t, tasks.CreateParams{ConversationID: conv, Kind: "turn" + evil, Input: mustJSON(t, map[string]string{"q": evil})})
+	root := b.create(t, arbortype.CreateParams{ConversationID: conv, Kind: "turn" + evil, Input: mustJSON(t, map[string]string{"q": evil})})
 	run, err := b.engine.Start(b.ctx, root.ID)
 	require.NoError(t, err)
 	_, err = b.engine.Checkpoint(b.ctx, root.ID, run.Token, "phase"+evil, mustJSON(t, map[string]string{"s": evil}))
@@ -238,7 +238,7 @@ func TestAllowedHostsValidated(t *testing.T) {
 		strings.Repeat(long, 5) + "com", strings.Repeat("a", 64) + ".example", "a b", "a/b", "a\\b", "a?b", "a#b", "user@host",
 		"*.example.com", "ex*mple", "bücher.example", "host\x00", "host\n", "a.b\x7f"} {
 		_, err := arborui.NewHandler(b.engine.Engine, &arborui.Options{AllowedHosts: []string{"ok.example", host}})
-		require.ErrorIs(t, err, tasks.ErrInvalidArgument, "%q", host)
+		require.ErrorIs(t, err, arbortype.ErrInvalidArgument, "%q", host)
 		require.ErrorContains(t, err, "Options.AllowedHosts", "%q", host)
 	}
 	for _, host := range []string{"*", "ops.example.com", "ops.example.com:8443", "OPS.Example.COM.", "ops.example.com.:8443",

@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -25,10 +26,6 @@ const (
 	// RecentLimitDefault is how many conversations a page of the front
 	// page's list shows.
 	RecentLimitDefault = 50
-	// LiveLimitDefault is LiveLimit's default.
-	//
-	// Deprecated: LiveLimit is no longer read.
-	LiveLimitDefault = 200
 	// TreeLimitDefault is how many tasks a page of a conversation's tree
 	// draws.
 	TreeLimitDefault = 500
@@ -83,13 +80,6 @@ type Options struct {
 	// RecentLimit is how many conversations a page of the front page's
 	// list shows (1..1000). Default RecentLimitDefault (50).
 	RecentLimit int
-	// LiveLimit is no longer read: the front page pages its list
-	// (RecentLimit a page) instead of listing every conversation with
-	// live work. It is still validated (1..10,000), so a program that set
-	// it keeps compiling and starting. Default LiveLimitDefault.
-	//
-	// Deprecated: the list is paged; set RecentLimit.
-	LiveLimit int
 	// TreeLimit is how many tasks a page of a conversation's tree draws
 	// (1..5000); a larger tree is paged, with what each page leaves out
 	// counted. Default TreeLimitDefault (500).
@@ -119,9 +109,6 @@ func (o *Options) WithDefaults() *Options {
 	if out.RecentLimit == 0 {
 		out.RecentLimit = RecentLimitDefault
 	}
-	if out.LiveLimit == 0 {
-		out.LiveLimit = LiveLimitDefault
-	}
 	if out.TreeLimit == 0 {
 		out.TreeLimit = TreeLimitDefault
 	}
@@ -146,9 +133,6 @@ func (o *Options) validate() error {
 	}
 	if o.RecentLimit < 1 || o.RecentLimit > 1000 {
 		return fmt.Errorf("Options.RecentLimit: %d is outside 1..1000", o.RecentLimit)
-	}
-	if o.LiveLimit < 1 || o.LiveLimit > 10000 {
-		return fmt.Errorf("Options.LiveLimit: %d is outside 1..10000", o.LiveLimit)
 	}
 	if o.TreeLimit < 1 || o.TreeLimit > 5000 {
 		return fmt.Errorf("Options.TreeLimit: %d is outside 1..5000", o.TreeLimit)
@@ -198,14 +182,14 @@ type handler struct {
 
 // NewHandler returns the web view of engine, to mount in your own server
 // under opts.Prefix (see Options). An invalid option is an error naming the
-// field, wrapping tasks.ErrInvalidArgument.
+// field, wrapping arbortype.ErrInvalidArgument.
 func NewHandler(engine *tasks.Engine, opts *Options) (http.Handler, error) {
 	if engine == nil {
-		return nil, fmt.Errorf("arborui.NewHandler: engine is nil: %w", tasks.ErrInvalidArgument)
+		return nil, fmt.Errorf("arborui.NewHandler: engine is nil: %w", arbortype.ErrInvalidArgument)
 	}
 	opts = opts.WithDefaults()
 	if err := opts.validate(); err != nil {
-		return nil, fmt.Errorf("arborui.NewHandler: %w: %w", tasks.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("arborui.NewHandler: %w: %w", arbortype.ErrInvalidArgument, err)
 	}
 	var b [32]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
@@ -337,7 +321,7 @@ func (h *handler) errPage(w http.ResponseWriter, r *http.Request, err error) {
 		if code == http.StatusServiceUnavailable {
 			msg = "the database is unavailable; try again"
 		}
-	case errors.Is(err, tasks.ErrAwaitEnded):
+	case errors.Is(err, arbortype.ErrAwaitEnded):
 		msg = "This await is over — answered, timed out, woken or aborted, or its task has moved on — so the answer was not sent, " +
 			"and nothing was written. (" + msg + ")"
 	}
@@ -382,15 +366,15 @@ func statusOf(err error) int {
 	switch {
 	case errors.As(err, &re):
 		return re.code
-	case errors.Is(err, tasks.ErrNotFound):
+	case errors.Is(err, arbortype.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, tasks.ErrInvalidArgument), errors.Is(err, tasks.ErrInvalidJSON),
-		errors.Is(err, tasks.ErrPayloadTooLarge), errors.Is(err, tasks.ErrForeignTask):
+	case errors.Is(err, arbortype.ErrInvalidArgument), errors.Is(err, arbortype.ErrInvalidJSON),
+		errors.Is(err, arbortype.ErrPayloadTooLarge), errors.Is(err, arbortype.ErrForeignTask):
 		return http.StatusBadRequest
-	case errors.Is(err, tasks.ErrInvalidTransition), errors.Is(err, tasks.ErrNotSleeping),
-		errors.Is(err, tasks.ErrSettled), errors.Is(err, tasks.ErrAwaitEnded):
+	case errors.Is(err, arbortype.ErrInvalidTransition), errors.Is(err, arbortype.ErrNotSleeping),
+		errors.Is(err, arbortype.ErrSettled), errors.Is(err, arbortype.ErrAwaitEnded):
 		return http.StatusConflict
-	case errors.Is(err, tasks.ErrUnavailable):
+	case errors.Is(err, arbortype.ErrUnavailable):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

@@ -102,7 +102,7 @@ func (b *bundle) post(t *testing.T, path string, form url.Values, header map[str
 	return res.StatusCode, string(body), res.Header.Get("Location")
 }
 
-func (b *bundle) create(t *testing.T, p tasks.CreateParams) arbortype.Task {
+func (b *bundle) create(t *testing.T, p arbortype.CreateParams) arbortype.Task {
 	t.Helper()
 	if p.ConversationID == "" {
 		p.ConversationID = b.conv
@@ -123,7 +123,7 @@ func (b *bundle) createTraced(t *testing.T, traceparent string) arbortype.Task {
 	t.Helper()
 	e, err := tasks.New(b.ctx, b.pool, &tasks.Config{Schema: b.schema, TraceInjector: fixedTrace{"traceparent": traceparent}})
 	require.NoError(t, err)
-	task, _, err := e.Create(b.ctx, tasks.CreateParams{ConversationID: testdb.Conversation(t), Kind: "traced"})
+	task, _, err := e.Create(b.ctx, arbortype.CreateParams{ConversationID: testdb.Conversation(t), Kind: "traced"})
 	require.NoError(t, err)
 	return task
 }
@@ -141,9 +141,9 @@ func token(t *testing.T, page string) string {
 func TestPages(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &arborui.Options{Prefix: "/ops/arbor"})
-	root := b.create(t, tasks.CreateParams{Kind: "turn", Input: json.RawMessage(`{"q": "weather"}`)})
-	child := b.create(t, tasks.CreateParams{Kind: "search", OwnerID: root.ID})
-	done := b.create(t, tasks.CreateParams{ConversationID: b.conv + "-done", Kind: "turn"})
+	root := b.create(t, arbortype.CreateParams{Kind: "turn", Input: json.RawMessage(`{"q": "weather"}`)})
+	child := b.create(t, arbortype.CreateParams{Kind: "search", OwnerID: root.ID})
+	done := b.create(t, arbortype.CreateParams{ConversationID: b.conv + "-done", Kind: "turn"})
 	started, err := b.engine.Start(b.ctx, done.ID)
 	require.NoError(t, err)
 	_, err = b.engine.Complete(b.ctx, done.ID, started.Token, json.RawMessage(`{"answer": 42}`))
@@ -223,10 +223,10 @@ func TestOptionsValidated(t *testing.T) {
 	engine, err := tasks.New(context.Background(), pool, &tasks.Config{Schema: schema})
 	require.NoError(t, err)
 	_, err = arborui.NewHandler(nil, nil)
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
-	for _, o := range []arborui.Options{{Prefix: "ops"}, {Prefix: "/ops/"}, {Prefix: "/o\"ps"}, {RecentLimit: -1}, {LiveLimit: 10001}} {
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
+	for _, o := range []arborui.Options{{Prefix: "ops"}, {Prefix: "/ops/"}, {Prefix: "/o\"ps"}, {RecentLimit: -1}} {
 		_, err := arborui.NewHandler(engine, &o)
-		require.ErrorIs(t, err, tasks.ErrInvalidArgument, "%+v", o)
+		require.ErrorIs(t, err, arbortype.ErrInvalidArgument, "%+v", o)
 		require.Contains(t, err.Error(), "Options.")
 	}
 }
@@ -239,7 +239,7 @@ func TestEscaping(t *testing.T) {
 	evil := `</pre><script>alert("x")</script><img src=x onerror='alert(1)'>`
 	input, err := json.Marshal(map[string]string{"text": evil})
 	require.NoError(t, err)
-	task := b.create(t, tasks.CreateParams{Kind: `<b>"kind"</b>`, Input: input})
+	task := b.create(t, arbortype.CreateParams{Kind: `<b>"kind"</b>`, Input: input})
 	started, err := b.engine.Start(b.ctx, task.ID)
 	require.NoError(t, err)
 	_, err = b.engine.Fail(b.ctx, task.ID, started.Token, arbortype.TaskError{Message: evil})
@@ -314,14 +314,14 @@ func (s *stream) nextEvent(t *testing.T) (string, string) {
 func TestLiveTree(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	root := b.create(t, tasks.CreateParams{Kind: "turn"})
+	root := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
 	defer cancel()
 	s := b.stream(t, ctx, "/conversation/live?id="+url.QueryEscape(b.conv))
 	first := s.next(t)
 	require.Contains(t, first, fmt.Sprintf(`id="task-%d" data-status="pending"`, root.ID))
 
-	child := b.create(t, tasks.CreateParams{Kind: "tool", OwnerID: root.ID})
+	child := b.create(t, arbortype.CreateParams{Kind: "tool", OwnerID: root.ID})
 	for frag := s.next(t); !strings.Contains(frag, fmt.Sprintf(`id="task-%d"`, child.ID)); frag = s.next(t) {
 	}
 	started, err := b.engine.Start(b.ctx, child.ID)
@@ -338,7 +338,7 @@ func TestLiveTree(t *testing.T) {
 func TestActionsOff(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	task := b.create(t, tasks.CreateParams{Kind: "turn"})
+	task := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	_, page := b.get(t, fmt.Sprintf("/tasks/%d", task.ID))
 	require.NotContains(t, page, `name="csrf"`)
 	require.NotContains(t, page, `method="post"`)
@@ -357,7 +357,7 @@ func TestActionsOff(t *testing.T) {
 func TestActionsOn(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &arborui.Options{Actions: true})
-	task := b.create(t, tasks.CreateParams{Kind: "turn"})
+	task := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	_, page := b.get(t, fmt.Sprintf("/tasks/%d", task.ID))
 	csrf := token(t, page)
 	path := fmt.Sprintf("/tasks/%d/abort", task.ID)
@@ -413,7 +413,7 @@ func TestActionsOn(t *testing.T) {
 		require.Equal(t, http.StatusConflict, code, "a settled task cannot be aborted: %s", body)
 	})
 	t.Run("a back address off the handler is not followed", func(t *testing.T) {
-		other := b.create(t, tasks.CreateParams{Kind: "turn", ConversationID: b.conv + "-2"})
+		other := b.create(t, arbortype.CreateParams{Kind: "turn", ConversationID: b.conv + "-2"})
 		code, _, to := b.post(t, fmt.Sprintf("/tasks/%d/cancel", other.ID), url.Values{"csrf": {csrf}, "back": {"//evil.example/"}}, nil)
 		require.Equal(t, http.StatusSeeOther, code)
 		require.Equal(t, fmt.Sprintf("/tasks/%d", other.ID), to)
@@ -425,7 +425,7 @@ func TestActionsOn(t *testing.T) {
 func TestAnswerFormOfAnAwaitingTask(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &arborui.Options{Actions: true})
-	task := b.create(t, tasks.CreateParams{Kind: "turn"})
+	task := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	run, err := b.engine.Start(b.ctx, task.ID)
 	require.NoError(t, err)
 	res, err := b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval", Phase: "decided"})
@@ -443,7 +443,7 @@ func TestAnswerFormOfAnAwaitingTask(t *testing.T) {
 func TestAnswerOfAnAwaitThatEnded(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &arborui.Options{Actions: true})
-	task := b.create(t, tasks.CreateParams{Kind: "turn"})
+	task := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	await := func() string {
 		run, err := b.engine.Start(b.ctx, task.ID)
 		require.NoError(t, err)
@@ -479,7 +479,7 @@ func TestAnswerOfAnAwaitThatEnded(t *testing.T) {
 func TestLogShowsWhyATaskSettled(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	task := b.create(t, tasks.CreateParams{Kind: "turn"})
+	task := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	_, err := b.engine.Abort(b.ctx, task.ID, tasks.WithReason("the user pressed <stop>"))
 	require.NoError(t, err)
 	code, page := b.get(t, fmt.Sprintf("/tasks/%d", task.ID))

@@ -119,7 +119,7 @@ func (h *handler) listView(ctx context.Context, f listFilter) (listView, error) 
 		switch {
 		case err == nil:
 			v.Exact = &c
-		case !errors.Is(err, tasks.ErrNotFound) && !errors.Is(err, tasks.ErrInvalidArgument):
+		case !errors.Is(err, arbortype.ErrNotFound) && !errors.Is(err, arbortype.ErrInvalidArgument):
 			return v, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -23,7 +24,7 @@ func TestStreamsShareAFollower(t *testing.T) {
 	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema})
 	require.NoError(t, err)
 	conv := testdb.Conversation(t)
-	_, _, err = engine.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	_, _, err = engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	ws := newWatches(engine, slog.New(slog.DiscardHandler))
 	var subs []*subscription
@@ -36,7 +37,7 @@ func TestStreamsShareAFollower(t *testing.T) {
 	require.Len(t, ws.m, 1)
 	require.Len(t, ws.m[conv].subs, 10)
 	ws.mu.Unlock()
-	_, _, err = engine.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	_, _, err = engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	for _, s := range subs {
 		select {

@@ -17,7 +17,6 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/arborui"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // TestBadQueries: an address whose query the view cannot serve is refused
@@ -30,7 +29,7 @@ func TestBadQueries(t *testing.T) {
 	t.Parallel()
 	logs := &warnings{}
 	b := setup(t, &arborui.Options{Logger: slog.New(logs)})
-	task := b.create(t, tasks.CreateParams{Kind: "turn"})
+	task := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	conv := "id=" + url.QueryEscape(b.conv)
 	big := strings.Repeat("r1", 50<<10) // 100 KB
 	// notText are the values the database would refuse in its own words.
@@ -132,7 +131,7 @@ func TestAnswerWithAnotherTasksToken(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &arborui.Options{Actions: true})
 	await := func(conv string) (arbortype.Task, string) {
-		task := b.create(t, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+		task := b.create(t, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 		run, err := b.engine.Start(b.ctx, task.ID)
 		require.NoError(t, err)
 		res, err := b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval", Phase: "decided"})
@@ -211,7 +210,7 @@ func TestBadQueryOfAPost(t *testing.T) {
 	require.Contains(t, body, "actions are disabled")
 
 	b := setup(t, &arborui.Options{Actions: true})
-	task := b.create(t, tasks.CreateParams{Kind: "turn"})
+	task := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	_, page := b.get(t, fmt.Sprintf("/tasks/%d", task.ID))
 	csrf := token(t, page)
 	code, _, _ = b.post(t, "/conversation/abort?id=%FF", url.Values{}, nil)

@@ -44,7 +44,7 @@ func TestListPages(t *testing.T) {
 	for i := range 10 {
 		id := fmt.Sprintf("%s-%02d", b.conv, i)
 		ids = append(ids, id)
-		b.create(t, tasks.CreateParams{ConversationID: id, Kind: fmt.Sprintf("kind%d", i%2)})
+		b.create(t, arbortype.CreateParams{ConversationID: id, Kind: fmt.Sprintf("kind%d", i%2)})
 	}
 	seen := map[string]bool{}
 	var order []string
@@ -78,10 +78,10 @@ func TestListPages(t *testing.T) {
 func TestTreeIsPaged(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &arborui.Options{TreeLimit: 10})
-	root := b.create(t, tasks.CreateParams{Kind: "turn"})
-	var ps []tasks.CreateParams
+	root := b.create(t, arbortype.CreateParams{Kind: "turn"})
+	var ps []arbortype.CreateParams
 	for range 3000 {
-		ps = append(ps, tasks.CreateParams{ConversationID: b.conv, OwnerID: root.ID, Kind: "tool",
+		ps = append(ps, arbortype.CreateParams{ConversationID: b.conv, OwnerID: root.ID, Kind: "tool",
 			Input: json.RawMessage(`{"q": "` + strings.Repeat("x", 1000) + `"}`)})
 	}
 	_, _, err := b.engine.CreateMany(b.ctx, ps)
@@ -101,7 +101,7 @@ func TestTreeIsPaged(t *testing.T) {
 	require.Equal(t, 10, strings.Count(frag, `<li id="task-`))
 	require.Contains(t, frag, fmt.Sprintf(`under <a href="/tasks/%d">#%d</a>`, root.ID, root.ID))
 	require.Less(t, len(frag), 32<<10, "a page, not the tree (nor its inputs)")
-	b.create(t, tasks.CreateParams{OwnerID: root.ID, Kind: "late"})
+	b.create(t, arbortype.CreateParams{OwnerID: root.ID, Kind: "late"})
 	frag = s.next(t)
 	require.Equal(t, 10, strings.Count(frag, `<li id="task-`))
 	require.Contains(t, frag, "3002 tasks")
@@ -112,7 +112,7 @@ func TestTreeIsPaged(t *testing.T) {
 func TestLogStream(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	root := b.create(t, tasks.CreateParams{Kind: "turn"})
+	root := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	code, page := b.get(t, "/conversation?id="+url.QueryEscape(b.conv))
 	require.Equal(t, http.StatusOK, code)
 	m := regexp.MustCompile(`data-live="(/conversation/log/live\?[^"]+)"`).FindStringSubmatch(page)
@@ -147,7 +147,7 @@ func TestRecord(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &arborui.Options{TraceURL: "https://trace.example/t/{trace_id}?from=arbor"})
 	traced := "0af7651916cd43dd8448eb211c80319c"
-	task := b.create(t, tasks.CreateParams{Kind: "turn", MaxRetries: 3})
+	task := b.create(t, arbortype.CreateParams{Kind: "turn", MaxRetries: 3})
 	_, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, Counter: "tokens", Max: 1000})
 	require.NoError(t, err)
 	run, err := b.engine.Start(b.ctx, task.ID)
@@ -201,7 +201,7 @@ func TestBigDocuments(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	big := `{"text": "` + strings.Repeat("z", 100_000) + "\u009b" + `"}`
-	task := b.create(t, tasks.CreateParams{Kind: "turn", Input: json.RawMessage(big)})
+	task := b.create(t, arbortype.CreateParams{Kind: "turn", Input: json.RawMessage(big)})
 	_, page := b.get(t, fmt.Sprintf("/tasks/%d", task.ID))
 	require.Less(t, len(page), 80<<10)
 	require.Contains(t, page, fmt.Sprintf(`href="/tasks/%d/doc/input">the whole document`, task.ID))
@@ -224,7 +224,7 @@ func TestApprovals(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &arborui.Options{Actions: true})
 	await := func(conv string) arbortype.Task {
-		task := b.create(t, tasks.CreateParams{ConversationID: conv, Kind: "mail_agent"})
+		task := b.create(t, arbortype.CreateParams{ConversationID: conv, Kind: "mail_agent"})
 		run, err := b.engine.Start(b.ctx, task.ID)
 		require.NoError(t, err)
 		res, err := b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval", Phase: "ask"})
@@ -269,7 +269,7 @@ func TestApprovals(t *testing.T) {
 	require.Contains(t, page, "Nothing awaits an answer")
 
 	ro := setup(t, nil)
-	task := ro.create(t, tasks.CreateParams{Kind: "mail_agent"})
+	task := ro.create(t, arbortype.CreateParams{Kind: "mail_agent"})
 	run, err := ro.engine.Start(ro.ctx, task.ID)
 	require.NoError(t, err)
 	res, err := ro.engine.AwaitEvent(ro.ctx, run.ID, run.Token, core.AwaitParams{Name: "approval"})
@@ -285,7 +285,7 @@ func TestApprovals(t *testing.T) {
 func TestNodes(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	task := b.create(t, tasks.CreateParams{Kind: "turn"})
+	task := b.create(t, arbortype.CreateParams{Kind: "turn"})
 	_, err := b.engine.Start(b.ctx, task.ID)
 	require.NoError(t, err)
 	_, err = b.engine.Recover(b.ctx, task.ID)
@@ -322,7 +322,7 @@ func TestOptionsOfTheViews(t *testing.T) {
 	for _, o := range []arborui.Options{{TraceURL: "ftp://x/{trace_id}"}, {TraceURL: "https://x/"}, {TraceURL: "/rel/{trace_id}"},
 		{TreeLimit: 5001}, {ScanLimit: 10}, {Refresh: time.Hour}, {AllowedHosts: []string{"a/b"}}, {AllowedHosts: []string{""}}} {
 		_, err := arborui.NewHandler(b.engine.Engine, &o)
-		require.ErrorIs(t, err, tasks.ErrInvalidArgument, "%+v", o)
+		require.ErrorIs(t, err, arbortype.ErrInvalidArgument, "%+v", o)
 		require.Contains(t, err.Error(), "Options.")
 	}
 }

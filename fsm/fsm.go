@@ -80,10 +80,6 @@ var table = lfsm.Events{
 	{Name: string(Wake), Src: []string{string(arbortype.StatusWaiting), string(arbortype.StatusSleeping)}, Dst: string(arbortype.StatusPending)},
 }
 
-// ErrInvalidTransition is matched (with errors.Is) by every
-// [*TransitionError].
-var ErrInvalidTransition = arbortype.ErrInvalidTransition
-
 // TransitionError says that Event is not allowed from From. TaskID is filled
 // in by callers that know which task it was about (0 otherwise).
 type TransitionError struct {
@@ -99,8 +95,8 @@ func (e *TransitionError) Error() string {
 	return fmt.Sprintf("invalid transition: %q is not allowed from %q", e.Event, e.From)
 }
 
-// Is makes errors.Is(err, ErrInvalidTransition) true.
-func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTransition }
+// Is makes errors.Is(err, arbortype.ErrInvalidTransition) true.
+func (e *TransitionError) Is(target error) bool { return target == arbortype.ErrInvalidTransition }
 
 // Transition returns the status that event moves a task in from to, or a
 // *TransitionError when the table has no such edge. It runs the looplab/fsm

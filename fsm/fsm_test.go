@@ -40,7 +40,7 @@ func TestTransitionMatchesDesign(t *testing.T) {
 				continue
 			}
 			require.Error(t, err, "%s --%s--> must be refused", from, event)
-			require.ErrorIs(t, err, fsm.ErrInvalidTransition)
+			require.ErrorIs(t, err, arbortype.ErrInvalidTransition)
 			var te *fsm.TransitionError
 			require.True(t, errors.As(err, &te))
 			require.Equal(t, from, te.From)
@@ -57,9 +57,9 @@ func TestTransitionMatchesDesign(t *testing.T) {
 func TestTransitionRejectsUnknown(t *testing.T) {
 	t.Parallel()
 	_, err := fsm.Transition("limbo", fsm.Start)
-	require.ErrorIs(t, err, fsm.ErrInvalidTransition)
+	require.ErrorIs(t, err, arbortype.ErrInvalidTransition)
 	_, err = fsm.Transition(arbortype.StatusPending, "teleport")
-	require.ErrorIs(t, err, fsm.ErrInvalidTransition)
+	require.ErrorIs(t, err, arbortype.ErrInvalidTransition)
 }
 
 func TestSettledHasNoEdges(t *testing.T) {

@@ -103,7 +103,7 @@ func ambiguousClaim(t *testing.T, marker string, before, after int) {
 
 	var ids []int64
 	create := func() {
-		task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "pay", AbandonOnRestart: true})
+		task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "pay", AbandonOnRestart: true})
 		require.NoError(t, err)
 		ids = append(ids, task.ID)
 	}

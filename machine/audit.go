@@ -16,7 +16,6 @@ import (
 	"github.com/arborhq/arbor/internal/recovery"
 	"github.com/arborhq/arbor/internal/store"
 	"github.com/arborhq/arbor/reconcile"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // auditInterval is how often the maintainer has the runner audit what it
@@ -83,7 +82,7 @@ func (r *Runner) audit(ctx context.Context) {
 			return recovery.RecoverTasks(ctx, r.core, tx, l.ConversationID, tokens, r.uncalled)
 		})
 		switch {
-		case errors.Is(err, tasks.ErrLeaseLost):
+		case errors.Is(err, arbortype.ErrLeaseLost):
 			continue // changed hands (nothing of it is this node's to repair), or busy (the next audit looks again)
 		case err != nil:
 			if ctx.Err() == nil {
@@ -100,7 +99,7 @@ func (r *Runner) audit(ctx context.Context) {
 	for _, l := range unaware {
 		rep, err := releaseLocked(ctx, r.core, l, r.uncalled, r.core.TryLockLease)
 		switch {
-		case errors.Is(err, tasks.ErrLeaseLost):
+		case errors.Is(err, arbortype.ErrLeaseLost):
 			continue
 		case err != nil:
 			if ctx.Err() == nil {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // TestAuditRepairsWhatTheNodeLostTrackOf: the node's memory and the
@@ -71,7 +70,7 @@ func auditRepairs(t *testing.T, name string) {
 	lostToken := int64(0)
 	switch name {
 	case "stopped by a stale read":
-		task, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "work"})
+		task, _, err = eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "work"})
 		require.NoError(t, err)
 		lostToken = <-entered
 		waitFor(t, "the checkpoint", func() bool { return get(task.ID).Phase == "first" })
@@ -85,7 +84,7 @@ func auditRepairs(t *testing.T, name string) {
 
 	case "claimed and never dispatched":
 		r.claimMu.Lock() // no claim of the runner's from here
-		task, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "work", AbandonOnRestart: true})
+		task, _, err = eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "work", AbandonOnRestart: true})
 		if err == nil {
 			var claimed []arbortype.Task
 			_, err = core.Tx(ctx, r.core, func(tx pgx.Tx) (struct{}, error) {
@@ -107,7 +106,7 @@ func auditRepairs(t *testing.T, name string) {
 		r.mu.Lock()
 		delete(r.held, conv)
 		r.mu.Unlock()
-		task, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "work"})
+		task, _, err = eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "work"})
 		require.NoError(t, err)
 
 	case "held unawares, idle":
@@ -120,7 +119,7 @@ func auditRepairs(t *testing.T, name string) {
 			require.NoError(t, ir.pool.QueryRow(ctx, `SELECT holder_id FROM `+ir.schema+`.conversations WHERE id = $1`, conv).Scan(&holder))
 			return holder == nil
 		})
-		task, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "work"})
+		task, _, err = eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "work"})
 		require.NoError(t, err)
 	}
 
@@ -165,7 +164,7 @@ func TestAuditLeavesLiveRunsAlone(t *testing.T) {
 	get := func(id int64) arbortype.Task { return ir.task(t, id) }
 	ir.holdIdle(t)
 
-	task, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "late", AbandonOnRestart: true})
+	task, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "late", AbandonOnRestart: true})
 	require.NoError(t, err)
 	token := <-entered
 	for range 3 {

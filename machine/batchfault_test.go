@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // stallOnce installs a trigger that makes the first update of a task to
@@ -70,7 +69,7 @@ func TestFaultsDuringBatchedWrites(t *testing.T) {
 			const conversations = 20
 			in, _ := json.Marshal(workInput{Steps: 3, StepMS: 10})
 			for i := range conversations {
-				_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("%s-%02d", b.conv, i), Kind: "root", Input: in})
+				_, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: fmt.Sprintf("%s-%02d", b.conv, i), Kind: "root", Input: in})
 				require.NoError(t, err)
 			}
 			a := startChild(t, b, "node-a")

@@ -13,7 +13,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // BenchmarkWakeLateness measures how late sleeps wake: 1,000 sleeps of 0.1
@@ -132,7 +131,7 @@ func measureLateness(b *testing.B, timers bool, sleeps int) ([]time.Duration, in
 
 // sleepIn creates and starts a task in conv and puts it to sleep for d.
 func sleepIn(b *testing.B, bd *bundle, conv string, d time.Duration) arbortype.Task {
-	task, _, err := bd.engine.Create(bd.ctx, tasks.CreateParams{ConversationID: conv, Kind: "bench"})
+	task, _, err := bd.engine.Create(bd.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "bench"})
 	require.NoError(b, err)
 	task, err = bd.engine.Start(bd.ctx, task.ID)
 	require.NoError(b, err)

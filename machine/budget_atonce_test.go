@@ -90,7 +90,7 @@ func TestBudgetCommonPathIsOneStatementEach(t *testing.T) {
 	require.NoError(t, err)
 
 	limit := []arbortype.BudgetLimit{{Counter: "tokens", Max: 10_000}}
-	turn, _, err := eng.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn", Budgets: limit, ConversationBudgets: limit})
+	turn, _, err := eng.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn", Budgets: limit, ConversationBudgets: limit})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, eng, b.conv, nil)
 	require.NoError(t, err)
@@ -131,8 +131,8 @@ func TestBudgetCommonPathIsOneStatementEach(t *testing.T) {
 	// The refusals are one statement too, and write nothing.
 	before := b.budgetRows(t)
 	sql := tracer.sent(b.ctx, func(ctx context.Context) {
-		require.ErrorIs(t, run.Record(ctx, res, 61), tasks.ErrInvalidArgument, "recorded with another actual")
-		require.ErrorIs(t, run.Record(ctx, arbortype.Reservation{ID: res.ID + 1000, TaskID: tool.ID}, 1), tasks.ErrNotFound)
+		require.ErrorIs(t, run.Record(ctx, res, 61), arbortype.ErrInvalidArgument, "recorded with another actual")
+		require.ErrorIs(t, run.Record(ctx, arbortype.Reservation{ID: res.ID + 1000, TaskID: tool.ID}, 1), arbortype.ErrNotFound)
 	})
 	require.Len(t, sql, 2, "%q", sql)
 	require.Equal(t, before, b.budgetRows(t))
@@ -173,7 +173,7 @@ func TestBudgetReserveRecordStress(t *testing.T) {
 		pairs    = 4 // agents, each with a tool under it
 		maxAsked = 200
 	)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: arbortype.Unlimited}},
 		ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: convMax, OnExhausted: arbortype.BudgetReturn},
 			{Counter: "calls", Max: arbortype.Unlimited}}})
@@ -211,7 +211,7 @@ func TestBudgetReserveRecordStress(t *testing.T) {
 		// refused says whether the operation was refused: by a budget
 		// that returns (the run goes on), or by a failure.
 		refused := func(err error) bool {
-			if errors.Is(err, tasks.ErrBudgetExhausted) {
+			if errors.Is(err, arbortype.ErrBudgetExhausted) {
 				var over *arbortype.BudgetExhaustedError
 				assert.ErrorAs(t, err, &over)
 				assert.False(t, over.Ended, "a budget that returns leaves the run going")
@@ -332,7 +332,7 @@ func TestBudgetThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	b := setupBouncer(t, false, slog.New(slog.DiscardHandler)) // (its warning that nothing LISTENs is expected)
 	eng := b.bounced
-	turn, _, err := eng.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+	turn, _, err := eng.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetReturn}}})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, eng.Engine, b.conv, nil)
@@ -347,7 +347,7 @@ func TestBudgetThroughPgBouncer(t *testing.T) {
 		require.NoError(t, run.Spend(b.ctx, "tokens", 5))
 	}
 	_, err = run.Reserve(b.ctx, "tokens", 30)
-	require.ErrorIs(t, err, tasks.ErrBudgetExhausted)
+	require.ErrorIs(t, err, arbortype.ErrBudgetExhausted)
 	got := b.budgetOf(t, turn.ID, "tokens")
 	require.Equal(t, [2]int64{75, 0}, [2]int64{got.Spent, got.Reserved})
 	require.NoError(t, run.Complete(b.ctx, nil))

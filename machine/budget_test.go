@@ -30,7 +30,7 @@ func (b *bundle) budgetOf(t *testing.T, scope int64, counter string) arbortype.B
 func TestBudgetReadsOne(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 		Budgets:             []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}},
 		ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 1000, OnExhausted: arbortype.BudgetPark}}})
 	require.NoError(t, err)
@@ -55,7 +55,7 @@ func TestBudgetReadsOne(t *testing.T) {
 		{b.conv + "-none", 0, "tokens", "no such conversation"},
 	} {
 		_, err := b.engine.Budget(b.ctx, c.conv, c.task, c.counter)
-		require.ErrorIs(t, err, tasks.ErrNotFound, "%+v", c)
+		require.ErrorIs(t, err, arbortype.ErrNotFound, "%+v", c)
 		require.ErrorContains(t, err, c.says)
 	}
 }
@@ -77,7 +77,7 @@ func (b *bundle) budgetRows(t *testing.T) string {
 func TestSiblingsNeverOverspend(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 		Budgets:             []arbortype.BudgetLimit{{Counter: "tokens", Max: 1000, OnExhausted: arbortype.BudgetReturn}},
 		ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: arbortype.Unlimited}}})
 	require.NoError(t, err)
@@ -162,7 +162,7 @@ func TestSiblingsNeverOverspend(t *testing.T) {
 func TestCrashBetweenReserveAndRecord(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 1000}}})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
@@ -190,10 +190,10 @@ func TestCrashBetweenReserveAndRecord(t *testing.T) {
 	got := b.budgetOf(t, task.ID, "tokens")
 	require.Equal(t, int64(100), got.Spent, "the crashed run's reservation, spent in full")
 	require.Equal(t, int64(50), got.Reserved)
-	require.ErrorIs(t, first.Record(b.ctx, lost, 10), tasks.ErrNotRunning, "spent in full already: not counted again")
+	require.ErrorIs(t, first.Record(b.ctx, lost, 10), arbortype.ErrNotRunning, "spent in full already: not counted again")
 	require.NoError(t, second.Record(b.ctx, res, 20))
 	require.NoError(t, second.Record(b.ctx, res, 20), "a repeated record is one record")
-	require.ErrorIs(t, second.Record(b.ctx, res, 30), tasks.ErrInvalidArgument)
+	require.ErrorIs(t, second.Record(b.ctx, res, 30), arbortype.ErrInvalidArgument)
 	got = b.budgetOf(t, task.ID, "tokens")
 	require.Equal(t, int64(120), got.Spent)
 	require.Zero(t, got.Reserved)
@@ -258,7 +258,7 @@ func budgetHandlers(limit arbortype.BudgetLimit, agentRan chan<- error) map[stri
 func TestReleaseReservationGivesBackTheHold(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}}})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
@@ -288,10 +288,10 @@ func TestBudgetFailAbortsTheSubtree(t *testing.T) {
 	b := setup(t)
 	ran := make(chan error, 4)
 	fastRunner(t, b, budgetHandlers(arbortype.BudgetLimit{Counter: "tokens", Max: 100}, ran), nil)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn", MaxRetries: 3})
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn", MaxRetries: 3})
 	require.NoError(t, err)
 	err = <-ran
-	require.ErrorIs(t, err, tasks.ErrBudgetExhausted)
+	require.ErrorIs(t, err, arbortype.ErrBudgetExhausted)
 	var over *arbortype.BudgetExhaustedError
 	require.ErrorAs(t, err, &over)
 	require.True(t, over.Ended)
@@ -318,7 +318,7 @@ func TestBudgetParkThenRaise(t *testing.T) {
 	b := setup(t)
 	ran := make(chan error, 4)
 	fastRunner(t, b, budgetHandlers(arbortype.BudgetLimit{Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetPark}, ran), nil)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	err = <-ran
 	var over *arbortype.BudgetExhaustedError
@@ -343,7 +343,7 @@ func TestBudgetParkThenRaise(t *testing.T) {
 	// 24's audit woke the agent with it, its budget unraised).
 	before := b.get(t, agent)
 	_, _, err = b.engine.EmitToken(b.ctx, parkToken, []byte(`{"approved": true}`))
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 	require.Equal(t, before, b.get(t, agent), "nothing written")
 
 	_, err = b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, TaskID: agent, Counter: "tokens", Max: 500, OnExhausted: arbortype.BudgetPark})
@@ -375,7 +375,7 @@ func TestWallTimeBudgetFailsTheTask(t *testing.T) {
 			return run.AwaitEvent(ctx, machine.AwaitParams{Name: "never"})
 		},
 	}, nil)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	<-started
 	_, err = b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, TaskID: turn.ID, Counter: arbortype.CounterWallTime, Max: 1})
@@ -392,7 +392,7 @@ func TestWallTimeBudgetFailsTheTask(t *testing.T) {
 func TestBudgetSetLateCountsEarlierSpend(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 		ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tool_calls", Max: arbortype.Unlimited}}})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
@@ -407,7 +407,7 @@ func TestBudgetSetLateCountsEarlierSpend(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(3), b.budgetOf(t, task.ID, "tool_calls").Spent)
 	require.NoError(t, run.Spend(b.ctx, "tool_calls", 1))
-	require.ErrorIs(t, run.Spend(b.ctx, "tool_calls", 1), tasks.ErrBudgetExhausted)
+	require.ErrorIs(t, run.Spend(b.ctx, "tool_calls", 1), arbortype.ErrBudgetExhausted)
 	require.Equal(t, int64(4), b.budgetOf(t, 0, "tool_calls").Spent)
 	b.requireClean(t)
 }
@@ -417,10 +417,10 @@ func TestBudgetBadInputWritesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	other := b.conv + "-other"
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetReturn}}})
 	require.NoError(t, err)
-	foreign, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: other, Kind: "turn"})
+	foreign, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: other, Kind: "turn"})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
 	require.NoError(t, err)
@@ -434,32 +434,32 @@ func TestBudgetBadInputWritesNothing(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"negative reserve", second(run.Reserve(b.ctx, "tokens", -1)), tasks.ErrInvalidArgument},
-		{"negative spend", run.Spend(b.ctx, "tokens", -5), tasks.ErrInvalidArgument},
-		{"unknown counter", second(run.Reserve(b.ctx, "tokenz", 1)), tasks.ErrUnknownCounter},
-		{"malformed counter", second(run.Reserve(b.ctx, "Tokens; DROP", 1)), tasks.ErrInvalidArgument},
-		{"wall time reserved", second(run.Reserve(b.ctx, arbortype.CounterWallTime, 1)), tasks.ErrInvalidArgument},
-		{"too large", second(run.Reserve(b.ctx, "tokens", 1<<60)), tasks.ErrInvalidArgument},
-		{"over the budget", second(run.Reserve(b.ctx, "tokens", 101)), tasks.ErrBudgetExhausted},
-		{"record a forged reservation", run.Record(b.ctx, arbortype.Reservation{ID: 999999, TaskID: task.ID}, 1), tasks.ErrNotFound},
-		{"record another task's", run.Record(b.ctx, arbortype.Reservation{ID: 1, TaskID: foreign.ID}, 1), tasks.ErrInvalidArgument},
-		{"set: unknown conversation", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: "nope", Counter: "tokens", Max: 1})), tasks.ErrNotFound},
-		{"set: unknown task", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, TaskID: 1 << 40, Counter: "tokens", Max: 1})), tasks.ErrNotFound},
-		{"set: foreign task", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, TaskID: foreign.ID, Counter: "tokens", Max: 1})), tasks.ErrForeignTask},
-		{"set: negative max", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, Counter: "tokens", Max: -1})), tasks.ErrInvalidArgument},
-		{"set: bad action", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, Counter: "tokens", Max: 1, OnExhausted: "explode"})), tasks.ErrInvalidArgument},
+		{"negative reserve", second(run.Reserve(b.ctx, "tokens", -1)), arbortype.ErrInvalidArgument},
+		{"negative spend", run.Spend(b.ctx, "tokens", -5), arbortype.ErrInvalidArgument},
+		{"unknown counter", second(run.Reserve(b.ctx, "tokenz", 1)), arbortype.ErrUnknownCounter},
+		{"malformed counter", second(run.Reserve(b.ctx, "Tokens; DROP", 1)), arbortype.ErrInvalidArgument},
+		{"wall time reserved", second(run.Reserve(b.ctx, arbortype.CounterWallTime, 1)), arbortype.ErrInvalidArgument},
+		{"too large", second(run.Reserve(b.ctx, "tokens", 1<<60)), arbortype.ErrInvalidArgument},
+		{"over the budget", second(run.Reserve(b.ctx, "tokens", 101)), arbortype.ErrBudgetExhausted},
+		{"record a forged reservation", run.Record(b.ctx, arbortype.Reservation{ID: 999999, TaskID: task.ID}, 1), arbortype.ErrNotFound},
+		{"record another task's", run.Record(b.ctx, arbortype.Reservation{ID: 1, TaskID: foreign.ID}, 1), arbortype.ErrInvalidArgument},
+		{"set: unknown conversation", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: "nope", Counter: "tokens", Max: 1})), arbortype.ErrNotFound},
+		{"set: unknown task", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, TaskID: 1 << 40, Counter: "tokens", Max: 1})), arbortype.ErrNotFound},
+		{"set: foreign task", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, TaskID: foreign.ID, Counter: "tokens", Max: 1})), arbortype.ErrForeignTask},
+		{"set: negative max", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, Counter: "tokens", Max: -1})), arbortype.ErrInvalidArgument},
+		{"set: bad action", second(b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, Counter: "tokens", Max: 1, OnExhausted: "explode"})), arbortype.ErrInvalidArgument},
 		{"create: bad budget", func() error {
-			_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+			_, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 				Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: -3}}})
 			return err
-		}(), tasks.ErrInvalidArgument},
+		}(), arbortype.ErrInvalidArgument},
 	} {
 		require.ErrorIs(t, c.err, c.want, c.what)
 	}
 	require.Equal(t, before, b.budgetRows(t), "nothing written")
 	require.NoError(t, run.Complete(b.ctx, nil))
 	_, err = b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: b.conv, TaskID: task.ID, Counter: "tokens", Max: 1})
-	require.ErrorIs(t, err, tasks.ErrSettled)
+	require.ErrorIs(t, err, arbortype.ErrSettled)
 	b.requireClean(t)
 }
 
@@ -473,7 +473,7 @@ func TestPruneKeepsTheSessionSpend(t *testing.T) {
 	b := setup(t)
 	var turns []int64
 	for i := range 3 {
-		turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+		turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 			ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 1000}},
 			Budgets:             []arbortype.BudgetLimit{{Counter: "tokens", Max: 500}}})
 		require.NoError(t, err)
@@ -491,7 +491,7 @@ func TestPruneKeepsTheSessionSpend(t *testing.T) {
 		turns = append(turns, turn.ID)
 	}
 	// The conversation is in use: a fourth turn waits its turn.
-	_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	_, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	before := b.budgetOf(t, 0, "tokens")
 	require.Equal(t, int64(650), before.Spent)
@@ -522,7 +522,7 @@ func TestBudgetRaiseRacingThePark(t *testing.T) {
 	b := setup(t)
 	for round := range 20 {
 		conv := fmt.Sprintf("%s-%d", b.conv, round)
-		task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn",
+		task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn",
 			ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetPark}}})
 		require.NoError(t, err)
 		lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, conv, nil)
@@ -548,7 +548,7 @@ func TestBudgetRaiseRacingThePark(t *testing.T) {
 			require.Equal(t, arbortype.StatusRunning, got.Status, "round %d: reserved after the raise", round)
 			require.NoError(t, run.Complete(b.ctx, nil))
 		} else {
-			require.ErrorIs(t, reserveErr, tasks.ErrBudgetExhausted, "round %d", round)
+			require.ErrorIs(t, reserveErr, arbortype.ErrBudgetExhausted, "round %d", round)
 			require.Equal(t, arbortype.StatusPending, got.Status, "round %d: parked before the raise, and woken by it", round)
 			require.NotNil(t, got.Delivered, "round %d", round)
 			require.Equal(t, arbortype.BudgetEvent, got.Delivered.Name)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // completer is a runner's batching sink: the spawns and ending writes of
@@ -136,7 +136,7 @@ func (c *completer) apply(ctx context.Context, run *Run, o core.Outcome) core.Ou
 		<-q.res // every queued outcome gets its result, once
 		c.r.queuedLateEnd(run.token)
 	}()
-	return core.OutcomeResult{Err: fmt.Errorf("%v, while its write was being committed: %w", stopped, tasks.ErrAmbiguous)}
+	return core.OutcomeResult{Err: fmt.Errorf("%v, while its write was being committed: %w", stopped, arbortype.ErrAmbiguous)}
 }
 
 // enqueue queues q and starts a batch lane's flush if fewer than Flushers
@@ -224,7 +224,7 @@ func (c *completer) requeue(qs []*queued) {
 				// The run's write is not made; the release (or the next
 				// holder) recovers its task.
 				q.res <- core.OutcomeResult{Err: fmt.Errorf("task %d: its conversation stayed locked by another transaction while the runner stopped: %w",
-					q.o.TaskID, tasks.ErrUnavailable)}
+					q.o.TaskID, arbortype.ErrUnavailable)}
 				return
 			}
 			c.mu.Lock()
@@ -417,9 +417,9 @@ func (c *completer) flush(batch []*queued, express bool) {
 		}
 		r.claimMu.RUnlock()
 		switch {
-		case errors.Is(err, tasks.ErrAmbiguous) && xact == 0:
+		case errors.Is(err, arbortype.ErrAmbiguous) && xact == 0:
 			continue // it locked nothing, so it wrote nothing: as if never tried
-		case errors.Is(err, tasks.ErrAmbiguous) && xact != 0:
+		case errors.Is(err, arbortype.ErrAmbiguous) && xact != 0:
 			if c.resolve(ctx, batch, xact) {
 				continue // rolled back: as if never tried
 			}
@@ -550,11 +550,11 @@ func (c *completer) resolve(ctx context.Context, batch []*queued, xact int64) (a
 func resolveXact(ctx context.Context, r *Runner, xact int64) (bool, error) {
 	for try := 0; ; try++ {
 		committed, err := core.XactCommitted(ctx, r.core, xact)
-		if err == nil || errors.Is(err, tasks.ErrAmbiguous) {
+		if err == nil || errors.Is(err, arbortype.ErrAmbiguous) {
 			return committed, err
 		}
 		if !sleepCtx(ctx, faultWait(try)) {
-			return false, errors.Join(tasks.ErrAmbiguous, err)
+			return false, errors.Join(arbortype.ErrAmbiguous, err)
 		}
 	}
 }

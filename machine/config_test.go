@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/machine"
@@ -43,15 +44,15 @@ func TestNewRunnerRefusesBadConfig(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r, err := machine.NewRunner(eng.Engine, handlers, &c.cfg)
-			require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+			require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 			require.ErrorContains(t, err, c.want)
 			require.Nil(t, r)
 		})
 	}
 	_, err := machine.NewRunner(nil, handlers, nil)
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument, "a nil engine")
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument, "a nil engine")
 	_, err = machine.NewRunner(eng.Engine, nil, nil)
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument, "no handlers")
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument, "no handlers")
 	r, err := machine.NewRunner(eng.Engine, handlers, &machine.RunnerConfig{NodeID: "node-é-1"})
 	require.NoError(t, err, "a node id of valid UTF-8 text is taken")
 	require.NotNil(t, r)

@@ -17,7 +17,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // child is a runner in a process of its own: this test binary re-executed.
@@ -159,7 +158,7 @@ func TestCrashRecovery(t *testing.T) {
 		conv := fmt.Sprintf("%s-%d", b.conv, i)
 		convs = append(convs, conv)
 		in, _ := json.Marshal(workInput{Steps: 4, StepMS: 1500, Once: true, Slow: true})
-		_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "root", Input: in})
+		_, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "root", Input: in})
 		require.NoError(t, err)
 	}
 	a := startChild(t, b, "node-a")
@@ -252,7 +251,7 @@ func runnersNeverOverlap(t *testing.T, nodes []string) {
 	const conversations = 200
 	in, _ := json.Marshal(workInput{Steps: 2, StepMS: 20})
 	for i := range conversations {
-		_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("%s-%03d", b.conv, i), Kind: "root", Input: in})
+		_, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: fmt.Sprintf("%s-%03d", b.conv, i), Kind: "root", Input: in})
 		require.NoError(t, err)
 	}
 	var children []*child
@@ -301,7 +300,7 @@ func TestAbortFromAnotherProcess(t *testing.T) {
 	startChild(t, b, "node-a")
 	var latencies []time.Duration
 	for i := range 5 {
-		task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("%s-%d", b.conv, i), Kind: "block"})
+		task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: fmt.Sprintf("%s-%d", b.conv, i), Kind: "block"})
 		require.NoError(t, err)
 		waitUntil(t, "the handler to start", func() bool {
 			return b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log WHERE task_id = $1`, task.ID) == 1

@@ -65,7 +65,7 @@ func TestEndingWritesAreNotReportedStopped(t *testing.T) {
 			defer wg.Done()
 			conv := fmt.Sprintf("%s-%d", b.conv, w)
 			for range rounds {
-				turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+				turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 				require.NoError(t, err)
 				select {
 				case <-ch(conv):
@@ -118,7 +118,7 @@ func TestRunAddressesItsTaskWhateverTheHandlerDoesToTask(t *testing.T) {
 			return err
 		},
 	}, nil)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	for range 3 {
 		require.NoError(t, <-errs)
@@ -140,7 +140,7 @@ func TestRunAddressesItsTaskWhateverTheHandlerDoesToTask(t *testing.T) {
 func TestUncommittedCompleteTxIsCaughtWhateverTheHandlerDoesToTask(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
 	require.NoError(t, err)
@@ -160,7 +160,7 @@ func TestUncommittedCompleteTxIsCaughtWhateverTheHandlerDoesToTask(t *testing.T)
 	require.Equal(t, machine.OutcomeFailed, rep.Outcome.Kind)
 	got := b.get(t, turn.ID)
 	require.Equal(t, arbortype.StatusFailed, got.Status)
-	require.Equal(t, machine.CodeEndingNotCommitted, got.Error.Code)
+	require.Equal(t, arbortype.CodeEndingNotCommitted, got.Error.Code)
 	b.requireClean(t)
 }
 
@@ -177,7 +177,7 @@ func TestAwaitOfArborsOwnEventIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, runs, 1)
 	err = runs[0].AwaitEvent(b.ctx, machine.AwaitParams{Name: arbortype.BudgetEvent})
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 	require.Equal(t, arbortype.StatusRunning, b.status(t, runs[0].Task.ID), "nothing written")
 	require.NoError(t, runs[0].Complete(b.ctx, nil))
 	b.requireClean(t)
@@ -186,7 +186,7 @@ func TestAwaitOfArborsOwnEventIsRefused(t *testing.T) {
 // mustConversation creates the bundle's conversation with one turn.
 func mustConversation(t *testing.T, b *bundle) string {
 	t.Helper()
-	_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	_, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	return b.conv
 }

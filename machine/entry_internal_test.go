@@ -11,7 +11,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // TestAbortedBeforeEntryIsNeverEntered: a run's claim commits, its task is
@@ -44,7 +43,7 @@ func TestAbortedBeforeEntryIsNeverEntered(t *testing.T) {
 			r.claimMu.Unlock()
 		}
 	}()
-	tool, _, err := ir.eng.Create(ctx, tasks.CreateParams{ConversationID: ir.conv, Kind: "tool"})
+	tool, _, err := ir.eng.Create(ctx, arbortype.CreateParams{ConversationID: ir.conv, Kind: "tool"})
 	require.NoError(t, err)
 	var claimed []arbortype.Task
 	_, err = core.Tx(ctx, r.core, func(tx pgx.Tx) (struct{}, error) {
@@ -93,7 +92,7 @@ func TestAbortReachesARunningHandlerWithinAPoll(t *testing.T) {
 		},
 	}
 	ir := startInternalRunner(t, handlers, func(c *RunnerConfig) { c.PollInterval = 200 * time.Millisecond })
-	turn, _, err := ir.eng.Create(ctx, tasks.CreateParams{ConversationID: ir.conv, Kind: "turn"})
+	turn, _, err := ir.eng.Create(ctx, arbortype.CreateParams{ConversationID: ir.conv, Kind: "turn"})
 	require.NoError(t, err)
 	<-entered
 	_, err = ir.eng.Abort(ctx, turn.ID)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // TestWaitingRunOfAnAbortedTaskIsNeverEntered: a turn waits on a tool and
@@ -50,7 +49,7 @@ func TestWaitingRunOfAnAbortedTaskIsNeverEntered(t *testing.T) {
 		},
 		"tool": func(ctx context.Context, run *machine.Run) error { return run.Complete(ctx, nil) },
 	}, nil)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	<-waited
 	first := b.get(t, turn.ID).Token

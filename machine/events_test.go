@@ -50,7 +50,7 @@ func TestEventsAreNeverLost(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		got := make(chan delivery, 1)
-		task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "approval"})
+		task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "approval"})
 		require.NoError(t, err)
 		_, created, err := b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, Name: "approve", Payload: json.RawMessage(`{"ok": true}`)})
 		require.NoError(t, err)
@@ -69,7 +69,7 @@ func TestEventsAreNeverLost(t *testing.T) {
 		b := setup(t)
 		got := make(chan delivery, 1)
 		fastRunner(t, b, awaitHandlers(time.Hour, nil, got), nil)
-		task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "approval"})
+		task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "approval"})
 		require.NoError(t, err)
 		waitUntil(t, "the await to park", func() bool {
 			p, err := b.engine.PendingEvents(b.ctx, b.conv)
@@ -99,7 +99,7 @@ func TestEventsAreNeverLost(t *testing.T) {
 		for i := range n {
 			conv := fmt.Sprintf("%s-%02d", b.conv, i)
 			convs = append(convs, conv)
-			_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "approval"})
+			_, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "approval"})
 			require.NoError(t, err)
 		}
 		// Each emit goes out the moment its handler is about to park: the
@@ -134,7 +134,7 @@ func TestAwaitTimesOut(t *testing.T) {
 	b := setup(t)
 	got := make(chan delivery, 1)
 	fastRunner(t, b, awaitHandlers(50*time.Millisecond, nil, got), nil)
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "approval"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "approval"})
 	require.NoError(t, err)
 	d := <-got
 	require.Equal(t, task.ID, d.task)
@@ -173,11 +173,11 @@ func TestEmitPolicies(t *testing.T) {
 		},
 	}, nil)
 	first, created, err := b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv + "-x", Name: "decision", Payload: json.RawMessage(`1`)})
-	require.ErrorIs(t, err, tasks.ErrNotFound, "no such conversation")
+	require.ErrorIs(t, err, arbortype.ErrNotFound, "no such conversation")
 	require.False(t, created)
 	require.Zero(t, first.ID)
 
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "listener"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "listener"})
 	require.NoError(t, err)
 	first, created, err = b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, Name: "decision", Payload: json.RawMessage(`1`)})
 	require.NoError(t, err)
@@ -214,7 +214,7 @@ func TestFirstWinsAnswersEachAwait(t *testing.T) {
 		t.Run(fmt.Sprintf("to the task %t", toTask), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "refund"})
+			task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "refund"})
 			require.NoError(t, err)
 			lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
 			require.NoError(t, err)
@@ -297,7 +297,7 @@ func TestApprovalTokens(t *testing.T) {
 		return run.Wait(ctx, machine.WaitParams{ChildIDs: []int64{a.ID}, Policy: arbortype.AllSettled, Phase: "after"})
 	}
 	fastRunner(t, b, handlers, nil)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	var pending []arbortype.PendingEvent
 	waitUntil(t, "the approval to be pending", func() bool {
@@ -311,7 +311,7 @@ func TestApprovalTokens(t *testing.T) {
 	require.Nil(t, pending[0].Timeout)
 
 	_, _, err = b.engine.EmitToken(b.ctx, "awt_forged", nil)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	for i := range 3 { // a double click, a retry
 		_, created, err := b.engine.EmitToken(b.ctx, pending[0].Token, json.RawMessage(`{"approved": true}`))
 		require.NoError(t, err)
@@ -334,7 +334,7 @@ func TestAbortedAwaitLeavesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	fastRunner(t, b, awaitHandlers(time.Hour, nil, make(chan delivery, 1)), nil)
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "approval"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "approval"})
 	require.NoError(t, err)
 	waitUntil(t, "the await to park", func() bool { return b.status(t, task.ID) == arbortype.StatusSleeping })
 	_, err = b.engine.Abort(b.ctx, task.ID, tasks.WithReason("the user left"))
@@ -342,13 +342,13 @@ func TestAbortedAwaitLeavesNothing(t *testing.T) {
 	got := b.get(t, task.ID)
 	require.Equal(t, arbortype.StatusAborted, got.Status)
 	require.NotNil(t, got.Error)
-	require.Equal(t, tasks.CodeAborted, got.Error.Code)
+	require.Equal(t, arbortype.CodeAborted, got.Error.Code)
 	require.Equal(t, "the user left", got.Error.Message)
 	pending, err := b.engine.PendingEvents(b.ctx, b.conv)
 	require.NoError(t, err)
 	require.Empty(t, pending)
 	_, _, err = b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, TaskID: task.ID, Name: "approve"})
-	require.ErrorIs(t, err, tasks.ErrSettled, "an emit to a settled task")
+	require.ErrorIs(t, err, arbortype.ErrSettled, "an emit to a settled task")
 	b.requireClean(t) // no wake job left for the sleep that is over
 }
 
@@ -357,9 +357,9 @@ func TestAbortedAwaitLeavesNothing(t *testing.T) {
 func TestEventsBadInput(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "approval"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "approval"})
 	require.NoError(t, err)
-	other, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv + "-other", Kind: "approval"})
+	other, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv + "-other", Kind: "approval"})
 	require.NoError(t, err)
 	before := snapshot(t, b)
 	big := json.RawMessage(`"` + strings.Repeat("x", 70<<10) + `"`)
@@ -367,38 +367,38 @@ func TestEventsBadInput(t *testing.T) {
 		p    tasks.EmitParams
 		want error
 	}{
-		"no name":          {tasks.EmitParams{ConversationID: b.conv}, tasks.ErrInvalidArgument},
-		"no conversation":  {tasks.EmitParams{Name: "x"}, tasks.ErrInvalidArgument},
-		"unknown conv":     {tasks.EmitParams{ConversationID: b.conv + "-nope", Name: "x"}, tasks.ErrNotFound},
-		"unknown task":     {tasks.EmitParams{ConversationID: b.conv, TaskID: 1 << 40, Name: "x"}, tasks.ErrNotFound},
-		"foreign task":     {tasks.EmitParams{ConversationID: b.conv, TaskID: other.ID, Name: "x"}, tasks.ErrForeignTask},
-		"negative task":    {tasks.EmitParams{ConversationID: b.conv, TaskID: -1, Name: "x"}, tasks.ErrInvalidArgument},
-		"payload too big":  {tasks.EmitParams{ConversationID: b.conv, Name: "x", Payload: big}, tasks.ErrPayloadTooLarge},
-		"malformed JSON":   {tasks.EmitParams{ConversationID: b.conv, Name: "x", Payload: json.RawMessage(`{`)}, tasks.ErrInvalidJSON},
-		"reserved key":     {tasks.EmitParams{ConversationID: b.conv, Name: "x", IdempotencyKey: "arbor:k"}, tasks.ErrInvalidArgument},
-		"name too long":    {tasks.EmitParams{ConversationID: b.conv, Name: strings.Repeat("n", 201)}, tasks.ErrInvalidArgument},
-		"task of the conv": {tasks.EmitParams{ConversationID: b.conv + "-other", TaskID: task.ID, Name: "x"}, tasks.ErrForeignTask},
+		"no name":          {tasks.EmitParams{ConversationID: b.conv}, arbortype.ErrInvalidArgument},
+		"no conversation":  {tasks.EmitParams{Name: "x"}, arbortype.ErrInvalidArgument},
+		"unknown conv":     {tasks.EmitParams{ConversationID: b.conv + "-nope", Name: "x"}, arbortype.ErrNotFound},
+		"unknown task":     {tasks.EmitParams{ConversationID: b.conv, TaskID: 1 << 40, Name: "x"}, arbortype.ErrNotFound},
+		"foreign task":     {tasks.EmitParams{ConversationID: b.conv, TaskID: other.ID, Name: "x"}, arbortype.ErrForeignTask},
+		"negative task":    {tasks.EmitParams{ConversationID: b.conv, TaskID: -1, Name: "x"}, arbortype.ErrInvalidArgument},
+		"payload too big":  {tasks.EmitParams{ConversationID: b.conv, Name: "x", Payload: big}, arbortype.ErrPayloadTooLarge},
+		"malformed JSON":   {tasks.EmitParams{ConversationID: b.conv, Name: "x", Payload: json.RawMessage(`{`)}, arbortype.ErrInvalidJSON},
+		"reserved key":     {tasks.EmitParams{ConversationID: b.conv, Name: "x", IdempotencyKey: "arbor:k"}, arbortype.ErrInvalidArgument},
+		"name too long":    {tasks.EmitParams{ConversationID: b.conv, Name: strings.Repeat("n", 201)}, arbortype.ErrInvalidArgument},
+		"task of the conv": {tasks.EmitParams{ConversationID: b.conv + "-other", TaskID: task.ID, Name: "x"}, arbortype.ErrForeignTask},
 	} {
 		_, _, err := b.engine.Emit(b.ctx, tc.p)
 		require.ErrorIs(t, err, tc.want, name)
 	}
 	_, err = b.engine.PendingEvents(b.ctx, b.conv+"-nope")
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	_, _, err = b.engine.EmitToken(b.ctx, "", nil)
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 	_, err = b.engine.AwaitSettled(b.ctx, 1<<40)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	// The log of an unknown conversation is ErrNotFound too, also to a
 	// follower, which would otherwise wait for ever: Follow returns it
 	// before its context ends.
 	_, err = b.engine.ReadLog(b.ctx, b.conv+"-nope", 0, 10)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	_, err = b.engine.LogHead(b.ctx, b.conv+"-nope")
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	followCtx, cancelFollow := context.WithCancel(b.ctx)
 	defer cancelFollow()
 	err = b.engine.Follow(followCtx, b.conv+"-nope", 0, func(arbortype.LogEntry) error { return nil })
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	require.NoError(t, followCtx.Err(), "Follow returned on its own")
 	head, err := b.engine.LogHead(b.ctx, b.conv)
 	require.NoError(t, err)
@@ -406,11 +406,11 @@ func TestEventsBadInput(t *testing.T) {
 	require.NoError(t, err, "a known conversation's log read past its end is empty, not unknown")
 	require.Empty(t, entries)
 	_, err = b.engine.ReadLog(b.ctx, b.conv, -1, 10)
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 	_, err = b.engine.ReadLog(b.ctx, b.conv, 0, 0)
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 	_, err = b.engine.Abort(b.ctx, task.ID, tasks.WithReason(strings.Repeat("r", 201)))
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 	require.Equal(t, before, snapshot(t, b), "nothing written")
 	_, err = b.engine.AbortConversation(b.ctx, b.conv)
 	require.NoError(t, err)

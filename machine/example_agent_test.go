@@ -38,7 +38,7 @@ func ExampleRun_AwaitEvent() {
 	})
 	defer stop()
 
-	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-20", Kind: "refund"})
+	turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-20", Kind: "refund"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func ExampleRun_Progress() {
 	})
 	defer stop()
 
-	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-21", Kind: "answer"})
+	turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-21", Kind: "answer"})
 	if err != nil {
 		log.Fatal(err)
 	}

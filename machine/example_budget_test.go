@@ -31,7 +31,7 @@ func ExampleRun_Reserve() {
 			}
 			for ; calls < 3; calls++ {
 				res, err := run.Reserve(ctx, "tokens", 400) // the call's most
-				if errors.Is(err, tasks.ErrBudgetExhausted) {
+				if errors.Is(err, arbortype.ErrBudgetExhausted) {
 					return err // parked: the handler runs again when a budget is raised
 				}
 				if err != nil {
@@ -54,7 +54,7 @@ func ExampleRun_Reserve() {
 	})
 	defer stop()
 
-	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-30", Kind: "turn",
+	turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-30", Kind: "turn",
 		ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 1000, OnExhausted: arbortype.BudgetPark}}})
 	if err != nil {
 		log.Fatal(err)

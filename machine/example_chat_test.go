@@ -47,10 +47,10 @@ func postMessage(engine *tasks.Engine) http.HandlerFunc {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		turn, _, err := engine.Create(r.Context(), tasks.CreateParams{ConversationID: r.PathValue("id"), Kind: "turn",
+		turn, _, err := engine.Create(r.Context(), arbortype.CreateParams{ConversationID: r.PathValue("id"), Kind: "turn",
 			Input: body, IdempotencyKey: r.Header.Get("Idempotency-Key")})
 		switch {
-		case errors.Is(err, tasks.ErrInvalidJSON), errors.Is(err, tasks.ErrInvalidArgument), errors.Is(err, tasks.ErrPayloadTooLarge):
+		case errors.Is(err, arbortype.ErrInvalidJSON), errors.Is(err, arbortype.ErrInvalidArgument), errors.Is(err, arbortype.ErrPayloadTooLarge):
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		case err != nil:
@@ -154,7 +154,7 @@ func streamEvents(engine *tasks.Engine) http.HandlerFunc {
 			return rc.Flush()
 		})
 		switch {
-		case errors.Is(err, tasks.ErrNotFound) && !started:
+		case errors.Is(err, arbortype.ErrNotFound) && !started:
 			http.Error(w, "no such chat", http.StatusNotFound)
 		case err != nil && r.Context().Err() == nil:
 			log.Printf("stream %s: %v", r.PathValue("id"), err)
@@ -223,7 +223,7 @@ func ExampleRun_Progress_serverSentEvents() {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-41", Kind: "turn"})
+	turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-41", Kind: "turn"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func ExampleRunner_regenerate() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", Input: input})
+		turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn", Input: input})
 		if err != nil {
 			log.Fatal(err)
 		}

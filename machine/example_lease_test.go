@@ -9,7 +9,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // Code that runs tasks itself, without a Runner, holds the conversation's
@@ -21,7 +20,7 @@ func ExampleAcquireLease() {
 	engine, done := exampleEngine(ctx, "arbor_example_lease")
 	defer done()
 
-	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-10", Kind: "turn"})
+	turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-10", Kind: "turn"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -44,7 +43,7 @@ func ExampleAcquireLease() {
 	var second *machine.Lease
 	for second == nil {
 		second, err = machine.AcquireLease(ctx, engine, "chat-10", &machine.LeaseConfig{Holder: "worker-2", Duration: time.Minute})
-		if err != nil && !errors.Is(err, tasks.ErrLeaseHeld) {
+		if err != nil && !errors.Is(err, arbortype.ErrLeaseHeld) {
 			log.Fatal(err)
 		}
 		if err != nil {
@@ -55,7 +54,7 @@ func ExampleAcquireLease() {
 	// worker-2 holds it now, for a minute unless it renews: while its lease
 	// lasts, nobody else can take the conversation.
 	_, err = machine.AcquireLease(ctx, engine, "chat-10", &machine.LeaseConfig{Holder: "worker-3"})
-	fmt.Println(errors.Is(err, tasks.ErrLeaseHeld))
+	fmt.Println(errors.Is(err, arbortype.ErrLeaseHeld))
 
 	runs, err := second.Claim(ctx, 10)
 	if err != nil {
@@ -64,7 +63,7 @@ func ExampleAcquireLease() {
 	again := runs[0]
 	fmt.Println("attempt", again.Task.Attempt, "from phase", again.Task.Phase)
 	// The dead worker's run is fenced off: its writes are refused.
-	fmt.Println(errors.Is(run.Complete(ctx, nil), tasks.ErrLeaseLost))
+	fmt.Println(errors.Is(run.Complete(ctx, nil), arbortype.ErrLeaseLost))
 	if err := again.Complete(ctx, []byte(`"done"`)); err != nil {
 		log.Fatal(err)
 	}
@@ -93,7 +92,7 @@ func ExampleLease_Work() {
 	engine, done := exampleEngine(ctx, "arbor_example_lease_work")
 	defer done()
 
-	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-11", Kind: "turn"})
+	turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-11", Kind: "turn"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func ExampleRunner() {
 	})
 	defer stop()
 
-	if _, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-7", Kind: "turn"}); err != nil {
+	if _, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-7", Kind: "turn"}); err != nil {
 		log.Fatal(err)
 	}
 	t, err := engine.Get(ctx, <-answered)
@@ -162,7 +162,7 @@ func ExampleRun_Wait() {
 	})
 	defer stop()
 
-	if _, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-8", Kind: "turn"}); err != nil {
+	if _, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-8", Kind: "turn"}); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(<-outcomes)
@@ -189,7 +189,7 @@ func ExampleRun_SleepUntil() {
 	})
 	defer stop()
 
-	if _, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-9", Kind: "weather"}); err != nil {
+	if _, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-9", Kind: "weather"}); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(<-phases)

@@ -11,7 +11,6 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/store"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // execute runs the handler and ends its run for it when it did not: nil
@@ -187,13 +186,13 @@ func (r *Runner) stillOurs(ctx context.Context, run *Run, try int) bool {
 // (the task is the next holder's, or this release's, to recover).
 func stopped(ctx context.Context) bool {
 	cause := context.Cause(ctx)
-	return cause != nil && (errors.Is(cause, ErrTaskStopped) || errors.Is(cause, ErrShutdown) || errors.Is(cause, tasks.ErrLeaseLost))
+	return cause != nil && (errors.Is(cause, ErrTaskStopped) || errors.Is(cause, ErrShutdown) || errors.Is(cause, arbortype.ErrLeaseLost))
 }
 
 // infrastructure reports whether err is arbor's own word that the database
 // could not be used, rather than the handler's failure.
 func infrastructure(err error) bool {
-	return errors.Is(err, tasks.ErrUnavailable) || errors.Is(err, tasks.ErrAmbiguous)
+	return errors.Is(err, arbortype.ErrUnavailable) || errors.Is(err, arbortype.ErrAmbiguous)
 }
 
 // faultWait is the pause before the try'th look at the database after a

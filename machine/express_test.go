@@ -11,7 +11,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // TestLoneEndingDoesNotWaitBehindABatch: with every batch lane of the
@@ -107,18 +106,18 @@ func TestLoneEndingDoesNotWaitBehindABatch(t *testing.T) {
 
 	// The lone outcome's conversation: a parent waiting on its child, the
 	// child's handler running.
-	parent, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: lone, Kind: "parent"})
+	parent, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: lone, Kind: "parent"})
 	require.NoError(t, err)
 	recv("the child to run", childUp)
 
 	// The tasks whose completes make the batches, and the spawner.
 	var heldIDs []int64
 	for _, c := range held {
-		task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: c, Kind: "held"})
+		task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: c, Kind: "held"})
 		require.NoError(t, err)
 		heldIDs = append(heldIDs, task.ID)
 	}
-	_, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: spawner, Kind: "spawner"})
+	_, _, err = b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: spawner, Kind: "spawner"})
 	require.NoError(t, err)
 	for range 3 {
 		recv("the held tasks and the spawner to run", started)

@@ -46,14 +46,14 @@ func setupFaults(t *testing.T, unavailable time.Duration) *faultBundle {
 func TestTransientFaultsAreRetried(t *testing.T) {
 	t.Parallel()
 	f := setupFaults(t, time.Minute)
-	turn, _, err := f.eng.Create(f.ctx, tasks.CreateParams{ConversationID: f.conv, Kind: "turn"})
+	turn, _, err := f.eng.Create(f.ctx, arbortype.CreateParams{ConversationID: f.conv, Kind: "turn"})
 	require.NoError(t, err)
 	for range 3 {
 		f.proxy.CutAll()
 		_, err := f.eng.Get(f.ctx, turn.ID)
 		require.NoError(t, err, "a read on a cut connection is retried")
 		f.proxy.CutAll()
-		_, _, err = f.eng.Create(f.ctx, tasks.CreateParams{ConversationID: f.conv, OwnerID: turn.ID, Kind: "tool"})
+		_, _, err = f.eng.Create(f.ctx, arbortype.CreateParams{ConversationID: f.conv, OwnerID: turn.ID, Kind: "tool"})
 		require.NoError(t, err, "a write on a cut connection is retried")
 	}
 
@@ -90,7 +90,7 @@ func mustChildren(t *testing.T, b *bundle, id int64) []arbortype.Task {
 func TestUnavailableDatabase(t *testing.T) {
 	t.Parallel()
 	f := setupFaults(t, 100*time.Millisecond)
-	turn, _, err := f.eng.Create(f.ctx, tasks.CreateParams{ConversationID: f.conv, Kind: "turn"})
+	turn, _, err := f.eng.Create(f.ctx, arbortype.CreateParams{ConversationID: f.conv, Kind: "turn"})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(f.ctx, f.eng, f.conv, &machine.LeaseConfig{Holder: "faulty"})
 	require.NoError(t, err)
@@ -101,7 +101,7 @@ func TestUnavailableDatabase(t *testing.T) {
 	f.proxy.Down()
 	ops := map[string]func() error{
 		"Create": func() error {
-			_, _, err := f.eng.Create(f.ctx, tasks.CreateParams{ConversationID: f.conv, Kind: "turn"})
+			_, _, err := f.eng.Create(f.ctx, arbortype.CreateParams{ConversationID: f.conv, Kind: "turn"})
 			return err
 		},
 		"Get":               func() error { _, err := f.eng.Get(f.ctx, turn.ID); return err },
@@ -136,7 +136,7 @@ func TestUnavailableDatabase(t *testing.T) {
 	}
 	for name, op := range ops {
 		err := op()
-		require.ErrorIs(t, err, tasks.ErrUnavailable, "%s: %v", name, err)
+		require.ErrorIs(t, err, arbortype.ErrUnavailable, "%s: %v", name, err)
 	}
 	f.proxy.Up()
 	require.Equal(t, before, snapshot(t, f.bundle), "nothing was written")
@@ -153,16 +153,16 @@ func TestUnavailableDatabase(t *testing.T) {
 func TestAmbiguousCommit(t *testing.T) {
 	t.Parallel()
 	f := setupFaults(t, time.Minute)
-	turn, _, err := f.eng.Create(f.ctx, tasks.CreateParams{ConversationID: f.conv, Kind: "turn"})
+	turn, _, err := f.eng.Create(f.ctx, arbortype.CreateParams{ConversationID: f.conv, Kind: "turn"})
 	require.NoError(t, err)
 
 	for _, fault := range []testdb.CommitFault{testdb.CutAfterCommit, testdb.CutBeforeCommit} {
 		f.proxy.OnNextCommit(fault)
 		key := map[testdb.CommitFault]string{testdb.CutAfterCommit: "landed", testdb.CutBeforeCommit: "lost"}[fault]
-		_, _, err := f.eng.Create(f.ctx, tasks.CreateParams{ConversationID: f.conv, OwnerID: turn.ID, Kind: "tool", IdempotencyKey: key})
-		require.ErrorIs(t, err, tasks.ErrAmbiguous)
+		_, _, err := f.eng.Create(f.ctx, arbortype.CreateParams{ConversationID: f.conv, OwnerID: turn.ID, Kind: "tool", IdempotencyKey: key})
+		require.ErrorIs(t, err, arbortype.ErrAmbiguous)
 		// The idempotency key makes the retry safe either way.
-		again, created, err := f.eng.Create(f.ctx, tasks.CreateParams{ConversationID: f.conv, OwnerID: turn.ID, Kind: "tool", IdempotencyKey: key})
+		again, created, err := f.eng.Create(f.ctx, arbortype.CreateParams{ConversationID: f.conv, OwnerID: turn.ID, Kind: "tool", IdempotencyKey: key})
 		require.NoError(t, err)
 		require.Equal(t, fault == testdb.CutBeforeCommit, created, "the first create committed iff its COMMIT reached the server")
 		require.Equal(t, key, again.IdempotencyKey)
@@ -173,7 +173,7 @@ func TestAmbiguousCommit(t *testing.T) {
 	lease, err := machine.AcquireLease(f.ctx, f.eng, f.conv, nil)
 	require.NoError(t, err)
 	for _, fault := range []testdb.CommitFault{testdb.CutAfterCommit, testdb.CutBeforeCommit} {
-		task, _, err := f.eng.Create(f.ctx, tasks.CreateParams{ConversationID: f.conv, OwnerID: turn.ID, Kind: "tool"})
+		task, _, err := f.eng.Create(f.ctx, arbortype.CreateParams{ConversationID: f.conv, OwnerID: turn.ID, Kind: "tool"})
 		require.NoError(t, err)
 		run, err := lease.Start(f.ctx, task.ID)
 		require.NoError(t, err)
@@ -271,7 +271,7 @@ func TestRunnerRidesOutAnOutage(t *testing.T) {
 		abandon bool
 	}{{"complete", false}, {"complete", true}, {"checkpoint", false}, {"checkpoint", true}} {
 		conv := fmt.Sprintf("%s-%d", f.conv, i)
-		task, _, err := f.eng.Create(f.ctx, tasks.CreateParams{ConversationID: conv, Kind: c.kind, AbandonOnRestart: c.abandon})
+		task, _, err := f.eng.Create(f.ctx, arbortype.CreateParams{ConversationID: conv, Kind: c.kind, AbandonOnRestart: c.abandon})
 		require.NoError(t, err)
 		turns = append(turns, turn{task.ID, conv, c.kind, c.abandon})
 	}
@@ -287,7 +287,7 @@ func TestRunnerRidesOutAnOutage(t *testing.T) {
 	})
 	mu.Lock()
 	for _, err := range failed {
-		require.ErrorIs(t, err, tasks.ErrUnavailable)
+		require.ErrorIs(t, err, arbortype.ErrUnavailable)
 	}
 	mu.Unlock()
 	f.proxy.Up()
@@ -348,7 +348,7 @@ func TestSlowReconnectIsReported(t *testing.T) {
 		defer cancel()
 		require.NoError(t, r.Stop(ctx))
 	})
-	turn, _, err := f.eng.Create(f.ctx, tasks.CreateParams{ConversationID: f.conv, Kind: "turn"})
+	turn, _, err := f.eng.Create(f.ctx, arbortype.CreateParams{ConversationID: f.conv, Kind: "turn"})
 	require.NoError(t, err)
 	<-entered
 	const warning = "lease renewal waited long for a database connection"

@@ -92,7 +92,7 @@ func TestReadmeHandlerCannotLoseTheResult(t *testing.T) {
 				"fetch":  child(`"a page"`),
 			}, func(c *machine.RunnerConfig) { c.Workers = 4 })
 
-			turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+			turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 			require.NoError(t, err)
 			if !childrenFirst {
 				waitUntil(t, "the turn to park on its children", func() bool { return b.status(t, turn.ID) == arbortype.StatusWaiting })
@@ -144,7 +144,7 @@ func TestReadmePoolLeavesTheApplicationRoom(t *testing.T) {
 		wg.Add(1)
 		go func() { // a user waiting for a turn's answer, as an HTTP handler does
 			defer wg.Done()
-			turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("%s-%d", conv, i), Kind: "turn"})
+			turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: fmt.Sprintf("%s-%d", conv, i), Kind: "turn"})
 			require.NoError(t, err)
 			done, err := engine.AwaitSettled(ctx, turn.ID)
 			require.NoError(t, err)
@@ -158,7 +158,7 @@ func TestReadmePoolLeavesTheApplicationRoom(t *testing.T) {
 			for j := range 10 {
 				callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				c := fmt.Sprintf("%s-app-%d-%d", conv, i, j)
-				turn, _, err := engine.Create(callCtx, tasks.CreateParams{ConversationID: c, Kind: "other"})
+				turn, _, err := engine.Create(callCtx, arbortype.CreateParams{ConversationID: c, Kind: "other"})
 				require.NoError(t, err, "the application's Create")
 				_, err = engine.Get(callCtx, turn.ID)
 				require.NoError(t, err, "the application's Get")

@@ -79,7 +79,7 @@ func (ir internalRunner) task(t *testing.T, id int64) arbortype.Task {
 // conversation held while idle.
 func (ir internalRunner) holdIdle(t *testing.T) {
 	t.Helper()
-	turn, _, err := ir.eng.Create(context.Background(), tasks.CreateParams{ConversationID: ir.conv, Kind: "turn"})
+	turn, _, err := ir.eng.Create(context.Background(), arbortype.CreateParams{ConversationID: ir.conv, Kind: "turn"})
 	require.NoError(t, err)
 	waitFor(t, "the turn to complete", func() bool { return ir.task(t, turn.ID).Status == arbortype.StatusCompleted })
 	waitFor(t, "the conversation to be held", func() bool {

@@ -13,14 +13,13 @@ import (
 	"github.com/arborhq/arbor/internal/recovery"
 	"github.com/arborhq/arbor/internal/store"
 	"github.com/arborhq/arbor/reconcile"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // errLeaseUnconfirmed is the cause of a handler context cancelled by the
 // fence: the node could not confirm its lease in time (the database
 // unreachable or slow, the process starved or frozen), so it stops acting
 // as the holder before any other node may take its conversations.
-var errLeaseUnconfirmed = fmt.Errorf("%w: the node could not confirm its lease in time", tasks.ErrLeaseLost)
+var errLeaseUnconfirmed = fmt.Errorf("%w: the node could not confirm its lease in time", arbortype.ErrLeaseLost)
 
 // errFencedClaim rolls back a claim's transaction (a claim in held
 // conversations, an open, a reopen) when the fence fired while it ran: what
@@ -166,7 +165,7 @@ func (r *Runner) reopen() {
 	if err != nil {
 		r.claimMu.RUnlock()
 		r.unreserve(k)
-		if errors.Is(err, tasks.ErrAmbiguous) {
+		if errors.Is(err, arbortype.ErrAmbiguous) {
 			go r.claimFailed(err, xact, "reopening conversations")
 		} else {
 			r.claimFailed(err, 0, "reopening conversations")

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // A flush while the node's lease is not usable applies its outcomes and
@@ -43,9 +42,9 @@ func TestFlushClaimsNothingWhileTheLeaseIsNotUsable(t *testing.T) {
 			return run.Complete(ctx, nil)
 		},
 	}, nil)
-	first, _, err := ir.eng.Create(ctx, tasks.CreateParams{ConversationID: ir.conv, Kind: "first"})
+	first, _, err := ir.eng.Create(ctx, arbortype.CreateParams{ConversationID: ir.conv, Kind: "first"})
 	require.NoError(t, err)
-	next, _, err := ir.eng.Create(ctx, tasks.CreateParams{ConversationID: ir.conv, Kind: "next"})
+	next, _, err := ir.eng.Create(ctx, arbortype.CreateParams{ConversationID: ir.conv, Kind: "next"})
 	require.NoError(t, err)
 	waitFor(t, "both turns to complete", func() bool {
 		return ir.task(t, first.ID).Status == arbortype.StatusCompleted && ir.task(t, next.ID).Status == arbortype.StatusCompleted

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/recovery"
 	"github.com/arborhq/arbor/internal/store"
@@ -36,7 +37,7 @@ type LeaseConfig struct {
 	// Duration is the conversation lease: it expires this long after the
 	// last Renew, and only then can another holder take the conversation
 	// (recovering its running tasks, counted as restarts). A Renew after it
-	// expired is refused (tasks.ErrLeaseLost): take a new Lease. Default
+	// expired is refused (arbortype.ErrLeaseLost): take a new Lease. Default
 	// ConversationLeaseDefault.
 	Duration time.Duration
 }
@@ -59,12 +60,12 @@ func defaultHolder() string {
 
 // AcquireLease takes the lease of a conversation for the caller and
 // recovers it in the same transaction (Report says what recovery did). It
-// is tasks.ErrLeaseHeld when a Runner or another Lease holds the
-// conversation, tasks.ErrNotFound when the conversation does not exist.
+// is arbortype.ErrLeaseHeld when a Runner or another Lease holds the
+// conversation, arbortype.ErrNotFound when the conversation does not exist.
 func AcquireLease(ctx context.Context, engine *tasks.Engine, conversationID string, cfg *LeaseConfig) (*Lease, error) {
 	c := core.Of(engine)
 	if c == nil {
-		return nil, fmt.Errorf("machine.AcquireLease: engine is nil: %w", tasks.ErrInvalidArgument)
+		return nil, fmt.Errorf("machine.AcquireLease: engine is nil: %w", arbortype.ErrInvalidArgument)
 	}
 	var conf LeaseConfig
 	if cfg != nil {
@@ -77,10 +78,10 @@ func AcquireLease(ctx context.Context, engine *tasks.Engine, conversationID stri
 		conf.Duration = ConversationLeaseDefault
 	}
 	if len(conf.Holder) > 200 {
-		return nil, fmt.Errorf("machine.AcquireLease: LeaseConfig.Holder is over 200 bytes: %w", tasks.ErrInvalidArgument)
+		return nil, fmt.Errorf("machine.AcquireLease: LeaseConfig.Holder is over 200 bytes: %w", arbortype.ErrInvalidArgument)
 	}
 	if conf.Duration < 100*time.Millisecond || conf.Duration > 24*time.Hour {
-		return nil, fmt.Errorf("machine.AcquireLease: LeaseConfig.Duration %s is outside 100ms..24h: %w", conf.Duration, tasks.ErrInvalidArgument)
+		return nil, fmt.Errorf("machine.AcquireLease: LeaseConfig.Duration %s is outside 100ms..24h: %w", conf.Duration, arbortype.ErrInvalidArgument)
 	}
 	l := &Lease{core: c, ttl: conf.Duration}
 	_, err := core.Tx(ctx, c, func(tx pgx.Tx) (struct{}, error) {
@@ -111,9 +112,9 @@ func (l *Lease) Report() reconcile.Report { return l.report }
 func (l *Lease) Epoch() int64 { return l.lease.Epoch }
 
 // Start starts one pending task of the conversation and returns its run.
-// tasks.ErrAlreadyRunning when another run holds it, tasks.ErrAborted when
-// it is being aborted, tasks.ErrForeignTask for a task of another
-// conversation, tasks.ErrLeaseLost when the lease was taken over.
+// arbortype.ErrAlreadyRunning when another run holds it, arbortype.ErrAborted when
+// it is being aborted, arbortype.ErrForeignTask for a task of another
+// conversation, arbortype.ErrLeaseLost when the lease was taken over.
 func (l *Lease) Start(ctx context.Context, taskID int64) (*Run, error) {
 	t, err := core.Tx(ctx, l.core, func(tx pgx.Tx) (core.Task, error) { return l.core.Start(ctx, tx, l.lease, taskID) })
 	if err != nil {
@@ -144,7 +145,7 @@ func (l *Lease) Claim(ctx context.Context, limit int) ([]*Run, error) {
 	return runs, nil
 }
 
-// Renew extends the lease by its Duration. tasks.ErrLeaseLost when it was
+// Renew extends the lease by its Duration. arbortype.ErrLeaseLost when it was
 // taken over (it had expired).
 func (l *Lease) Renew(ctx context.Context) error {
 	live, err := core.Read(ctx, l.core, func(db store.DB) (bool, error) {
@@ -156,7 +157,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if !live {
 		// Expired: another holder may have taken the conversation. Even if
 		// none did, the lease is not revived: take a new one.
-		return fmt.Errorf("renew the lease of conversation %q: it expired: %w", l.lease.ConversationID, tasks.ErrLeaseLost)
+		return fmt.Errorf("renew the lease of conversation %q: it expired: %w", l.lease.ConversationID, arbortype.ErrLeaseLost)
 	}
 	return nil
 }
@@ -165,7 +166,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 // are recovered in the same transaction (back to pending, not counted as a
 // restart: the holder gave them up; or abandoned when abandon_on_restart),
 // so that no run of the lease can write after Release returns.
-// tasks.ErrLeaseLost when the lease was taken over already.
+// arbortype.ErrLeaseLost when the lease was taken over already.
 func (l *Lease) Release(ctx context.Context) error {
 	_, err := release(ctx, l.core, l.lease, nil)
 	if err == nil {

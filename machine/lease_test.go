@@ -8,7 +8,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // TestRunnerLeavesALeasedConversationAlone: a caller runs a task itself
@@ -28,7 +27,7 @@ func TestRunnerLeavesALeasedConversationAlone(t *testing.T) {
 	fastRunner(t, b, map[string]machine.Handler{"work": handler, "probe": handler}, nil)
 	probe := func() {
 		t.Helper()
-		p, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv + "-probe", Kind: "probe"})
+		p, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv + "-probe", Kind: "probe"})
 		require.NoError(t, err)
 		for id := range ran {
 			if id == p.ID {
@@ -40,15 +39,15 @@ func TestRunnerLeavesALeasedConversationAlone(t *testing.T) {
 
 	// The conversation exists (a task of a kind no runner knows) before the
 	// caller takes its lease; the work comes after, so no claim can slip in.
-	placeholder, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "unknown_here"})
+	placeholder, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "unknown_here"})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, &machine.LeaseConfig{Holder: "caller"})
 	require.NoError(t, err)
-	manual, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "work"})
+	manual, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "work"})
 	require.NoError(t, err)
 	run, err := lease.Start(b.ctx, manual.ID)
 	require.NoError(t, err)
-	pending, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "work"})
+	pending, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "work"})
 	require.NoError(t, err)
 
 	probe()
@@ -78,14 +77,14 @@ func TestRunnerLeavesALeasedConversationAlone(t *testing.T) {
 func TestLeaseReleaseRecoversItsRuns(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "work"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "work"})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
 	require.NoError(t, err)
 	run, err := lease.Start(b.ctx, task.ID)
 	require.NoError(t, err)
 	require.NoError(t, lease.Release(b.ctx))
-	require.ErrorIs(t, run.Complete(b.ctx, nil), tasks.ErrNotRunning)
+	require.ErrorIs(t, run.Complete(b.ctx, nil), arbortype.ErrNotRunning)
 	got := b.get(t, task.ID)
 	require.Equal(t, arbortype.StatusPending, got.Status)
 	require.Equal(t, 0, got.Attempt, "a release is the holder's own: not a restart")
@@ -101,33 +100,33 @@ func TestAcquireLeaseBadInput(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, err := machine.AcquireLease(b.ctx, b.engine.Engine, "no-such-conversation", nil)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	_, err = machine.AcquireLease(b.ctx, nil, b.conv, nil)
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
-	_, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "work"})
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
+	_, _, err = b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "work"})
 	require.NoError(t, err)
 	_, err = machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, &machine.LeaseConfig{Duration: -1})
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 	for _, holder := range []string{"a\x00b", "bad \xff utf-8"} {
 		_, err = machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, &machine.LeaseConfig{Holder: holder})
-		require.ErrorIs(t, err, tasks.ErrInvalidArgument, "holder %q", holder)
+		require.ErrorIs(t, err, arbortype.ErrInvalidArgument, "holder %q", holder)
 	}
-	other, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv + "-other", Kind: "work"})
+	other, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv + "-other", Kind: "work"})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
 	require.NoError(t, err)
 	_, err = lease.Start(b.ctx, other.ID)
-	require.ErrorIs(t, err, tasks.ErrForeignTask)
+	require.ErrorIs(t, err, arbortype.ErrForeignTask)
 	// Work refuses what Start refuses, and a nil handler, before it calls
 	// anything: the task stays pending.
 	called := false
 	handler := func(context.Context, *machine.Run) error { called = true; return nil }
 	_, err = lease.Work(b.ctx, other.ID, handler)
-	require.ErrorIs(t, err, tasks.ErrForeignTask)
+	require.ErrorIs(t, err, arbortype.ErrForeignTask)
 	_, err = lease.Work(b.ctx, 1<<50, handler)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	_, err = lease.Work(b.ctx, other.ID, nil)
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 	require.False(t, called)
 	require.Equal(t, arbortype.StatusPending, b.status(t, other.ID))
 	require.NoError(t, lease.Release(b.ctx))

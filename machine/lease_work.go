@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // Work starts the pending task taskID under the lease and runs handler on
@@ -31,7 +31,7 @@ import (
 func (l *Lease) Work(ctx context.Context, taskID int64, handler Handler) (WorkReport, error) {
 	var rep WorkReport
 	if handler == nil {
-		return rep, fmt.Errorf("task %d: the handler is nil: %w", taskID, tasks.ErrInvalidArgument)
+		return rep, fmt.Errorf("task %d: the handler is nil: %w", taskID, arbortype.ErrInvalidArgument)
 	}
 	t, err := core.Tx(ctx, l.core, func(tx pgx.Tx) (core.Task, error) { return l.core.Start(ctx, tx, l.lease, taskID) })
 	if err != nil {
@@ -149,7 +149,7 @@ func (s *flushSink) apply(ctx context.Context, _ *Run, o core.Outcome) core.Outc
 		case err == nil:
 			s.core.AnnounceLog(o.ConversationID)
 			out = res.Results[0]
-		case errors.Is(err, tasks.ErrAmbiguous) && ctx.Err() == nil:
+		case errors.Is(err, arbortype.ErrAmbiguous) && ctx.Err() == nil:
 			if o.Kind == core.OutSpawn {
 				continue // idempotent by its keys
 			}

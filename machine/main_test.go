@@ -133,7 +133,7 @@ func workHandlers(pool *pgxpool.Pool, schema, node string) map[string]machine.Ha
 			}
 			var in workInput
 			if err := json.Unmarshal(run.Task.Input, &in); err != nil {
-				return fmt.Errorf("%w: %v", machine.ErrNonRetryable, err)
+				return fmt.Errorf("%w: %v", arbortype.ErrNonRetryable, err)
 			}
 			var ids []int64
 			spawn := func(p machine.SpawnParams, key string) error {
@@ -154,7 +154,7 @@ func workHandlers(pool *pgxpool.Pool, schema, node string) map[string]machine.Ha
 				}
 			}
 			if in.Slow {
-				if err := spawn(machine.SpawnParams{Kind: "slow", RestartLimit: tasks.RestartLimitNone}, "slow"); err != nil {
+				if err := spawn(machine.SpawnParams{Kind: "slow", RestartLimit: arbortype.RestartLimitNone}, "slow"); err != nil {
 					return err
 				}
 			}
@@ -204,7 +204,7 @@ func (r *loggedRun) alive(ctx context.Context) bool {
 // (cancelled_at: the run was cut) stamped, how long it was live, when it
 // returned, and its outcome: "completed" when err is nil (its Complete
 // returned nil), else err, and whether err says that the run lost its
-// lease (tasks.ErrLeaseLost) — and returns err. A Complete that returned
+// lease (arbortype.ErrLeaseLost) — and returns err. A Complete that returned
 // the run stopped (its context cancelled while the write was in flight)
 // may still have landed: the task's result says which run completed it.
 func (r *loggedRun) end(ctx context.Context, column string, err error) error {
@@ -217,11 +217,20 @@ func (r *loggedRun) end(ctx context.Context, column string, err error) error {
 		outcome = err.Error()
 	}
 	_, logErr := r.pool.Exec(context.WithoutCancel(ctx), `UPDATE `+r.schema+`.run_log SET `+set+`live_until = $2, returned_at = $3, outcome = $4, lease_lost = $5 WHERE id = $1`,
-		r.id, r.live, time.Now(), outcome, errors.Is(err, tasks.ErrLeaseLost))
+		r.id, r.live, time.Now(), outcome, leaseLost(ctx, err))
 	if err == nil {
 		return logErr
 	}
 	return err
+}
+
+// leaseLost reports whether err says that the run lost its lease: it is
+// ErrLeaseLost, or ErrAmbiguous for a write that was in flight when the
+// run was stopped because its lease was lost (the fence fired meanwhile:
+// the write may or may not have landed, and the task's result says which).
+func leaseLost(ctx context.Context, err error) bool {
+	return errors.Is(err, arbortype.ErrLeaseLost) ||
+		errors.Is(err, arbortype.ErrAmbiguous) && errors.Is(context.Cause(ctx), arbortype.ErrLeaseLost)
 }
 
 // runLogDDL is the run log: a row per handler run of the work handlers.

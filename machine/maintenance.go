@@ -13,7 +13,6 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/store"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // maintainer is the runner's maintenance service. Each PollInterval it
@@ -101,7 +100,7 @@ func (m *maintainer) expireDeadlines(ctx context.Context) {
 	}
 	for _, id := range ids {
 		_, err := core.Tx(ctx, m.core, func(tx pgx.Tx) (bool, error) { return m.core.Expire(ctx, tx, id) })
-		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) && ctx.Err() == nil {
+		if err != nil && !errors.Is(err, arbortype.ErrInvalidTransition) && ctx.Err() == nil {
 			m.logger.WarnContext(ctx, "arbor: failing a task past its deadline failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
 		}
 	}
@@ -116,7 +115,7 @@ func (m *maintainer) expireWallTime(ctx context.Context) {
 	}
 	for _, id := range ids {
 		_, err := core.Tx(ctx, m.core, func(tx pgx.Tx) (bool, error) { return m.core.ExpireWallTime(ctx, tx, id) })
-		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) && ctx.Err() == nil {
+		if err != nil && !errors.Is(err, arbortype.ErrInvalidTransition) && ctx.Err() == nil {
 			m.logger.WarnContext(ctx, "arbor: failing a task over its wall-time budget failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
 		}
 	}
@@ -154,7 +153,7 @@ func (m *maintainer) failUnknownKinds(ctx context.Context) {
 			return m.core.ForceFail(ctx, tx, id, arbortype.TaskError{Code: arbortype.CodeUnknownKind,
 				Message: fmt.Sprintf("no runner had a handler for its kind within %s", m.grace)})
 		})
-		if err != nil && !errors.Is(err, tasks.ErrInvalidTransition) {
+		if err != nil && !errors.Is(err, arbortype.ErrInvalidTransition) {
 			m.logger.WarnContext(ctx, "arbor: failing a task of unknown kind failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
 		}
 	}

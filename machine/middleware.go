@@ -72,8 +72,8 @@ func (k OutcomeKind) String() string {
 type Outcome struct {
 	Kind OutcomeKind
 	// Err is the handler's error for OutcomeFailed; for OutcomeNone, why the
-	// run ended without an ending write (tasks.ErrAborted,
-	// tasks.ErrLeaseLost, tasks.ErrNotRunning, or the context's cause:
+	// run ended without an ending write (arbortype.ErrAborted,
+	// arbortype.ErrLeaseLost, arbortype.ErrNotRunning, or the context's cause:
 	// ErrTaskStopped, ErrShutdown, ErrBlocked); nil otherwise.
 	Err error
 	// Woken: a Wait or an AwaitEvent found satisfied at once, the task
@@ -125,35 +125,6 @@ type Observation struct {
 	Wake Wake
 }
 
-// Names before Observation (kept so that code written against them
-// compiles): "event" is arbor's word for what Emit sends and AwaitEvent
-// waits for (arbortype.Event), which an Observer never receives.
-
-// Event is Observation's former name.
-//
-// Deprecated: use Observation.
-type Event = Observation
-
-// EventKind is ObservationKind's former name.
-//
-// Deprecated: use ObservationKind.
-type EventKind = ObservationKind
-
-const (
-	// EventRunEnded is ObservedRunEnded's former name.
-	//
-	// Deprecated: use ObservedRunEnded.
-	EventRunEnded = ObservedRunEnded
-	// EventTakeOver is ObservedTakeOver's former name.
-	//
-	// Deprecated: use ObservedTakeOver.
-	EventTakeOver = ObservedTakeOver
-	// EventWoken is ObservedWake's former name.
-	//
-	// Deprecated: use ObservedWake.
-	EventWoken = ObservedWake
-)
-
 // outcomeOf is the run's outcome after its ending write o landed.
 func outcomeOf(o core.Outcome, res core.OutcomeResult) Outcome {
 	out := Outcome{Woken: res.Woken}
@@ -196,7 +167,7 @@ func (r *Run) record(o core.Outcome, res core.OutcomeResult, handlerErr error) {
 
 // noteStop says why a run that ended without an ending write of its own
 // did: the cause of its context's cancellation, or the handler's error
-// (tasks.ErrAborted from a refused write, say).
+// (arbortype.ErrAborted from a refused write, say).
 func (r *Run) noteStop(ctx context.Context) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -38,7 +38,7 @@ func BenchmarkRunnerPgBouncer(b *testing.B) {
 			for range b.N {
 				prefix := testdb.Name("turns")
 				for i := range turns {
-					_, _, err := eng.Create(bd.ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("%s-%d", prefix, i), Kind: "turn"})
+					_, _, err := eng.Create(bd.ctx, arbortype.CreateParams{ConversationID: fmt.Sprintf("%s-%d", prefix, i), Kind: "turn"})
 					require.NoError(b, err)
 				}
 				start := time.Now()

@@ -125,7 +125,7 @@ func TestRunnerThroughPgBouncer(t *testing.T) {
 		require.NoError(t, r.Stop(ctx))
 	})
 
-	turn, _, err := eng.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := eng.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 
 	// A follower from the start of the conversation (once it exists: Follow
@@ -217,7 +217,7 @@ func TestPgBouncerWithoutListenPool(t *testing.T) {
 		defer cancel()
 		require.NoError(t, r.Stop(ctx))
 	})
-	turn, _, err := eng.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := eng.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	approval := <-parked
 	waitUntil(t, "the approval to park", func() bool {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // runLog records the calls of handlers, from entry to return, by task.
@@ -132,7 +131,7 @@ func TestFenceNeverRunsATaskTwiceOnANode(t *testing.T) {
 				c.ConversationLease = lease
 				c.Logger = slog.New(logs)
 			})
-			task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "stubborn"})
+			task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "stubborn"})
 			require.NoError(t, err)
 			waitUntil(t, "the task to run", func() bool { return log.count(task.ID) == 1 })
 			holder := b.holderOf(t, b.conv)
@@ -142,7 +141,7 @@ func TestFenceNeverRunsATaskTwiceOnANode(t *testing.T) {
 			require.NoError(t, err)
 			_, err = tx.Exec(b.ctx, `SELECT 1 FROM `+b.schema+`.holders WHERE id = $1 FOR UPDATE`, holder)
 			require.NoError(t, err)
-			require.ErrorIs(t, <-cancelled, tasks.ErrLeaseLost, "the fence stopped the handler")
+			require.ErrorIs(t, <-cancelled, arbortype.ErrLeaseLost, "the fence stopped the handler")
 			time.Sleep(time.Duration(stall * float64(lease))) // the stall itself, not a wait for a condition
 			require.NoError(t, tx.Rollback(b.ctx))
 
@@ -211,7 +210,7 @@ func TestStuckConversationAffectsOnlyItself(t *testing.T) {
 		c.Logger = slog.New(logs)
 	})
 	stuckConv := b.conv + "-stuck"
-	stuck, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: stuckConv, Kind: "stuck"})
+	stuck, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: stuckConv, Kind: "stuck"})
 	require.NoError(t, err)
 	waitUntil(t, "the stuck conversation's task to run", func() bool { return log.count(stuck.ID) == 1 })
 
@@ -225,7 +224,7 @@ func TestStuckConversationAffectsOnlyItself(t *testing.T) {
 	for i := range 5 {
 		conv := fmt.Sprintf("%s-%d", b.conv, i)
 		convs = append(convs, conv)
-		task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "work"})
+		task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "work"})
 		require.NoError(t, err)
 		others = append(others, task)
 	}
@@ -315,7 +314,7 @@ func failFastFanOut(t *testing.T) bool {
 		c.Workers = 200
 		c.Logger = slog.New(logs)
 	})
-	parent, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "parent"})
+	parent, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "parent"})
 	require.NoError(t, err)
 	got, err := b.engine.AwaitSettled(b.ctx, parent.ID)
 	require.NoError(t, err)

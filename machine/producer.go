@@ -15,7 +15,6 @@ import (
 	"github.com/arborhq/arbor/internal/recovery"
 	"github.com/arborhq/arbor/internal/store"
 	"github.com/arborhq/arbor/reconcile"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // producer is the runner's producer service: it starts work while worker
@@ -387,7 +386,7 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 	})
 	if err != nil {
 		r.unreserve(k)
-		if errors.Is(err, tasks.ErrAmbiguous) {
+		if errors.Is(err, arbortype.ErrAmbiguous) {
 			go r.claimFailed(err, xact, "opening conversations") // adopt waits for claimMu
 		} else {
 			r.claimFailed(err, 0, "opening conversations")
@@ -464,7 +463,7 @@ func (r *Runner) claimFailed(err error, xact int64, what string) {
 		r.markOpen()
 		return
 	}
-	if !errors.Is(err, tasks.ErrAmbiguous) || xact == 0 {
+	if !errors.Is(err, arbortype.ErrAmbiguous) || xact == 0 {
 		r.logger.Warn("arbor: "+what+" failed", slog.String("error", err.Error()))
 		return
 	}

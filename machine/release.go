@@ -10,11 +10,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/recovery"
 	"github.com/arborhq/arbor/internal/store"
 	"github.com/arborhq/arbor/reconcile"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // releaseAll gives up, at shutdown, every conversation this life holds
@@ -61,7 +61,7 @@ func (r *Runner) releaseAll() {
 	for _, l := range busy {
 		rep, err := release(ctx, r.core, l, r.uncalled)
 		switch {
-		case errors.Is(err, tasks.ErrLeaseLost):
+		case errors.Is(err, arbortype.ErrLeaseLost):
 		case err != nil:
 			r.logger.Warn("arbor: releasing a conversation failed; it lapses with the node's lease", slog.String("conversation_id", l.ConversationID), slog.String("error", err.Error()))
 		case !rep.Empty():

@@ -23,7 +23,7 @@ func TestRunnerReleasesAConversationWhoseTaskWasClaimedAgainInItsOwnFlush(t *tes
 	t.Parallel()
 	b := setup(t)
 	got := make(chan delivery, 1)
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "approval"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "approval"})
 	require.NoError(t, err)
 	_, _, err = b.engine.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, TaskID: task.ID, Name: "approve", Payload: json.RawMessage(`true`)})
 	require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // TestResolveChecksACommitAgainstTheTasks: a flush whose commit's answer
@@ -35,7 +34,7 @@ func TestResolveChecksACommitAgainstTheTasks(t *testing.T) {
 		},
 	}, nil)
 	defer close(release)
-	turn, _, err := ir.eng.Create(ctx, tasks.CreateParams{ConversationID: ir.conv, Kind: "turn"})
+	turn, _, err := ir.eng.Create(ctx, arbortype.CreateParams{ConversationID: ir.conv, Kind: "turn"})
 	require.NoError(t, err)
 	var run *Run
 	select {

@@ -32,9 +32,9 @@ import (
 // Returning nil without ending the run completes the task with no result
 // (null): a handler whose work is a side effect needs no Complete.
 // Returning an error fails the task, retried under its retry policy unless
-// the error wraps ErrNonRetryable (see NonRetryable); an error of arbor's
-// own that says the run is over (tasks.ErrAborted, tasks.ErrNotRunning,
-// tasks.ErrLeaseLost) fails nothing: the task was stopped or taken from
+// the error wraps arbortype.ErrNonRetryable (see NonRetryable); an error of arbor's
+// own that says the run is over (arbortype.ErrAborted, arbortype.ErrNotRunning,
+// arbortype.ErrLeaseLost) fails nothing: the task was stopped or taken from
 // this run. A panic is a failure (with the panic and its stack), not a
 // crash.
 //
@@ -64,11 +64,6 @@ var (
 	ErrShutdown = errors.New("arbor: runner shutting down")
 )
 
-// ErrNonRetryable marks a handler's error as final: the task fails at once,
-// whatever retries it has left. Wrap an error with NonRetryable. It is
-// arbortype.ErrNonRetryable, named here too.
-var ErrNonRetryable = arbortype.ErrNonRetryable
-
 // NonRetryable wraps err so that the task it fails is not retried;
 // errors.Is and errors.As still see err. NonRetryable(nil) is nil.
 func NonRetryable(err error) error { return core.NonRetryable(err) }
@@ -79,7 +74,7 @@ func NonRetryable(err error) error { return core.NonRetryable(err) }
 // refused and nothing is written. A call whose context is cancelled returns
 // at once; a write it had sent already runs to its end in the background
 // (bounded by 30 s), so that a write already committing is not turned into
-// tasks.ErrAmbiguous — and, its context being cancelled, the run is over
+// arbortype.ErrAmbiguous — and, its context being cancelled, the run is over
 // either way.
 //
 // A Runner's runs send their spawns and ending calls through its batching

@@ -123,14 +123,6 @@ func (r *Run) ReleaseReservation(ctx context.Context, res arbortype.Reservation)
 	return r.Record(ctx, res, 0)
 }
 
-// Release is ReleaseReservation.
-//
-// Deprecated: use ReleaseReservation; Release read as Lease.Release, which
-// gives up a conversation, not a budget reservation.
-func (r *Run) Release(ctx context.Context, res arbortype.Reservation) error {
-	return r.ReleaseReservation(ctx, res)
-}
-
 func reservation(r store.ReservationRow) arbortype.Reservation {
 	return arbortype.Reservation{ID: r.ID, TaskID: r.TaskID, Counter: r.Counter, Amount: r.Amount}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/store"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // AwaitParams describe an await of an event.
@@ -44,7 +43,7 @@ func (r *Run) AwaitEvent(ctx context.Context, p AwaitParams) error {
 		// arbortype.BudgetEvent is awaited by a budget's park, and emitted
 		// only by a raise: an await of it would take a raise meant for a
 		// park, and be answered by nothing else.
-		return fmt.Errorf("await of task %d: event name %q: the prefix \"arbor:\" is arbor's own: %w", r.id, p.Name, tasks.ErrInvalidArgument)
+		return fmt.Errorf("await of task %d: event name %q: the prefix \"arbor:\" is arbor's own: %w", r.id, p.Name, arbortype.ErrInvalidArgument)
 	}
 	return r.finish(ctx, core.Outcome{Kind: core.OutAwait, Await: core.AwaitParams(p)})
 }
@@ -134,11 +133,6 @@ func (r *Run) CheckpointTx(ctx context.Context, tx pgx.Tx, phase string, state j
 	return err
 }
 
-// CodeEndingNotCommitted is the error code of a run whose handler ended it
-// with a …Tx form in a transaction that did not commit:
-// arbortype.CodeEndingNotCommitted, named here too.
-const CodeEndingNotCommitted = arbortype.CodeEndingNotCommitted
-
 // endedInTx reports whether the run was ended by a …Tx form.
 func (r *Run) endedInTxForm() bool {
 	r.mu.Lock()
@@ -157,7 +151,7 @@ func confirmTxEnding(ctx context.Context, c *core.Engine, run *Run) {
 	run.mu.Lock()
 	run.ended, run.endedInTx = false, false
 	run.mu.Unlock()
-	te := arbortype.TaskError{Code: CodeEndingNotCommitted,
+	te := arbortype.TaskError{Code: arbortype.CodeEndingNotCommitted,
 		Message: fmt.Sprintf("the handler of task %d ended its run with CompleteTx, and that transaction did not commit", run.id)}
 	_ = run.finish(ctx, core.Outcome{Kind: core.OutFail, Error: te})
 }

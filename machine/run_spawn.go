@@ -13,11 +13,10 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/store"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // SpawnParams describe a child a handler creates: the fields of
-// tasks.CreateParams a child may set (its conversation and owner are the
+// arbortype.CreateParams a child may set (its conversation and owner are the
 // run's; the turn policies and conversation budgets are for turns).
 type SpawnParams struct {
 	// Kind names the child's handler. Required.
@@ -30,7 +29,7 @@ type SpawnParams struct {
 	// AbandonOnRestart makes a child that is never re-run after a crash.
 	AbandonOnRestart bool
 	// RestartLimit is how many recoveries the child survives; 0 means the
-	// engine's, tasks.RestartLimitNone none.
+	// engine's, arbortype.RestartLimitNone none.
 	RestartLimit int
 	// MaxRetries is how many times a failed run of the child is retried.
 	MaxRetries int
@@ -114,7 +113,7 @@ func (r *Run) spawnParams(ctx context.Context, ps []SpawnParams) ([]core.CreateP
 			p.IdempotencyKey = fmt.Sprintf("arbor:run-%d-spawn-%d", r.token, r.spawns)
 		} else if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
 			return nil, fmt.Errorf("spawn under task %d: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w",
-				r.id, p.IdempotencyKey, tasks.ErrInvalidArgument)
+				r.id, p.IdempotencyKey, arbortype.ErrInvalidArgument)
 		}
 		cps[i] = core.CreateParams{CreateParams: p.create(r.conv, r.id), OwnerToken: r.token, Trace: trace}
 	}

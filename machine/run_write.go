@@ -11,7 +11,6 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/store"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // How a run's calls reach the database: entered and left (the handler's
@@ -114,7 +113,7 @@ func detached[T any](ctx context.Context, r *Run, fn func(ctx context.Context) (
 			// caller: a fault (a row held past it, say), not the handler's
 			// failure. A commit whose outcome is unknown is ErrAmbiguous
 			// already, so nothing was written.
-			err = fmt.Errorf("%w: the write did not land within %s: %w", tasks.ErrUnavailable, writeTimeout, err)
+			err = fmt.Errorf("%w: the write did not land within %s: %w", arbortype.ErrUnavailable, writeTimeout, err)
 		}
 		done <- result{v, err}
 	}()
@@ -129,7 +128,7 @@ func detached[T any](ctx context.Context, r *Run, fn func(ctx context.Context) (
 		return res.v, res.err
 	default:
 		var zero T
-		return zero, fmt.Errorf("%v, while its write was being committed: %w", stopped, tasks.ErrAmbiguous)
+		return zero, fmt.Errorf("%v, while its write was being committed: %w", stopped, arbortype.ErrAmbiguous)
 	}
 }
 
@@ -206,7 +205,7 @@ func (r *Run) over(err error) {
 
 // runOver reports whether err says that the task is no longer this run's.
 func runOver(err error) bool {
-	return errors.Is(err, tasks.ErrLeaseLost) || errors.Is(err, tasks.ErrAborted) || errors.Is(err, tasks.ErrNotRunning)
+	return errors.Is(err, arbortype.ErrLeaseLost) || errors.Is(err, arbortype.ErrAborted) || errors.Is(err, arbortype.ErrNotRunning)
 }
 
 // write runs one fenced write of the run that does not end it and is not
@@ -242,7 +241,7 @@ func idempotent[T any](ctx context.Context, r *Run, w func(wctx context.Context)
 	return detached(ctx, r, func(wctx context.Context) (T, error) {
 		for {
 			v, err := w(wctx)
-			if !errors.Is(err, tasks.ErrAmbiguous) || wctx.Err() != nil {
+			if !errors.Is(err, arbortype.ErrAmbiguous) || wctx.Err() != nil {
 				return v, err
 			}
 		}
@@ -319,7 +318,7 @@ func (d directSink) apply(ctx context.Context, r *Run, o core.Outcome) core.Outc
 func (d directSink) applyDetached(ctx context.Context, o core.Outcome) core.OutcomeResult {
 	for {
 		res, err := core.Tx(ctx, d.core, func(tx pgx.Tx) (core.OutcomeResult, error) { return d.core.Apply(ctx, tx, o) })
-		if !errors.Is(err, tasks.ErrAmbiguous) || ctx.Err() != nil {
+		if !errors.Is(err, arbortype.ErrAmbiguous) || ctx.Err() != nil {
 			res.Err = err
 			return res
 		}
@@ -342,7 +341,7 @@ func (d directSink) applyDetached(ctx context.Context, o core.Outcome) core.Outc
 func resolveEnding(ctx context.Context, c *core.Engine, o core.Outcome) (done bool, err error) {
 	cur, err := core.Read(ctx, c, func(db store.DB) (arbortype.Task, error) { return c.Get(ctx, db, o.TaskID) })
 	if err != nil {
-		return false, fmt.Errorf("%w (reading the task back to resolve it failed: %w)", tasks.ErrAmbiguous, err)
+		return false, fmt.Errorf("%w (reading the task back to resolve it failed: %w)", arbortype.ErrAmbiguous, err)
 	}
 	return !(cur.Status == arbortype.StatusRunning && cur.Token == o.Token), nil
 }
@@ -352,7 +351,7 @@ func resolveEnding(ctx context.Context, c *core.Engine, o core.Outcome) (done bo
 func endedBy(ctx context.Context, c *core.Engine, o core.Outcome) error {
 	cur, err := core.Read(ctx, c, func(db store.DB) (arbortype.Task, error) { return c.Get(ctx, db, o.TaskID) })
 	if err == nil && cur.Status == arbortype.StatusAborted {
-		return fmt.Errorf("task %d: %w", o.TaskID, tasks.ErrAborted)
+		return fmt.Errorf("task %d: %w", o.TaskID, arbortype.ErrAborted)
 	}
 	return nil
 }

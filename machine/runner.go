@@ -116,17 +116,17 @@ type heldConv struct {
 func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerConfig) (*Runner, error) {
 	c := core.Of(engine)
 	if c == nil {
-		return nil, fmt.Errorf("machine.NewRunner: engine is nil: %w", tasks.ErrInvalidArgument)
+		return nil, fmt.Errorf("machine.NewRunner: engine is nil: %w", arbortype.ErrInvalidArgument)
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("machine.NewRunner: %w: %w", tasks.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("machine.NewRunner: %w: %w", arbortype.ErrInvalidArgument, err)
 	}
 	if len(handlers) == 0 {
-		return nil, fmt.Errorf("machine.NewRunner: no handlers: %w", tasks.ErrInvalidArgument)
+		return nil, fmt.Errorf("machine.NewRunner: no handlers: %w", arbortype.ErrInvalidArgument)
 	}
 	if err := cfg.Waker.WithDefaults().validate(); err != nil {
-		return nil, fmt.Errorf("machine.NewRunner: %w: %w", tasks.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("machine.NewRunner: %w: %w", arbortype.ErrInvalidArgument, err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = c.Logger
@@ -149,7 +149,7 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 	}
 	for kind, h := range handlers {
 		if kind == "" || h == nil {
-			return nil, fmt.Errorf("machine.NewRunner: handler for kind %q is empty: %w", kind, tasks.ErrInvalidArgument)
+			return nil, fmt.Errorf("machine.NewRunner: handler for kind %q is empty: %w", kind, arbortype.ErrInvalidArgument)
 		}
 		r.kinds = append(r.kinds, kind)
 	}

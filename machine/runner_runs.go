@@ -9,7 +9,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // active is a run of this node: running its handler, or waiting for the
@@ -294,7 +293,7 @@ func (r *Runner) wakeAndClaim(ctx context.Context, taskID, sleepSeq int64, conv 
 	if err != nil {
 		r.claimMu.RUnlock()
 		r.unreserve(k)
-		if errors.Is(err, tasks.ErrAmbiguous) && xact != 0 {
+		if errors.Is(err, arbortype.ErrAmbiguous) && xact != 0 {
 			go r.claimFailed(err, xact, "waking a sleep")
 		}
 		return woken, err

@@ -56,7 +56,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func (b *bundle) requireClean(t *testing.T, convs ...string) {
 	t.Helper()
 	for _, c := range append(convs, b.conv) {
-		if _, err := b.engine.Conversation(b.ctx, c); c == b.conv && errors.Is(err, tasks.ErrNotFound) {
+		if _, err := b.engine.Conversation(b.ctx, c); c == b.conv && errors.Is(err, arbortype.ErrNotFound) {
 			continue // the test used conversations of its own only
 		}
 		vs, err := b.engine.Check(b.ctx, c)
@@ -97,7 +97,7 @@ func TestRunnerRunsATurnWithParallelToolCalls(t *testing.T) {
 		},
 	}
 	fastRunner(t, b, handlers, nil)
-	root, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	root, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	waitUntil(t, "the turn to complete", func() bool { return b.status(t, root.ID) == arbortype.StatusCompleted })
 	done, err := b.engine.Get(b.ctx, root.ID)
@@ -113,7 +113,7 @@ func TestRunnerPanicIsAFailure(t *testing.T) {
 	fastRunner(t, b, map[string]machine.Handler{
 		"boom": func(ctx context.Context, run *machine.Run) error { panic("kaboom") },
 	}, nil)
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "boom"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "boom"})
 	require.NoError(t, err)
 	waitUntil(t, "the task to fail", func() bool { return b.status(t, task.ID) == arbortype.StatusFailed })
 	failed, err := b.engine.Get(b.ctx, task.ID)
@@ -137,7 +137,7 @@ func TestRunnerErrorRetriesThenFails(t *testing.T) {
 			return errors.New("upstream 503")
 		},
 	}, nil)
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "flaky",
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "flaky",
 		MaxRetries: 2, RetryBackoffBase: 10 * time.Millisecond, RetryBackoffCap: 20 * time.Millisecond})
 	require.NoError(t, err)
 	waitUntil(t, "the task to fail", func() bool { return b.status(t, task.ID) == arbortype.StatusFailed })
@@ -177,12 +177,12 @@ func TestRunnerOneGenerationAtATime(t *testing.T) {
 			return nil
 		},
 	}, func(c *machine.RunnerConfig) { c.GenerationKinds = []string{"turn"} })
-	first, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	first, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	waitUntil(t, "the first turn to start", func() bool { return b.status(t, first.ID) == arbortype.StatusRunning })
-	second, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	second, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
-	_, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "probe"})
+	_, _, err = b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "probe"})
 	require.NoError(t, err)
 	<-probed
 	require.Equal(t, arbortype.StatusPending, b.status(t, second.ID), "a second turn waits while the first runs")
@@ -225,7 +225,7 @@ func abortCancelsHandler(t *testing.T) bool {
 			return ctx.Err()
 		},
 	}, func(c *machine.RunnerConfig) { c.PollInterval = 10 * time.Second }) // the notification, not the poll, must do it
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "block"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "block"})
 	require.NoError(t, err)
 	// The creation's notification wakes the claim loop: no poll needed.
 	<-started
@@ -233,7 +233,7 @@ func abortCancelsHandler(t *testing.T) bool {
 	_, err = b.engine.Abort(b.ctx, task.ID)
 	require.NoError(t, err)
 	cause := <-stopped
-	if errors.Is(cause, tasks.ErrLeaseLost) {
+	if errors.Is(cause, arbortype.ErrLeaseLost) {
 		return false
 	}
 	t.Logf("abort → handler context cancelled: %s", time.Since(abortedAt))
@@ -249,9 +249,9 @@ func TestRunnerNeverClaimsUnknownKinds(t *testing.T) {
 	fastRunner(t, b, map[string]machine.Handler{
 		"known": func(ctx context.Context, run *machine.Run) error { return nil },
 	}, func(c *machine.RunnerConfig) { c.UnknownKindGrace = 400 * time.Millisecond })
-	unknown, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "from_the_next_deploy"})
+	unknown, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "from_the_next_deploy"})
 	require.NoError(t, err)
-	known, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv + "-2", Kind: "known"})
+	known, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv + "-2", Kind: "known"})
 	require.NoError(t, err)
 	waitUntil(t, "the known task to complete", func() bool { return b.status(t, known.ID) == arbortype.StatusCompleted })
 	// Whether the unknown task is still pending here depends on how fast a
@@ -282,7 +282,7 @@ func TestRunnerShutdownDrainsAndReleases(t *testing.T) {
 		Waker: &machine.WakerConfig{RiverTestOnly: true}}) // 3 s: the fence, fired by a starved renewer, would stop the handler this test lets finish
 	require.NoError(t, err)
 	require.NoError(t, r.Start(b.ctx))
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "work"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "work"})
 	require.NoError(t, err)
 	<-started
 	require.NoError(t, r.Stop(b.ctx))
@@ -301,9 +301,9 @@ func TestRunnerShutdownDrainsAndReleases(t *testing.T) {
 func TestTakenOverMachineCannotWrite(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	root, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	root, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
-	_, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	_, _, err = b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 
 	leaseA, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, &machine.LeaseConfig{Holder: "node-a", Duration: time.Minute})
@@ -316,7 +316,7 @@ func TestTakenOverMachineCannotWrite(t *testing.T) {
 
 	// node-b cannot take a live lease.
 	_, err = machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, &machine.LeaseConfig{Holder: "node-b"})
-	require.ErrorIs(t, err, tasks.ErrLeaseHeld, "no take-over while the lease is live")
+	require.ErrorIs(t, err, arbortype.ErrLeaseHeld, "no take-over while the lease is live")
 
 	// node-a pauses past its lease; node-b takes over and recovers the run.
 	// (The holders' guard refuses a deadline brought back: the test
@@ -337,17 +337,17 @@ func TestTakenOverMachineCannotWrite(t *testing.T) {
 
 	before := snapshot(t, b)
 	_, err = leaseA.Claim(b.ctx, 10)
-	require.ErrorIs(t, err, tasks.ErrLeaseLost)
+	require.ErrorIs(t, err, arbortype.ErrLeaseLost)
 	_, err = leaseA.Start(b.ctx, root.ID)
-	require.ErrorIs(t, err, tasks.ErrLeaseLost)
-	require.ErrorIs(t, run.Checkpoint(b.ctx, "zombie", nil), tasks.ErrNotRunning)
+	require.ErrorIs(t, err, arbortype.ErrLeaseLost)
+	require.ErrorIs(t, run.Checkpoint(b.ctx, "zombie", nil), arbortype.ErrNotRunning)
 	_, err = run.Spawn(b.ctx, machine.SpawnParams{Kind: "child"})
-	require.ErrorIs(t, err, tasks.ErrNotRunning)
-	require.ErrorIs(t, run.SleepUntil(b.ctx, time.Now().Add(time.Hour), "", nil), tasks.ErrNotRunning)
-	require.ErrorIs(t, run.Wait(b.ctx, machine.WaitParams{Policy: arbortype.AllSettled}), tasks.ErrNotRunning)
-	require.ErrorIs(t, run.Complete(b.ctx, nil), tasks.ErrNotRunning)
-	require.ErrorIs(t, leaseA.Renew(b.ctx), tasks.ErrLeaseLost)
-	require.ErrorIs(t, leaseA.Release(b.ctx), tasks.ErrLeaseLost)
+	require.ErrorIs(t, err, arbortype.ErrNotRunning)
+	require.ErrorIs(t, run.SleepUntil(b.ctx, time.Now().Add(time.Hour), "", nil), arbortype.ErrNotRunning)
+	require.ErrorIs(t, run.Wait(b.ctx, machine.WaitParams{Policy: arbortype.AllSettled}), arbortype.ErrNotRunning)
+	require.ErrorIs(t, run.Complete(b.ctx, nil), arbortype.ErrNotRunning)
+	require.ErrorIs(t, leaseA.Renew(b.ctx), arbortype.ErrLeaseLost)
+	require.ErrorIs(t, leaseA.Release(b.ctx), arbortype.ErrLeaseLost)
 	require.Equal(t, before, snapshot(t, b), "the paused machine wrote nothing")
 
 	// node-b runs the recovered task, with attempt 1, and its own token.
@@ -399,10 +399,10 @@ func watchdogCancelsBlocked(t *testing.T) bool {
 			return ctx.Err()
 		},
 	}, func(c *machine.RunnerConfig) { c.BlockedAfter = 300 * time.Millisecond })
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "stuck"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "stuck"})
 	require.NoError(t, err)
 	cause := <-stopped
-	if errors.Is(cause, tasks.ErrLeaseLost) {
+	if errors.Is(cause, arbortype.ErrLeaseLost) {
 		return false
 	}
 	require.ErrorIs(t, cause, machine.ErrBlocked)
@@ -427,7 +427,7 @@ func TestRunnerStopCancelsAfterGraceAndIsRecovered(t *testing.T) {
 		Waker: &machine.WakerConfig{RiverTestOnly: true}})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(b.ctx))
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "long"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "long"})
 	require.NoError(t, err)
 	<-started
 	require.NoError(t, r.Stop(b.ctx))

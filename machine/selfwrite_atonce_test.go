@@ -40,7 +40,7 @@ func TestRunSelfWritesAreOneStatementEach(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	eng, tracer := tracedEngine(t, b)
-	turn, _, err := eng.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := eng.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, eng, b.conv, nil)
 	require.NoError(t, err)
@@ -109,15 +109,15 @@ func TestRunSelfWritesAreOneStatementEach(t *testing.T) {
 	// Taken over: the task is back to pending.
 	_, err = b.engine.Recover(b.ctx, turn.ID)
 	require.NoError(t, err)
-	refused(run, tasks.ErrNotRunning)
+	refused(run, arbortype.ErrNotRunning)
 	// Started again: the first run's token is stale.
 	rerun, err := lease.Start(b.ctx, turn.ID)
 	require.NoError(t, err)
-	refused(run, tasks.ErrLeaseLost)
+	refused(run, arbortype.ErrLeaseLost)
 	// Aborted: the new run learns it at its next write.
 	_, err = eng.Abort(b.ctx, turn.ID)
 	require.NoError(t, err)
-	refused(rerun, tasks.ErrAborted)
+	refused(rerun, arbortype.ErrAborted)
 	require.NoError(t, lease.Release(b.ctx))
 	b.requireClean(t)
 }
@@ -130,7 +130,7 @@ func TestRunSelfWritesAreOneStatementEach(t *testing.T) {
 func TestProgressFencedByAnAbortItWaitedFor(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
 	require.NoError(t, err)
@@ -153,7 +153,7 @@ func TestProgressFencedByAnAbortItWaitedFor(t *testing.T) {
 			AND query LIKE '%conversation_log%' AND query LIKE '%' || $1 || '%'`, b.schema) == 1
 	})
 	require.NoError(t, tx.Commit(b.ctx))
-	require.ErrorIs(t, <-done, tasks.ErrAborted)
+	require.ErrorIs(t, <-done, arbortype.ErrAborted)
 
 	entries, err := b.engine.ReadLog(b.ctx, b.conv, 0, 100)
 	require.NoError(t, err)
@@ -175,7 +175,7 @@ func TestProgressFencedByAnAbortItWaitedFor(t *testing.T) {
 func TestProgressLocksTheConversationFirst(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
 	require.NoError(t, err)

@@ -123,7 +123,7 @@ func TestServerTimeoutsOfTheRoleDoNotFailWrites(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			r := newTimeoutRole(t, b, c.setting, c.code)
-			turn, _, err := r.eng.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+			turn, _, err := r.eng.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 			require.NoError(t, err)
 			lease, err := machine.AcquireLease(b.ctx, r.eng, b.conv, nil)
 			require.NoError(t, err)
@@ -166,7 +166,7 @@ func TestServerTimeoutsOfTheRoleDoNotFailWrites(t *testing.T) {
 
 			// Abort, from the application (a pool form).
 			other := b.conv + "-abort"
-			victim, _, err := r.eng.Create(b.ctx, tasks.CreateParams{ConversationID: other, Kind: "turn"})
+			victim, _, err := r.eng.Create(b.ctx, arbortype.CreateParams{ConversationID: other, Kind: "turn"})
 			require.NoError(t, err)
 			release = r.hold(t, other)
 			before = r.cut.count(c.code)

@@ -14,7 +14,6 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/reconcile"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // logRecorder is a slog handler that keeps every record's message.
@@ -67,7 +66,7 @@ func TestStoppedRunnerWritesNothing(t *testing.T) {
 		Waker: &machine.WakerConfig{RiverTestOnly: true}})
 	require.NoError(t, err)
 	require.NoError(t, r.Start(b.ctx))
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "stubborn"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "stubborn"})
 	require.NoError(t, err)
 	<-entered
 
@@ -123,7 +122,7 @@ func TestRunnerReleasesWithoutFalseWarnings(t *testing.T) {
 	for i := range n {
 		conv := fmt.Sprintf("%s-%02d", b.conv, i)
 		convs = append(convs, conv)
-		_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+		_, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 		require.NoError(t, err)
 	}
 	waitUntil(t, "the first conversation to be opened", func() bool {

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // TestGracefulStopCountsNoRestart: a claim's transaction is in flight when
@@ -47,7 +46,7 @@ func TestGracefulStopCountsNoRestart(t *testing.T) {
 		}
 	}
 	r.mu.Unlock()
-	tool, _, err := ir.eng.Create(ctx, tasks.CreateParams{ConversationID: ir.conv, Kind: "tool"})
+	tool, _, err := ir.eng.Create(ctx, arbortype.CreateParams{ConversationID: ir.conv, Kind: "tool"})
 	require.NoError(t, err)
 	<-inClaim // the wake's transaction is in flight, its claim made
 	stopped := make(chan error, 1)

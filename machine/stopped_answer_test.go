@@ -12,7 +12,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // holdTaskRow locks task id's row in a transaction of the test's own, so
@@ -56,7 +55,7 @@ func requireTruth(t *testing.T, b *bundle, id int64, err error) {
 	require.NoError(t, gerr)
 	require.Equal(t, arbortype.StatusCompleted, got.Status, "the write landed")
 	require.JSONEq(t, `"done"`, string(got.Result))
-	require.True(t, err == nil || errors.Is(err, tasks.ErrAmbiguous),
+	require.True(t, err == nil || errors.Is(err, arbortype.ErrAmbiguous),
 		"a write that landed is reported as nil or ErrAmbiguous, never refused; got %v", err)
 }
 
@@ -68,7 +67,7 @@ func requireTruth(t *testing.T, b *bundle, id int64, err error) {
 func TestStoppedRunnerCallerHearsTheTruth(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	entered, held, cancelled := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	result := make(chan error, 1)
@@ -104,7 +103,7 @@ func TestStoppedRunnerCallerHearsTheTruth(t *testing.T) {
 func TestStoppedLeaseCallerHearsTheTruth(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(b.ctx, b.engine.Engine, b.conv, nil)
 	require.NoError(t, err)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // streamHandlers: a turn publishes three progress entries, spawns a tool,
@@ -55,7 +54,7 @@ func TestFollowTheConversation(t *testing.T) {
 	b := setup(t)
 	release := make(chan struct{})
 	fastRunner(t, b, streamHandlers(release), func(c *machine.RunnerConfig) { c.PollInterval = 10 * time.Second })
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithTimeout(b.ctx, eventually)
@@ -145,7 +144,7 @@ func TestAwaitSettled(t *testing.T) {
 	b := setup(t)
 	release := make(chan struct{})
 	fastRunner(t, b, streamHandlers(release), func(c *machine.RunnerConfig) { c.PollInterval = 10 * time.Second })
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 
 	short, cancel := context.WithTimeout(b.ctx, 50*time.Millisecond)
@@ -216,7 +215,7 @@ func TestDeadlines(t *testing.T) {
 		}
 		convs = append(convs, conv)
 		var err error
-		turn, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", Deadline: time.Now().Add(wait)})
+		turn, _, err = b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn", Deadline: time.Now().Add(wait)})
 		require.NoError(t, err)
 		waitUntil(t, "the turn to fail past its deadline", func() bool { return b.status(t, turn.ID) == arbortype.StatusFailed })
 		require.Equal(t, "deadline_exceeded", b.get(t, turn.ID).Error.Code)
@@ -229,7 +228,7 @@ func TestDeadlines(t *testing.T) {
 	// either way the abort reached it.
 	require.Contains(t, []arbortype.Status{arbortype.StatusAborted, arbortype.StatusOrphaned}, kids[0].Status, "its subtree was aborted")
 
-	slow, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv + "-2", Kind: "slow", Deadline: time.Now().Add(200 * time.Millisecond)})
+	slow, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv + "-2", Kind: "slow", Deadline: time.Now().Add(200 * time.Millisecond)})
 	require.NoError(t, err)
 	waitUntil(t, "the running task to fail past its deadline", func() bool { return b.status(t, slow.ID) == arbortype.StatusFailed })
 	require.Equal(t, "deadline_exceeded", b.get(t, slow.ID).Error.Code)
@@ -269,9 +268,9 @@ func TestCompleteTx(t *testing.T) {
 			return tx.Commit(ctx)
 		},
 	}, nil)
-	ok, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "reply"})
+	ok, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "reply"})
 	require.NoError(t, err)
-	flaky, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv + "-2", Kind: "reply",
+	flaky, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv + "-2", Kind: "reply",
 		Input: json.RawMessage(`{"roll back": "the first time"}`), MaxRetries: 1, RetryBackoffBase: time.Millisecond})
 	require.NoError(t, err)
 	for _, id := range []int64{ok.ID, flaky.ID} {
@@ -282,6 +281,6 @@ func TestCompleteTx(t *testing.T) {
 	}
 	got := b.get(t, flaky.ID)
 	require.Equal(t, 1, got.Retries, "the run whose transaction did not commit failed, and was retried")
-	require.Equal(t, machine.CodeEndingNotCommitted, got.ErrorHistory[0].Code)
+	require.Equal(t, arbortype.CodeEndingNotCommitted, got.ErrorHistory[0].Code)
 	b.requireClean(t, b.conv+"-2")
 }

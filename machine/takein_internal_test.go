@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // TestEndingGoesInTheFlushHoldingItsConversation: an ending that comes
@@ -78,7 +77,7 @@ func TestEndingGoesInTheFlushHoldingItsConversation(t *testing.T) {
 		}
 	}
 
-	turn, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	turn, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	ids := []int64{recv("a child to run", up), recv("the other child to run", up)}
 	kids, err := eng.GetMany(ctx, ids)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // TestUnstartedRunIsRequeuedNotAbandoned: a run this node claimed and
@@ -94,7 +93,7 @@ func requeuedNotAbandoned(t *testing.T, atStart bool) {
 		require.True(t, lapsed, "the fence marked the conversation lapsed")
 	}
 
-	once, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "once", AbandonOnRestart: true})
+	once, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "once", AbandonOnRestart: true})
 	require.NoError(t, err)
 	var claimed []arbortype.Task
 	_, err = core.Tx(ctx, r.core, func(tx pgx.Tx) (struct{}, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -55,12 +56,6 @@ type Wake struct {
 	// the job's scheduled time). 0 when it was not late.
 	Late time.Duration
 }
-
-// WakeEvent is Wake's former name: a wake is not an event in arbor's sense
-// (arbortype.Event, what Emit sends).
-//
-// Deprecated: use Wake.
-type WakeEvent = Wake
 
 // WakerConfig configures a Waker. The zero value of every field means its
 // default.
@@ -205,7 +200,7 @@ type Waker struct {
 func NewWaker(engine *tasks.Engine, cfg *WakerConfig) (*Waker, error) {
 	c := core.Of(engine)
 	if c == nil {
-		return nil, fmt.Errorf("machine.NewWaker: engine is nil: %w", tasks.ErrInvalidArgument)
+		return nil, fmt.Errorf("machine.NewWaker: engine is nil: %w", arbortype.ErrInvalidArgument)
 	}
 	return newWaker(c, cfg)
 }

@@ -98,7 +98,7 @@ func (b *bundle) startWaker(t testing.TB, timers bool) (*machine.Waker, *recorde
 // sleeper creates a task, starts it and puts it to sleep until wakeAt.
 func (b *bundle) sleeper(t testing.TB, ownerID int64, wakeAt time.Time) arbortype.Task {
 	t.Helper()
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: ownerID, Kind: "sleeper"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, OwnerID: ownerID, Kind: "sleeper"})
 	require.NoError(t, err)
 	task, err = b.engine.Start(b.ctx, task.ID)
 	require.NoError(t, err)
@@ -284,7 +284,7 @@ func leaveSleeps(t *testing.T, timers bool, margin time.Duration) bool {
 	b := setup(t)
 	w, rec := b.startWaker(t, timers)
 	at := time.Now().Add(margin)
-	owner, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "owner"})
+	owner, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "owner"})
 	require.NoError(t, err)
 	owner, err = b.engine.Start(b.ctx, owner.ID)
 	require.NoError(t, err)
@@ -397,7 +397,7 @@ func TestSleepingAgainGetsItsOwnJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, rec := b.startWaker(t, false)
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "napper"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "napper"})
 	require.NoError(t, err)
 	for i := range 3 {
 		task, err = b.engine.Start(b.ctx, task.ID)
@@ -423,7 +423,7 @@ func TestRetriesAreWokenByTheWaker(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	w, rec := b.startWaker(t, true)
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "flaky",
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "flaky",
 		MaxRetries: 2, RetryBackoffBase: 20 * time.Millisecond, RetryBackoffCap: 40 * time.Millisecond})
 	require.NoError(t, err)
 	for try := 1; ; try++ {

@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/store"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // The waker's timers: sleeps due within the horizon, armed from the poll and
@@ -188,7 +188,7 @@ func (w *Waker) fire(ctx context.Context, key sleepKey, conversationID string, e
 				return w.core.WakeSleeping(wakeCtx, tx, key.taskID, key.sleepSeq)
 			})
 		}
-		if !errors.Is(err, tasks.ErrAmbiguous) || wakeCtx.Err() != nil {
+		if !errors.Is(err, arbortype.ErrAmbiguous) || wakeCtx.Err() != nil {
 			break
 		}
 	}

@@ -204,7 +204,7 @@ func (b *privBundle) requireRuntimeWorks(t *testing.T) {
 	require.NoError(t, runner.Start(ctx))
 	defer func() { require.NoError(t, runner.Stop(ctx)) }()
 
-	nap, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "nap"})
+	nap, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "nap"})
 	require.NoError(t, err)
 	require.Equal(t, "woke", next(t, ran))
 	nap, err = engine.Get(ctx, nap.ID)
@@ -213,7 +213,7 @@ func (b *privBundle) requireRuntimeWorks(t *testing.T) {
 
 	// An early wake and a cancel each delete a sleep's wake job.
 	for _, end := range []string{"wake", "cancel"} {
-		sleeper, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "hibernate"})
+		sleeper, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "hibernate"})
 		require.NoError(t, err)
 		require.Equal(t, "hibernating", next(t, ran))
 		sleeper, err = engine.Get(ctx, sleeper.ID)
@@ -236,9 +236,9 @@ func (b *privBundle) requireRuntimeWorks(t *testing.T) {
 	}
 
 	// A tree the runner has no handlers for, aborted by the user.
-	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
-	child, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: conv, OwnerID: turn.ID, Kind: "search"})
+	child, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, OwnerID: turn.ID, Kind: "search"})
 	require.NoError(t, err)
 	rep, err := engine.Abort(ctx, turn.ID)
 	require.NoError(t, err)

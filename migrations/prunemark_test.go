@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/migrations"
 	"github.com/arborhq/arbor/tasks"
@@ -38,7 +39,7 @@ func TestPruneMarkIsThePrunesAlone(t *testing.T) {
 	engine, err := tasks.New(b.ctx, poolAs(t, b.runtime), &tasks.Config{Schema: b.schema})
 	require.NoError(t, err)
 	conv := testdb.Conversation(t)
-	turn, _, err := engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	turn, _, err := engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	_, err = engine.Cancel(b.ctx, turn.ID, nil)
 	require.NoError(t, err)
@@ -133,7 +134,7 @@ func TestPruneMarkNamesItsOwnTransaction(t *testing.T) {
 	engine, err := tasks.New(b.ctx, runtimePool, &tasks.Config{Schema: b.schema})
 	require.NoError(t, err)
 	conv := testdb.Conversation(t)
-	turn, _, err := engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	turn, _, err := engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	_, err = engine.Cancel(b.ctx, turn.ID, nil)
 	require.NoError(t, err)

@@ -88,7 +88,7 @@ func ExampleMiddleware() {
 
 	// Your request handler's span: the turn's trace is its trace.
 	reqCtx, req := tp.Tracer("chat-api").Start(ctx, "POST /messages")
-	turn, _, err := engine.Create(reqCtx, tasks.CreateParams{ConversationID: "otel-example", Kind: "turn"})
+	turn, _, err := engine.Create(reqCtx, arbortype.CreateParams{ConversationID: "otel-example", Kind: "turn"})
 	if err != nil {
 		log.Fatal(err)
 	}

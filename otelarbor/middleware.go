@@ -37,7 +37,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // ScopeName is the instrumentation scope of otelarbor's tracer and meter.
@@ -85,9 +84,9 @@ type Middleware struct {
 }
 
 var (
-	_ tasks.TraceInjector = (*Middleware)(nil)
-	_ machine.Middleware  = (*Middleware)(nil)
-	_ machine.Observer    = (*Middleware)(nil)
+	_ arbortype.TraceInjector = (*Middleware)(nil)
+	_ machine.Middleware      = (*Middleware)(nil)
+	_ machine.Observer        = (*Middleware)(nil)
 )
 
 // NewMiddleware returns a Middleware; cfg may be nil. It fails only when
@@ -114,7 +113,7 @@ func NewMiddleware(cfg *Config) (*Middleware, error) {
 }
 
 // InjectTrace returns the trace context of ctx as propagation headers, for
-// the engine to store with the task being created (tasks.TraceInjector).
+// the engine to store with the task being created (arbortype.TraceInjector).
 // A context without a span — a create outside any trace — gets a span of
 // its own, "arbor.create", ended at once: the root of the new tree's trace,
 // so that every run of the tree is in one trace even then.
@@ -183,7 +182,7 @@ func (m *Middleware) Run(ctx context.Context, run *machine.Run, next func(contex
 // aborted says whether a run ended because its task was taken from it: an
 // abort (or cancel) made elsewhere, or a refused write that found it so.
 func aborted(err error) bool {
-	return errors.Is(err, tasks.ErrAborted) || errors.Is(err, machine.ErrTaskStopped)
+	return errors.Is(err, arbortype.ErrAborted) || errors.Is(err, machine.ErrTaskStopped)
 }
 
 // settledStatus is the status a run's outcome settled its task in, and
@@ -200,7 +199,7 @@ func settledStatus(t *arbortype.Task, out machine.Outcome) (arbortype.Status, bo
 		}
 		return arbortype.StatusFailed, true
 	case machine.OutcomeNone:
-		if errors.Is(out.Err, tasks.ErrAborted) {
+		if errors.Is(out.Err, arbortype.ErrAborted) {
 			return arbortype.StatusAborted, true
 		}
 	}

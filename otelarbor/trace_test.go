@@ -210,7 +210,7 @@ func TestTreeIsOneTraceAcrossACrash(t *testing.T) {
 	// The request that starts the turn.
 	reqCtx, req := tp.Tracer("test").Start(ctx, "POST /messages")
 	conv := testdb.Conversation(t)
-	turn, _, err := engine.Create(reqCtx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	turn, _, err := engine.Create(reqCtx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	req.End()
 	require.Equal(t, req.SpanContext().TraceID().String(), traceparent(t, turn.Trace).trace)

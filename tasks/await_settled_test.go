@@ -31,7 +31,7 @@ func TestAwaitSettledTrustsTheRowNotTheLog(t *testing.T) {
 	ctx := context.Background()
 	engine := enginetest.New(t, pool, &tasks.Config{Schema: schema})
 	conv := testdb.Conversation(t)
-	task, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	task, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	run, err := engine.Start(ctx, task.ID)
 	require.NoError(t, err)

@@ -29,22 +29,15 @@ type BudgetParams struct {
 	OnExhausted arbortype.BudgetAction
 }
 
-// ErrBudgetExhausted and ErrUnknownCounter are arbortype's sentinels, named
-// here too (see arbortype.ErrBudgetExhausted).
-var (
-	ErrBudgetExhausted = arbortype.ErrBudgetExhausted
-	ErrUnknownCounter  = arbortype.ErrUnknownCounter
-)
-
 // SetBudget creates or changes a budget, in a transaction of its own. A
 // task's spend counts against every budget above it: its own, its
 // owners' up to the turn, the conversation's. A budget set on a scope that
 // has spent already counts that spend. Raising a budget (a larger Max, or
 // an action that no longer parks) lets the conversation's tasks parked on
 // a budget run again: they reserve anew, and one still over parks again.
-// An unknown conversation or task is ErrNotFound, a task of another
-// conversation ErrForeignTask, a settled one ErrSettled; a bad counter,
-// amount or action ErrInvalidArgument. Nothing is written then.
+// An unknown conversation or task is arbortype.ErrNotFound, a task of another
+// conversation arbortype.ErrForeignTask, a settled one arbortype.ErrSettled; a bad counter,
+// amount or action arbortype.ErrInvalidArgument. Nothing is written then.
 func (e *Engine) SetBudget(ctx context.Context, p BudgetParams) (arbortype.Budget, error) {
 	return core.Tx(ctx, e.core, func(tx pgx.Tx) (arbortype.Budget, error) { return e.setBudget(ctx, tx, p) })
 }
@@ -79,7 +72,7 @@ func (e *Engine) Budgets(ctx context.Context, conversationID string) (arbortype.
 // the time elapsed). Spent counts closed reservations and Reserved open
 // ones: a reservation its run did not record stays in Reserved until it
 // is spent in full (see Run.Reserve). No such budget, or no such
-// conversation, is ErrNotFound.
+// conversation, is arbortype.ErrNotFound.
 func (e *Engine) Budget(ctx context.Context, conversationID string, taskID int64, counter string) (arbortype.Budget, error) {
 	return core.Read(ctx, e.core, func(db store.DB) (arbortype.Budget, error) {
 		return e.core.Budget(ctx, db, conversationID, taskID, counter)

@@ -25,7 +25,7 @@ func (v Violation) String() string {
 // violation it finds (none: an empty slice), ordered by conversation and
 // task. Each conversation is read in one repeatable-read snapshot, so Check
 // can run while the conversation is busy. docs/design.md §4 lists what is
-// checked. An unknown conversation is ErrNotFound. It has no …Tx form: it
+// checked. An unknown conversation is arbortype.ErrNotFound. It has no …Tx form: it
 // reads in snapshots of its own.
 func (e *Engine) Check(ctx context.Context, conversationIDs ...string) ([]Violation, error) {
 	vs, err := e.core.Check(ctx, conversationIDs...)

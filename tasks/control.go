@@ -25,10 +25,10 @@ type AbortReport struct {
 // last (aborted, or orphaned for a task that never ran); then the target's
 // owner is reconciled (a waiting owner may wake). Background children, and
 // everything under them, are left running. A child that tries to spawn under
-// any of these tasks meanwhile is refused (ErrOwnerAborting); a handler
+// any of these tasks meanwhile is refused (arbortype.ErrOwnerAborting); a handler
 // running one of them has its context cancelled within milliseconds and
-// gets ErrAborted at its next write. A settled target is a
-// *TransitionError; an unknown one ErrNotFound.
+// gets arbortype.ErrAborted at its next write. A settled target is a
+// *TransitionError; an unknown one arbortype.ErrNotFound.
 //
 // WithReason records why (the user pressed stop, a new message interrupted
 // the turn) as the target's error, code "aborted": arbor show, the
@@ -53,7 +53,7 @@ type AbortOption func(*abortOpts)
 type abortOpts struct{ reason string }
 
 // WithReason records reason (at most 200 bytes) as the aborted target's
-// error, code CodeAborted.
+// error, code arbortype.CodeAborted.
 func WithReason(reason string) AbortOption { return func(o *abortOpts) { o.reason = reason } }
 
 func abortOptions(opts []AbortOption) abortOpts {
@@ -66,14 +66,10 @@ func abortOptions(opts []AbortOption) abortOpts {
 	return o
 }
 
-// CodeAborted is the error code of a task aborted WithReason
-// (arbortype.CodeAborted).
-const CodeAborted = arbortype.CodeAborted
-
 // AbortConversation aborts every live task of a conversation, background
 // tasks included, leaves first, in one transaction: what the user's "stop"
 // on the whole conversation means. A conversation with nothing live is not
-// an error: the report is empty. An unknown conversation is ErrNotFound.
+// an error: the report is empty. An unknown conversation is arbortype.ErrNotFound.
 // WithReason is recorded on the conversation's live root tasks.
 func (e *Engine) AbortConversation(ctx context.Context, conversationID string, opts ...AbortOption) (AbortReport, error) {
 	return core.Tx(ctx, e.core, func(tx pgx.Tx) (AbortReport, error) { return e.abortConversation(ctx, tx, conversationID, opts) })
@@ -94,8 +90,8 @@ func (e *Engine) abortConversation(ctx context.Context, tx pgx.Tx, conversationI
 // leaves first), then the task becomes cancelled with result (optional)
 // recorded, then its owner is reconciled, all in one transaction. A
 // completing or settled task cannot be cancelled (*TransitionError); an
-// unknown one is ErrNotFound. A handler running the task has its context
-// cancelled and gets ErrNotRunning at its next write.
+// unknown one is arbortype.ErrNotFound. A handler running the task has its context
+// cancelled and gets arbortype.ErrNotRunning at its next write.
 func (e *Engine) Cancel(ctx context.Context, taskID int64, result json.RawMessage) (arbortype.Task, error) {
 	return core.Tx(ctx, e.core, func(tx pgx.Tx) (arbortype.Task, error) { return e.core.Cancel(ctx, tx, taskID, result) })
 }
@@ -108,8 +104,8 @@ func (e *Engine) CancelTx(ctx context.Context, tx pgx.Tx, taskID int64, result j
 // WakeNow is a user's early wake of a sleeping task (or of a retry's
 // backoff): sleeping → pending at once, and its wake job removed in the same
 // transaction, so that it neither wakes the task again nor lingers. A task
-// that is not sleeping is ErrNotSleeping (nothing is written); an unknown
-// one ErrNotFound.
+// that is not sleeping is arbortype.ErrNotSleeping (nothing is written); an unknown
+// one arbortype.ErrNotFound.
 func (e *Engine) WakeNow(ctx context.Context, taskID int64) (arbortype.Task, error) {
 	return core.Tx(ctx, e.core, func(tx pgx.Tx) (arbortype.Task, error) { return e.core.WakeNow(ctx, tx, taskID) })
 }

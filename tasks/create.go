@@ -11,62 +11,22 @@ import (
 	"github.com/arborhq/arbor/internal/core"
 )
 
-// RestartLimitNone is the CreateParams.RestartLimit of a task that fails
-// with restart_limit_exceeded at its first recovery: arbortype's constant,
-// named here too.
-const RestartLimitNone = arbortype.RestartLimitNone
-
-// CreateParams describe a new task: the argument of Create, CreateTx,
-// CreateMany and CreateManyTx. ConversationID and Kind are required; the
-// zero value of every other field is its default. OwnerID makes a child
-// (a handler creates its own with machine.Run.Spawn instead), OnBusy and
-// SteerEvent say what a turn created while another is live does, Budgets
-// and ConversationBudgets bound its spend, and the rest say how it is
-// retried, recovered, deduplicated (IdempotencyKey) and ended
-// (Deadline). Every field is documented on arbortype.CreateParams, the one
-// definition (go doc arbortype.CreateParams), which the engine takes as it
-// is.
-type CreateParams = arbortype.CreateParams
-
-// TurnPolicy says what creating a turn does while another root task of the
-// conversation is live (see arbortype.TurnPolicy).
-type TurnPolicy = arbortype.TurnPolicy
-
-// TraceInjector gives a new task the trace context it is created in (see
-// Config.TraceInjector and arbortype.TraceInjector).
-type TraceInjector = arbortype.TraceInjector
-
-// The turn policies: arbortype's constants (see arbortype.TurnPolicy for
-// each), named here too so that a create reads tasks.TurnSteer.
-const (
-	TurnDefault   = arbortype.TurnDefault
-	TurnQueue     = arbortype.TurnQueue
-	TurnInterrupt = arbortype.TurnInterrupt
-	TurnReject    = arbortype.TurnReject
-	TurnSteer     = arbortype.TurnSteer
-)
-
 // SteerEventDefault is the event name of a steered input.
 const SteerEventDefault = "message"
 
-// CodeSteered is the error code of a steered message's own turn, cancelled
-// because the turn it was steered into took the message (see TurnSteer):
-// arbortype.CodeSteered, named here too.
-const CodeSteered = arbortype.CodeSteered
-
 // coreParams is p as the engine takes it, with the trace context of the
 // create's context.
-func coreParams(p CreateParams, trace map[string]string) core.CreateParams {
+func coreParams(p arbortype.CreateParams, trace map[string]string) core.CreateParams {
 	return core.CreateParams{CreateParams: p, Trace: trace}
 }
 
 // Create creates a pending task in a transaction of its own, and the
 // conversation on first use. created is false when IdempotencyKey matched
 // an existing task, which is returned instead (a key reused for another kind
-// or owner is ErrIdempotencyConflict). Bad input is refused before anything
-// is written: ErrInvalidArgument, ErrInvalidJSON, ErrPayloadTooLarge, an
-// unknown owner ErrNotFound, an owner of another conversation
-// ErrForeignOwner, an owner that cannot take a child ErrOwnerNotLive.
+// or owner is arbortype.ErrIdempotencyConflict). Bad input is refused before anything
+// is written: arbortype.ErrInvalidArgument, arbortype.ErrInvalidJSON, arbortype.ErrPayloadTooLarge, an
+// unknown owner arbortype.ErrNotFound, an owner of another conversation
+// arbortype.ErrForeignOwner, an owner that cannot take a child arbortype.ErrOwnerNotLive.
 //
 // The machine holding the conversation hears of the new task at commit
 // (NOTIFY) and runs it.
@@ -75,9 +35,9 @@ func coreParams(p CreateParams, trace map[string]string) core.CreateParams {
 // its own. A task with an owner, and a root whose conversation is being
 // created by another transaction at the same moment or whose idempotency
 // key is taken, go through a transaction.
-func (e *Engine) Create(ctx context.Context, p CreateParams) (task arbortype.Task, created bool, err error) {
+func (e *Engine) Create(ctx context.Context, p arbortype.CreateParams) (task arbortype.Task, created bool, err error) {
 	trace := e.core.Trace(ctx)
-	if p.OwnerID == 0 && !strings.HasPrefix(p.IdempotencyKey, "arbor:") && e.policy(p) == TurnQueue {
+	if p.OwnerID == 0 && !strings.HasPrefix(p.IdempotencyKey, "arbor:") && e.policy(p) == arbortype.TurnQueue {
 		t, ok, err := core.CreateRoot(ctx, e.core, coreParams(p, trace))
 		if err != nil || ok {
 			return t, ok, err
@@ -90,7 +50,7 @@ func (e *Engine) Create(ctx context.Context, p CreateParams) (task arbortype.Tas
 // CreateTx is Create inside the caller's transaction: the task exists only
 // if that transaction commits, so it can commit together with the caller's
 // own rows (the user's message and the turn that answers it, say).
-func (e *Engine) CreateTx(ctx context.Context, tx pgx.Tx, p CreateParams) (task arbortype.Task, created bool, err error) {
+func (e *Engine) CreateTx(ctx context.Context, tx pgx.Tx, p arbortype.CreateParams) (task arbortype.Task, created bool, err error) {
 	trace := e.core.Trace(ctx)
 	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (createResult, error) { return e.create(ctx, tx, p, trace) })
 	return r.task, r.created, err
@@ -101,20 +61,20 @@ type createResult struct {
 	created bool
 }
 
-func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams, trace map[string]string) (createResult, error) {
+func (e *Engine) create(ctx context.Context, tx pgx.Tx, p arbortype.CreateParams, trace map[string]string) (createResult, error) {
 	if strings.HasPrefix(p.SteerEvent, "arbor:") {
-		return createResult{}, fmt.Errorf("create task: steer event %q: the prefix \"arbor:\" is arbor's own: %w", p.SteerEvent, ErrInvalidArgument)
+		return createResult{}, fmt.Errorf("create task: steer event %q: the prefix \"arbor:\" is arbor's own: %w", p.SteerEvent, arbortype.ErrInvalidArgument)
 	}
 	if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
-		return createResult{}, fmt.Errorf("create task: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", p.IdempotencyKey, ErrInvalidArgument)
+		return createResult{}, fmt.Errorf("create task: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", p.IdempotencyKey, arbortype.ErrInvalidArgument)
 	}
 	policy := e.policy(p)
 	if !policy.Valid() {
-		return createResult{}, fmt.Errorf("create task: turn policy %q: %w", policy, ErrInvalidArgument)
+		return createResult{}, fmt.Errorf("create task: turn policy %q: %w", policy, arbortype.ErrInvalidArgument)
 	}
-	if policy != TurnQueue {
+	if policy != arbortype.TurnQueue {
 		if p.OwnerID != 0 {
-			return createResult{}, fmt.Errorf("create task: turn policy %q: a turn policy is for root tasks: %w", policy, ErrInvalidArgument)
+			return createResult{}, fmt.Errorf("create task: turn policy %q: a turn policy is for root tasks: %w", policy, arbortype.ErrInvalidArgument)
 		}
 		r, done, err := e.busy(ctx, tx, p, policy, trace)
 		if done || err != nil {
@@ -130,15 +90,15 @@ func (e *Engine) create(ctx context.Context, tx pgx.Tx, p CreateParams, trace ma
 }
 
 // policy is the turn policy p is created under: its OnBusy, else its
-// kind's configured policy, else TurnQueue. A child's is TurnQueue unless it
+// kind's configured policy, else arbortype.TurnQueue. A child's is arbortype.TurnQueue unless it
 // names another (refused then).
-func (e *Engine) policy(p CreateParams) TurnPolicy {
+func (e *Engine) policy(p arbortype.CreateParams) arbortype.TurnPolicy {
 	policy := p.OnBusy
-	if policy == TurnDefault && p.OwnerID == 0 {
+	if policy == arbortype.TurnDefault && p.OwnerID == 0 {
 		policy = e.core.Cfg.TurnPolicies[p.Kind]
 	}
-	if policy == TurnDefault {
-		return TurnQueue
+	if policy == arbortype.TurnDefault {
+		return arbortype.TurnQueue
 	}
 	return policy
 }
@@ -148,7 +108,7 @@ func (e *Engine) policy(p CreateParams) TurnPolicy {
 // concurrent creates get exactly what the policy says): done says the
 // create is answered (rejected, or steered into the live turn); otherwise
 // the turn is created after it (the live turns aborted, for interrupt).
-func (e *Engine) busy(ctx context.Context, tx pgx.Tx, p CreateParams, policy TurnPolicy, trace map[string]string) (createResult, bool, error) {
+func (e *Engine) busy(ctx context.Context, tx pgx.Tx, p arbortype.CreateParams, policy arbortype.TurnPolicy, trace map[string]string) (createResult, bool, error) {
 	live, err := e.core.LockLiveRoots(ctx, tx, p.ConversationID)
 	if err != nil || len(live) == 0 {
 		return createResult{}, false, err
@@ -169,17 +129,17 @@ func (e *Engine) busy(ctx context.Context, tx pgx.Tx, p CreateParams, policy Tur
 		}
 	}
 	switch policy {
-	case TurnReject:
+	case arbortype.TurnReject:
 		return createResult{}, true, fmt.Errorf("create task in conversation %q: turn %d (%s) is %s: %w",
-			p.ConversationID, live[0].ID, live[0].Kind, live[0].Status, ErrBusy)
-	case TurnInterrupt:
+			p.ConversationID, live[0].ID, live[0].Kind, live[0].Status, arbortype.ErrBusy)
+	case arbortype.TurnInterrupt:
 		for _, t := range live {
 			if _, err := e.core.AbortWhy(ctx, tx, t.ID, "interrupted by a new turn"); err != nil {
 				return createResult{}, true, err
 			}
 		}
 		return createResult{}, false, nil
-	case TurnSteer:
+	case arbortype.TurnSteer:
 		name := p.SteerEvent
 		if name == "" {
 			name = SteerEventDefault
@@ -219,14 +179,14 @@ func (e *Engine) busy(ctx context.Context, tx pgx.Tx, p CreateParams, policy Tur
 // repeated within the batch is created once); an owner must exist before the
 // batch. One refused task refuses the batch, naming its index, and nothing
 // is written. At most 10,000 tasks; they come back in the order given.
-func (e *Engine) CreateMany(ctx context.Context, ps []CreateParams) (tasks []arbortype.Task, created []bool, err error) {
+func (e *Engine) CreateMany(ctx context.Context, ps []arbortype.CreateParams) (tasks []arbortype.Task, created []bool, err error) {
 	trace := e.core.Trace(ctx)
 	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (manyResult, error) { return e.createMany(ctx, tx, ps, trace) })
 	return r.tasks, r.created, err
 }
 
 // CreateManyTx is CreateMany inside the caller's transaction.
-func (e *Engine) CreateManyTx(ctx context.Context, tx pgx.Tx, ps []CreateParams) (tasks []arbortype.Task, created []bool, err error) {
+func (e *Engine) CreateManyTx(ctx context.Context, tx pgx.Tx, ps []arbortype.CreateParams) (tasks []arbortype.Task, created []bool, err error) {
 	trace := e.core.Trace(ctx)
 	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (manyResult, error) { return e.createMany(ctx, tx, ps, trace) })
 	return r.tasks, r.created, err
@@ -237,11 +197,11 @@ type manyResult struct {
 	created []bool
 }
 
-func (e *Engine) createMany(ctx context.Context, tx pgx.Tx, ps []CreateParams, trace map[string]string) (manyResult, error) {
+func (e *Engine) createMany(ctx context.Context, tx pgx.Tx, ps []arbortype.CreateParams, trace map[string]string) (manyResult, error) {
 	cps := make([]core.CreateParams, len(ps))
 	for i, p := range ps {
 		if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
-			return manyResult{}, fmt.Errorf("create tasks: task %d of %d: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", i, len(ps), p.IdempotencyKey, ErrInvalidArgument)
+			return manyResult{}, fmt.Errorf("create tasks: task %d of %d: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", i, len(ps), p.IdempotencyKey, arbortype.ErrInvalidArgument)
 		}
 		cps[i] = coreParams(p, trace)
 	}

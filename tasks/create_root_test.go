@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -58,20 +59,20 @@ func TestCreateRootIsOneStatement(t *testing.T) {
 	conv := testdb.Conversation(t)
 
 	before := counter.n.Load()
-	first, created, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	first, created, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	require.True(t, created)
 	require.EqualValues(t, 1, counter.n.Load()-before, "a new conversation's first turn")
 
 	before = counter.n.Load()
-	second, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", Input: []byte(`{"m": 2}`)})
+	second, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn", Input: []byte(`{"m": 2}`)})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, counter.n.Load()-before, "a turn of a conversation that exists")
 	require.Greater(t, second.ID, first.ID)
 	require.JSONEq(t, `{"m": 2}`, string(second.Input))
 
 	before = counter.n.Load()
-	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "tool", OwnerID: first.ID})
+	_, _, err = eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "tool", OwnerID: first.ID})
 	require.NoError(t, err)
 	require.Greater(t, counter.n.Load()-before, int64(1), "a child goes through a transaction")
 
@@ -97,7 +98,7 @@ func TestCreateRootRacesForANewConversation(t *testing.T) {
 		ids := make(chan int64, n)
 		for range n {
 			wg.Go(func() {
-				task, created, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+				task, created, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 				if err != nil || !created {
 					t.Errorf("create: created %v, %v", created, err)
 					return
@@ -125,7 +126,7 @@ func TestCreateRootIdempotencyKey(t *testing.T) {
 	ctx := context.Background()
 	eng, _ := engineWith(t, func(*pgxpool.Config) {})
 	conv := testdb.Conversation(t)
-	p := tasks.CreateParams{ConversationID: conv, Kind: "turn", IdempotencyKey: "msg-1"}
+	p := arbortype.CreateParams{ConversationID: conv, Kind: "turn", IdempotencyKey: "msg-1"}
 	first, created, err := eng.Create(ctx, p)
 	require.NoError(t, err)
 	require.True(t, created)
@@ -135,7 +136,7 @@ func TestCreateRootIdempotencyKey(t *testing.T) {
 	require.Equal(t, first.ID, again.ID)
 	p.Kind = "other"
 	_, _, err = eng.Create(ctx, p)
-	require.ErrorIs(t, err, tasks.ErrIdempotencyConflict)
+	require.ErrorIs(t, err, arbortype.ErrIdempotencyConflict)
 }
 
 // statementCutter closes its connection right after it sent a statement
@@ -156,7 +157,7 @@ func (c *statementCutter) Write(p []byte) (int, error) {
 }
 
 // A one-statement create whose answer is lost may have committed: it is
-// ErrAmbiguous, never run again (it would make a second turn).
+// arbortype.ErrAmbiguous, never run again (it would make a second turn).
 func TestCreateRootLostAnswerIsAmbiguous(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -174,10 +175,10 @@ func TestCreateRootLostAnswerIsAmbiguous(t *testing.T) {
 	})
 	conv := testdb.Conversation(t)
 	armed.Store(true)
-	_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
-	require.ErrorIs(t, err, tasks.ErrAmbiguous)
+	_, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
+	require.ErrorIs(t, err, arbortype.ErrAmbiguous)
 	all, err := eng.ConversationTasks(ctx, conv)
-	if !errors.Is(err, tasks.ErrNotFound) { // the server may have seen the close first
+	if !errors.Is(err, arbortype.ErrNotFound) { // the server may have seen the close first
 		require.NoError(t, err)
 	}
 	require.LessOrEqual(t, len(all), 1, "not run twice")

@@ -28,7 +28,7 @@
 // Every error wraps one of the sentinels below (test with errors.Is) and
 // names the operation and the task or conversation. Bad input is refused
 // before anything is written. A connection lost while COMMIT was in flight
-// is [ErrAmbiguous]: read the task to learn whether the operation applied.
+// is [arbortype.ErrAmbiguous]: read the task to learn whether the operation applied.
 //
 // [machine.Runner]: https://pkg.go.dev/github.com/arborhq/arbor/machine#Runner
 // [machine.Run]: https://pkg.go.dev/github.com/arborhq/arbor/machine#Run

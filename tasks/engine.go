@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/migrations"
 )
@@ -56,7 +57,7 @@ type Config struct {
 	TaskLease time.Duration
 	// MaxPayloadBytes bounds every JSON document the engine stores (input,
 	// state, result, error detail). Larger ones are refused with
-	// ErrPayloadTooLarge. Default MaxPayloadBytesDefault (1 MiB).
+	// arbortype.ErrPayloadTooLarge. Default MaxPayloadBytesDefault (1 MiB).
 	MaxPayloadBytes int
 	// MaxErrorMessageBytes bounds a failure's message; a longer one is
 	// truncated (at a UTF-8 boundary, marked with "…") rather than refused,
@@ -68,13 +69,13 @@ type Config struct {
 	// TxRetries is how many times a pool-form operation is retried after a
 	// serialization failure or a deadlock (which arbor's locking order
 	// should make impossible), at most 100. TxRetriesNone (-1) retries
-	// none: the operation returns the database's error (ErrDatabase) at
+	// none: the operation returns the database's error (arbortype.ErrDatabase) at
 	// once. It does not bound the retries of a transient fault (a lost
 	// connection, a server-side timeout), which UnavailableTimeout does.
 	// Default (0) TxRetriesDefault (5).
 	TxRetries int
 	// RetryBackoffBase is the first retry's backoff for tasks created
-	// without one (CreateParams.RetryBackoffBase): retry n (from 0) waits
+	// without one (arbortype.CreateParams.RetryBackoffBase): retry n (from 0) waits
 	// min(cap, base·2^n), jittered into its upper half. Default
 	// RetryBackoffBaseDefault (1 s).
 	RetryBackoffBase time.Duration
@@ -87,7 +88,7 @@ type Config struct {
 	// UnavailableTimeout is how long an operation keeps retrying while the
 	// database cannot be reached or keeps dropping the connection (a
 	// failover, a restart, a proxy's idle timeout, an administrator's
-	// pg_terminate_backend), before it gives up with ErrUnavailable. Such a
+	// pg_terminate_backend), before it gives up with arbortype.ErrUnavailable. Such a
 	// fault shorter than this costs latency and is otherwise invisible: the
 	// transaction had not committed, so it runs again as a whole. The
 	// caller's context bounds it too. Default UnavailableTimeoutDefault
@@ -112,10 +113,10 @@ type Config struct {
 	IdleInTransaction time.Duration
 	// TurnPolicies gives, per kind of root task, what Create does when a
 	// turn of that kind is created while another root task of the
-	// conversation is live. A create whose CreateParams.OnBusy names a
-	// policy (TurnQueue included) has that one instead; a kind missing here,
-	// or given TurnDefault, queues. Default: none.
-	TurnPolicies map[string]TurnPolicy
+	// conversation is live. A create whose arbortype.CreateParams.OnBusy names a
+	// policy (arbortype.TurnQueue included) has that one instead; a kind missing here,
+	// or given arbortype.TurnDefault, queues. Default: none.
+	TurnPolicies map[string]arbortype.TurnPolicy
 	// LogRetention is how long a conversation's log entries are kept; the
 	// runners prune older ones. Default LogRetentionDefault (7 days).
 	LogRetention time.Duration
@@ -135,13 +136,13 @@ type Config struct {
 	// Retention is set (River runs it on one node, its leader). Default
 	// PruneIntervalDefault (1 hour).
 	PruneInterval time.Duration
-	// TraceInjector, if not nil, gives every task the trace context of the
+	// arbortype.TraceInjector, if not nil, gives every task the trace context of the
 	// context it is created in (Create, CreateTx, CreateMany, CreateManyTx,
 	// the turn policies' creates, and a handler's Spawn and SpawnMany), stored
 	// with the task and restored by the runner's middleware on every run
-	// (see TraceInjector; otelarbor.Middleware is one). Default: none, and
+	// (see arbortype.TraceInjector; otelarbor.Middleware is one). Default: none, and
 	// tasks carry no trace context.
-	TraceInjector TraceInjector
+	TraceInjector arbortype.TraceInjector
 	// TransactionPooler says that the engine's pool reaches PostgreSQL
 	// through a pooler in transaction mode (PgBouncer's pool_mode =
 	// transaction), where a client connection is one server session only
@@ -304,11 +305,11 @@ type Engine struct {
 // (errors.Is(err, migrations.ErrVersionMismatch)).
 func New(ctx context.Context, pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("tasks.New: pool is nil: %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("tasks.New: pool is nil: %w", arbortype.ErrInvalidArgument)
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("tasks.New: %w: %w", ErrInvalidArgument, err)
+		return nil, fmt.Errorf("tasks.New: %w: %w", arbortype.ErrInvalidArgument, err)
 	}
 	if err := migrations.Check(ctx, pool, cfg.Schema); err != nil {
 		return nil, fmt.Errorf("tasks.New: %w", err)

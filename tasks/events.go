@@ -42,9 +42,9 @@ type EmitParams struct {
 // whatever the order of the emit and the await: both hold the
 // conversation's row. created is false for a repeat (the key, or a
 // first-wins name already emitted); nothing is written then. An unknown
-// conversation or task is ErrNotFound, a task of another conversation
-// ErrForeignTask, a settled one ErrSettled; a payload over 64 KiB
-// ErrPayloadTooLarge.
+// conversation or task is arbortype.ErrNotFound, a task of another conversation
+// arbortype.ErrForeignTask, a settled one arbortype.ErrSettled; a payload over 64 KiB
+// arbortype.ErrPayloadTooLarge.
 func (e *Engine) Emit(ctx context.Context, p EmitParams) (ev arbortype.Event, created bool, err error) {
 	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (core.Emitted, error) { return e.emit(ctx, tx, p) })
 	return event(r.Event), r.Created, err
@@ -60,10 +60,10 @@ func (e *Engine) EmitTx(ctx context.Context, tx pgx.Tx, p EmitParams) (ev arbort
 func (e *Engine) emit(ctx context.Context, tx pgx.Tx, p EmitParams) (core.Emitted, error) {
 	if strings.HasPrefix(p.Name, "arbor:") {
 		return core.Emitted{}, fmt.Errorf("emit: event name %q: the prefix \"arbor:\" is arbor's own (%s is emitted by a budget's raise): %w",
-			p.Name, arbortype.BudgetEvent, ErrInvalidArgument)
+			p.Name, arbortype.BudgetEvent, arbortype.ErrInvalidArgument)
 	}
 	if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
-		return core.Emitted{}, fmt.Errorf("emit: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", p.IdempotencyKey, ErrInvalidArgument)
+		return core.Emitted{}, fmt.Errorf("emit: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w", p.IdempotencyKey, arbortype.ErrInvalidArgument)
 	}
 	return e.core.Emit(ctx, tx, core.EmitParams(p))
 }
@@ -78,11 +78,11 @@ func (e *Engine) emit(ctx context.Context, tx pgx.Tx, p EmitParams) (core.Emitte
 // A token answers its own await and nothing else. Posted after that await
 // is over — its event came, it timed out, the task was woken, cancelled,
 // aborted or settled, or it awaited again — and never accepted before, it
-// is ErrAwaitEnded and nothing is written: unlike an Emit by name, which
+// is arbortype.ErrAwaitEnded and nothing is written: unlike an Emit by name, which
 // waits for the next await of its name, a late answer is never kept for a
 // later await. A token racing its await's timeout is either the await's
-// answer or refused. An unknown token is ErrNotFound; a payload over 64
-// KiB ErrPayloadTooLarge. The token of a budget's park (an await of
+// answer or refused. An unknown token is arbortype.ErrNotFound; a payload over 64
+// KiB arbortype.ErrPayloadTooLarge. The token of a budget's park (an await of
 // arbortype.BudgetEvent, listed by PendingEvents) is ErrInvalidArgument:
 // only a raise of the budget (SetBudget) ends that await.
 func (e *Engine) EmitToken(ctx context.Context, token string, payload json.RawMessage) (ev arbortype.Event, created bool, err error) {
@@ -98,7 +98,7 @@ func (e *Engine) EmitTokenTx(ctx context.Context, tx pgx.Tx, token string, paylo
 
 // PendingEvents lists what a conversation waits for from outside: every
 // task of it, at any depth, parked in an await (Run.AwaitEvent), with the
-// token that answers it. An unknown conversation is ErrNotFound.
+// token that answers it. An unknown conversation is arbortype.ErrNotFound.
 func (e *Engine) PendingEvents(ctx context.Context, conversationID string) ([]arbortype.PendingEvent, error) {
 	ts, err := core.Read(ctx, e.core, func(db store.DB) ([]arbortype.Task, error) {
 		return e.core.PendingAwaits(ctx, db, conversationID)
@@ -119,8 +119,8 @@ func (e *Engine) PendingEvents(ctx context.Context, conversationID string) ([]ar
 // emit by name and every answer to a token, with what became of it —
 // DeliveredTo is the task it woke, 0 while it waits for an await of its
 // name (an event addressed to a task that settled first waits so for
-// ever). A steered message (TurnSteer) is one, addressed to the turn it
-// was sent to. An unknown conversation is ErrNotFound.
+// ever). A steered message (arbortype.TurnSteer) is one, addressed to the turn it
+// was sent to. An unknown conversation is arbortype.ErrNotFound.
 func (e *Engine) Events(ctx context.Context, conversationID string, after int64, limit int) ([]arbortype.Event, error) {
 	evs, err := core.Read(ctx, e.core, func(db store.DB) ([]store.Event, error) {
 		return e.core.Events(ctx, db, conversationID, after, limit)

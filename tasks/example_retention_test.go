@@ -6,6 +6,7 @@ import (
 	"log"
 	"time"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -22,7 +23,7 @@ func ExampleEngine_Prune() {
 
 	var ids []int64
 	for i := range 3 {
-		turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-1", Kind: "turn"})
+		turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-1", Kind: "turn"})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -67,7 +68,7 @@ func ExampleEngine_Fork() {
 
 	var turns []int64
 	for _, msg := range []string{`"hello"`, `"what is arbor?"`} {
-		turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-1", Kind: "turn", Input: []byte(`{"message": ` + msg + `}`)})
+		turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-1", Kind: "turn", Input: []byte(`{"message": ` + msg + `}`)})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -81,7 +82,7 @@ func ExampleEngine_Fork() {
 		log.Fatal(err)
 	}
 	fmt.Println(f.ConversationID, f.Tasks)
-	edited, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: f.ConversationID, Kind: "turn",
+	edited, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: f.ConversationID, Kind: "turn",
 		Input: []byte(`{"message": "what is arbor, in one line?"}`)})
 	if err != nil {
 		log.Fatal(err)

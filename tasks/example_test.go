@@ -53,7 +53,7 @@ func ExampleEngine_Create() {
 	engine, _, done := exampleEngine(ctx, "arbor_example_create")
 	defer done()
 
-	p := tasks.CreateParams{ConversationID: "chat-1", Kind: "turn",
+	p := arbortype.CreateParams{ConversationID: "chat-1", Kind: "turn",
 		Input: []byte(`{"message": "what is arbor?"}`), IdempotencyKey: "msg-17"}
 	turn, created, err := engine.Create(ctx, p)
 	if err != nil {
@@ -68,8 +68,8 @@ func ExampleEngine_Create() {
 	fmt.Println(again.ID == turn.ID, created)
 
 	// Bad input is refused, and nothing is written.
-	_, _, err = engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-1", Kind: "turn", Input: []byte(`{oops`)})
-	fmt.Println(errors.Is(err, tasks.ErrInvalidJSON))
+	_, _, err = engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-1", Kind: "turn", Input: []byte(`{oops`)})
+	fmt.Println(errors.Is(err, arbortype.ErrInvalidJSON))
 	// Output:
 	// turn pending true
 	// true false
@@ -87,7 +87,7 @@ func ExampleEngine_CreateTx() {
 	}
 
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		turn, _, err := engine.CreateTx(ctx, tx, tasks.CreateParams{ConversationID: "chat-2", Kind: "turn"})
+		turn, _, err := engine.CreateTx(ctx, tx, arbortype.CreateParams{ConversationID: "chat-2", Kind: "turn"})
 		if err != nil {
 			return err
 		}
@@ -115,12 +115,12 @@ func ExampleEngine_Abort() {
 	engine, _, done := exampleEngine(ctx, "arbor_example_abort")
 	defer done()
 
-	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-3", Kind: "turn"})
+	turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-3", Kind: "turn"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	for _, kind := range []string{"search", "sub_agent"} {
-		if _, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-3", OwnerID: turn.ID, Kind: kind}); err != nil {
+		if _, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-3", OwnerID: turn.ID, Kind: kind}); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -133,7 +133,7 @@ func ExampleEngine_Abort() {
 		fmt.Println(t.Kind, t.Status)
 	}
 	_, err = engine.Abort(ctx, turn.ID)
-	fmt.Println(errors.Is(err, tasks.ErrInvalidTransition))
+	fmt.Println(errors.Is(err, arbortype.ErrInvalidTransition))
 	// Output:
 	// sub_agent orphaned
 	// search orphaned
@@ -148,15 +148,15 @@ func ExampleEngine_Cancel() {
 	engine, _, done := exampleEngine(ctx, "arbor_example_cancel")
 	defer done()
 
-	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-4", Kind: "turn"})
+	turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-4", Kind: "turn"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	tool, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-4", OwnerID: turn.ID, Kind: "tool"})
+	tool, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-4", OwnerID: turn.ID, Kind: "tool"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	summary, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-4", OwnerID: turn.ID, Kind: "summary", Background: true})
+	summary, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-4", OwnerID: turn.ID, Kind: "summary", Background: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func ExampleEngine_Check() {
 	engine, _, done := exampleEngine(ctx, "arbor_example_check")
 	defer done()
 
-	if _, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "chat-5", Kind: "turn"}); err != nil {
+	if _, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "chat-5", Kind: "turn"}); err != nil {
 		log.Fatal(err)
 	}
 	vs, err := engine.Check(ctx, "chat-5")
@@ -194,7 +194,7 @@ func ExampleEngine_Check() {
 	}
 	fmt.Println(len(vs), "violations")
 	_, err = engine.Check(ctx, "no-such-chat")
-	fmt.Println(errors.Is(err, tasks.ErrNotFound))
+	fmt.Println(errors.Is(err, arbortype.ErrNotFound))
 	// Output:
 	// 0 violations
 	// true
@@ -208,7 +208,7 @@ func ExampleEngine_ListConversations() {
 	defer done()
 
 	for _, conv := range []string{"chat-a", "chat-b", "chat-b"} {
-		if _, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"}); err != nil {
+		if _, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"}); err != nil {
 			log.Fatal(err)
 		}
 	}

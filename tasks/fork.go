@@ -48,9 +48,9 @@ type Forked struct {
 // It runs in one transaction that locks the source conversation first, so
 // a turn created or settling concurrently is either wholly in the
 // snapshot it copies or not at all. Bad input writes nothing: an unknown
-// conversation or turn is ErrNotFound, a turn of another conversation
-// ErrForeignTask, a task that is not a root ErrNotRoot, a live turn
-// ErrNotSettled, a NewConversationID that exists ErrConversationExists.
+// conversation or turn is arbortype.ErrNotFound, a turn of another conversation
+// arbortype.ErrForeignTask, a task that is not a root arbortype.ErrNotRoot, a live turn
+// arbortype.ErrNotSettled, a NewConversationID that exists arbortype.ErrConversationExists.
 func (e *Engine) Fork(ctx context.Context, p ForkParams) (Forked, error) {
 	return core.Tx(ctx, e.core, func(tx pgx.Tx) (Forked, error) { return e.fork(ctx, tx, p) })
 }

@@ -164,7 +164,7 @@ func (e *Engine) QueryConversations(ctx context.Context, q ConversationQuery) (C
 	case OrderID:
 		after, ok := strings.CutPrefix(q.Cursor, "i")
 		if !ok && q.Cursor != "" {
-			return ConversationPage{}, fmt.Errorf("list conversations: cursor %q is not one of this order: %w", q.Cursor, ErrInvalidArgument)
+			return ConversationPage{}, fmt.Errorf("list conversations: cursor %q is not one of this order: %w", q.Cursor, arbortype.ErrInvalidArgument)
 		}
 		scan, err = core.Read(ctx, e.core, func(db store.DB) (store.ConversationScan, error) {
 			return e.core.ConversationsByID(ctx, db, f, after, q.Limit, q.Scan)
@@ -175,7 +175,7 @@ func (e *Engine) QueryConversations(ctx context.Context, q ConversationQuery) (C
 			s, ok := strings.CutPrefix(q.Cursor, "r")
 			n, perr := strconv.ParseInt(s, 10, 64)
 			if !ok || perr != nil || n < 1 {
-				return ConversationPage{}, fmt.Errorf("list conversations: cursor %q is not one of this order: %w", q.Cursor, ErrInvalidArgument)
+				return ConversationPage{}, fmt.Errorf("list conversations: cursor %q is not one of this order: %w", q.Cursor, arbortype.ErrInvalidArgument)
 			}
 			before = n
 		}
@@ -183,7 +183,7 @@ func (e *Engine) QueryConversations(ctx context.Context, q ConversationQuery) (C
 			return e.core.ConversationsByRecent(ctx, db, f, before, q.Limit, q.Scan)
 		})
 	default:
-		return ConversationPage{}, fmt.Errorf("list conversations: no order %q: %w", q.Order, ErrInvalidArgument)
+		return ConversationPage{}, fmt.Errorf("list conversations: no order %q: %w", q.Order, arbortype.ErrInvalidArgument)
 	}
 	if err != nil {
 		return ConversationPage{}, err
@@ -249,7 +249,7 @@ func (e *Engine) LiveTaskCounts(ctx context.Context, limit int) (LiveTaskCounts,
 // TaskBudgets reads the budgets taskID's spend counts against — its own,
 // its owners' up to the turn, its conversation's (a wall-time budget's
 // Spent is the time elapsed) — and what the task itself spent and holds
-// (Spend). ErrNotFound when the task does not exist.
+// (Spend). arbortype.ErrNotFound when the task does not exist.
 func (e *Engine) TaskBudgets(ctx context.Context, taskID int64) (arbortype.ConversationBudgets, error) {
 	return core.Read(ctx, e.core, func(db store.DB) (arbortype.ConversationBudgets, error) {
 		bs, spend, err := e.core.TaskBudgets(ctx, db, taskID)

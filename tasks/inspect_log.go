@@ -56,7 +56,7 @@ type LogPage struct {
 // q.MaxPayload: a tail after q.After, or the entries below q.Before,
 // newest first. A task's entries below q.Before are looked for among
 // q.Scan entries of the conversation's, and Older continues below those.
-// ErrNotFound when the conversation does not exist.
+// arbortype.ErrNotFound when the conversation does not exist.
 func (e *Engine) ReadLogPage(ctx context.Context, q LogQuery) (LogPage, error) {
 	if q.Limit == 0 {
 		q.Limit = PageLimitDefault
@@ -114,7 +114,7 @@ func (l EventListing) Cut() bool { return l.PayloadBytes > len(l.Payload) }
 
 // TaskEvents reads up to limit (1..5000) events addressed or delivered to
 // taskID, the newest first, payloads cut to maxPayload characters (0:
-// MaxPayloadDefault). ErrNotFound when the task does not exist.
+// MaxPayloadDefault). arbortype.ErrNotFound when the task does not exist.
 func (e *Engine) TaskEvents(ctx context.Context, taskID int64, limit, maxPayload int) ([]EventListing, error) {
 	if maxPayload == 0 {
 		maxPayload = MaxPayloadDefault

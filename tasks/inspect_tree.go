@@ -50,7 +50,7 @@ func (e *Engine) Awaits(ctx context.Context, q AwaitQuery) (AwaitPage, error) {
 	}
 	if q.Cursor != "" {
 		if err := json.Unmarshal([]byte(q.Cursor), &key); err != nil {
-			return AwaitPage{}, fmt.Errorf("list awaits: cursor %q: %w", q.Cursor, ErrInvalidArgument)
+			return AwaitPage{}, fmt.Errorf("list awaits: cursor %q: %w", q.Cursor, arbortype.ErrInvalidArgument)
 		}
 	}
 	only := q.ConversationID != ""
@@ -111,7 +111,7 @@ type TreePage struct {
 // Tree reads a page of a conversation's tasks in id order (ancestors
 // first), with their children counted and the conversation's tasks
 // counted by status: a drawing of a 100,000-task tree reads a page of it,
-// not all of it. ErrNotFound when the conversation does not exist.
+// not all of it. arbortype.ErrNotFound when the conversation does not exist.
 func (e *Engine) Tree(ctx context.Context, q TreeQuery) (TreePage, error) {
 	if q.Limit == 0 {
 		q.Limit = TreeLimitDefault
@@ -157,7 +157,7 @@ type ChildrenPage struct {
 }
 
 // ChildrenAfter reads a page of up to limit (1..5000) children of taskID after
-// task id after, in id order, and counts them all. ErrNotFound when the
+// task id after, in id order, and counts them all. arbortype.ErrNotFound when the
 // task does not exist.
 func (e *Engine) ChildrenAfter(ctx context.Context, taskID, after int64, limit int) (ChildrenPage, error) {
 	type result struct {

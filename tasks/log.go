@@ -31,7 +31,7 @@ const FollowPoll = time.Second
 
 // ReadLog reads up to limit (1..10,000) entries of a conversation's log
 // after seq after (0: from the start), in order. An unknown conversation
-// (never created, or pruned whole) is ErrNotFound.
+// (never created, or pruned whole) is arbortype.ErrNotFound.
 func (e *Engine) ReadLog(ctx context.Context, conversationID string, after int64, limit int) ([]arbortype.LogEntry, error) {
 	entries, err := core.Read(ctx, e.core, func(db store.DB) ([]store.LogEntry, error) {
 		return e.core.ReadLog(ctx, db, conversationID, after, limit)
@@ -48,7 +48,7 @@ func (e *Engine) ReadLog(ctx context.Context, conversationID string, after int64
 
 // LogHead returns the seq of the last entry of a conversation's log (0
 // when it has none): a cursor to follow what comes next. An unknown
-// conversation is ErrNotFound.
+// conversation is arbortype.ErrNotFound.
 func (e *Engine) LogHead(ctx context.Context, conversationID string) (int64, error) {
 	return core.Read(ctx, e.core, func(db store.DB) (int64, error) {
 		if _, err := e.core.ReadLog(ctx, db, conversationID, 0, 1); err != nil {
@@ -63,10 +63,10 @@ func (e *Engine) LogHead(ctx context.Context, conversationID string) (int64, err
 // returns ctx's error) or fn returns an error (Follow returns it). A
 // follower that attaches mid-turn with the cursor of the last entry it saw
 // misses nothing: every later entry, the turn's settle included, comes. An
-// unknown conversation is ErrNotFound at once, as it is to AwaitSettled,
+// unknown conversation is arbortype.ErrNotFound at once, as it is to AwaitSettled,
 // PendingEvents and Emit (create the conversation's first turn before
 // following it); one pruned whole while it is followed ends the follow
-// with ErrNotFound.
+// with arbortype.ErrNotFound.
 func (e *Engine) Follow(ctx context.Context, conversationID string, after int64, fn func(arbortype.LogEntry) error) error {
 	if _, err := e.ReadLog(ctx, conversationID, after, 1); err != nil {
 		return err
@@ -113,7 +113,7 @@ var errSettled = errors.New("settled")
 // into the log by hand) is passed over. (Behind
 // a transaction-mode pooler with no Config.ListenPool it polls: within
 // FollowPoll.) ctx
-// bounds the wait. An unknown task is ErrNotFound.
+// bounds the wait. An unknown task is arbortype.ErrNotFound.
 func (e *Engine) AwaitSettled(ctx context.Context, taskID int64) (arbortype.Task, error) {
 	t, err := e.Get(ctx, taskID)
 	if err != nil || t.Status.Settled() {

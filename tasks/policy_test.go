@@ -21,7 +21,7 @@ import (
 // #8796: concurrent starts forked a conversation's state).
 //   - queue: fifty turns, one live root at a time once they run (the
 //     generation rule), all created;
-//   - reject: one turn; the forty-nine others are ErrBusy naming it, and
+//   - reject: one turn; the forty-nine others are arbortype.ErrBusy naming it, and
 //     write nothing;
 //   - interrupt: fifty turns, each aborting the one before with a reason:
 //     one live, forty-nine aborted;
@@ -30,7 +30,7 @@ import (
 //     answers the message if the live turn does not take it).
 func TestTurnPoliciesUnderConcurrentStarts(t *testing.T) {
 	t.Parallel()
-	for _, policy := range []tasks.TurnPolicy{tasks.TurnQueue, tasks.TurnReject, tasks.TurnInterrupt, tasks.TurnSteer} {
+	for _, policy := range []arbortype.TurnPolicy{arbortype.TurnQueue, arbortype.TurnReject, arbortype.TurnInterrupt, arbortype.TurnSteer} {
 		t.Run(string(policy), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -46,7 +46,7 @@ func TestTurnPoliciesUnderConcurrentStarts(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range n {
 				wg.Go(func() {
-					task, created, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", OnBusy: policy,
+					task, created, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn", OnBusy: policy,
 						Input: json.RawMessage(fmt.Sprintf(`{"message": %d}`, i))})
 					out <- outcome{task, created, err}
 				})
@@ -58,8 +58,8 @@ func TestTurnPoliciesUnderConcurrentStarts(t *testing.T) {
 			for o := range out {
 				switch {
 				case o.err != nil:
-					require.ErrorIs(t, o.err, tasks.ErrBusy, "only reject refuses")
-					require.Equal(t, tasks.TurnReject, policy)
+					require.ErrorIs(t, o.err, arbortype.ErrBusy, "only reject refuses")
+					require.Equal(t, arbortype.TurnReject, policy)
 					busy++
 				case o.created:
 					created++
@@ -79,25 +79,25 @@ func TestTurnPoliciesUnderConcurrentStarts(t *testing.T) {
 					live++
 				case task.Status == arbortype.StatusAborted || task.Status == arbortype.StatusOrphaned:
 					aborted++
-					require.Equal(t, tasks.CodeAborted, task.Error.Code)
+					require.Equal(t, arbortype.CodeAborted, task.Error.Code)
 					require.Equal(t, "interrupted by a new turn", task.Error.Message)
 				}
 			}
 			switch policy {
-			case tasks.TurnQueue:
+			case arbortype.TurnQueue:
 				require.Equal(t, n, created)
 				require.Len(t, all, n)
 				require.Equal(t, n, live)
-			case tasks.TurnReject:
+			case arbortype.TurnReject:
 				require.Equal(t, 1, created)
 				require.Equal(t, n-1, busy)
 				require.Len(t, all, 1)
-			case tasks.TurnInterrupt:
+			case arbortype.TurnInterrupt:
 				require.Equal(t, n, created)
 				require.Len(t, all, n)
 				require.Equal(t, 1, live, "the last turn is the live one")
 				require.Equal(t, n-1, aborted)
-			case tasks.TurnSteer:
+			case arbortype.TurnSteer:
 				require.Equal(t, 1, created)
 				require.Equal(t, n-1, steered)
 				require.Len(t, all, n, "the live turn, and each steered message's own turn queued behind it")
@@ -121,7 +121,7 @@ func TestTurnPoliciesUnderConcurrentStarts(t *testing.T) {
 }
 
 // A policy configured per kind applies to creates that say none
-// (TurnDefault), and an explicit OnBusy (TurnQueue too) overrides it; a
+// (arbortype.TurnDefault), and an explicit OnBusy (arbortype.TurnQueue too) overrides it; a
 // repeated create (same key) of the live turn returns it instead of being
 // refused.
 func TestTurnPolicyPerKind(t *testing.T) {
@@ -129,33 +129,33 @@ func TestTurnPolicyPerKind(t *testing.T) {
 	ctx := context.Background()
 	_, schema := testdb.Fresh(t)
 	pool := testdb.NewPool(t)
-	eng, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema, TurnPolicies: map[string]tasks.TurnPolicy{"turn": tasks.TurnReject}})
+	eng, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema, TurnPolicies: map[string]arbortype.TurnPolicy{"turn": arbortype.TurnReject}})
 	require.NoError(t, err)
 	conv := testdb.Conversation(t)
-	first, created, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", IdempotencyKey: "msg-1"})
+	first, created, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn", IdempotencyKey: "msg-1"})
 	require.NoError(t, err)
 	require.True(t, created)
-	again, created, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", IdempotencyKey: "msg-1"})
+	again, created, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn", IdempotencyKey: "msg-1"})
 	require.NoError(t, err)
 	require.False(t, created)
 	require.Equal(t, first.ID, again.ID)
-	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", IdempotencyKey: "msg-2"})
-	require.ErrorIs(t, err, tasks.ErrBusy)
+	_, _, err = eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn", IdempotencyKey: "msg-2"})
+	require.ErrorIs(t, err, arbortype.ErrBusy)
 	require.Contains(t, err.Error(), fmt.Sprint(first.ID))
-	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", OnBusy: tasks.TurnDefault, IdempotencyKey: "msg-3"})
-	require.ErrorIs(t, err, tasks.ErrBusy, "TurnDefault is the kind's configured policy")
-	queued, created, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", OnBusy: tasks.TurnQueue, IdempotencyKey: "msg-4"})
-	require.NoError(t, err, "an explicit TurnQueue queues over the kind's policy")
+	_, _, err = eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn", OnBusy: arbortype.TurnDefault, IdempotencyKey: "msg-3"})
+	require.ErrorIs(t, err, arbortype.ErrBusy, "arbortype.TurnDefault is the kind's configured policy")
+	queued, created, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn", OnBusy: arbortype.TurnQueue, IdempotencyKey: "msg-4"})
+	require.NoError(t, err, "an explicit arbortype.TurnQueue queues over the kind's policy")
 	require.True(t, created)
 	require.Equal(t, arbortype.StatusPending, queued.Status)
-	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "note"})
+	_, _, err = eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "note"})
 	require.NoError(t, err, "another kind queues")
-	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, OwnerID: first.ID, Kind: "tool", OnBusy: tasks.TurnQueue})
-	require.NoError(t, err, "TurnQueue means nothing for a child, and is accepted")
-	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", OnBusy: "shout"})
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
-	_, err = tasks.New(ctx, pool, &tasks.Config{Schema: schema, TurnPolicies: map[string]tasks.TurnPolicy{"turn": "shout"}})
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
-	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: conv, OwnerID: first.ID, Kind: "tool", OnBusy: tasks.TurnReject})
-	require.True(t, errors.Is(err, tasks.ErrInvalidArgument), "a policy is for turns: %v", err)
+	_, _, err = eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, OwnerID: first.ID, Kind: "tool", OnBusy: arbortype.TurnQueue})
+	require.NoError(t, err, "arbortype.TurnQueue means nothing for a child, and is accepted")
+	_, _, err = eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn", OnBusy: "shout"})
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
+	_, err = tasks.New(ctx, pool, &tasks.Config{Schema: schema, TurnPolicies: map[string]arbortype.TurnPolicy{"turn": "shout"}})
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
+	_, _, err = eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, OwnerID: first.ID, Kind: "tool", OnBusy: arbortype.TurnReject})
+	require.True(t, errors.Is(err, arbortype.ErrInvalidArgument), "a policy is for turns: %v", err)
 }

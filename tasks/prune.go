@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 )
 
@@ -78,11 +79,11 @@ func (e *Engine) Prune(ctx context.Context, p PruneParams) (PruneResult, error) 
 	}
 	switch {
 	case p.OlderThan == 0:
-		return PruneResult{}, fmt.Errorf("prune: PruneParams.OlderThan: required when Config.Retention is 0 (keep forever): %w", ErrInvalidArgument)
+		return PruneResult{}, fmt.Errorf("prune: PruneParams.OlderThan: required when Config.Retention is 0 (keep forever): %w", arbortype.ErrInvalidArgument)
 	case p.OlderThan < 0:
-		return PruneResult{}, fmt.Errorf("prune: PruneParams.OlderThan: %s is negative: %w", p.OlderThan, ErrInvalidArgument)
+		return PruneResult{}, fmt.Errorf("prune: PruneParams.OlderThan: %s is negative: %w", p.OlderThan, arbortype.ErrInvalidArgument)
 	case p.Batch < 1 || p.Batch > 100_000:
-		return PruneResult{}, fmt.Errorf("prune: PruneParams.Batch: %d is outside 1..100000: %w", p.Batch, ErrInvalidArgument)
+		return PruneResult{}, fmt.Errorf("prune: PruneParams.Batch: %d is outside 1..100000: %w", p.Batch, arbortype.ErrInvalidArgument)
 	}
 	r, err := e.core.Prune(ctx, core.PruneParams{OlderThan: p.OlderThan, Batch: p.Batch, DryRun: p.DryRun})
 	return PruneResult{

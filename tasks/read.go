@@ -14,7 +14,7 @@ import (
 // a second one to tell an unknown id from an empty list). The …Tx forms read
 // inside the caller's transaction, so they see its own uncommitted writes.
 
-// Get reads one task. ErrNotFound when there is none.
+// Get reads one task. arbortype.ErrNotFound when there is none.
 func (e *Engine) Get(ctx context.Context, taskID int64) (arbortype.Task, error) {
 	return core.Read(ctx, e.core, func(db store.DB) (arbortype.Task, error) { return e.core.Get(ctx, db, taskID) })
 }
@@ -25,7 +25,7 @@ func (e *Engine) GetTx(ctx context.Context, tx pgx.Tx, taskID int64) (arbortype.
 }
 
 // GetMany reads the tasks with the given ids in ascending id order. An id
-// that does not exist is ErrNotFound, naming it.
+// that does not exist is arbortype.ErrNotFound, naming it.
 func (e *Engine) GetMany(ctx context.Context, taskIDs []int64) ([]arbortype.Task, error) {
 	return core.Read(ctx, e.core, func(db store.DB) ([]arbortype.Task, error) { return e.core.GetMany(ctx, db, taskIDs) })
 }
@@ -36,7 +36,7 @@ func (e *Engine) GetManyTx(ctx context.Context, tx pgx.Tx, taskIDs []int64) ([]a
 }
 
 // Children reads every child of a task (foreground and background, live and
-// settled) in ascending id order. ErrNotFound when the task does not exist.
+// settled) in ascending id order. arbortype.ErrNotFound when the task does not exist.
 func (e *Engine) Children(ctx context.Context, taskID int64) ([]arbortype.Task, error) {
 	return core.Read(ctx, e.core, func(db store.DB) ([]arbortype.Task, error) { return e.core.Children(ctx, db, taskID) })
 }
@@ -47,7 +47,7 @@ func (e *Engine) ChildrenTx(ctx context.Context, tx pgx.Tx, taskID int64) ([]arb
 }
 
 // ConversationTasks reads every task of a conversation in ascending id
-// order, which is ancestors first. ErrNotFound when the conversation does
+// order, which is ancestors first. arbortype.ErrNotFound when the conversation does
 // not exist.
 func (e *Engine) ConversationTasks(ctx context.Context, conversationID string) ([]arbortype.Task, error) {
 	return core.Read(ctx, e.core, func(db store.DB) ([]arbortype.Task, error) { return e.core.ConversationTasks(ctx, db, conversationID) })
@@ -59,7 +59,7 @@ func (e *Engine) ConversationTasksTx(ctx context.Context, tx pgx.Tx, conversatio
 }
 
 // Conversation reads one conversation: its lease holder, epoch and lease
-// deadline. ErrNotFound when there is none.
+// deadline. arbortype.ErrNotFound when there is none.
 func (e *Engine) Conversation(ctx context.Context, conversationID string) (arbortype.Conversation, error) {
 	return core.Read(ctx, e.core, func(db store.DB) (arbortype.Conversation, error) { return e.core.Conversation(ctx, db, conversationID) })
 }

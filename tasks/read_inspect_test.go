@@ -35,7 +35,7 @@ func newInspectFixture(t *testing.T, n int) *inspectFixture {
 	pool, schema := testdb.Fresh(t)
 	f := &inspectFixture{ctx: context.Background(), engine: enginetest.New(t, pool, &tasks.Config{Schema: schema}),
 		prefix: testdb.Name("c"), failed: map[string]bool{}, await: map[string]bool{}, running: map[string]bool{}}
-	var ps []tasks.CreateParams
+	var ps []arbortype.CreateParams
 	for i := range n {
 		id := fmt.Sprintf("%s-%03d", f.prefix, i)
 		f.ids = append(f.ids, id)
@@ -43,7 +43,7 @@ func newInspectFixture(t *testing.T, n int) *inspectFixture {
 		if i%2 == 1 {
 			kind = "odd_turn"
 		}
-		ps = append(ps, tasks.CreateParams{ConversationID: id, Kind: kind})
+		ps = append(ps, arbortype.CreateParams{ConversationID: id, Kind: kind})
 	}
 	roots, _, err := f.engine.CreateMany(f.ctx, ps)
 	require.NoError(t, err)
@@ -170,7 +170,7 @@ func TestQueryConversations(t *testing.T) {
 		for _, q := range []tasks.ConversationQuery{{Limit: 5001}, {Scan: 100_001}, {Order: "x"}, {Order: tasks.OrderID, Cursor: "r5"},
 			{Cursor: "iabc"}, {Statuses: []arbortype.Status{arbortype.StatusFailed}}} {
 			_, err := f.engine.QueryConversations(f.ctx, q)
-			require.ErrorIs(t, err, tasks.ErrInvalidArgument, "%+v", q)
+			require.ErrorIs(t, err, arbortype.ErrInvalidArgument, "%+v", q)
 		}
 	})
 	t.Run("awaits", func(t *testing.T) {
@@ -233,11 +233,11 @@ func TestTreeAndLogPages(t *testing.T) {
 	t.Parallel()
 	f := newInspectFixture(t, 0)
 	conv := testdb.Conversation(t)
-	root, _, err := f.engine.Create(f.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	root, _, err := f.engine.Create(f.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
-	var ps []tasks.CreateParams
+	var ps []arbortype.CreateParams
 	for range 95 {
-		ps = append(ps, tasks.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "tool"})
+		ps = append(ps, arbortype.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "tool"})
 	}
 	kids, _, err := f.engine.CreateMany(f.ctx, ps)
 	require.NoError(t, err)
@@ -274,7 +274,7 @@ func TestTreeAndLogPages(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, page.Tasks, 1)
 	_, err = f.engine.Tree(f.ctx, tasks.TreeQuery{ConversationID: "nobody-" + conv})
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 
 	var children []int64
 	for after := int64(0); ; {

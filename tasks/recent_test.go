@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/arbortype"
 )
 
 // RecentConversations lists the conversations of the newest tasks, most
@@ -18,7 +18,7 @@ func TestRecentConversations(t *testing.T) {
 	engine, _ := engineWith(t, func(*pgxpool.Config) {})
 	ctx := t.Context()
 	for _, conv := range []string{"c1", "c2", "c3", "c1"} { // c1 again: its newest task counts
-		_, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+		_, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 		require.NoError(t, err)
 	}
 	got, err := engine.RecentConversations(ctx, 10)
@@ -36,6 +36,6 @@ func TestRecentConversations(t *testing.T) {
 
 	for _, limit := range []int{0, -1, 1001} {
 		_, err := engine.RecentConversations(ctx, limit)
-		require.ErrorIs(t, err, tasks.ErrInvalidArgument, fmt.Sprint(limit))
+		require.ErrorIs(t, err, arbortype.ErrInvalidArgument, fmt.Sprint(limit))
 	}
 }

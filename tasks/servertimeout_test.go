@@ -36,7 +36,7 @@ func count(t *testing.T, pool *pgxpool.Pool, query string, args ...any) int {
 // A role whose idle_session_timeout (57P05) is shorter than the time its
 // pool's connections sit idle: the server ends a session between two
 // operations, and the next operation on it learns so from the server's
-// FATAL (issue 38: not retried, it was ErrDatabase). The session ended
+// FATAL (issue 38: not retried, it was arbortype.ErrDatabase). The session ended
 // before the statement was sent, so nothing of it ran: a transaction, a
 // read and an abort are all run again on a new connection.
 func TestIdleSessionTimeoutIsRetried(t *testing.T) {
@@ -62,7 +62,7 @@ func TestIdleSessionTimeoutIsRetried(t *testing.T) {
 	}
 
 	ended()
-	task, created, err := eng.Create(ctx, tasks.CreateParams{ConversationID: testdb.Conversation(t), Kind: "turn"})
+	task, created, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: testdb.Conversation(t), Kind: "turn"})
 	require.NoError(t, err, "a transaction begun on a session the server ended")
 	require.True(t, created)
 	ended()
@@ -81,8 +81,8 @@ func TestIdleSessionTimeoutIsRetried(t *testing.T) {
 // never a server-side timeout to retry, even when the pool is configured
 // to end a statement by a cancel request, which the server answers with
 // 57014 as it answers its own statement_timeout: the operation returns the
-// context's error at once (not ErrUnavailable after retries, nor
-// ErrDatabase as before issue 38 for the cancel request), and nothing was
+// context's error at once (not arbortype.ErrUnavailable after retries, nor
+// arbortype.ErrDatabase as before issue 38 for the cancel request), and nothing was
 // written.
 func TestContextEndIsNotAServerTimeout(t *testing.T) {
 	t.Parallel()
@@ -112,7 +112,7 @@ func TestContextEndIsNotAServerTimeout(t *testing.T) {
 			eng, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema})
 			require.NoError(t, err)
 			conv := testdb.Conversation(t)
-			task, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+			task, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 			require.NoError(t, err)
 
 			held, err := admin.Begin(ctx)
@@ -135,7 +135,7 @@ func TestContextEndIsNotAServerTimeout(t *testing.T) {
 			cancel()
 			err = <-done
 			require.ErrorIs(t, err, context.Canceled)
-			for _, not := range []error{tasks.ErrUnavailable, tasks.ErrDatabase, tasks.ErrAmbiguous} {
+			for _, not := range []error{arbortype.ErrUnavailable, arbortype.ErrDatabase, arbortype.ErrAmbiguous} {
 				require.False(t, errors.Is(err, not), "%v is not %v", err, not)
 			}
 			require.NoError(t, held.Rollback(ctx))

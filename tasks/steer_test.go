@@ -47,8 +47,8 @@ func setupSteer(t *testing.T) *steerBundle {
 // that it went to the live turn.
 func (b *steerBundle) steer(t *testing.T, live arbortype.Task, msg, key string) {
 	t.Helper()
-	got, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
-		OnBusy: tasks.TurnSteer, Input: json.RawMessage(msg), IdempotencyKey: key})
+	got, created, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
+		OnBusy: arbortype.TurnSteer, Input: json.RawMessage(msg), IdempotencyKey: key})
 	require.NoError(t, err)
 	require.False(t, created, "steered into the live turn")
 	require.Equal(t, live.ID, got.ID)
@@ -69,7 +69,7 @@ func (b *steerBundle) ownTurn(t *testing.T) arbortype.Task {
 func TestSteeredMessageNotTakenIsATurnOfItsOwn(t *testing.T) {
 	t.Parallel()
 	b := setupSteer(t)
-	live, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn", Input: json.RawMessage(`"first"`)})
+	live, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn", Input: json.RawMessage(`"first"`)})
 	require.NoError(t, err)
 	b.steer(t, live, `"also in French"`, "msg-2")
 	b.steer(t, live, `"also in French"`, "msg-2") // the client's retry: one message
@@ -107,7 +107,7 @@ func TestSteeredMessageTakenCancelsItsOwnTurn(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setupSteer(t)
-			live, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+			live, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 			require.NoError(t, err)
 			if parkedFirst {
 				res := arbortest.Work(b.ctx, t, b.engine, steerTurn(true), live.ID)
@@ -121,7 +121,7 @@ func TestSteeredMessageTakenCancelsItsOwnTurn(t *testing.T) {
 				require.True(t, res.Woken, "the await took the message waiting for it")
 			}
 			own := arbortest.RequireSettled(b.ctx, t, b.engine, b.ownTurn(t).ID, arbortype.StatusCancelled, nil)
-			require.Equal(t, tasks.CodeSteered, own.Error.Code)
+			require.Equal(t, arbortype.CodeSteered, own.Error.Code)
 			require.Contains(t, own.Error.Message, "taken by task")
 			require.Nil(t, own.StartedAt, "it never ran")
 			var taken struct {
@@ -150,17 +150,17 @@ func TestSteeredMessageTakenCancelsItsOwnTurn(t *testing.T) {
 func TestPruneKeepsTheTurnThatTookASteeredMessage(t *testing.T) {
 	t.Parallel()
 	b := setupSteer(t)
-	old, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	old, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	arbortest.Work(b.ctx, t, b.engine, steerTurn(false), old.ID)
-	live, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	live, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	arbortest.Work(b.ctx, t, b.engine, steerTurn(true), live.ID)
 	b.steer(t, live, `"more"`, "")
 	own := b.ownTurn(t)
 	arbortest.Work(b.ctx, t, b.engine, steerTurn(true), live.ID)
 	arbortest.RequireSettled(b.ctx, t, b.engine, live.ID, arbortype.StatusCompleted, nil)
-	next, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"}) // in use
+	next, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"}) // in use
 	require.NoError(t, err)
 
 	res, err := b.engine.Prune(b.ctx, tasks.PruneParams{OlderThan: time.Nanosecond})

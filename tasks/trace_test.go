@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -29,7 +30,7 @@ func traceEngine(t *testing.T) (*tasks.Engine, *injector) {
 	pool, schema := testdb.Fresh(t)
 	inj := &injector{}
 	eng, err := tasks.New(context.Background(), pool, &tasks.Config{Schema: schema, TraceInjector: inj,
-		TurnPolicies: map[string]tasks.TurnPolicy{"interrupting": tasks.TurnInterrupt}})
+		TurnPolicies: map[string]arbortype.TurnPolicy{"interrupting": arbortype.TurnInterrupt}})
 	require.NoError(t, err)
 	return eng, inj
 }
@@ -51,17 +52,17 @@ func TestCreateStoresTheTraceContext(t *testing.T) {
 		require.Equal(t, map[string]string{"traceparent": want}, got.Trace)
 	}
 
-	root, _, err := eng.Create(withTrace("root"), tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	root, _, err := eng.Create(withTrace("root"), arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	require.Equal(t, "root", root.Trace["traceparent"])
 	check(root.ID, "root")
 
-	child, _, err := eng.Create(withTrace("child"), tasks.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "tool"})
+	child, _, err := eng.Create(withTrace("child"), arbortype.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "tool"})
 	require.NoError(t, err)
 	check(child.ID, "child")
 
 	before := inj.calls.Load()
-	many, _, err := eng.CreateMany(withTrace("many"), []tasks.CreateParams{
+	many, _, err := eng.CreateMany(withTrace("many"), []arbortype.CreateParams{
 		{ConversationID: conv, OwnerID: root.ID, Kind: "tool"}, {ConversationID: conv, OwnerID: root.ID, Kind: "tool"}})
 	require.NoError(t, err)
 	require.Equal(t, before+1, inj.calls.Load(), "one injection for the whole CreateMany")
@@ -72,15 +73,15 @@ func TestCreateStoresTheTraceContext(t *testing.T) {
 
 	// A turn policy's path (an interrupting turn aborts the live one).
 	other := testdb.Conversation(t)
-	first, _, err := eng.Create(withTrace("first"), tasks.CreateParams{ConversationID: other, Kind: "interrupting"})
+	first, _, err := eng.Create(withTrace("first"), arbortype.CreateParams{ConversationID: other, Kind: "interrupting"})
 	require.NoError(t, err)
-	second, _, err := eng.Create(withTrace("second"), tasks.CreateParams{ConversationID: other, Kind: "interrupting"})
+	second, _, err := eng.Create(withTrace("second"), arbortype.CreateParams{ConversationID: other, Kind: "interrupting"})
 	require.NoError(t, err)
 	check(first.ID, "first")
 	check(second.ID, "second")
 
 	// No trace in the context: nothing stored.
-	plain, _, err := eng.Create(context.Background(), tasks.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "tool"})
+	plain, _, err := eng.Create(context.Background(), arbortype.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "tool"})
 	require.NoError(t, err)
 	got, err := eng.Get(context.Background(), plain.ID)
 	require.NoError(t, err)
@@ -88,7 +89,7 @@ func TestCreateStoresTheTraceContext(t *testing.T) {
 }
 
 // A trace context over the bound, or with an empty key, is refused with
-// ErrInvalidArgument and nothing is written.
+// arbortype.ErrInvalidArgument and nothing is written.
 func TestCreateRefusesABadTraceContext(t *testing.T) {
 	t.Parallel()
 	eng, _ := traceEngine(t)
@@ -98,12 +99,12 @@ func TestCreateRefusesABadTraceContext(t *testing.T) {
 	} {
 		conv := testdb.Conversation(t)
 		ctx := context.WithValue(context.Background(), ctxKey{}, trace)
-		_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
-		require.ErrorIs(t, err, tasks.ErrInvalidArgument, name)
-		_, _, err = eng.CreateMany(ctx, []tasks.CreateParams{{ConversationID: conv, Kind: "turn"}})
-		require.ErrorIs(t, err, tasks.ErrInvalidArgument, name)
+		_, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
+		require.ErrorIs(t, err, arbortype.ErrInvalidArgument, name)
+		_, _, err = eng.CreateMany(ctx, []arbortype.CreateParams{{ConversationID: conv, Kind: "turn"}})
+		require.ErrorIs(t, err, arbortype.ErrInvalidArgument, name)
 		_, err = eng.ConversationTasks(context.Background(), conv)
-		require.ErrorIs(t, err, tasks.ErrNotFound, "%s: not even the conversation was written", name)
+		require.ErrorIs(t, err, arbortype.ErrNotFound, "%s: not even the conversation was written", name)
 	}
 }
 
@@ -114,7 +115,7 @@ func TestForkKeepsTheTraceContext(t *testing.T) {
 	eng, _ := traceEngine(t)
 	conv := testdb.Conversation(t)
 	ctx := context.WithValue(context.Background(), ctxKey{}, map[string]string{"traceparent": "turn-1"})
-	turn, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	turn, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	_, err = eng.Cancel(context.Background(), turn.ID, nil)
 	require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -24,12 +25,12 @@ func TestTxRetriesNoneMeansNoRetries(t *testing.T) {
 	eng, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema, TxRetries: tasks.TxRetriesNone})
 	require.NoError(t, err)
 	require.Equal(t, -1, eng.Config().TxRetries)
-	_, _, err = eng.Create(ctx, tasks.CreateParams{ConversationID: testdb.Conversation(t), Kind: "turn"})
+	_, _, err = eng.Create(ctx, arbortype.CreateParams{ConversationID: testdb.Conversation(t), Kind: "turn"})
 	require.NoError(t, err, "an engine that retries nothing works")
 
 	for _, bad := range []int{-2, 101} {
 		_, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema, TxRetries: bad})
-		require.ErrorIs(t, err, tasks.ErrInvalidArgument, "%d", bad)
+		require.ErrorIs(t, err, arbortype.ErrInvalidArgument, "%d", bad)
 		require.ErrorContains(t, err, "Config.TxRetries")
 	}
 }

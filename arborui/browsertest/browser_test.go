@@ -109,7 +109,7 @@ func TestBrowser(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	conv := "chat-" + testdb.Conversation(t)
-	turn, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "chat_turn",
+	turn, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "chat_turn",
 		Input: json.RawMessage(`{"message": "What's the weather in Lyon? <b>now</b>"}`)})
 	require.NoError(t, err)
 	tree := waitTree(t, ctx, engine, conv, 6)

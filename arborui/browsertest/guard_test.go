@@ -26,11 +26,11 @@ func TestBrowserHostileConversationIDs(t *testing.T) {
 	v := newView(t, &arborui.Options{Actions: true})
 	suffix := testdb.Name("")
 	victim := "victim" + suffix
-	vroot, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: victim, Kind: "victim_turn"})
+	vroot, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: victim, Kind: "victim_turn"})
 	require.NoError(t, err)
 	b := browser(t)
 	for _, id := range []string{victim + "#x", victim + "&id=" + victim, victim + "+x", victim + "%23", victim + "?id=" + victim} {
-		root, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: id, Kind: "own_turn"})
+		root, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: id, Kind: "own_turn"})
 		require.NoError(t, err)
 		require.NoError(t, chromedp.Do(b,
 			chromedp.Navigate(v.base+"/conversation?id="+url.QueryEscape(id)),
@@ -39,9 +39,9 @@ func TestBrowserHostileConversationIDs(t *testing.T) {
 		), "%q: the page", id)
 		// A child in victim, then one in the page's conversation: the
 		// second shows; the first never does.
-		_, _, err = v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: victim, OwnerID: vroot.ID, Kind: "victim_child"})
+		_, _, err = v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: victim, OwnerID: vroot.ID, Kind: "victim_child"})
 		require.NoError(t, err)
-		child, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: id, OwnerID: root.ID, Kind: "own_child"})
+		child, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: id, OwnerID: root.ID, Kind: "own_child"})
 		require.NoError(t, err)
 		require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(fmt.Sprintf(`#task-%d`, child.ID))), "%q: the live child", id)
 		tree := text(t, b, `document.getElementById("tree").textContent`)
@@ -69,7 +69,7 @@ func TestBrowserHostileConversationIDs(t *testing.T) {
 func TestBrowserDNSRebinding(t *testing.T) {
 	t.Parallel()
 	v := newView(t, &arborui.Options{Actions: true})
-	task, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: testdb.Conversation(t), Kind: "turn"})
+	task, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: testdb.Conversation(t), Kind: "turn"})
 	require.NoError(t, err)
 	b := browser(t, chromedp.Flag("host-resolver-rules", "MAP evil.example 127.0.0.1"))
 	// The token, as if it had leaked.
@@ -104,7 +104,7 @@ func TestBrowserDNSRebinding(t *testing.T) {
 func TestBrowserOpenRedirect(t *testing.T) {
 	t.Parallel()
 	v := newViewAt(t, "", &arborui.Options{Actions: true})
-	task, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: testdb.Conversation(t), Kind: "turn"})
+	task, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: testdb.Conversation(t), Kind: "turn"})
 	require.NoError(t, err)
 	b := browser(t, chromedp.Flag("host-resolver-rules", "MAP evil.example 127.0.0.1"))
 	require.NoError(t, chromedp.Do(b, chromedp.Navigate(fmt.Sprintf("%s/tasks/%d", v.base, task.ID)), chromedp.WaitVisible(`#abort`)))
@@ -125,7 +125,7 @@ func TestBrowserControlCharacters(t *testing.T) {
 	evil := "x\x1b[2J\x1b]0;pwned\x07\u009b31m\u202eexe.txt"
 	conv := "c\x1b[31m" + testdb.Conversation(t)
 	input, _ := json.Marshal(map[string]string{"q": evil})
-	task, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "k" + evil, Input: input})
+	task, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "k" + evil, Input: input})
 	require.NoError(t, err)
 	b := browser(t)
 	for _, page := range []string{fmt.Sprintf("%s/tasks/%d", v.base, task.ID), v.base + "/conversation?id=" + url.QueryEscape(conv)} {
@@ -148,7 +148,7 @@ func TestBrowserControlCharacters(t *testing.T) {
 func TestBrowserAnswerForm(t *testing.T) {
 	t.Parallel()
 	v := newView(t, &arborui.Options{Actions: true})
-	task, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: testdb.Conversation(t), Kind: "mail_agent"})
+	task, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: testdb.Conversation(t), Kind: "mail_agent"})
 	require.NoError(t, err)
 	run, err := v.engine.Start(v.ctx, task.ID)
 	require.NoError(t, err)
@@ -200,10 +200,10 @@ func TestBrowserHostileStrings(t *testing.T) {
 		require.NoError(t, err)
 		return out
 	}
-	root, _, err := traced.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn" + hostile, Input: doc(hostile),
+	root, _, err := traced.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn" + hostile, Input: doc(hostile),
 		IdempotencyKey: "key" + hostile, MaxRetries: 1})
 	require.NoError(t, err)
-	child, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "tool" + hostile})
+	child, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "tool" + hostile})
 	require.NoError(t, err)
 	run, err := v.engine.Start(v.ctx, root.ID)
 	require.NoError(t, err)
@@ -215,7 +215,7 @@ func TestBrowserHostileStrings(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = v.engine.Emit(v.ctx, tasks.EmitParams{ConversationID: conv, Name: "ev" + hostile, Payload: doc(hostile)})
 	require.NoError(t, err)
-	done, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv + "-2", Kind: "done" + hostile})
+	done, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: conv + "-2", Kind: "done" + hostile})
 	require.NoError(t, err)
 	drun, err := v.engine.Start(v.ctx, done.ID)
 	require.NoError(t, err)

@@ -87,7 +87,7 @@ func TestBrowserList100k(t *testing.T) {
 
 	// Live: a new conversation shows on the first page.
 	require.NoError(t, chromedp.Do(b, chromedp.Navigate(v.base+"/"), chromedp.WaitVisible(`#conversations`), chromedp.WaitVisible(`#live-status.on`)))
-	_, _, err = v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: prefix + "-new", Kind: "fresh_turn"})
+	_, _, err = v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: prefix + "-new", Kind: "fresh_turn"})
 	require.NoError(t, err)
 	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(fmt.Sprintf(`#conversations a.id[href$=%q]`, url.QueryEscape(prefix+"-new")))))
 }
@@ -100,7 +100,7 @@ func TestBrowserTree100k(t *testing.T) {
 	// machine while TestBrowser measures a change's latency.
 	v := newView(t, &arborui.Options{Actions: true})
 	conv := testdb.Conversation(t)
-	root, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	root, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	v.exec(t, `INSERT INTO {schema}.tasks (conversation_id, owner_task_id, kind) SELECT $1, $2, 'tool' FROM generate_series(1, 99999)`, conv, root.ID)
 	v.exec(t, `ANALYZE {schema}.tasks`)
@@ -122,7 +122,7 @@ func TestBrowserTree100k(t *testing.T) {
 	// A change: the page shows it without a reload, the log too.
 	_, err = chromedp.Run(b, chromedp.Evaluate[string](`window.arborMark = "same page"`))
 	require.NoError(t, err)
-	late, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "late_tool"})
+	late, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "late_tool"})
 	require.NoError(t, err)
 	until(t, b, `document.getElementById("summary").textContent.includes("100001 tasks")`)
 	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(fmt.Sprintf(`#log a[href$="/tasks/%d"]`, late.ID))))
@@ -147,7 +147,7 @@ func TestBrowserTaskPage(t *testing.T) {
 	traced, err := tasks.New(v.ctx, v.pool, &tasks.Config{Schema: v.schema,
 		TraceInjector: fixedTrace{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
 	require.NoError(t, err)
-	task, _, err := traced.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "agent", MaxRetries: 2})
+	task, _, err := traced.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "agent", MaxRetries: 2})
 	require.NoError(t, err)
 	_, err = v.engine.SetBudget(v.ctx, tasks.BudgetParams{ConversationID: conv, Counter: "tokens", Max: 5000})
 	require.NoError(t, err)
@@ -184,7 +184,7 @@ func TestBrowserLogStream(t *testing.T) {
 	t.Parallel()
 	v := newView(t, nil)
 	conv := testdb.Conversation(t)
-	_, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	_, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	b := browser(t)
 	require.NoError(t, chromedp.Do(b, chromedp.Navigate(v.base+"/conversation?id="+url.QueryEscape(conv)), chromedp.WaitVisible(`#live-status.on`)))
@@ -201,7 +201,7 @@ func TestBrowserLogStream(t *testing.T) {
 // await of "approval" (an hour's timeout).
 func awaitApproval(t *testing.T, v *view, conv string) arbortype.Task {
 	t.Helper()
-	task, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "mail_agent"})
+	task, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "mail_agent"})
 	require.NoError(t, err)
 	run, err := v.engine.Start(v.ctx, task.ID)
 	require.NoError(t, err)
@@ -313,7 +313,7 @@ func TestBrowserNodes(t *testing.T) {
 		require.NoError(t, runner.Stop(sctx))
 	})
 	conv := testdb.Conversation(t)
-	_, _, err = v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "long_turn"})
+	_, _, err = v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "long_turn"})
 	require.NoError(t, err)
 	b := browser(t)
 	require.NoError(t, chromedp.Do(b, chromedp.Navigate(v.base+"/nodes"), chromedp.WaitVisible(`#live-status.on`)))
@@ -332,7 +332,7 @@ func TestBrowserActions(t *testing.T) {
 	t.Parallel()
 	v := newView(t, &arborui.Options{Actions: true})
 	conv := testdb.Conversation(t)
-	sleeper, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "sleeper"})
+	sleeper, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "sleeper"})
 	require.NoError(t, err)
 	run, err := v.engine.Start(v.ctx, sleeper.ID)
 	require.NoError(t, err)
@@ -359,7 +359,7 @@ func TestBrowserActions(t *testing.T) {
 	require.Equal(t, arbortype.StatusCancelled, got.Status)
 	require.JSONEq(t, `{"by": "operator"}`, string(got.Result))
 
-	other, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: conv, Kind: "next_turn"})
+	other, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "next_turn"})
 	require.NoError(t, err)
 	require.NoError(t, chromedp.Do(b,
 		chromedp.Navigate(v.base+"/conversation?id="+url.QueryEscape(conv)),
@@ -379,7 +379,7 @@ func TestBrowserActions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, conv, u.Query().Get("id"))
 
-	asker, _, err := v.engine.Create(v.ctx, tasks.CreateParams{ConversationID: testdb.Conversation(t), Kind: "asker"})
+	asker, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: testdb.Conversation(t), Kind: "asker"})
 	require.NoError(t, err)
 	arun, err := v.engine.Start(v.ctx, asker.ID)
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/migrations"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -259,9 +260,9 @@ func parseTaskID(s string) (int64, error) {
 // said plainly; anything else keeps the engine's text, which names the
 // operation, the task and the cause.
 func taskErr(op string, id int64, err error) error {
-	var te *tasks.TransitionError
+	var te *fsm.TransitionError
 	switch {
-	case errors.Is(err, tasks.ErrNotFound):
+	case errors.Is(err, arbortype.ErrNotFound):
 		return fmt.Errorf("task %d not found", id)
 	case errors.As(err, &te) && te.TaskID == id && opNeeds[op] != "":
 		return fmt.Errorf("cannot %s task %d: it is %s (%s needs a task that is %s)", op, id, te.From, op, opNeeds[op])
@@ -281,7 +282,7 @@ var opNeeds = map[string]string{
 // empty tree for a typo.
 func requireConversation(ctx context.Context, e *conn, id string) (arbortype.Conversation, error) {
 	c, err := e.Conversation(ctx, id)
-	if errors.Is(err, tasks.ErrNotFound) {
+	if errors.Is(err, arbortype.ErrNotFound) {
 		return c, fmt.Errorf("conversation %q not found in schema %s", id, e.Config().Schema)
 	}
 	return c, err

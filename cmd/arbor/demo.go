@@ -221,12 +221,12 @@ func count(all []arbortype.Task, kind string, status arbortype.Status) int {
 }
 
 func (d *demo) turn(mode string) (arbortype.Task, error) {
-	return d.turnWith(mode, tasks.TurnQueue)
+	return d.turnWith(mode, arbortype.TurnQueue)
 }
 
-func (d *demo) turnWith(mode string, policy tasks.TurnPolicy) (arbortype.Task, error) {
+func (d *demo) turnWith(mode string, policy arbortype.TurnPolicy) (arbortype.Task, error) {
 	input, _ := json.Marshal(map[string]string{"mode": mode})
-	t, _, err := d.e.Create(d.ctx, tasks.CreateParams{ConversationID: d.conv, Kind: "chat_turn", Input: input, OnBusy: policy})
+	t, _, err := d.e.Create(d.ctx, arbortype.CreateParams{ConversationID: d.conv, Kind: "chat_turn", Input: input, OnBusy: policy})
 	return t, err
 }
 
@@ -345,7 +345,7 @@ func (d *demo) run() error {
 		return err
 	}
 	time.Sleep(time.Second)
-	t4b, err := d.turnWith("quick", tasks.TurnInterrupt)
+	t4b, err := d.turnWith("quick", arbortype.TurnInterrupt)
 	if err != nil {
 		return err
 	}

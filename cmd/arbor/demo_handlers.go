@@ -9,7 +9,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // demoHandlers are the demo's task kinds: a chat turn and what it calls.
@@ -44,7 +43,7 @@ func demoHandlers() map[string]machine.Handler {
 			if err := busy(ctx, run, 700*time.Millisecond); err != nil {
 				return err
 			}
-			return fmt.Errorf("%w: translation service rejected the text", machine.ErrNonRetryable)
+			return fmt.Errorf("%w: translation service rejected the text", arbortype.ErrNonRetryable)
 		},
 		"rate_limited_api": func(ctx context.Context, run *machine.Run) error {
 			if run.Task.Phase == "backoff" {
@@ -159,7 +158,7 @@ func chatTurn(ctx context.Context, run *machine.Run) error {
 		}
 		return run.Complete(ctx, json.RawMessage(fmt.Sprintf(`{"answer": "here is what I found", "translations": %d}`, done)))
 	}
-	return fmt.Errorf("%w: unknown phase %q", machine.ErrNonRetryable, run.Task.Phase)
+	return fmt.Errorf("%w: unknown phase %q", arbortype.ErrNonRetryable, run.Task.Phase)
 }
 
 // spawnAll creates one child per kind, each with an idempotency key so a
@@ -190,7 +189,7 @@ func busy(ctx context.Context, run *machine.Run, d time.Duration) error {
 		case <-time.After(min(200*time.Millisecond, time.Until(deadline))):
 		}
 		if err := run.Heartbeat(ctx); err != nil {
-			if errors.Is(err, tasks.ErrAborted) || errors.Is(err, tasks.ErrNotRunning) {
+			if errors.Is(err, arbortype.ErrAborted) || errors.Is(err, arbortype.ErrNotRunning) {
 				return err
 			}
 		}

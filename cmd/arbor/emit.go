@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -70,9 +71,9 @@ func cmdEmit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		ev, created, err := engine.EmitToken(ctx, *token, payload)
 		if err != nil {
 			switch {
-			case errors.Is(err, tasks.ErrNotFound):
+			case errors.Is(err, arbortype.ErrNotFound):
 				return fmt.Errorf("no await has the token %s", printable(*token))
-			case errors.Is(err, tasks.ErrAwaitEnded):
+			case errors.Is(err, arbortype.ErrAwaitEnded):
 				return fmt.Errorf("the await of the token %s is over (answered, timed out, or its task moved on): nothing was emitted", printable(*token))
 			}
 			return err
@@ -83,7 +84,7 @@ func cmdEmit(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ev, created, err := engine.Emit(ctx, tasks.EmitParams{ConversationID: pos[0], Name: pos[1], Payload: payload,
 		TaskID: *task, Queue: *queue, IdempotencyKey: *key})
 	if err != nil {
-		if errors.Is(err, tasks.ErrNotFound) && *task == 0 {
+		if errors.Is(err, arbortype.ErrNotFound) && *task == 0 {
 			return fmt.Errorf("conversation %s not found", printable(pos[0]))
 		}
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -42,9 +43,9 @@ func cmdFork(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer engine.Close()
 	f, err := engine.Fork(ctx, tasks.ForkParams{ConversationID: pos[0], ThroughTurn: turn, NewConversationID: *newID})
 	switch {
-	case errors.Is(err, tasks.ErrNotSettled):
+	case errors.Is(err, arbortype.ErrNotSettled):
 		return fmt.Errorf("fork: turn %d is still live: fork through a settled turn", turn)
-	case errors.Is(err, tasks.ErrNotRoot):
+	case errors.Is(err, arbortype.ErrNotRoot):
 		return fmt.Errorf("fork: task %d is not a turn (a root task): fork through its turn", turn)
 	case err != nil:
 		return fmt.Errorf("fork: %w", err)

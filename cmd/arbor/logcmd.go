@@ -54,7 +54,7 @@ func cmdLog(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		// log; one settled already is followed up to now, then done.
 		t, err := engine.Get(ctx, *until)
 		switch {
-		case errors.Is(err, tasks.ErrNotFound) || (err == nil && t.ConversationID != pos[0]):
+		case errors.Is(err, arbortype.ErrNotFound) || (err == nil && t.ConversationID != pos[0]):
 			return fmt.Errorf("log: --until-settled %d: no such task in conversation %s", *until, printable(pos[0]))
 		case err != nil:
 			return err

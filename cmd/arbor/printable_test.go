@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/tasks"
 )
 
 func TestPrintable(t *testing.T) {
@@ -42,12 +41,12 @@ func TestHostileText(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.conv = "chat\x1b[2J\u202e"
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn\x1b]0;pwned\x07",
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn\x1b]0;pwned\x07",
 		IdempotencyKey: "key\x1b[K\u202e", Input: json.RawMessage("{\"text\": \"a\u009b31mb\u202ec\x7fd \\u001b[5m\"}")})
 	require.NoError(t, err)
 	// b.create's input quotes the kind as Go does, which is not JSON here.
 	create := func(owner int64, kind string) arbortype.Task {
-		task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: owner, Kind: kind})
+		task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, OwnerID: owner, Kind: kind})
 		require.NoError(t, err)
 		return task
 	}

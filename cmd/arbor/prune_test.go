@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/arbortype"
 )
 
 // prune --dry-run prints what prune then deletes; fork prints the copy's
@@ -29,7 +29,7 @@ func TestPruneAndFork(t *testing.T) {
 	done := b.arbor(t, "prune", "--older-than", "1ns").ok(t).stdout
 	require.Equal(t, strings.Replace(dry, "would prune", "pruned", 1), done)
 	_, err := b.engine.Get(b.ctx, turns[0])
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 
 	out := b.arbor(t, "fork", b.conv, fmt.Sprint(turns[1]), "--new", "edited").ok(t).stdout
 	require.Equal(t, fmt.Sprintf("forked %s through turn #%d into edited: 1 tasks, 0 events, 2 log entries\n", b.conv, turns[1]), out)

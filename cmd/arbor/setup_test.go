@@ -133,7 +133,7 @@ func (r result) fails(t *testing.T, code int, want string) {
 
 func (b *bundle) create(t *testing.T, owner int64, kind string, background bool) arbortype.Task {
 	t.Helper()
-	task, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: owner, Kind: kind,
+	task, created, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, OwnerID: owner, Kind: kind,
 		Background: background, Input: json.RawMessage(fmt.Sprintf(`{"kind": %q}`, kind))})
 	require.NoError(t, err)
 	require.True(t, created)

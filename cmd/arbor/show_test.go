@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/tasks"
 )
 
 func TestShow(t *testing.T) {
@@ -113,7 +112,7 @@ children (4):
 func TestShowErrorHistory(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
-	task, _, err := s.engine.Create(s.ctx, tasks.CreateParams{ConversationID: s.conv, Kind: "flaky", MaxRetries: 1,
+	task, _, err := s.engine.Create(s.ctx, arbortype.CreateParams{ConversationID: s.conv, Kind: "flaky", MaxRetries: 1,
 		RetryBackoffBase: time.Millisecond, RetryBackoffCap: time.Millisecond})
 	require.NoError(t, err)
 	run, err := s.engine.Start(s.ctx, task.ID)

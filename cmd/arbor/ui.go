@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/arborui"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/migrations"
@@ -148,7 +149,7 @@ func uiDemo(ctx context.Context, engine *tasks.Engine, logger *slog.Logger) (fun
 			name = "tools"
 		}
 		input, _ := json.Marshal(map[string]string{"mode": mode})
-		if _, _, err := engine.Create(ctx, tasks.CreateParams{ConversationID: "ui-demo-" + name + "-" + stamp,
+		if _, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: "ui-demo-" + name + "-" + stamp,
 			Kind: "chat_turn", Input: input}); err != nil {
 			_ = runner.Stop(context.Background())
 			return nil, err

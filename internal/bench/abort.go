@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -26,7 +27,7 @@ func abortArbor(ctx context.Context, env *Env, size Size) (Measurement, error) {
 		return Measurement{}, err
 	}
 	const conv = "abort-tree"
-	root, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "L0"})
+	root, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "L0"})
 	if err != nil {
 		return Measurement{}, err
 	}

@@ -41,7 +41,7 @@ func awaitSettledLatency(ctx context.Context, env *Env, size Size) (Measurement,
 		},
 	}
 	return agentLoop(ctx, env, size, handlers, func(ctx context.Context, eng *tasks.Engine, conv string) (time.Duration, error) {
-		turn, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+		turn, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 		if err != nil {
 			return 0, err
 		}
@@ -99,7 +99,7 @@ func emitLatency(ctx context.Context, env *Env, size Size) (Measurement, error) 
 		},
 	}
 	return agentLoop(ctx, env, size, handlers, func(ctx context.Context, eng *tasks.Engine, conv string) (time.Duration, error) {
-		turn, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+		turn, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 		if err != nil {
 			return 0, err
 		}
@@ -144,10 +144,10 @@ func streamLatency(ctx context.Context, env *Env, size Size) (Measurement, error
 	}
 	return agentLoop(ctx, env, size, handlers, func(ctx context.Context, eng *tasks.Engine, conv string) (time.Duration, error) {
 		head, err := eng.LogHead(ctx, conv)
-		if err != nil && !errors.Is(err, tasks.ErrNotFound) {
+		if err != nil && !errors.Is(err, arbortype.ErrNotFound) {
 			return 0, err
 		}
-		turn, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+		turn, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 		if err != nil {
 			return 0, err
 		}

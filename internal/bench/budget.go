@@ -9,7 +9,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // Scenario (j): what a budget reservation costs a handler, against a
@@ -134,7 +133,7 @@ func budgetOps(ctx context.Context, env *Env, size Size, spentPerOp int64,
 	}
 	defer stopRunner(ctx, env, r)
 
-	if _, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: "budget", Kind: "turn",
+	if _, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: "budget", Kind: "turn",
 		Budgets: limit, ConversationBudgets: limit}); err != nil {
 		return Measurement{}, err
 	}

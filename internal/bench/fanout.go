@@ -42,7 +42,7 @@ func fanoutArbor(ctx context.Context, env *Env, size Size) (Measurement, error) 
 	}
 	start := time.Now()
 	err = parallel(ctx, env.Conns, size.P, func(ctx context.Context, i int) error {
-		_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("fan-%d", i), Kind: "parent"})
+		_, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: fmt.Sprintf("fan-%d", i), Kind: "parent"})
 		return err
 	})
 	if err != nil {
@@ -105,7 +105,7 @@ func spawnAndWait(ctx context.Context, env *Env, eng *tasks.Engine, t arbortype.
 	return pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
 		ids := make([]int64, c)
 		for i := range ids {
-			child, _, err := eng.CreateTx(ctx, tx, tasks.CreateParams{
+			child, _, err := eng.CreateTx(ctx, tx, arbortype.CreateParams{
 				ConversationID: t.ConversationID, OwnerID: t.ID, Kind: "child"})
 			if err != nil {
 				return err

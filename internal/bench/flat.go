@@ -32,8 +32,8 @@ func flatArbor(ctx context.Context, env *Env, size Size) (Measurement, error) {
 	if err != nil {
 		return Measurement{}, err
 	}
-	params := func(i int) tasks.CreateParams {
-		return tasks.CreateParams{ConversationID: fmt.Sprintf("flat-%d", i), Kind: "noop"}
+	params := func(i int) arbortype.CreateParams {
+		return arbortype.CreateParams{ConversationID: fmt.Sprintf("flat-%d", i), Kind: "noop"}
 	}
 	start := time.Now()
 	err = parallel(ctx, env.Conns, size.N, func(ctx context.Context, i int) error {

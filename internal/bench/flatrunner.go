@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -47,7 +48,7 @@ func flatRunnerIn(ctx context.Context, env *Env, size Size, batched bool) (Measu
 		err = createNoops(ctx, env, eng, "flat", size.N, insertBatch(size.N, env.Conns))
 	} else {
 		err = parallel(ctx, env.Conns, size.N, func(ctx context.Context, i int) error {
-			_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("flat-%d", i), Kind: "noop"})
+			_, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: fmt.Sprintf("flat-%d", i), Kind: "noop"})
 			return err
 		})
 	}
@@ -124,9 +125,9 @@ func startNoopRunner(ctx context.Context, env *Env, n int) (*noopRunner, error) 
 func createNoops(ctx context.Context, env *Env, eng *tasks.Engine, prefix string, n, batch int) error {
 	batches := splitBatches(n, batch)
 	return parallel(ctx, env.Conns, len(batches), func(ctx context.Context, b int) error {
-		ps := make([]tasks.CreateParams, batches[b])
+		ps := make([]arbortype.CreateParams, batches[b])
 		for j := range ps {
-			ps[j] = tasks.CreateParams{ConversationID: fmt.Sprintf("%s-%d", prefix, b*batch+j), Kind: "noop"}
+			ps[j] = arbortype.CreateParams{ConversationID: fmt.Sprintf("%s-%d", prefix, b*batch+j), Kind: "noop"}
 		}
 		_, _, err := eng.CreateMany(ctx, ps)
 		return err

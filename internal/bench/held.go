@@ -12,7 +12,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // Scenario (g): one Runner holding N conversations.
@@ -105,9 +104,9 @@ func heldRunner(ctx context.Context, env *Env, size Size) (Measurement, error) {
 	batches := splitBatches(size.N, batch)
 	roots := make([]int64, size.N)
 	err = parallel(ctx, env.Conns, len(batches), func(ctx context.Context, b int) error {
-		ps := make([]tasks.CreateParams, batches[b])
+		ps := make([]arbortype.CreateParams, batches[b])
 		for j := range ps {
-			ps[j] = tasks.CreateParams{ConversationID: conv(b*batch + j), Kind: "turn"}
+			ps[j] = arbortype.CreateParams{ConversationID: conv(b*batch + j), Kind: "turn"}
 		}
 		ts, _, err := eng.CreateMany(ctx, ps)
 		for j, t := range ts {
@@ -140,7 +139,7 @@ func heldRunner(ctx context.Context, env *Env, size Size) (Measurement, error) {
 	start := time.Now()
 	err = parallel(ctx, active, active, func(ctx context.Context, i int) error {
 		for range heldTurns {
-			t, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv(i), Kind: "turn"})
+			t, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv(i), Kind: "turn"})
 			if err != nil {
 				return err
 			}

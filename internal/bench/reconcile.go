@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/recovery"
 	"github.com/arborhq/arbor/reconcile"
@@ -29,7 +30,7 @@ func runningTree(ctx context.Context, env *Env, size Size) (*tasks.Engine, time.
 		return nil, 0, err
 	}
 	buildStart := time.Now()
-	if _, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: reconcileConv, Kind: "L0"}); err != nil {
+	if _, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: reconcileConv, Kind: "L0"}); err != nil {
 		return nil, 0, err
 	}
 	if err := buildTree(ctx, env, `INSERT INTO {schema}.tasks (conversation_id, owner_task_id, kind)

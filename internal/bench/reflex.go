@@ -9,7 +9,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // Scenario (k): a Runner's reflexes, through a machine.Runner with
@@ -186,7 +185,7 @@ func reflexRun(ctx context.Context, env *Env, size Size, handlers map[string]mac
 	}
 	start := time.Now()
 	err = parallel(ctx, env.Conns, size.N, func(ctx context.Context, i int) error {
-		_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("reflex-%d", i), Kind: kind})
+		_, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: fmt.Sprintf("reflex-%d", i), Kind: kind})
 		return err
 	})
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // Scenario (f): child settles → parent's handler runs again.
@@ -128,7 +127,7 @@ func resumeRunner(ctx context.Context, env *Env, size Size) (Measurement, error)
 		ch := done
 		mu.Unlock()
 		err := parallel(ctx, env.Conns, n, func(ctx context.Context, i int) error {
-			_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("%s%d", prefix, i), Kind: "parent"})
+			_, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: fmt.Sprintf("%s%d", prefix, i), Kind: "parent"})
 			return err
 		})
 		if err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // fanoutRunner is scenario (b), and the agent shape (h), through a real
@@ -71,7 +70,7 @@ func fanoutRunner(ctx context.Context, env *Env, size Size) (Measurement, error)
 	}
 	start := time.Now()
 	err = parallel(ctx, env.Conns, size.P, func(ctx context.Context, i int) error {
-		_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: fmt.Sprintf("fan-%d", i), Kind: "parent"})
+		_, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: fmt.Sprintf("fan-%d", i), Kind: "parent"})
 		return err
 	})
 	if err != nil {

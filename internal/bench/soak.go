@@ -563,7 +563,7 @@ func (w *soakWorkload) conversation(ctx context.Context, stop <-chan struct{}, n
 // stops.
 func (w *soakWorkload) turn(ctx context.Context, conv string, seq int) bool {
 	in, _ := json.Marshal(soakTurnInput{Await: seq%soakAwaitEvery == 0, Sleep: seq%soakSleepEvery == 0})
-	t, _, err := w.eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn", Input: in,
+	t, _, err := w.eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn", Input: in,
 		Budgets: soakTurnBudgets, ConversationBudgets: soakConversationBudgets})
 	if err != nil {
 		w.harnessError(fmt.Errorf("create a turn in %s: %w", conv, err))

@@ -185,7 +185,7 @@ func wakeLateness(ctx context.Context, env *Env, size Size, timers bool) (Measur
 
 // sleepFor creates a root task in conv, starts it and puts it to sleep for d.
 func sleepFor(ctx context.Context, eng *tasks.Engine, conv, kind string, d time.Duration) (arbortype.Task, error) {
-	t, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: kind})
+	t, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: kind})
 	if err != nil {
 		return arbortype.Task{}, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
@@ -46,7 +47,7 @@ func TestBigAbortOnABusyNode(t *testing.T) {
 	s.exec(`ANALYZE {s}.tasks, {s}.conversation_log`)
 
 	const conv = "chaos-big-abort"
-	root, _, err := s.engine.Create(s.ctx, tasks.CreateParams{ConversationID: conv, Kind: "big-owner"})
+	root, _, err := s.engine.Create(s.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "big-owner"})
 	require.NoError(t, err)
 	lease, err := machine.AcquireLease(s.ctx, s.engine, conv, &machine.LeaseConfig{Holder: "chaos-big-abort", Duration: 30 * time.Minute})
 	require.NoError(t, err)
@@ -62,9 +63,9 @@ func TestBigAbortOnABusyNode(t *testing.T) {
 		pool := testdb.NewPool(t)
 		engine, err := tasks.New(s.ctx, pool, &tasks.Config{Schema: s.schema})
 		require.NoError(t, err)
-		ps := make([]tasks.CreateParams, min(batch, children-done))
+		ps := make([]arbortype.CreateParams, min(batch, children-done))
 		for i := range ps {
-			ps[i] = tasks.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "big-child"}
+			ps[i] = arbortype.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "big-child"}
 		}
 		_, _, err = engine.CreateMany(s.ctx, ps)
 		require.NoError(t, err)

@@ -121,7 +121,7 @@ func (s *scenario) addTurns(n int, fan func(i int) int) {
 		var turn arbortype.Task
 		s.retry("create "+conv, func(ctx context.Context) error {
 			var err error
-			turn, _, err = s.engine.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: turnKind, Input: in,
+			turn, _, err = s.engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: turnKind, Input: in,
 				IdempotencyKey: "turn"})
 			return err
 		})

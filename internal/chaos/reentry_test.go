@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/arbortype"
 )
 
 // A re-entry of an abandon_on_restart handler: a second call, logged in the
@@ -82,7 +82,7 @@ func (s *scenario) reentries(f *figures, add func(string, ...any)) {
 // token or another; second calls of other tasks are not.
 func TestProofCatchesReentries(t *testing.T) {
 	s := setup(t, 1)
-	once, _, err := s.engine.Create(s.ctx, tasks.CreateParams{ConversationID: "reentry", Kind: "once", AbandonOnRestart: true})
+	once, _, err := s.engine.Create(s.ctx, arbortype.CreateParams{ConversationID: "reentry", Kind: "once", AbandonOnRestart: true})
 	require.NoError(t, err)
 	at := time.Now()
 	call := func(id, task, token int64, kind string) {

@@ -223,7 +223,7 @@ const (
 //
 // The entry is logged before the body runs, so that a call has a row
 // before it does anything; a call whose entry cannot be logged (the
-// database unreachable for two minutes) returns tasks.ErrUnavailable having
+// database unreachable for two minutes) returns arbortype.ErrUnavailable having
 // done nothing, and the runner calls it again. A well-behaved call whose
 // context is cancelled while its entry is on its way returns the cause
 // without running its body (see await). The return is logged before the
@@ -245,7 +245,7 @@ func (w *worker) handler(stubborn bool, body func(ctx context.Context, c *call) 
 		landed, lerr := c.await(ctx, entry)
 		if landed && lerr != nil {
 			stop()
-			return fmt.Errorf("run_log: %w: %w", tasks.ErrUnavailable, lerr)
+			return fmt.Errorf("run_log: %w: %w", arbortype.ErrUnavailable, lerr)
 		}
 		panicked := true
 		defer func() {
@@ -286,7 +286,7 @@ func (w *worker) handler(stubborn bool, body func(ctx context.Context, c *call) 
 			}
 			<-ret.done
 			if ret.err != nil && err == nil && !panicked {
-				err = fmt.Errorf("run_log: %w: %w", tasks.ErrUnavailable, ret.err)
+				err = fmt.Errorf("run_log: %w: %w", arbortype.ErrUnavailable, ret.err)
 			}
 		}()
 		if !landed {
@@ -339,7 +339,7 @@ func (c *call) effect(ctx context.Context, what string) error {
 	case !landed:
 		return err // cancelled while its record was on its way; the effect was decided at checked
 	case err != nil:
-		return fmt.Errorf("side_effects: %w: %w", tasks.ErrUnavailable, err)
+		return fmt.Errorf("side_effects: %w: %w", arbortype.ErrUnavailable, err)
 	}
 	return nil
 }
@@ -393,7 +393,7 @@ func (c *call) await(ctx context.Context, wr *write) (landed bool, err error) {
 }
 
 func refusedErr(err error) bool {
-	return errors.Is(err, tasks.ErrLeaseLost) || errors.Is(err, tasks.ErrNotRunning) || errors.Is(err, tasks.ErrAborted)
+	return errors.Is(err, arbortype.ErrLeaseLost) || errors.Is(err, arbortype.ErrNotRunning) || errors.Is(err, arbortype.ErrAborted)
 }
 
 // log runs a statement of the run log or the side effects, again after

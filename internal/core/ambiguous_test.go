@@ -53,7 +53,7 @@ func TestAmbiguousCommitIsNotRunAgain(t *testing.T) {
 	_, err = pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid)
 	require.NoError(t, err)
 
-	require.ErrorIs(t, <-done, tasks.ErrAmbiguous)
+	require.ErrorIs(t, <-done, arbortype.ErrAmbiguous)
 	require.EqualValues(t, 1, tries.Load(), "the transaction ran once")
 }
 
@@ -76,11 +76,11 @@ func TestNoConnectionIsNotAmbiguous(t *testing.T) {
 		op   func(ctx context.Context) error
 	}{
 		{"a one-statement create", func(ctx context.Context) error {
-			_, _, err := e.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+			_, _, err := e.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 			return err
 		}},
 		{"a create in a transaction", func(ctx context.Context) error {
-			_, _, err := e.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn",
+			_, _, err := e.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn",
 				Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 10}}})
 			return err
 		}},
@@ -107,8 +107,8 @@ func TestNoConnectionIsNotAmbiguous(t *testing.T) {
 			err := op.op(cctx)
 			cancel()
 			require.ErrorIs(t, err, c.want, what)
-			require.NotErrorIs(t, err, tasks.ErrAmbiguous, what)
-			require.NotErrorIs(t, err, tasks.ErrUnavailable, what)
+			require.NotErrorIs(t, err, arbortype.ErrAmbiguous, what)
+			require.NotErrorIs(t, err, arbortype.ErrUnavailable, what)
 			require.Greater(t, pool.Stat().CanceledAcquireCount(), waited, "%s: it ended waiting for a connection", what)
 		}
 	}

@@ -102,7 +102,7 @@ func (a *awaitBundle) requireRefused(t *testing.T, token, what string) {
 	t.Helper()
 	check := a.untouched(t)
 	ev, created, err := a.engine.EmitToken(a.ctx, token, json.RawMessage(`{"approved": true}`))
-	require.ErrorIs(t, err, tasks.ErrAwaitEnded, what)
+	require.ErrorIs(t, err, arbortype.ErrAwaitEnded, what)
 	require.True(t, core.IsArborError(err))
 	require.False(t, created, what)
 	require.Zero(t, ev.ID, what)
@@ -274,7 +274,7 @@ func TestAwaitTokenRacesTheTimeout(t *testing.T) {
 			require.False(t, cur.Delivered.TimedOut, "round %d", round)
 			answered++
 		default:
-			require.ErrorIs(t, postErr, tasks.ErrAwaitEnded, "round %d", round)
+			require.ErrorIs(t, postErr, arbortype.ErrAwaitEnded, "round %d", round)
 			require.False(t, created, "round %d", round)
 			require.True(t, woken, "round %d: refused because it timed out", round)
 			require.True(t, cur.Delivered.TimedOut, "round %d", round)
@@ -316,9 +316,9 @@ func TestAwaitTokenForms(t *testing.T) {
 
 	// A token that names a task that does not exist was never issued.
 	_, _, err = a.engine.EmitToken(a.ctx, "awt_999999999999_"+legacy[4:], nil)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	_, _, err = a.engine.EmitToken(a.ctx, "awt_forged", nil)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 }
 
 // TestDeliveryIsStampedAfterItsEmission: an await whose transaction began

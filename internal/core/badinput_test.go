@@ -56,13 +56,13 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
 	ctx := context.Background()
 	conv := testdb.Conversation(t)
-	turn, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	turn, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	run, err := eng.Start(ctx, turn.ID)
 	require.NoError(t, err)
 	// Tokens of awaits that are over: one cancelled, one woken early.
 	staleToken := func(end func(id int64) error) string {
-		child, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "approver", OwnerID: turn.ID})
+		child, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "approver", OwnerID: turn.ID})
 		require.NoError(t, err)
 		crun, err := eng.Start(ctx, child.ID)
 		require.NoError(t, err)
@@ -84,18 +84,18 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	// What the refusals below name: a task of another conversation, a
 	// settled task, a pending one, and a key already used.
 	other := testdb.Conversation(t)
-	foreign, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: other, Kind: "turn"})
+	foreign, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: other, Kind: "turn"})
 	require.NoError(t, err)
-	settled, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: other, Kind: "tool", OwnerID: foreign.ID})
+	settled, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: other, Kind: "tool", OwnerID: foreign.ID})
 	require.NoError(t, err)
 	_, err = eng.Cancel(ctx, settled.ID, nil)
 	require.NoError(t, err)
-	pending, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "tool", OwnerID: turn.ID, IdempotencyKey: "once"})
+	pending, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "tool", OwnerID: turn.ID, IdempotencyKey: "once"})
 	require.NoError(t, err)
 
 	// What the forgeries below change: an await in progress, an event, a
 	// budget and a node's holder row.
-	awaiter, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "approver", OwnerID: turn.ID})
+	awaiter, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "approver", OwnerID: turn.ID})
 	require.NoError(t, err)
 	arun, err := eng.Start(ctx, awaiter.ID)
 	require.NoError(t, err)
@@ -108,7 +108,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	holder, err := eng.C.NewHolder(ctx, pool, "node-"+conv, time.Hour)
 	require.NoError(t, err)
 
-	create := func(p tasks.CreateParams) error {
+	create := func(p arbortype.CreateParams) error {
 		if p.ConversationID == "" {
 			p.ConversationID = conv
 		}
@@ -125,113 +125,113 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		op   func() error
 		want error
 	}{
-		{"input with invalid UTF-8 inside a string", func() error { return create(tasks.CreateParams{Input: []byte("{\"a\": \"\xff\xfe\"}")}) }, tasks.ErrInvalidJSON},
-		{"input with a number beyond numeric's range", func() error { return create(tasks.CreateParams{Input: []byte(`{"n": 1e1000000}`)}) }, tasks.ErrInvalidJSON},
-		{"input with a \\u0000 escape", func() error { return create(tasks.CreateParams{Input: []byte(`{"a": "\u0000"}`)}) }, tasks.ErrInvalidJSON},
+		{"input with invalid UTF-8 inside a string", func() error { return create(arbortype.CreateParams{Input: []byte("{\"a\": \"\xff\xfe\"}")}) }, arbortype.ErrInvalidJSON},
+		{"input with a number beyond numeric's range", func() error { return create(arbortype.CreateParams{Input: []byte(`{"n": 1e1000000}`)}) }, arbortype.ErrInvalidJSON},
+		{"input with a \\u0000 escape", func() error { return create(arbortype.CreateParams{Input: []byte(`{"a": "\u0000"}`)}) }, arbortype.ErrInvalidJSON},
 		{"input over the payload limit", func() error {
-			return create(tasks.CreateParams{Input: []byte(`"` + strings.Repeat("x", tasks.MaxPayloadBytesDefault) + `"`)})
-		}, tasks.ErrPayloadTooLarge},
-		{"conversation id with a NUL", func() error { return create(tasks.CreateParams{ConversationID: "a\x00b"}) }, tasks.ErrInvalidArgument},
-		{"conversation id with invalid UTF-8", func() error { return create(tasks.CreateParams{ConversationID: "a\xffb"}) }, tasks.ErrInvalidArgument},
-		{"max retries over int32", func() error { return create(tasks.CreateParams{MaxRetries: 1 << 31}) }, tasks.ErrInvalidArgument},
-		{"restart limit over int32", func() error { return create(tasks.CreateParams{RestartLimit: 1 << 31}) }, tasks.ErrInvalidArgument},
-		{"a backoff below a microsecond", func() error { return create(tasks.CreateParams{RetryBackoffBase: 500 * time.Nanosecond}) }, tasks.ErrInvalidArgument},
-		{"a key in arbor's own namespace", func() error { return create(tasks.CreateParams{IdempotencyKey: "arbor:mine"}) }, tasks.ErrInvalidArgument},
-		{"Check of an id with a NUL", func() error { _, err := eng.Check(ctx, "a\x00b"); return err }, tasks.ErrInvalidArgument},
-		{"Check of an id with invalid UTF-8", func() error { _, err := eng.Check(ctx, "a\xffb"); return err }, tasks.ErrInvalidArgument},
-		{"ConversationTasks of an id with a NUL", func() error { _, err := eng.ConversationTasks(ctx, "a\x00b"); return err }, tasks.ErrInvalidArgument},
-		{"Conversation of an id with invalid UTF-8", func() error { _, err := eng.Conversation(ctx, "\xff"); return err }, tasks.ErrInvalidArgument},
-		{"AbortConversation of an id with a NUL", func() error { _, err := eng.AbortConversation(ctx, "\x00"); return err }, tasks.ErrInvalidArgument},
+			return create(arbortype.CreateParams{Input: []byte(`"` + strings.Repeat("x", tasks.MaxPayloadBytesDefault) + `"`)})
+		}, arbortype.ErrPayloadTooLarge},
+		{"conversation id with a NUL", func() error { return create(arbortype.CreateParams{ConversationID: "a\x00b"}) }, arbortype.ErrInvalidArgument},
+		{"conversation id with invalid UTF-8", func() error { return create(arbortype.CreateParams{ConversationID: "a\xffb"}) }, arbortype.ErrInvalidArgument},
+		{"max retries over int32", func() error { return create(arbortype.CreateParams{MaxRetries: 1 << 31}) }, arbortype.ErrInvalidArgument},
+		{"restart limit over int32", func() error { return create(arbortype.CreateParams{RestartLimit: 1 << 31}) }, arbortype.ErrInvalidArgument},
+		{"a backoff below a microsecond", func() error { return create(arbortype.CreateParams{RetryBackoffBase: 500 * time.Nanosecond}) }, arbortype.ErrInvalidArgument},
+		{"a key in arbor's own namespace", func() error { return create(arbortype.CreateParams{IdempotencyKey: "arbor:mine"}) }, arbortype.ErrInvalidArgument},
+		{"Check of an id with a NUL", func() error { _, err := eng.Check(ctx, "a\x00b"); return err }, arbortype.ErrInvalidArgument},
+		{"Check of an id with invalid UTF-8", func() error { _, err := eng.Check(ctx, "a\xffb"); return err }, arbortype.ErrInvalidArgument},
+		{"ConversationTasks of an id with a NUL", func() error { _, err := eng.ConversationTasks(ctx, "a\x00b"); return err }, arbortype.ErrInvalidArgument},
+		{"Conversation of an id with invalid UTF-8", func() error { _, err := eng.Conversation(ctx, "\xff"); return err }, arbortype.ErrInvalidArgument},
+		{"AbortConversation of an id with a NUL", func() error { _, err := eng.AbortConversation(ctx, "\x00"); return err }, arbortype.ErrInvalidArgument},
 		{"a wake time in year 10000 UTC", func() error {
 			_, err := eng.SleepUntil(ctx, run.ID, run.Token, time.Date(9999, 12, 31, 23, 0, 0, 0, west), "", nil)
 			return err
-		}, tasks.ErrInvalidArgument},
+		}, arbortype.ErrInvalidArgument},
 		{"a wake time in year 0 UTC", func() error {
 			_, err := eng.SleepUntil(ctx, run.ID, run.Token, time.Date(1, 1, 1, 1, 0, 0, 0, east), "", nil)
 			return err
-		}, tasks.ErrInvalidArgument},
+		}, arbortype.ErrInvalidArgument},
 		{"a checkpoint with invalid UTF-8 in its state", func() error {
 			_, err := eng.Checkpoint(ctx, run.ID, run.Token, "p", []byte("\"\xc3\x28\""))
 			return err
-		}, tasks.ErrInvalidJSON},
+		}, arbortype.ErrInvalidJSON},
 		{"a result beyond numeric's range", func() error {
 			_, err := eng.Complete(ctx, run.ID, run.Token, []byte(`[1e1000000]`))
 			return err
-		}, tasks.ErrInvalidJSON},
-		{"the token of a cancelled await", func() error { return emitToken(cancelled) }, tasks.ErrAwaitEnded},
-		{"the token of an await woken early", func() error { return emitToken(woken) }, tasks.ErrAwaitEnded},
-		{"a token naming no task", func() error { return emitToken("awt_999999999999" + woken[strings.LastIndex(woken, "_"):]) }, tasks.ErrNotFound},
-		{"a forged token", func() error { return emitToken("awt_forged") }, tasks.ErrNotFound},
-		{"a holder name with a NUL", func() error { _, err := eng.C.NewHolder(ctx, pool, "node\x00b", time.Minute); return err }, tasks.ErrInvalidArgument},
-		{"a holder name with invalid UTF-8", func() error { _, err := eng.C.NewHolder(ctx, pool, "node\xff", time.Minute); return err }, tasks.ErrInvalidArgument},
+		}, arbortype.ErrInvalidJSON},
+		{"the token of a cancelled await", func() error { return emitToken(cancelled) }, arbortype.ErrAwaitEnded},
+		{"the token of an await woken early", func() error { return emitToken(woken) }, arbortype.ErrAwaitEnded},
+		{"a token naming no task", func() error { return emitToken("awt_999999999999" + woken[strings.LastIndex(woken, "_"):]) }, arbortype.ErrNotFound},
+		{"a forged token", func() error { return emitToken("awt_forged") }, arbortype.ErrNotFound},
+		{"a holder name with a NUL", func() error { _, err := eng.C.NewHolder(ctx, pool, "node\x00b", time.Minute); return err }, arbortype.ErrInvalidArgument},
+		{"a holder name with invalid UTF-8", func() error { _, err := eng.C.NewHolder(ctx, pool, "node\xff", time.Minute); return err }, arbortype.ErrInvalidArgument},
 		// Issue 24: reserved names, budget lists.
 		{"an emit of arbor's own event name", func() error {
 			_, _, err := eng.Emit(ctx, tasks.EmitParams{ConversationID: conv, Name: arbortype.BudgetEvent})
 			return err
-		}, tasks.ErrInvalidArgument},
+		}, arbortype.ErrInvalidArgument},
 		{"a steer under arbor's own event name", func() error {
-			return create(tasks.CreateParams{OnBusy: tasks.TurnSteer, SteerEvent: arbortype.BudgetEvent})
-		}, tasks.ErrInvalidArgument},
+			return create(arbortype.CreateParams{OnBusy: arbortype.TurnSteer, SteerEvent: arbortype.BudgetEvent})
+		}, arbortype.ErrInvalidArgument},
 		{"a counter given twice in a create's budgets", func() error {
-			return create(tasks.CreateParams{Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 10}, {Counter: "tokens", Max: 20}}})
-		}, tasks.ErrInvalidArgument},
+			return create(arbortype.CreateParams{Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 10}, {Counter: "tokens", Max: 20}}})
+		}, arbortype.ErrInvalidArgument},
 		{"a counter given twice in a create's conversation budgets", func() error {
-			return create(tasks.CreateParams{ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 10}, {Counter: "tokens", Max: 20}}})
-		}, tasks.ErrInvalidArgument},
+			return create(arbortype.CreateParams{ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 10}, {Counter: "tokens", Max: 20}}})
+		}, arbortype.ErrInvalidArgument},
 		{"a create's budget list over the limit", func() error {
 			var bs []arbortype.BudgetLimit
 			for i := range core.MaxCreateBudgets + 1 {
 				bs = append(bs, arbortype.BudgetLimit{Counter: fmt.Sprintf("c%d", i), Max: 1})
 			}
-			return create(tasks.CreateParams{Budgets: bs})
-		}, tasks.ErrInvalidArgument},
+			return create(arbortype.CreateParams{Budgets: bs})
+		}, arbortype.ErrInvalidArgument},
 		{"an emit of a name under arbor's prefix", func() error {
 			_, _, err := eng.Emit(ctx, tasks.EmitParams{ConversationID: conv, Name: "arbor:steer:1"})
 			return err
-		}, tasks.ErrInvalidArgument},
+		}, arbortype.ErrInvalidArgument},
 		{"an emit keyed in arbor's own namespace", func() error {
 			_, _, err := eng.Emit(ctx, tasks.EmitParams{ConversationID: conv, Name: "note", IdempotencyKey: "arbor:steer:1"})
 			return err
-		}, tasks.ErrInvalidArgument},
+		}, arbortype.ErrInvalidArgument},
 		{"a budget over 2^53", func() error {
 			_, err := eng.SetBudget(ctx, tasks.BudgetParams{ConversationID: conv, Counter: "tokens", Max: 1 << 62})
 			return err
-		}, tasks.ErrInvalidArgument},
+		}, arbortype.ErrInvalidArgument},
 		{"a budget of a task, named under a conversation that does not exist", func() error {
 			_, err := eng.SetBudget(ctx, tasks.BudgetParams{ConversationID: conv + "-none", TaskID: turn.ID, Counter: "tokens", Max: 5})
 			return err
-		}, tasks.ErrNotFound},
+		}, arbortype.ErrNotFound},
 		{"a fork into an id with a NUL", func() error {
 			_, err := eng.Fork(ctx, tasks.ForkParams{ConversationID: conv, ThroughTurn: turn.ID, NewConversationID: "a\x00b"})
 			return err
-		}, tasks.ErrInvalidArgument},
+		}, arbortype.ErrInvalidArgument},
 		// The brief's list: an unknown id, a foreign owner, a stale token,
 		// an invalid transition, an owner that is no longer live.
-		{"a Get of an unknown id", func() error { _, err := eng.Get(ctx, 1<<40); return err }, tasks.ErrNotFound},
-		{"a Cancel of an unknown id", func() error { _, err := eng.Cancel(ctx, 1<<40, nil); return err }, tasks.ErrNotFound},
-		{"a child under another conversation's task", func() error { return create(tasks.CreateParams{OwnerID: foreign.ID}) }, tasks.ErrForeignOwner},
-		{"a child under an unknown task", func() error { return create(tasks.CreateParams{OwnerID: 1 << 40}) }, tasks.ErrNotFound},
+		{"a Get of an unknown id", func() error { _, err := eng.Get(ctx, 1<<40); return err }, arbortype.ErrNotFound},
+		{"a Cancel of an unknown id", func() error { _, err := eng.Cancel(ctx, 1<<40, nil); return err }, arbortype.ErrNotFound},
+		{"a child under another conversation's task", func() error { return create(arbortype.CreateParams{OwnerID: foreign.ID}) }, arbortype.ErrForeignOwner},
+		{"a child under an unknown task", func() error { return create(arbortype.CreateParams{OwnerID: 1 << 40}) }, arbortype.ErrNotFound},
 		{"a child under a settled task", func() error {
-			return create(tasks.CreateParams{ConversationID: other, OwnerID: settled.ID})
-		}, tasks.ErrOwnerNotLive},
+			return create(arbortype.CreateParams{ConversationID: other, OwnerID: settled.ID})
+		}, arbortype.ErrOwnerNotLive},
 		{"a key reused for another task", func() error {
-			return create(tasks.CreateParams{Kind: "other", OwnerID: turn.ID, IdempotencyKey: "once"})
-		}, tasks.ErrIdempotencyConflict},
-		{"a Complete under a stale token", func() error { _, err := eng.Complete(ctx, run.ID, run.Token+1, nil); return err }, tasks.ErrLeaseLost},
-		{"a Complete of a task never started", func() error { _, err := eng.Complete(ctx, pending.ID, 1, nil); return err }, tasks.ErrNotRunning},
-		{"a WakeNow of a task not asleep", func() error { _, err := eng.WakeNow(ctx, pending.ID); return err }, tasks.ErrNotSleeping},
+			return create(arbortype.CreateParams{Kind: "other", OwnerID: turn.ID, IdempotencyKey: "once"})
+		}, arbortype.ErrIdempotencyConflict},
+		{"a Complete under a stale token", func() error { _, err := eng.Complete(ctx, run.ID, run.Token+1, nil); return err }, arbortype.ErrLeaseLost},
+		{"a Complete of a task never started", func() error { _, err := eng.Complete(ctx, pending.ID, 1, nil); return err }, arbortype.ErrNotRunning},
+		{"a WakeNow of a task not asleep", func() error { _, err := eng.WakeNow(ctx, pending.ID); return err }, arbortype.ErrNotSleeping},
 		{"an emit to another conversation's task", func() error {
 			_, _, err := eng.Emit(ctx, tasks.EmitParams{ConversationID: conv, TaskID: foreign.ID, Name: "note"})
 			return err
-		}, tasks.ErrForeignTask},
+		}, arbortype.ErrForeignTask},
 		{"an emit to a conversation that does not exist", func() error {
 			_, _, err := eng.Emit(ctx, tasks.EmitParams{ConversationID: conv + "-none", Name: "note"})
 			return err
-		}, tasks.ErrNotFound},
+		}, arbortype.ErrNotFound},
 		{"a token with a payload over 64 KiB", func() error {
 			_, _, err := eng.EmitToken(ctx, woken, []byte(`"`+strings.Repeat("x", core.MaxEventBytes)+`"`))
 			return err
-		}, tasks.ErrPayloadTooLarge},
+		}, arbortype.ErrPayloadTooLarge},
 	}
 	check := untouched(t, pool, schema)
 	for _, c := range cases {
@@ -240,8 +240,8 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		require.True(t, core.IsArborError(err), "%s: %v", c.name, err)
 		// A refusal is not a fault of the database (issue 24: ordinary
 		// refusals matched ErrDatabase).
-		require.NotErrorIs(t, err, tasks.ErrDatabase, c.name)
-		require.NotErrorIs(t, err, tasks.ErrUnavailable, c.name)
+		require.NotErrorIs(t, err, arbortype.ErrDatabase, c.name)
+		require.NotErrorIs(t, err, arbortype.ErrUnavailable, c.name)
 		check(c.name)
 	}
 
@@ -314,7 +314,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	}
 
 	// A backslash before u0000 is text jsonb stores: it is accepted.
-	doc, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "k", Input: []byte(`{"a": "\\u0000"}`)})
+	doc, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "k", Input: []byte(`{"a": "\\u0000"}`)})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"a": "\\u0000"}`, string(doc.Input))
 	_, err = eng.AbortConversation(ctx, conv)
@@ -337,10 +337,10 @@ func TestBadConfigIsRefused(t *testing.T) {
 	} {
 		cfg.Schema = schema
 		_, err := tasks.New(ctx, pool, &cfg)
-		require.ErrorIs(t, err, tasks.ErrInvalidArgument, "%+v", cfg)
+		require.ErrorIs(t, err, arbortype.ErrInvalidArgument, "%+v", cfg)
 	}
 	_, err := tasks.New(ctx, nil, nil)
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 }
 
 // quote renders s as an SQL string literal.

@@ -58,13 +58,13 @@ func BenchmarkFanOutFanIn(b *testing.B) {
 			pool, schema := testdb.Shared(b)
 			for b.Loop() {
 				bb := newBenchBundle(b, pool, schema)
-				parent, _, err := bb.engine.Create(bb.ctx, tasks.CreateParams{ConversationID: bb.conv, Kind: "turn"})
+				parent, _, err := bb.engine.Create(bb.ctx, arbortype.CreateParams{ConversationID: bb.conv, Kind: "turn"})
 				require.NoError(b, err)
 				run, err := bb.engine.Start(bb.ctx, parent.ID)
 				require.NoError(b, err)
 				ids := make([]int64, children)
 				for i := range ids {
-					c, _, err := bb.engine.Create(bb.ctx, tasks.CreateParams{ConversationID: bb.conv, OwnerID: parent.ID, Kind: "tool"})
+					c, _, err := bb.engine.Create(bb.ctx, arbortype.CreateParams{ConversationID: bb.conv, OwnerID: parent.ID, Kind: "tool"})
 					require.NoError(b, err)
 					ids[i] = c.ID
 				}

@@ -26,7 +26,7 @@ import (
 // its own. It returns the root and the number of foreground tasks.
 func bigTree(tb testing.TB, b *bundle, fanout []int, bgDepth int) (arbortype.Task, int) {
 	tb.Helper()
-	root, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "L0"})
+	root, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "L0"})
 	require.NoError(tb, err)
 	total := 1
 	for depth, n := range fanout {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // TestReserveRefusalsAreNotDatabaseErrors: a reservation of a counter no
@@ -17,7 +16,7 @@ import (
 func TestReserveRefusalsAreNotDatabaseErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetReturn}}})
 	require.NoError(t, err)
 	run := b.start(t, turn.ID)
@@ -31,12 +30,12 @@ func TestReserveRefusalsAreNotDatabaseErrors(t *testing.T) {
 	require.NoError(t, err)
 
 	err = reserve("tokenz", 1)
-	require.ErrorIs(t, err, tasks.ErrUnknownCounter)
-	require.NotErrorIs(t, err, tasks.ErrDatabase)
+	require.ErrorIs(t, err, arbortype.ErrUnknownCounter)
+	require.NotErrorIs(t, err, arbortype.ErrDatabase)
 
 	err = reserve("tokens", 101)
-	require.ErrorIs(t, err, tasks.ErrBudgetExhausted)
-	require.NotErrorIs(t, err, tasks.ErrDatabase)
+	require.ErrorIs(t, err, arbortype.ErrBudgetExhausted)
+	require.NotErrorIs(t, err, arbortype.ErrDatabase)
 	var over *arbortype.BudgetExhaustedError
 	require.ErrorAs(t, err, &over)
 	require.Equal(t, "tokens", over.Budget.Counter)
@@ -63,7 +62,7 @@ func TestReserveRefusalsAreNotDatabaseErrors(t *testing.T) {
 func TestReserveOfNoRunWritesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}}})
 	require.NoError(t, err)
 	run := b.start(t, turn.ID)
@@ -82,9 +81,9 @@ func TestReserveOfNoRunWritesNothing(t *testing.T) {
 
 	before, records := b.snapshot(t), b.recordSnapshot(t)
 	_, err = reserve(b.conv, run.Token+1, "stale")
-	require.ErrorIs(t, err, tasks.ErrLeaseLost)
+	require.ErrorIs(t, err, arbortype.ErrLeaseLost)
 	_, err = reserve(b.conv+"-other", run.Token, "elsewhere")
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	require.Equal(t, before, b.snapshot(t))
 	require.Equal(t, records, b.recordSnapshot(t))
 
@@ -92,7 +91,7 @@ func TestReserveOfNoRunWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	records = b.recordSnapshot(t)
 	_, err = reserve(b.conv, run.Token, "after")
-	require.ErrorIs(t, err, tasks.ErrNotRunning)
+	require.ErrorIs(t, err, arbortype.ErrNotRunning)
 	require.Equal(t, records, b.recordSnapshot(t))
 	again, err = reserve(b.conv, run.Token, "k")
 	require.NoError(t, err, "a key reserved before is found before the run is checked, as it was")

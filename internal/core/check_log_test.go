@@ -5,9 +5,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/internal/testdb"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // TestCheckerFindsAnUnloggedStatus: a status change the guard allows but
@@ -18,7 +18,7 @@ func TestCheckerFindsAnUnloggedStatus(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	conv := testdb.Conversation(t)
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	vs, err := b.engine.Check(b.ctx, conv)
 	require.NoError(t, err)
@@ -46,7 +46,7 @@ func TestCheckerFindsAnUnloggedStatus(t *testing.T) {
 
 	// Logged as arbor logs it, by the statement that changes the status,
 	// the log agrees.
-	other, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	other, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	_, err = b.pool.Exec(b.ctx, `WITH w AS (UPDATE `+b.schema+`.tasks SET status = 'cancelled', error = '{"code": "by_hand"}',
 			settled_at = now(), settle_seq = nextval('`+b.schema+`.task_settle_seq'), updated_at = now() WHERE id = $2 RETURNING *)

@@ -39,7 +39,7 @@ func newForgeryScene(t *testing.T) *forgeryScene {
 	b := &bundle{ctx: ctx, pool: pool, schema: schema, conv: testdb.Conversation(t),
 		engine: enginetest.New(t, pool, &tasks.Config{Schema: schema})}
 	s := &forgeryScene{b: b}
-	turn, _, err := b.engine.Create(ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+	turn, _, err := b.engine.Create(ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}}})
 	require.NoError(t, err)
 	b.lease(t)
@@ -66,7 +66,7 @@ func newForgeryScene(t *testing.T) *forgeryScene {
 	ev, _, err = b.engine.Emit(ctx, tasks.EmitParams{ConversationID: b.conv, Name: "note"})
 	require.NoError(t, err)
 	s.note = ev.ID
-	other, _, err := b.engine.Create(ctx, tasks.CreateParams{ConversationID: b.conv + "-other", Kind: "turn"})
+	other, _, err := b.engine.Create(ctx, arbortype.CreateParams{ConversationID: b.conv + "-other", Kind: "turn"})
 	require.NoError(t, err)
 	s.foreign = other.ID
 	vs, err := b.engine.Check(ctx, b.conv)
@@ -217,7 +217,7 @@ func TestCheckReportsRowsOfNoConversation(t *testing.T) {
 	ctx := context.Background()
 	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
 	conv := testdb.Conversation(t)
-	_, _, err := eng.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+	_, _, err := eng.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 	require.NoError(t, err)
 	vs, err := eng.Check(ctx)
 	require.NoError(t, err)

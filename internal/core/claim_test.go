@@ -39,7 +39,7 @@ func TestStartRaceOneWinner(t *testing.T) {
 			r.queue(start(1 - firstWins))
 			errs := r.release()
 			require.NoError(t, errs[0], "the first to queue wins")
-			require.ErrorIs(t, errs[1], tasks.ErrAlreadyRunning)
+			require.ErrorIs(t, errs[1], arbortype.ErrAlreadyRunning)
 			got := b.get(t, task.ID)
 			require.Equal(t, arbortype.StatusRunning, got.Status)
 			require.Equal(t, tokens[firstWins], got.Token, "the winner's token holds the run")
@@ -106,21 +106,21 @@ func TestClaimAndStartBadInput(t *testing.T) {
 	b := setup(t)
 	b.root(t, "job")
 	_, err := b.engine.Claim(b.ctx, b.conv, 0)
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 	_, err = b.engine.Claim(b.ctx, b.conv, 10_001)
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 	_, err = b.engine.Start(b.ctx, 1<<60)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 
 	done := reach(t, b, arbortype.StatusCompleted, false).task
 	before := b.snapshot(t)
 	_, err = b.engine.Start(b.ctx, done.ID)
-	require.ErrorIs(t, err, tasks.ErrInvalidTransition)
+	require.ErrorIs(t, err, arbortype.ErrInvalidTransition)
 	require.Equal(t, before, b.snapshot(t))
 
 	aborted := reach(t, b, arbortype.StatusOrphaned, false).task
 	_, err = b.engine.Start(b.ctx, aborted.ID)
-	require.ErrorIs(t, err, tasks.ErrAborted)
+	require.ErrorIs(t, err, arbortype.ErrAborted)
 }
 
 func TestCheckpointAndHeartbeatAreFenced(t *testing.T) {
@@ -140,7 +140,7 @@ func TestCheckpointAndHeartbeatAreFenced(t *testing.T) {
 	require.NoError(t, err)
 	before := b.snapshot(t)
 	_, err = b.engine.Checkpoint(b.ctx, run.ID, run.Token, "stale", nil)
-	require.ErrorIs(t, err, tasks.ErrNotRunning)
+	require.ErrorIs(t, err, arbortype.ErrNotRunning)
 	require.Equal(t, before, b.snapshot(t))
 
 	rerun := b.start(t, run.ID)
@@ -149,27 +149,27 @@ func TestCheckpointAndHeartbeatAreFenced(t *testing.T) {
 	require.Equal(t, "searching", rerun.Phase, "phase and state survive recovery")
 	before = b.snapshot(t)
 	_, err = b.engine.Checkpoint(b.ctx, run.ID, run.Token, "stale", nil)
-	require.ErrorIs(t, err, tasks.ErrLeaseLost)
+	require.ErrorIs(t, err, arbortype.ErrLeaseLost)
 	_, err = b.engine.Heartbeat(b.ctx, run.ID, run.Token)
-	require.ErrorIs(t, err, tasks.ErrLeaseLost)
+	require.ErrorIs(t, err, arbortype.ErrLeaseLost)
 	_, err = b.engine.Complete(b.ctx, run.ID, run.Token, nil)
-	require.ErrorIs(t, err, tasks.ErrLeaseLost)
+	require.ErrorIs(t, err, arbortype.ErrLeaseLost)
 	_, err = b.engine.Fail(b.ctx, run.ID, run.Token, arbortype.TaskError{Message: "x"})
-	require.ErrorIs(t, err, tasks.ErrLeaseLost)
+	require.ErrorIs(t, err, arbortype.ErrLeaseLost)
 	require.Equal(t, before, b.snapshot(t), "a stale token writes nothing")
 
 	// Bad checkpoint payloads are refused.
 	_, err = b.engine.Checkpoint(b.ctx, rerun.ID, rerun.Token, "p", js(`{`))
-	require.ErrorIs(t, err, tasks.ErrInvalidJSON)
+	require.ErrorIs(t, err, arbortype.ErrInvalidJSON)
 	_, err = b.engine.Checkpoint(b.ctx, 1<<60, 1, "p", nil)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	require.Equal(t, before, b.snapshot(t))
 
 	// An aborted task's holder learns it at its next write.
 	_, err = b.engine.Abort(b.ctx, rerun.ID)
 	require.NoError(t, err)
 	_, err = b.engine.Checkpoint(b.ctx, rerun.ID, rerun.Token, "after", nil)
-	require.ErrorIs(t, err, tasks.ErrAborted)
+	require.ErrorIs(t, err, arbortype.ErrAborted)
 }
 
 func TestFailRecordsBoundedError(t *testing.T) {
@@ -181,7 +181,7 @@ func TestFailRecordsBoundedError(t *testing.T) {
 		long[i] = 'x'
 	}
 	_, err := b.engine.Fail(b.ctx, run.ID, run.Token, arbortype.TaskError{Message: "m", Detail: js(`{`)})
-	require.ErrorIs(t, err, tasks.ErrInvalidJSON)
+	require.ErrorIs(t, err, arbortype.ErrInvalidJSON)
 	require.Equal(t, arbortype.StatusRunning, b.get(t, run.ID).Status, "a refused fail writes nothing")
 
 	failed, err := b.engine.Fail(b.ctx, run.ID, run.Token, arbortype.TaskError{Message: string(long), Detail: js(`{"tool": "search"}`)})

@@ -14,7 +14,7 @@ import (
 )
 
 // CreateParams is a create as the engine takes it: the user's
-// arbortype.CreateParams as it is (tasks.CreateParams is the same type),
+// arbortype.CreateParams as it is (arbortype.CreateParams is the same type),
 // and what only arbor's own callers set. The turn policy fields (OnBusy,
 // SteerEvent) are package tasks' to apply; the engine ignores them.
 type CreateParams struct {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/testdb"
-	"github.com/arborhq/arbor/tasks"
 )
 
 func TestCreateMany(t *testing.T) {
@@ -17,10 +16,10 @@ func TestCreateMany(t *testing.T) {
 	other := testdb.Conversation(t)
 	root := b.root(t, "turn")
 	b.start(t, root.ID)
-	prior, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: root.ID, Kind: "tool", IdempotencyKey: "k1"})
+	prior, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, OwnerID: root.ID, Kind: "tool", IdempotencyKey: "k1"})
 	require.NoError(t, err)
 
-	ps := []tasks.CreateParams{
+	ps := []arbortype.CreateParams{
 		{ConversationID: other, Kind: "turn", Input: []byte(`{"n": 0}`)},
 		{ConversationID: b.conv, OwnerID: root.ID, Kind: "tool", IdempotencyKey: "k1"}, // exists already
 		{ConversationID: b.conv, OwnerID: root.ID, Kind: "tool", IdempotencyKey: "k2"},
@@ -68,7 +67,7 @@ func TestCreateManyRefusesTheBatch(t *testing.T) {
 	done := reach(t, b, arbortype.StatusCompleted, false).task
 	fresh := testdb.Conversation(t)
 	check := untouched(t, pool, schema)
-	for name, bad := range map[string]tasks.CreateParams{
+	for name, bad := range map[string]arbortype.CreateParams{
 		"unknown owner":            {ConversationID: b.conv, OwnerID: 1 << 40, Kind: "k"},
 		"owner of another conv":    {ConversationID: fresh, OwnerID: root.ID, Kind: "k"},
 		"settled owner":            {ConversationID: b.conv, OwnerID: done.ID, Kind: "k"},
@@ -79,7 +78,7 @@ func TestCreateManyRefusesTheBatch(t *testing.T) {
 		"background root":          {ConversationID: fresh, Kind: "k", Background: true},
 		"restart limit over int32": {ConversationID: fresh, Kind: "k", RestartLimit: 1 << 31},
 	} {
-		ps := []tasks.CreateParams{
+		ps := []arbortype.CreateParams{
 			{ConversationID: fresh, Kind: "fine"},
 			{ConversationID: b.conv, OwnerID: root.ID, Kind: "tool", IdempotencyKey: "dup"},
 			bad,
@@ -89,8 +88,8 @@ func TestCreateManyRefusesTheBatch(t *testing.T) {
 		require.Contains(t, err.Error(), "task 2 of 3", name)
 		check(name)
 	}
-	_, _, err := b.engine.CreateMany(b.ctx, make([]tasks.CreateParams, 10_001))
-	require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+	_, _, err := b.engine.CreateMany(b.ctx, make([]arbortype.CreateParams, 10_001))
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 	_, err = b.engine.AbortConversation(b.ctx, b.conv)
 	require.NoError(t, err)
 }
@@ -124,7 +123,7 @@ func TestCreateManyLocksAConversationCreatedMeanwhile(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	done := make(chan error, 1)
 	go func() {
-		_, _, err := b.engine.CreateManyTx(ctx, tx, []tasks.CreateParams{
+		_, _, err := b.engine.CreateManyTx(ctx, tx, []arbortype.CreateParams{
 			{ConversationID: conv, Kind: "turn"},
 			{ConversationID: fresh, Kind: "turn"},
 		})

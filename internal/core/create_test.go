@@ -14,7 +14,7 @@ import (
 func TestCreateRootAndChildren(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	root, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn", Input: js(`{"q": "hi"}`)})
+	root, created, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn", Input: js(`{"q": "hi"}`)})
 	require.NoError(t, err)
 	require.True(t, created)
 	require.Equal(t, arbortype.StatusPending, root.Status)
@@ -36,7 +36,7 @@ func TestCreateRootAndChildren(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int64{root.ID, c1.ID, c2.ID}, []int64{many[0].ID, many[1].ID, many[2].ID}, "GetMany returns id order")
 	_, err = b.engine.GetMany(b.ctx, []int64{root.ID, 1 << 60})
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 
 	// Clean up the tree so the invariant check at the end sees a settled one.
 	_, err = b.engine.AbortConversation(b.ctx, b.conv)
@@ -46,7 +46,7 @@ func TestCreateRootAndChildren(t *testing.T) {
 func TestCreateIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	p := tasks.CreateParams{ConversationID: b.conv, Kind: "turn", IdempotencyKey: "msg-1"}
+	p := arbortype.CreateParams{ConversationID: b.conv, Kind: "turn", IdempotencyKey: "msg-1"}
 	first, created, err := b.engine.Create(b.ctx, p)
 	require.NoError(t, err)
 	require.True(t, created)
@@ -57,12 +57,12 @@ func TestCreateIdempotencyKey(t *testing.T) {
 
 	// The same key for a different task is refused, and writes nothing.
 	before := b.snapshot(t)
-	_, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "other", IdempotencyKey: "msg-1"})
-	require.ErrorIs(t, err, tasks.ErrIdempotencyConflict)
+	_, _, err = b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "other", IdempotencyKey: "msg-1"})
+	require.ErrorIs(t, err, arbortype.ErrIdempotencyConflict)
 	require.Equal(t, before, b.snapshot(t))
 
 	// Keys are per conversation.
-	other, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: testdb.Conversation(t), Kind: "turn", IdempotencyKey: "msg-1"})
+	other, created, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: testdb.Conversation(t), Kind: "turn", IdempotencyKey: "msg-1"})
 	require.NoError(t, err)
 	require.True(t, created)
 	require.NotEqual(t, first.ID, other.ID)
@@ -73,19 +73,19 @@ func TestCreateRolledBackWithCallerTx(t *testing.T) {
 	b := setup(t)
 	tx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
-	task, created, err := b.engine.CreateTx(b.ctx, tx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	task, created, err := b.engine.CreateTx(b.ctx, tx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	require.True(t, created)
 	require.NoError(t, tx.Rollback(b.ctx))
 
 	_, err = b.engine.Get(b.ctx, task.ID)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	require.Empty(t, b.snapshot(t), "neither the task nor the conversation exists")
 
 	// And committed with the caller's transaction, it exists.
 	tx, err = b.pool.Begin(b.ctx)
 	require.NoError(t, err)
-	task, _, err = b.engine.CreateTx(b.ctx, tx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	task, _, err = b.engine.CreateTx(b.ctx, tx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(b.ctx))
 	require.Equal(t, arbortype.StatusPending, b.get(t, task.ID).Status)
@@ -97,9 +97,9 @@ func TestCreateTxRefusalLeavesCallerTxUsable(t *testing.T) {
 	tx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(b.ctx) //nolint:errcheck
-	_, _, err = b.engine.CreateTx(b.ctx, tx, tasks.CreateParams{ConversationID: b.conv, OwnerID: 1 << 60, Kind: "x"})
-	require.ErrorIs(t, err, tasks.ErrNotFound)
-	task, _, err := b.engine.CreateTx(b.ctx, tx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	_, _, err = b.engine.CreateTx(b.ctx, tx, arbortype.CreateParams{ConversationID: b.conv, OwnerID: 1 << 60, Kind: "x"})
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
+	task, _, err := b.engine.CreateTx(b.ctx, tx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err, "the caller's transaction is still usable")
 	require.NoError(t, tx.Commit(b.ctx))
 	require.Equal(t, arbortype.StatusPending, b.get(t, task.ID).Status)
@@ -122,28 +122,28 @@ func TestCreateBadInputWritesNothing(t *testing.T) {
 	require.Equal(t, arbortype.StatusCompleting, b.get(t, holder.ID).Status)
 
 	foreignConv := testdb.Conversation(t)
-	foreign, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: foreignConv, Kind: "turn"})
+	foreign, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: foreignConv, Kind: "turn"})
 	require.NoError(t, err)
 
 	cases := []struct {
 		name string
-		p    tasks.CreateParams
+		p    arbortype.CreateParams
 		want error
 	}{
-		{"empty kind", tasks.CreateParams{ConversationID: b.conv}, tasks.ErrInvalidArgument},
-		{"long kind", tasks.CreateParams{ConversationID: b.conv, Kind: strings.Repeat("k", 201)}, tasks.ErrInvalidArgument},
-		{"NUL in kind", tasks.CreateParams{ConversationID: b.conv, Kind: "a\x00b"}, tasks.ErrInvalidArgument},
-		{"empty conversation", tasks.CreateParams{Kind: "x"}, tasks.ErrInvalidArgument},
-		{"malformed input", tasks.CreateParams{ConversationID: b.conv, Kind: "x", Input: js(`{"a":`)}, tasks.ErrInvalidJSON},
-		{"NUL escape input", tasks.CreateParams{ConversationID: b.conv, Kind: "x", Input: js(`"a\u0000b"`)}, tasks.ErrInvalidJSON},
-		{"oversized input", tasks.CreateParams{ConversationID: b.conv, Kind: "x", Input: js(`"` + strings.Repeat("a", tasks.MaxPayloadBytesDefault) + `"`)}, tasks.ErrPayloadTooLarge},
-		{"unknown owner", tasks.CreateParams{ConversationID: b.conv, Kind: "x", OwnerID: 1 << 60}, tasks.ErrNotFound},
-		{"foreign owner", tasks.CreateParams{ConversationID: b.conv, Kind: "x", OwnerID: foreign.ID}, tasks.ErrForeignOwner},
-		{"settled owner", tasks.CreateParams{ConversationID: b.conv, Kind: "x", OwnerID: settled.ID}, tasks.ErrOwnerNotLive},
-		{"completing owner", tasks.CreateParams{ConversationID: b.conv, Kind: "x", OwnerID: holder.ID}, tasks.ErrOwnerCompleting},
-		{"background root", tasks.CreateParams{ConversationID: b.conv, Kind: "x", Background: true}, tasks.ErrInvalidArgument},
-		{"negative restart limit", tasks.CreateParams{ConversationID: b.conv, Kind: "x", RestartLimit: -7}, tasks.ErrInvalidArgument},
-		{"negative retries", tasks.CreateParams{ConversationID: b.conv, Kind: "x", MaxRetries: -1}, tasks.ErrInvalidArgument},
+		{"empty kind", arbortype.CreateParams{ConversationID: b.conv}, arbortype.ErrInvalidArgument},
+		{"long kind", arbortype.CreateParams{ConversationID: b.conv, Kind: strings.Repeat("k", 201)}, arbortype.ErrInvalidArgument},
+		{"NUL in kind", arbortype.CreateParams{ConversationID: b.conv, Kind: "a\x00b"}, arbortype.ErrInvalidArgument},
+		{"empty conversation", arbortype.CreateParams{Kind: "x"}, arbortype.ErrInvalidArgument},
+		{"malformed input", arbortype.CreateParams{ConversationID: b.conv, Kind: "x", Input: js(`{"a":`)}, arbortype.ErrInvalidJSON},
+		{"NUL escape input", arbortype.CreateParams{ConversationID: b.conv, Kind: "x", Input: js(`"a\u0000b"`)}, arbortype.ErrInvalidJSON},
+		{"oversized input", arbortype.CreateParams{ConversationID: b.conv, Kind: "x", Input: js(`"` + strings.Repeat("a", tasks.MaxPayloadBytesDefault) + `"`)}, arbortype.ErrPayloadTooLarge},
+		{"unknown owner", arbortype.CreateParams{ConversationID: b.conv, Kind: "x", OwnerID: 1 << 60}, arbortype.ErrNotFound},
+		{"foreign owner", arbortype.CreateParams{ConversationID: b.conv, Kind: "x", OwnerID: foreign.ID}, arbortype.ErrForeignOwner},
+		{"settled owner", arbortype.CreateParams{ConversationID: b.conv, Kind: "x", OwnerID: settled.ID}, arbortype.ErrOwnerNotLive},
+		{"completing owner", arbortype.CreateParams{ConversationID: b.conv, Kind: "x", OwnerID: holder.ID}, arbortype.ErrOwnerCompleting},
+		{"background root", arbortype.CreateParams{ConversationID: b.conv, Kind: "x", Background: true}, arbortype.ErrInvalidArgument},
+		{"negative restart limit", arbortype.CreateParams{ConversationID: b.conv, Kind: "x", RestartLimit: -7}, arbortype.ErrInvalidArgument},
+		{"negative retries", arbortype.CreateParams{ConversationID: b.conv, Kind: "x", MaxRetries: -1}, arbortype.ErrInvalidArgument},
 	}
 	for _, tc := range cases {
 		before := b.snapshot(t)
@@ -152,8 +152,8 @@ func TestCreateBadInputWritesNothing(t *testing.T) {
 		require.Equal(t, before, b.snapshot(t), "%s: nothing written", tc.name)
 	}
 	// A conversation that would be created by a refused create is not.
-	_, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: testdb.Conversation(t), Kind: "x", Input: js(`nope`)})
-	require.ErrorIs(t, err, tasks.ErrInvalidJSON)
+	_, _, err = b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: testdb.Conversation(t), Kind: "x", Input: js(`nope`)})
+	require.ErrorIs(t, err, arbortype.ErrInvalidJSON)
 
 	// Settle the rest so the conversations end consistent.
 	child, err := b.engine.Start(b.ctx, grandchild.ID)
@@ -173,6 +173,6 @@ func TestCreateUnderAbortingOrSettledOwnerRace(t *testing.T) {
 	root := b.start(t, b.root(t, "turn").ID)
 	_, err := b.engine.Abort(b.ctx, root.ID)
 	require.NoError(t, err)
-	_, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: root.ID, Kind: "late"})
-	require.ErrorIs(t, err, tasks.ErrOwnerNotLive)
+	_, _, err = b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, OwnerID: root.ID, Kind: "late"})
+	require.ErrorIs(t, err, arbortype.ErrOwnerNotLive)
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/testdb"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // subject is a task brought to a status, with what it needs to move on.
@@ -210,10 +209,10 @@ func TestEveryForbiddenPairIsRefused(t *testing.T) {
 					return // the database side: TestDatabaseRefusesEveryForbiddenStatusChange
 				default:
 					require.Error(t, err, "engine refuses %s from %s", event, from)
-					require.True(t, errors.Is(err, tasks.ErrInvalidTransition) || errors.Is(err, tasks.ErrNotRunning) ||
-						errors.Is(err, tasks.ErrAborted) || errors.Is(err, tasks.ErrAlreadyRunning) ||
-						errors.Is(err, tasks.ErrNotSleeping), "an arbor error: %v", err)
-					var te *tasks.TransitionError
+					require.True(t, errors.Is(err, arbortype.ErrInvalidTransition) || errors.Is(err, arbortype.ErrNotRunning) ||
+						errors.Is(err, arbortype.ErrAborted) || errors.Is(err, arbortype.ErrAlreadyRunning) ||
+						errors.Is(err, arbortype.ErrNotSleeping), "an arbor error: %v", err)
+					var te *fsm.TransitionError
 					if errors.As(err, &te) {
 						require.Equal(t, from, te.From)
 					}
@@ -320,7 +319,7 @@ func TestDatabaseGuardsIdentityAndSettledRows(t *testing.T) {
 	requireSQLState(t, err, fsm.SQLStateInvalidInsert)
 
 	other := testdb.Conversation(t)
-	_, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: other, Kind: "x"})
+	_, _, err = b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: other, Kind: "x"})
 	require.NoError(t, err)
 	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.schema+`.tasks (conversation_id, owner_task_id, kind) VALUES ($1, $2, 'x')`, other, live.ID)
 	require.Error(t, err, "an owner in another conversation is refused by the foreign key")

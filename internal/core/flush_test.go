@@ -10,7 +10,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // flush applies outs in one transaction, as a runner's completer does.
@@ -74,7 +73,7 @@ func TestFlushStaleTokensMatchNothing(t *testing.T) {
 			for i := range 5 {
 				err := res.Results[i].Err
 				require.Error(t, err, "outcome %d of the old run", i)
-				require.True(t, errorsIsAny(err, tasks.ErrNotRunning, tasks.ErrLeaseLost, tasks.ErrAborted), "outcome %d: %v", i, err)
+				require.True(t, errorsIsAny(err, arbortype.ErrNotRunning, arbortype.ErrLeaseLost, arbortype.ErrAborted), "outcome %d: %v", i, err)
 			}
 			require.NoError(t, res.Results[5].Err)
 			for _, f := range fresh {

@@ -68,7 +68,7 @@ func (b *bundle) requireRefused(t *testing.T, forged []forgery, convs ...string)
 func TestGuardRefusesReservationsNoBudgetExplains(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}}, ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 1000}}})
 	require.NoError(t, err)
 	b.lease(t)
@@ -189,7 +189,7 @@ func TestGuardRefusesForgedForkEvents(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, fork, copied := forkedConversation(t, b)
-	live, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: fork, Kind: "turn"})
+	live, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: fork, Kind: "turn"})
 	require.NoError(t, err)
 	_, err = b.engine.Lease(b.ctx, fork)
 	require.NoError(t, err)
@@ -278,7 +278,7 @@ func TestGuardRefusesLogEntriesArborNeverWrites(t *testing.T) {
 	// arbor's own entries: a run's progress and statuses, an emit's wake,
 	// in the conversation and in the fork.
 	for _, conv := range []string{b.conv, fork} {
-		next, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+		next, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 		require.NoError(t, err)
 		_, err = b.engine.Lease(b.ctx, conv)
 		require.NoError(t, err)

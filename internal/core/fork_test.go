@@ -89,7 +89,7 @@ func TestForkThroughATurn(t *testing.T) {
 	}
 
 	// A new turn in the copy: edit and regenerate.
-	regen, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: f.ConversationID, Kind: "turn"})
+	regen, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: f.ConversationID, Kind: "turn"})
 	require.NoError(t, err)
 	_, err = b.engine.Cancel(b.ctx, regen.ID, nil)
 	require.NoError(t, err)
@@ -112,7 +112,7 @@ func TestForkBadInput(t *testing.T) {
 	_, err := other.engine.Cancel(other.ctx, foreign.ID, nil)
 	require.NoError(t, err)
 	taken := testdb.Conversation(t)
-	_, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: taken, Kind: "x"})
+	_, _, err = b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: taken, Kind: "x"})
 	require.NoError(t, err)
 	_, err = b.engine.AbortConversation(b.ctx, taken)
 	require.NoError(t, err)
@@ -129,19 +129,19 @@ func TestForkBadInput(t *testing.T) {
 		p    tasks.ForkParams
 		want error
 	}{
-		{"unknown conversation", tasks.ForkParams{ConversationID: "no_such_conversation", ThroughTurn: done.ID}, tasks.ErrNotFound},
-		{"unknown turn", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: 1 << 60}, tasks.ErrNotFound},
-		{"a turn of another conversation", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: foreign.ID}, tasks.ErrForeignTask},
-		{"a live turn", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: live.ID}, tasks.ErrNotSettled},
-		{"a child", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: child.ID}, tasks.ErrNotRoot},
-		{"a taken id", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: done.ID, NewConversationID: taken}, tasks.ErrConversationExists},
-		{"no conversation", tasks.ForkParams{ThroughTurn: done.ID}, tasks.ErrInvalidArgument},
-		{"no turn", tasks.ForkParams{ConversationID: b.conv}, tasks.ErrInvalidArgument},
+		{"unknown conversation", tasks.ForkParams{ConversationID: "no_such_conversation", ThroughTurn: done.ID}, arbortype.ErrNotFound},
+		{"unknown turn", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: 1 << 60}, arbortype.ErrNotFound},
+		{"a turn of another conversation", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: foreign.ID}, arbortype.ErrForeignTask},
+		{"a live turn", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: live.ID}, arbortype.ErrNotSettled},
+		{"a child", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: child.ID}, arbortype.ErrNotRoot},
+		{"a taken id", tasks.ForkParams{ConversationID: b.conv, ThroughTurn: done.ID, NewConversationID: taken}, arbortype.ErrConversationExists},
+		{"no conversation", tasks.ForkParams{ThroughTurn: done.ID}, arbortype.ErrInvalidArgument},
+		{"no turn", tasks.ForkParams{ConversationID: b.conv}, arbortype.ErrInvalidArgument},
 	} {
 		n := count()
 		_, err := b.engine.Fork(b.ctx, c.p)
 		require.ErrorIs(t, err, c.want, c.name)
-		require.NotErrorIs(t, err, tasks.ErrDatabase, "%s: a refusal, not a database error", c.name)
+		require.NotErrorIs(t, err, arbortype.ErrDatabase, "%s: a refusal, not a database error", c.name)
 		require.Equal(t, n, count(), c.name+": nothing written")
 	}
 	_, err = b.engine.Abort(b.ctx, live.ID)
@@ -217,12 +217,12 @@ func TestForkWhileTheConversationGetsNewTurns(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for range 20 {
-			r, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+			r, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			if _, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: r.ID, Kind: "tool"}); err != nil {
+			if _, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, OwnerID: r.ID, Kind: "tool"}); err != nil {
 				t.Error(err)
 				return
 			}
@@ -326,7 +326,7 @@ func TestGuardRefusesForkCopiesWaitingOnForeignTasks(t *testing.T) {
 		requireSQLState(t, err, fsm.SQLStateFork)
 	}
 	_, err = b.engine.Conversation(b.ctx, target)
-	require.ErrorIs(t, err, tasks.ErrNotFound, "nothing written")
+	require.ErrorIs(t, err, arbortype.ErrNotFound, "nothing written")
 
 	// The fork's own copy of the same turn passes.
 	forked, err := b.engine.Fork(b.ctx, tasks.ForkParams{ConversationID: b.conv, ThroughTurn: done.ID})

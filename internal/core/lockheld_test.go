@@ -9,7 +9,6 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // A producer's claim in the held conversations it was told of locks only
@@ -25,7 +24,7 @@ func TestLockHeldLocksOnlyConversationsWithWork(t *testing.T) {
 	idle, work, busy, other := b.conv+"-1-idle", b.conv+"-2-work", b.conv+"-3-busy", b.conv+"-4-other"
 	ids := map[string]int64{}
 	for _, c := range []string{idle, work, busy, other} {
-		task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: c, Kind: "turn"})
+		task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: c, Kind: "turn"})
 		require.NoError(t, err)
 		ids[c] = task.ID
 	}

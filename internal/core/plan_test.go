@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
@@ -52,7 +53,7 @@ func TestForkBesideManyTasksReadsOnlyItsOwn(t *testing.T) {
 	t.Parallel()
 	b := planBundle(t)
 	other := newBundle(t, b.pool, b.schema)
-	_, _, err := other.engine.Create(b.ctx, tasks.CreateParams{ConversationID: other.conv, Kind: "x"})
+	_, _, err := other.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: other.conv, Kind: "x"})
 	require.NoError(t, err)
 	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.schema+`.tasks (conversation_id, kind) SELECT $1, 'x' FROM generate_series(1, 50000)`, other.conv)
 	require.NoError(t, err)

@@ -107,7 +107,7 @@ func TestPruneTurnsOfAConversationInUse(t *testing.T) {
 	require.Positive(t, res.LogEntries)
 
 	_, err := b.engine.Get(b.ctx, old.ID)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	require.Equal(t, arbortype.StatusCompleted, b.get(t, newest.ID).Status)
 	require.Equal(t, arbortype.StatusPending, b.get(t, live.ID).Status)
 	require.Equal(t, tasks.PruneResult{}, prune(t, b, tasks.PruneParams{}), "the newest settled turn stays while the conversation is in use")
@@ -129,7 +129,7 @@ func TestPruneWholeConversationAndLiveBackground(t *testing.T) {
 	res = prune(t, b, tasks.PruneParams{})
 	require.EqualValues(t, 1, res.Conversations, "the emptied conversation goes at the next prune")
 	_, err := b.engine.Conversation(b.ctx, b.conv)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	n, ev, lg, jobs := rowsOf(t, b, b.conv)
 	require.Equal(t, [4]int{}, [4]int{n, ev, lg, jobs})
 
@@ -184,7 +184,7 @@ func TestPruneDryRunCountsWhatThePruneDeletes(t *testing.T) {
 	n, ev, _, _ := rowsOf(t, held, held.conv)
 	require.Equal(t, [2]int{0, 1}, [2]int{n, ev}, "its tasks went; its own event stays")
 	_, err = free.engine.Conversation(free.ctx, free.conv)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 
 	// Released, the emptied conversation goes at the next prune: the dry
 	// run says so first.
@@ -217,7 +217,7 @@ func TestPruneInSmallBatches(t *testing.T) {
 	res := prune(t, b, tasks.PruneParams{Batch: 4})
 	require.Equal(t, tasks.PruneResult{Turns: 1, Tasks: 13, LogEntries: res.LogEntries}, res)
 	_, err = b.engine.Get(b.ctx, root.ID)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	_, err = b.engine.AbortConversation(b.ctx, b.conv)
 	require.NoError(t, err)
 }
@@ -326,7 +326,7 @@ func TestRaceCreateWhileThePruneDeletesTheConversation(t *testing.T) {
 			r.queue(func(e *enginetest.Engine) error {
 				var err error
 				if op == "create" {
-					task, _, err = e.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+					task, _, err = e.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 				} else {
 					_, _, err = e.Emit(b.ctx, tasks.EmitParams{ConversationID: b.conv, Name: "message"})
 				}
@@ -334,7 +334,7 @@ func TestRaceCreateWhileThePruneDeletesTheConversation(t *testing.T) {
 			})
 			require.NoError(t, tx.Commit(b.ctx))
 			if err := <-r.done[0]; op == "emit" {
-				require.ErrorIs(t, err, tasks.ErrNotFound)
+				require.ErrorIs(t, err, arbortype.ErrNotFound)
 				return
 			} else {
 				require.NoError(t, err)

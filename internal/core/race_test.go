@@ -179,7 +179,7 @@ func TestRaceAbortOwnerVsChildCompleting(t *testing.T) {
 				require.Equal(t, arbortype.StatusCompleted, b.get(t, child.ID).Status)
 			} else {
 				require.NoError(t, errs[0])
-				require.ErrorIs(t, errs[1], tasks.ErrAborted, "the child's runner learns of the abort; nothing written")
+				require.ErrorIs(t, errs[1], arbortype.ErrAborted, "the child's runner learns of the abort; nothing written")
 				require.Equal(t, arbortype.StatusAborted, b.get(t, child.ID).Status)
 			}
 			require.Equal(t, arbortype.StatusAborted, b.get(t, owner.ID).Status)
@@ -198,7 +198,7 @@ func TestRaceAbortVsChildSpawningGrandchild(t *testing.T) {
 			child := b.start(t, b.child(t, root.ID, "agent").ID)
 			var grandchild arbortype.Task
 			spawn := func(e *enginetest.Engine) (err error) {
-				grandchild, _, err = e.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: child.ID, Kind: "browse"})
+				grandchild, _, err = e.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, OwnerID: child.ID, Kind: "browse"})
 				return err
 			}
 			abort := func(e *enginetest.Engine) error { _, err := e.Abort(b.ctx, root.ID); return err }
@@ -217,7 +217,7 @@ func TestRaceAbortVsChildSpawningGrandchild(t *testing.T) {
 				require.Equal(t, arbortype.StatusOrphaned, b.get(t, grandchild.ID).Status, "the abort reached the new grandchild")
 			} else {
 				require.NoError(t, errs[0])
-				require.ErrorIs(t, errs[1], tasks.ErrOwnerNotLive, "no grandchild escapes the abort")
+				require.ErrorIs(t, errs[1], arbortype.ErrOwnerNotLive, "no grandchild escapes the abort")
 				all, err := b.engine.ConversationTasks(b.ctx, b.conv)
 				require.NoError(t, err)
 				require.Len(t, all, 2)
@@ -250,7 +250,7 @@ func TestRaceFailFastTwoChildrenFailAtOnce(t *testing.T) {
 	})
 	errs := r.release()
 	require.NoError(t, errs[0])
-	require.ErrorIs(t, errs[1], tasks.ErrAborted, "the second failure found its task already aborted by fail_fast")
+	require.ErrorIs(t, errs[1], arbortype.ErrAborted, "the second failure found its task already aborted by fail_fast")
 
 	got, err := b.engine.GetMany(b.ctx, []int64{parent.ID, c1.ID, c2.ID, c3.ID})
 	require.NoError(t, err)

@@ -37,7 +37,7 @@ func (b *bundle) recordSnapshot(t *testing.T) string {
 func TestGuardRefusesForgedRecords(t *testing.T) {
 	t.Parallel()
 	b := setupTruncating(t)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}}})
 	require.NoError(t, err)
 	b.lease(t)
@@ -58,7 +58,7 @@ func TestGuardRefusesForgedRecords(t *testing.T) {
 	require.NoError(t, err)
 	require.NotZero(t, delivered.DeliveredTo)
 	require.Zero(t, undelivered.DeliveredTo)
-	foreign, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv + "-other", Kind: "turn"})
+	foreign, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv + "-other", Kind: "turn"})
 	require.NoError(t, err)
 	woken, err := b.engine.Get(b.ctx, run.ID)
 	require.NoError(t, err)
@@ -155,7 +155,7 @@ func TestGuardRefusesForgedRecords(t *testing.T) {
 func TestGuardRefusesForgedHolders(t *testing.T) {
 	t.Parallel()
 	b := setupTruncating(t)
-	_, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	_, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	l := b.lease(t)
 	held := l.HolderID
@@ -239,7 +239,7 @@ func TestGuardRefusesForgedHolders(t *testing.T) {
 func TestGuardRefusesUnexplainedBudgetSums(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	turn, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "turn",
+	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn",
 		Budgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}}, ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 1000}}})
 	require.NoError(t, err)
 	b.lease(t)

@@ -72,7 +72,7 @@ func (b *bundle) requireInvariants(t testing.TB) {
 
 func (b *bundle) root(t testing.TB, kind string) arbortype.Task {
 	t.Helper()
-	task, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: kind, MaxRetries: b.retries, Deadline: b.deadline})
+	task, created, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: kind, MaxRetries: b.retries, Deadline: b.deadline})
 	require.NoError(t, err)
 	require.True(t, created)
 	return task
@@ -80,7 +80,7 @@ func (b *bundle) root(t testing.TB, kind string) arbortype.Task {
 
 func (b *bundle) child(t testing.TB, owner int64, kind string) arbortype.Task {
 	t.Helper()
-	task, created, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: owner, Kind: kind})
+	task, created, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, OwnerID: owner, Kind: kind})
 	require.NoError(t, err)
 	require.True(t, created)
 	return task
@@ -88,7 +88,7 @@ func (b *bundle) child(t testing.TB, owner int64, kind string) arbortype.Task {
 
 func (b *bundle) background(t testing.TB, owner int64, kind string) arbortype.Task {
 	t.Helper()
-	task, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, OwnerID: owner, Kind: kind, Background: true})
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, OwnerID: owner, Kind: kind, Background: true})
 	require.NoError(t, err)
 	return task
 }

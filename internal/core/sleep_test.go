@@ -58,7 +58,7 @@ func sleepViolations(t *testing.T, b *sleepBundle) []string {
 }
 
 // running creates a task in the test's conversation and starts it.
-func (b *sleepBundle) running(t *testing.T, p tasks.CreateParams) arbortype.Task {
+func (b *sleepBundle) running(t *testing.T, p arbortype.CreateParams) arbortype.Task {
 	t.Helper()
 	p.ConversationID = b.conv
 	if p.Kind == "" {
@@ -110,7 +110,7 @@ func (b *sleepBundle) wakeJobs(t *testing.T, taskID int64) []wakeJob {
 func TestSleepUntilParksWithOneWakeJob(t *testing.T) {
 	t.Parallel()
 	b := setupSleep(t, nil)
-	task := b.running(t, tasks.CreateParams{})
+	task := b.running(t, arbortype.CreateParams{})
 	wakeAt := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 
 	slept, err := b.engine.SleepUntil(b.ctx, task.ID, task.Token, wakeAt, "napping", json.RawMessage(`{"step":2}`))
@@ -131,14 +131,14 @@ func TestSleepUntilParksWithOneWakeJob(t *testing.T) {
 	require.Equal(t, core.WakeArgs{TaskID: task.ID, SleepSeq: 1, ConversationID: b.conv}, jobs[0].Args)
 
 	_, err = b.engine.Checkpoint(b.ctx, task.ID, task.Token, "late", nil)
-	require.ErrorIs(t, err, tasks.ErrNotRunning, "the run that slept no longer holds the task")
+	require.ErrorIs(t, err, arbortype.ErrNotRunning, "the run that slept no longer holds the task")
 }
 
 func TestSleepUntilBadInputWritesNothing(t *testing.T) {
 	t.Parallel()
 	b := setupSleep(t, nil)
-	task := b.running(t, tasks.CreateParams{})
-	pending, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: b.conv, Kind: "idle"})
+	task := b.running(t, arbortype.CreateParams{})
+	pending, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "idle"})
 	require.NoError(t, err)
 	wakeAt := time.Now().Add(time.Minute)
 
@@ -148,13 +148,13 @@ func TestSleepUntilBadInputWritesNothing(t *testing.T) {
 		state     json.RawMessage
 		want      error
 	}{
-		"stale token":   {task.ID, task.Token + 1000, wakeAt, nil, tasks.ErrLeaseLost},
-		"not running":   {pending.ID, 1, wakeAt, nil, tasks.ErrNotRunning},
-		"unknown task":  {1 << 60, 1, wakeAt, nil, tasks.ErrNotFound},
-		"zero time":     {task.ID, task.Token, time.Time{}, nil, tasks.ErrInvalidArgument},
-		"bad state":     {task.ID, task.Token, wakeAt, json.RawMessage(`{`), tasks.ErrInvalidJSON},
-		"out of range":  {task.ID, task.Token, time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC), nil, tasks.ErrInvalidArgument},
-		"no such token": {task.ID, 0, wakeAt, nil, tasks.ErrLeaseLost},
+		"stale token":   {task.ID, task.Token + 1000, wakeAt, nil, arbortype.ErrLeaseLost},
+		"not running":   {pending.ID, 1, wakeAt, nil, arbortype.ErrNotRunning},
+		"unknown task":  {1 << 60, 1, wakeAt, nil, arbortype.ErrNotFound},
+		"zero time":     {task.ID, task.Token, time.Time{}, nil, arbortype.ErrInvalidArgument},
+		"bad state":     {task.ID, task.Token, wakeAt, json.RawMessage(`{`), arbortype.ErrInvalidJSON},
+		"out of range":  {task.ID, task.Token, time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC), nil, arbortype.ErrInvalidArgument},
+		"no such token": {task.ID, 0, wakeAt, nil, arbortype.ErrLeaseLost},
 	} {
 		_, err := b.engine.SleepUntil(b.ctx, tc.id, tc.token, tc.at, "p", tc.state)
 		require.ErrorIs(t, err, tc.want, name)
@@ -167,14 +167,14 @@ func TestSleepUntilBadInputWritesNothing(t *testing.T) {
 	_, err = b.engine.Abort(b.ctx, task.ID)
 	require.NoError(t, err)
 	_, err = b.engine.SleepUntil(b.ctx, task.ID, task.Token, wakeAt, "p", nil)
-	require.ErrorIs(t, err, tasks.ErrAborted)
+	require.ErrorIs(t, err, arbortype.ErrAborted)
 	require.Empty(t, b.wakeJobs(t, task.ID))
 }
 
 func TestSleepUntilTxRollsBackWithTheCaller(t *testing.T) {
 	t.Parallel()
 	b := setupSleep(t, nil)
-	task := b.running(t, tasks.CreateParams{})
+	task := b.running(t, arbortype.CreateParams{})
 	tx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
 	slept, err := b.engine.SleepUntilTx(b.ctx, tx, task.ID, task.Token, time.Now().Add(time.Minute), "p", nil)
@@ -188,7 +188,7 @@ func TestSleepUntilTxRollsBackWithTheCaller(t *testing.T) {
 func TestWakeSleepingIsIdempotentPerSleep(t *testing.T) {
 	t.Parallel()
 	b := setupSleep(t, nil)
-	task := b.running(t, tasks.CreateParams{})
+	task := b.running(t, arbortype.CreateParams{})
 
 	// A sleep whose time has passed: the first wake of that sleep wins.
 	slept, err := b.engine.SleepUntil(b.ctx, task.ID, task.Token, time.Now().Add(-time.Second), "p", nil)
@@ -229,13 +229,13 @@ func TestWakeSleepingIsIdempotentPerSleep(t *testing.T) {
 	require.False(t, woken, "the first sleep's wake does not end the second sleep")
 
 	_, err = b.engine.WakeSleeping(b.ctx, 1<<60, 1)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 }
 
 func TestWakeSleepingBeforeTheWakeTimeIsRefused(t *testing.T) {
 	t.Parallel()
 	b := setupSleep(t, nil)
-	task := b.running(t, tasks.CreateParams{})
+	task := b.running(t, arbortype.CreateParams{})
 	slept, err := b.engine.SleepUntil(b.ctx, task.ID, task.Token, time.Now().Add(time.Hour), "p", nil)
 	require.NoError(t, err)
 
@@ -252,7 +252,7 @@ func TestWakeSleepingBeforeTheWakeTimeIsRefused(t *testing.T) {
 func TestWakeNowRemovesTheWakeJob(t *testing.T) {
 	t.Parallel()
 	b := setupSleep(t, nil)
-	task := b.running(t, tasks.CreateParams{})
+	task := b.running(t, arbortype.CreateParams{})
 	slept, err := b.engine.SleepUntil(b.ctx, task.ID, task.Token, time.Now().Add(time.Hour), "p", nil)
 	require.NoError(t, err)
 
@@ -266,16 +266,16 @@ func TestWakeNowRemovesTheWakeJob(t *testing.T) {
 	require.False(t, again, "the sleep's timer finds it over")
 
 	_, err = b.engine.WakeNow(b.ctx, task.ID)
-	require.ErrorIs(t, err, tasks.ErrNotSleeping)
+	require.ErrorIs(t, err, arbortype.ErrNotSleeping)
 	require.Equal(t, woken, b.get(t, task.ID), "a refused wake writes nothing")
 	_, err = b.engine.WakeNow(b.ctx, 1<<60)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 }
 
 func TestWakeNowTxRollsBackWithTheCaller(t *testing.T) {
 	t.Parallel()
 	b := setupSleep(t, nil)
-	task := b.running(t, tasks.CreateParams{})
+	task := b.running(t, arbortype.CreateParams{})
 	slept, err := b.engine.SleepUntil(b.ctx, task.ID, task.Token, time.Now().Add(time.Hour), "p", nil)
 	require.NoError(t, err)
 	tx, err := b.pool.Begin(b.ctx)
@@ -323,7 +323,7 @@ func TestLeavingASleepRemovesItsWakeJob(t *testing.T) {
 		},
 		"fail_fast sibling": func(b *sleepBundle, t *testing.T, s arbortype.Task) arbortype.Status {
 			owner := b.get(t, s.OwnerID)
-			sibling := b.running(t, tasks.CreateParams{OwnerID: owner.ID, Kind: "sibling"})
+			sibling := b.running(t, arbortype.CreateParams{OwnerID: owner.ID, Kind: "sibling"})
 			res, err := b.engine.WaitForChildren(b.ctx, owner.ID, owner.Token, core.WaitParams{
 				ChildIDs: []int64{s.ID, sibling.ID}, Policy: arbortype.FailFast})
 			require.NoError(t, err)
@@ -337,9 +337,9 @@ func TestLeavingASleepRemovesItsWakeJob(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setupSleep(t, nil)
-			owner := b.running(t, tasks.CreateParams{Kind: "owner"})
-			child := b.running(t, tasks.CreateParams{OwnerID: owner.ID, Kind: "child"})
-			grandchild := b.running(t, tasks.CreateParams{OwnerID: child.ID, Kind: "grandchild"})
+			owner := b.running(t, arbortype.CreateParams{Kind: "owner"})
+			child := b.running(t, arbortype.CreateParams{OwnerID: owner.ID, Kind: "child"})
+			grandchild := b.running(t, arbortype.CreateParams{OwnerID: child.ID, Kind: "grandchild"})
 			slept, err := b.engine.SleepUntil(b.ctx, child.ID, child.Token, hour, "p", nil)
 			require.NoError(t, err)
 			_, err = b.engine.SleepUntil(b.ctx, grandchild.ID, grandchild.Token, hour, "p", nil)
@@ -364,7 +364,7 @@ func TestRetriesFollowThePolicyAndEndFailed(t *testing.T) {
 	t.Parallel()
 	b := setupSleep(t, nil)
 	base, ceiling := 2*time.Millisecond, 5*time.Millisecond
-	task := b.running(t, tasks.CreateParams{MaxRetries: 2, RetryBackoffBase: base, RetryBackoffCap: ceiling})
+	task := b.running(t, arbortype.CreateParams{MaxRetries: 2, RetryBackoffBase: base, RetryBackoffCap: ceiling})
 	require.Equal(t, base, task.RetryBackoffBase)
 	require.Equal(t, ceiling, task.RetryBackoffCap)
 
@@ -420,7 +420,7 @@ func TestNonRetryableFailsAtOnce(t *testing.T) {
 		core.NewTaskError(machine.NonRetryable(errors.New("bad request"))),
 		{Message: "marked by hand", NonRetryable: true},
 	} {
-		task := b.running(t, tasks.CreateParams{MaxRetries: 3})
+		task := b.running(t, arbortype.CreateParams{MaxRetries: 3})
 		failed, err := b.engine.Fail(b.ctx, task.ID, task.Token, taskErr)
 		require.NoError(t, err)
 		require.Equal(t, arbortype.StatusFailed, failed.Status)
@@ -432,13 +432,13 @@ func TestNonRetryableFailsAtOnce(t *testing.T) {
 	}
 
 	wrapped := machine.NonRetryable(context.DeadlineExceeded)
-	require.ErrorIs(t, wrapped, machine.ErrNonRetryable)
+	require.ErrorIs(t, wrapped, arbortype.ErrNonRetryable)
 	require.ErrorIs(t, wrapped, context.DeadlineExceeded, "the marker keeps the cause")
 	require.False(t, core.NewTaskError(errors.New("transient")).NonRetryable)
 	require.NoError(t, machine.NonRetryable(nil))
 
 	// Recovery's failure (past the restart limit) is final too.
-	task := b.running(t, tasks.CreateParams{MaxRetries: 3})
+	task := b.running(t, arbortype.CreateParams{MaxRetries: 3})
 	failed, err := b.engine.ForceFail(b.ctx, task.ID, arbortype.TaskError{Code: arbortype.CodeRestartLimitExceeded, Message: "gone"})
 	require.NoError(t, err)
 	require.Equal(t, arbortype.StatusFailed, failed.Status)
@@ -447,7 +447,7 @@ func TestNonRetryableFailsAtOnce(t *testing.T) {
 func TestErrorHistoryIsBounded(t *testing.T) {
 	t.Parallel()
 	b := setupSleep(t, &tasks.Config{ErrorHistoryLimit: 2, RetryBackoffBase: time.Microsecond, RetryBackoffCap: time.Microsecond})
-	task := b.running(t, tasks.CreateParams{MaxRetries: 3})
+	task := b.running(t, arbortype.CreateParams{MaxRetries: 3})
 	for i := range 4 {
 		got, err := b.engine.Fail(b.ctx, task.ID, task.Token, arbortype.TaskError{Message: string(rune('a' + i))})
 		require.NoError(t, err)
@@ -474,7 +474,7 @@ func TestErrorHistoryIsBounded(t *testing.T) {
 func TestRetryPolicyBadInput(t *testing.T) {
 	t.Parallel()
 	b := setupSleep(t, nil)
-	for _, p := range []tasks.CreateParams{
+	for _, p := range []arbortype.CreateParams{
 		{RetryBackoffBase: time.Minute, RetryBackoffCap: time.Second},
 		{RetryBackoffBase: -time.Second},
 		{RetryBackoffCap: 30 * 24 * time.Hour},
@@ -482,10 +482,10 @@ func TestRetryPolicyBadInput(t *testing.T) {
 	} {
 		p.ConversationID, p.Kind = b.conv, "k"
 		_, _, err := b.engine.Create(b.ctx, p)
-		require.ErrorIs(t, err, tasks.ErrInvalidArgument)
+		require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 	}
 	_, err := b.engine.ConversationTasks(b.ctx, b.conv)
-	require.ErrorIs(t, err, tasks.ErrNotFound, "nothing written, not even the conversation")
+	require.ErrorIs(t, err, arbortype.ErrNotFound, "nothing written, not even the conversation")
 
 	pool, schema := testdb.Shared(t)
 	_, err = tasks.New(b.ctx, pool, &tasks.Config{Schema: schema, RetryBackoffBase: time.Hour, RetryBackoffCap: time.Minute})
@@ -494,9 +494,9 @@ func TestRetryPolicyBadInput(t *testing.T) {
 	require.ErrorContains(t, err, "Config.ErrorHistoryLimit")
 
 	// A base above the default cap, without a cap, raises the cap with it.
-	task := b.running(t, tasks.CreateParams{RetryBackoffBase: time.Hour})
+	task := b.running(t, arbortype.CreateParams{RetryBackoffBase: time.Hour})
 	require.Equal(t, time.Hour, task.RetryBackoffCap)
-	d := b.running(t, tasks.CreateParams{})
+	d := b.running(t, arbortype.CreateParams{})
 	require.Equal(t, tasks.RetryBackoffBaseDefault, d.RetryBackoffBase)
 	require.Equal(t, tasks.RetryBackoffCapDefault, d.RetryBackoffCap)
 }
@@ -504,7 +504,7 @@ func TestRetryPolicyBadInput(t *testing.T) {
 func TestCheckSleepingReportsViolations(t *testing.T) {
 	t.Parallel()
 	b := setupSleep(t, nil)
-	sleeper := b.running(t, tasks.CreateParams{})
+	sleeper := b.running(t, arbortype.CreateParams{})
 	slept, err := b.engine.SleepUntil(b.ctx, sleeper.ID, sleeper.Token, time.Now().Add(time.Hour), "p", nil)
 	require.NoError(t, err)
 	jobs := b.wakeJobs(t, sleeper.ID)

@@ -14,7 +14,7 @@ import (
 	"github.com/arborhq/arbor/internal/store"
 )
 
-// Steering (tasks.TurnSteer): a message sent to a conversation while a turn
+// Steering (arbortype.TurnSteer): a message sent to a conversation while a turn
 // is live goes to that turn as a queued event, and is also a turn of its
 // own, created pending behind the live one, so that it is never lost: the
 // live turn takes it at an await of the event's name (and its own turn is

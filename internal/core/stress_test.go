@@ -12,13 +12,12 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/testdb"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // documented are the errors an operation may return on a racing tree.
 var documented = []error{
-	tasks.ErrInvalidTransition, tasks.ErrOwnerNotLive, tasks.ErrAlreadyRunning, tasks.ErrNotRunning,
-	tasks.ErrLeaseLost, tasks.ErrAborted, tasks.ErrNotChild,
+	arbortype.ErrInvalidTransition, arbortype.ErrOwnerNotLive, arbortype.ErrAlreadyRunning, arbortype.ErrNotRunning,
+	arbortype.ErrLeaseLost, arbortype.ErrAborted, arbortype.ErrNotChild,
 }
 
 // TestStressRandomOperations: fifty goroutines doing random operations
@@ -50,13 +49,13 @@ func TestStressRandomOperations(t *testing.T) {
 	// each with 6 children.
 	for _, conv := range convs {
 		for range 20 {
-			root, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+			root, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 			require.NoError(t, err)
 			run := b.start(t, root.ID)
 			ids[conv] = append(ids[conv], root.ID)
 			tokens[root.ID] = run.Token
 			for range 6 {
-				c, _, err := b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "tool"})
+				c, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "tool"})
 				require.NoError(t, err)
 				ids[conv] = append(ids[conv], c.ID)
 			}
@@ -96,7 +95,7 @@ func TestStressRandomOperations(t *testing.T) {
 				case n < 3:
 					op = "root"
 					var c arbortype.Task
-					c, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, Kind: "turn"})
+					c, _, err = b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
 					if err == nil {
 						mu.Lock()
 						ids[conv] = append(ids[conv], c.ID)
@@ -105,7 +104,7 @@ func TestStressRandomOperations(t *testing.T) {
 				case n < 33:
 					op = "create"
 					var c arbortype.Task
-					c, _, err = b.engine.Create(b.ctx, tasks.CreateParams{ConversationID: conv, OwnerID: id, Kind: "k", Background: r.IntN(10) == 0})
+					c, _, err = b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, OwnerID: id, Kind: "k", Background: r.IntN(10) == 0})
 					if err == nil {
 						mu.Lock()
 						ids[conv] = append(ids[conv], c.ID)

@@ -84,7 +84,7 @@ func TestWaitAlreadySatisfied(t *testing.T) {
 	require.Equal(t, arbortype.StatusPending, res.Task.Status)
 	require.Equal(t, "nothing", res.Task.Phase, "phase saved with the wait")
 	_, err = b.engine.Checkpoint(b.ctx, parent.ID, parent.Token, "x", nil)
-	require.ErrorIs(t, err, tasks.ErrNotRunning, "the run that waited is over")
+	require.ErrorIs(t, err, arbortype.ErrNotRunning, "the run that waited is over")
 	parent = b.start(t, parent.ID) // the re-entry
 
 	// fail_fast on a child that already failed: satisfied, and the live
@@ -119,15 +119,15 @@ func TestWaitBadInputWritesNothing(t *testing.T) {
 		p     core.WaitParams
 		want  error
 	}{
-		{"not a child", parent.ID, parent.Token, core.WaitParams{ChildIDs: []int64{stranger.ID}, Policy: arbortype.AllSettled}, tasks.ErrNotChild},
-		{"a grandchild", parent.ID, parent.Token, core.WaitParams{ChildIDs: []int64{grandchild.ID}, Policy: arbortype.AllSettled}, tasks.ErrNotChild},
-		{"itself", parent.ID, parent.Token, core.WaitParams{ChildIDs: []int64{parent.ID}, Policy: arbortype.AllSettled}, tasks.ErrNotChild},
-		{"unknown child", parent.ID, parent.Token, core.WaitParams{ChildIDs: []int64{1 << 60}, Policy: arbortype.AllSettled}, tasks.ErrNotChild},
-		{"bad policy", parent.ID, parent.Token, core.WaitParams{ChildIDs: []int64{kid.ID}, Policy: "some"}, tasks.ErrInvalidArgument},
-		{"bad state", parent.ID, parent.Token, core.WaitParams{ChildIDs: []int64{kid.ID}, Policy: arbortype.AllSettled, State: js(`[`)}, tasks.ErrInvalidJSON},
-		{"stale token", parent.ID, parent.Token + 1000, core.WaitParams{ChildIDs: []int64{kid.ID}, Policy: arbortype.AllSettled}, tasks.ErrLeaseLost},
-		{"not running", pendingTask.ID, 1, core.WaitParams{ChildIDs: []int64{}, Policy: arbortype.AllSettled}, tasks.ErrNotRunning},
-		{"unknown task", 1 << 60, 1, core.WaitParams{Policy: arbortype.AllSettled}, tasks.ErrNotFound},
+		{"not a child", parent.ID, parent.Token, core.WaitParams{ChildIDs: []int64{stranger.ID}, Policy: arbortype.AllSettled}, arbortype.ErrNotChild},
+		{"a grandchild", parent.ID, parent.Token, core.WaitParams{ChildIDs: []int64{grandchild.ID}, Policy: arbortype.AllSettled}, arbortype.ErrNotChild},
+		{"itself", parent.ID, parent.Token, core.WaitParams{ChildIDs: []int64{parent.ID}, Policy: arbortype.AllSettled}, arbortype.ErrNotChild},
+		{"unknown child", parent.ID, parent.Token, core.WaitParams{ChildIDs: []int64{1 << 60}, Policy: arbortype.AllSettled}, arbortype.ErrNotChild},
+		{"bad policy", parent.ID, parent.Token, core.WaitParams{ChildIDs: []int64{kid.ID}, Policy: "some"}, arbortype.ErrInvalidArgument},
+		{"bad state", parent.ID, parent.Token, core.WaitParams{ChildIDs: []int64{kid.ID}, Policy: arbortype.AllSettled, State: js(`[`)}, arbortype.ErrInvalidJSON},
+		{"stale token", parent.ID, parent.Token + 1000, core.WaitParams{ChildIDs: []int64{kid.ID}, Policy: arbortype.AllSettled}, arbortype.ErrLeaseLost},
+		{"not running", pendingTask.ID, 1, core.WaitParams{ChildIDs: []int64{}, Policy: arbortype.AllSettled}, arbortype.ErrNotRunning},
+		{"unknown task", 1 << 60, 1, core.WaitParams{Policy: arbortype.AllSettled}, arbortype.ErrNotFound},
 	}
 	for _, tc := range cases {
 		before := b.snapshot(t)
@@ -191,15 +191,15 @@ func TestCancelAbortsForegroundChildrenFirst(t *testing.T) {
 	// A settled or unknown task cannot be cancelled or aborted; nothing written.
 	before := b.snapshot(t)
 	_, err = b.engine.Cancel(b.ctx, task.ID, nil)
-	require.ErrorIs(t, err, tasks.ErrInvalidTransition)
+	require.ErrorIs(t, err, arbortype.ErrInvalidTransition)
 	_, err = b.engine.Abort(b.ctx, task.ID)
-	require.ErrorIs(t, err, tasks.ErrInvalidTransition)
+	require.ErrorIs(t, err, arbortype.ErrInvalidTransition)
 	_, err = b.engine.Cancel(b.ctx, 1<<60, nil)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	_, err = b.engine.Abort(b.ctx, 1<<60)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	_, err = b.engine.AbortConversation(b.ctx, "no-such-conversation-"+b.conv)
-	require.ErrorIs(t, err, tasks.ErrNotFound)
+	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	require.Equal(t, before, b.snapshot(t))
 	_, err = b.engine.AbortConversation(b.ctx, b.conv)
 	require.NoError(t, err)
@@ -257,7 +257,7 @@ func TestAbortReportsTheRowsAsSettled(t *testing.T) {
 	requireAsStored(rep, never.ID, tool.ID, root.ID)
 	require.Equal(t, arbortype.StatusOrphaned, rep.Settled[0].Status)
 	require.Equal(t, arbortype.StatusAborted, rep.Settled[1].Status)
-	require.Equal(t, &arbortype.TaskError{Code: tasks.CodeAborted, Message: "the user pressed stop"}, rep.Settled[2].Error)
+	require.Equal(t, &arbortype.TaskError{Code: arbortype.CodeAborted, Message: "the user pressed stop"}, rep.Settled[2].Error)
 	require.True(t, rep.Settled[2].AbortRequested)
 
 	rep, err = b.engine.AbortConversation(b.ctx, b.conv, tasks.WithReason("closed"))
@@ -291,6 +291,6 @@ func TestSettleErrorIsInTheLog(t *testing.T) {
 	}
 	require.Equal(t, map[int64]*arbortype.TaskError{
 		tool.ID: {Message: "the tool broke"},
-		root.ID: {Code: tasks.CodeAborted, Message: "the user pressed stop"},
+		root.ID: {Code: arbortype.CodeAborted, Message: "the user pressed stop"},
 	}, why)
 }

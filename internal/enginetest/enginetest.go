@@ -202,7 +202,7 @@ func (e *Engine) Recover(ctx context.Context, taskID int64) ([]int64, error) {
 // none for a conversation that was never created.
 func (e *Engine) SleepViolations(t testing.TB, ctx context.Context, conv string) []string {
 	t.Helper()
-	if _, err := e.Conversation(ctx, conv); errors.Is(err, tasks.ErrNotFound) {
+	if _, err := e.Conversation(ctx, conv); errors.Is(err, arbortype.ErrNotFound) {
 		return nil
 	}
 	vs, err := e.Check(ctx, conv)

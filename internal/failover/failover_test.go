@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
-	"github.com/arborhq/arbor/tasks"
 )
 
 // failover is a fault of the primary: it starts the fault and returns the
@@ -190,9 +190,9 @@ func (s *scenario) startProbe() *probe {
 			if err != nil {
 				kind := "other"
 				switch {
-				case errors.Is(err, tasks.ErrUnavailable):
+				case errors.Is(err, arbortype.ErrUnavailable):
 					kind = "ErrUnavailable"
-				case errors.Is(err, tasks.ErrAmbiguous):
+				case errors.Is(err, arbortype.ErrAmbiguous):
 					kind = "ErrAmbiguous"
 				}
 				p.errs[kind+": "+err.Error()]++

@@ -319,7 +319,7 @@ func (s *scenario) addTurns(n int, fan func(i int) int) {
 		var turn arbortype.Task
 		s.retry("create "+conv, func(ctx context.Context) error {
 			var err error
-			turn, _, err = s.engine.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: turnKind, Input: in,
+			turn, _, err = s.engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: turnKind, Input: in,
 				IdempotencyKey: "turn"})
 			return err
 		})
@@ -740,7 +740,7 @@ func (s *scenario) follow(turns []int64) *followers {
 				f.mu.Lock()
 				f.errs = append(f.errs, fmt.Errorf("turn %d (retried): %w", id, err))
 				f.mu.Unlock()
-				if !errors.Is(err, tasks.ErrUnavailable) {
+				if !errors.Is(err, arbortype.ErrUnavailable) {
 					time.Sleep(100 * time.Millisecond)
 				}
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -173,10 +174,10 @@ func TestKilledDuringPrune(t *testing.T) {
 // every one settled: a history for the prune.
 func (s *scenario) addAged(n int) {
 	s.t.Helper()
-	var ps []tasks.CreateParams
+	var ps []arbortype.CreateParams
 	for i := range n {
 		in, _ := json.Marshal(map[string]any{"value": map[string]any{"name": "aged"}})
-		ps = append(ps, tasks.CreateParams{ConversationID: fmt.Sprintf("aged-%04d", i), Kind: doneKind, Input: in, IdempotencyKey: "aged"})
+		ps = append(ps, arbortype.CreateParams{ConversationID: fmt.Sprintf("aged-%04d", i), Kind: doneKind, Input: in, IdempotencyKey: "aged"})
 	}
 	for len(ps) > 0 {
 		k := min(100, len(ps))

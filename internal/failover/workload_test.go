@@ -245,7 +245,7 @@ const (
 //
 // The entry is logged before the body runs, so that a call has a row
 // before it does anything; a call whose entry cannot be logged (the
-// database unreachable for two minutes) returns tasks.ErrUnavailable having
+// database unreachable for two minutes) returns arbortype.ErrUnavailable having
 // done nothing, and the runner calls it again. The return is logged before
 // the wrapper returns, so that a process killed right after a return does
 // not lose it; the time logged is taken before that statement.
@@ -261,7 +261,7 @@ func (w *worker) handler(stubborn bool, body func(ctx context.Context, c *call) 
 			return err
 		}); lerr != nil {
 			stop()
-			return fmt.Errorf("run_log: %w: %w", tasks.ErrUnavailable, lerr)
+			return fmt.Errorf("run_log: %w: %w", arbortype.ErrUnavailable, lerr)
 		}
 		panicked := true
 		defer func() {
@@ -297,7 +297,7 @@ func (w *worker) handler(stubborn bool, body func(ctx context.Context, c *call) 
 				_, err := db.Exec(ctx, fmt.Sprintf(logReturnSQL, w.schema), c.id, returned, cancelled, cause, out, c.refused)
 				return err
 			}); lerr != nil && err == nil && !panicked {
-				err = fmt.Errorf("run_log: %w: %w", tasks.ErrUnavailable, lerr)
+				err = fmt.Errorf("run_log: %w: %w", arbortype.ErrUnavailable, lerr)
 			}
 		}()
 		err = body(ctx, c)
@@ -341,13 +341,13 @@ func (c *call) effect(ctx context.Context, what string) error {
 		_, err := db.Exec(ctx, fmt.Sprintf(logEffectSQL, c.w.schema), id, c.id, c.run.Task.ID, c.w.node, what, c.stubborn, checked)
 		return err
 	}); err != nil {
-		return fmt.Errorf("side_effects: %w: %w", tasks.ErrUnavailable, err)
+		return fmt.Errorf("side_effects: %w: %w", arbortype.ErrUnavailable, err)
 	}
 	return nil
 }
 
 func refusedErr(err error) bool {
-	return errors.Is(err, tasks.ErrLeaseLost) || errors.Is(err, tasks.ErrNotRunning) || errors.Is(err, tasks.ErrAborted)
+	return errors.Is(err, arbortype.ErrLeaseLost) || errors.Is(err, arbortype.ErrNotRunning) || errors.Is(err, arbortype.ErrAborted)
 }
 
 // log runs a statement of the run log or the side effects, again after

@@ -105,21 +105,21 @@ func TestOnOpenRecoversRunningTasks(t *testing.T) {
 	pool, schema := testdb.Shared(t)
 	h := newHarness(t, pool, schema)
 	ctx, e, c, conv := h.ctx, h.e, h.c, h.conv
-	create := func(p tasks.CreateParams) arbortype.Task {
+	create := func(p arbortype.CreateParams) arbortype.Task {
 		p.ConversationID = conv
 		task, _, err := e.Create(ctx, p)
 		require.NoError(t, err)
 		return h.start(task)
 	}
-	root := create(tasks.CreateParams{Kind: "turn"})
-	requeue := create(tasks.CreateParams{Kind: "step", OwnerID: root.ID})
+	root := create(arbortype.CreateParams{Kind: "turn"})
+	requeue := create(arbortype.CreateParams{Kind: "step", OwnerID: root.ID})
 	h.tx(func(tx pgx.Tx) error {
 		_, err := c.Checkpoint(ctx, tx, requeue.ConversationID, requeue.ID, requeue.Token, "half-way", []byte(`{"page": 3}`))
 		return err
 	})
-	abandon := create(tasks.CreateParams{Kind: "pay", OwnerID: root.ID, AbandonOnRestart: true})
-	underAbandon := create(tasks.CreateParams{Kind: "receipt", OwnerID: abandon.ID})
-	limited := create(tasks.CreateParams{Kind: "llm", OwnerID: root.ID, RestartLimit: tasks.RestartLimitNone})
+	abandon := create(arbortype.CreateParams{Kind: "pay", OwnerID: root.ID, AbandonOnRestart: true})
+	underAbandon := create(arbortype.CreateParams{Kind: "receipt", OwnerID: abandon.ID})
+	limited := create(arbortype.CreateParams{Kind: "llm", OwnerID: root.ID, RestartLimit: arbortype.RestartLimitNone})
 	h.tx(func(tx pgx.Tx) error {
 		res, err := c.WaitForChildren(ctx, tx, root.ID, root.Token, core.WaitParams{ChildIDs: []int64{abandon.ID, limited.ID}, Policy: arbortype.AllSettled})
 		require.False(t, res.Woken)
@@ -160,7 +160,7 @@ func TestOnOpenRepairsWaitsAndCompleting(t *testing.T) {
 	h := newHarness(t, pool, schema)
 	ctx, e, c, conv := h.ctx, h.e, h.c, h.conv
 	mk := func(owner int64) arbortype.Task {
-		task, _, err := e.Create(ctx, tasks.CreateParams{ConversationID: conv, Kind: "k", OwnerID: owner})
+		task, _, err := e.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "k", OwnerID: owner})
 		require.NoError(t, err)
 		return h.start(task)
 	}

@@ -20,7 +20,7 @@ func TestSnippets(t *testing.T) {
 	require.NoError(t, os.WriteFile(md, []byte("# A page\n"+
 		"\n"+
 		"```go\n"+ // statements, using the prelude's engine and ctx: line 4
-		"turn, created, err := engine.Create(ctx, tasks.CreateParams{Kind: 3})\n"+
+		"turn, created, err := engine.Create(ctx, arbortype.CreateParams{Kind: 3})\n"+
 		"engine.Nope()\n"+
 		"```\n"+
 		"\n"+
