@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/internal/inspect"
 )
 
 // The approvals: what every conversation awaits from outside — its tasks
@@ -17,7 +17,7 @@ import (
 
 type approvalsView struct {
 	page
-	Awaits []tasks.AwaitListing
+	Awaits []inspect.AwaitListing
 	// Back is the page's own address; Next and First the pager's; Stream
 	// the live one.
 	Back, Next, First, Stream string
@@ -25,7 +25,7 @@ type approvalsView struct {
 }
 
 func (h *handler) approvalsView(ctx context.Context, cursor string) (approvalsView, error) {
-	p, err := h.engine.Awaits(ctx, tasks.AwaitQuery{Cursor: cursor, Limit: h.opts.RecentLimit})
+	p, err := h.reader.Awaits(ctx, inspect.AwaitQuery{Cursor: cursor, Limit: h.opts.RecentLimit})
 	if err != nil {
 		return approvalsView{}, err
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/internal/inspect"
 )
 
 // page is what every template gets: the handler's prefix and whether it
@@ -163,14 +163,14 @@ var funcs = template.FuncMap{
 	// template (a template takes one argument).
 	"nodeOf": func(v treeView, n *node) nodeArg { return nodeArg{V: v, N: n} },
 	// answerOf is the "answer" template's argument: an await's form.
-	"answerOf": func(csrf, back, prefix string, t tasks.TaskSummary) answerArg {
+	"answerOf": func(csrf, back, prefix string, t inspect.TaskSummary) answerArg {
 		return answerArg{CSRF: csrf, Back: back, P: prefix, T: t}
 	},
 }
 
 type answerArg struct {
 	CSRF, Back, P string
-	T             tasks.TaskSummary
+	T             inspect.TaskSummary
 }
 
 func round(d time.Duration) string {

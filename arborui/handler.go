@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/inspect"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -164,6 +165,7 @@ var files embed.FS
 // handler serves the view of one Engine.
 type handler struct {
 	engine *tasks.Engine
+	reader *inspect.Reader
 	opts   *Options
 	// csrf is the token every action's form carries; a POST without it is
 	// refused. It is new with every handler, so a form of another process
@@ -197,7 +199,7 @@ func NewHandler(engine *tasks.Engine, opts *Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("arborui.NewHandler: templates: %w", err)
 	}
-	h := &handler{engine: engine, opts: opts, csrf: hex.EncodeToString(b[:]), tmpl: tmpl, mux: http.NewServeMux(),
+	h := &handler{engine: engine, reader: inspect.New(engine), opts: opts, csrf: hex.EncodeToString(b[:]), tmpl: tmpl, mux: http.NewServeMux(),
 		hosts: map[string]bool{}, watches: newWatches(engine, opts.Logger)}
 	for _, host := range opts.AllowedHosts {
 		norm, _ := allowedHost(host) // validated above

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/internal/inspect"
 )
 
 // The front page: every conversation, a page at a time, filtered, newest
@@ -54,14 +54,14 @@ func parseFilter(q url.Values) (listFilter, error) {
 }
 
 // query is the engine's query of f, as of now.
-func (f listFilter) query(limit, scan int, now time.Time) tasks.ConversationQuery {
-	q := tasks.ConversationQuery{Order: tasks.ConversationOrder(f.Order), Cursor: f.Cursor, Limit: limit, Scan: scan,
+func (f listFilter) query(limit, scan int, now time.Time) inspect.ConversationQuery {
+	q := inspect.ConversationQuery{Order: inspect.ConversationOrder(f.Order), Cursor: f.Cursor, Limit: limit, Scan: scan,
 		Prefix: f.Q, Holder: f.Holder, Failed: f.Failed, Awaiting: f.Awaiting, Kind: f.Kind}
 	switch f.Live {
 	case "live":
-		q.Live = tasks.LiveOnly
+		q.Live = inspect.LiveOnly
 	case "settled":
-		q.Live = tasks.LiveNone
+		q.Live = inspect.LiveNone
 	}
 	if f.Status != "" {
 		q.Statuses = []arbortype.Status{arbortype.Status(f.Status)}
@@ -96,11 +96,11 @@ type listView struct {
 	F        listFilter
 	Ages     any
 	Statuses []arbortype.Status
-	Counts   tasks.LiveTaskCounts
+	Counts   inspect.LiveTaskCounts
 	// Exact is the conversation whose id is the search, if there is one.
 	Exact *arbortype.Conversation
-	Rows  []tasks.ConversationListing
-	Page  tasks.ConversationPage
+	Rows  []inspect.ConversationListing
+	Page  inspect.ConversationPage
 	Now   time.Time
 	// Next and First are the pager's addresses; Live the stream's.
 	Next, First, Live string
@@ -111,7 +111,7 @@ func (h *handler) listView(ctx context.Context, f listFilter) (listView, error) 
 	v := listView{page: h.page("conversations", nil).in("conversations"), F: f, Ages: ages,
 		Statuses: arbortype.LiveStatuses, Now: now}
 	var err error
-	if v.Counts, err = h.engine.LiveTaskCounts(ctx, 100_000); err != nil {
+	if v.Counts, err = h.reader.LiveTaskCounts(ctx, 100_000); err != nil {
 		return v, err
 	}
 	if f.Q != "" && f.Cursor == "" {
@@ -123,7 +123,7 @@ func (h *handler) listView(ctx context.Context, f listFilter) (listView, error) 
 			return v, err
 		}
 	}
-	if v.Page, err = h.engine.QueryConversations(ctx, f.query(h.opts.RecentLimit, h.opts.ScanLimit, now)); err != nil {
+	if v.Page, err = h.reader.QueryConversations(ctx, f.query(h.opts.RecentLimit, h.opts.ScanLimit, now)); err != nil {
 		return v, err
 	}
 	v.Rows = v.Page.Conversations
@@ -179,7 +179,7 @@ func (h *handler) logMoved(every int) func(context.Context) (bool, error) {
 	var seen int64 = -1
 	n := 0
 	return func(ctx context.Context) (bool, error) {
-		seq, err := h.engine.LastLogSeq(ctx)
+		seq, err := h.reader.LastLogSeq(ctx)
 		if err != nil {
 			return false, err
 		}

@@ -8,7 +8,7 @@ import (
 	"strconv"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/internal/inspect"
 )
 
 // A conversation's log, beside its tree: the newest logShown entries
@@ -26,7 +26,7 @@ const (
 
 // logRow is a log entry as the view shows it.
 type logRow struct {
-	tasks.LogListing
+	inspect.LogListing
 	// Requeued: a pending after running — the task's run was recovered
 	// (its holder gone: a take-over, or a restart) or released.
 	Requeued bool
@@ -58,7 +58,7 @@ func requeues(rows []logRow, last map[int64]arbortype.Status) {
 	}
 }
 
-func toRows(entries []tasks.LogListing) []logRow {
+func toRows(entries []inspect.LogListing) []logRow {
 	out := make([]logRow, len(entries))
 	for i, e := range entries {
 		out[i].LogListing = e
@@ -68,7 +68,7 @@ func toRows(entries []tasks.LogListing) []logRow {
 
 // logView reads the page of conv's log below before (0: the newest).
 func (h *handler) logView(ctx context.Context, conv string, before int64) (logView, error) {
-	page, err := h.engine.ReadLogPage(ctx, tasks.LogQuery{ConversationID: conv, Before: before, Limit: logShown, MaxPayload: logPayload})
+	page, err := h.reader.ReadLogPage(ctx, inspect.LogQuery{ConversationID: conv, Before: before, Limit: logShown, MaxPayload: logPayload})
 	if err != nil {
 		return logView{}, err
 	}
@@ -132,11 +132,11 @@ func (h *handler) conversationLogLive(w http.ResponseWriter, r *http.Request) {
 	}
 	last := map[int64]arbortype.Status{}
 	h.serve(w, r, stream{conv: conv, render: func(ctx context.Context, buf *bytes.Buffer) (string, bool, error) {
-		q := tasks.LogQuery{ConversationID: conv, After: after, Limit: logShown + 1, MaxPayload: logPayload}
+		q := inspect.LogQuery{ConversationID: conv, After: after, Limit: logShown + 1, MaxPayload: logPayload}
 		if after == 0 {
-			q = tasks.LogQuery{ConversationID: conv, Limit: logShown, MaxPayload: logPayload}
+			q = inspect.LogQuery{ConversationID: conv, Limit: logShown, MaxPayload: logPayload}
 		}
-		page, err := h.engine.ReadLogPage(ctx, q)
+		page, err := h.reader.ReadLogPage(ctx, q)
 		if err != nil {
 			return "", false, err
 		}
@@ -146,7 +146,7 @@ func (h *handler) conversationLogLive(w http.ResponseWriter, r *http.Request) {
 			slices.Reverse(entries)
 		case len(entries) > logShown:
 			// More than a batch came: the newest logShown, after a gap.
-			newest, err := h.engine.ReadLogPage(ctx, tasks.LogQuery{ConversationID: conv, Limit: logShown, MaxPayload: logPayload})
+			newest, err := h.reader.ReadLogPage(ctx, inspect.LogQuery{ConversationID: conv, Limit: logShown, MaxPayload: logPayload})
 			if err != nil {
 				return "", false, err
 			}

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/internal/inspect"
 )
 
 // The nodes: who holds which conversations. A holder is a row of the
@@ -37,9 +37,9 @@ type nodeRow struct {
 	// Live counts its live lives (a runner has one; a caller's Leases may
 	// be several under one name); Earlier are its lives whose deadline
 	// passed, still on record: its give-ups.
-	Current tasks.Holder
+	Current inspect.Holder
 	Live    int
-	Earlier []tasks.Holder
+	Earlier []inspect.Holder
 	// Held counts the conversations its live lives hold; Lapsed those
 	// named by lives whose deadline passed (they wait for a take-over).
 	Held, Lapsed int
@@ -51,7 +51,7 @@ type nodeRow struct {
 type nodesView struct {
 	page
 	Nodes    []nodeRow
-	Restarts []tasks.TaskSummary
+	Restarts []inspect.TaskSummary
 	// Truncated says there are more holder rows than the page read.
 	Truncated bool
 	Now       time.Time
@@ -59,7 +59,7 @@ type nodesView struct {
 }
 
 func (h *handler) nodesView(ctx context.Context) (nodesView, error) {
-	hs, err := h.engine.Holders(ctx, holdersShown, heldCounted)
+	hs, err := h.reader.Holders(ctx, holdersShown, heldCounted)
 	if err != nil {
 		return nodesView{}, err
 	}
@@ -85,7 +85,7 @@ func (h *handler) nodesView(ctx context.Context) (nodesView, error) {
 		n.Live++
 		n.Held += hd.Held
 	}
-	if v.Restarts, err = h.engine.RecentRestarts(ctx, restartsScan, restartsShown); err != nil {
+	if v.Restarts, err = h.reader.RecentRestarts(ctx, restartsScan, restartsShown); err != nil {
 		return nodesView{}, err
 	}
 	return v, nil

@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/internal/inspect"
 )
 
 // A task's page: its whole record — attempts and their errors,
@@ -74,8 +74,8 @@ type record struct {
 	// Parked says it is parked in an await (T.AwaitName, T.AwaitToken,
 	// T.WakeAt its timeout).
 	Parked   bool
-	Events   []tasks.EventListing
-	Children tasks.ChildrenPage
+	Events   []inspect.EventListing
+	Children inspect.ChildrenPage
 	// ChildrenNext is the address of the next page of its children.
 	ChildrenNext string
 	// Log is a page of its log entries (Log.Older unused).
@@ -149,7 +149,7 @@ func (h *handler) record(ctx context.Context, q recordQuery) (record, error) {
 		}
 		v.Owner = &o
 	}
-	if v.Children, err = h.engine.ChildrenAfter(ctx, q.ID, q.ChildrenAfter, childrenShown); err != nil {
+	if v.Children, err = h.reader.ChildrenAfter(ctx, q.ID, q.ChildrenAfter, childrenShown); err != nil {
 		return record{}, err
 	}
 	if v.Children.Next != 0 {
@@ -158,15 +158,15 @@ func (h *handler) record(ctx context.Context, q recordQuery) (record, error) {
 	// Parked in an await: sleeping with its name (what PendingEvents
 	// lists); the row holds its token and timeout.
 	v.Parked = t.Status == arbortype.StatusSleeping && t.AwaitName != ""
-	if v.Events, err = h.engine.TaskEvents(ctx, q.ID, eventsShown, logPayload); err != nil {
+	if v.Events, err = h.reader.TaskEvents(ctx, q.ID, eventsShown, logPayload); err != nil {
 		return record{}, err
 	}
-	budgets, err := h.engine.TaskBudgets(ctx, q.ID)
+	budgets, err := h.reader.TaskBudgets(ctx, q.ID)
 	if err != nil {
 		return record{}, err
 	}
 	v.Budgets, v.Spend = budgets.Budgets, budgets.Spend
-	log, err := h.engine.ReadLogPage(ctx, tasks.LogQuery{ConversationID: t.ConversationID, TaskID: t.ID, Before: q.LogBefore,
+	log, err := h.reader.ReadLogPage(ctx, inspect.LogQuery{ConversationID: t.ConversationID, TaskID: t.ID, Before: q.LogBefore,
 		Limit: logShown, MaxPayload: logPayload})
 	if err != nil {
 		return record{}, err

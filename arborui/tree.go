@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/tasks"
+	"github.com/arborhq/arbor/internal/inspect"
 )
 
 // A conversation's page: its tree, a page of at most Options.TreeLimit
@@ -20,7 +20,7 @@ import (
 
 // node is a task in a drawn tree.
 type node struct {
-	T        tasks.TaskSummary
+	T        inspect.TaskSummary
 	Children []*node
 	// More counts the task's children this page does not draw.
 	More int
@@ -77,7 +77,7 @@ type treeView struct {
 	Shown, Count, Live int
 	Capped             bool
 	Counts             []statusCount
-	Awaits             []tasks.AwaitListing
+	Awaits             []inspect.AwaitListing
 	MoreAwaits         bool
 	// Back is the page's own address (an action's "back"); Next and First
 	// the pager's; Stream the tree's live address.
@@ -95,7 +95,7 @@ func (h *handler) treeView(ctx context.Context, q treeQuery) (treeView, error) {
 	if err != nil {
 		return treeView{}, err
 	}
-	tq := tasks.TreeQuery{ConversationID: q.Conv, After: q.After, Limit: h.opts.TreeLimit}
+	tq := inspect.TreeQuery{ConversationID: q.Conv, After: q.After, Limit: h.opts.TreeLimit}
 	switch q.Status {
 	case "":
 	case "live":
@@ -103,11 +103,11 @@ func (h *handler) treeView(ctx context.Context, q treeQuery) (treeView, error) {
 	default:
 		tq.Statuses = []arbortype.Status{arbortype.Status(q.Status)}
 	}
-	tp, err := h.engine.Tree(ctx, tq)
+	tp, err := h.reader.Tree(ctx, tq)
 	if err != nil {
 		return treeView{}, err
 	}
-	awaits, err := h.engine.Awaits(ctx, tasks.AwaitQuery{ConversationID: q.Conv, Limit: 20})
+	awaits, err := h.reader.Awaits(ctx, inspect.AwaitQuery{ConversationID: q.Conv, Limit: 20})
 	if err != nil {
 		return treeView{}, err
 	}

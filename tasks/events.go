@@ -47,14 +47,14 @@ type EmitParams struct {
 // arbortype.ErrPayloadTooLarge.
 func (e *Engine) Emit(ctx context.Context, p EmitParams) (ev arbortype.Event, created bool, err error) {
 	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (core.Emitted, error) { return e.emit(ctx, tx, p) })
-	return event(r.Event), r.Created, err
+	return r.Event.Arbor(), r.Created, err
 }
 
 // EmitTx is Emit inside the caller's transaction (the user's message row
 // and its delivery to the turn commit together).
 func (e *Engine) EmitTx(ctx context.Context, tx pgx.Tx, p EmitParams) (ev arbortype.Event, created bool, err error) {
 	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (core.Emitted, error) { return e.emit(ctx, tx, p) })
-	return event(r.Event), r.Created, err
+	return r.Event.Arbor(), r.Created, err
 }
 
 func (e *Engine) emit(ctx context.Context, tx pgx.Tx, p EmitParams) (core.Emitted, error) {
@@ -87,13 +87,13 @@ func (e *Engine) emit(ctx context.Context, tx pgx.Tx, p EmitParams) (core.Emitte
 // only a raise of the budget (SetBudget) ends that await.
 func (e *Engine) EmitToken(ctx context.Context, token string, payload json.RawMessage) (ev arbortype.Event, created bool, err error) {
 	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (core.Emitted, error) { return e.core.EmitToken(ctx, tx, token, payload) })
-	return event(r.Event), r.Created, err
+	return r.Event.Arbor(), r.Created, err
 }
 
 // EmitTokenTx is EmitToken inside the caller's transaction.
 func (e *Engine) EmitTokenTx(ctx context.Context, tx pgx.Tx, token string, payload json.RawMessage) (ev arbortype.Event, created bool, err error) {
 	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (core.Emitted, error) { return e.core.EmitToken(ctx, tx, token, payload) })
-	return event(r.Event), r.Created, err
+	return r.Event.Arbor(), r.Created, err
 }
 
 // PendingEvents lists what a conversation waits for from outside: every
@@ -130,13 +130,7 @@ func (e *Engine) Events(ctx context.Context, conversationID string, after int64,
 	}
 	out := make([]arbortype.Event, len(evs))
 	for i, ev := range evs {
-		out[i] = event(ev)
+		out[i] = ev.Arbor()
 	}
 	return out, nil
-}
-
-func event(ev store.Event) arbortype.Event {
-	return arbortype.Event{ID: ev.ID, ConversationID: ev.ConversationID, TaskID: ev.TaskID, Name: ev.Name,
-		Payload: ev.Payload, Queued: ev.Queued, IdempotencyKey: ev.IdempotencyKey, EmittedAt: ev.EmittedAt,
-		DeliveredTo: ev.DeliveredTo, DeliveredAt: ev.DeliveredAt}
 }

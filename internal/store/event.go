@@ -26,6 +26,13 @@ type Event struct {
 	DeliveredAt    *time.Time
 }
 
+// Arbor returns ev as the public package's type.
+func (ev Event) Arbor() arbortype.Event {
+	return arbortype.Event{ID: ev.ID, ConversationID: ev.ConversationID, TaskID: ev.TaskID, Name: ev.Name,
+		Payload: ev.Payload, Queued: ev.Queued, IdempotencyKey: ev.IdempotencyKey, EmittedAt: ev.EmittedAt,
+		DeliveredTo: ev.DeliveredTo, DeliveredAt: ev.DeliveredAt}
+}
+
 const eventColumns = `id, conversation_id, coalesce(task_id, 0), name, payload, coalesce(idempotency_key, ''), queued,
 	emitted_at, coalesce(delivered_to, 0), delivered_at`
 

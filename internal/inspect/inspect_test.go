@@ -1,4 +1,4 @@
-package tasks_test
+package inspect_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/enginetest"
+	"github.com/arborhq/arbor/internal/inspect"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -23,6 +24,7 @@ import (
 type inspectFixture struct {
 	ctx     context.Context
 	engine  *enginetest.Engine
+	reader  *inspect.Reader
 	prefix  string
 	ids     []string
 	failed  map[string]bool
@@ -35,6 +37,7 @@ func newInspectFixture(t *testing.T, n int) *inspectFixture {
 	pool, schema := testdb.Fresh(t)
 	f := &inspectFixture{ctx: context.Background(), engine: enginetest.New(t, pool, &tasks.Config{Schema: schema}),
 		prefix: testdb.Name("c"), failed: map[string]bool{}, await: map[string]bool{}, running: map[string]bool{}}
+	f.reader = inspect.New(f.engine.Engine)
 	var ps []arbortype.CreateParams
 	for i := range n {
 		id := fmt.Sprintf("%s-%03d", f.prefix, i)
@@ -73,13 +76,13 @@ func newInspectFixture(t *testing.T, n int) *inspectFixture {
 
 // all pages through q and returns the ids listed, failing on one listed
 // twice.
-func (f *inspectFixture) all(t *testing.T, q tasks.ConversationQuery) []string {
+func (f *inspectFixture) all(t *testing.T, q inspect.ConversationQuery) []string {
 	t.Helper()
 	var out []string
 	seen := map[string]bool{}
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 1000, "the listing ends")
-		page, err := f.engine.QueryConversations(f.ctx, q)
+		page, err := f.reader.QueryConversations(f.ctx, q)
 		require.NoError(t, err)
 		require.LessOrEqual(t, len(page.Conversations), q.Limit)
 		for _, c := range page.Conversations {
@@ -110,32 +113,32 @@ func TestQueryConversations(t *testing.T) {
 		return out
 	}
 	cases := map[string]struct {
-		q    tasks.ConversationQuery
+		q    inspect.ConversationQuery
 		want []string
 	}{
-		"all":      {tasks.ConversationQuery{}, f.ids},
-		"failed":   {tasks.ConversationQuery{Failed: true}, keep(func(_ int, id string) bool { return f.failed[id] })},
-		"awaiting": {tasks.ConversationQuery{Awaiting: true}, keep(func(_ int, id string) bool { return f.await[id] })},
-		"running": {tasks.ConversationQuery{Statuses: []arbortype.Status{arbortype.StatusRunning}},
+		"all":      {inspect.ConversationQuery{}, f.ids},
+		"failed":   {inspect.ConversationQuery{Failed: true}, keep(func(_ int, id string) bool { return f.failed[id] })},
+		"awaiting": {inspect.ConversationQuery{Awaiting: true}, keep(func(_ int, id string) bool { return f.await[id] })},
+		"running": {inspect.ConversationQuery{Statuses: []arbortype.Status{arbortype.StatusRunning}},
 			keep(func(_ int, id string) bool { return f.running[id] })},
-		"live": {tasks.ConversationQuery{Live: tasks.LiveOnly}, keep(func(_ int, id string) bool { return !f.failed[id] })},
-		"settled": {tasks.ConversationQuery{Live: tasks.LiveNone},
+		"live": {inspect.ConversationQuery{Live: inspect.LiveOnly}, keep(func(_ int, id string) bool { return !f.failed[id] })},
+		"settled": {inspect.ConversationQuery{Live: inspect.LiveNone},
 			keep(func(_ int, id string) bool { return f.failed[id] })},
-		"kind":   {tasks.ConversationQuery{Kind: "odd_turn"}, keep(func(i int, _ string) bool { return i%2 == 1 })},
-		"holder": {tasks.ConversationQuery{Holder: "test"}, keep(func(_ int, id string) bool { return f.failed[id] || f.await[id] || f.running[id] })},
-		"prefix": {tasks.ConversationQuery{Prefix: f.prefix + "-01"}, keep(func(_ int, id string) bool { return strings.HasPrefix(id, f.prefix+"-01") })},
-		"combined": {tasks.ConversationQuery{Kind: "odd_turn", Failed: true},
+		"kind":   {inspect.ConversationQuery{Kind: "odd_turn"}, keep(func(i int, _ string) bool { return i%2 == 1 })},
+		"holder": {inspect.ConversationQuery{Holder: "test"}, keep(func(_ int, id string) bool { return f.failed[id] || f.await[id] || f.running[id] })},
+		"prefix": {inspect.ConversationQuery{Prefix: f.prefix + "-01"}, keep(func(_ int, id string) bool { return strings.HasPrefix(id, f.prefix+"-01") })},
+		"combined": {inspect.ConversationQuery{Kind: "odd_turn", Failed: true},
 			keep(func(i int, id string) bool { return i%2 == 1 && f.failed[id] })},
 	}
 	for name, c := range cases {
-		for _, order := range []tasks.ConversationOrder{tasks.OrderID, tasks.OrderRecent} {
+		for _, order := range []inspect.ConversationOrder{inspect.OrderID, inspect.OrderRecent} {
 			t.Run(fmt.Sprintf("%s by %q", name, order), func(t *testing.T) {
 				t.Parallel()
 				q := c.q
 				q.Order, q.Limit, q.Scan = order, 7, 11
 				got := f.all(t, q)
 				want := slices.Clone(c.want)
-				if order == tasks.OrderRecent {
+				if order == inspect.OrderRecent {
 					slices.Reverse(want) // created in id order: the newest last
 				}
 				require.Equal(t, want, got)
@@ -144,7 +147,7 @@ func TestQueryConversations(t *testing.T) {
 	}
 	t.Run("a page's rows", func(t *testing.T) {
 		t.Parallel()
-		page, err := f.engine.QueryConversations(f.ctx, tasks.ConversationQuery{Order: tasks.OrderID, Limit: 3})
+		page, err := f.reader.QueryConversations(f.ctx, inspect.ConversationQuery{Order: inspect.OrderID, Limit: 3})
 		require.NoError(t, err)
 		require.Len(t, page.Conversations, 3)
 		c := page.Conversations[0]
@@ -159,7 +162,7 @@ func TestQueryConversations(t *testing.T) {
 	})
 	t.Run("a filter that keeps few is partial", func(t *testing.T) {
 		t.Parallel()
-		page, err := f.engine.QueryConversations(f.ctx, tasks.ConversationQuery{Order: tasks.OrderID, Awaiting: true, Limit: 50, Scan: 10})
+		page, err := f.reader.QueryConversations(f.ctx, inspect.ConversationQuery{Order: inspect.OrderID, Awaiting: true, Limit: 50, Scan: 10})
 		require.NoError(t, err)
 		require.Equal(t, 10, page.Scanned)
 		require.True(t, page.Partial)
@@ -167,17 +170,17 @@ func TestQueryConversations(t *testing.T) {
 	})
 	t.Run("bad queries", func(t *testing.T) {
 		t.Parallel()
-		for _, q := range []tasks.ConversationQuery{{Limit: 5001}, {Scan: 100_001}, {Order: "x"}, {Order: tasks.OrderID, Cursor: "r5"},
+		for _, q := range []inspect.ConversationQuery{{Limit: 5001}, {Scan: 100_001}, {Order: "x"}, {Order: inspect.OrderID, Cursor: "r5"},
 			{Cursor: "iabc"}, {Statuses: []arbortype.Status{arbortype.StatusFailed}}} {
-			_, err := f.engine.QueryConversations(f.ctx, q)
+			_, err := f.reader.QueryConversations(f.ctx, q)
 			require.ErrorIs(t, err, arbortype.ErrInvalidArgument, "%+v", q)
 		}
 	})
 	t.Run("awaits", func(t *testing.T) {
 		t.Parallel()
 		var got []string
-		for q := (tasks.AwaitQuery{Limit: 4}); ; {
-			page, err := f.engine.Awaits(f.ctx, q)
+		for q := (inspect.AwaitQuery{Limit: 4}); ; {
+			page, err := f.reader.Awaits(f.ctx, q)
 			require.NoError(t, err)
 			for _, a := range page.Awaits {
 				require.Equal(t, "approval", a.AwaitName)
@@ -190,30 +193,30 @@ func TestQueryConversations(t *testing.T) {
 			q.Cursor = page.Next
 		}
 		require.Equal(t, keep(func(_ int, id string) bool { return f.await[id] }), got)
-		one, err := f.engine.Awaits(f.ctx, tasks.AwaitQuery{ConversationID: f.ids[5]})
+		one, err := f.reader.Awaits(f.ctx, inspect.AwaitQuery{ConversationID: f.ids[5]})
 		require.NoError(t, err)
 		require.Len(t, one.Awaits, 1)
 		require.Equal(t, f.ids[5], one.Awaits[0].ConversationID)
-		none, err := f.engine.Awaits(f.ctx, tasks.AwaitQuery{ConversationID: f.ids[1]})
+		none, err := f.reader.Awaits(f.ctx, inspect.AwaitQuery{ConversationID: f.ids[1]})
 		require.NoError(t, err)
 		require.Empty(t, none.Awaits)
 	})
 	t.Run("counts", func(t *testing.T) {
 		t.Parallel()
-		n, err := f.engine.LiveTaskCounts(f.ctx, 1000)
+		n, err := f.reader.LiveTaskCounts(f.ctx, 1000)
 		require.NoError(t, err)
 		require.Equal(t, len(f.await), n.Awaiting)
 		require.Equal(t, len(f.await), n.ByStatus[arbortype.StatusSleeping])
 		require.Equal(t, len(f.running), n.ByStatus[arbortype.StatusRunning])
 		require.False(t, n.Capped)
-		n, err = f.engine.LiveTaskCounts(f.ctx, 5)
+		n, err = f.reader.LiveTaskCounts(f.ctx, 5)
 		require.NoError(t, err)
 		require.True(t, n.Capped)
 	})
 	t.Run("holders", func(t *testing.T) {
 		t.Parallel()
 		// The test's leases are a holder row each, all named "test".
-		hs, err := f.engine.Holders(f.ctx, 1000, 1000)
+		hs, err := f.reader.Holders(f.ctx, 1000, 1000)
 		require.NoError(t, err)
 		held := 0
 		for _, h := range hs {
@@ -222,7 +225,7 @@ func TestQueryConversations(t *testing.T) {
 			held += h.Held
 		}
 		require.Equal(t, len(f.failed)+len(f.await)+len(f.running), held)
-		require.True(t, slices.IsSortedFunc(hs, func(a, b tasks.Holder) int { return int(b.ID - a.ID) }), "newest first")
+		require.True(t, slices.IsSortedFunc(hs, func(a, b inspect.Holder) int { return int(b.ID - a.ID) }), "newest first")
 	})
 }
 
@@ -251,8 +254,8 @@ func TestTreeAndLogPages(t *testing.T) {
 	require.NoError(t, err)
 
 	var tree []int64
-	for q := (tasks.TreeQuery{ConversationID: conv, Limit: 10}); ; {
-		page, err := f.engine.Tree(f.ctx, q)
+	for q := (inspect.TreeQuery{ConversationID: conv, Limit: 10}); ; {
+		page, err := f.reader.Tree(f.ctx, q)
 		require.NoError(t, err)
 		require.Equal(t, map[arbortype.Status]int{arbortype.StatusWaiting: 1, arbortype.StatusPending: 95}, page.Counts)
 		for _, task := range page.Tasks {
@@ -270,15 +273,15 @@ func TestTreeAndLogPages(t *testing.T) {
 		q.After = page.Next
 	}
 	require.Equal(t, append([]int64{root.ID}, ids...), tree)
-	page, err := f.engine.Tree(f.ctx, tasks.TreeQuery{ConversationID: conv, Statuses: []arbortype.Status{arbortype.StatusWaiting}})
+	page, err := f.reader.Tree(f.ctx, inspect.TreeQuery{ConversationID: conv, Statuses: []arbortype.Status{arbortype.StatusWaiting}})
 	require.NoError(t, err)
 	require.Len(t, page.Tasks, 1)
-	_, err = f.engine.Tree(f.ctx, tasks.TreeQuery{ConversationID: "nobody-" + conv})
+	_, err = f.reader.Tree(f.ctx, inspect.TreeQuery{ConversationID: "nobody-" + conv})
 	require.ErrorIs(t, err, arbortype.ErrNotFound)
 
 	var children []int64
 	for after := int64(0); ; {
-		page, err := f.engine.ChildrenAfter(f.ctx, root.ID, after, 30)
+		page, err := f.reader.ChildrenAfter(f.ctx, root.ID, after, 30)
 		require.NoError(t, err)
 		require.Equal(t, 95, page.Total)
 		for _, c := range page.Tasks {
@@ -295,8 +298,8 @@ func TestTreeAndLogPages(t *testing.T) {
 	// conversation's, found 2 a page with a scan of 20.
 	var seen []arbortype.Status
 	pages := 0
-	for q := (tasks.LogQuery{ConversationID: conv, TaskID: root.ID, Limit: 2, Scan: 20}); ; pages++ {
-		page, err := f.engine.ReadLogPage(f.ctx, q)
+	for q := (inspect.LogQuery{ConversationID: conv, TaskID: root.ID, Limit: 2, Scan: 20}); ; pages++ {
+		page, err := f.reader.ReadLogPage(f.ctx, q)
 		require.NoError(t, err)
 		for _, en := range page.Entries {
 			require.Equal(t, root.ID, en.TaskID)
@@ -312,19 +315,19 @@ func TestTreeAndLogPages(t *testing.T) {
 
 	_, _, err = f.engine.Emit(f.ctx, tasks.EmitParams{ConversationID: conv, Name: "big", Payload: json.RawMessage(`"` + strings.Repeat("x", 10_000) + `"`)})
 	require.NoError(t, err)
-	head, err := f.engine.ReadLogPage(f.ctx, tasks.LogQuery{ConversationID: conv, Limit: 1, MaxPayload: 5})
+	head, err := f.reader.ReadLogPage(f.ctx, inspect.LogQuery{ConversationID: conv, Limit: 1, MaxPayload: 5})
 	require.NoError(t, err)
 	require.Len(t, head.Entries, 1)
 	require.Equal(t, arbortype.LogKindEvent, head.Entries[0].Kind)
 	require.True(t, head.Entries[0].Cut())
 	require.Len(t, head.Entries[0].Payload, 5)
 	require.Greater(t, head.Entries[0].PayloadBytes, 10_000)
-	tail, err := f.engine.ReadLogPage(f.ctx, tasks.LogQuery{ConversationID: conv, After: head.Entries[0].Seq - 2})
+	tail, err := f.reader.ReadLogPage(f.ctx, inspect.LogQuery{ConversationID: conv, After: head.Entries[0].Seq - 2})
 	require.NoError(t, err)
 	require.Len(t, tail.Entries, 2)
 	require.True(t, tail.Entries[1].Cut())
-	require.Len(t, tail.Entries[1].Payload, tasks.MaxPayloadDefault)
-	last, err := f.engine.LastLogSeq(f.ctx)
+	require.Len(t, tail.Entries[1].Payload, inspect.MaxPayloadDefault)
+	last, err := f.reader.LastLogSeq(f.ctx)
 	require.NoError(t, err)
 	require.Equal(t, head.Entries[0].Seq, last)
 }

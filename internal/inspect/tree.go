@@ -1,4 +1,4 @@
-package tasks
+package inspect
 
 import (
 	"context"
@@ -39,7 +39,7 @@ type AwaitPage struct {
 // from outside — its tasks parked in an await (an approval), each with
 // its token — by conversation, event name and task, a page at a time
 // along the awaiting index.
-func (e *Engine) Awaits(ctx context.Context, q AwaitQuery) (AwaitPage, error) {
+func (e *Reader) Awaits(ctx context.Context, q AwaitQuery) (AwaitPage, error) {
 	if q.Limit == 0 {
 		q.Limit = PageLimitDefault
 	}
@@ -112,7 +112,7 @@ type TreePage struct {
 // first), with their children counted and the conversation's tasks
 // counted by status: a drawing of a 100,000-task tree reads a page of it,
 // not all of it. arbortype.ErrNotFound when the conversation does not exist.
-func (e *Engine) Tree(ctx context.Context, q TreeQuery) (TreePage, error) {
+func (e *Reader) Tree(ctx context.Context, q TreeQuery) (TreePage, error) {
 	if q.Limit == 0 {
 		q.Limit = TreeLimitDefault
 	}
@@ -159,7 +159,7 @@ type ChildrenPage struct {
 // ChildrenAfter reads a page of up to limit (1..5000) children of taskID after
 // task id after, in id order, and counts them all. arbortype.ErrNotFound when the
 // task does not exist.
-func (e *Engine) ChildrenAfter(ctx context.Context, taskID, after int64, limit int) (ChildrenPage, error) {
+func (e *Reader) ChildrenAfter(ctx context.Context, taskID, after int64, limit int) (ChildrenPage, error) {
 	type result struct {
 		page  []store.TaskSummary
 		total int

@@ -1,4 +1,4 @@
-package tasks
+package inspect
 
 import (
 	"context"
@@ -57,7 +57,7 @@ type LogPage struct {
 // newest first. A task's entries below q.Before are looked for among
 // q.Scan entries of the conversation's, and Older continues below those.
 // arbortype.ErrNotFound when the conversation does not exist.
-func (e *Engine) ReadLogPage(ctx context.Context, q LogQuery) (LogPage, error) {
+func (e *Reader) ReadLogPage(ctx context.Context, q LogQuery) (LogPage, error) {
 	if q.Limit == 0 {
 		q.Limit = PageLimitDefault
 	}
@@ -98,7 +98,7 @@ func (e *Engine) ReadLogPage(ctx context.Context, q LogQuery) (LogPage, error) {
 // LastLogSeq returns the seq of the newest entry of any conversation's
 // log (0: none), in one probe of the log's primary key: a cheap test of
 // whether anything was logged since the last call.
-func (e *Engine) LastLogSeq(ctx context.Context) (int64, error) {
+func (e *Reader) LastLogSeq(ctx context.Context) (int64, error) {
 	return core.Read(ctx, e.core, func(db store.DB) (int64, error) { return e.core.LastLogSeq(ctx, db) })
 }
 
@@ -115,7 +115,7 @@ func (l EventListing) Cut() bool { return l.PayloadBytes > len(l.Payload) }
 // TaskEvents reads up to limit (1..5000) events addressed or delivered to
 // taskID, the newest first, payloads cut to maxPayload characters (0:
 // MaxPayloadDefault). arbortype.ErrNotFound when the task does not exist.
-func (e *Engine) TaskEvents(ctx context.Context, taskID int64, limit, maxPayload int) ([]EventListing, error) {
+func (e *Reader) TaskEvents(ctx context.Context, taskID int64, limit, maxPayload int) ([]EventListing, error) {
 	if maxPayload == 0 {
 		maxPayload = MaxPayloadDefault
 	}
@@ -127,7 +127,7 @@ func (e *Engine) TaskEvents(ctx context.Context, taskID int64, limit, maxPayload
 	}
 	out := make([]EventListing, len(rows))
 	for i, r := range rows {
-		out[i] = EventListing{Event: event(r.Event), PayloadBytes: r.PayloadBytes}
+		out[i] = EventListing{Event: r.Event.Arbor(), PayloadBytes: r.PayloadBytes}
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package tasks
+package inspect
 
 import (
 	"context"
@@ -12,12 +12,6 @@ import (
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/store"
 )
-
-// The operator's reads of the web view (package arborui): each reads at
-// most a bounded number of rows and pages by keyset — the key of the last
-// row a page returned, never an OFFSET — so that a page costs the same
-// over 100,000 conversations as over ten. Like ListConversations they have
-// no …Tx form.
 
 // TaskSummary is a task as a listing draws it: the row without its
 // documents (Input, State, Result, Delivered, Trace, ErrorHistory and
@@ -138,7 +132,7 @@ type ConversationPage struct {
 // It reads at most q.Scan rows along an index (the conversations' primary
 // key, or the tasks' backwards), whatever the number of conversations: a
 // page over 100,000 costs what a page over ten does.
-func (e *Engine) QueryConversations(ctx context.Context, q ConversationQuery) (ConversationPage, error) {
+func (e *Reader) QueryConversations(ctx context.Context, q ConversationQuery) (ConversationPage, error) {
 	if q.Limit == 0 {
 		q.Limit = PageLimitDefault
 	}
@@ -226,7 +220,7 @@ type LiveTaskCounts struct {
 // LiveTaskCounts counts the live tasks across conversations by status,
 // and those awaiting an event, reading at most limit (1..1,000,000) rows
 // of each: a count that reaches it is reported Capped, not exact.
-func (e *Engine) LiveTaskCounts(ctx context.Context, limit int) (LiveTaskCounts, error) {
+func (e *Reader) LiveTaskCounts(ctx context.Context, limit int) (LiveTaskCounts, error) {
 	rows, err := core.Read(ctx, e.core, func(db store.DB) ([]store.LiveCount, error) { return e.core.LiveCounts(ctx, db, limit) })
 	if err != nil {
 		return LiveTaskCounts{}, err
@@ -250,7 +244,7 @@ func (e *Engine) LiveTaskCounts(ctx context.Context, limit int) (LiveTaskCounts,
 // its owners' up to the turn, its conversation's (a wall-time budget's
 // Spent is the time elapsed) — and what the task itself spent and holds
 // (Spend). arbortype.ErrNotFound when the task does not exist.
-func (e *Engine) TaskBudgets(ctx context.Context, taskID int64) (arbortype.ConversationBudgets, error) {
+func (e *Reader) TaskBudgets(ctx context.Context, taskID int64) (arbortype.ConversationBudgets, error) {
 	return core.Read(ctx, e.core, func(db store.DB) (arbortype.ConversationBudgets, error) {
 		bs, spend, err := e.core.TaskBudgets(ctx, db, taskID)
 		if err != nil {
@@ -285,7 +279,7 @@ type Holder struct {
 // Holders reads up to limit (1..5000) holder rows, by name then newest
 // first, each with the conversations it holds counted up to held
 // (1..1,000,000).
-func (e *Engine) Holders(ctx context.Context, limit, held int) ([]Holder, error) {
+func (e *Reader) Holders(ctx context.Context, limit, held int) ([]Holder, error) {
 	rows, err := core.Read(ctx, e.core, func(db store.DB) ([]store.HolderRow, error) { return e.core.Holders(ctx, db, limit, held) })
 	if err != nil {
 		return nil, err
@@ -301,7 +295,7 @@ func (e *Engine) Holders(ctx context.Context, limit, held int) ([]Holder, error)
 // RecentRestarts reads up to limit (1..5000) tasks that were recovered as
 // restarts (Attempt > 0: their holder died or lost its lease while they
 // ran) among the scan (1..100,000) newest tasks, the newest first.
-func (e *Engine) RecentRestarts(ctx context.Context, scan, limit int) ([]TaskSummary, error) {
+func (e *Reader) RecentRestarts(ctx context.Context, scan, limit int) ([]TaskSummary, error) {
 	rows, err := core.Read(ctx, e.core, func(db store.DB) ([]store.TaskSummary, error) {
 		return e.core.RecentRestarts(ctx, db, scan, limit)
 	})
