@@ -2,6 +2,7 @@ package faultharness
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -143,4 +144,40 @@ func TestProofCatchesReentries(t *testing.T) {
 
 	call(5, once.ID, 9, "once") // a run started again
 	check(1, 2)
+}
+
+// TestProofCountsRestarts checks how the proof counts recoveries: each
+// one a fault explains is a restart counted, each one none explains a
+// problem too; in a scenario of database faults alone, no fault explains
+// any, and an abandoned_on_restart is counted apart.
+func TestProofCountsRestarts(t *testing.T) {
+	t.Parallel()
+	recs := []recovery{
+		{task: 1, kind: "once", status: "cancelled", code: abandonedCode, explainedBy: "restart"},
+		{task: 2, kind: "tool", status: "pending", explainedBy: "kill"},
+		{task: 3, kind: "tool", status: "pending"},
+	}
+	for _, tc := range []struct {
+		dbOnly                                   bool
+		restarts, explained, abandoned, problems int
+	}{
+		{dbOnly: false, restarts: 3, explained: 2, abandoned: 0, problems: 1},
+		{dbOnly: true, restarts: 2, explained: 0, abandoned: 1, problems: 2},
+	} {
+		s := &Scenario{cfg: Config{DatabaseFaultsOnly: tc.dbOnly}}
+		rs := slices.Clone(recs)
+		if tc.dbOnly {
+			for i := range rs {
+				rs[i].explainedBy = "" // as Verify does
+			}
+		}
+		var f Figures
+		var problems []string
+		s.countRestarts(rs, &f, func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) })
+		require.Equal(t, tc.restarts, f.Restarts, "database faults only: %v", tc.dbOnly)
+		require.Equal(t, tc.explained, f.explained, "database faults only: %v", tc.dbOnly)
+		require.Equal(t, tc.restarts-tc.explained, f.unexplained, "database faults only: %v", tc.dbOnly)
+		require.Equal(t, tc.abandoned, f.abandonedRecoveries, "database faults only: %v", tc.dbOnly)
+		require.Len(t, problems, tc.problems, strings.Join(problems, "\n"))
+	}
 }

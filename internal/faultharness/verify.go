@@ -86,6 +86,13 @@ func (s *Scenario) Verify() Figures {
 	}
 
 	recs := s.recoveries()
+	if s.cfg.DatabaseFaultsOnly {
+		// No runner died, no conversation was locked: nothing explains a
+		// restart.
+		for i := range recs {
+			recs[i].explainedBy = ""
+		}
+	}
 	perTask := map[int64]*taskRecoveries{}
 	for _, r := range recs {
 		tr := perTask[r.task]
@@ -262,26 +269,7 @@ func (s *Scenario) Verify() Figures {
 	}
 	f.FailedByFault = len(faulty)
 
-	for _, r := range recs {
-		if s.cfg.DatabaseFaultsOnly && r.code == abandonedCode {
-			// Its designed end after a fault of the database's, which
-			// cuts an abandon_on_restart run without any node's fault.
-			f.abandonedRecoveries++
-			continue
-		}
-		f.Restarts++
-		if r.explainedBy == "" {
-			f.unexplained++
-			if f.unexplained <= 20 {
-				add("a restart no kill, freeze, cut or lock explains: %s", r)
-			}
-		} else {
-			f.explained++
-		}
-	}
-	if f.unexplained > 20 {
-		add("… and %d more restarts no fault explains", f.unexplained-20)
-	}
+	s.countRestarts(recs, &f, add)
 
 	s.collect(&f, add)
 	s.reentries(&f, add)
@@ -312,6 +300,32 @@ func (s *Scenario) Verify() Figures {
 	// Not fatal: the scenario's own checks and figures still run and log.
 	assert.Empty(t, problems, "\n%s", strings.Join(problems, "\n"))
 	return f
+}
+
+// countRestarts counts the recoveries into f, and adds a problem for each
+// that no fault explains (the first 20 listed). In a scenario of database
+// faults alone (Config.DatabaseFaultsOnly), an abandoned_on_restart is the
+// designed end of an abandon_on_restart run that the fault cut, whichever
+// recovery came: counted apart, not a restart.
+func (s *Scenario) countRestarts(recs []recovery, f *Figures, add func(string, ...any)) {
+	for _, r := range recs {
+		if s.cfg.DatabaseFaultsOnly && r.code == abandonedCode {
+			f.abandonedRecoveries++
+			continue
+		}
+		f.Restarts++
+		if r.explainedBy == "" {
+			f.unexplained++
+			if f.unexplained <= 20 {
+				add("a restart no kill, freeze, cut or lock explains: %s", r)
+			}
+		} else {
+			f.explained++
+		}
+	}
+	if f.unexplained > 20 {
+		add("… and %d more restarts no fault explains", f.unexplained-20)
+	}
 }
 
 // checkTurn compares a turn's result with its children's designed ends:
