@@ -41,8 +41,8 @@ import (
 //	│                         the conversation's budget, calls the model (a
 //	│                         side effect), records 60, then awaits the
 //	│                         event "approve" (which the test emits:
-//	│                         Scenario.Approve) and completes with its
-//	│                         payload
+//	│                         Scenario.AddTurns, Scenario.EmitRest) and
+//	│                         completes with its payload
 //	├── waiter                only in a tree with awaits: awaits an event
 //	│                         nobody emits, with a 1–3 s timeout (a River
 //	│                         job and a local timer, as a sleep's),
