@@ -44,7 +44,8 @@ examples:
 # restart test fails rather than restart a server the script did not start.
 # -v: the figures of each scenario (overlaps, side effects after a take-over,
 # tasks failed, restarts, re-entries of abandon_on_restart handlers,
-# give-ups, stop latency) are the report.
+# give-ups, stop latency) are the report. The workload, the run log and
+# the proof are internal/faultharness's, which the failover tests share.
 chaos:
 	ARBOR_CHAOS=1 $(WITH_PG) $(GO) test -race -count=1 -timeout 30m -v ./internal/chaos/
 
@@ -54,10 +55,11 @@ chaos:
 # refused) — in a network namespace of
 # its own (scripts/with-failover-cluster.sh), reached by a multi-host
 # connection string; the primary killed, switched over, cut off, and
-# killed during a completer flush and during a prune, with the chaos
-# proof after each. The modules are fetched first: the namespace has no
-# network. -v: the figures (fault → first task completed on the new
-# primary, → every conversation settled) are docs/operations.md's. The
+# killed during a completer flush and during a prune, with the fault
+# proof (internal/faultharness) after each. The modules are fetched
+# first: the namespace has no network. -v: the figures (fault → first task
+# completed on the new primary, → every conversation settled) are
+# docs/operations.md's. The
 # suite takes about 5 minutes alone and 11 beside a second make test: the
 # package's bound (30m) is for a broken test, not an expectation.
 failover:

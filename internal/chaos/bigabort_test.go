@@ -42,14 +42,14 @@ func TestBigAbortOnABusyNode(t *testing.T) {
 		children = n
 	}
 	for _, table := range []string{"tasks", "conversation_log", "conversations", "events"} {
-		s.exec(`ALTER TABLE {s}.` + table + ` SET (autovacuum_enabled = false)`)
+		s.Exec(`ALTER TABLE {s}.` + table + ` SET (autovacuum_enabled = false)`)
 	}
-	s.exec(`ANALYZE {s}.tasks, {s}.conversation_log`)
+	s.Exec(`ANALYZE {s}.tasks, {s}.conversation_log`)
 
 	const conv = "chaos-big-abort"
-	root, _, err := s.engine.Create(s.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "big-owner"})
+	root, _, err := s.Engine.Create(s.Ctx, arbortype.CreateParams{ConversationID: conv, Kind: "big-owner"})
 	require.NoError(t, err)
-	lease, err := machine.AcquireLease(s.ctx, s.engine, conv, &machine.LeaseConfig{Holder: "chaos-big-abort", Duration: 30 * time.Minute})
+	lease, err := machine.AcquireLease(s.Ctx, s.Engine, conv, &machine.LeaseConfig{Holder: "chaos-big-abort", Duration: 30 * time.Minute})
 	require.NoError(t, err)
 	// The fan-out in batches, each on a pool of its own: a session
 	// caches the plans of the guards' PL/pgSQL statements the first time
@@ -61,13 +61,13 @@ func TestBigAbortOnABusyNode(t *testing.T) {
 	began := time.Now()
 	for done, batch := 0, 1_000; done < children; done, batch = done+batch, 10_000 {
 		pool := testdb.NewPool(t)
-		engine, err := tasks.New(s.ctx, pool, &tasks.Config{Schema: s.schema})
+		engine, err := tasks.New(s.Ctx, pool, &tasks.Config{Schema: s.Schema})
 		require.NoError(t, err)
 		ps := make([]arbortype.CreateParams, min(batch, children-done))
 		for i := range ps {
 			ps[i] = arbortype.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "big-child"}
 		}
-		_, _, err = engine.CreateMany(s.ctx, ps)
+		_, _, err = engine.CreateMany(s.Ctx, ps)
 		require.NoError(t, err)
 		pool.Close()
 	}
@@ -78,15 +78,15 @@ func TestBigAbortOnABusyNode(t *testing.T) {
 	stopHog := s.startHog(threads)
 	a := s.startChild("i-a", leaseDefault)
 	b := s.startChild("i-b", leaseDefault)
-	s.waitProgress(s.runs(), 20)
-	require.False(t, s.done(), "the workload was done before the abort")
+	s.WaitProgress(s.Runs(), 20)
+	require.False(t, s.Done(), "the workload was done before the abort")
 	var load string
 	if raw, err := os.ReadFile("/proc/loadavg"); err == nil {
 		load = string(raw[:min(len(raw), 14)])
 	}
 
 	began = time.Now()
-	rep, err := s.engine.Abort(s.ctx, root.ID, tasks.WithReason("the user pressed stop"))
+	rep, err := s.Engine.Abort(s.Ctx, root.ID, tasks.WithReason("the user pressed stop"))
 	took := time.Since(began)
 	require.NoError(t, err, "the abort of %d children", children)
 	stopHog()
@@ -95,24 +95,24 @@ func TestBigAbortOnABusyNode(t *testing.T) {
 	require.Len(t, rep.Settled, children+1)
 	require.Equal(t, root.ID, rep.Settled[len(rep.Settled)-1].ID, "the owner settles last")
 
-	live := s.count(`SELECT count(*) FROM {s}.tasks WHERE conversation_id = $1
+	live := s.Count(`SELECT count(*) FROM {s}.tasks WHERE conversation_id = $1
 		AND status IN ('pending','running','waiting','sleeping','completing')`, conv)
-	orphaned := s.count(`SELECT count(*) FROM {s}.tasks WHERE conversation_id = $1 AND status = 'orphaned'`, conv)
-	after := s.count(`SELECT count(*) FROM {s}.tasks c WHERE c.conversation_id = $1 AND c.owner_task_id IS NOT NULL
+	orphaned := s.Count(`SELECT count(*) FROM {s}.tasks WHERE conversation_id = $1 AND status = 'orphaned'`, conv)
+	after := s.Count(`SELECT count(*) FROM {s}.tasks c WHERE c.conversation_id = $1 AND c.owner_task_id IS NOT NULL
 		AND c.settle_seq > (SELECT settle_seq FROM {s}.tasks WHERE id = $2)`, conv, root.ID)
-	logged := s.count(`SELECT count(*) FROM {s}.conversation_log WHERE conversation_id = $1 AND kind = 'status'
+	logged := s.Count(`SELECT count(*) FROM {s}.conversation_log WHERE conversation_id = $1 AND kind = 'status'
 		AND status IN ('aborted', 'orphaned')`, conv)
 	require.Zero(t, live, "nothing of the conversation is live")
 	require.Equal(t, children+1, orphaned, "every task, never started, orphaned")
 	require.Zero(t, after, "every child settled before its owner")
 	require.Equal(t, children+1, logged, "every settle logged")
-	vs, err := s.engine.Check(s.ctx, conv)
+	vs, err := s.Engine.Check(s.Ctx, conv)
 	require.NoError(t, err)
 	require.Empty(t, vs, "the invariants of the aborted conversation")
 	require.NoError(t, lease.Release(context.Background()))
 
-	s.waitSettled()
+	s.WaitSettled()
 	s.stop(a)
 	s.stop(b)
-	s.verify()
+	s.Verify()
 }

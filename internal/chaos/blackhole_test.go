@@ -32,8 +32,8 @@ func TestBlackholedNode(t *testing.T) {
 	proxy, url := testdb.StartProxy(t)
 	cut := s.startChildVia("i-cut", leaseDefault, url)
 	direct := s.startChild("i-direct", leaseDefault)
-	s.waitFor("well-behaved calls in flight in "+cut.node, func() bool {
-		return s.count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND kind IN ('tool', 'once') AND returned_at IS NULL`, cut.node) >= 2
+	s.WaitFor("well-behaved calls in flight in "+cut.node, func() bool {
+		return s.Count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND kind IN ('tool', 'once') AND returned_at IS NULL`, cut.node) >= 2
 	})
 	proxy.Blackhole()
 	cutAt := time.Now()
@@ -45,12 +45,12 @@ func TestBlackholedNode(t *testing.T) {
 	// forwards the rest then, three leases later, when the node's renewal
 	// matches no row (a renewal extends a live row only) and its other
 	// writes are fenced by the epoch. A CI run waited two minutes on one.
-	s.waitFor("no statement of "+cut.node+" running", func() bool {
-		return s.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' AND query NOT ILIKE 'LISTEN%'
+	s.WaitFor("no statement of "+cut.node+" running", func() bool {
+		return s.Count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' AND query NOT ILIKE 'LISTEN%'
 			AND wait_event IS DISTINCT FROM 'ClientRead'`, appPrefix+cut.node) == 0
 	})
-	held := s.count(`SELECT count(*) FROM {s}.conversations WHERE holder = $1`, cut.node)
-	s.exec(`CREATE TABLE {s}.chaos_cut_leases AS SELECT id AS conversation_id, lease_expires_at FROM {s}.conversation_leases WHERE holder = $1`, cut.node)
+	held := s.Count(`SELECT count(*) FROM {s}.conversations WHERE holder = $1`, cut.node)
+	s.Exec(`CREATE TABLE {s}.chaos_cut_leases AS SELECT id AS conversation_id, lease_expires_at FROM {s}.conversation_leases WHERE holder = $1`, cut.node)
 	tokens := s.inFlight(cut.node, cutAt)
 	require.NotEmpty(t, tokens)
 	// Such a backend, inside a transaction, keeps what that transaction
@@ -63,27 +63,27 @@ func TestBlackholedNode(t *testing.T) {
 	// effect), it ends the backends of the cut node still waiting so, as a
 	// server whose keepalives give up within a lease would.
 	time.Sleep(time.Until(cutAt.Add(leaseDefault)))
-	ended := s.count(`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	ended := s.Count(`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE application_name = $1 AND state = 'active' AND wait_event = 'ClientRead' AND xact_start IS NOT NULL) x`, appPrefix+cut.node)
 	t.Logf("(i) backends of %s ended one lease after the cut, as the server's keepalives would: %d", cut.node, ended)
-	s.waitFor("three leases, and the direct runner's take-over of every run the cut one had in flight", func() bool {
+	s.WaitFor("three leases, and the direct runner's take-over of every run the cut one had in flight", func() bool {
 		return time.Since(cutAt) >= 3*leaseDefault &&
-			s.count(`SELECT count(*) FROM {s}.tasks WHERE status = 'running' AND token = ANY($1)`, tokens) == 0
+			s.Count(`SELECT count(*) FROM {s}.tasks WHERE status = 'running' AND token = ANY($1)`, tokens) == 0
 	})
 	proxy.Heal()
 	healedAt := time.Now()
-	s.fault("cut", cut.node, "", cutAt, healedAt)
-	s.waitSettled()
+	s.Fault("cut", cut.node, "", cutAt, healedAt)
+	s.WaitSettled()
 	s.stopAll()
-	s.verify()
+	s.Verify()
 
 	// The calls in flight at the cut, against their conversation's lease
 	// end (the take-over's earliest moment) and its 3/4 point.
 	const inFlightSQL = `FROM {s}.run_log r JOIN {s}.chaos_cut_leases l USING (conversation_id)
 		WHERE r.node = $1 AND r.started_at < $2 AND (r.returned_at IS NULL OR r.returned_at > $2)`
-	late := s.rows(`SELECT r.id AS call, r.task_id, r.kind, r.started_at, r.cancelled_at, r.cause, r.returned_at, l.lease_expires_at
+	late := s.Rows(`SELECT r.id AS call, r.task_id, r.kind, r.started_at, r.cancelled_at, r.cause, r.returned_at, l.lease_expires_at
 		`+inFlightSQL+` AND NOT r.stubborn AND (r.returned_at IS NULL OR r.returned_at >= l.lease_expires_at) ORDER BY r.started_at LIMIT 20`, cut.node, cutAt)
-	lat := s.rows(`SELECT r.stubborn, count(*) AS calls, count(r.cancelled_at) AS cancelled,
+	lat := s.Rows(`SELECT r.stubborn, count(*) AS calls, count(r.cancelled_at) AS cancelled,
 			round(1000 * extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY r.cancelled_at - $2::timestamptz)))::text || ' ms' AS cut_to_cancel_p50,
 			round(1000 * extract(epoch FROM max(r.cancelled_at - $2::timestamptz)))::text || ' ms' AS cut_to_cancel_max,
 			round(1000 * extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY r.returned_at - r.cancelled_at)))::text || ' ms' AS cancel_to_return_p50,
@@ -91,7 +91,7 @@ func TestBlackholedNode(t *testing.T) {
 			round(1000 * extract(epoch FROM max(r.returned_at - (l.lease_expires_at - $3::interval))))::text || ' ms' AS return_after_three_quarters_max,
 			count(*) FILTER (WHERE r.returned_at IS NULL OR r.returned_at >= l.lease_expires_at) AS returned_after_lease_end
 		`+inFlightSQL+` GROUP BY r.stubborn ORDER BY 1`, cut.node, cutAt, (leaseDefault / 4).String())
-	after := s.count(`SELECT count(*) FROM {s}.side_effects e JOIN {s}.run_log x ON x.id = e.call_id
+	after := s.Count(`SELECT count(*) FROM {s}.side_effects e JOIN {s}.run_log x ON x.id = e.call_id
 		WHERE e.node = $1 AND NOT e.stubborn AND EXISTS (SELECT 1 FROM {s}.run_log y WHERE y.task_id = e.task_id AND y.node = $2
 			AND y.started_at > x.started_at AND y.started_at < e.checked_at)`, cut.node, direct.node)
 	t.Logf("(i) %s cut off for %s with %d runs in flight and %d conversations held; %d connections accepted unanswered meanwhile",

@@ -3,7 +3,6 @@ package chaos
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -21,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/internal/faultharness"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
@@ -112,11 +111,11 @@ func runChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	w := &worker{logs: logs, schema: schema, node: node, engine: engine}
+	w := faultharness.NewWorker(logs, schema, node, engine)
 	// The record's statements still on their way land before the pool
-	// closes (each gives up after two minutes: worker.log).
-	defer w.pending.Wait()
-	runner, err := machine.NewRunner(engine, w.handlers(), &machine.RunnerConfig{
+	// closes (each gives up after two minutes).
+	defer w.Wait()
+	runner, err := machine.NewRunner(engine, w.Handlers(), &machine.RunnerConfig{
 		NodeID:            node,
 		Workers:           workers,
 		ConversationLease: lease,
@@ -178,7 +177,7 @@ func runHog(n int) int {
 // startHog starts a CPU hog process of n busy threads, killed when the
 // test ends or by stopHog.
 func (s *scenario) startHog(n int) (stopHog func()) {
-	t := s.t
+	t := s.T
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", envHog, n))
@@ -231,21 +230,21 @@ func (w *startedWriter) Write(p []byte) (int, error) {
 // appPrefix+node) with the given conversation lease, and waits until its
 // runner runs.
 func (s *scenario) startChild(node string, lease time.Duration) *child {
-	s.t.Helper()
+	s.T.Helper()
 	return s.startChildVia(node, lease, "")
 }
 
 // startChildVia is startChild with arbor's pool on url (a route through
 // the fault proxy), "" for the database itself.
 func (s *scenario) startChildVia(node string, lease time.Duration, url string) *child {
-	t := s.t
+	t := s.T
 	t.Helper()
-	c := &child{node: node, log: filepath.Join(s.logDir, node+".log"), done: make(chan struct{})}
+	c := &child{node: node, log: filepath.Join(s.LogDir, node+".log"), done: make(chan struct{})}
 	logFile, err := os.Create(c.log)
 	require.NoError(t, err)
 	defer logFile.Close() // the child has its own descriptor
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	c.cmd.Env = append(os.Environ(), envChild+"=1", envSchema+"="+s.schema, envNode+"="+node, envLease+"="+lease.String())
+	c.cmd.Env = append(os.Environ(), envChild+"=1", envSchema+"="+s.Schema, envNode+"="+node, envLease+"="+lease.String())
 	if url != "" {
 		c.cmd.Env = append(c.cmd.Env, envArborURL+"="+url)
 	}
@@ -265,12 +264,13 @@ func (s *scenario) startChildVia(node string, lease time.Duration, url string) *
 		<-c.done
 	})
 	s.children = append(s.children, c)
+	s.AddRunnerLog(node, c.log)
 	select {
 	case <-out.started:
 	case <-c.done:
-		require.FailNow(t, "runner process did not start", "%s: %v; its log:\n%s", node, c.err, tail(c.log, 40))
+		require.FailNow(t, "runner process did not start", "%s: %v; its log:\n%s", node, c.err, faultharness.Tail(c.log, 40))
 	case <-time.After(time.Minute):
-		require.FailNow(t, "runner process did not start within a minute", "%s; its log:\n%s", node, tail(c.log, 40))
+		require.FailNow(t, "runner process did not start within a minute", "%s; its log:\n%s", node, faultharness.Tail(c.log, 40))
 	}
 	return c
 }
@@ -278,24 +278,24 @@ func (s *scenario) startChildVia(node string, lease time.Duration, url string) *
 // kill kills the child with SIGKILL, waits for it to be gone and records
 // the moment in chaos_faults: no call of it lasts beyond.
 func (s *scenario) kill(c *child) {
-	s.t.Helper()
-	require.NoError(s.t, c.cmd.Process.Signal(syscall.SIGKILL))
+	s.T.Helper()
+	require.NoError(s.T, c.cmd.Process.Signal(syscall.SIGKILL))
 	<-c.done
 	at := time.Now()
-	s.fault("kill", c.node, "", at, at)
+	s.Fault("kill", c.node, "", at, at)
 }
 
 // stop asks the child to shut down gracefully and requires a clean exit:
 // its runner stopped with every handler returned and every lease released.
 func (s *scenario) stop(c *child) {
-	s.t.Helper()
-	require.NoError(s.t, c.cmd.Process.Signal(syscall.SIGTERM))
+	s.T.Helper()
+	require.NoError(s.T, c.cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case <-c.done:
 	case <-time.After(time.Minute):
-		require.FailNow(s.t, "runner process did not stop within a minute", "%s; its log:\n%s", c.node, tail(c.log, 40))
+		require.FailNow(s.T, "runner process did not stop within a minute", "%s; its log:\n%s", c.node, faultharness.Tail(c.log, 40))
 	}
-	require.NoError(s.t, c.err, "runner %s stops cleanly; its log:\n%s", c.node, tail(c.log, 40))
+	require.NoError(s.T, c.err, "runner %s stops cleanly; its log:\n%s", c.node, faultharness.Tail(c.log, 40))
 }
 
 // freeze stops the child with SIGSTOP, waits until the kernel says it is
@@ -305,18 +305,18 @@ func (s *scenario) stop(c *child) {
 // was in flight at the freeze although it entered after the signal was
 // sent; nothing of the child ran after the second.
 func (s *scenario) freeze(c *child) (sent, stopped time.Time) {
-	s.t.Helper()
+	s.T.Helper()
 	sent = time.Now()
-	require.NoError(s.t, c.cmd.Process.Signal(syscall.SIGSTOP))
-	s.waitFor("runner "+c.node+" to be stopped", func() bool { return procState(c.cmd.Process.Pid) == "T" })
+	require.NoError(s.T, c.cmd.Process.Signal(syscall.SIGSTOP))
+	s.WaitFor("runner "+c.node+" to be stopped", func() bool { return procState(c.cmd.Process.Pid) == "T" })
 	return sent, time.Now()
 }
 
 // thaw resumes the child with SIGCONT and returns the moment it was sent:
 // nothing of the child ran before it since the freeze.
 func (s *scenario) thaw(c *child) time.Time {
-	s.t.Helper()
-	require.NoError(s.t, c.cmd.Process.Signal(syscall.SIGCONT))
+	s.T.Helper()
+	require.NoError(s.T, c.cmd.Process.Signal(syscall.SIGCONT))
 	return time.Now()
 }
 
@@ -332,67 +332,4 @@ func procState(pid int) string {
 		return ""
 	}
 	return string(b[i+2])
-}
-
-// tail returns the last n lines of a file.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// giveUpRe matches the runner's log lines that say a node stopped its
-// handlers for a lease it could not confirm, or lost a conversation's
-// lease. The runner's texts (machine/lapse.go, machine/holder.go) are
-// "arbor: the node could not confirm its lease in time; …" (with a
-// "conversations" count: the fence fired) and "arbor: the node's lease had
-// expired in the database; …" (a new life); those of the runner before
-// issue 19 ("conversation leases not renewed in time", "conversation lease
-// lost") and any message about a lease that says lost, not renewed, not
-// confirmed or given up match too — the figures name each message they
-// counted, so a renamed one shows.
-var giveUpRe = regexp.MustCompile(`(?i)lease.*(lost|not renewed|not confirmed|unconfirmed|could not (be )?(renew|confirm)|gave up|given up|giving up)|could not confirm its lease|lease had expired`)
-
-// logLine is what the figures read of a runner's JSON log line.
-type logLine struct {
-	Level         string `json:"level"`
-	Msg           string `json:"msg"`
-	Conversations *int   `json:"conversations"`
-}
-
-// logSummary reads the runner processes' logs: the lines at WARN and
-// above by message, and the give-ups (giveUpRe) with the conversations
-// they name (the "conversations" attribute, one when there is none).
-func (s *scenario) logSummary() (warns map[string]int, giveUps map[string]int, giveUpConvs int) {
-	warns, giveUps = map[string]int{}, map[string]int{}
-	for _, c := range s.children {
-		b, err := os.ReadFile(c.log)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			var l logLine
-			if json.Unmarshal([]byte(line), &l) != nil {
-				continue
-			}
-			if giveUpRe.MatchString(l.Msg) {
-				giveUps[l.Msg]++
-				if l.Conversations != nil {
-					giveUpConvs += *l.Conversations
-				} else {
-					giveUpConvs++
-				}
-			}
-			if l.Level == "WARN" || l.Level == "ERROR" {
-				warns[l.Msg]++
-			}
-		}
-	}
-	return warns, giveUps, giveUpConvs
 }

@@ -9,25 +9,26 @@
 // immediate), a conversation row locked by an outside connection, a node's
 // route to the database blackholed, and the owner of 100,000 children
 // aborted beside the workload and a CPU hog (bigabort_test.go). Each
-// scenario runs the same workload of trees —
+// scenario runs internal/faultharness's workload of trees —
 // parallel children under all_settled, a fail_fast group whose failing
 // child aborts its siblings, a sleep, a retried failure, an
 // abandon_on_restart child, and in one scenario big fan-outs — and ends
-// with the same proof: nothing lost; no two calls of a task at once,
+// with its proof: nothing lost; no two calls of a task at once,
 // measured from the handler's entry to its return; no side effect after
 // another call of its task started; no task failed by a fault; no restart
 // that no kill, freeze, cut or lock explains, at the engine's default
 // restart limit; no write from a run whose token was dead; no
-// abandon_on_restart handler entered twice (reentry_test.go); and the
-// invariant checker clean.
+// abandon_on_restart handler entered twice; and the invariant checker
+// clean.
 //
-// The package is tests only (workload_test.go is the workload and the
-// wrapper that logs each call and side effect, harness_test.go the schema
-// additions that make the proof — the run log, the side effects, the
-// faults and the audit trigger — and verify_test.go the proof itself). Its
-// tests restart the database server and terminate backends, so they skip
-// unless ARBOR_CHAOS=1, which only `make chaos` sets, on a throwaway server
-// of its own: `make test` runs `go test ./...` on a server that every
-// package's tests share. They must not import anything but arbor's public
-// packages and its test helpers, as an application would.
+// The package is tests only, and keeps only its faults: child_test.go is
+// the runner process (this test binary re-executed, running
+// faultharness.Worker's handlers) and what the faults do to it, each other
+// file a scenario; the workload, the run log and the proof are
+// internal/faultharness's, which internal/failover shares. Its tests
+// restart the database server and terminate backends, so they skip unless
+// ARBOR_CHAOS=1, which only `make chaos` sets, on a throwaway server of its
+// own: `make test` runs `go test ./...` on a server that every package's
+// tests share. They must not import anything but arbor's public packages
+// and its test helpers, as an application would.
 package chaos

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/internal/faultharness"
 )
 
 // TestKilledDuringFlushes (h): the workload with big fan-outs — one turn in
@@ -19,7 +21,7 @@ import (
 // spawns' keys return what a committed one made).
 func TestKilledDuringFlushes(t *testing.T) {
 	s := setup(t, 0)
-	s.addTurns(102, func(i int) int {
+	s.AddTurns(102, func(i int) int {
 		if i%3 != 0 {
 			return 0
 		}
@@ -29,31 +31,31 @@ func TestKilledDuringFlushes(t *testing.T) {
 	var inFlush int
 	for i := range kills {
 		c := s.startChild(fmt.Sprintf("h%02d", i), leaseDefault)
-		from, n := s.runs(), 10+s.rng.IntN(40)
-		deadline := time.Now().Add(waitWithin)
+		from, n := s.Runs(), 10+s.rng.IntN(40)
+		deadline := time.Now().Add(faultharness.WaitWithin)
 		for {
-			if s.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND xact_start IS NOT NULL
+			if s.Count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND xact_start IS NOT NULL
 					AND state <> 'idle' AND query ILIKE '%INSERT INTO %.tasks AS t%unnest%'`, appPrefix+c.node) > 0 {
 				inFlush++
 				break
 			}
-			if s.runs() >= from+n || s.done() {
+			if s.Runs() >= from+n || s.Done() {
 				break
 			}
 			require.True(t, time.Now().Before(deadline), "kill %d: no progress of %s", i+1, c.node)
 			time.Sleep(2 * time.Millisecond) // a poll of pg_stat_activity
 		}
-		require.False(t, s.done(), "kill %d: the work was done before it; the workload is too small for %d kills", i+1, kills)
+		require.False(t, s.Done(), "kill %d: the work was done before it; the workload is too small for %d kills", i+1, kills)
 		s.kill(c)
 	}
 	last := s.startChild("h-last", leaseDefault)
-	s.waitSettled()
+	s.WaitSettled()
 	s.stop(last)
-	f := s.verify()
+	f := s.Verify()
 	t.Logf("(h) %d kills, %d of them with a spawn insert of the node in flight", kills, inFlush)
 	// The poll's pattern must match the spawn insert (a CTE since the log
 	// is written by the statements): it once matched none, and every kill
 	// came after n runs instead, unnoticed.
 	require.Positive(t, inFlush, "some kills came with a spawn insert in flight")
-	require.Positive(t, f.restarts, "some tasks were recovered")
+	require.Positive(t, f.Restarts, "some tasks were recovered")
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -29,9 +30,9 @@ func TestFrozenRunner(t *testing.T) {
 	s := setup(t, conversations)
 	frozen := s.startChild("d-frozen", leaseDefault)
 	other := s.startChild("d-other", leaseDefault)
-	s.waitFor("stubborn and well-behaved calls in flight in "+frozen.node, func() bool {
-		return s.count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND stubborn AND returned_at IS NULL`, frozen.node) >= 2 &&
-			s.count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND kind IN ('tool', 'once') AND returned_at IS NULL`, frozen.node) >= 2
+	s.WaitFor("stubborn and well-behaved calls in flight in "+frozen.node, func() bool {
+		return s.Count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND stubborn AND returned_at IS NULL`, frozen.node) >= 2 &&
+			s.Count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND kind IN ('tool', 'once') AND returned_at IS NULL`, frozen.node) >= 2
 	})
 	// The calls the test follows are those entered before SIGSTOP was sent
 	// (their log rows are in; a call entered after it, before the signal
@@ -46,31 +47,31 @@ func TestFrozenRunner(t *testing.T) {
 	// still land meanwhile and end its runs legitimately: the runs still
 	// its own once none of its statements is running are those whose calls
 	// must not end ok after the resume.
-	s.waitFor("no statement of "+frozen.node+" running", func() bool {
-		return s.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' AND query NOT ILIKE 'LISTEN%'`,
+	s.WaitFor("no statement of "+frozen.node+" running", func() bool {
+		return s.Count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' AND query NOT ILIKE 'LISTEN%'`,
 			appPrefix+frozen.node) == 0
 	})
-	live := s.column(`SELECT token::text FROM {s}.tasks WHERE status = 'running' AND token = ANY($1)`, tokens)
-	held := s.count(`SELECT count(*) FROM {s}.conversations WHERE holder = $1`, frozen.node)
-	s.waitFor("the other runner to take over every run the frozen one had in flight", func() bool {
-		return s.count(`SELECT count(*) FROM {s}.tasks WHERE status = 'running' AND token = ANY($1)`, tokens) == 0
+	live := s.Column(`SELECT token::text FROM {s}.tasks WHERE status = 'running' AND token = ANY($1)`, tokens)
+	held := s.Count(`SELECT count(*) FROM {s}.conversations WHERE holder = $1`, frozen.node)
+	s.WaitFor("the other runner to take over every run the frozen one had in flight", func() bool {
+		return s.Count(`SELECT count(*) FROM {s}.tasks WHERE status = 'running' AND token = ANY($1)`, tokens) == 0
 	})
 	thawedAt := s.thaw(frozen)
-	s.fault("freeze_past_lease", frozen.node, "", stoppedAt, thawedAt)
-	s.waitSettled()
+	s.Fault("freeze_past_lease", frozen.node, "", stoppedAt, thawedAt)
+	s.WaitSettled()
 	s.stopAll()
-	s.verify()
+	s.Verify()
 
-	takenOver := s.count(`SELECT count(*) FROM {s}.chaos_audit WHERE old_token = ANY($1) AND new_token IS DISTINCT FROM old_token AND app = $2`,
+	takenOver := s.Count(`SELECT count(*) FROM {s}.chaos_audit WHERE old_token = ANY($1) AND new_token IS DISTINCT FROM old_token AND app = $2`,
 		tokens, appPrefix+other.node)
-	landed := s.count(`SELECT count(*) FROM {s}.chaos_audit WHERE by_token = ANY($1) AND at > $2`, tokens, thawedAt)
+	landed := s.Count(`SELECT count(*) FROM {s}.chaos_audit WHERE by_token = ANY($1) AND at > $2`, tokens, thawedAt)
 	const resumedSQL = `FROM {s}.run_log WHERE node = $1 AND started_at < $2 AND (returned_at IS NULL OR returned_at > $3)`
-	resumed := s.count(`SELECT count(*) `+resumedSQL, frozen.node, frozenAt, thawedAt)
-	endedOK := s.count(`SELECT count(*) `+resumedSQL+` AND outcome = 'ok' AND token::text = ANY($4)`, frozen.node, frozenAt, thawedAt, live)
-	refused := s.count(`SELECT coalesce(sum(refused), 0) `+resumedSQL, frozen.node, frozenAt, thawedAt)
-	effects := s.rows(`SELECT stubborn, count(*) AS side_effects FROM {s}.side_effects e WHERE e.node = $1 AND e.checked_at > $3
+	resumed := s.Count(`SELECT count(*) `+resumedSQL, frozen.node, frozenAt, thawedAt)
+	endedOK := s.Count(`SELECT count(*) `+resumedSQL+` AND outcome = 'ok' AND token::text = ANY($4)`, frozen.node, frozenAt, thawedAt, live)
+	refused := s.Count(`SELECT coalesce(sum(refused), 0) `+resumedSQL, frozen.node, frozenAt, thawedAt)
+	effects := s.Rows(`SELECT stubborn, count(*) AS side_effects FROM {s}.side_effects e WHERE e.node = $1 AND e.checked_at > $3
 		AND e.call_id IN (SELECT id `+resumedSQL+`) GROUP BY stubborn ORDER BY 1`, frozen.node, frozenAt, thawedAt)
-	back := s.rows(`SELECT stubborn, count(*) AS calls,
+	back := s.Rows(`SELECT stubborn, count(*) AS calls,
 			round(1000 * extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY returned_at - $3::timestamptz)))::text || ' ms' AS p50,
 			round(1000 * extract(epoch FROM max(returned_at - $3::timestamptz)))::text || ' ms' AS max
 		`+resumedSQL+` GROUP BY stubborn ORDER BY 1`, frozen.node, frozenAt, thawedAt)
@@ -87,24 +88,16 @@ func TestFrozenRunner(t *testing.T) {
 // inFlight returns the tokens of the node's calls in flight at the moment
 // at (entered before it, not returned by it).
 func (s *scenario) inFlight(node string, at time.Time) []int64 {
-	s.t.Helper()
+	s.T.Helper()
 	var tokens []int64
-	s.retry("in-flight tokens", func(ctx context.Context) error {
-		rows, err := s.pool.Query(ctx, s.q(`SELECT DISTINCT token FROM {s}.run_log
+	s.Retry("in-flight tokens", func(ctx context.Context) error {
+		rows, err := s.Pool.Query(ctx, s.Q(`SELECT DISTINCT token FROM {s}.run_log
 			WHERE node = $1 AND started_at < $2 AND (returned_at IS NULL OR returned_at > $2)`), node, at)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		tokens = tokens[:0]
-		for rows.Next() {
-			var tok int64
-			if err := rows.Scan(&tok); err != nil {
-				return err
-			}
-			tokens = append(tokens, tok)
-		}
-		return rows.Err()
+		tokens, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
 	})
 	return tokens
 }

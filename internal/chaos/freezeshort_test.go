@@ -42,8 +42,8 @@ func TestBrieflyFrozenRunner(t *testing.T) {
 	lease := shortFreezeLease
 	frozen := s.startChild("e-frozen", lease)
 	other := s.startChild("e-other", lease)
-	s.waitFor("well-behaved calls in flight in "+frozen.node, func() bool {
-		return s.count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND kind IN ('tool', 'once', 'leaf') AND returned_at IS NULL`, frozen.node) >= 2
+	s.WaitFor("well-behaved calls in flight in "+frozen.node, func() bool {
+		return s.Count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND kind IN ('tool', 'once', 'leaf') AND returned_at IS NULL`, frozen.node) >= 2
 	})
 
 	// Freeze when every lease of the node has more than 7/8 of the lease
@@ -53,15 +53,15 @@ func TestBrieflyFrozenRunner(t *testing.T) {
 	for frozenAt.IsZero() {
 		var fresh bool
 		var calls int
-		s.retry("leases", func(ctx context.Context) error {
-			return s.pool.QueryRow(ctx, s.q(`SELECT coalesce(min(lease_expires_at) > clock_timestamp() + $2::interval, false),
+		s.Retry("leases", func(ctx context.Context) error {
+			return s.Pool.QueryRow(ctx, s.Q(`SELECT coalesce(min(lease_expires_at) > clock_timestamp() + $2::interval, false),
 					(SELECT count(*) FROM {s}.run_log WHERE node = $1 AND kind IN ('tool', 'once') AND returned_at IS NULL)
 				FROM {s}.conversation_leases WHERE holder = $1`), frozen.node, (7*lease/8).String()).Scan(&fresh, &calls)
 		})
 		switch {
 		case fresh && calls > 0:
 			frozenAt, _ = s.freeze(frozen)
-		case s.done():
+		case s.Done():
 			t.Fatal("the work was done before the freeze; the workload is too small")
 		default:
 			time.Sleep(2 * time.Millisecond) // a poll of the leases, not a wait for an effect
@@ -69,35 +69,35 @@ func TestBrieflyFrozenRunner(t *testing.T) {
 	}
 	// Statements the node sent before the freeze may still run: the
 	// leases are read once none of its backends is active.
-	s.waitFor("no statement of "+frozen.node+" running", func() bool {
-		return s.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' AND query NOT ILIKE 'LISTEN%'`,
+	s.WaitFor("no statement of "+frozen.node+" running", func() bool {
+		return s.Count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active' AND query NOT ILIKE 'LISTEN%'`,
 			appPrefix+frozen.node) == 0
 	})
 	var expires time.Time
 	var held int
-	s.retry("leases", func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, s.q(`SELECT min(lease_expires_at), count(*) FROM {s}.conversation_leases WHERE holder = $1`),
+	s.Retry("leases", func(ctx context.Context) error {
+		return s.Pool.QueryRow(ctx, s.Q(`SELECT min(lease_expires_at), count(*) FROM {s}.conversation_leases WHERE holder = $1`),
 			frozen.node).Scan(&expires, &held)
 	})
 	require.Positive(t, held, "the frozen node holds conversations")
-	convs := s.column(`SELECT id FROM {s}.conversations WHERE holder = $1`, frozen.node)
+	convs := s.Column(`SELECT id FROM {s}.conversations WHERE holder = $1`, frozen.node)
 	tokens := s.inFlight(frozen.node, frozenAt)
 	// Thaw at 7/8 of the lease after the renewal: the freeze's length is
 	// the fault itself, so this is a timer, not a wait for a condition.
 	time.Sleep(time.Until(expires.Add(-lease / 8)))
 	thawedAt := s.thaw(frozen)
-	s.fault("freeze", frozen.node, "", frozenAt, thawedAt)
-	s.waitSettled()
+	s.Fault("freeze", frozen.node, "", frozenAt, thawedAt)
+	s.WaitSettled()
 	s.stopAll()
-	s.verify()
+	s.Verify()
 
 	frozenFor := thawedAt.Sub(frozenAt)
-	takenDuring := s.count(`SELECT count(*) FROM {s}.chaos_audit a JOIN {s}.tasks t ON t.id = a.task_id
+	takenDuring := s.Count(`SELECT count(*) FROM {s}.chaos_audit a JOIN {s}.tasks t ON t.id = a.task_id
 		WHERE a.new_status = 'running' AND a.old_status IS DISTINCT FROM 'running' AND a.app = $1 AND a.at BETWEEN $2 AND $3
 		  AND t.conversation_id = ANY($4)`, appPrefix+other.node, frozenAt, thawedAt, convs)
 	// The child may resume and cancel before this process reads its clock
 	// after sending SIGCONT: resume_to_cancel can be a little negative.
-	cancelled := s.rows(`SELECT count(*) AS calls,
+	cancelled := s.Rows(`SELECT count(*) AS calls,
 			round(1000 * extract(epoch FROM max(cancelled_at - $3::timestamptz)))::text || ' ms' AS resume_to_cancel_max,
 			round(1000 * extract(epoch FROM max(returned_at - cancelled_at)))::text || ' ms' AS cancel_to_return_max,
 			round(1000 * extract(epoch FROM max(returned_at - $3::timestamptz)))::text || ' ms' AS resume_to_return_max

@@ -26,13 +26,13 @@ func TestKilledRunnersUnderLoad(t *testing.T) {
 	const kills = 6
 	for i := range kills {
 		c := s.startChild(fmt.Sprintf("f%02d", i), leaseDefault)
-		s.waitProgress(s.runs(), 15+s.rng.IntN(90))
-		require.False(t, s.done(), "kill %d: the work was done before it; the workload is too small for %d kills", i+1, kills)
+		s.WaitProgress(s.Runs(), 15+s.rng.IntN(90))
+		require.False(t, s.Done(), "kill %d: the work was done before it; the workload is too small for %d kills", i+1, kills)
 		s.kill(c)
 	}
-	s.waitSettled()
+	s.WaitSettled()
 	s.stop(steady)
-	f := s.verify()
+	f := s.Verify()
 	t.Logf("(f) %d kills beside a CPU hog of %d busy threads on %d cores and a steady runner", kills, threads, runtime.NumCPU())
-	require.Positive(t, f.restarts, "some tasks were recovered")
+	require.Positive(t, f.Restarts, "some tasks were recovered")
 }

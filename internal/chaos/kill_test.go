@@ -24,16 +24,16 @@ func TestKilledRunners(t *testing.T) {
 	var inFlight []int
 	for i := range kills {
 		c := s.startChild(fmt.Sprintf("a%02d", i), leaseDefault)
-		s.waitProgress(s.runs(), 15+s.rng.IntN(90))
-		require.False(t, s.done(), "kill %d: the work was done before it; the workload is too small for %d kills", i+1, kills)
-		inFlight = append(inFlight, s.count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND returned_at IS NULL`, c.node))
+		s.WaitProgress(s.Runs(), 15+s.rng.IntN(90))
+		require.False(t, s.Done(), "kill %d: the work was done before it; the workload is too small for %d kills", i+1, kills)
+		inFlight = append(inFlight, s.Count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND returned_at IS NULL`, c.node))
 		s.kill(c)
 	}
 	last := s.startChild("a-last", leaseDefault)
-	s.waitSettled()
+	s.WaitSettled()
 	s.stop(last)
-	f := s.verify()
+	f := s.Verify()
 	t.Logf("(a) %d kills; handler calls in flight at each: %v", kills, inFlight)
-	require.Positive(t, f.cut, "some kills cut handlers mid-run")
-	require.Positive(t, f.restarts, "some tasks were recovered")
+	require.Positive(t, f.Cut, "some kills cut handlers mid-run")
+	require.Positive(t, f.Restarts, "some tasks were recovered")
 }

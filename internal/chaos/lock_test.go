@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/internal/faultharness"
 )
 
 // TestLockedConversation (g): one runner process; once it holds
@@ -26,44 +28,44 @@ func TestLockedConversation(t *testing.T) {
 	s := setup(t, conversations)
 	node := s.startChild("g1", leaseDefault)
 	var conv string
-	s.waitFor("a held conversation with a well-behaved call in flight", func() bool {
-		found := s.column(`SELECT r.conversation_id FROM {s}.run_log r JOIN {s}.conversations c ON c.id = r.conversation_id
+	s.WaitFor("a held conversation with a well-behaved call in flight", func() bool {
+		found := s.Column(`SELECT r.conversation_id FROM {s}.run_log r JOIN {s}.conversations c ON c.id = r.conversation_id
 			WHERE r.node = $1 AND r.kind IN ('tool', 'once') AND r.returned_at IS NULL AND c.holder = $1 LIMIT 1`, node.node)
 		if len(found) > 0 {
 			conv = found[0]
 		}
 		return conv != ""
 	})
-	lockCtx, cancel := context.WithTimeout(s.ctx, waitWithin)
+	lockCtx, cancel := context.WithTimeout(s.Ctx, faultharness.WaitWithin)
 	defer cancel()
-	tx, err := s.pool.Begin(lockCtx)
+	tx, err := s.Pool.Begin(lockCtx)
 	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(s.ctx) }()
+	defer func() { _ = tx.Rollback(s.Ctx) }()
 	var lockPid int
 	require.NoError(t, tx.QueryRow(lockCtx, `SELECT pg_backend_pid()`).Scan(&lockPid))
-	_, err = tx.Exec(lockCtx, s.q(`SELECT 1 FROM {s}.conversations WHERE id = $1 FOR UPDATE`), conv)
+	_, err = tx.Exec(lockCtx, s.Q(`SELECT 1 FROM {s}.conversations WHERE id = $1 FOR UPDATE`), conv)
 	require.NoError(t, err)
 	lockedAt := time.Now()
-	from := s.runs()
+	from := s.Runs()
 	var blocked []string
-	s.waitFor("three leases and progress of the other conversations under the lock", func() bool {
+	s.WaitFor("three leases and progress of the other conversations under the lock", func() bool {
 		if len(blocked) == 0 {
-			blocked = s.rows(`SELECT pid, left(query, 100) AS query, (now() - query_start)::text AS waited
+			blocked = s.Rows(`SELECT pid, left(query, 100) AS query, (now() - query_start)::text AS waited
 				FROM pg_stat_activity WHERE application_name = $1 AND $2 = ANY(pg_blocking_pids(pid))`, appPrefix+node.node, lockPid)
 		}
-		return time.Since(lockedAt) >= 3*leaseDefault && (s.runs() >= from+30 || s.done())
+		return time.Since(lockedAt) >= 3*leaseDefault && (s.Runs() >= from+30 || s.Done())
 	})
-	require.NoError(t, tx.Rollback(s.ctx))
+	require.NoError(t, tx.Rollback(s.Ctx))
 	releasedAt := time.Now()
-	s.fault("lock", "", conv, lockedAt, releasedAt)
-	during := s.count(`SELECT count(*) FROM {s}.run_log WHERE conversation_id <> $1 AND started_at BETWEEN $2 AND $3`, conv, lockedAt, releasedAt)
-	s.waitSettled()
+	s.Fault("lock", "", conv, lockedAt, releasedAt)
+	during := s.Count(`SELECT count(*) FROM {s}.run_log WHERE conversation_id <> $1 AND started_at BETWEEN $2 AND $3`, conv, lockedAt, releasedAt)
+	s.WaitSettled()
 	s.stop(node)
-	s.verify()
+	s.Verify()
 
-	rerun := s.count(`SELECT count(*) FROM {s}.tasks WHERE conversation_id <> $1 AND attempt > 0`, conv)
-	again := s.count(`SELECT count(*) FROM (SELECT token FROM {s}.run_log WHERE conversation_id <> $1 GROUP BY token HAVING count(*) > 1) x`, conv)
-	lockedAttempts := s.count(`SELECT coalesce(sum(attempt), 0) FROM {s}.tasks WHERE conversation_id = $1`, conv)
+	rerun := s.Count(`SELECT count(*) FROM {s}.tasks WHERE conversation_id <> $1 AND attempt > 0`, conv)
+	again := s.Count(`SELECT count(*) FROM (SELECT token FROM {s}.run_log WHERE conversation_id <> $1 GROUP BY token HAVING count(*) > 1) x`, conv)
+	lockedAttempts := s.Count(`SELECT coalesce(sum(attempt), 0) FROM {s}.tasks WHERE conversation_id = $1`, conv)
 	t.Logf("(g) %s locked for %s; %d calls of the other conversations started under the lock; runner statements seen waiting on it: %v",
 		conv, releasedAt.Sub(lockedAt).Round(time.Millisecond), during, blocked)
 	t.Logf("(g) the other conversations: %d tasks recovered, %d runs called again; the locked one: %d restarts", rerun, again, lockedAttempts)

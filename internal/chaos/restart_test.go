@@ -30,11 +30,11 @@ func TestRestartedServer(t *testing.T) {
 	s := setup(t, conversations)
 	s.startChild("c1", leaseDefault)
 	s.startChild("c2", leaseDefault)
-	from := s.runs()
+	from := s.Runs()
 	for i, mode := range []string{"fast", "immediate"} {
-		from = s.waitProgress(from, 150+s.rng.IntN(150))
-		require.False(t, s.done(), "restart %d: the work was done before it; the workload is too small", i+1)
-		live := s.live()
+		from = s.WaitProgress(from, 150+s.rng.IntN(150))
+		require.False(t, s.Done(), "restart %d: the work was done before it; the workload is too small", i+1)
+		live := s.Live()
 		at := time.Now()
 		out, err := exec.Command("bash", "-c", pgCtl+" restart -m "+mode+" -w -t 60").CombinedOutput()
 		require.NoError(t, err, "pg_ctl restart -m %s: %s", mode, out)
@@ -44,11 +44,11 @@ func TestRestartedServer(t *testing.T) {
 		// call may have been made. That is the restart's doing; a restart
 		// counted as one (attempt + 1) is not, and the proof still refuses
 		// it (docs/design.md §3.8).
-		s.fault("restart", "", "", at, time.Now().Add(leaseDefault))
+		s.Fault("restart", "", "", at, time.Now().Add(leaseDefault))
 		t.Logf("restarted the server (-m %s) with %d tasks live, after %d handler calls", mode, live, from)
-		from = s.runs()
+		from = s.Runs()
 	}
-	s.waitSettled()
+	s.WaitSettled()
 	s.stopAll()
-	s.verify()
+	s.Verify()
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/internal/faultharness"
 	"github.com/arborhq/arbor/machine"
 )
 
@@ -56,9 +57,9 @@ func TestTerminatedBackends(t *testing.T) {
 	s := setup(t, conversations)
 	nodes := []*child{s.startChild("b1", machine.ConversationLeaseDefault), s.startChild("b2", machine.ConversationLeaseDefault)}
 	r := s.terminationRounds(nodes, appPrefix+"b%", terminateFor, liveTurns, nil)
-	s.waitSettled()
+	s.WaitSettled()
 	s.stopAll()
-	s.verify()
+	s.Verify()
 	t.Logf("(b) %s", r)
 }
 
@@ -79,7 +80,7 @@ func (r rounds) String() string {
 // round first waits for every node's arbor connection to LISTEN again
 // (see TestTerminatedBackends).
 func (s *scenario) terminationRounds(nodes []*child, app string, d time.Duration, live int, fan func(i int) int) rounds {
-	t := s.t
+	t := s.T
 	t.Helper()
 	r := rounds{d: d}
 	end := time.Now().Add(d)
@@ -87,15 +88,15 @@ func (s *scenario) terminationRounds(nodes []*child, app string, d time.Duration
 		// Each round cuts the LISTEN connections too: wait until both
 		// runners are listening again after the last round.
 		for _, c := range nodes {
-			s.waitFor(c.node+"'s arbor connection to LISTEN again", func() bool {
-				return s.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query ILIKE 'LISTEN%'
+			s.WaitFor(c.node+"'s arbor connection to LISTEN again", func() bool {
+				return s.Count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query ILIKE 'LISTEN%'
 					AND query NOT ILIKE '%river%'`, appPrefix+c.node) >= 1
 			})
 		}
 		time.Sleep(time.Second + time.Duration(s.rng.Int64N(int64(2*time.Second))))
-		if n := s.count(`SELECT count(*) FROM {s}.tasks WHERE kind = $1 AND status IN ('pending','running','waiting','sleeping','completing')`,
-			turnKind); n < live {
-			s.addTurns(live-n, fan)
+		if n := s.Count(`SELECT count(*) FROM {s}.tasks WHERE kind = $1 AND status IN ('pending','running','waiting','sleeping','completing')`,
+			faultharness.TurnKind); n < live {
+			s.AddTurns(live-n, fan)
 			r.created += live - n
 		}
 		n, l, rl, x := s.terminate(app)
@@ -110,9 +111,9 @@ func (s *scenario) terminationRounds(nodes []*child, app string, d time.Duration
 // River's notifier's, and how many were in a transaction or running a
 // statement.
 func (s *scenario) terminate(app string) (n, listening, river, busy int) {
-	s.t.Helper()
-	s.retry("terminate", func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE query ILIKE 'LISTEN%' AND state = 'idle'),
+	s.T.Helper()
+	s.Retry("terminate", func(ctx context.Context) error {
+		return s.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE query ILIKE 'LISTEN%' AND state = 'idle'),
 				count(*) FILTER (WHERE query ILIKE 'LISTEN%' AND query ILIKE '%river%' AND state = 'idle'),
 				count(*) FILTER (WHERE state <> 'idle')
 			FROM (SELECT query, state, pg_terminate_backend(pid) AS done FROM pg_stat_activity

@@ -37,18 +37,18 @@ const (
 // more flushes in flight at each round, on a CPU they share with the hog.
 func TestTerminatedBackendsUnderLoad(t *testing.T) {
 	s := setup(t, 0)
-	s.onceLeaves = true
+	s.OnceLeaves = true
 	fan := func(int) int { return jLeaves }
-	s.addTurns(jTurns, fan)
+	s.AddTurns(jTurns, fan)
 	s.startHog(jHog)
 	var nodes []*child
 	for _, node := range []string{"j1", "j2", "j3"} {
 		nodes = append(nodes, s.startChild(node, machine.ConversationLeaseDefault))
 	}
 	r := s.terminationRounds(nodes, appPrefix+"j%", jTerminate, jLive, fan)
-	s.waitSettled()
+	s.WaitSettled()
 	s.stopAll()
-	f := s.verify()
+	f := s.Verify()
 	t.Logf("(j) %s; beside a CPU hog of %d busy loops", r, jHog)
-	require.GreaterOrEqual(t, f.aorTasks, jTurns*(jLeaves+1), "hundreds of abandon_on_restart tasks")
+	require.GreaterOrEqual(t, f.AORTasks, jTurns*(jLeaves+1), "hundreds of abandon_on_restart tasks")
 }

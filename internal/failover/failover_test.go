@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/faultharness"
 	"github.com/arborhq/arbor/machine"
 )
 
@@ -44,36 +45,36 @@ var killed = failover{
 // made, and tasks sleeping and awaiting, so that the failover finds work
 // in every state.
 func (s *scenario) waitUnderWay(calls int) {
-	s.t.Helper()
-	s.waitFor(fmt.Sprintf("%d handler calls and tasks asleep and awaiting", calls), func() bool {
+	s.T.Helper()
+	s.WaitFor(fmt.Sprintf("%d handler calls and tasks asleep and awaiting", calls), func() bool {
 		// An await parks its task sleeping, as a sleep does.
-		return s.runs() >= calls && s.count(`SELECT count(*) FROM {s}.tasks WHERE status = 'sleeping' AND kind = 'nap'`) > 0 &&
-			s.count(`SELECT count(*) FROM {s}.tasks WHERE status = 'sleeping' AND kind = $1`, agentKind) > 0
+		return s.Runs() >= calls && s.Count(`SELECT count(*) FROM {s}.tasks WHERE status = 'sleeping' AND kind = 'nap'`) > 0 &&
+			s.Count(`SELECT count(*) FROM {s}.tasks WHERE status = 'sleeping' AND kind = $1`, faultharness.AgentKind) > 0
 	})
-	require.False(s.t, s.done(), "the work was done before the fault; the workload is too small")
+	require.False(s.T, s.Done(), "the work was done before the fault; the workload is too small")
 }
 
 // run is a scenario's course: the fault once the workload is under way
 // (at wait, if given, instead), the approvals still due emitted through
 // the failover, followers and a client's calls timed across it, then the
 // proof and the figures.
-func (s *scenario) run(f failover, wait func()) figures {
-	t := s.t
+func (s *scenario) run(f failover, wait func()) faultharness.Figures {
+	t := s.T
 	t.Helper()
-	fol := s.follow(s.turns[:20])
+	fol := s.follow(s.Turns[:20])
 	if wait == nil {
 		s.waitUnderWay(400)
 	} else {
 		wait()
 	}
-	live := s.live()
+	live := s.Live()
 	probe := s.startProbe()
 	old := s.primary
 	faultAt := f.fault(s, old)
 	var emitted sync.WaitGroup
 	var emitErr error
 	emitted.Add(1)
-	go func() { defer emitted.Done(); emitErr = s.emitRest() }()
+	go func() { defer emitted.Done(); emitErr = s.EmitRest() }()
 	promoted := s.cluster.promoted(old)
 	promotedAt := time.Now()
 	t.Logf("%s: the fault at %s with %d tasks live; %s promoted %.1f s after it (seen on the monitor)",
@@ -83,26 +84,26 @@ func (s *scenario) run(f failover, wait func()) figures {
 	}
 	emitted.Wait()
 	require.NoError(t, emitErr, "the approvals emitted through the failover")
-	s.waitSettled()
+	s.WaitSettled()
 	// Before the runners stop: do they LISTEN on the new primary?
 	listening := s.listeners()
 	lag, hanging, ferrs := s.followerLag(fol)
 	calls := probe.stop()
 	s.stopAll()
-	fig := s.verify()
-	s.fault("failover", "", faultAt, promotedAt)
+	fig := s.Verify()
+	s.Fault("failover", "", "", faultAt, promotedAt)
 
 	newPort := s.cluster.ports[promoted]
 	var first, last *time.Time
-	s.retry("first completed on the new primary", func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, s.q(`SELECT min(at) FILTER (WHERE new_status = 'completed' AND server_port = $1 AND at > $2),
+	s.Retry("first completed on the new primary", func(ctx context.Context) error {
+		return s.Pool.QueryRow(ctx, s.Q(`SELECT min(at) FILTER (WHERE new_status = 'completed' AND server_port = $1 AND at > $2),
 				max(at) FILTER (WHERE new_status IN ('completed', 'failed', 'cancelled', 'aborted', 'orphaned'))
 			FROM {s}.chaos_audit`), newPort, faultAt).Scan(&first, &last)
 	})
 	require.NotNil(t, first, "a task completed on the new primary")
 	var onOld, riverAfter int
-	onOld = s.count(`SELECT count(*) FROM {s}.chaos_audit WHERE server_port <> $1 AND at > $2`, newPort, promotedAt)
-	riverAfter = s.count(`SELECT count(*) FROM {s}.river_job WHERE state = 'completed' AND finalized_at > $1`, faultAt)
+	onOld = s.Count(`SELECT count(*) FROM {s}.chaos_audit WHERE server_port IS DISTINCT FROM $1 AND at > $2`, newPort, promotedAt)
+	riverAfter = s.Count(`SELECT count(*) FROM {s}.river_job WHERE state = 'completed' AND finalized_at > $1`, faultAt)
 	timers, rivers := s.wakesAfter(faultAt)
 
 	t.Logf("%s: fault → first task completed on the new primary (%s): %.2f s; → every conversation settled: %.2f s",
@@ -117,10 +118,10 @@ func (s *scenario) run(f failover, wait func()) figures {
 	for _, n := range s.nodes {
 		assert.Positive(t, listening[n.name], "runner %s LISTENs on the new primary", n.name)
 	}
-	assert.Zero(t, fig.restarts, "no restart counted")
-	assert.Zero(t, fig.attempts, "every task's attempt stays 0")
-	assert.Zero(t, fig.failedByFault, "no task failed by the failover")
-	assert.Zero(t, fig.overlaps["overlap"], "no two calls of a task at once")
+	assert.Zero(t, fig.Restarts, "no restart counted")
+	assert.Zero(t, fig.Attempts, "every task's attempt stays 0")
+	assert.Zero(t, fig.FailedByFault, "no task failed by the failover")
+	assert.Zero(t, fig.Overlaps["overlap"], "no two calls of a task at once")
 	// The cluster back to a primary and its synchronous standby, for the
 	// next scenario.
 	s.cluster.healthy()
@@ -132,7 +133,7 @@ func (s *scenario) run(f failover, wait func()) figures {
 func (s *scenario) listeners() map[string]int {
 	out := map[string]int{}
 	for _, n := range s.nodes {
-		out[n.name] = s.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query ILIKE 'LISTEN%'`, appPrefix+n.name)
+		out[n.name] = s.Count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query ILIKE 'LISTEN%'`, appPrefix+n.name)
 	}
 	return out
 }
@@ -179,9 +180,9 @@ func (s *scenario) startProbe() *probe {
 				return
 			case <-tick.C:
 			}
-			ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
+			ctx, cancel := context.WithTimeout(s.Ctx, 2*time.Minute)
 			began := time.Now()
-			_, err := s.engine.Get(ctx, s.turns[0])
+			_, err := s.Engine.Get(ctx, s.Turns[0])
 			took := time.Since(began)
 			cancel()
 			p.mu.Lock()

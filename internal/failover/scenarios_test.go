@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/faultharness"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -22,7 +23,7 @@ import (
 // passed; the old primary comes back as the new one's standby.
 func TestPrimaryKilled(t *testing.T) {
 	s := setup(t, options{})
-	s.addTurns(conversations, nil)
+	s.AddTurns(conversations, nil)
 	s.run(killed, nil)
 }
 
@@ -33,7 +34,7 @@ func TestPrimaryKilled(t *testing.T) {
 // coming back on the new primary would leave tasks asleep.
 func TestSwitchover(t *testing.T) {
 	s := setup(t, options{riverOnly: true})
-	s.addTurns(conversations, nil)
+	s.AddTurns(conversations, nil)
 	s.run(failover{
 		name: "planned switchover",
 		fault: func(s *scenario, _ string) time.Time {
@@ -43,7 +44,7 @@ func TestSwitchover(t *testing.T) {
 				// the monitor. Off the test's goroutine, it reports with
 				// Errorf, never FailNow.
 				if err := s.cluster.switchover(); err != nil {
-					s.t.Errorf("%v", err)
+					s.T.Errorf("%v", err)
 				}
 			}()
 			return at
@@ -62,7 +63,7 @@ func TestPrimaryCut(t *testing.T) {
 		t.Skip("CUT TEST SKIPPED: cutting a node's network needs scripts/with-failover-cluster.sh run as root, in a network namespace of its own (iptables)")
 	}
 	s := setup(t, options{riverOnly: true})
-	s.addTurns(conversations, nil)
+	s.AddTurns(conversations, nil)
 	s.run(failover{
 		name: "primary's network cut",
 		fault: func(s *scenario, old string) time.Time {
@@ -72,7 +73,7 @@ func TestPrimaryCut(t *testing.T) {
 		},
 		after: func(s *scenario, old string) {
 			if out := strings.TrimSpace(s.cluster.do("heal", old)); out != "" {
-				s.t.Logf("heal: %s", out)
+				s.T.Logf("heal: %s", out)
 			}
 		},
 	}, nil)
@@ -84,7 +85,7 @@ func TestPrimaryCut(t *testing.T) {
 // seen in pg_stat_activity on the primary, polled every 2 ms.
 func TestKilledDuringFlush(t *testing.T) {
 	s := setup(t, options{})
-	s.addTurns(conversations, func(i int) int {
+	s.AddTurns(conversations, func(i int) int {
 		if i%3 != 0 {
 			return 0
 		}
@@ -93,9 +94,9 @@ func TestKilledDuringFlush(t *testing.T) {
 	var inFlush bool
 	s.run(failover{name: "primary SIGKILLed during a flush", fault: killed.fault, after: killed.after}, func() {
 		s.waitUnderWay(150)
-		deadline := time.Now().Add(waitWithin)
-		for !inFlush && time.Now().Before(deadline) && !s.done() {
-			inFlush = s.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '`+appPrefix+`%'
+		deadline := time.Now().Add(faultharness.WaitWithin)
+		for !inFlush && time.Now().Before(deadline) && !s.Done() {
+			inFlush = s.Count(`SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '`+appPrefix+`%'
 				AND xact_start IS NOT NULL AND state <> 'idle' AND query ILIKE '%INSERT INTO %.tasks AS t%unnest%'`) > 0
 			if !inFlush {
 				time.Sleep(2 * time.Millisecond) // a poll of pg_stat_activity
@@ -118,20 +119,20 @@ func TestKilledDuringPrune(t *testing.T) {
 	// The cutoff: after every aged conversation settled, before the live
 	// ones were created.
 	var cutoff time.Time
-	s.retry("cutoff", func(ctx context.Context) error { return s.pool.QueryRow(ctx, `SELECT now()`).Scan(&cutoff) })
-	s.waitFor("the server's clock past the cutoff", func() bool {
+	s.Retry("cutoff", func(ctx context.Context) error { return s.Pool.QueryRow(ctx, `SELECT now()`).Scan(&cutoff) })
+	s.WaitFor("the server's clock past the cutoff", func() bool {
 		var now time.Time
-		s.retry("now", func(ctx context.Context) error { return s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now) })
+		s.Retry("now", func(ctx context.Context) error { return s.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now) })
 		return now.After(cutoff.Add(500 * time.Millisecond))
 	})
-	s.addTurns(conversations, nil)
-	pruner, err := tasks.New(s.ctx, s.namedPool("fo-prune"), &tasks.Config{Schema: s.schema})
+	s.AddTurns(conversations, nil)
+	pruner, err := tasks.New(s.Ctx, s.namedPool("fo-prune"), &tasks.Config{Schema: s.Schema})
 	require.NoError(t, err)
 	// A prune still in flight when the test fails (its server killed half
 	// way, say) is cut first: registered after its pool's Close, this
 	// cleanup runs before it, which would otherwise wait for the prune's
 	// connection until the package's timeout.
-	pruneCtx, cancelPrune := context.WithCancel(s.ctx)
+	pruneCtx, cancelPrune := context.WithCancel(s.Ctx)
 	t.Cleanup(cancelPrune)
 	var (
 		pruned   tasks.PruneResult
@@ -140,9 +141,9 @@ func TestKilledDuringPrune(t *testing.T) {
 	)
 	prune := func() (tasks.PruneResult, error) {
 		var olderThan time.Duration
-		s.retry("older than", func(ctx context.Context) error {
+		s.Retry("older than", func(ctx context.Context) error {
 			var secs float64
-			err := s.pool.QueryRow(ctx, `SELECT extract(epoch FROM now() - $1::timestamptz)`, cutoff).Scan(&secs)
+			err := s.Pool.QueryRow(ctx, `SELECT extract(epoch FROM now() - $1::timestamptz)`, cutoff).Scan(&secs)
 			olderThan = time.Duration(secs * float64(time.Second))
 			return err
 		})
@@ -152,42 +153,42 @@ func TestKilledDuringPrune(t *testing.T) {
 		s.waitUnderWay(200)
 		wg.Add(1)
 		go func() { defer wg.Done(); pruned, pruneErr = prune() }()
-		s.waitFor("a prune transaction in flight", func() bool {
-			return s.count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fo-prune'
+		s.WaitFor("a prune transaction in flight", func() bool {
+			return s.Count(`SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fo-prune'
 				AND xact_start IS NOT NULL AND state <> 'idle'`) > 0
 		})
 	})
 	wg.Wait()
 	t.Logf("(5) the prune cut by the failover returned %+v, error %v", pruned, pruneErr)
 	for range 10 {
-		if s.count(`SELECT count(*) FROM {s}.conversations WHERE id LIKE 'aged-%'`) == 0 {
+		if s.Count(`SELECT count(*) FROM {s}.conversations WHERE id LIKE 'aged-%'`) == 0 {
 			break
 		}
 		again, err := prune()
 		t.Logf("(5) pruned again: %+v, error %v", again, err)
 	}
-	require.Zero(t, s.count(`SELECT count(*) FROM {s}.conversations WHERE id LIKE 'aged-%'`), "the aged history is gone")
-	require.Zero(t, s.count(`SELECT count(*) FROM {s}.tasks WHERE conversation_id LIKE 'aged-%'`), "the aged history is gone")
+	require.Zero(t, s.Count(`SELECT count(*) FROM {s}.conversations WHERE id LIKE 'aged-%'`), "the aged history is gone")
+	require.Zero(t, s.Count(`SELECT count(*) FROM {s}.tasks WHERE conversation_id LIKE 'aged-%'`), "the aged history is gone")
 }
 
 // addAged creates n conversations of one "done" task each, and waits until
 // every one settled: a history for the prune.
 func (s *scenario) addAged(n int) {
-	s.t.Helper()
+	s.T.Helper()
 	var ps []arbortype.CreateParams
 	for i := range n {
 		in, _ := json.Marshal(map[string]any{"value": map[string]any{"name": "aged"}})
-		ps = append(ps, arbortype.CreateParams{ConversationID: fmt.Sprintf("aged-%04d", i), Kind: doneKind, Input: in, IdempotencyKey: "aged"})
+		ps = append(ps, arbortype.CreateParams{ConversationID: fmt.Sprintf("aged-%04d", i), Kind: faultharness.DoneKind, Input: in, IdempotencyKey: "aged"})
 	}
 	for len(ps) > 0 {
 		k := min(100, len(ps))
-		s.retry("create aged", func(ctx context.Context) error {
-			_, _, err := s.engine.CreateMany(ctx, ps[:k])
+		s.Retry("create aged", func(ctx context.Context) error {
+			_, _, err := s.Engine.CreateMany(ctx, ps[:k])
 			return err
 		})
 		ps = ps[k:]
 	}
-	s.waitFor("the aged conversations settled", func() bool {
-		return s.count(`SELECT count(*) FROM {s}.tasks WHERE conversation_id LIKE 'aged-%' AND status = 'completed'`) == n
+	s.WaitFor("the aged conversations settled", func() bool {
+		return s.Count(`SELECT count(*) FROM {s}.tasks WHERE conversation_id LIKE 'aged-%' AND status = 'completed'`) == n
 	})
 }

@@ -1,11 +1,10 @@
-package failover
+package faultharness
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,45 +16,69 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 )
 
-// verify is the end of every scenario, once every task settled and every
-// runner stopped: internal/chaos's proof (its verify_test.go, copied here
-// since a test package cannot be imported), held to what a failover must
-// give. It fails the test listing what breaks each of:
+// Verify is the end of every scenario, once every task settled and every
+// runner stopped or died (and, with UseOutside, every worker's record
+// landed: Worker.Wait). It proves, and fails the test listing what breaks
+// each:
 //
 //   - nothing lost: every turn and every child settled, each with its
 //     designed end; every turn completed with the outcomes of its children
-//     as designed, its agent's approval and its waiter's timeout included;
-//     no child spawned twice; every conversation's budget spent as its
-//     agent recorded, nothing left reserved;
-//   - no task failed by the failover: the only failed tasks are the doomed
-//     ones, with their own message; the only error anywhere else is
-//     flaky's designed first failure and the abandoned_on_restart of a
-//     once whose run the failover cut (counted apart, below);
-//   - no restart counted: no recovery took a task's attempt up, none
-//     exceeded a restart limit — nothing explains one, since no runner
-//     died: a failover is the database's fault;
-//   - abandon_on_restart never ran twice: a once has at most one call;
+//     as designed (with awaits, its agent's approval and its waiter's
+//     timeout included); no child spawned twice; with awaits, every
+//     conversation's budget spent as its agent recorded, nothing left
+//     reserved (checkBudget), and every approval an Emit acknowledged in
+//     the database;
+//   - no task failed by a fault: the only failed tasks are the doomed ones,
+//     with their own message; the only error anywhere else is flaky's
+//     designed first failure and the abandoned_on_restart of an
+//     abandon_on_restart task whose run a fault cut;
+//     restart_limit_exceeded only for a task whose runs kills, freezes,
+//     cuts or locks really cut more often than its restart limit (the
+//     engine's default) — a slow machine makes runs longer and so cut more
+//     often by the same kills — and then its conversation's other
+//     outcomes, which that failure changes (its subtree aborted, children
+//     never spawned), are not compared with the designed ones;
+//   - no restart that no fault explains: every recovery (attempt + 1,
+//     abandoned_on_restart, restart_limit_exceeded) is of a run that a kill
+//     or freeze of its node, a cut of its node's route, or a lock of its
+//     conversation's row overlapped (recoveriesSQL); in a scenario of
+//     backend terminations or server restarts there is none; in a scenario
+//     of database faults alone (Config.DatabaseFaultsOnly) none is
+//     explained, and an abandoned_on_restart is counted apart;
+//   - no abandon_on_restart handler entered twice: a task created
+//     abandon_on_restart (once, and the leaves of a turn that asks for
+//     it) has at most one call in the run log, whatever the call's writes
+//     met (reentrySQL; Figures' reentries, in every scenario);
 //   - no two calls of a task at once: no two calls of one task whose
-//     intervals from entry to return intersect (overlapPairs) — the
-//     stubborn kind's across nodes counted apart, as in internal/chaos;
-//   - no side effect after another call of its task started (effectsAfter);
-//   - every call returned;
+//     intervals from entry to return (to its process's death, if killed)
+//     intersect (overlapPairs) — but for a call in flight while its
+//     process was frozen past the lease (nothing can stop a process that
+//     does not run) and a stubborn call overlapping a call on another node
+//     (nothing can stop a handler that ignores its context), counted apart;
+//   - no side effect after another call of its task started: a
+//     well-behaved call decides no side effect after a later call's entry
+//     (effectsAfter), the frozen ones included; the stubborn kind's are
+//     counted apart;
+//   - every call returned, but those of a killed process;
 //   - no stale write, every start under the conversation's current lease,
 //     and every settled task's end written by its last run
 //     (staleWriteQueries);
 //   - the invariant checker finds nothing, over every conversation.
 //
-// It logs the scenario's figures and returns them.
-func (s *scenario) verify() figures {
-	t := s.t
+// It logs the scenario's figures and returns them; what it finds fails the
+// test, but lets the scenario's own checks and figures run after it.
+func (s *Scenario) Verify() Figures {
+	t := s.T
 	t.Helper()
-	s.importLogs()
-	s.dumpTables()
+	if s.outside != nil {
+		s.importLogs()
+	}
+	s.DumpTables()
 	require.Empty(t, s.lostEmits(), "every emit acknowledged is in the database")
-	require.Zero(t, s.live(), "every task settled")
+	require.Zero(t, s.Live(), "every task settled")
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	var f figures
+	var f Figures
 	faulty := map[int64]bool{} // tasks failed by a fault
 	fault := func(id int64, format string, args ...any) {
 		faulty[id] = true
@@ -63,6 +86,13 @@ func (s *scenario) verify() figures {
 	}
 
 	recs := s.recoveries()
+	if s.cfg.DatabaseFaultsOnly {
+		// No runner died, no conversation was locked: nothing explains a
+		// restart.
+		for i := range recs {
+			recs[i].explainedBy = ""
+		}
+	}
 	perTask := map[int64]*taskRecoveries{}
 	for _, r := range recs {
 		tr := perTask[r.task]
@@ -79,29 +109,47 @@ func (s *scenario) verify() figures {
 
 	callsOf := s.callsPerTask()
 	doomedRe, flakyRe := regexp.MustCompile(doomedPattern), regexp.MustCompile(flakyPattern)
-	f.conversations = len(s.convs)
-	for i, conv := range s.convs {
+	f.conversations = len(s.Convs)
+	for i, conv := range s.Convs {
 		var all []arbortype.Task
-		s.retry("read "+conv, func(ctx context.Context) error {
+		s.Retry("read "+conv, func(ctx context.Context) error {
 			var err error
-			all, err = s.engine.ConversationTasks(ctx, conv)
+			all, err = s.Engine.ConversationTasks(ctx, conv)
 			return err
 		})
 		f.tasks += len(all)
-		if len(all) != tasksPerTurn+s.fans[i] {
-			add("%s: %d tasks, not %d (a child spawned twice, or never)", conv, len(all), tasksPerTurn+s.fans[i])
+		// A task whose runs faults really cut more often than its restart
+		// limit fails with restart_limit_exceeded (design.md §3.8), and its
+		// subtree is aborted with it, its owners' results change, children
+		// it had yet to spawn never come: that conversation's outcomes are
+		// not compared with the designed ones, only its errors (each must
+		// be designed, or that exceeded limit), its runs, its restarts and
+		// the invariants, as every conversation's are.
+		legit := func(task arbortype.Task) bool {
+			tr := perTask[task.ID]
+			return tr != nil && tr.unexplained == 0 && tr.explained > task.RestartLimit
 		}
-		// A task that legitimately exceeded its restart limit changes its
-		// owners' results; they are not compared then.
 		exceeded := false
+		for _, task := range all {
+			if task.Error != nil && task.Error.Code == restartLimCode && legit(task) {
+				exceeded = true
+			}
+		}
+		if want := tasksPerTurn(s.cfg.Awaits) + s.fans[i]; len(all) != want && !exceeded {
+			add("%s: %d tasks, not %d (a child spawned twice, or never)", conv, len(all), want)
+		}
 		kinds := map[string]int{}
 		var onceStatus arbortype.Status
+		leaves := 0 // leaves not abandoned
 		for _, task := range all {
 			kinds[task.Kind]++
-			f.attempts += task.Attempt
+			f.Attempts += task.Attempt
 			where := fmt.Sprintf("%s task %d (%s %s)", conv, task.ID, task.Kind, nameOf(task))
 			// Errors: only the designed ones, anywhere.
 			for _, h := range task.ErrorHistory {
+				if h.Code == restartLimCode && legit(task) {
+					continue
+				}
 				if !(task.Kind == "doomed" && doomedRe.MatchString(h.Message)) && !(task.Kind == "flaky" && flakyRe.MatchString(h.Message)) {
 					fault(task.ID, "%s: failed by a fault: error history has %q (code %q)", where, h.Message, h.Code)
 				}
@@ -109,8 +157,7 @@ func (s *scenario) verify() figures {
 			if e := task.Error; e != nil {
 				tr := perTask[task.ID]
 				switch {
-				case e.Code == restartLimCode && tr != nil && tr.unexplained == 0 && tr.explained > task.RestartLimit:
-					exceeded = true
+				case e.Code == restartLimCode && legit(task):
 					t.Logf("%s: restart limit %d exceeded, accepted: %d of its runs were cut by faults", where, task.RestartLimit, tr.explained)
 					continue
 				case e.Code == restartLimCode:
@@ -124,7 +171,7 @@ func (s *scenario) verify() figures {
 				}
 				designed := (task.Kind == "doomed" && doomedRe.MatchString(e.Message) && e.Code == "") ||
 					(task.Kind == "flaky" && flakyRe.MatchString(e.Message) && e.Code == "") ||
-					(task.Kind == "once" && e.Code == abandonedCode)
+					(task.AbandonOnRestart && e.Code == abandonedCode)
 				if !designed {
 					fault(task.ID, "%s: failed by a fault: error %q (code %q)", where, e.Message, e.Code)
 				}
@@ -141,9 +188,12 @@ func (s *scenario) verify() figures {
 			if task.Error != nil && task.Error.Code == restartLimCode {
 				continue
 			}
+			if exceeded {
+				continue // its calls are counted all the same (reentries)
+			}
 			switch task.Kind {
 			case turnKind:
-				if task.ID != s.turns[i] {
+				if task.ID != s.Turns[i] {
 					add("%s: a second turn", where)
 				}
 			case "tool", stubbornKind:
@@ -164,18 +214,23 @@ func (s *scenario) verify() figures {
 				if task.Retries != 1 || len(task.ErrorHistory) != 1 {
 					add("%s: want one retry and one failure in its history, got %d and %d", where, task.Retries, len(task.ErrorHistory))
 				}
-			case leafKind:
-				want(arbortype.StatusCompleted, fmt.Sprintf(`{"leaf": %q}`, nameOf(task)))
 			case agentKind:
 				want(arbortype.StatusCompleted, fmt.Sprintf(`{"approved": %q}`, "yes-"+conv))
 			case waiterKind:
 				want(arbortype.StatusCompleted, `{"timed_out": true}`)
+			case leafKind:
+				if task.AbandonOnRestart && task.Status == arbortype.StatusCancelled && task.Error != nil && task.Error.Code == abandonedCode {
+					f.abandoned++
+					continue
+				}
+				leaves++
+				want(arbortype.StatusCompleted, fmt.Sprintf(`{"leaf": %q}`, nameOf(task)))
 			case "once":
 				onceStatus = task.Status
 				calls := callsOf[task.ID]
 				switch {
 				case calls > 1:
-					add("%s: abandon_on_restart called %d times", where, calls)
+					// A re-entry: counted and listed by reentries.
 				case task.Status == arbortype.StatusCompleted:
 					want(arbortype.StatusCompleted, `{"once": true}`)
 					if calls != 1 {
@@ -190,52 +245,43 @@ func (s *scenario) verify() figures {
 				add("%s: a task of an unknown kind", where)
 			}
 		}
-		for kind, n := range map[string]int{turnKind: 1, "tool": 2, stubbornKind: 1, "group": 1, "sibling": 2, "doomed": 1,
-			"nap": 1, "flaky": 1, "once": 1, agentKind: 1, waiterKind: 1, leafKind: s.fans[i]} {
-			if kinds[kind] != n {
+		wantKinds := map[string]int{turnKind: 1, "tool": 2, stubbornKind: 1, "group": 1, "sibling": 2, "doomed": 1,
+			"nap": 1, "flaky": 1, "once": 1, leafKind: s.fans[i], agentKind: 0, waiterKind: 0}
+		if s.cfg.Awaits {
+			wantKinds[agentKind], wantKinds[waiterKind] = 1, 1
+		}
+		for kind, n := range wantKinds {
+			if kinds[kind] != n && !exceeded {
 				add("%s: %d tasks of kind %s, want %d", conv, kinds[kind], kind, n)
 			}
 		}
-		s.checkBudget(conv, all, add)
+		if s.cfg.Awaits {
+			s.checkBudget(conv, all, add)
+		}
 		if exceeded {
 			continue
 		}
 		for _, task := range all {
 			if task.Kind == turnKind {
-				s.checkTurn(task, onceStatus, s.fans[i], add)
+				s.checkTurn(task, onceStatus, s.fans[i], leaves, add)
 			}
 		}
 	}
-	f.failedByFault = len(faulty)
+	f.FailedByFault = len(faulty)
 
-	// A once's run cut by the fence is settled abandoned_on_restart by
-	// whichever recovery comes, counted or not: its designed end, counted
-	// apart. Every other recovery is a restart counted.
-	for _, r := range recs {
-		if r.code == abandonedCode && r.kind == "once" {
-			f.abandonedRecoveries++
-			continue
-		}
-		f.restarts++
-		f.unexplained++
-		if f.unexplained <= 20 {
-			add("a restart counted (attempt + 1 or restart limit): %s", r)
-		}
-	}
-	if f.unexplained > 20 {
-		add("… and %d more restarts counted", f.unexplained-20)
-	}
+	s.countRestarts(recs, &f, add)
 
 	s.collect(&f, add)
+	s.reentries(&f, add)
 	for _, q := range staleWriteQueries {
-		for _, row := range s.rows(q.sql) {
+		for _, row := range s.Rows(q.sql) {
 			add("%s: %s", q.what, row)
 		}
 	}
 
 	var vs []string
-	s.retry("check", func(ctx context.Context) error {
-		found, err := s.engine.Check(ctx)
+	s.Retry("check", func(ctx context.Context) error {
+		found, err := s.Engine.Check(ctx)
 		vs = vs[:0]
 		for _, v := range found {
 			vs = append(vs, v.String())
@@ -246,7 +292,7 @@ func (s *scenario) verify() figures {
 		add("checker: %s", v)
 	}
 
-	f.took = time.Since(s.began)
+	f.took = time.Since(s.Began)
 	f.log(t)
 	if len(problems) > 80 {
 		problems = append(problems[:80], fmt.Sprintf("… and %d more", len(problems)-80))
@@ -256,8 +302,36 @@ func (s *scenario) verify() figures {
 	return f
 }
 
-// checkTurn compares a turn's result with its children's designed ends.
-func (s *scenario) checkTurn(turn arbortype.Task, onceStatus arbortype.Status, fan int, add func(string, ...any)) {
+// countRestarts counts the recoveries into f, and adds a problem for each
+// that no fault explains (the first 20 listed). In a scenario of database
+// faults alone (Config.DatabaseFaultsOnly), an abandoned_on_restart is the
+// designed end of an abandon_on_restart run that the fault cut, whichever
+// recovery came: counted apart, not a restart.
+func (s *Scenario) countRestarts(recs []recovery, f *Figures, add func(string, ...any)) {
+	for _, r := range recs {
+		if s.cfg.DatabaseFaultsOnly && r.code == abandonedCode {
+			f.abandonedRecoveries++
+			continue
+		}
+		f.Restarts++
+		if r.explainedBy == "" {
+			f.unexplained++
+			if f.unexplained <= 20 {
+				add("a restart no kill, freeze, cut or lock explains: %s", r)
+			}
+		} else {
+			f.explained++
+		}
+	}
+	if f.unexplained > 20 {
+		add("… and %d more restarts no fault explains", f.unexplained-20)
+	}
+}
+
+// checkTurn compares a turn's result with its children's designed ends:
+// of its fan leaves, completed ones (the others abandoned on restart); with
+// awaits, its agent's approval and its waiter's timeout.
+func (s *Scenario) checkTurn(turn arbortype.Task, onceStatus arbortype.Status, fan, completed int, add func(string, ...any)) {
 	where := fmt.Sprintf("%s turn %d", turn.ConversationID, turn.ID)
 	if turn.Status != arbortype.StatusCompleted {
 		add("%s: %s, want completed (error %+v)", where, turn.Status, turn.Error)
@@ -269,7 +343,13 @@ func (s *scenario) checkTurn(turn arbortype.Task, onceStatus arbortype.Status, f
 	}
 	leaves := ""
 	if fan > 0 {
-		leaves = fmt.Sprintf(`, "leaves": {"status": "completed", "value": %d}`, fan)
+		leaves = fmt.Sprintf(`, "leaves": {"status": "completed", "value": %d}`, completed)
+	}
+	awaits := ""
+	if s.cfg.Awaits {
+		awaits = fmt.Sprintf(`,
+		"agent": {"status": "completed", "value": {"approved": %q}},
+		"waiter": {"status": "completed", "value": {"timed_out": true}}`, "yes-"+turn.ConversationID)
 	}
 	want := fmt.Sprintf(`{
 		"tool0": {"status": "completed", "value": {"tool": "tool0"}},
@@ -277,10 +357,8 @@ func (s *scenario) checkTurn(turn arbortype.Task, onceStatus arbortype.Status, f
 		"tool2": {"status": "completed", "value": {"tool": "tool2"}},
 		"group": {"status": "completed", "value": {"doomed": "failed", "siblings": ["aborted", "aborted"]}},
 		"nap":   {"status": "completed", "value": {"slept": true}},
-		"agent": {"status": "completed", "value": {"approved": %q}},
-		"waiter": {"status": "completed", "value": {"timed_out": true}},
 		"flaky": {"status": "completed", "value": {"retries": 1}},
-		"once":  %s%s}`, "yes-"+turn.ConversationID, once, leaves)
+		"once":  %s%s%s}`, once, leaves, awaits)
 	if got := valueOf(turn.Result); !jsonEqual(got, want) {
 		add("%s: result %s, want %s", where, got, strings.Join(strings.Fields(want), " "))
 	}
@@ -297,11 +375,11 @@ func jsonEqual(got json.RawMessage, want string) bool {
 }
 
 // callsPerTask returns how many handler calls each task had.
-func (s *scenario) callsPerTask() map[int64]int {
+func (s *Scenario) callsPerTask() map[int64]int {
 	out := map[int64]int{}
-	s.retry("read run_log", func(ctx context.Context) error {
+	s.Retry("read run_log", func(ctx context.Context) error {
 		clear(out)
-		rows, err := s.pool.Query(ctx, s.q(`SELECT task_id, count(*) FROM {s}.run_log GROUP BY task_id`))
+		rows, err := s.Pool.Query(ctx, s.Q(`SELECT task_id, count(*) FROM {s}.run_log GROUP BY task_id`))
 		if err != nil {
 			return err
 		}
@@ -319,40 +397,11 @@ func (s *scenario) callsPerTask() map[int64]int {
 	return out
 }
 
-// rows runs a query and returns each row as text.
-func (s *scenario) rows(sql string, args ...any) []string {
-	var out []string
-	s.retry(sql, func(ctx context.Context) error {
-		out = out[:0]
-		rows, err := s.pool.Query(ctx, s.q(sql), args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			vals, err := rows.Values()
-			if err != nil {
-				return err
-			}
-			parts := make([]string, len(vals))
-			for i, v := range vals {
-				if tv, ok := v.(time.Time); ok {
-					v = tv.Format("15:04:05.000000")
-				}
-				parts[i] = fmt.Sprintf("%s=%v", rows.FieldDescriptions()[i].Name, v)
-			}
-			out = append(out, strings.Join(parts, " "))
-		}
-		return rows.Err()
-	})
-	return out
-}
-
 // callsCTE: every handler call with the end of its interval — its return,
 // or its process's death when it was killed first — and whether it was in
 // flight while its process was frozen past the lease.
 const callsCTE = `WITH calls AS (
-	SELECT r.id, r.task_id, r.token, r.node, r.kind, r.stubborn, r.started_at, r.returned_at, r.outcome,
+	SELECT r.id, r.task_id, r.token, r.node, r.kind, r.stubborn, r.started_at, r.cancelled_at, r.returned_at, r.outcome,
 		coalesce(r.returned_at, k.from_at, 'infinity') AS end_at,
 		EXISTS (SELECT 1 FROM {s}.chaos_faults f WHERE f.kind = 'freeze_past_lease' AND f.node = r.node
 			AND r.started_at < f.from_at AND coalesce(r.returned_at, k.from_at, 'infinity') > f.from_at) AS frozen
@@ -367,13 +416,13 @@ const callsCTE = `WITH calls AS (
 // never do.
 const overlapPairs = callsCTE + `, pairs AS (
 	SELECT CASE WHEN x.frozen THEN 'frozen' WHEN x.stubborn AND x.node <> y.node THEN 'stubborn' ELSE 'overlap' END AS class,
-		x.task_id, x.kind, x.id AS call, x.node, x.token, x.started_at, x.end_at, x.outcome,
+		x.task_id, x.kind, x.id AS call, x.node, x.token, x.started_at, x.cancelled_at, x.end_at, x.outcome,
 		y.id AS other, y.node AS other_node, y.token AS other_token, y.started_at AS other_started
 	FROM calls x JOIN calls y ON x.task_id = y.task_id AND (x.started_at, x.id) < (y.started_at, y.id)
 	WHERE y.started_at < x.end_at)`
 
 const overlapSQL = overlapPairs + `
-SELECT task_id, kind, call, node, token, started_at, end_at, outcome, other, other_node, other_token, other_started,
+SELECT task_id, kind, call, node, token, started_at, cancelled_at, end_at, outcome, other, other_node, other_token, other_started,
 	CASE WHEN node = other_node THEN 'same node' ELSE 'across nodes' END AS where_
 FROM pairs WHERE class = 'overlap' ORDER BY task_id, started_at LIMIT 20`
 
@@ -418,7 +467,7 @@ const recoveriesSQL = `WITH rec AS (
 	SELECT a.id, a.task_id, t.conversation_id, t.kind, a.old_token, a.at, a.new_status, coalesce(a.error_code, '') AS code,
 		st.node AS run_node, st.at AS run_started
 	FROM {s}.chaos_audit a JOIN {s}.tasks t ON t.id = a.task_id
-	LEFT JOIN LATERAL (SELECT substr(b.app, length('` + appPrefix + `') + 1) AS node, b.at FROM {s}.chaos_audit b
+	LEFT JOIN LATERAL (SELECT substr(b.app, length('{app}') + 1) AS node, b.at FROM {s}.chaos_audit b
 		WHERE b.task_id = a.task_id AND b.new_token = a.old_token AND b.new_status = 'running'
 		  AND b.old_status IS DISTINCT FROM 'running'
 		ORDER BY b.id LIMIT 1) st ON true
@@ -426,7 +475,8 @@ const recoveriesSQL = `WITH rec AS (
 	  AND (a.new_attempt > a.old_attempt OR a.error_code IN ('abandoned_on_restart', 'restart_limit_exceeded')))
 SELECT r.task_id, r.conversation_id, r.kind, r.old_token, r.run_started, r.at, r.new_status, r.code, coalesce(r.run_node, ''),
 	coalesce((SELECT string_agg(DISTINCT f.kind, ',') FROM {s}.chaos_faults f
-		WHERE (f.node = r.run_node OR f.conversation_id = r.conversation_id)
+		WHERE (f.node = r.run_node OR f.conversation_id = r.conversation_id
+			OR (f.kind = 'restart' AND r.code = 'abandoned_on_restart'))
 		  AND r.run_started <= f.to_at AND r.at >= f.from_at), '')
 FROM rec r ORDER BY r.at`
 
@@ -447,11 +497,11 @@ func (r recovery) String() string {
 
 type taskRecoveries struct{ explained, unexplained int }
 
-func (s *scenario) recoveries() []recovery {
+func (s *Scenario) recoveries() []recovery {
 	var out []recovery
-	s.retry("read recoveries", func(ctx context.Context) error {
+	s.Retry("read recoveries", func(ctx context.Context) error {
 		out = out[:0]
-		rows, err := s.pool.Query(ctx, s.q(recoveriesSQL))
+		rows, err := s.Pool.Query(ctx, s.Q(recoveriesSQL))
 		if err != nil {
 			return err
 		}
@@ -485,7 +535,7 @@ var staleWriteQueries = []struct{ what, sql string }{
 	{"a run's write that landed through another process than the run's", `
 		SELECT a.id AS audit, a.task_id, a.by_token, a.by_node, a.app
 		FROM {s}.chaos_audit a
-		WHERE a.by_node IS NOT NULL AND a.app IS DISTINCT FROM '` + appPrefix + `' || a.by_node
+		WHERE a.by_node IS NOT NULL AND a.app IS DISTINCT FROM '{app}' || a.by_node
 		ORDER BY a.id LIMIT 20`},
 	{"a write stamped by a run the run log does not know", `
 		SELECT a.id AS audit, a.task_id, a.op, a.by_token, a.by_node
@@ -498,7 +548,7 @@ var staleWriteQueries = []struct{ what, sql string }{
 		SELECT a.id AS audit, a.task_id, a.new_token, a.new_run_epoch, a.conv_epoch, a.conv_holder, a.app
 		FROM {s}.chaos_audit a
 		WHERE a.new_status = 'running' AND a.old_status IS DISTINCT FROM 'running'
-		  AND (a.new_run_epoch IS DISTINCT FROM a.conv_epoch OR a.app IS DISTINCT FROM '` + appPrefix + `' || a.conv_holder)
+		  AND (a.new_run_epoch IS DISTINCT FROM a.conv_epoch OR a.app IS DISTINCT FROM '{app}' || a.conv_holder)
 		ORDER BY a.id LIMIT 20`},
 	{"a settled task whose end was not written by its last run", `
 		SELECT t.id AS task, t.kind, t.status, e.token AS end_token, m.token AS last_run_token
@@ -508,6 +558,7 @@ var staleWriteQueries = []struct{ what, sql string }{
 			WHEN 'failed' THEN substring(t.error->>'message' from '\(token ([0-9]+)\)$')::bigint END AS token) e
 		CROSS JOIN LATERAL (SELECT max(r.token) AS token FROM {s}.run_log r WHERE r.task_id = t.id) m
 		WHERE t.status IN ('completed', 'failed') AND e.token IS DISTINCT FROM m.token
+		  AND t.error->>'code' IS DISTINCT FROM '` + restartLimCode + `'
 		ORDER BY t.id LIMIT 20`},
 }
 
@@ -548,49 +599,64 @@ idle AS (
 SELECT round(extract(epoch FROM i.idle)::numeric, 3) || ' s' AS idle, i.task_id, t.kind, i.token FROM idle i JOIN {s}.tasks t ON t.id = i.task_id
 WHERE i.idle IS NOT NULL ORDER BY i.idle DESC LIMIT 1`
 
-// figures are a scenario's numbers, for its log (the closing note of
-// issue 19 quotes them).
-type figures struct {
+// Figures are a scenario's numbers, for its log (the closing notes of
+// issues 19 and 38 quote them); the scenarios check the exported ones.
+type Figures struct {
 	conversations, tasks, calls, runs, repeatCalls, starts, refused int
-	// overlaps counts pairs of calls by class (overlapPairs).
-	overlaps map[string]int
+	// Overlaps counts pairs of calls by class (overlapPairs).
+	Overlaps map[string]int
 	// side effects, all and stubborn; decided after a later call's entry,
 	// well-behaved and stubborn; decided before and landed after.
 	effects, effectsStubborn, effectsAfter, effectsAfterStubborn, landedAfter int
-	failedByFault                                                             int
-	restarts, unexplained, attempts, abandoned                                int
-	abandonedRecoveries                                                       int
-	giveUps                                                                   map[string]int
-	giveUpConvs                                                               int
-	warns                                                                     map[string]int
-	cancelled                                                                 int
-	stopP50, stopP99, stopMax                                                 time.Duration
-	causes                                                                    []string
-	cut, outlived                                                             int
-	idleRun                                                                   []string
-	took                                                                      time.Duration
+	// FailedByFault counts the tasks failed by a fault.
+	FailedByFault int
+	// Restarts counts the recoveries counted (explained and unexplained:
+	// recoveriesSQL), Attempts the sum of every task's attempt.
+	Restarts, Attempts                int
+	explained, unexplained, abandoned int
+	// abandonedRecoveries counts the recoveries that settled an
+	// abandon_on_restart run abandoned and that a scenario of database
+	// faults alone (Config.DatabaseFaultsOnly) counts apart from Restarts.
+	abandonedRecoveries       int
+	giveUps                   map[string]int
+	giveUpConvs               int
+	warns                     map[string]int
+	cancelled                 int
+	stopP50, stopP99, stopMax time.Duration
+	causes                    []string
+	// Cut counts the calls cut by a kill (never returned).
+	Cut      int
+	outlived int
+	idleRun  []string
+	took     time.Duration
+
+	// reentries counts the calls of abandon_on_restart tasks after their
+	// first, in reentered tasks, of AORTasks; reentryKinds describes them
+	// by kind (reentrySQL).
+	reentered, reentries, AORTasks int
+	reentryKinds                   []string
 }
 
 // collect reads the figures the run log, the side effects and the audit
 // hold, and adds the problems of overlaps, side effects and calls that
 // never returned.
-func (s *scenario) collect(f *figures, add func(string, ...any)) {
-	f.calls = s.count(`SELECT count(*) FROM {s}.run_log`)
-	f.runs = s.count(`SELECT count(DISTINCT token) FROM {s}.run_log`)
-	f.repeatCalls = s.count(`SELECT count(*) FROM (SELECT token FROM {s}.run_log GROUP BY token HAVING count(*) > 1) x`)
-	f.refused = s.count(`SELECT coalesce(sum(refused), 0) FROM {s}.run_log`)
-	f.starts = s.count(`SELECT count(*) FROM {s}.chaos_audit WHERE new_status = 'running' AND old_status IS DISTINCT FROM 'running'`)
-	f.cut = s.count(`SELECT count(*) FROM {s}.run_log r JOIN {s}.chaos_faults k ON k.kind = 'kill' AND k.node = r.node WHERE r.returned_at IS NULL`)
-	f.outlived = s.count(outlivedSQL)
-	f.idleRun = s.rows(idleRunSQL)
-	if stamped := s.count(`SELECT count(*) FROM {s}.chaos_audit WHERE by_token IS NOT NULL`); stamped == 0 || f.starts == 0 {
+func (s *Scenario) collect(f *Figures, add func(string, ...any)) {
+	f.calls = s.Count(`SELECT count(*) FROM {s}.run_log`)
+	f.runs = s.Count(`SELECT count(DISTINCT token) FROM {s}.run_log`)
+	f.repeatCalls = s.Count(`SELECT count(*) FROM (SELECT token FROM {s}.run_log GROUP BY token HAVING count(*) > 1) x`)
+	f.refused = s.Count(`SELECT coalesce(sum(refused), 0) FROM {s}.run_log`)
+	f.starts = s.Count(`SELECT count(*) FROM {s}.chaos_audit WHERE new_status = 'running' AND old_status IS DISTINCT FROM 'running'`)
+	f.Cut = s.Count(`SELECT count(*) FROM {s}.run_log r JOIN {s}.chaos_faults k ON k.kind = 'kill' AND k.node = r.node WHERE r.returned_at IS NULL`)
+	f.outlived = s.Count(outlivedSQL)
+	f.idleRun = s.Rows(idleRunSQL)
+	if stamped := s.Count(`SELECT count(*) FROM {s}.chaos_audit WHERE by_token IS NOT NULL`); stamped == 0 || f.starts == 0 {
 		add("the audit recorded %d stamped writes and %d starts: the proof would be empty", stamped, f.starts)
 	}
 
-	f.overlaps = map[string]int{}
-	s.retry("overlap classes", func(ctx context.Context) error {
-		clear(f.overlaps)
-		rows, err := s.pool.Query(ctx, s.q(overlapClassesSQL))
+	f.Overlaps = map[string]int{}
+	s.Retry("overlap classes", func(ctx context.Context) error {
+		clear(f.Overlaps)
+		rows, err := s.Pool.Query(ctx, s.Q(overlapClassesSQL))
 		if err != nil {
 			return err
 		}
@@ -601,37 +667,37 @@ func (s *scenario) collect(f *figures, add func(string, ...any)) {
 			if err := rows.Scan(&class, &n); err != nil {
 				return err
 			}
-			f.overlaps[class] = n
+			f.Overlaps[class] = n
 		}
 		return rows.Err()
 	})
-	for _, row := range s.rows(overlapSQL) {
+	for _, row := range s.Rows(overlapSQL) {
 		add("two calls of a task at once: %s", row)
 	}
 
-	f.effects = s.count(`SELECT count(*) FROM {s}.side_effects`)
-	f.effectsStubborn = s.count(`SELECT count(*) FROM {s}.side_effects WHERE stubborn`)
-	f.effectsAfter = s.count(effectsAfter + ` SELECT count(*) FROM after WHERE NOT stubborn`)
-	f.effectsAfterStubborn = s.count(effectsAfter + ` SELECT count(*) FROM after WHERE stubborn`)
-	f.landedAfter = s.count(landedAfterSQL)
-	for _, row := range s.rows(effectsAfterSQL) {
+	f.effects = s.Count(`SELECT count(*) FROM {s}.side_effects`)
+	f.effectsStubborn = s.Count(`SELECT count(*) FROM {s}.side_effects WHERE stubborn`)
+	f.effectsAfter = s.Count(effectsAfter + ` SELECT count(*) FROM after WHERE NOT stubborn`)
+	f.effectsAfterStubborn = s.Count(effectsAfter + ` SELECT count(*) FROM after WHERE stubborn`)
+	f.landedAfter = s.Count(landedAfterSQL)
+	for _, row := range s.Rows(effectsAfterSQL) {
 		add("a side effect after another call of its task started: %s", row)
 	}
 	if f.effects == 0 {
 		add("no side effect was recorded: the proof would be empty")
 	}
-	for _, row := range s.rows(neverReturnedSQL) {
+	for _, row := range s.Rows(neverReturnedSQL) {
 		add("a handler call that never returned (its process was not killed): %s", row)
 	}
 
 	var n int
 	var p50, p99, pmax float64
-	s.retry("stop latency", func(ctx context.Context) error {
-		return s.pool.QueryRow(ctx, s.q(stopLatencySQL)).Scan(&n, &p50, &p99, &pmax)
+	s.Retry("stop latency", func(ctx context.Context) error {
+		return s.Pool.QueryRow(ctx, s.Q(stopLatencySQL)).Scan(&n, &p50, &p99, &pmax)
 	})
 	f.cancelled = n
 	f.stopP50, f.stopP99, f.stopMax = seconds(p50), seconds(p99), seconds(pmax)
-	f.causes = s.rows(`SELECT cause, count(*) AS calls FROM {s}.run_log WHERE cancelled_at IS NOT NULL GROUP BY cause ORDER BY 2 DESC`)
+	f.causes = s.Rows(`SELECT cause, count(*) AS calls FROM {s}.run_log WHERE cancelled_at IS NOT NULL GROUP BY cause ORDER BY 2 DESC`)
 	f.warns, f.giveUps, f.giveUpConvs = s.logSummary()
 }
 
@@ -640,15 +706,17 @@ func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Se
 // ms formats a duration in milliseconds, for the figures.
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 
-func (f figures) log(t interface{ Logf(string, ...any) }) {
+func (f Figures) log(t interface{ Logf(string, ...any) }) {
 	t.Logf("figures: %d conversations, %d tasks; %d handler calls of %d runs (%d runs called more than once), %d starts, %d writes refused",
 		f.conversations, f.tasks, f.calls, f.runs, f.repeatCalls, f.starts, f.refused)
-	t.Logf("figures: overlapping handler calls: %d (counted apart: %d of the stubborn kind across nodes)",
-		f.overlaps["overlap"], f.overlaps["stubborn"])
+	t.Logf("figures: overlapping handler calls: %d (exempt: %d of calls in flight while frozen past the lease; counted apart: %d of the stubborn kind across nodes)",
+		f.Overlaps["overlap"], f.Overlaps["frozen"], f.Overlaps["stubborn"])
 	t.Logf("figures: side effects after another call of their task started: %d (stubborn, counted apart: %d); of %d side effects (%d stubborn); %d decided before a later call's entry landed after it",
 		f.effectsAfter, f.effectsAfterStubborn, f.effects, f.effectsStubborn, f.landedAfter)
-	t.Logf("figures: tasks failed by the failover: %d; restarts counted: %d (sum of attempts %d); abandon_on_restart tasks whose run the failover cut, settled abandoned: %d",
-		f.failedByFault, f.restarts, f.attempts, f.abandoned)
+	t.Logf("figures: tasks failed by a fault: %d; restarts counted: %d (%d explained by a kill, freeze, cut or lock, %d unexplained; sum of attempts %d, %d abandon_on_restart tasks abandoned, %d of them by a recovery counted apart, as a failover's)",
+		f.FailedByFault, f.Restarts, f.explained, f.unexplained, f.Attempts, f.abandoned, f.abandonedRecoveries)
+	t.Logf("figures: re-entries of abandon_on_restart handlers: %d calls after the first, of %d tasks (of %d abandon_on_restart tasks) [%s]",
+		f.reentries, f.reentered, f.AORTasks, strings.Join(f.reentryKinds, "; "))
 	var gs []string
 	for _, msg := range slices.Sorted(maps.Keys(f.giveUps)) {
 		gs = append(gs, fmt.Sprintf("%d × %q", f.giveUps[msg], msg))
@@ -656,8 +724,8 @@ func (f figures) log(t interface{ Logf(string, ...any) }) {
 	t.Logf("figures: give-ups: %d log lines naming %d conversations [%s]", sum(f.giveUps), f.giveUpConvs, strings.Join(gs, "; "))
 	t.Logf("figures: handler stop latency after cancel: %d calls cancelled before returning, p50 %s, p99 %s, max %s; causes: %s",
 		f.cancelled, ms(f.stopP50), ms(f.stopP99), ms(f.stopMax), strings.Join(f.causes, "; "))
-	t.Logf("figures: %d calls returned after their run was recovered; longest a run stayed live with no call of it going on: %s",
-		f.outlived, strings.Join(f.idleRun, ""))
+	t.Logf("figures: %d calls cut by a kill; %d calls returned after their run was recovered; longest a run stayed live with no call of it going on: %s",
+		f.Cut, f.outlived, strings.Join(f.idleRun, ""))
 	for _, msg := range slices.Sorted(maps.Keys(f.warns)) {
 		t.Logf("runner log: %5d × %s", f.warns[msg], msg)
 	}
@@ -677,11 +745,11 @@ func sum(m map[string]int) int {
 // (recordFor each), plus reserveFor for each reservation of a run that was
 // over before it recorded (spent in full, once), nothing for a run cut
 // before it reserved: nothing lost, nothing counted twice.
-func (s *scenario) checkBudget(conv string, all []arbortype.Task, add func(string, ...any)) {
+func (s *Scenario) checkBudget(conv string, all []arbortype.Task, add func(string, ...any)) {
 	var bs arbortype.ConversationBudgets
-	s.retry("budgets "+conv, func(ctx context.Context) error {
+	s.Retry("budgets "+conv, func(ctx context.Context) error {
 		var err error
-		bs, err = s.engine.Budgets(ctx, conv)
+		bs, err = s.Engine.Budgets(ctx, conv)
 		return err
 	})
 	var b *arbortype.Budget
@@ -699,7 +767,7 @@ func (s *scenario) checkBudget(conv string, all []arbortype.Task, add func(strin
 	before := -1
 	for _, task := range all {
 		if task.Kind == agentKind {
-			before = s.count(`SELECT count(*) FROM {s}.run_log WHERE task_id = $1`, task.ID) - 1
+			before = s.Count(`SELECT count(*) FROM {s}.run_log WHERE task_id = $1`, task.ID) - 1
 		}
 	}
 	// A run cut before its reservation spent nothing; the last run before
@@ -717,46 +785,4 @@ func (s *scenario) checkBudget(conv string, all []arbortype.Task, add func(strin
 		add("%s: spent %d %s, which is not %d for each of the agent's %d runs before its await that recorded, %d for each that reserved and did not, 0 for each that did not reserve",
 			conv, b.Spent, tokenCounter, recordFor, before, reserveFor)
 	}
-}
-
-// giveUpRe matches the runner's log lines that say a node stopped its
-// handlers for a lease it could not confirm, or lost its lease (see
-// internal/chaos's child_test.go).
-var giveUpRe = regexp.MustCompile(`(?i)lease.*(lost|not renewed|not confirmed|unconfirmed|could not (be )?(renew|confirm)|gave up|given up|giving up)|could not confirm its lease|lease had expired`)
-
-// logLine is what the figures read of a runner's JSON log line.
-type logLine struct {
-	Level         string `json:"level"`
-	Msg           string `json:"msg"`
-	Conversations *int   `json:"conversations"`
-}
-
-// logSummary reads the runners' logs: the lines at WARN and above by
-// message, and the give-ups with the conversations they name.
-func (s *scenario) logSummary() (warns map[string]int, giveUps map[string]int, giveUpConvs int) {
-	warns, giveUps = map[string]int{}, map[string]int{}
-	for _, n := range s.nodes {
-		b, err := os.ReadFile(n.log)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			var l logLine
-			if json.Unmarshal([]byte(line), &l) != nil {
-				continue
-			}
-			if giveUpRe.MatchString(l.Msg) {
-				giveUps[l.Msg]++
-				if l.Conversations != nil {
-					giveUpConvs += *l.Conversations
-				} else {
-					giveUpConvs++
-				}
-			}
-			if l.Level == "WARN" || l.Level == "ERROR" {
-				warns[l.Msg]++
-			}
-		}
-	}
-	return warns, giveUps, giveUpConvs
 }

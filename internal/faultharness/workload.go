@@ -1,4 +1,4 @@
-package failover
+package faultharness
 
 import (
 	"context"
@@ -27,29 +27,36 @@ import (
 //	│   │                     completes with their outcomes
 //	│   ├── sibling0, sibling1  sleep an hour: only the fail_fast abort ends them
 //	│   └── doomed            once both siblings sleep, fails non-retryable
-//	├── nap                   sleeps 0.3–4 s (by conversation, so that wakes
-//	│                         fall before, during and after a failover),
-//	│                         completes after waking
+//	├── nap                   sleeps 300 ms (in a tree with awaits, 0.3–4 s
+//	│                         by conversation, so that wakes fall before,
+//	│                         during and after a fault), completes after
+//	│                         waking
 //	├── flaky                 calls upstream (a side effect), fails its first
 //	│                         try, completes on the retry (MaxRetries 2,
 //	│                         20–40 ms backoff)
 //	├── once                  abandon_on_restart: works 100 ms (side effects),
 //	│                         completes
-//	├── agent                 reserves 100 tokens of the conversation's
-//	│                         budget, calls the model (a side effect),
-//	│                         records 60, then awaits the event "approve"
-//	│                         (which the test emits, some before the await
-//	│                         parks, some during the failover) and
+//	├── agent                 only in a tree with awaits (a turn whose input
+//	│                         says "awaits": true): reserves 100 tokens of
+//	│                         the conversation's budget, calls the model (a
+//	│                         side effect), records 60, then awaits the
+//	│                         event "approve" (which the test emits:
+//	│                         Scenario.AddTurns, Scenario.EmitRest) and
 //	│                         completes with its payload
-//	├── waiter                awaits an event nobody emits, with a 1–3 s
-//	│                         timeout (a River job and a local timer, as a
-//	│                         sleep's), completes when it times out
+//	├── waiter                only in a tree with awaits: awaits an event
+//	│                         nobody emits, with a 1–3 s timeout (a River
+//	│                         job and a local timer, as a sleep's),
+//	│                         completes when it times out
 //	└── leaf000…              only in the fan-out variant (a turn whose input
 //	                          says "fan": K): K leaves, spawned with the seven
 //	                          in one SpawnMany, each a side effect and a
-//	                          complete — so that the turn's flush is large
+//	                          complete — so that the turn's flush is large;
+//	                          abandon_on_restart when its input also says
+//	                          "once_leaves": true (completed, or cancelled
+//	                          with abandoned_on_restart, as once)
 //
-// Thirteen tasks (plus the leaves), every one with an expected end:
+// Eleven tasks, thirteen with awaits (plus the leaves), every one with an
+// expected end:
 // everything completed but the siblings (aborted), doomed (failed, with its
 // own message) and once (completed, or cancelled with abandoned_on_restart
 // when a kill, a freeze or a cut ended its run).
@@ -61,7 +68,7 @@ import (
 // (auditDDL) compares that token with the task's token at the moment the
 // write lands, which is how a stale write would show.
 //
-// Every handler is wrapped (worker.handler): its entry is the wrapper's
+// Every handler is wrapped (Worker.handler): its entry is the wrapper's
 // first act and its return the wrapper's last, each read from the clock at
 // that moment and logged in run_log on the worker's own pool, outside
 // arbor's transactions; a context.AfterFunc records when the call's
@@ -74,13 +81,26 @@ import (
 // refused. Its side effects and its overlaps across nodes are counted
 // apart: no runner can stop a handler that ignores its context.
 
+// Kinds of the workload's tasks that the scenarios name.
 const (
-	turnKind     = "turn"
+	// TurnKind is the kind of every conversation's root task.
+	TurnKind = "turn"
+	// AgentKind is the kind of a tree's agent, which awaits an approval.
+	AgentKind = "agent"
+	// DoneKind is a task that completes at once: a history for a prune.
+	DoneKind = "done"
+)
+
+const (
+	turnKind     = TurnKind
+	agentKind    = AgentKind
 	stubbornKind = "stubborn"
 	leafKind     = "leaf"
-	doneKind     = "done" // the prune scenario's history: one task that completes at once
-	agentKind    = "agent"
 	waiterKind   = "waiter"
+	napFor       = 300 * time.Millisecond
+	pollFor      = 50 * time.Millisecond // doomed's poll of its siblings
+	siblingNap   = time.Hour
+	stepFor      = 20 * time.Millisecond
 	// The agent's model call: what it reserves and what it records, of the
 	// conversation's budget of budgetMax tokens.
 	tokenCounter = "tokens"
@@ -88,9 +108,6 @@ const (
 	recordFor    = 60
 	budgetMax    = 1000
 	approveEvent = "approve"
-	pollFor      = 50 * time.Millisecond // doomed's poll of its siblings
-	siblingNap   = time.Hour
-	stepFor      = 20 * time.Millisecond
 )
 
 // childSpec is one child the turn spawns.
@@ -101,26 +118,53 @@ type childSpec struct {
 	params machine.SpawnParams
 }
 
-// turnChildren is the tree of the i-th conversation: its nap and its
-// waiter's timeout depend on i, so that wakes are spread over the run.
-func turnChildren(i int) []childSpec {
-	return []childSpec{
+// turnInput is a turn's input (its value): the shape of its tree.
+type turnInput struct {
+	Name string `json:"name"`
+	// Fan is the number of leaves beside the tree.
+	Fan int `json:"fan"`
+	// OnceLeaves makes the leaves abandon_on_restart.
+	OnceLeaves bool `json:"once_leaves,omitempty"`
+	// Awaits adds the agent and the waiter, and spreads the nap's and the
+	// waiter's times by I, the conversation's index.
+	Awaits bool `json:"awaits,omitempty"`
+	I      int  `json:"i"`
+}
+
+// turnChildren is the tree of a turn: with awaits, its nap and its
+// waiter's timeout depend on the conversation's index, so that wakes are
+// spread over the run.
+func turnChildren(in turnInput) []childSpec {
+	napMS := int(napFor / time.Millisecond)
+	if in.Awaits {
+		napMS = 300 + (in.I*211)%3700
+	}
+	children := []childSpec{
 		{name: "tool0", kind: "tool", value: map[string]any{"work_ms": 40}},
 		{name: "tool1", kind: "tool", value: map[string]any{"work_ms": 80}},
 		{name: "tool2", kind: stubbornKind, value: map[string]any{"work_ms": 120}},
 		{name: "group", kind: "group"},
-		{name: "nap", kind: "nap", value: map[string]any{"nap_ms": 300 + (i*211)%3700}},
+		{name: "nap", kind: "nap", value: map[string]any{"nap_ms": napMS}},
 		{name: "flaky", kind: "flaky", params: machine.SpawnParams{MaxRetries: 2,
 			RetryBackoffBase: 20 * time.Millisecond, RetryBackoffCap: 40 * time.Millisecond}},
 		{name: "once", kind: "once", value: map[string]any{"work_ms": 100},
 			params: machine.SpawnParams{AbandonOnRestart: true}},
-		{name: "agent", kind: agentKind},
-		{name: "waiter", kind: waiterKind, value: map[string]any{"timeout_ms": 1000 + (i*157)%2000}},
 	}
+	if in.Awaits {
+		children = append(children,
+			childSpec{name: "agent", kind: agentKind},
+			childSpec{name: "waiter", kind: waiterKind, value: map[string]any{"timeout_ms": 1000 + (in.I*157)%2000}})
+	}
+	return children
 }
 
 // tasksPerTurn is how many tasks one turn's tree has, leaves apart.
-const tasksPerTurn = 13
+func tasksPerTurn(awaits bool) int {
+	if awaits {
+		return 13
+	}
+	return 11
+}
 
 // Designed failures' messages: fmt formats, then the patterns the check
 // accepts.
@@ -151,18 +195,30 @@ type outcome struct {
 	Value  json.RawMessage  `json:"value"`
 }
 
-// worker runs the workload's handlers in one runner process. logs is its
-// own pool for the run log and the side effects: the outside world's
-// record, which reaches the database directly even when arbor's pool is
-// cut off.
-type worker struct {
+// Worker runs the workload's handlers in one runner (a process of
+// internal/chaos's, or a Runner in internal/failover's test process). logs
+// is its own pool for the run log and the side effects: the outside
+// world's record, which reaches the database directly even when arbor's
+// pool is cut off.
+type Worker struct {
 	logs   *pgxpool.Pool
 	schema string
 	node   string
 	engine *tasks.Engine
+	// pending counts the statements of the record on their way (start).
+	pending sync.WaitGroup
 }
 
-func (w *worker) handlers() map[string]machine.Handler {
+// NewWorker returns the worker of the runner node: engine is the runner's
+// engine on schema, logs the pool that the run log and the side effects
+// go to (see Worker).
+func NewWorker(logs *pgxpool.Pool, schema, node string, engine *tasks.Engine) *Worker {
+	return &Worker{logs: logs, schema: schema, node: node, engine: engine}
+}
+
+// Handlers returns the workload's handlers, each wrapped so that its calls
+// and side effects are logged, for machine.NewRunner.
+func (w *Worker) Handlers() map[string]machine.Handler {
 	return map[string]machine.Handler{
 		turnKind:     w.handler(false, w.turn),
 		"tool":       w.handler(false, w.tool),
@@ -176,11 +232,16 @@ func (w *worker) handlers() map[string]machine.Handler {
 		leafKind:     w.handler(false, w.leaf),
 		agentKind:    w.handler(false, w.agent),
 		waiterKind:   w.handler(false, w.waiter),
-		doneKind:     w.handler(false, w.done),
+		DoneKind:     w.handler(false, w.done),
 	}
 }
 
-func (w *worker) stamp(run *machine.Run, value any) json.RawMessage {
+// Wait waits until every statement of the record on its way has landed
+// (or given up: Worker.log): call it once the runner stopped, before the
+// run log is read or its pool closed.
+func (w *Worker) Wait() { w.pending.Wait() }
+
+func (w *Worker) stamp(run *machine.Run, value any) json.RawMessage {
 	s := stamped{By: by{Token: run.Task.Token, Node: w.node}}
 	if value != nil {
 		v, err := json.Marshal(value)
@@ -216,7 +277,7 @@ func nameOf(t arbortype.Task) string {
 
 // call is one call of a handler: one run_log row.
 type call struct {
-	w        *worker
+	w        *Worker
 	id       int64
 	run      *machine.Run
 	stubborn bool
@@ -246,20 +307,26 @@ const (
 // The entry is logged before the body runs, so that a call has a row
 // before it does anything; a call whose entry cannot be logged (the
 // database unreachable for two minutes) returns arbortype.ErrUnavailable having
-// done nothing, and the runner calls it again. The return is logged before
-// the wrapper returns, so that a process killed right after a return does
-// not lose it; the time logged is taken before that statement.
-func (w *worker) handler(stubborn bool, body func(ctx context.Context, c *call) error) machine.Handler {
+// done nothing, and the runner calls it again. A well-behaved call whose
+// context is cancelled while its entry is on its way returns the cause
+// without running its body (see await). The return is logged before the
+// wrapper returns, so that a process killed right after a return does not
+// lose it — but for a call whose entry is still on its way, whose return
+// follows it in the background; the time logged is taken before that
+// statement.
+func (w *Worker) handler(stubborn bool, body func(ctx context.Context, c *call) error) machine.Handler {
 	return func(ctx context.Context, run *machine.Run) (err error) {
 		entered := time.Now()
 		c := &call{w: w, id: rand.Int64(), run: run, stubborn: stubborn, noted: make(chan struct{})}
 		stop := context.AfterFunc(ctx, c.cancelled)
 		t := run.Task
-		if lerr := w.log(func(ctx context.Context, db *pgxpool.Pool) error {
+		entry := w.start(nil, func(ctx context.Context, db *pgxpool.Pool) error {
 			_, err := db.Exec(ctx, fmt.Sprintf(logEntrySQL, w.schema), c.id, t.ID, t.ConversationID, t.Token, w.node, t.Kind,
 				stubborn, t.Attempt, entered)
 			return err
-		}); lerr != nil {
+		})
+		landed, lerr := c.await(ctx, entry)
+		if landed && lerr != nil {
 			stop()
 			return fmt.Errorf("run_log: %w: %w", arbortype.ErrUnavailable, lerr)
 		}
@@ -293,13 +360,23 @@ func (w *worker) handler(stubborn bool, body func(ctx context.Context, c *call) 
 			case err != nil:
 				out = "error: " + err.Error()
 			}
-			if lerr := w.log(func(ctx context.Context, db *pgxpool.Pool) error {
+			ret := w.start(entry, func(ctx context.Context, db *pgxpool.Pool) error {
 				_, err := db.Exec(ctx, fmt.Sprintf(logReturnSQL, w.schema), c.id, returned, cancelled, cause, out, c.refused)
 				return err
-			}); lerr != nil && err == nil && !panicked {
-				err = fmt.Errorf("run_log: %w: %w", arbortype.ErrUnavailable, lerr)
+			})
+			if !landed {
+				return // after the entry, in the background
+			}
+			<-ret.done
+			if ret.err != nil && err == nil && !panicked {
+				err = fmt.Errorf("run_log: %w: %w", arbortype.ErrUnavailable, ret.err)
 			}
 		}()
+		if !landed {
+			// Cancelled while its entry was on its way: the body never ran.
+			panicked = false
+			return lerr
+		}
 		err = body(ctx, c)
 		panicked = false
 		return err
@@ -337,13 +414,65 @@ func (c *call) effect(ctx context.Context, what string) error {
 	}
 	checked := time.Now()
 	id := rand.Int64()
-	if err := c.w.log(func(ctx context.Context, db *pgxpool.Pool) error {
+	landed, err := c.await(ctx, c.w.start(nil, func(ctx context.Context, db *pgxpool.Pool) error {
 		_, err := db.Exec(ctx, fmt.Sprintf(logEffectSQL, c.w.schema), id, c.id, c.run.Task.ID, c.w.node, what, c.stubborn, checked)
 		return err
-	}); err != nil {
+	}))
+	switch {
+	case !landed:
+		return err // cancelled while its record was on its way; the effect was decided at checked
+	case err != nil:
 		return fmt.Errorf("side_effects: %w: %w", arbortype.ErrUnavailable, err)
 	}
 	return nil
+}
+
+// write is a statement of the run log or the side effects on its way
+// (Worker.start); err is its result once done is closed.
+type write struct {
+	done chan struct{}
+	err  error
+}
+
+// start runs a statement of the run log or the side effects (w.log) in
+// the background, once after (if not nil) is done, counted in w.pending so
+// that the runner's end waits until it has landed (Worker.Wait).
+func (w *Worker) start(after *write, fn func(ctx context.Context, db *pgxpool.Pool) error) *write {
+	wr := &write{done: make(chan struct{})}
+	w.pending.Add(1)
+	go func() {
+		defer w.pending.Done()
+		if after != nil {
+			<-after.done
+		}
+		wr.err = w.log(fn)
+		close(wr.done)
+	}()
+	return wr
+}
+
+// await waits for a statement of the call's record to land (landed, with
+// its error). A well-behaved call waits only until its context is
+// cancelled, and then returns its cause with landed false, the statement
+// going on in the background with the times the call took: the record is
+// the test's, not the handler's work, and a server restart holds it for
+// seconds. Waiting it out held a call past its cancel, past the lease, and
+// a CI run saw another node's call of its task begin before it returned. A
+// stubborn call waits, as it ignores its context everywhere.
+func (c *call) await(ctx context.Context, wr *write) (landed bool, err error) {
+	if !c.stubborn {
+		select {
+		case <-wr.done:
+		case <-ctx.Done():
+			select {
+			case <-wr.done:
+			default:
+				return false, context.Cause(ctx)
+			}
+		}
+	}
+	<-wr.done
+	return true, wr.err
 }
 
 func refusedErr(err error) bool {
@@ -354,7 +483,7 @@ func refusedErr(err error) bool {
 // each error (a terminated connection, a restarting server) for up to two
 // minutes. The statements are idempotent: a try whose commit was lost and
 // that is made again changes nothing more.
-func (w *worker) log(fn func(ctx context.Context, db *pgxpool.Pool) error) error {
+func (w *Worker) log(fn func(ctx context.Context, db *pgxpool.Pool) error) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -401,12 +530,9 @@ func input[T any](run *machine.Run) T {
 	return v
 }
 
-func (w *worker) turn(ctx context.Context, c *call) error {
+func (w *Worker) turn(ctx context.Context, c *call) error {
 	run := c.run
-	in := input[struct {
-		Fan int `json:"fan"`
-		I   int `json:"i"`
-	}](run)
+	in := input[turnInput](run)
 	if run.Task.Phase == "gathering" {
 		waited, err := run.Waited(ctx)
 		if err != nil {
@@ -429,7 +555,7 @@ func (w *worker) turn(ctx context.Context, c *call) error {
 		return c.note(run.Complete(ctx, w.stamp(run, outs)))
 	}
 	var ps []machine.SpawnParams
-	for _, ch := range turnChildren(in.I) {
+	for _, ch := range turnChildren(in) {
 		value := map[string]any{"name": ch.name}
 		for k, v := range ch.value {
 			value[k] = v
@@ -444,7 +570,7 @@ func (w *worker) turn(ctx context.Context, c *call) error {
 	for i := range in.Fan {
 		name := fmt.Sprintf("leaf%03d", i)
 		ps = append(ps, machine.SpawnParams{Kind: leafKind, Input: w.stamp(run, map[string]any{"name": name}),
-			IdempotencyKey: fmt.Sprintf("%d/%s", run.Task.ID, name)})
+			IdempotencyKey: fmt.Sprintf("%d/%s", run.Task.ID, name), AbandonOnRestart: in.OnceLeaves})
 	}
 	var ids []int64
 	if in.Fan == 0 {
@@ -470,7 +596,7 @@ func (w *worker) turn(ctx context.Context, c *call) error {
 }
 
 // tool is "tool" and, ignoring its context, "stubborn".
-func (w *worker) tool(ctx context.Context, c *call) error {
+func (w *Worker) tool(ctx context.Context, c *call) error {
 	run := c.run
 	in := input[struct {
 		Name   string `json:"name"`
@@ -485,7 +611,7 @@ func (w *worker) tool(ctx context.Context, c *call) error {
 	return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"tool": in.Name})))
 }
 
-func (w *worker) group(ctx context.Context, c *call) error {
+func (w *Worker) group(ctx context.Context, c *call) error {
 	run := c.run
 	if run.Task.Phase == "deciding" {
 		waited, err := run.Waited(ctx)
@@ -527,7 +653,7 @@ func (w *worker) group(ctx context.Context, c *call) error {
 		Phase: "deciding", State: w.stamp(run, nil)}))
 }
 
-func (w *worker) sibling(ctx context.Context, c *call) error {
+func (w *Worker) sibling(ctx context.Context, c *call) error {
 	run := c.run
 	if run.Task.Phase == "parked" { // never: the group's fail_fast aborts it first
 		return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"woke": true})))
@@ -537,7 +663,7 @@ func (w *worker) sibling(ctx context.Context, c *call) error {
 
 // doomed fails once both its siblings sleep, so that the fail_fast abort
 // always finds them started (aborted, not orphaned).
-func (w *worker) doomed(ctx context.Context, c *call) error {
+func (w *Worker) doomed(ctx context.Context, c *call) error {
 	run := c.run
 	in := input[struct {
 		Siblings []int64 `json:"siblings"`
@@ -554,7 +680,7 @@ func (w *worker) doomed(ctx context.Context, c *call) error {
 	return machine.NonRetryable(fmt.Errorf(doomedMessage, run.Task.Token))
 }
 
-func (w *worker) nap(ctx context.Context, c *call) error {
+func (w *Worker) nap(ctx context.Context, c *call) error {
 	run := c.run
 	if run.Task.Phase == "woke" {
 		return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"slept": true})))
@@ -565,7 +691,7 @@ func (w *worker) nap(ctx context.Context, c *call) error {
 	return c.note(run.SleepUntil(ctx, time.Now().Add(time.Duration(in.NapMS)*time.Millisecond), "woke", w.stamp(run, nil)))
 }
 
-func (w *worker) flaky(ctx context.Context, c *call) error {
+func (w *Worker) flaky(ctx context.Context, c *call) error {
 	run := c.run
 	if err := c.effect(ctx, "upstream call"); err != nil {
 		return err
@@ -576,7 +702,7 @@ func (w *worker) flaky(ctx context.Context, c *call) error {
 	return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"retries": run.Task.Retries})))
 }
 
-func (w *worker) once(ctx context.Context, c *call) error {
+func (w *Worker) once(ctx context.Context, c *call) error {
 	run := c.run
 	in := input[struct {
 		WorkMS int `json:"work_ms"`
@@ -587,7 +713,7 @@ func (w *worker) once(ctx context.Context, c *call) error {
 	return c.note(run.Complete(ctx, w.stamp(run, map[string]any{"once": true})))
 }
 
-func (w *worker) leaf(ctx context.Context, c *call) error {
+func (w *Worker) leaf(ctx context.Context, c *call) error {
 	if err := c.effect(ctx, "leaf"); err != nil {
 		return err
 	}
@@ -598,7 +724,7 @@ func (w *worker) leaf(ctx context.Context, c *call) error {
 // conversation's budget before the call, the call (a side effect), the
 // record of what it cost, then an await of the user's approval; it
 // completes with the approval's answer.
-func (w *worker) agent(ctx context.Context, c *call) error {
+func (w *Worker) agent(ctx context.Context, c *call) error {
 	run := c.run
 	if run.Task.Phase == "approved" {
 		var answer struct {
@@ -623,7 +749,7 @@ func (w *worker) agent(ctx context.Context, c *call) error {
 }
 
 // waiter awaits an event nobody emits, until its timeout.
-func (w *worker) waiter(ctx context.Context, c *call) error {
+func (w *Worker) waiter(ctx context.Context, c *call) error {
 	run := c.run
 	if run.Task.Phase == "timedout" {
 		if d := run.Task.Delivered; d == nil || !d.TimedOut {
@@ -638,6 +764,7 @@ func (w *worker) waiter(ctx context.Context, c *call) error {
 		Phase: "timedout", State: w.stamp(run, nil)}))
 }
 
-func (w *worker) done(ctx context.Context, c *call) error {
+// done completes at once.
+func (w *Worker) done(ctx context.Context, c *call) error {
 	return c.note(c.run.Complete(ctx, w.stamp(c.run, map[string]any{"done": true})))
 }
