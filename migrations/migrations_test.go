@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/guardrules"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/migrations"
 )
@@ -252,7 +252,7 @@ func TestErrorsWrapASentinel(t *testing.T) {
 }
 
 // TestRecordRulesCoverEveryColumn: every column of each table of records
-// is under a rule of fsm.RecordRules (fixed, changed only so, or free with
+// is under a rule of guardrules.RecordRules (fixed, changed only so, or free with
 // why), so a column added without one fails here, not in production.
 func TestRecordRulesCoverEveryColumn(t *testing.T) {
 	t.Parallel()
@@ -264,7 +264,7 @@ func TestRecordRulesCoverEveryColumn(t *testing.T) {
 	require.NoError(t, err)
 	_, err = m.Up(ctx)
 	require.NoError(t, err)
-	for _, r := range fsm.RecordRules() {
+	for _, r := range guardrules.RecordRules() {
 		var columns []string
 		require.NoError(t, pool.QueryRow(ctx, `SELECT array_agg(attname::text ORDER BY attnum) FROM pg_attribute
 			WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`,
@@ -279,10 +279,10 @@ func TestRecordRulesCoverEveryColumn(t *testing.T) {
 			}
 		}
 		for _, c := range columns {
-			require.True(t, ruled[c], "%s.%s is under no rule of fsm.RecordRules", r.Table, c)
+			require.True(t, ruled[c], "%s.%s is under no rule of guardrules.RecordRules", r.Table, c)
 		}
 		for c := range ruled {
-			require.Contains(t, columns, c, "fsm.RecordRules names %s.%s, which the table does not have", r.Table, c)
+			require.Contains(t, columns, c, "guardrules.RecordRules names %s.%s, which the table does not have", r.Table, c)
 		}
 		// The generated function guards the table: a trigger calls it for
 		// updates (and inserts, deletes, as its rules say). The triggers

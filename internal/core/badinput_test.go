@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/enginetest"
+	"github.com/arborhq/arbor/internal/guardrules"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -272,37 +272,37 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		op   func() error
 		code string
 	}{
-		{"a DELETE of a settled task off the prune path", sql(fmt.Sprintf(`DELETE FROM %%[1]s.tasks WHERE id = %d`, settled.ID)), fsm.SQLStateDelete},
-		{"a DELETE under the old prune setting, which any role may set", sql(`SET LOCAL arbor.prune = 'on'`, fmt.Sprintf(`DELETE FROM %%[1]s.tasks WHERE id = %d`, settled.ID)), fsm.SQLStateDelete},
-		{"a TRUNCATE of the tasks", sql(`TRUNCATE %[1]s.tasks CASCADE`), fsm.SQLStateDelete},
+		{"a DELETE of a settled task off the prune path", sql(fmt.Sprintf(`DELETE FROM %%[1]s.tasks WHERE id = %d`, settled.ID)), guardrules.SQLStateDelete},
+		{"a DELETE under the old prune setting, which any role may set", sql(`SET LOCAL arbor.prune = 'on'`, fmt.Sprintf(`DELETE FROM %%[1]s.tasks WHERE id = %d`, settled.ID)), guardrules.SQLStateDelete},
+		{"a TRUNCATE of the tasks", sql(`TRUNCATE %[1]s.tasks CASCADE`), guardrules.SQLStateDelete},
 		{"an approval forged on an awaiting task, with no event", sql(fmt.Sprintf(`UPDATE %%[1]s.tasks SET status = 'pending',
-			delivered = '{"event_id": "%d", "payload": {"approved": true}}' WHERE id = %d`, note.ID, awaiter.ID)), fsm.SQLStateColumn},
+			delivered = '{"event_id": "%d", "payload": {"approved": true}}' WHERE id = %d`, note.ID, awaiter.ID)), guardrules.SQLStateColumn},
 		{"a pending child inserted under a settled owner", sql(fmt.Sprintf(`INSERT INTO %%[1]s.tasks (conversation_id, owner_task_id, kind) VALUES (%s, %d, 'k')`,
-			quote(other), settled.ID)), fsm.SQLStateInvalidInsert},
+			quote(other), settled.ID)), guardrules.SQLStateInvalidInsert},
 		{"a fresh task stamped in 2400", sql(fmt.Sprintf(`INSERT INTO %%[1]s.tasks (conversation_id, kind, created_at) VALUES (%s, 'k', '2400-01-01')`,
-			quote(conv))), fsm.SQLStateInvalidInsert},
+			quote(conv))), guardrules.SQLStateInvalidInsert},
 		{"a conversation's holder changed without its epoch", sql(fmt.Sprintf(`UPDATE %%[1]s.conversations SET holder = 'forged', holder_id = %d WHERE id = %s`,
-			holder, quote(conv))), fsm.SQLStateConversation},
-		{"an event's payload rewritten", sql(fmt.Sprintf(`UPDATE %%[1]s.events SET payload = '{"n": 2}' WHERE id = %d`, note.ID)), fsm.SQLStateRecord},
+			holder, quote(conv))), guardrules.SQLStateConversation},
+		{"an event's payload rewritten", sql(fmt.Sprintf(`UPDATE %%[1]s.events SET payload = '{"n": 2}' WHERE id = %d`, note.ID)), guardrules.SQLStateRecord},
 		{"an event delivered by hand to a task that does not await it", sql(fmt.Sprintf(`UPDATE %%[1]s.events SET delivered_to = %d, delivered_at = now() WHERE id = %d`,
-			pending.ID, note.ID)), fsm.SQLStateRecord},
+			pending.ID, note.ID)), guardrules.SQLStateRecord},
 		{"an event inserted delivered", sql(fmt.Sprintf(`INSERT INTO %%[1]s.events (conversation_id, name, delivered_to, delivered_at) VALUES (%s, 'approval', %d, now())`,
-			quote(conv), awaiter.ID)), fsm.SQLStateRecord},
-		{"an event deleted", sql(fmt.Sprintf(`DELETE FROM %%[1]s.events WHERE id = %d`, note.ID)), fsm.SQLStateDelete},
-		{"the events truncated", sql(`TRUNCATE %[1]s.events`), fsm.SQLStateDelete},
-		{"a log entry rewritten", sql(`UPDATE %[1]s.conversation_log SET status = 'completed' WHERE kind = 'status'`), fsm.SQLStateRecord},
-		{"a log entry deleted", sql(`DELETE FROM %[1]s.conversation_log`), fsm.SQLStateDelete},
+			quote(conv), awaiter.ID)), guardrules.SQLStateRecord},
+		{"an event deleted", sql(fmt.Sprintf(`DELETE FROM %%[1]s.events WHERE id = %d`, note.ID)), guardrules.SQLStateDelete},
+		{"the events truncated", sql(`TRUNCATE %[1]s.events`), guardrules.SQLStateDelete},
+		{"a log entry rewritten", sql(`UPDATE %[1]s.conversation_log SET status = 'completed' WHERE kind = 'status'`), guardrules.SQLStateRecord},
+		{"a log entry deleted", sql(`DELETE FROM %[1]s.conversation_log`), guardrules.SQLStateDelete},
 		{"a settle logged for a running task", sql(fmt.Sprintf(`INSERT INTO %%[1]s.conversation_log (conversation_id, task_id, kind, status) VALUES (%s, %d, 'status', 'completed')`,
-			quote(conv), turn.ID)), fsm.SQLStateRecord},
-		{"the log truncated", sql(`TRUNCATE %[1]s.conversation_log`), fsm.SQLStateDelete},
-		{"a budget's spend raised with no reservation", sql(`UPDATE %[1]s.budgets SET spent = spent + 5`), fsm.SQLStateRecord},
-		{"a budget moved to another counter", sql(`UPDATE %[1]s.budgets SET counter = 'other'`), fsm.SQLStateRecord},
-		{"spend carried outside the prune", sql(`UPDATE %[1]s.budgets SET carried = carried + 1`), fsm.SQLStateRecord},
+			quote(conv), turn.ID)), guardrules.SQLStateRecord},
+		{"the log truncated", sql(`TRUNCATE %[1]s.conversation_log`), guardrules.SQLStateDelete},
+		{"a budget's spend raised with no reservation", sql(`UPDATE %[1]s.budgets SET spent = spent + 5`), guardrules.SQLStateRecord},
+		{"a budget moved to another counter", sql(`UPDATE %[1]s.budgets SET counter = 'other'`), guardrules.SQLStateRecord},
+		{"spend carried outside the prune", sql(`UPDATE %[1]s.budgets SET carried = carried + 1`), guardrules.SQLStateRecord},
 		{"a reservation made with no run", sql(fmt.Sprintf(`INSERT INTO %%[1]s.budget_reservations (conversation_id, task_id, counter, run_token, idempotency_key, amount)
-			VALUES (%s, %d, 'tokens', 1, 'forged', 5)`, quote(conv), pending.ID)), fsm.SQLStateRecord},
-		{"the budgets truncated", sql(`TRUNCATE %[1]s.budgets CASCADE`), fsm.SQLStateDelete},
-		{"a live holder's deadline brought back", sql(fmt.Sprintf(`UPDATE %%[1]s.holders SET expires_at = now(), renewed_at = now() WHERE id = %d`, holder)), fsm.SQLStateRecord},
-		{"a holder's lease set to 2400", sql(fmt.Sprintf(`UPDATE %%[1]s.holders SET expires_at = '2400-01-01', renewed_at = now() WHERE id = %d`, holder)), fsm.SQLStateRecord},
+			VALUES (%s, %d, 'tokens', 1, 'forged', 5)`, quote(conv), pending.ID)), guardrules.SQLStateRecord},
+		{"the budgets truncated", sql(`TRUNCATE %[1]s.budgets CASCADE`), guardrules.SQLStateDelete},
+		{"a live holder's deadline brought back", sql(fmt.Sprintf(`UPDATE %%[1]s.holders SET expires_at = now(), renewed_at = now() WHERE id = %d`, holder)), guardrules.SQLStateRecord},
+		{"a holder's lease set to 2400", sql(fmt.Sprintf(`UPDATE %%[1]s.holders SET expires_at = '2400-01-01', renewed_at = now() WHERE id = %d`, holder)), guardrules.SQLStateRecord},
 	}
 	for _, f := range forgeries {
 		err := f.op()

@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/guardrules"
 	"github.com/arborhq/arbor/internal/testdb"
 )
 
@@ -39,7 +39,7 @@ func TestCheckerFindsAnUnloggedStatus(t *testing.T) {
 	// settled long ago), and the violation stays.
 	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.schema+`.conversation_log (conversation_id, task_id, kind, status, name)
 		VALUES ($1, $2, 'status', 'cancelled', 'turn')`, conv, task.ID)
-	requireSQLState(t, err, fsm.SQLStateRecord)
+	requireSQLState(t, err, guardrules.SQLStateRecord)
 	vs, err = b.engine.Check(b.ctx, conv)
 	require.NoError(t, err)
 	require.Len(t, vs, 1)

@@ -16,7 +16,7 @@ import (
 const futureSlack = time.Minute
 
 // maxLease is the longest a holder's lease may run past now: the guard
-// refuses a deadline further off (migration 025, fsm.RecordRules), and a
+// refuses a deadline further off (migration 025, guardrules.RecordRules), and a
 // runner's ConversationLease is at most a day.
 const maxLease = 24 * time.Hour
 

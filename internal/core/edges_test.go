@@ -13,6 +13,7 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/guardrules"
 	"github.com/arborhq/arbor/internal/testdb"
 )
 
@@ -231,7 +232,7 @@ func TestEveryForbiddenPairIsRefused(t *testing.T) {
 				_, err = b.pool.Exec(b.ctx, `UPDATE `+b.schema+`.tasks SET status = $2 WHERE id = $1`, s.task.ID, string(to))
 				var pgErr *pgconn.PgError
 				require.True(t, errors.As(err, &pgErr), "database refuses %s -> %s: %v", from, to, err)
-				require.Contains(t, []string{fsm.SQLStateInvalidTransition, fsm.SQLStateSettled}, pgErr.Code)
+				require.Contains(t, []string{guardrules.SQLStateInvalidTransition, guardrules.SQLStateSettled}, pgErr.Code)
 				require.Equal(t, before, b.snapshot(t), "nothing written")
 				if _, err := b.engine.AbortConversation(b.ctx, b.conv); err != nil {
 					require.NoError(t, err)
@@ -295,7 +296,7 @@ func TestDatabaseRefusesEveryForbiddenStatusChange(t *testing.T) {
 				_, err := b.pool.Exec(b.ctx, `UPDATE `+b.schema+`.tasks SET status = $2 WHERE id = $1`, s.task.ID, string(to))
 				var pgErr *pgconn.PgError
 				require.True(t, errors.As(err, &pgErr), "database refuses %s -> %s: %v", from, to, err)
-				require.Contains(t, []string{fsm.SQLStateInvalidTransition, fsm.SQLStateSettled}, pgErr.Code)
+				require.Contains(t, []string{guardrules.SQLStateInvalidTransition, guardrules.SQLStateSettled}, pgErr.Code)
 				require.Equal(t, before, b.snapshot(t), "nothing written")
 			}
 			if _, err := b.engine.AbortConversation(b.ctx, b.conv); err != nil {
@@ -310,13 +311,13 @@ func TestDatabaseGuardsIdentityAndSettledRows(t *testing.T) {
 	b := setup(t)
 	done := reach(t, b, arbortype.StatusCompleted, false).task
 	_, err := b.pool.Exec(b.ctx, `UPDATE `+b.schema+`.tasks SET phase = 'rewritten' WHERE id = $1`, done.ID)
-	requireSQLState(t, err, fsm.SQLStateSettled)
+	requireSQLState(t, err, guardrules.SQLStateSettled)
 
 	live := b.root(t, "live")
 	_, err = b.pool.Exec(b.ctx, `UPDATE `+b.schema+`.tasks SET kind = 'other' WHERE id = $1`, live.ID)
-	requireSQLState(t, err, fsm.SQLStateImmutable)
+	requireSQLState(t, err, guardrules.SQLStateImmutable)
 	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.schema+`.tasks (conversation_id, kind, status) VALUES ($1, 'x', 'running')`, b.conv)
-	requireSQLState(t, err, fsm.SQLStateInvalidInsert)
+	requireSQLState(t, err, guardrules.SQLStateInvalidInsert)
 
 	other := testdb.Conversation(t)
 	_, _, err = b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: other, Kind: "x"})

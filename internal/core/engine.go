@@ -13,7 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/guardrules"
 	"github.com/arborhq/arbor/internal/store"
 )
 
@@ -318,8 +318,8 @@ func mapDBError(err error) error {
 		return err
 	}
 	switch pgErr.Code {
-	case fsm.SQLStateInvalidTransition, fsm.SQLStateSettled, fsm.SQLStateImmutable, fsm.SQLStateInvalidInsert,
-		fsm.SQLStateColumn, fsm.SQLStateDelete, fsm.SQLStateConversation, fsm.SQLStateFork, fsm.SQLStateRecord:
+	case guardrules.SQLStateInvalidTransition, guardrules.SQLStateSettled, guardrules.SQLStateImmutable, guardrules.SQLStateInvalidInsert,
+		guardrules.SQLStateColumn, guardrules.SQLStateDelete, guardrules.SQLStateConversation, guardrules.SQLStateFork, guardrules.SQLStateRecord:
 		return fmt.Errorf("%w: refused by the database: %w", arbortype.ErrInvalidTransition, err)
 	case sqlStateInvalidText, sqlStateInvalidEscape, sqlStateInvalidJSONText, sqlStateUnicodeEscape,
 		sqlStateNotInRepertoire, sqlStateNumericOutOfRange:

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/guardrules"
 	"github.com/arborhq/arbor/internal/store"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
@@ -83,27 +83,27 @@ func TestGuardRefusesReservationsNoBudgetExplains(t *testing.T) {
 	s := b.schema
 	b.requireRefused(t, []forgery{
 		{"a reservation closed at 0, the budgets untouched", `UPDATE ` + s + `.budget_reservations SET actual = 0, closed_at = now() WHERE id = $1`,
-			[]any{open}, fsm.SQLStateRecord},
+			[]any{open}, guardrules.SQLStateRecord},
 		{"a reservation closed in full, the budgets untouched", `UPDATE ` + s + `.budget_reservations SET actual = amount, closed_at = now() WHERE id = $1`,
-			[]any{open}, fsm.SQLStateRecord},
+			[]any{open}, guardrules.SQLStateRecord},
 		{"a reservation lapsed, the budgets untouched", `UPDATE ` + s + `.budget_reservations SET actual = amount, lapsed = true, closed_at = now() WHERE id = $1`,
-			[]any{open}, fsm.SQLStateRecord},
+			[]any{open}, guardrules.SQLStateRecord},
 		{"a reservation inserted open with the run's token, the budgets untouched", `INSERT INTO ` + s + `.budget_reservations
 			(conversation_id, task_id, counter, run_token, idempotency_key, amount) VALUES ($1, $2, 'tokens', $3, 'forged-1', 1)`,
-			[]any{b.conv, run.ID, run.Token}, fsm.SQLStateRecord},
+			[]any{b.conv, run.ID, run.Token}, guardrules.SQLStateRecord},
 		{"a spend inserted with the run's token, the budgets untouched", `INSERT INTO ` + s + `.budget_reservations
 			(conversation_id, task_id, counter, run_token, idempotency_key, amount, actual, closed_at) VALUES ($1, $2, 'tokens', $3, 'forged-2', 1, 1, now())`,
-			[]any{b.conv, run.ID, run.Token}, fsm.SQLStateRecord},
+			[]any{b.conv, run.ID, run.Token}, guardrules.SQLStateRecord},
 		// The child has no budget of its own: its owner's and the
 		// conversation's are over it.
 		{"a reservation of the child inserted, the budgets above it untouched", `INSERT INTO ` + s + `.budget_reservations
 			(conversation_id, task_id, counter, run_token, idempotency_key, amount) VALUES ($1, $2, 'tokens', $3, 'forged-3', 1)`,
-			[]any{b.conv, childRun.ID, childRun.Token}, fsm.SQLStateRecord},
+			[]any{b.conv, childRun.ID, childRun.Token}, guardrules.SQLStateRecord},
 		// The conversation's budget raised with it, the turn's not.
 		{"a reservation of the child with the conversation's budget alone", `WITH r AS (INSERT INTO ` + s + `.budget_reservations
 			(conversation_id, task_id, counter, run_token, idempotency_key, amount) VALUES ($1, $2, 'tokens', $3, 'forged-4', 1))
 			UPDATE ` + s + `.budgets SET reserved = reserved + 1 WHERE conversation_id = $1 AND task_id IS NULL`,
-			[]any{b.conv, childRun.ID, childRun.Token}, fsm.SQLStateRecord},
+			[]any{b.conv, childRun.ID, childRun.Token}, guardrules.SQLStateRecord},
 	}, b.conv)
 
 	// Through the engine's transaction helper, the refusal at the commit is
@@ -181,7 +181,7 @@ func forkedConversation(t *testing.T, b *bundle) (turn arbortype.Task, fork stri
 // live turn, with an approval no one gave; with the wake written by hand
 // it approved that turn. A copy is now made only in the fork's own
 // transaction, names forked tasks only, and is an event of their sources
-// field for field (fsm.RecordRules, migration 033): each forgery is
+// field for field (guardrules.RecordRules, migration 033): each forgery is
 // refused (AB009) and writes nothing, and the wake finds no event
 // delivered to the turn. The fork's own copies went in (forkedConversation
 // counts them), and the live turn is answered by an emit.
@@ -204,22 +204,22 @@ func TestGuardRefusesForgedForkEvents(t *testing.T) {
 	insert := `INSERT INTO ` + s + `.events (conversation_id, task_id, name, payload, queued, emitted_at, delivered_to, delivered_at) VALUES `
 	b.requireRefused(t, []forgery{
 		{"the issue's: addressed to a copy, delivered to the live turn, backdated, approving", insert +
-			`($1, $2, 'approval', '{"approved": true}', false, '2000-01-01', $3, now())`, []any{fork, copied.ID, live.ID}, fsm.SQLStateRecord},
+			`($1, $2, 'approval', '{"approved": true}', false, '2000-01-01', $3, now())`, []any{fork, copied.ID, live.ID}, guardrules.SQLStateRecord},
 		{"addressed to the conversation, delivered to the live turn and to no copy", insert +
-			`($1, NULL, 'approval', '{"approved": true}', false, '2000-01-01', $2, now())`, []any{fork, live.ID}, fsm.SQLStateRecord},
+			`($1, NULL, 'approval', '{"approved": true}', false, '2000-01-01', $2, now())`, []any{fork, live.ID}, guardrules.SQLStateRecord},
 		{"addressed to a copy, undelivered, a payload its source never had", insert +
-			`($1, $2, 'approval', '{"approved": true}', false, '2000-01-01', NULL, NULL)`, []any{fork, copied.ID}, fsm.SQLStateRecord},
+			`($1, $2, 'approval', '{"approved": true}', false, '2000-01-01', NULL, NULL)`, []any{fork, copied.ID}, guardrules.SQLStateRecord},
 		{"an exact copy of a source event, after the fork's transaction", `INSERT INTO ` + s + `.events
 			(conversation_id, task_id, name, payload, idempotency_key, queued, emitted_at, delivered_to, delivered_at)
 			SELECT $1, $2, e.name, e.payload, e.idempotency_key, e.queued, e.emitted_at, $2, e.delivered_at FROM ` + s + `.events e WHERE e.id = $3`,
-			[]any{fork, copied.ID, source}, fsm.SQLStateRecord},
+			[]any{fork, copied.ID, source}, guardrules.SQLStateRecord},
 	}, fork)
 
 	// The wake that approved the live turn: no event was delivered to it.
 	_, err = b.pool.Exec(b.ctx, `UPDATE `+s+`.tasks SET status = 'pending', updated_at = now(),
 		delivered = jsonb_build_object('event_id', (SELECT max(id) FROM `+s+`.events WHERE conversation_id = $1), 'payload', '{"approved": true}'::jsonb)
 		WHERE id = $2`, fork, live.ID)
-	requireSQLState(t, err, fsm.SQLStateColumn)
+	requireSQLState(t, err, guardrules.SQLStateColumn)
 	require.Equal(t, arbortype.StatusSleeping, b.get(t, live.ID).Status)
 
 	// An emit answers it.
@@ -254,25 +254,25 @@ func TestGuardRefusesLogEntriesArborNeverWrites(t *testing.T) {
 	b.requireRefused(t, []forgery{
 		{"an event entry stamped before its conversation existed", log +
 			`($1, NULL, 'event', NULL, 'approval', jsonb_build_object('event_id', $2::bigint, 'payload', '{"approved": true}'::jsonb), '2000-01-01')`,
-			[]any{b.conv, eventID}, fsm.SQLStateRecord},
+			[]any{b.conv, eventID}, guardrules.SQLStateRecord},
 		{"an event entry naming no event, stamped before its conversation existed", log +
 			`($1, NULL, 'event', NULL, 'approval', '{"event_id": 424242424, "payload": {"approved": true}}', '2000-01-01')`,
-			[]any{b.conv}, fsm.SQLStateRecord},
+			[]any{b.conv}, guardrules.SQLStateRecord},
 		{"a second completed for a task settled long ago", log + `($1, $2, 'status', 'completed', 'turn', NULL, DEFAULT)`,
-			[]any{b.conv, turn.ID}, fsm.SQLStateRecord},
+			[]any{b.conv, turn.ID}, guardrules.SQLStateRecord},
 		{"a status entry with no task and no status", log + `($1, NULL, 'status', NULL, NULL, NULL, DEFAULT)`,
-			[]any{b.conv}, fsm.SQLStateRecord},
+			[]any{b.conv}, guardrules.SQLStateRecord},
 		{"a status entry of a task with no status", log + `($1, $2, 'status', NULL, 'turn', NULL, DEFAULT)`,
-			[]any{b.conv, turn.ID}, fsm.SQLStateRecord},
+			[]any{b.conv, turn.ID}, guardrules.SQLStateRecord},
 		{"a failed entry for a fork's copy", log + `($1, $2, 'status', 'failed', 'turn', '{"error": "forged"}', DEFAULT)`,
-			[]any{fork, copied.ID}, fsm.SQLStateRecord},
+			[]any{fork, copied.ID}, guardrules.SQLStateRecord},
 		{"a completed entry for a fork's copy, stamped as its source's", log + `($1, $2, 'status', 'completed', 'turn', NULL, $3)`,
-			[]any{fork, copied.ID, copied.SettledAt}, fsm.SQLStateRecord},
+			[]any{fork, copied.ID, copied.SettledAt}, guardrules.SQLStateRecord},
 		{"a progress entry for a fork's copy", log + `($1, $2, 'progress', NULL, 'step', '{"forged": true}', DEFAULT)`,
-			[]any{fork, copied.ID}, fsm.SQLStateRecord},
+			[]any{fork, copied.ID}, guardrules.SQLStateRecord},
 		{"an event entry of the fork stamped before it existed", log +
 			`($1, NULL, 'event', NULL, 'approval', '{"event_id": null}', '2000-01-01')`,
-			[]any{fork}, fsm.SQLStateRecord},
+			[]any{fork}, guardrules.SQLStateRecord},
 	}, b.conv, fork)
 
 	// arbor's own entries: a run's progress and statuses, an emit's wake,
@@ -298,7 +298,7 @@ func TestGuardRefusesLogEntriesArborNeverWrites(t *testing.T) {
 }
 
 // TestAnEmitWrittenByHandIsAnEmit (issue 38, G4) pins what the guards say
-// of approvals, as fsm/columns.go and docs/guarantees.md now state it: a
+// of approvals, as internal/guardrules/columns.go and docs/guarantees.md now state it: a
 // wake's delivery must be an event of the conversation, emitted (inserted
 // undelivered, stamped now), delivered to that very task while it awaited
 // the event's name, with the payload it was emitted with. Which program
@@ -328,15 +328,15 @@ func TestAnEmitWrittenByHandIsAnEmit(t *testing.T) {
 		return js(`{"event_id": ` + jsonInt(id) + `, "payload": ` + payload + `}`)
 	}
 	b.requireRefused(t, []forgery{
-		{"a wake naming no event", wake, []any{turn.ID, delivered(424242424, `{"approved": true}`)}, fsm.SQLStateColumn},
-		{"a wake naming an event not delivered to it", wake, []any{turn.ID, delivered(note.ID, `{"approved": true}`)}, fsm.SQLStateColumn},
-		{"a wake whose payload is not the event's", wake, []any{turn.ID, delivered(note.ID, `{"approved": false}`)}, fsm.SQLStateColumn},
+		{"a wake naming no event", wake, []any{turn.ID, delivered(424242424, `{"approved": true}`)}, guardrules.SQLStateColumn},
+		{"a wake naming an event not delivered to it", wake, []any{turn.ID, delivered(note.ID, `{"approved": true}`)}, guardrules.SQLStateColumn},
+		{"a wake whose payload is not the event's", wake, []any{turn.ID, delivered(note.ID, `{"approved": false}`)}, guardrules.SQLStateColumn},
 		{"an event of another name delivered to it", `UPDATE ` + s + `.events SET delivered_to = $2, delivered_at = now() WHERE id = $1`,
-			[]any{note.ID, turn.ID}, fsm.SQLStateRecord},
+			[]any{note.ID, turn.ID}, guardrules.SQLStateRecord},
 		{"an event addressed to another task delivered to it", `UPDATE ` + s + `.events SET delivered_to = $2, delivered_at = now() WHERE id = $1`,
-			[]any{elsewhere.ID, turn.ID}, fsm.SQLStateRecord},
+			[]any{elsewhere.ID, turn.ID}, guardrules.SQLStateRecord},
 		{"an event inserted delivered", `INSERT INTO ` + s + `.events (conversation_id, name, payload, queued, delivered_to, delivered_at)
-			VALUES ($1, 'approval', '{"approved": true}', false, $2, now())`, []any{b.conv, turn.ID}, fsm.SQLStateRecord},
+			VALUES ($1, 'approval', '{"approved": true}', false, $2, now())`, []any{b.conv, turn.ID}, guardrules.SQLStateRecord},
 	}, b.conv)
 
 	// Exactly as Emit writes it: an emit.

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/guardrules"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -173,15 +173,15 @@ func TestGuardRefusesForgedForks(t *testing.T) {
 	for _, f := range []struct {
 		name, sql, code string
 	}{
-		{"a settled row, not forked", `INSERT INTO ` + s + `.tasks (conversation_id, kind, status, settle_seq, settled_at, started_at) VALUES ('` + target + `', 'x', 'completed', 1, now(), now())`, fsm.SQLStateInvalidInsert},
-		{"forked from nothing", `INSERT INTO ` + s + `.tasks (conversation_id, kind, forked_from) VALUES ('` + target + `', 'x', 424242424242)`, fsm.SQLStateFork},
-		{"a changed result", copyOf(done.ID, target, `'"forged"'::jsonb`), fsm.SQLStateFork},
-		{"a copy of a live task", copyOf(live.ID, target, "result"), fsm.SQLStateFork},
-		{"a copy into its own conversation", copyOf(done.ID, b.conv, "result"), fsm.SQLStateFork},
+		{"a settled row, not forked", `INSERT INTO ` + s + `.tasks (conversation_id, kind, status, settle_seq, settled_at, started_at) VALUES ('` + target + `', 'x', 'completed', 1, now(), now())`, guardrules.SQLStateInvalidInsert},
+		{"forked from nothing", `INSERT INTO ` + s + `.tasks (conversation_id, kind, forked_from) VALUES ('` + target + `', 'x', 424242424242)`, guardrules.SQLStateFork},
+		{"a changed result", copyOf(done.ID, target, `'"forged"'::jsonb`), guardrules.SQLStateFork},
+		{"a copy of a live task", copyOf(live.ID, target, "result"), guardrules.SQLStateFork},
+		{"a copy into its own conversation", copyOf(done.ID, b.conv, "result"), guardrules.SQLStateFork},
 		// Issue 24: accepted before.
-		{"a forged trace", copyWith(done.ID, target, "result", `nextval('`+s+`.task_settle_seq')`, `'{"traceparent": "forged"}'::jsonb`, "wait_ids"), fsm.SQLStateFork},
-		{"a negative settle number", copyWith(done.ID, target, "result", "-5", "trace", "wait_ids"), fsm.SQLStateFork},
-		{"waited children that are not copies", copyWith(done.ID, target, "result", `nextval('`+s+`.task_settle_seq')`, "trace", "ARRAY[1]::bigint[]"), fsm.SQLStateFork},
+		{"a forged trace", copyWith(done.ID, target, "result", `nextval('`+s+`.task_settle_seq')`, `'{"traceparent": "forged"}'::jsonb`, "wait_ids"), guardrules.SQLStateFork},
+		{"a negative settle number", copyWith(done.ID, target, "result", "-5", "trace", "wait_ids"), guardrules.SQLStateFork},
+		{"waited children that are not copies", copyWith(done.ID, target, "result", `nextval('`+s+`.task_settle_seq')`, "trace", "ARRAY[1]::bigint[]"), guardrules.SQLStateFork},
 	} {
 		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(b.ctx, `INSERT INTO `+s+`.conversations (id) VALUES ($1) ON CONFLICT DO NOTHING`, target); err != nil {
@@ -323,7 +323,7 @@ func TestGuardRefusesForkCopiesWaitingOnForeignTasks(t *testing.T) {
 			}
 			return nil
 		})
-		requireSQLState(t, err, fsm.SQLStateFork)
+		requireSQLState(t, err, guardrules.SQLStateFork)
 	}
 	_, err = b.engine.Conversation(b.ctx, target)
 	require.ErrorIs(t, err, arbortype.ErrNotFound, "nothing written")

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/guardrules"
 	"github.com/arborhq/arbor/tasks"
 )
 
@@ -57,7 +57,7 @@ func TestColumnRulesCoverTheTable(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	var ruled []string
-	for _, r := range fsm.ColumnRules() {
+	for _, r := range guardrules.ColumnRules() {
 		ruled = append(ruled, r.Column)
 		require.Contains(t, forged, r.Column)
 	}
@@ -72,7 +72,7 @@ func TestColumnRulesCoverTheTable(t *testing.T) {
 // database, and the row is as it was.
 func TestGuardRefusesEveryForgedColumn(t *testing.T) {
 	t.Parallel()
-	for _, rule := range fsm.ColumnRules() {
+	for _, rule := range guardrules.ColumnRules() {
 		if rule.Column == "status" || rule.Column == "updated_at" {
 			continue // the transition table's own tests; free
 		}

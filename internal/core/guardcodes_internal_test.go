@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/guardrules"
 )
 
 // TestGuardCodesAreArborErrors: every code the database guards raise
@@ -16,9 +16,9 @@ import (
 // the database's error kept in the chain; none as ErrDatabase.
 func TestGuardCodesAreArborErrors(t *testing.T) {
 	t.Parallel()
-	for _, code := range []string{fsm.SQLStateInvalidTransition, fsm.SQLStateSettled, fsm.SQLStateImmutable,
-		fsm.SQLStateInvalidInsert, fsm.SQLStateColumn, fsm.SQLStateDelete, fsm.SQLStateConversation,
-		fsm.SQLStateFork, fsm.SQLStateRecord} {
+	for _, code := range []string{guardrules.SQLStateInvalidTransition, guardrules.SQLStateSettled, guardrules.SQLStateImmutable,
+		guardrules.SQLStateInvalidInsert, guardrules.SQLStateColumn, guardrules.SQLStateDelete, guardrules.SQLStateConversation,
+		guardrules.SQLStateFork, guardrules.SQLStateRecord} {
 		pgErr := &pgconn.PgError{Code: code, Message: "arbor: refused"}
 		err := mapDBError(pgErr)
 		require.ErrorIs(t, err, arbortype.ErrInvalidTransition, code)

@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/enginetest"
+	"github.com/arborhq/arbor/internal/guardrules"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -266,7 +266,7 @@ func TestGuardRefusesForgedDeletes(t *testing.T) {
 			_, err := tx.Exec(b.ctx, f.sql, newest.ID, b.conv, live.ID)
 			return err
 		})
-		requireSQLState(t, err, fsm.SQLStateDelete)
+		requireSQLState(t, err, guardrules.SQLStateDelete)
 		require.Equal(t, before, b.snapshot(t), f.name+": nothing removed")
 	}
 	_, err = b.pool.Exec(b.ctx, `TRUNCATE `+s+`.tasks CASCADE`)

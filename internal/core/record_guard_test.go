@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/guardrules"
 	"github.com/arborhq/arbor/internal/store"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -74,60 +74,60 @@ func TestGuardRefusesForgedRecords(t *testing.T) {
 		args      []any
 		code      string
 	}{
-		{"a log entry rewritten", `UPDATE ` + s + `.conversation_log SET payload = '{"forged": true}' WHERE seq = $1`, []any{seq}, fsm.SQLStateRecord},
-		{"a log entry deleted", `DELETE FROM ` + s + `.conversation_log WHERE seq = $1`, []any{seq}, fsm.SQLStateDelete},
-		{"the log truncated", `TRUNCATE ` + s + `.conversation_log`, nil, fsm.SQLStateDelete},
+		{"a log entry rewritten", `UPDATE ` + s + `.conversation_log SET payload = '{"forged": true}' WHERE seq = $1`, []any{seq}, guardrules.SQLStateRecord},
+		{"a log entry deleted", `DELETE FROM ` + s + `.conversation_log WHERE seq = $1`, []any{seq}, guardrules.SQLStateDelete},
+		{"the log truncated", `TRUNCATE ` + s + `.conversation_log`, nil, guardrules.SQLStateDelete},
 		// The log's inserts (migration 028): an entry is what the tasks and
 		// events are, appended by the statement that changes them.
 		{"a status entry the task does not have", `INSERT INTO ` + s + `.conversation_log (conversation_id, task_id, kind, status, name)
-			VALUES ($1, $2, 'status', 'completed', 'turn')`, []any{b.conv, run.ID}, fsm.SQLStateRecord},
+			VALUES ($1, $2, 'status', 'completed', 'turn')`, []any{b.conv, run.ID}, guardrules.SQLStateRecord},
 		{"a progress entry of a task not running", `INSERT INTO ` + s + `.conversation_log (conversation_id, task_id, kind, name)
-			VALUES ($1, $2, 'progress', 'step')`, []any{b.conv, run.ID}, fsm.SQLStateRecord},
+			VALUES ($1, $2, 'progress', 'step')`, []any{b.conv, run.ID}, guardrules.SQLStateRecord},
 		{"a progress entry naming no task", `INSERT INTO ` + s + `.conversation_log (conversation_id, kind, name)
-			VALUES ($1, 'progress', 'step')`, []any{b.conv}, fsm.SQLStateRecord},
+			VALUES ($1, 'progress', 'step')`, []any{b.conv}, guardrules.SQLStateRecord},
 		{"an event entry naming no event", `INSERT INTO ` + s + `.conversation_log (conversation_id, kind, name, payload)
-			VALUES ($1, 'event', 'approval', '{"event_id": 424242424, "payload": {"approved": true}}')`, []any{b.conv}, fsm.SQLStateRecord},
+			VALUES ($1, 'event', 'approval', '{"event_id": 424242424, "payload": {"approved": true}}')`, []any{b.conv}, guardrules.SQLStateRecord},
 		{"an event entry without an event id", `INSERT INTO ` + s + `.conversation_log (conversation_id, kind, name, payload)
-			VALUES ($1, 'event', 'approval', '{"payload": {"approved": true}}')`, []any{b.conv}, fsm.SQLStateRecord},
+			VALUES ($1, 'event', 'approval', '{"payload": {"approved": true}}')`, []any{b.conv}, guardrules.SQLStateRecord},
 		{"an event entry naming an event of another name", `INSERT INTO ` + s + `.conversation_log (conversation_id, kind, name, payload)
-			VALUES ($1, 'event', 'approval', jsonb_build_object('event_id', $2::bigint))`, []any{b.conv, undelivered.ID}, fsm.SQLStateRecord},
+			VALUES ($1, 'event', 'approval', jsonb_build_object('event_id', $2::bigint))`, []any{b.conv, undelivered.ID}, guardrules.SQLStateRecord},
 		{"an event entry addressed to another task than its event", `INSERT INTO ` + s + `.conversation_log (conversation_id, task_id, kind, name, payload)
-			VALUES ($1, $2, 'event', 'note', jsonb_build_object('event_id', $3::bigint))`, []any{b.conv, run.ID, undelivered.ID}, fsm.SQLStateRecord},
+			VALUES ($1, $2, 'event', 'note', jsonb_build_object('event_id', $3::bigint))`, []any{b.conv, run.ID, undelivered.ID}, guardrules.SQLStateRecord},
 		{"an entry of no conversation", `INSERT INTO ` + s + `.conversation_log (conversation_id, kind, name, payload)
-			VALUES ($1 || '-nowhere', 'event', 'note', jsonb_build_object('event_id', $2::bigint))`, []any{b.conv, undelivered.ID}, fsm.SQLStateRecord},
+			VALUES ($1 || '-nowhere', 'event', 'note', jsonb_build_object('event_id', $2::bigint))`, []any{b.conv, undelivered.ID}, guardrules.SQLStateRecord},
 		{"an entry naming a task of another conversation", `INSERT INTO ` + s + `.conversation_log (conversation_id, task_id, kind, status, name)
-			VALUES ($1, $2, 'status', 'pending', 'turn')`, []any{b.conv, foreign.ID}, fsm.SQLStateRecord},
+			VALUES ($1, $2, 'status', 'pending', 'turn')`, []any{b.conv, foreign.ID}, guardrules.SQLStateRecord},
 		{"an entry stamped in the future", `INSERT INTO ` + s + `.conversation_log (conversation_id, task_id, kind, status, name, at)
-			VALUES ($1, $2, 'status', 'pending', 'turn', now() + interval '1 hour')`, []any{b.conv, run.ID}, fsm.SQLStateRecord},
+			VALUES ($1, $2, 'status', 'pending', 'turn', now() + interval '1 hour')`, []any{b.conv, run.ID}, guardrules.SQLStateRecord},
 
-		{"an event's payload rewritten", `UPDATE ` + s + `.events SET payload = '{"approved": true}' WHERE id = $1`, []any{delivered.ID}, fsm.SQLStateRecord},
-		{"an event's name rewritten", `UPDATE ` + s + `.events SET name = 'approval' WHERE id = $1`, []any{undelivered.ID}, fsm.SQLStateRecord},
-		{"an event undelivered", `UPDATE ` + s + `.events SET delivered_to = NULL, delivered_at = NULL WHERE id = $1`, []any{delivered.ID}, fsm.SQLStateRecord},
-		{"an event delivered again", `UPDATE ` + s + `.events SET delivered_to = $2, delivered_at = now() - interval '1 hour' WHERE id = $1`, []any{delivered.ID, run.ID}, fsm.SQLStateRecord},
-		{"an event delivered to a task that does not await it", `UPDATE ` + s + `.events SET delivered_to = $2, delivered_at = now() WHERE id = $1`, []any{undelivered.ID, run.ID}, fsm.SQLStateRecord},
+		{"an event's payload rewritten", `UPDATE ` + s + `.events SET payload = '{"approved": true}' WHERE id = $1`, []any{delivered.ID}, guardrules.SQLStateRecord},
+		{"an event's name rewritten", `UPDATE ` + s + `.events SET name = 'approval' WHERE id = $1`, []any{undelivered.ID}, guardrules.SQLStateRecord},
+		{"an event undelivered", `UPDATE ` + s + `.events SET delivered_to = NULL, delivered_at = NULL WHERE id = $1`, []any{delivered.ID}, guardrules.SQLStateRecord},
+		{"an event delivered again", `UPDATE ` + s + `.events SET delivered_to = $2, delivered_at = now() - interval '1 hour' WHERE id = $1`, []any{delivered.ID, run.ID}, guardrules.SQLStateRecord},
+		{"an event delivered to a task that does not await it", `UPDATE ` + s + `.events SET delivered_to = $2, delivered_at = now() WHERE id = $1`, []any{undelivered.ID, run.ID}, guardrules.SQLStateRecord},
 		{"an event inserted delivered", `INSERT INTO ` + s + `.events (conversation_id, name, payload, queued, delivered_to, delivered_at)
-			VALUES ($1, 'approval', '{"approved": true}', true, $2, now())`, []any{b.conv, run.ID}, fsm.SQLStateRecord},
+			VALUES ($1, 'approval', '{"approved": true}', true, $2, now())`, []any{b.conv, run.ID}, guardrules.SQLStateRecord},
 		{"an event inserted in the past", `INSERT INTO ` + s + `.events (conversation_id, name, queued, emitted_at)
-			VALUES ($1, 'approval', true, now() - interval '1 day')`, []any{b.conv}, fsm.SQLStateRecord},
-		{"an event deleted", `DELETE FROM ` + s + `.events WHERE id = $1`, []any{undelivered.ID}, fsm.SQLStateDelete},
-		{"the events truncated", `TRUNCATE ` + s + `.events CASCADE`, nil, fsm.SQLStateDelete},
+			VALUES ($1, 'approval', true, now() - interval '1 day')`, []any{b.conv}, guardrules.SQLStateRecord},
+		{"an event deleted", `DELETE FROM ` + s + `.events WHERE id = $1`, []any{undelivered.ID}, guardrules.SQLStateDelete},
+		{"the events truncated", `TRUNCATE ` + s + `.events CASCADE`, nil, guardrules.SQLStateDelete},
 
-		{"a budget's spend lowered", `UPDATE ` + s + `.budgets SET spent = 0 WHERE conversation_id = $1`, []any{b.conv}, fsm.SQLStateRecord},
-		{"a budget's counter changed", `UPDATE ` + s + `.budgets SET counter = 'other' WHERE conversation_id = $1 AND task_id IS NOT NULL`, []any{b.conv}, fsm.SQLStateRecord},
-		{"spend carried off the prune path", `UPDATE ` + s + `.budgets SET carried = carried + 5, spent = spent + 5 WHERE conversation_id = $1 AND task_id IS NULL`, []any{b.conv}, fsm.SQLStateRecord},
+		{"a budget's spend lowered", `UPDATE ` + s + `.budgets SET spent = 0 WHERE conversation_id = $1`, []any{b.conv}, guardrules.SQLStateRecord},
+		{"a budget's counter changed", `UPDATE ` + s + `.budgets SET counter = 'other' WHERE conversation_id = $1 AND task_id IS NOT NULL`, []any{b.conv}, guardrules.SQLStateRecord},
+		{"spend carried off the prune path", `UPDATE ` + s + `.budgets SET carried = carried + 5, spent = spent + 5 WHERE conversation_id = $1 AND task_id IS NULL`, []any{b.conv}, guardrules.SQLStateRecord},
 		{"a budget inserted with spend carried", `INSERT INTO ` + s + `.budgets (conversation_id, counter, max, carried, spent)
-			VALUES ($1, 'forged', 10, 5, 5)`, []any{b.conv}, fsm.SQLStateRecord},
-		{"a budget deleted", `DELETE FROM ` + s + `.budgets WHERE conversation_id = $1`, []any{b.conv}, fsm.SQLStateDelete},
-		{"the budgets truncated", `TRUNCATE ` + s + `.budgets`, nil, fsm.SQLStateDelete},
+			VALUES ($1, 'forged', 10, 5, 5)`, []any{b.conv}, guardrules.SQLStateRecord},
+		{"a budget deleted", `DELETE FROM ` + s + `.budgets WHERE conversation_id = $1`, []any{b.conv}, guardrules.SQLStateDelete},
+		{"the budgets truncated", `TRUNCATE ` + s + `.budgets`, nil, guardrules.SQLStateDelete},
 
 		{"a reservation made by no run", `INSERT INTO ` + s + `.budget_reservations (conversation_id, task_id, counter, run_token, idempotency_key, amount)
-			VALUES ($1, $2, 'tokens', 424242, 'forged', 1)`, []any{b.conv, run.ID}, fsm.SQLStateRecord},
-		{"a reservation's amount changed", `UPDATE ` + s + `.budget_reservations SET amount = 1 WHERE id = $1`, []any{open}, fsm.SQLStateRecord},
-		{"a reservation recorded again", `UPDATE ` + s + `.budget_reservations SET actual = 0 WHERE id = $1`, []any{closed}, fsm.SQLStateRecord},
-		{"a reservation reopened", `UPDATE ` + s + `.budget_reservations SET actual = NULL, closed_at = NULL WHERE id = $1`, []any{closed}, fsm.SQLStateRecord},
-		{"a reservation closed in the past", `UPDATE ` + s + `.budget_reservations SET actual = 1, closed_at = now() - interval '1 day' WHERE id = $1`, []any{open}, fsm.SQLStateRecord},
-		{"a reservation deleted", `DELETE FROM ` + s + `.budget_reservations WHERE id = $1`, []any{open}, fsm.SQLStateDelete},
-		{"the reservations truncated", `TRUNCATE ` + s + `.budget_reservations`, nil, fsm.SQLStateDelete},
+			VALUES ($1, $2, 'tokens', 424242, 'forged', 1)`, []any{b.conv, run.ID}, guardrules.SQLStateRecord},
+		{"a reservation's amount changed", `UPDATE ` + s + `.budget_reservations SET amount = 1 WHERE id = $1`, []any{open}, guardrules.SQLStateRecord},
+		{"a reservation recorded again", `UPDATE ` + s + `.budget_reservations SET actual = 0 WHERE id = $1`, []any{closed}, guardrules.SQLStateRecord},
+		{"a reservation reopened", `UPDATE ` + s + `.budget_reservations SET actual = NULL, closed_at = NULL WHERE id = $1`, []any{closed}, guardrules.SQLStateRecord},
+		{"a reservation closed in the past", `UPDATE ` + s + `.budget_reservations SET actual = 1, closed_at = now() - interval '1 day' WHERE id = $1`, []any{open}, guardrules.SQLStateRecord},
+		{"a reservation deleted", `DELETE FROM ` + s + `.budget_reservations WHERE id = $1`, []any{open}, guardrules.SQLStateDelete},
+		{"the reservations truncated", `TRUNCATE ` + s + `.budget_reservations`, nil, guardrules.SQLStateDelete},
 	}
 	for _, f := range forged {
 		_, err := b.pool.Exec(b.ctx, f.sql, f.args...)
@@ -177,20 +177,20 @@ func TestGuardRefusesForgedHolders(t *testing.T) {
 		args      []any
 		code      string
 	}{
-		{"a holder inserted expired", `INSERT INTO ` + s + `.holders (name, expires_at) VALUES ('forged-` + b.conv + `', now() - interval '1 second')`, nil, fsm.SQLStateRecord},
-		{"a holder inserted born in the past", `INSERT INTO ` + s + `.holders (name, expires_at, created_at) VALUES ('forged-` + b.conv + `', now() + interval '1 hour', now() - interval '1 day')`, nil, fsm.SQLStateRecord},
-		{"a holder inserted renewed in the future", `INSERT INTO ` + s + `.holders (name, expires_at, renewed_at) VALUES ('forged-` + b.conv + `', now() + interval '1 hour', now() + interval '1 hour')`, nil, fsm.SQLStateRecord},
-		{"a live holder's deadline brought back", `UPDATE ` + s + `.holders SET expires_at = now(), renewed_at = now() WHERE id = $1`, []any{held}, fsm.SQLStateRecord},
-		{"a holder renewed without its stamp", `UPDATE ` + s + `.holders SET expires_at = expires_at + interval '1 hour' WHERE id = $1`, []any{held}, fsm.SQLStateRecord},
-		{"a holder renamed", `UPDATE ` + s + `.holders SET name = 'forged-` + b.conv + `' WHERE id = $1`, []any{held}, fsm.SQLStateRecord},
-		{"a holder's birth rewritten", `UPDATE ` + s + `.holders SET created_at = now() - interval '1 day' WHERE id = $1`, []any{idle}, fsm.SQLStateRecord},
-		{"a holder that holds a conversation deleted", `DELETE FROM ` + s + `.holders WHERE id = $1`, []any{held}, fsm.SQLStateDelete},
+		{"a holder inserted expired", `INSERT INTO ` + s + `.holders (name, expires_at) VALUES ('forged-` + b.conv + `', now() - interval '1 second')`, nil, guardrules.SQLStateRecord},
+		{"a holder inserted born in the past", `INSERT INTO ` + s + `.holders (name, expires_at, created_at) VALUES ('forged-` + b.conv + `', now() + interval '1 hour', now() - interval '1 day')`, nil, guardrules.SQLStateRecord},
+		{"a holder inserted renewed in the future", `INSERT INTO ` + s + `.holders (name, expires_at, renewed_at) VALUES ('forged-` + b.conv + `', now() + interval '1 hour', now() + interval '1 hour')`, nil, guardrules.SQLStateRecord},
+		{"a live holder's deadline brought back", `UPDATE ` + s + `.holders SET expires_at = now(), renewed_at = now() WHERE id = $1`, []any{held}, guardrules.SQLStateRecord},
+		{"a holder renewed without its stamp", `UPDATE ` + s + `.holders SET expires_at = expires_at + interval '1 hour' WHERE id = $1`, []any{held}, guardrules.SQLStateRecord},
+		{"a holder renamed", `UPDATE ` + s + `.holders SET name = 'forged-` + b.conv + `' WHERE id = $1`, []any{held}, guardrules.SQLStateRecord},
+		{"a holder's birth rewritten", `UPDATE ` + s + `.holders SET created_at = now() - interval '1 day' WHERE id = $1`, []any{idle}, guardrules.SQLStateRecord},
+		{"a holder that holds a conversation deleted", `DELETE FROM ` + s + `.holders WHERE id = $1`, []any{held}, guardrules.SQLStateDelete},
 		// Migration 025: a lease is at most a day. A deadline years away
 		// held its conversations for good (the guard then refused to bring
 		// it back, and the row could not go while it held them).
-		{"a holder inserted with a deadline in 2400", `INSERT INTO ` + s + `.holders (name, expires_at) VALUES ('forged-` + b.conv + `', '2400-01-01')`, nil, fsm.SQLStateRecord},
-		{"a live holder renewed to 2400", `UPDATE ` + s + `.holders SET expires_at = '2400-01-01', renewed_at = now() WHERE id = $1`, []any{held}, fsm.SQLStateRecord},
-		{"a live holder renewed a day and a minute ahead", `UPDATE ` + s + `.holders SET expires_at = now() + interval '1 day 1 minute', renewed_at = now() WHERE id = $1`, []any{held}, fsm.SQLStateRecord},
+		{"a holder inserted with a deadline in 2400", `INSERT INTO ` + s + `.holders (name, expires_at) VALUES ('forged-` + b.conv + `', '2400-01-01')`, nil, guardrules.SQLStateRecord},
+		{"a live holder renewed to 2400", `UPDATE ` + s + `.holders SET expires_at = '2400-01-01', renewed_at = now() WHERE id = $1`, []any{held}, guardrules.SQLStateRecord},
+		{"a live holder renewed a day and a minute ahead", `UPDATE ` + s + `.holders SET expires_at = now() + interval '1 day 1 minute', renewed_at = now() WHERE id = $1`, []any{held}, guardrules.SQLStateRecord},
 	}
 	for _, f := range forged {
 		_, err := b.pool.Exec(b.ctx, f.sql, f.args...)
@@ -199,7 +199,7 @@ func TestGuardRefusesForgedHolders(t *testing.T) {
 		require.Equal(t, before, b.snapshot(t), f.name+": nothing written")
 	}
 	_, err = b.pool.Exec(b.ctx, `TRUNCATE `+s+`.holders CASCADE`)
-	requireSQLState(t, err, fsm.SQLStateDelete)
+	requireSQLState(t, err, guardrules.SQLStateDelete)
 	require.Contains(t, err.Error(), "holders", "the holders' own guard refuses the truncate")
 	require.Equal(t, rows, holders(), "truncate: nothing written")
 
@@ -214,7 +214,7 @@ func TestGuardRefusesForgedHolders(t *testing.T) {
 	})
 	require.NoError(t, err)
 	_, err = b.pool.Exec(b.ctx, `UPDATE `+s+`.holders SET expires_at = now() + interval '1 hour', renewed_at = now() WHERE id = $1`, idle)
-	requireSQLState(t, err, fsm.SQLStateRecord)
+	requireSQLState(t, err, guardrules.SQLStateRecord)
 
 	// arbor's own: a renewal of the live holder (a shorter ttl leaves its
 	// deadline; the longest lease there is, a day, is the bound), the end
@@ -261,7 +261,7 @@ func TestGuardRefusesUnexplainedBudgetSums(t *testing.T) {
 	}
 	for _, f := range forged {
 		_, err := b.pool.Exec(b.ctx, f.sql, b.conv)
-		requireSQLState(t, err, fsm.SQLStateRecord)
+		requireSQLState(t, err, guardrules.SQLStateRecord)
 		require.Equal(t, records, b.recordSnapshot(t), f.name+": nothing written")
 		require.Equal(t, before, b.snapshot(t), f.name+": nothing written")
 	}

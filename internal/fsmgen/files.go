@@ -75,7 +75,7 @@ func Files(root string) (files map[string]string, held []string, err error) {
 // they are written by hand (RecordMigrationByHand): its up file must apply
 // its guards and its down file restore the previous ones, each by its own
 // directive line (internal/guardhistory), or the migration would apply
-// other guards than fsm.RecordRules'.
+// other guards than guardrules.RecordRules'.
 func RecordFilesByHand(sql string) error {
 	want := map[string]string{
 		RecordMigration + ".up.sql":   "-- arbor:records " + RecordMigration[:3] + "\n",

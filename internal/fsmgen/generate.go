@@ -2,10 +2,12 @@ package fsmgen
 
 import (
 	"fmt"
-	"github.com/arborhq/arbor/fsm"
-	"github.com/arborhq/arbor/internal/sqllit"
 	"slices"
 	"strings"
+
+	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/guardrules"
+	"github.com/arborhq/arbor/internal/sqllit"
 
 	"github.com/arborhq/arbor/arbortype"
 )
@@ -42,10 +44,10 @@ func Mermaid() string {
 	b.WriteString(statusList(true))
 	b.WriteString(".\n")
 	b.WriteString("\n## Which columns change with which status change\n\n")
-	b.WriteString("The same trigger refuses a column changed on any other status change than these (`fsm/columns.go`;\n")
+	b.WriteString("The same trigger refuses a column changed on any other status change than these (`internal/guardrules/columns.go`;\n")
 	b.WriteString("a status kept, `running > running`, is a checkpoint or heartbeat). Columns not listed never change.\n\n")
 	b.WriteString("| column | may change on | and then | why |\n|---|---|---|---|\n")
-	for _, r := range fsm.ColumnRules() {
+	for _, r := range guardrules.ColumnRules() {
 		if len(r.Changes) == 0 || r.Column == "status" {
 			continue
 		}
@@ -56,23 +58,23 @@ func Mermaid() string {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", r.Column, strings.Join(changes, ", "), codeOrDash(r.Value), r.Why)
 	}
 	b.WriteString("\nEvery row, after every write:\n\n")
-	for _, r := range fsm.RowRules() {
+	for _, r := range guardrules.RowRules() {
 		fmt.Fprintf(&b, "- %s: `%s`\n", r.Why, r.Value)
 	}
 	b.WriteString("\nA task is inserted only as a fresh pending task, or by a fork as a faithful copy of a settled task\n")
-	b.WriteString("of another conversation (`forked_from`; `fsm.ForkRules`). It is deleted only by the prune, and only\n")
+	b.WriteString("of another conversation (`forked_from`; `guardrules.ForkRules`). It is deleted only by the prune, and only\n")
 	b.WriteString("when it is settled, nothing above it is live, and it is not the newest settled turn of a conversation\n")
-	b.WriteString("still in use (`fsm.DeleteRules`); the table is never truncated. A conversation is inserted free, at\n")
+	b.WriteString("still in use (`guardrules.DeleteRules`); the table is never truncated. A conversation is inserted free, at\n")
 	b.WriteString("epoch 0, stamped now by the database; its epoch moves only by one, with a new holder, and its holder\n")
 	b.WriteString("changes only so (or to none); a release leaves none of its tasks running, and a new holder takes it\n")
 	b.WriteString("only from none or from a holder whose lease expired; a conversation is deleted only by the prune, with no task left and no\n")
 	b.WriteString("live holder.\n")
 	b.WriteString("\n## The other tables: arbor's records\n\n")
-	b.WriteString("Generated from `fsm/records.go` into the record guards (`migrations/records/`). A new row must\n")
+	b.WriteString("Generated from `internal/guardrules/records.go` into the record guards (`migrations/records/`). A new row must\n")
 	b.WriteString("take one of the insert forms; a column changes only by its rule; any other change, a\n")
 	b.WriteString("delete off its path (the prune's, unless the table says otherwise) and a TRUNCATE are refused.\n\n")
 	b.WriteString("| table | inserted as | never changes | changes only | deleted |\n|---|---|---|---|---|\n")
-	for _, t := range fsm.RecordRules() {
+	for _, t := range guardrules.RecordRules() {
 		var forms, changes []string
 		for _, f := range t.Insert {
 			forms = append(forms, f.Why)
@@ -141,9 +143,9 @@ func GuardUpSQL() string { return "-- arbor:guard " + GuardMigration[:3] + "\n" 
 
 // GuardSQL returns the guard GuardMigration applies: the trigger that makes
 // the database refuse any status change the table does not allow, any change
-// to a settled task, any column changed outside its rule (fsm.ColumnRules) or a
-// row breaking a row rule (fsm.RowRules), an insert other than a fresh pending
-// task (fsm.InsertRules), and any delete; and the guard of the conversations
+// to a settled task, any column changed outside its rule (guardrules.ColumnRules) or a
+// row breaking a row rule (guardrules.RowRules), an insert other than a fresh pending
+// task (guardrules.InsertRules), and any delete; and the guard of the conversations
 // table (its id never changes, its epoch only grows, one take-over at a
 // time; no delete). The placeholder {schema} is replaced by the migrator.
 func GuardSQL() string {
@@ -162,12 +164,12 @@ DECLARE
 BEGIN
     IF TG_OP = 'DELETE' THEN
 `)
-	for _, r := range fsm.DeleteRules() {
+	for _, r := range guardrules.DeleteRules() {
 		fmt.Fprintf(&b, `        IF NOT (%s) THEN
             RAISE EXCEPTION 'arbor: task %% cannot be deleted: %s', OLD.id
                 USING ERRCODE = '%s';
         END IF;
-`, r.Value, strings.ReplaceAll(r.Why, "'", "''"), fsm.SQLStateDelete)
+`, r.Value, strings.ReplaceAll(r.Why, "'", "''"), guardrules.SQLStateDelete)
 	}
 	b.WriteString(`        RETURN OLD;
     END IF;
@@ -175,42 +177,42 @@ BEGIN
         SELECT * INTO src FROM {schema}.tasks WHERE id = NEW.forked_from;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'arbor: task % is forked from task %, which does not exist', NEW.id, NEW.forked_from
-                USING ERRCODE = '` + fsm.SQLStateFork + `';
+                USING ERRCODE = '` + guardrules.SQLStateFork + `';
         END IF;
 `)
 	var copied []string
-	for _, c := range fsm.ForkCopied() {
+	for _, c := range guardrules.ForkCopied() {
 		copied = append(copied, fmt.Sprintf("NEW.%[1]s IS NOT DISTINCT FROM src.%[1]s", c))
 	}
-	for _, r := range append(copied, fsm.ForkRules()...) {
+	for _, r := range append(copied, guardrules.ForkRules()...) {
 		fmt.Fprintf(&b, `        IF NOT (%s) THEN
             RAISE EXCEPTION 'arbor: task %% is not a faithful fork of task %%: %s does not hold', NEW.id, NEW.forked_from
                 USING ERRCODE = '%s';
         END IF;
-`, r, strings.ReplaceAll(strings.ReplaceAll(r, "'", "''"), "%", "%%"), fsm.SQLStateFork)
+`, r, strings.ReplaceAll(strings.ReplaceAll(r, "'", "''"), "%", "%%"), guardrules.SQLStateFork)
 	}
 	b.WriteString(`        RETURN NEW;
     END IF;
     IF TG_OP = 'INSERT' THEN
 `)
 	// The insert rules as one condition; each is named when it fails.
-	fmt.Fprintf(&b, "        IF NOT (%s) THEN\n", strings.Join(fsm.InsertRules(), "\n            AND "))
-	for _, r := range fsm.InsertRules() {
+	fmt.Fprintf(&b, "        IF NOT (%s) THEN\n", strings.Join(guardrules.InsertRules(), "\n            AND "))
+	for _, r := range guardrules.InsertRules() {
 		fmt.Fprintf(&b, `            IF NOT (%s) THEN
                 RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: %s does not hold'
                     USING ERRCODE = '%s';
             END IF;
-`, r, strings.ReplaceAll(strings.ReplaceAll(r, "'", "''"), "%", "%%"), fsm.SQLStateInvalidInsert)
+`, r, strings.ReplaceAll(strings.ReplaceAll(r, "'", "''"), "%", "%%"), guardrules.SQLStateInvalidInsert)
 	}
 	b.WriteString("        END IF;\n")
-	for _, c := range fsm.InsertChecks() {
+	for _, c := range guardrules.InsertChecks() {
 		fmt.Fprintf(&b, `        IF %s THEN
             IF NOT (%s) THEN
                 RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: %s does not hold'
                     USING ERRCODE = '%s';
             END IF;
         END IF;
-`, c.When, c.Check, strings.ReplaceAll(strings.ReplaceAll(c.Check, "'", "''"), "%", "%%"), fsm.SQLStateInvalidInsert)
+`, c.When, c.Check, strings.ReplaceAll(strings.ReplaceAll(c.Check, "'", "''"), "%", "%%"), guardrules.SQLStateInvalidInsert)
 	}
 	fmt.Fprintf(&b, `        RETURN NEW;
     END IF;
@@ -231,7 +233,7 @@ BEGIN
         RAISE EXCEPTION 'arbor: invalid transition of task %%: %% -> %%', OLD.id, OLD.status, NEW.status
             USING ERRCODE = '%s';
     END IF;
-`, sqllit.Quoted(sqllit.Settled()), fsm.SQLStateSettled, fsm.SQLStateImmutable, changeList(fsm.StatusChanges()), fsm.SQLStateInvalidTransition)
+`, sqllit.Quoted(sqllit.Settled()), guardrules.SQLStateSettled, guardrules.SQLStateImmutable, changeList(fsm.StatusChanges()), guardrules.SQLStateInvalidTransition)
 	// Every column and row rule as one condition, the fast path of every
 	// write the engine makes; when it fails, each rule is checked to name
 	// the one that failed.
@@ -242,9 +244,9 @@ BEGIN
 	// condition out of PL/pgSQL's simple-expression evaluation into the
 	// executor, for every write: its edge is allowed on the fast path, and
 	// its value checked apart, only when its column changed.
-	var slow []fsm.ColumnRule
-	for _, r := range fsm.ColumnRules() {
-		if r.Column == "status" || slices.Contains(fsm.FreeColumns, r.Column) || slices.Contains(fsm.IdentityColumns, r.Column) {
+	var slow []guardrules.ColumnRule
+	for _, r := range guardrules.ColumnRules() {
+		if r.Column == "status" || slices.Contains(guardrules.FreeColumns, r.Column) || slices.Contains(guardrules.IdentityColumns, r.Column) {
 			continue
 		}
 		allowed := "false"
@@ -268,9 +270,9 @@ BEGIN
                 USING ERRCODE = '%[3]s', HINT = '%[4]s';
         END IF;
     END IF;
-`, r.Column, r.Value, fsm.SQLStateColumn, strings.ReplaceAll(r.Why, "'", "''"))
+`, r.Column, r.Value, guardrules.SQLStateColumn, strings.ReplaceAll(r.Why, "'", "''"))
 	}
-	for _, r := range fsm.RowRules() {
+	for _, r := range guardrules.RowRules() {
 		conds = append(conds, "("+r.Value+")")
 		checks = append(checks, check{"(" + r.Value + ")", r.Why + " (on %)", ""})
 	}
@@ -284,7 +286,7 @@ BEGIN
         RAISE EXCEPTION 'arbor: task %%: %[2]s', OLD.id, change
             USING ERRCODE = '%[3]s'%[4]s;
     END IF;
-`, c.cond, strings.ReplaceAll(c.msg, "'", "''"), fsm.SQLStateColumn, hint)
+`, c.cond, strings.ReplaceAll(c.msg, "'", "''"), guardrules.SQLStateColumn, hint)
 	}
 	fmt.Fprintf(&b, `    RETURN NEW;
 END
@@ -424,7 +426,7 @@ CREATE TRIGGER "Arbor_conversation_handover_guard"
     AFTER UPDATE OF holder_id ON {schema}.conversations
     FOR EACH ROW WHEN (OLD.holder_id IS NOT NULL AND OLD.holder_id IS DISTINCT FROM NEW.holder_id)
     EXECUTE FUNCTION {schema}.conversation_handover_guard();
-`, fsm.SQLStateDelete, fsm.SQLStateConversation)
+`, guardrules.SQLStateDelete, guardrules.SQLStateConversation)
 	return b.String()
 }
 

@@ -2,12 +2,13 @@ package fsmgen
 
 import (
 	"fmt"
-	"github.com/arborhq/arbor/fsm"
 	"strings"
+
+	"github.com/arborhq/arbor/internal/guardrules"
 )
 
 // RecordMigration is the migration that applies RecordGuardSQL: the latest
-// record guards. A change to fsm.RecordRules needs a new migration (a new number
+// record guards. A change to guardrules.RecordRules needs a new migration (a new number
 // here, PreviousRecords the old one); `go generate ./fsm` then writes the
 // new guards whole in migrations/records/, turns the previous ones into a
 // patch on them, and writes the migration's two files (internal/guardhistory).
@@ -44,7 +45,7 @@ func RecordDownSQL() string {
 		"-- arbor:records " + previous[:3] + "\n"
 }
 
-// RecordGuardSQL returns the trigger functions of fsm.RecordRules: for each
+// RecordGuardSQL returns the trigger functions of guardrules.RecordRules: for each
 // table, the insert forms, the columns that never change and those that
 // change under a condition, and its delete; and the functions every table
 // of records shares (a delete on the prune path only, never a TRUNCATE).
@@ -81,14 +82,14 @@ BEGIN
         USING ERRCODE = '%[2]s';
 END
 $guard$;
-`, fsm.SQLStateRecord, fsm.SQLStateDelete, fsm.PruneOnly)
-	for _, t := range fsm.RecordRules() {
+`, guardrules.SQLStateRecord, guardrules.SQLStateDelete, guardrules.PruneOnly)
+	for _, t := range guardrules.RecordRules() {
 		b.WriteString("\n")
 		b.WriteString(comment(t.Table + ": " + t.Why))
 		fmt.Fprintf(&b, "CREATE OR REPLACE FUNCTION {schema}.%s() RETURNS trigger\nLANGUAGE plpgsql AS $guard$\nBEGIN\n", t.Function)
 		if t.Delete != nil {
 			b.WriteString("    IF TG_OP = 'DELETE' THEN\n")
-			refuse(&b, "        ", "NOT coalesce("+t.Delete.Cond+", false)", t.Delete.Refusal, t.Delete.Args, fsm.SQLStateDelete)
+			refuse(&b, "        ", "NOT coalesce("+t.Delete.Cond+", false)", t.Delete.Refusal, t.Delete.Args, guardrules.SQLStateDelete)
 			b.WriteString("        RETURN OLD;\n    END IF;\n")
 		}
 		if len(t.Insert) > 0 {
@@ -97,19 +98,19 @@ $guard$;
 				forms = append(forms, "("+f.Cond+")")
 			}
 			b.WriteString("    IF TG_OP = 'INSERT' THEN\n")
-			refuse(&b, "        ", "NOT coalesce("+strings.Join(forms, "\n            OR ")+", false)", t.InsertRefusal, "", fsm.SQLStateRecord)
+			refuse(&b, "        ", "NOT coalesce("+strings.Join(forms, "\n            OR ")+", false)", t.InsertRefusal, "", guardrules.SQLStateRecord)
 			b.WriteString("        RETURN NEW;\n    END IF;\n")
 		}
 		if t.AppendOnly {
-			fmt.Fprintf(&b, "    RAISE EXCEPTION 'arbor: %s %% is never changed (%s is append-only)', %s\n        USING ERRCODE = '%s';\n", t.Noun, t.Table, t.Key, fsm.SQLStateRecord)
+			fmt.Fprintf(&b, "    RAISE EXCEPTION 'arbor: %s %% is never changed (%s is append-only)', %s\n        USING ERRCODE = '%s';\n", t.Noun, t.Table, t.Key, guardrules.SQLStateRecord)
 			b.WriteString("END\n$guard$;\n")
 			continue
 		}
 		if len(t.Fixed) > 0 {
-			refuse(&b, "    ", changed(t.Fixed, "\n        OR "), t.FixedRefusal, t.Key, fsm.SQLStateRecord)
+			refuse(&b, "    ", changed(t.Fixed, "\n        OR "), t.FixedRefusal, t.Key, guardrules.SQLStateRecord)
 		}
 		for _, c := range t.Changes {
-			refuse(&b, "    ", "("+changed(c.Columns, " OR ")+")\n        AND NOT coalesce("+c.Cond+", false)", c.Refusal, c.Args, fsm.SQLStateRecord)
+			refuse(&b, "    ", "("+changed(c.Columns, " OR ")+")\n        AND NOT coalesce("+c.Cond+", false)", c.Refusal, c.Args, guardrules.SQLStateRecord)
 		}
 		b.WriteString("    RETURN NEW;\nEND\n$guard$;\n")
 	}

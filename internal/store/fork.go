@@ -11,7 +11,7 @@ import (
 // Fork: a conversation's settled history copied into a new conversation
 // (docs/agents.md, "Fork: edit and regenerate"). Every copied row names its
 // source (forked_from) and the guard checks it is a faithful copy
-// (fsm.ForkRules).
+// (guardrules.ForkRules).
 
 var (
 	qInsertForkConversation = define(`INSERT INTO {schema}.conversations (id) VALUES ($1)

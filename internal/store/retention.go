@@ -17,7 +17,7 @@ import (
 // whole conversations. Its transactions are marked (MarkPrune), without
 // which the guards refuse every delete of a task, a conversation or a row
 // of theirs; the guard also
-// checks every deleted task semantically (fsm.DeleteRules), whatever the
+// checks every deleted task semantically (guardrules.DeleteRules), whatever the
 // statement that deletes it.
 
 // steeredCode is arbortype.CodeSteered, the error code of a steered

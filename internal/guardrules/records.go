@@ -1,4 +1,4 @@
-package fsm
+package guardrules
 
 // The record guards. Besides tasks and conversations, arbor keeps records
 // that must change only as arbor changes them: the events (no event is

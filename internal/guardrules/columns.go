@@ -1,8 +1,10 @@
-package fsm
+package guardrules
 
 import (
-	"github.com/arborhq/arbor/internal/sqllit"
 	"slices"
+
+	"github.com/arborhq/arbor/fsm"
+	"github.com/arborhq/arbor/internal/sqllit"
 
 	"github.com/arborhq/arbor/arbortype"
 )
@@ -34,9 +36,9 @@ type ColumnRule struct {
 }
 
 // on returns the status changes of the events' edges.
-func on(events ...Event) [][2]arbortype.Status {
+func on(events ...fsm.Event) [][2]arbortype.Status {
 	var out [][2]arbortype.Status
-	for _, e := range Edges() {
+	for _, e := range fsm.Edges() {
 		p := [2]arbortype.Status{e.From, e.To}
 		if slices.Contains(events, e.Event) && !slices.Contains(out, p) {
 			out = append(out, p)
@@ -59,7 +61,7 @@ func from(s arbortype.Status, changes [][2]arbortype.Status) [][2]arbortype.Stat
 // leaving returns every status change out of s to another status.
 func leaving(s arbortype.Status) [][2]arbortype.Status {
 	var out [][2]arbortype.Status
-	for _, p := range StatusChanges() {
+	for _, p := range fsm.StatusChanges() {
 		if p[0] == s {
 			out = append(out, p)
 		}
@@ -70,7 +72,7 @@ func leaving(s arbortype.Status) [][2]arbortype.Status {
 // settling returns every status change into a settled status.
 func settling() [][2]arbortype.Status {
 	var out [][2]arbortype.Status
-	for _, p := range StatusChanges() {
+	for _, p := range fsm.StatusChanges() {
 		if p[1].Settled() {
 			out = append(out, p)
 		}
@@ -96,49 +98,49 @@ func union(sets ...[][2]arbortype.Status) [][2]arbortype.Status {
 // table).
 func ColumnRules() []ColumnRule {
 	immutable := func(col, why string) ColumnRule { return ColumnRule{Column: col, Why: why} }
-	run := union(on(Start), leaving(arbortype.StatusRunning))
+	run := union(on(fsm.Start), leaving(arbortype.StatusRunning))
 	return []ColumnRule{
 		immutable("id", "identity"),
 		immutable("conversation_id", "identity: a task never moves"),
 		immutable("owner_task_id", "identity: the ownership graph is fixed at create"),
 		immutable("kind", "identity: the handler a task was created for"),
-		{Column: "status", Changes: StatusChanges(), Why: "the transition table (checked first)"},
+		{Column: "status", Changes: fsm.StatusChanges(), Why: "the transition table (checked first)"},
 		immutable("background", "fixed at create"),
 		immutable("input", "fixed at create"),
-		{Column: "phase", Changes: union(on(Checkpoint), on(Wait), on(Sleep)), Why: "a checkpoint, or the phase a wait or a sleep saves"},
-		{Column: "state", Changes: union(on(Checkpoint), on(Wait), on(Sleep)), Why: "a checkpoint, or the state a wait or a sleep saves"},
-		{Column: "result", Changes: union(on(Hold), from(arbortype.StatusRunning, on(Complete)), on(Cancel)),
+		{Column: "phase", Changes: union(on(fsm.Checkpoint), on(fsm.Wait), on(fsm.Sleep)), Why: "a checkpoint, or the phase a wait or a sleep saves"},
+		{Column: "state", Changes: union(on(fsm.Checkpoint), on(fsm.Wait), on(fsm.Sleep)), Why: "a checkpoint, or the state a wait or a sleep saves"},
+		{Column: "result", Changes: union(on(fsm.Hold), from(arbortype.StatusRunning, on(fsm.Complete)), on(fsm.Cancel)),
 			Why: "a completion (held while completing, kept when it completes) or a cancel"},
-		{Column: "error", Changes: union(on(Retry), on(Fail, Expire), on(Cancel), on(Abort, Orphan)), Why: "a failure, retried or final, an abandon's code, or an abort's reason"},
-		{Column: "attempt", Changes: on(Recover), Value: "NEW.attempt = OLD.attempt + 1",
+		{Column: "error", Changes: union(on(fsm.Retry), on(fsm.Fail, fsm.Expire), on(fsm.Cancel), on(fsm.Abort, fsm.Orphan)), Why: "a failure, retried or final, an abandon's code, or an abort's reason"},
+		{Column: "attempt", Changes: on(fsm.Recover), Value: "NEW.attempt = OLD.attempt + 1",
 			Why: "one more per counted recovery (its holder died or lost its lease), and only then"},
 		immutable("restart_limit", "fixed at create"),
 		immutable("abandon_on_restart", "fixed at create"),
-		{Column: "abort_requested", Changes: on(Abort, Orphan), Value: "NEW.abort_requested",
+		{Column: "abort_requested", Changes: on(fsm.Abort, fsm.Orphan), Value: "NEW.abort_requested",
 			Why: "set by an abort, as it settles the task"},
-		{Column: "wait_policy", Changes: on(Wait), Why: "a wait; kept after it for the resumed handler"},
-		{Column: "wait_ids", Changes: on(Wait), Why: "a wait; kept after it for the resumed handler"},
-		{Column: "wake_at", Changes: union(on(Sleep, Retry, Await), on(Wake)), Value: "NEW.wake_at IS NOT NULL OR NEW.await_name IS NOT NULL OR NEW.status = 'pending'",
+		{Column: "wait_policy", Changes: on(fsm.Wait), Why: "a wait; kept after it for the resumed handler"},
+		{Column: "wait_ids", Changes: on(fsm.Wait), Why: "a wait; kept after it for the resumed handler"},
+		{Column: "wake_at", Changes: union(on(fsm.Sleep, fsm.Retry, fsm.Await), on(fsm.Wake)), Value: "NEW.wake_at IS NOT NULL OR NEW.await_name IS NOT NULL OR NEW.status = 'pending'",
 			Why: "a sleep or a retry's backoff, or an await's timeout (none for an await without one); an event delivered before the timeout clears it"},
-		{Column: "sleep_seq", Changes: on(Sleep, Retry, Await), Value: "NEW.sleep_seq = OLD.sleep_seq + 1", Why: "one more per sleep or await"},
+		{Column: "sleep_seq", Changes: on(fsm.Sleep, fsm.Retry, fsm.Await), Value: "NEW.sleep_seq = OLD.sleep_seq + 1", Why: "one more per sleep or await"},
 		immutable("max_retries", "fixed at create"),
-		{Column: "retries", Changes: on(Retry), Value: "NEW.retries = OLD.retries + 1", Why: "one more per retry"},
+		{Column: "retries", Changes: on(fsm.Retry), Value: "NEW.retries = OLD.retries + 1", Why: "one more per retry"},
 		immutable("retry_backoff_base", "fixed at create"),
 		immutable("retry_backoff_cap", "fixed at create"),
-		{Column: "error_history", Changes: union(on(Retry), on(Fail, Expire)), Why: "appended to by a failure"},
-		{Column: "wake_job_id", Changes: union(on(Sleep, Retry, Await), on(Wake)), Why: "the River job of a new sleep or await timeout; dropped with an event delivered before it"},
+		{Column: "error_history", Changes: union(on(fsm.Retry), on(fsm.Fail, fsm.Expire)), Why: "appended to by a failure"},
+		{Column: "wake_job_id", Changes: union(on(fsm.Sleep, fsm.Retry, fsm.Await), on(fsm.Wake)), Why: "the River job of a new sleep or await timeout; dropped with an event delivered before it"},
 		{Column: "token", Changes: run, Why: "a fresh token when a run starts, none when it ends"},
 		{Column: "run_epoch", Changes: run, Why: "the lease epoch a run starts under, none when it ends"},
-		{Column: "lease_expires_at", Changes: union(run, on(Checkpoint)), Why: "a run's task lease, extended by a checkpoint or heartbeat"},
+		{Column: "lease_expires_at", Changes: union(run, on(fsm.Checkpoint)), Why: "a run's task lease, extended by a checkpoint or heartbeat"},
 		immutable("idempotency_key", "fixed at create"),
 		{Column: "settle_seq", Changes: settling(), Why: "numbered when the task settles"},
 		immutable("created_at", "fixed at create"),
 		{Column: "updated_at", Changes: nil, Why: "free: any write stamps it"},
-		{Column: "started_at", Changes: on(Start), Value: "OLD.started_at IS NULL", Why: "the first start, and only it"},
+		{Column: "started_at", Changes: on(fsm.Start), Value: "OLD.started_at IS NULL", Why: "the first start, and only it"},
 		{Column: "settled_at", Changes: settling(), Why: "stamped when the task settles"},
-		{Column: "await_name", Changes: on(Sleep, Retry, Await), Why: "set by an await, cleared by a plain sleep (kept after the wake, for the resumed handler)"},
-		{Column: "await_token", Changes: on(Sleep, Retry, Await), Why: "a fresh token with every await, none with a plain sleep"},
-		{Column: "delivered", Changes: union(on(Sleep, Retry, Await), from(arbortype.StatusSleeping, on(Wake))), Value: deliveredRule,
+		{Column: "await_name", Changes: on(fsm.Sleep, fsm.Retry, fsm.Await), Why: "set by an await, cleared by a plain sleep (kept after the wake, for the resumed handler)"},
+		{Column: "await_token", Changes: on(fsm.Sleep, fsm.Retry, fsm.Await), Why: "a fresh token with every await, none with a plain sleep"},
+		{Column: "delivered", Changes: union(on(fsm.Sleep, fsm.Retry, fsm.Await), from(arbortype.StatusSleeping, on(fsm.Wake))), Value: deliveredRule,
 			Why: "what woke an await (the event, or its timeout), cleared when the task parks again: an event delivered to this task, carried as it was emitted, or a timeout with no event"},
 		immutable("deadline", "fixed at create"),
 		immutable("forked_from", "fixed at insert: the task a fork copied"),

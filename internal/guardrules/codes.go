@@ -1,4 +1,4 @@
-package fsm
+package guardrules
 
 // Error codes (SQLSTATE) raised by the database guard. Class "AB" is arbor's.
 const (
