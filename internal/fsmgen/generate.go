@@ -18,7 +18,7 @@ func Mermaid() string {
 	b.WriteString("# Task state machine\n\n")
 	b.WriteString("Generated from `fsm/fsm.go`, the only definition of arbor's transitions. The engine\n")
 	b.WriteString("validates every status write against it, and the database trigger generated from the\n")
-	b.WriteString("same table (`migrations/guard/" + GuardMigration[:3] + ".sql`) refuses any other change,\n")
+	b.WriteString("same table (written into `migrations/sql/` by `go generate ./fsm`) refuses any other change,\n")
 	b.WriteString("including a hand-written `UPDATE`. A settled task never changes again.\n\n")
 	b.WriteString("```mermaid\nstateDiagram-v2\n")
 	b.WriteString("    [*] --> pending: create\n")
@@ -68,7 +68,7 @@ func Mermaid() string {
 	b.WriteString("only from none or from a holder whose lease expired; a conversation is deleted only by the prune, with no task left and no\n")
 	b.WriteString("live holder.\n")
 	b.WriteString("\n## The other tables: arbor's records\n\n")
-	b.WriteString("Generated from `fsm/records.go` into the record guards (`migrations/records/`). A new row must\n")
+	b.WriteString("Generated from `fsm/records.go` into the record guards (`migrations/sql/`). A new row must\n")
 	b.WriteString("take one of the insert forms; a column changes only by its rule; any other change, a\n")
 	b.WriteString("delete off its path (the prune's, unless the table says otherwise) and a TRUNCATE are refused.\n\n")
 	b.WriteString("| table | inserted as | never changes | changes only | deleted |\n|---|---|---|---|---|\n")
@@ -98,10 +98,10 @@ func Mermaid() string {
 	}
 	b.WriteString("\nThe log's entries and the budgets' sums are also checked across rows, by hand-written\n")
 	b.WriteString("triggers: an entry must name what its task or event is, written by the statement that changed it\n")
-	b.WriteString("(a fork's copies only in the fork's own transaction; migrations 028 and 033), and a budget's\n")
+	b.WriteString("(a fork's copies only in the fork's own transaction), and a budget's\n")
 	b.WriteString("spent and reserved must be its reservations' sums at the commit of any transaction that changed\n")
-	b.WriteString("a budget or a reservation (migrations 021 and 033). A prune mark names the transaction that\n")
-	b.WriteString("inserts it, and is never changed (033).\n")
+	b.WriteString("a budget or a reservation. A prune mark names the transaction that inserts it, and is never\n")
+	b.WriteString("changed.\n")
 	return b.String()
 }
 
@@ -122,24 +122,8 @@ func statusList(settled bool) string {
 	return strings.Join(names, ", ")
 }
 
-// GuardMigration is the migration that applies GuardSQL: the latest guard.
-// A change to the transition table or to the column rules needs a new
-// migration (a new number here, PreviousGuard the old one); `go generate
-// ./fsm` then writes the new guard whole in migrations/guard/, turns the
-// previous one into a patch on it, and writes the migration's two files.
-// The older guards stay exactly as they were applied
-// (internal/guardhistory; migrations' pinned hashes).
-const GuardMigration = "032_conversation_handover_generated"
-
-// PreviousGuard is the migration whose guard GuardMigration replaces: its
-// down migration restores that one.
-const PreviousGuard = "026_conversation_stamp_guard"
-
-// GuardUpSQL returns GuardMigration's up file: the line that names its
-// guard (GuardSQL, kept in migrations/guard/), which the migrator expands.
-func GuardUpSQL() string { return "-- arbor:guard " + GuardMigration[:3] + "\n" }
-
-// GuardSQL returns the guard GuardMigration applies: the trigger that makes
+// GuardSQL returns the current guard, which `go generate ./fsm` writes
+// whole into the newest migration that holds its region (Files): the trigger that makes
 // the database refuse any status change the table does not allow, any change
 // to a settled task, any column changed outside its rule (fsm.ColumnRules) or a
 // row breaking a row rule (fsm.RowRules), an insert other than a fresh pending
@@ -387,8 +371,7 @@ CREATE TRIGGER "Arbor_conversation_guard_update"
     AFTER UPDATE ON {schema}.conversations
     FOR EACH ROW EXECUTE FUNCTION {schema}.conversation_guard();
 
--- A conversation's lease changes hands only as arbor's own paths change it
--- (migration 029 first; part of the generated guard since 032):
+-- A conversation's lease changes hands only as arbor's own paths change it:
 --   - a release (its holder to none) leaves none of its tasks running:
 --     every release of arbor's recovers the holder's runs first, in the
 --     same transaction (a Lease's Release, a runner's release at shutdown
@@ -426,24 +409,6 @@ CREATE TRIGGER "Arbor_conversation_handover_guard"
     EXECUTE FUNCTION {schema}.conversation_handover_guard();
 `, fsm.SQLStateDelete, fsm.SQLStateConversation)
 	return b.String()
-}
-
-// GuardDownSQL returns the down migration of GuardMigration: the guard it
-// replaced (PreviousGuard's), restored, named by its version.
-func GuardDownSQL() string {
-	return `-- Code generated by go generate ./fsm; DO NOT EDIT.
--- Restores the guard before ` + GuardMigration + ` (` + PreviousGuard + `'s, version ` + PreviousGuard[:3] + ` in migrations/guard/).
-
-DROP TRIGGER "Arbor_conversation_guard_update" ON {schema}.conversations;
-DROP TRIGGER conversation_guard ON {schema}.conversations;
-DROP FUNCTION {schema}.conversation_guard();
-DROP TRIGGER "Arbor_task_guard_update" ON {schema}.tasks;
-DROP TRIGGER task_guard_truncate ON {schema}.tasks;
-DROP FUNCTION {schema}.task_guard_truncate();
--- task_guard itself is replaced by the previous guard's own statements.
-
--- arbor:guard ` + PreviousGuard[:3] + `
-`
 }
 
 // changeList renders status changes as 'from>to' literals.
