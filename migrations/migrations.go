@@ -72,7 +72,7 @@ func SQL(version int, schema string) (up, down string, err error) {
 		return "", "", err
 	}
 	if version < 1 || version > Latest() {
-		return "", "", fmt.Errorf("migration %d: this build knows versions 1..%d: %w", version, Latest(), arbortype.ErrInvalidArgument)
+		return "", "", fmt.Errorf("migration %d is outside 1..%d: %w", version, Latest(), arbortype.ErrInvalidArgument)
 	}
 	m := all[version-1]
 	return render(m.up, schema), render(m.down, schema), nil

@@ -1,8 +1,9 @@
 -- arbor's schema, v0.1.0: every table, index, function and trigger arbor
--- needs, in one migration. {schema} stands for the quoted schema name
--- (`arbor migrate print` and the migrator replace it). River's tables are
--- not here: the migrator applies River's own migrations, in the same
--- schema, after arbor's (docs/operations.md).
+-- needs, in one migration, each named in the schema arbor was given (the
+-- file in arbor's repository writes a placeholder, which `arbor migrate
+-- print` and the migrator fill in). River's tables are not here: the
+-- migrator applies River's own migrations, in the same schema, after
+-- arbor's (docs/operations.md).
 --
 -- Every table carries conversation_id, and every query filters by it, so
 -- the schema can be distributed by conversation_id (docs/design.md §8).
@@ -1178,7 +1179,8 @@ $guard$;
 -- The record guards' triggers. Inserts and truncates are checked before
 -- the row is written; updates and deletes after it, at the end of their
 -- statement, as the tasks' guard does (a BEFORE UPDATE row trigger locks
--- each row it is given: a WAL record per row).
+-- each row it is given: a WAL record per row); a holder's row, written
+-- once per lease renewal, is checked before.
 CREATE TRIGGER holder_guard BEFORE INSERT OR DELETE OR UPDATE ON {schema}.holders
     FOR EACH ROW EXECUTE FUNCTION {schema}.holder_guard();
 CREATE TRIGGER holder_guard_truncate BEFORE TRUNCATE ON {schema}.holders
