@@ -26,13 +26,24 @@ var files embed.FS
 // SchemaDefault is the schema arbor uses when none is given.
 const SchemaDefault = "arbor"
 
-// migration is one numbered step: the SQL of its up and down files, with
-// the placeholder {schema} where the schema's quoted name goes.
+// migration is one numbered step: what its up and down run, with the
+// placeholder {schema} where the schema's quoted name goes (see load).
 type migration struct {
 	version  int
 	name     string
 	up, down string
 }
+
+// versionTable is the table in which the Migrator records the versions
+// applied to a schema. Each migration's SQL, as applied and as exported,
+// creates it if need be and records its version there; the baseline's
+// down drops it.
+const versionTable = `CREATE TABLE IF NOT EXISTS {schema}.arbor_migrations (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+`
 
 var (
 	all    = mustLoad()
@@ -58,12 +69,13 @@ func Versions() []int {
 // SQL returns the up and down SQL of migration version, written for schema
 // ("" means [SchemaDefault]): the statements [Migrator.Up] and
 // [Migrator.Down] run for that version, for a team that applies arbor's
-// migrations with its own tool (docs/operations.md). It is arbor's SQL
-// only: River's tables, which the Migrator creates after arbor's, come
-// from River's own migrations (rivermigrate, or `river migrate-get`), and
-// the row in <schema>.arbor_migrations that records the version is the
-// Migrator's own bookkeeping, not part of it. An unknown version or a bad
-// schema name is an error wrapping arbortype.ErrInvalidArgument.
+// migrations with its own tool (docs/operations.md). The up ends by
+// recording the version in <schema>.arbor_migrations (created if need
+// be), which [Check] reads; the down removes that row (the baseline's
+// drops the table). It is arbor's SQL only: River's tables, which the
+// Migrator creates after arbor's, come from River's own migrations. The
+// schema must exist. An unknown version or a bad schema name is an error
+// wrapping arbortype.ErrInvalidArgument.
 func SQL(version int, schema string) (up, down string, err error) {
 	if schema == "" {
 		schema = SchemaDefault
@@ -103,6 +115,18 @@ func mustLoad() []migration {
 			mig.up = string(body)
 		} else {
 			mig.down = string(body)
+		}
+	}
+	// What each runs beyond its files: the record of its version.
+	for v, mig := range byVersion {
+		if mig.up == "" || mig.down == "" {
+			continue // refused below
+		}
+		record := fmt.Sprintf("INSERT INTO {schema}.arbor_migrations (version, name) VALUES (%d, '%s');\n", v, mig.name)
+		mig.up += "\n-- The Migrator's record of this version (migrations.Check reads it).\n" + versionTable + record
+		mig.down += fmt.Sprintf("\n-- The Migrator's record of this version.\nDELETE FROM {schema}.arbor_migrations WHERE version = %d;\n", v)
+		if v == 1 {
+			mig.down += "DROP TABLE {schema}.arbor_migrations;\n"
 		}
 	}
 	var out []migration
@@ -176,10 +200,7 @@ func (m *Migrator) Up(ctx context.Context) ([]int, error) {
 			if err := m.createSchema(ctx, tx); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, m.render(`CREATE TABLE IF NOT EXISTS {schema}.arbor_migrations (
-				version    integer     PRIMARY KEY,
-				name       text        NOT NULL,
-				applied_at timestamptz NOT NULL DEFAULT now())`)); err != nil {
+			if _, err := tx.Exec(ctx, m.render(versionTable)); err != nil {
 				return err
 			}
 			current, err := versionTx(ctx, tx, m.schema)
@@ -192,10 +213,6 @@ func (m *Migrator) Up(ctx context.Context) ([]int, error) {
 			for _, mig := range all[current:] {
 				if _, err := tx.Exec(ctx, m.render(mig.up)); err != nil {
 					return fmt.Errorf("migration %03d_%s up: %w", mig.version, mig.name, err)
-				}
-				if _, err := tx.Exec(ctx, m.render(`INSERT INTO {schema}.arbor_migrations (version, name) VALUES ($1, $2)`),
-					mig.version, mig.name); err != nil {
-					return err
 				}
 				applied = append(applied, mig.version)
 				m.logger.InfoContext(ctx, "arbor migration applied", slog.String("schema", m.schema), slog.Int("version", mig.version), slog.String("name", mig.name))
@@ -255,14 +272,7 @@ func (m *Migrator) Down(ctx context.Context, target int) ([]int, error) {
 				if _, err := tx.Exec(ctx, m.render(mig.down)); err != nil {
 					return fmt.Errorf("migration %03d_%s down: %w", mig.version, mig.name, err)
 				}
-				if _, err := tx.Exec(ctx, m.render(`DELETE FROM {schema}.arbor_migrations WHERE version = $1`), v); err != nil {
-					return err
-				}
 				reverted = append(reverted, v)
-			}
-			if target == 0 && current > 0 {
-				_, err := tx.Exec(ctx, m.render(`DROP TABLE {schema}.arbor_migrations`))
-				return err
 			}
 			return nil
 		})
