@@ -1045,8 +1045,7 @@ END
 $guard$;
 
 -- conversation_log: the log is append-only: an entry, once written, never
--- changes (what an insert may write is the log's INSERT check, migration
--- 028)
+-- changes (what an insert may write is the log's INSERT check)
 CREATE OR REPLACE FUNCTION {schema}.log_guard() RETURNS trigger
 LANGUAGE plpgsql AS $guard$
 BEGIN
@@ -1061,7 +1060,7 @@ $guard$;
 -- spend); carried grows only on the prune path (the spend of the pruned
 -- tasks' reservations, carried into the conversation's budget); its max and
 -- action are the user's to set (SetBudget); spent and reserved agree with
--- its reservations at commit (migration 021)
+-- its reservations at commit
 CREATE OR REPLACE FUNCTION {schema}.budget_guard() RETURNS trigger
 LANGUAGE plpgsql AS $guard$
 BEGIN
@@ -1136,8 +1135,8 @@ $guard$;
 -- never comes closer (a deadline brought back lapses a holder whose
 -- handlers still run, and another node would take its conversations over
 -- under them) and it is stamped renewed now; its name, id and birth never
--- change; a lease is at most a day (migration 025); it is deleted only once
--- no conversation names it
+-- change; a lease is at most a day; it is deleted only once no conversation
+-- names it
 CREATE OR REPLACE FUNCTION {schema}.holder_guard() RETURNS trigger
 LANGUAGE plpgsql AS $guard$
 BEGIN
