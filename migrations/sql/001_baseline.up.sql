@@ -1219,17 +1219,13 @@ CREATE TRIGGER "Arbor_reservation_guard_delete" AFTER DELETE ON {schema}.budget_
 CREATE TRIGGER reservation_guard_truncate BEFORE TRUNCATE ON {schema}.budget_reservations
     FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_guard_truncate();
 
--- G5. The prune's mark (migration 019) names the transaction that inserts
--- it, and nothing else: a role granted INSERT on prune_marks (the runtime
--- role) could insert marks for transaction ids not yet given out
--- (pg_current_xact_id() + 1 … + 300), and a later transaction of a role
--- without that grant was then "marked" and deleted history. A mark is
--- inserted as its transaction's own id (store.MarkPrune inserts the
--- default) and never changed; any other id, or an update, is refused
--- (AB009, fsm.SQLStateRecord). A row of prune_marks that committed is a
--- leftover (a prune removes its mark before it commits) or such a
--- forgery: they are removed here. A prune under way holds its mark
--- uncommitted, which this delete does not see.
+-- The prune's mark names the transaction that inserts it, and nothing
+-- else: else a role granted INSERT on prune_marks (the runtime role) could
+-- insert marks for transaction ids not yet given out, and a later
+-- transaction of a role without that grant would be "marked" and delete
+-- history. A mark is inserted as its transaction's own id (store.MarkPrune
+-- inserts the default) and never changed; any other id, or an update, is
+-- refused (AB009, fsm.SQLStateRecord).
 CREATE FUNCTION {schema}.prune_mark_guard() RETURNS trigger
 LANGUAGE plpgsql AS $guard$
 BEGIN
@@ -1248,16 +1244,15 @@ $guard$;
 CREATE TRIGGER prune_mark_guard BEFORE INSERT OR UPDATE ON {schema}.prune_marks
     FOR EACH ROW EXECUTE FUNCTION {schema}.prune_mark_guard();
 
--- Run.Reserve, Run.Spend and Run.Record in one round trip each (issue 20):
--- a reservation was two transactions of about nine statements each. These
+-- Run.Reserve, Run.Spend and Run.Record in one round trip each. These
 -- two functions are the common path of internal/core/budget.go as one
 -- statement each (store/budget.go: ReserveAtOnce, RecordAtOnce), called
 -- outside any transaction, so that each commits on its own. They take the
 -- same locks in the same order as the engine's transactions (the reserving
 -- task FOR SHARE, then the counter's budgets FOR UPDATE ordered by counter
 -- and scope, the conversation's first: docs/design.md §5, §3.11) and
--- write the same rows; the guards of migrations 019, 021 and 023 check
--- them as they check the engine's. Each statement of a function sees what
+-- write the same rows; the record guards check them as they check the
+-- engine's. Each statement of a function sees what
 -- committed before it began (a fresh snapshot per statement, as in the
 -- engine's READ COMMITTED transactions), so what is read after the locks
 -- is what the locks hold still.
@@ -1427,7 +1422,7 @@ $fn$;
 -- change of the same row in the transaction is checked by its own event)
 -- and sums the reservations of its counter in its scope: the whole
 -- conversation's for the conversation's budget, the task's subtree's
--- (walked down by primary key, as 020's walks) for a task's. Wall-time
+-- (walked down by primary key) for a task's. Wall-time
 -- budgets keep no sums and are not checked.
 CREATE FUNCTION {schema}.budget_sums_guard() RETURNS trigger
 LANGUAGE plpgsql AS $guard$
@@ -1472,14 +1467,13 @@ CREATE CONSTRAINT TRIGGER budget_sums_guard_update AFTER UPDATE OF spent, reserv
     FOR EACH ROW WHEN (NEW.counter <> 'wall_ms' AND (NEW.spent <> OLD.spent OR NEW.reserved <> OLD.reserved))
     EXECUTE FUNCTION {schema}.budget_sums_guard();
 
--- G1. A budget's sums agree with its scope's reservations at commit
--- (migration 021), but the check ran only for a transaction that changed
--- a budget row: a reservation closed at 0, or inserted open with its run's
--- token, with the budgets left as they were, committed. A transaction that
--- inserts a reservation or changes what it spent (actual) now checks, at
--- its commit, every budget of the reservation's counter over its task: the
--- task's own, its owners' up to the root, the conversation's; as 021 does
--- for a budget, with the same sums (wall-time budgets keep none). When
+-- The same rule from the reservations' side, so that a reservation closed
+-- at 0, or inserted open with its run's token, with the budgets left as
+-- they were, cannot commit: a transaction that inserts a reservation or
+-- changes what it spent (actual) checks, at its commit, every budget of
+-- the reservation's counter over its task: the task's own, its owners' up
+-- to the root, the conversation's; with the same sums as budget_sums_guard
+-- (wall-time budgets keep none). When
 -- arbor's own statements change both (every reserve, record, spend and
 -- lapse does), a budget is checked by both triggers: twice the sums.
 CREATE FUNCTION {schema}.reservation_sums_guard() RETURNS trigger
@@ -1534,16 +1528,11 @@ CREATE CONSTRAINT TRIGGER reservation_sums_guard_update AFTER UPDATE OF actual O
     EXECUTE FUNCTION {schema}.reservation_sums_guard();
 
 -- A fork's copy waits on exactly the copies of its source's waited
--- children (issue 24). The task guard (fsm.ForkRules) checks a copy's
--- wait_ids as the copy is inserted, when its children are not inserted
--- yet (the fork inserts a tree owners first, in one statement): it can
--- only refuse ids that are not above the copy's own. An id above it that
--- names no copy — a task of another conversation created later, in the
--- same transaction or after, or nothing at all — passed, so a copy could
--- be made to wait on a foreign task. And the guard required as many ids
--- as the source's, so the fork of a turn whose task was aborted while it
--- waited on a background child still live (not copied: a fork copies
--- settled tasks) was refused. At the commit of a transaction that
+-- children. The task guard (fsm.ForkRules) checks a copy's wait_ids as
+-- the copy is inserted, when its children are not inserted yet (the fork
+-- inserts a tree owners first, in one statement): it can only refuse ids
+-- that are not above the copy's own; an id above it could name a task of
+-- another conversation created later. At the commit of a transaction that
 -- inserted a copy with a wait (a deferred constraint trigger, so that the
 -- copy's children are in), every id it waits on must name a task of the
 -- copy's conversation that the copy owns and that is a copy of one of its
@@ -1575,21 +1564,25 @@ CREATE CONSTRAINT TRIGGER fork_wait_guard AFTER INSERT ON {schema}.tasks
     FOR EACH ROW WHEN (NEW.forked_from IS NOT NULL AND NEW.wait_ids IS NOT NULL)
     EXECUTE FUNCTION {schema}.fork_wait_guard();
 
--- The log's INSERT check (migration 033), run through EXECUTE: planned
--- for each statement that inserts entries, with the tables as they are
--- then (issue 38).
+-- The log's INSERT check: an entry is accepted only as arbor writes it,
+-- checked once per INSERT statement over its new rows (a transition
+-- table), each looked up by key:
+--   - every entry names an existing conversation, and a task (if any) of
+--     that conversation, and is not stamped in the future nor before them;
+--   - a status entry names its task's status as the statement that wrote
+--     the entry left it (every statement that changes a status logs it
+--     itself, internal/store/logstatus.go);
+--   - a progress entry names a task that is running;
+--   - an event entry names, by its id, an event of the conversation with
+--     the entry's name (and its task, if the entry names one).
+-- A fork's copies of a log (entries of a task that is a fork's copy, or
+-- of a conversation the fork made) are accepted only in the fork's own
+-- transaction. A refused entry fails its statement with AB009.
 --
--- As a static statement of the function, PL/pgSQL planned the check once
--- per session and kept the plan: a session that first inserted entries
--- while the tasks table held a page or two (a new database, a test's
--- schema) kept a sequential scan of tasks for each new entry's task, and
--- every later statement of that session that logged many rows — an abort
--- of a subtree, a fan-out — read the whole table once per entry: an
--- abort of 10,000 children took a minute, seconds after ANALYZE (which
--- drops the cached plans). Planned per statement, the lookup by key is
--- the plan for a table of any size, and a sequential scan only for a
--- table that is small when the statement runs. The check itself is
--- unchanged; the trigger (one call per INSERT statement) stays.
+-- The check runs through EXECUTE, planned for each statement with the
+-- tables as they are then: a plan PL/pgSQL kept from a session's first
+-- statement, made while the tasks table held a page or two, would read
+-- the whole table once per entry once it has grown.
 CREATE FUNCTION {schema}.log_guard_insert() RETURNS trigger
 LANGUAGE plpgsql AS $guard$
 DECLARE
