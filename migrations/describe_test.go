@@ -11,7 +11,8 @@ import (
 
 // describe returns what schema holds, one line per object and sorted, with
 // the schema's name written {schema}: each table's columns in their order
-// (type, nullability, default, identity), its options, constraints,
+// (counted without dropped ones; type, nullability, default, identity),
+// its options, constraints,
 // indexes and triggers as PostgreSQL prints them back, each sequence, type
 // and function (its whole definition), and every comment. Two schemas that
 // describe the same hold the same objects defined the same way; the
@@ -22,7 +23,7 @@ func describe(t *testing.T, db interface {
 	t.Helper()
 	rows, err := db.Query(context.Background(), `
 		WITH ns AS (SELECT oid FROM pg_namespace WHERE nspname = $1)
-		SELECT 'column ' || c.relname || ' ' || a.attnum::text || ' ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+		SELECT 'column ' || c.relname || ' ' || (row_number() OVER (PARTITION BY c.oid ORDER BY a.attnum))::text || ' ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
 			|| CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
 			|| coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
 			|| CASE a.attidentity WHEN 'a' THEN ' identity always' WHEN 'd' THEN ' identity by default' ELSE '' END
