@@ -27,7 +27,7 @@ var files embed.FS
 const SchemaDefault = "arbor"
 
 // migration is one numbered step: what its up and down run, with the
-// placeholder {schema} where the schema's quoted name goes (see load).
+// placeholder {schema} where the schema's quoted name goes (see mustLoad).
 type migration struct {
 	version  int
 	name     string
