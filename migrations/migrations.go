@@ -16,24 +16,34 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/internal/guardhistory"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-//go:embed sql/*.sql guard records
+//go:embed sql/*.sql
 var files embed.FS
 
 // SchemaDefault is the schema arbor uses when none is given.
 const SchemaDefault = "arbor"
 
-// Migration is one numbered step.
-type Migration struct {
-	Version int
-	Name    string
-	up      string
-	down    string
+// migration is one numbered step: what its up and down run, with the
+// placeholder {schema} where the schema's quoted name goes (see mustLoad).
+type migration struct {
+	version  int
+	name     string
+	up, down string
 }
+
+// versionTable is the table in which the Migrator records the versions
+// applied to a schema. Each migration's SQL, as applied and as exported,
+// creates it if need be and records its version there; the baseline's
+// down drops it.
+const versionTable = `CREATE TABLE IF NOT EXISTS {schema}.arbor_migrations (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+`
 
 var (
 	all    = mustLoad()
@@ -44,45 +54,61 @@ var (
 )
 
 // Latest is the version this build of arbor creates and expects.
-func Latest() int { return all[len(all)-1].Version }
+func Latest() int { return all[len(all)-1].version }
 
-// All returns every migration this build knows, in order.
-func All() []Migration { return append([]Migration(nil), all...) }
+// Versions returns the version of every migration this build knows, oldest
+// first: 1 is the v0.1.0 baseline.
+func Versions() []int {
+	out := make([]int, len(all))
+	for i, m := range all {
+		out[i] = m.version
+	}
+	return out
+}
 
-func mustLoad() []Migration {
+// SQL returns the up and down SQL of migration version, written for schema
+// ("" means [SchemaDefault]): the statements [Migrator.Up] and
+// [Migrator.Down] run for that version, for a team that applies arbor's
+// migrations with its own tool (docs/operations.md). The up ends by
+// recording the version in <schema>.arbor_migrations (created if need
+// be), which [Check] reads; the down removes that row (the baseline's
+// drops the table). It is arbor's SQL only: River's tables, which the
+// Migrator creates after arbor's, come from River's own migrations. The
+// schema must exist. An unknown version or a bad schema name is an error
+// wrapping arbortype.ErrInvalidArgument.
+func SQL(version int, schema string) (up, down string, err error) {
+	if schema == "" {
+		schema = SchemaDefault
+	}
+	if err := ValidateSchema(schema); err != nil {
+		return "", "", err
+	}
+	if version < 1 || version > Latest() {
+		return "", "", fmt.Errorf("migration %d is outside 1..%d: %w", version, Latest(), arbortype.ErrInvalidArgument)
+	}
+	m := all[version-1]
+	return render(m.up, schema), render(m.down, schema), nil
+}
+
+func mustLoad() []migration {
 	entries, err := fs.ReadDir(files, "sql")
 	if err != nil {
 		panic(err)
 	}
-	// A guard migration names the generated guard it applies by version
-	// (guardhistory.Directive), and the text is rebuilt from guard/ or
-	// records/.
-	histories := map[string]map[int]string{}
-	for _, name := range []string{"guard", "records"} {
-		h, err := guardhistory.Load(files, name)
-		if err != nil {
-			panic(err)
-		}
-		histories[name] = h
-	}
-	byVersion := map[int]*Migration{}
+	byVersion := map[int]*migration{}
 	for _, e := range entries {
 		m := nameRE.FindStringSubmatch(e.Name())
 		if m == nil {
 			panic("migrations: badly named file " + e.Name())
 		}
 		v, _ := strconv.Atoi(m[1])
-		raw, err := files.ReadFile("sql/" + e.Name())
+		body, err := files.ReadFile("sql/" + e.Name())
 		if err != nil {
 			panic(err)
 		}
-		body, err := guardhistory.Expand(string(raw), histories)
-		if err != nil {
-			panic("migrations: " + e.Name() + ": " + err.Error())
-		}
 		mig := byVersion[v]
 		if mig == nil {
-			mig = &Migration{Version: v, Name: m[2]}
+			mig = &migration{version: v, name: m[2]}
 			byVersion[v] = mig
 		}
 		if m[3] == "up" {
@@ -91,16 +117,28 @@ func mustLoad() []Migration {
 			mig.down = string(body)
 		}
 	}
-	var out []Migration
+	// What each runs beyond its files: the record of its version.
+	for v, mig := range byVersion {
+		if mig.up == "" || mig.down == "" {
+			continue // refused below
+		}
+		record := fmt.Sprintf("INSERT INTO {schema}.arbor_migrations (version, name) VALUES (%d, '%s');\n", v, mig.name)
+		mig.up += "\n-- The Migrator's record of this version (migrations.Check reads it).\n" + versionTable + record
+		mig.down += fmt.Sprintf("\n-- The Migrator's record of this version.\nDELETE FROM {schema}.arbor_migrations WHERE version = %d;\n", v)
+		if v == 1 {
+			mig.down += "DROP TABLE {schema}.arbor_migrations;\n"
+		}
+	}
+	var out []migration
 	for _, m := range byVersion {
 		if m.up == "" || m.down == "" {
-			panic(fmt.Sprintf("migrations: version %d lacks an up or a down file", m.Version))
+			panic(fmt.Sprintf("migrations: version %d lacks an up or a down file", m.version))
 		}
 		out = append(out, *m)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
 	for i, m := range out {
-		if m.Version != i+1 {
+		if m.version != i+1 {
 			panic(fmt.Sprintf("migrations: version %d is missing", i+1))
 		}
 	}
@@ -138,8 +176,12 @@ func New(pool *pgxpool.Pool, schema string, logger *slog.Logger) (*Migrator, err
 	return &Migrator{pool: pool, schema: schema, logger: logger}, nil
 }
 
-func (m *Migrator) render(sql string) string {
-	return strings.ReplaceAll(sql, "{schema}", pgx.Identifier{m.schema}.Sanitize())
+func (m *Migrator) render(sql string) string { return render(sql, m.schema) }
+
+// render writes sql for schema: the placeholder {schema} becomes its quoted
+// name.
+func render(sql, schema string) string {
+	return strings.ReplaceAll(sql, "{schema}", pgx.Identifier{schema}.Sanitize())
 }
 
 // Version returns the schema's arbor version: 0 when arbor was never applied.
@@ -158,10 +200,7 @@ func (m *Migrator) Up(ctx context.Context) ([]int, error) {
 			if err := m.createSchema(ctx, tx); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, m.render(`CREATE TABLE IF NOT EXISTS {schema}.arbor_migrations (
-				version    integer     PRIMARY KEY,
-				name       text        NOT NULL,
-				applied_at timestamptz NOT NULL DEFAULT now())`)); err != nil {
+			if _, err := tx.Exec(ctx, m.render(versionTable)); err != nil {
 				return err
 			}
 			current, err := versionTx(ctx, tx, m.schema)
@@ -173,14 +212,10 @@ func (m *Migrator) Up(ctx context.Context) ([]int, error) {
 			}
 			for _, mig := range all[current:] {
 				if _, err := tx.Exec(ctx, m.render(mig.up)); err != nil {
-					return fmt.Errorf("migration %03d_%s up: %w", mig.Version, mig.Name, err)
+					return fmt.Errorf("migration %03d_%s up: %w", mig.version, mig.name, err)
 				}
-				if _, err := tx.Exec(ctx, m.render(`INSERT INTO {schema}.arbor_migrations (version, name) VALUES ($1, $2)`),
-					mig.Version, mig.Name); err != nil {
-					return err
-				}
-				applied = append(applied, mig.Version)
-				m.logger.InfoContext(ctx, "arbor migration applied", slog.String("schema", m.schema), slog.Int("version", mig.Version), slog.String("name", mig.Name))
+				applied = append(applied, mig.version)
+				m.logger.InfoContext(ctx, "arbor migration applied", slog.String("schema", m.schema), slog.Int("version", mig.version), slog.String("name", mig.name))
 			}
 			return nil
 		})
@@ -235,16 +270,9 @@ func (m *Migrator) Down(ctx context.Context, target int) ([]int, error) {
 			for v := current; v > target; v-- {
 				mig := all[v-1]
 				if _, err := tx.Exec(ctx, m.render(mig.down)); err != nil {
-					return fmt.Errorf("migration %03d_%s down: %w", mig.Version, mig.Name, err)
-				}
-				if _, err := tx.Exec(ctx, m.render(`DELETE FROM {schema}.arbor_migrations WHERE version = $1`), v); err != nil {
-					return err
+					return fmt.Errorf("migration %03d_%s down: %w", mig.version, mig.name, err)
 				}
 				reverted = append(reverted, v)
-			}
-			if target == 0 && current > 0 {
-				_, err := tx.Exec(ctx, m.render(`DROP TABLE {schema}.arbor_migrations`))
-				return err
 			}
 			return nil
 		})

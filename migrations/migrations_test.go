@@ -2,8 +2,8 @@ package migrations_test
 
 import (
 	"context"
-	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,6 +28,9 @@ func tableExists(t *testing.T, db migrations.Querier, schema, table string) bool
 	return ok
 }
 
+// TestUpDownUp applies every migration, reverts them all and applies
+// them again: the schema after the second up is the first one's, object
+// for object (describe), and the down left nothing of arbor's or River's.
 func TestUpDownUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -44,41 +47,78 @@ func TestUpDownUp(t *testing.T) {
 
 	applied, err := m.Up(ctx)
 	require.NoError(t, err)
-	require.Len(t, applied, migrations.Latest())
+	require.Equal(t, migrations.Versions(), applied)
 	require.NoError(t, migrations.Check(ctx, pool, schema))
 	require.True(t, tableExists(t, pool, schema, "tasks"))
 	require.True(t, tableExists(t, pool, schema, "river_job"), "River's tables are migrated alongside")
+	first := describe(t, pool, schema)
 
 	again, err := m.Up(ctx)
 	require.NoError(t, err)
 	require.Empty(t, again, "re-running up is a no-op")
 
-	reverted, err := m.Down(ctx, 1)
+	reverted, err := m.Down(ctx, 0)
 	require.NoError(t, err)
-	var above1 []int
-	for v := migrations.Latest(); v > 1; v-- {
-		above1 = append(above1, v)
-	}
-	require.Equal(t, above1, reverted, "down reverts every version above the target, newest first")
+	newestFirst := migrations.Versions()
+	slices.Reverse(newestFirst)
+	require.Equal(t, newestFirst, reverted, "down reverts every version, newest first")
+	require.Empty(t, describe(t, pool, schema), "down to 0 leaves nothing of arbor's or River's in the schema")
 	v, err := m.Version(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, v)
-	err = migrations.Check(ctx, pool, schema)
-	require.ErrorIs(t, err, migrations.ErrVersionMismatch)
-	require.Contains(t, err.Error(), "version 1")
-	require.Contains(t, err.Error(), fmt.Sprintf("version %d", migrations.Latest()))
-
-	_, err = m.Down(ctx, 0)
-	require.NoError(t, err)
-	require.False(t, tableExists(t, pool, schema, "tasks"))
-	require.False(t, tableExists(t, pool, schema, "river_job"))
-	v, err = m.Version(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 0, v)
 
 	_, err = m.Up(ctx)
 	require.NoError(t, err)
 	require.NoError(t, migrations.Check(ctx, pool, schema))
+	require.Equal(t, first, describe(t, pool, schema), "the schema after up, down and up again is the first up's")
+}
+
+// TestSQLIsWhatUpApplies: the SQL package migrations exports for other
+// tools (SQL), applied by hand in a schema of its own, makes the schema
+// the Migrator makes, River's tables aside, records its versions so that
+// Check passes; its down removes all of it.
+func TestSQLIsWhatUpApplies(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, migrated := testdb.Fresh(t)
+	byHand := testdb.Name("arbor_by_hand")
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+byHand+` CASCADE`) })
+	_, err := pool.Exec(ctx, `CREATE SCHEMA `+byHand)
+	require.NoError(t, err)
+	for _, v := range migrations.Versions() {
+		up, _, err := migrations.SQL(v, byHand)
+		require.NoError(t, err)
+		require.NotContains(t, up, "{schema}")
+		_, err = pool.Exec(ctx, up)
+		require.NoError(t, err, "migration %d up", v)
+	}
+	arbors := func(d []string) []string {
+		return slices.DeleteFunc(d, func(s string) bool { return strings.Contains(s, "river_") })
+	}
+	want := arbors(describe(t, pool, migrated))
+	require.NotEmpty(t, want)
+	require.Equal(t, want, describe(t, pool, byHand))
+	v, err := migrations.Version(ctx, pool, byHand)
+	require.NoError(t, err)
+	require.Equal(t, migrations.Latest(), v, "the SQL records the versions it applied, as the Migrator does")
+	require.NoError(t, migrations.Check(ctx, pool, byHand))
+	for _, v := range slices.Backward(migrations.Versions()) {
+		_, down, err := migrations.SQL(v, byHand)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, down)
+		require.NoError(t, err, "migration %d down", v)
+	}
+	require.Empty(t, describe(t, pool, byHand))
+
+	_, _, err = migrations.SQL(0, "")
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
+	_, _, err = migrations.SQL(migrations.Latest()+1, "")
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
+	_, _, err = migrations.SQL(1, "Bad-Schema")
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
+	up, _, err := migrations.SQL(1, "")
+	require.NoError(t, err)
+	require.Contains(t, up, `CREATE TABLE "arbor".tasks (`, "the default schema is arbor")
 }
 
 func TestNewerSchemaIsRefused(t *testing.T) {
@@ -136,77 +176,6 @@ func TestBadSchemaName(t *testing.T) {
 	}
 }
 
-// TestLogErrorMessageUpDown: 014_log_error_message puts a settle's error
-// message in its log entry beside the code, and its down restores 007's
-// function exactly (an entry with the code only); up again brings the
-// message back. The settles are written by hand: the engine refuses a
-// schema at version 13.
-func TestLogErrorMessageUpDown(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool, schema := testdb.Fresh(t)
-	m, err := migrations.New(pool, schema, nil)
-	require.NoError(t, err)
-	q := func(sql string) string { return strings.ReplaceAll(sql, "{schema}", pgx.Identifier{schema}.Sanitize()) }
-	settle := func(conv string) map[string]any {
-		t.Helper()
-		var payload map[string]any
-		err := pool.QueryRow(ctx, q(`WITH c AS (INSERT INTO {schema}.conversations (id) VALUES ($1) RETURNING id),
-			t AS (INSERT INTO {schema}.tasks (conversation_id, kind) SELECT id, 'turn' FROM c RETURNING id)
-			SELECT id FROM t`), conv).Scan(new(int64))
-		require.NoError(t, err)
-		_, err = pool.Exec(ctx, q(`UPDATE {schema}.tasks SET status = 'cancelled', error = '{"code": "stopped", "message": "the user pressed stop"}',
-			settle_seq = nextval('{schema}.task_settle_seq'), settled_at = now(), updated_at = now() WHERE conversation_id = $1`), conv)
-		require.NoError(t, err)
-		require.NoError(t, pool.QueryRow(ctx, q(`SELECT payload FROM {schema}.conversation_log
-			WHERE conversation_id = $1 AND status = 'cancelled'`), conv).Scan(&payload))
-		return payload
-	}
-	function := func() string {
-		var def string
-		require.NoError(t, pool.QueryRow(ctx, `SELECT pg_get_functiondef(to_regproc($1))`, schema+".log_task_update").Scan(&def))
-		return def
-	}
-
-	// The log's trigger is gone since 024 (the statements that change a
-	// status log it themselves): 014 is looked at from 023 down.
-	_, err = m.Down(ctx, 23)
-	require.NoError(t, err)
-	at23 := function()
-	require.Equal(t, map[string]any{"error": "stopped", "message": "the user pressed stop"}, settle("at-14"))
-	_, err = m.Down(ctx, 13)
-	require.NoError(t, err)
-	require.Equal(t, map[string]any{"error": "stopped"}, settle("at-13"), "007's entry: the code only")
-	require.NotEqual(t, at23, function())
-	_, err = m.Up(ctx)
-	require.NoError(t, err)
-	_, err = m.Down(ctx, 23)
-	require.NoError(t, err)
-	require.Equal(t, at23, function(), "024's down restores the trigger 023 had")
-	require.Equal(t, map[string]any{"error": "stopped", "message": "the user pressed stop"}, settle("at-14-again"))
-	_, err = m.Up(ctx)
-	require.NoError(t, err)
-}
-
-// TestDownRestoresTheFunctionItReplaced: a down file that replaces a
-// function restores the body of the migration it replaced: 014's down is
-// 007's log_task_update, character for character.
-func TestDownRestoresTheFunctionItReplaced(t *testing.T) {
-	t.Parallel()
-	body := func(file string) string {
-		t.Helper()
-		b, err := os.ReadFile("sql/" + file)
-		require.NoError(t, err)
-		s := string(b)
-		i := strings.Index(s, "{schema}.log_task_update() RETURNS trigger")
-		require.GreaterOrEqual(t, i, 0, file)
-		j := strings.Index(s[i:], "END $$;")
-		require.GreaterOrEqual(t, j, 0, file)
-		return s[i : i+j]
-	}
-	require.Equal(t, body("007_events_log.up.sql"), body("014_log_error_message.down.sql"))
-}
-
 // TestErrorsWrapASentinel (issue 24): every error a Migrator returns
 // wraps one of arbor's sentinels — a server it cannot reach
 // ErrUnavailable, a schema in its way ErrDatabase, a bad target
@@ -231,7 +200,7 @@ func TestErrorsWrapASentinel(t *testing.T) {
 	_, err = m.Down(ctx, migrations.Latest()+1)
 	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 
-	// A table of arbor's name already in the schema: migration 001 fails,
+	// A table of arbor's name already in the schema: the baseline fails,
 	// and nothing of it stays.
 	pool := testdb.NewPool(t)
 	schema := testdb.Name("arbor_in_the_way")
@@ -286,7 +255,7 @@ func TestRecordRulesCoverEveryColumn(t *testing.T) {
 		}
 		// The generated function guards the table: a trigger calls it for
 		// updates (and inserts, deletes, as its rules say). The triggers
-		// are the migrations' (019, 021, 023).
+		// are written by hand in the baseline.
 		var ops []string
 		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT op ORDER BY op), '{}') FROM pg_trigger tg
 			CROSS JOIN LATERAL (VALUES (CASE WHEN tg.tgtype & 4 <> 0 THEN 'INSERT' END), (CASE WHEN tg.tgtype & 16 <> 0 THEN 'UPDATE' END),
@@ -301,5 +270,25 @@ func TestRecordRulesCoverEveryColumn(t *testing.T) {
 			want = append([]string{"DELETE"}, want...)
 		}
 		require.ElementsMatch(t, want, ops, "%s: the operations %s guards", r.Table, r.Function)
+	}
+}
+
+// TestVersionErrorSaysWhatToDo: the three ways a schema can miss this
+// build's version, each with what the operator does next. (With one
+// migration, a schema older than the build but migrated cannot be made by
+// the Migrator: the message is checked on the error itself.)
+func TestVersionErrorSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		have, want int
+		says       string
+	}{
+		{0, 2, `arbor schema "s" is not migrated (version 0; this build needs version 2): run ` + "`arbor migrate up`"},
+		{1, 2, `arbor schema "s" is at version 1; this build needs version 2: run ` + "`arbor migrate up`"},
+		{3, 2, `arbor schema "s" is at version 3, newer than this build knows (version 2): upgrade arbor`},
+	} {
+		err := error(&migrations.VersionError{Schema: "s", Have: c.have, Want: c.want})
+		require.EqualError(t, err, c.says)
+		require.ErrorIs(t, err, migrations.ErrVersionMismatch)
 	}
 }

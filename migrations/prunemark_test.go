@@ -17,7 +17,7 @@ import (
 
 // TestPruneMarkIsThePrunesAlone (issue 24): the prune's mark is a row of
 // prune_marks, which only a role granted INSERT on it can write
-// (migrations/sql/019_record_guards.up.sql). A role with DML on every
+// (the baseline, migrations/sql/001_baseline.up.sql). A role with DML on every
 // other table of arbor's cannot mark its transaction: arbor.prune, the
 // setting that used to be the mark and that any role can set, is nothing
 // to the guards now, an INSERT into prune_marks is refused (42501), and

@@ -1,7 +1,7 @@
 // Command arbor migrates, inspects and steers arbor's task trees from a
 // terminal, and runs the demo.
 //
-//	arbor migrate up|down TARGET|version
+//	arbor migrate up|down TARGET|version|print [--down] VERSION
 //	arbor ls [--status S]
 //	arbor tree CONVERSATION [--json] [--watch]
 //	arbor show TASK [--json]
@@ -72,6 +72,7 @@ const usage = `arbor keeps the task trees of conversations in PostgreSQL.
 
 Usage:
   arbor migrate up|down TARGET|version   apply or revert arbor's (and River's) migrations
+  arbor migrate print [--down] VERSION   print the SQL of arbor's migration VERSION
   arbor ls [--status S]                  conversations with live work, their holder and lease
   arbor tree CONVERSATION                a conversation's task tree (--json, --watch)
   arbor show TASK                        everything about one task (--json)

@@ -262,7 +262,7 @@ func ForkRules() []string {
 		// A waited background child still live is not copied (a fork
 		// copies settled tasks), so the copy may wait on fewer. That they
 		// are exactly the copies of its source's waited children is
-		// checked at the commit, once they are in (migration 025,
+		// checked at the commit, once they are in (the baseline's
 		// fork_wait_guard).
 		"(NEW.wait_ids IS NULL OR NOT EXISTS (SELECT 1 FROM unnest(NEW.wait_ids) w(id) WHERE w.id <= NEW.id))",
 		"(NEW.wait_ids IS NULL) = (src.wait_ids IS NULL)",
@@ -288,7 +288,7 @@ func nothingLive(row string) string {
 
 // DeleteRules are what the guard checks of every task row a DELETE
 // removes (docs/design.md §3.9): the delete runs on the prune path (its
-// transaction is marked in prune_marks, migration 019), the task is settled, nothing above it is
+// transaction is marked in prune_marks), the task is settled, nothing above it is
 // live (no live owner, however far up), and a turn of a conversation that
 // still has a live task is not its newest settled turn. A task's children
 // cannot outlive it (the ownership foreign key), so a subtree goes only as

@@ -13,12 +13,12 @@ package guardrules
 // Two checks span rows, not one row's change, and are written by hand
 // beside these: the log's INSERT check, that each entry names what its task
 // or event is and is written by the statement that changed it
-// (migrations/sql/028_log_insert_guard.up.sql, revised by
-// migrations/sql/033_forgery_guards.up.sql), and the budgets' sums,
-// checked at commit against their reservations whenever a budget or a
-// reservation changed (migrations/sql/021_holder_budget_guards.up.sql, and
-// 033 for the reservations). A third guards the prune's marks themselves
-// (033): a mark names the transaction that inserts it.
+// (log_guard_insert in migrations/sql/001_baseline.up.sql), and the
+// budgets' sums, checked at commit against their reservations whenever a
+// budget or a reservation changed (budget_sums_guard and
+// reservation_sums_guard, same file). A third guards the prune's marks
+// themselves (prune_mark_guard): a mark names the transaction that inserts
+// it.
 
 // RecordTable is the guard of one table of records.
 type RecordTable struct {
@@ -139,21 +139,21 @@ func RecordRules() []RecordTable {
 		},
 		{
 			Table: "conversation_log", Function: "log_guard",
-			Why:        "the log is append-only: an entry, once written, never changes (what an insert may write is the log's INSERT check, migration 028)",
+			Why:        "the log is append-only: an entry, once written, never changes (what an insert may write is the log's INSERT check)",
 			AppendOnly: true, Noun: "log entry",
 			Key:     "OLD.seq",
 			Free:    []string{"seq", "conversation_id", "task_id", "kind", "status", "name", "payload", "at"},
-			FreeWhy: "written once, as the INSERT check (migration 028) accepts, and never changed",
+			FreeWhy: "written once, as the INSERT check accepts, and never changed",
 		},
 		{
 			Table: "budgets", Function: "budget_guard",
-			Why: "a budget is inserted with nothing carried, stamped now (what its scope spent and holds already is counted by the insert itself); its scope and counter never change; its spend only grows (a reservation's close, a spend); carried grows only on the prune path (the spend of the pruned tasks' reservations, carried into the conversation's budget); its max and action are the user's to set (SetBudget); spent and reserved agree with its reservations at commit (migration 021)",
+			Why: "a budget is inserted with nothing carried, stamped now (what its scope spent and holds already is counted by the insert itself); its scope and counter never change; its spend only grows (a reservation's close, a spend); carried grows only on the prune path (the spend of the pruned tasks' reservations, carried into the conversation's budget); its max and action are the user's to set (SetBudget); spent and reserved agree with its reservations at commit",
 			Insert: []Form{
 				{Why: "nothing carried, stamped now", Cond: "NEW.carried = 0 AND NEW.created_at = now()"},
 			},
 			InsertRefusal: "a budget is inserted with nothing carried, stamped now",
 			Free:          []string{"max", "on_exhausted", "updated_at", "reserved"},
-			FreeWhy:       "max and on_exhausted are the user's (SetBudget, stamped updated_at); reserved is the open reservations' sum, checked at commit with spent (migration 021)",
+			FreeWhy:       "max and on_exhausted are the user's (SetBudget, stamped updated_at); reserved is the open reservations' sum, checked at commit with spent",
 			Key:           "OLD.counter, OLD.conversation_id",
 			Fixed:         []string{"conversation_id", "task_id", "counter", "created_at"},
 			FixedRefusal:  "budget % of %: its scope and counter never change",
@@ -188,7 +188,7 @@ func RecordRules() []RecordTable {
 		},
 		{
 			Table: "holders", Function: "holder_guard",
-			Why: "a holder row (a node's lease) is inserted live, stamped now; only its renewal changes it, and only while it is live: its deadline never comes closer (a deadline brought back lapses a holder whose handlers still run, and another node would take its conversations over under them) and it is stamped renewed now; its name, id and birth never change; a lease is at most a day (migration 025); it is deleted only once no conversation names it",
+			Why: "a holder row (a node's lease) is inserted live, stamped now; only its renewal changes it, and only while it is live: its deadline never comes closer (a deadline brought back lapses a holder whose handlers still run, and another node would take its conversations over under them) and it is stamped renewed now; its name, id and birth never change; a lease is at most a day; it is deleted only once no conversation names it",
 			Insert: []Form{
 				{Why: "live, stamped now, for at most a day", Cond: "NEW.created_at = now() AND NEW.renewed_at = now() AND NEW.expires_at >= now() AND NEW.expires_at <= now() + interval '24 hours'"},
 			},

@@ -197,7 +197,7 @@ var (
 
 // MarkPrune marks tx as the prune's: the guard lets it delete what the
 // delete rules allow. The mark is a row of prune_marks, which only the
-// prune's role may write (migrations/sql/019_record_guards.up.sql); a role
+// prune's role may write (migrations/sql/001_baseline.up.sql); a role
 // without that grant gets ErrPermissionDenied's 42501 here. UnmarkPrune
 // removes it before tx commits.
 func (s *Store) MarkPrune(ctx context.Context, tx pgx.Tx) error {

@@ -1,2 +1,0 @@
-DROP TABLE {schema}.budget_reservations;
-DROP TABLE {schema}.budgets;

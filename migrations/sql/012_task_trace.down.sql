@@ -1,1 +1,0 @@
-ALTER TABLE {schema}.tasks DROP COLUMN trace;

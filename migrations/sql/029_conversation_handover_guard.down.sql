@@ -1,2 +1,0 @@
-DROP TRIGGER "Arbor_conversation_handover_guard" ON {schema}.conversations;
-DROP FUNCTION {schema}.conversation_handover_guard();

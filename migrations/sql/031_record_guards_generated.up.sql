@@ -1,1 +1,0 @@
--- arbor:records 031

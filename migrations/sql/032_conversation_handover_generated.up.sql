@@ -1,1 +1,0 @@
--- arbor:guard 032
