@@ -50,7 +50,7 @@ func TestSnippets(t *testing.T) {
 	require.Contains(t, stdout.String(), "5 Go snippets in 1 files, 2 compile, 2 do not, 1 marked partial")
 	errs := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	require.Len(t, errs, 3, "%s", stderr.String())
-	require.Contains(t, errs[0], md+":4:67: cannot use 3")
+	require.Contains(t, errs[0], md+":4:71: cannot use 3")
 	require.Contains(t, errs[1], md+":5:8: engine.Nope undefined")
 	require.Contains(t, errs[2], md+":25: the snippet does not parse as Go")
 	require.Contains(t, errs[2], skipMarker)
