@@ -10,7 +10,10 @@
 //   - a task left running by a dead holder goes back to pending with its
 //     phase and state kept ([Report.Requeued]); the run counts as a restart
 //     (attempt + 1, [Report.Restarted]) only when its holder lapsed, not
-//     when it released the conversation or the database restarted;
+//     when it released the conversation or the database restarted; a run
+//     its own runner claimed and never entered, given back by that runner
+//     (a stop, a reopen after its fence), is requeued uncounted whatever
+//     its kind;
 //   - a task with abandon_on_restart is settled cancelled instead (code
 //     "abandoned_on_restart", [Report.Abandoned]): it is never run twice;
 //   - a task whose recovery would take attempt past its restart_limit is
