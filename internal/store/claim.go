@@ -11,7 +11,7 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 )
 
-// Starting tasks. Every start goes through claimSet, under a lease the
+// Starting tasks. Every start sets the same columns, under a lease the
 // caller fenced in the same transaction: a fresh fencing token, the lease
 // epoch the run starts under, started_at at the first start, and the task
 // lease's deadline by the database's clock.

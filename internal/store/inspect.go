@@ -79,7 +79,8 @@ func (s *Store) RecentConversations(ctx context.Context, db DB, limit int) ([]ar
 // pages by a keyset (the last key it returned), never by OFFSET, so that
 // a page costs the same at the 100,000th conversation as at the first.
 
-// summaryColumns is the SELECT list of summaryColumnList.
+// summaryColumns is the SELECT list of summaryColumnList, {summary_columns}
+// in store.SQL.
 var summaryColumns = columnSQL(summaryColumnList)
 
 // summaryColumnList is a task row as a listing draws it: without its

@@ -73,7 +73,7 @@ func collectOpened(rows pgx.Rows, err error) ([]OpenedLease, error) {
 	if err != nil {
 		return nil, err
 	}
-	// openedColumns are OpenedLease's fields, in its order.
+	// The open's columns (node.sql) are OpenedLease's fields, in its order.
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[OpenedLease])
 }
 

@@ -19,9 +19,8 @@ func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 
 // TestEveryStatementPrepares parses and describes every statement of the
 // store, rendered for a freshly migrated schema as New renders it (the
-// schema substituted, the shared fragments and the live-status list
-// expanded; the named parameters of fragments were expanded by define's
-// callers already), on the real server: a typo, a column a migration
+// schema substituted, the column lists and the status lists expanded), on
+// the real server: a typo, a column a migration
 // dropped or renamed, a parameter whose type the server cannot infer, or
 // a table named without {schema} fails here, by the statement's name
 // and the .sql file it is in, rather than at the first call that runs it.

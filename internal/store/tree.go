@@ -66,8 +66,8 @@ var (
 // one plan per execution is nothing beside it.
 const planAfresh = pgx.QueryExecModeDescribeExec
 
-// settledStatusList is the settled statuses as an SQL list, for "status
-// NOT IN ({settled})": a live test that no partial index matches (see
+// settledStatusList is the settled statuses as an SQL list, {settled} in
+// store.SQL, for "status NOT IN ({settled})": a live test that no partial index matches (see
 // above).
 var settledStatusList = func() string {
 	var quoted []string

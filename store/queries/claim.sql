@@ -1,14 +1,14 @@
 -- Statements of internal/store/claim.go, rendered by store.New for the
 -- configured schema (see package store's doc for the placeholders).
 --
--- Starting tasks. Every start goes through claimSet, under a lease the
+-- Starting tasks. Every start sets the same columns, under a lease the
 -- caller fenced in the same transaction: a fresh fencing token, the lease
 -- epoch the run starts under, started_at at the first start, and the task
 -- lease's deadline by the database's clock.
 --
--- claimSet is the SET list of every start: $status is the status fsm gave
--- for the start edge, $epoch the fenced lease epoch, $lease the task lease
--- in microseconds.
+-- In the SET list of every start, the status is the one fsm gave for the
+-- start edge, run_epoch the fenced lease epoch, and the lease a number of
+-- microseconds.
 
 
 -- StartTask starts the pending task id of conversationID if it is not

@@ -1,8 +1,8 @@
 -- Statements of internal/store/conversation.go, rendered by store.New for the
 -- configured schema (see package store's doc for the placeholders).
 --
--- conversationColumns read conversation c (the alias is the statement's);
--- its lease deadline is its holder's.
+-- A conversation row is read as conversation c (the alias is the
+-- statement's); its lease deadline is its holder's.
 
 
 -- Run by Store.EnsureAndLockConversation: EnsureAndLockConversation creates

@@ -10,13 +10,13 @@
 -- by a keyset (the last key it returned), never by OFFSET, so that a page
 -- costs the same at the 100,000th conversation as at the first.
 --
--- conversationFilter is the WHERE of a listing on conversation c, its
--- parameters $4..$12 (see filterArgs). The live index serves the live tests,
+-- The WHERE of a listing on conversation c takes parameters $4..$12
+-- (internal/store's filterArgs). The live index serves the live tests,
 -- the awaiting index the await's; "failed" and "kind" read the
 -- conversation's tasks until one matches.
 --
--- conversationRowColumns are a listed conversation c's columns, its newest
--- task joined as "last" (one probe of the conversation's end of its index).
+-- A listed conversation is conversation c's columns, its newest task
+-- joined as "last" (one probe of the conversation's end of its index).
 
 
 -- LiveConversations lists the conversations that have live tasks, in id

@@ -1,7 +1,7 @@
 -- Statements of internal/store/inspect_log.go, rendered by store.New for the
 -- configured schema (see package store's doc for the placeholders).
 --
--- logRowColumns read log entry l with its payload cut to $cut characters.
+-- A log entry is read as l, with its payload cut to $cut characters.
 
 
 -- LogBefore reads up to limit entries of conv's log below seq before, the

@@ -9,24 +9,22 @@
 -- former holder writes with fails. Only the holder's own renewal locks its
 -- row: take-overs read it.
 --
--- heldLive says that conversation c's holder is live: its row's deadline has
--- not passed. (The alias c is the statement's.)
+-- A conversation c is free to take when it has no holder or its holder's
+-- row's deadline has passed.
 --
--- freeToTake says that conversation c has no live holder.
---
--- notHeldLive says that task t's conversation has no live holder, found by
+-- "Task t's conversation has no live holder" is tested found by
 -- primary key: a scalar subquery, not NOT EXISTS, so that a scan of pending
--- tasks in id order stays one (see qOpenConversations). The join on
+-- tasks in id order stays one (see OpenConversations in node.sql). The join on
 -- coalesce(h.holder_id, 0) does not imply holder_id IS NOT NULL, the
 -- predicate of the partial holder index, so that index cannot serve the
 -- probe: over statistics that showed it empty, the probe read it whole for
 -- every task (every conversation the node held), 2.7 s for an open in bench
 -- (l).
 --
--- runsIn says that conversation c has a running task, found through the live
--- index by conversation: a scalar subquery, for notHeldLive's reason.
+-- "Conversation c has a running task" is found through the live index by
+-- conversation: a scalar subquery, for the same reason.
 --
--- prevHolder is what a take-over reports of the holder it took c from: its
+-- prev_holder and prev_restarted are what a take-over reports of the holder it took c from: its
 -- id (0: none), and whether its last renewal came before the server's start
 -- (a database restart lapsed it: the restarts it leaves are not counted) or
 -- before the server's promotion (a failover did): a promoted standby's

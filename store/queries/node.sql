@@ -4,25 +4,25 @@
 -- The node runner's statements: each covers every conversation (or task) of
 -- a batch at once.
 --
--- openedColumns are what an open returns of each conversation it took: its
+-- An open returns, of each conversation it took, its
 -- id and new epoch, the transaction's id, and whether recovery has anything
 -- to look at (a task running under a former holder, a wait or a completing
 -- task that might need repair); a conversation with none of them needs no
 -- reconcile_on_open. The probe is a scalar subquery through the live index
--- by conversation (see notHeldLive): as EXISTS it was planned as a scan of
+-- by conversation (see lease.sql): as EXISTS it was planned as a scan of
 -- every task.
 --
--- The dead-holder branch of an open lists, as d.id, the conversations of expired holders with a
--- run under them: read from each expired holder (the holders table holds a
+-- The dead-holder branch of an open lists, as d.id, the conversations of
+-- expired holders with a run under them: read from each expired holder (the holders table holds a
 -- row per node's life), its conversations through the holder index, at
--- most limit of them per holder (a LATERAL subquery with a LIMIT, which
+-- most a bound of them per holder (a LATERAL subquery with a LIMIT, which
 -- the planner cannot turn into a join over the whole table). Written as a
 -- join of the holders to the conversations, PostgreSQL 17 and 18 planned
 -- the UNION it is a branch of as an ordered merge, and this branch as a
 -- scan of every conversation in key order, each tested for its holder: an
 -- open over a backlog of 20,000 did 27,100 rows of work (6,702 on 15),
--- 447 ms against 30 ms (TestOpenKeepsItsPlanWithABacklog, issue 38). Its
--- callers add to the WHERE clause and bound the whole.
+-- 447 ms against 30 ms (TestOpenKeepsItsPlanWithABacklog, issue 38). The
+-- statements add to its WHERE clause and bound the whole.
 
 
 -- Conversations that have work for a node and no live holder: a pending task
@@ -32,15 +32,15 @@
 -- conversations another transaction holds are skipped.
 --
 -- The oldest pending tasks are read in id order from the pending index, each
--- tested for a live holder by primary key (notHeldLive): the test is a
+-- tested for a live holder by primary key (see lease.sql): the test is a
 -- scalar subquery, which the planner cannot turn into an anti-join, and
 -- whose selectivity it guesses at one half. Written as NOT EXISTS, it was
 -- planned, over statistics taken while most conversations were held, as a
 -- hash anti-join of every pending task against every held conversation,
 -- sorted for the oldest: with a backlog of 800,000 pending conversations,
 -- 1.8 s per statement (TestOpenKeepsItsPlanWithABacklog). A dead holder's
--- conversations are found from the expired holders (deadHeld) and each
--- probed for a run (runsIn), for the same reason: as EXISTS, the probe was
+-- conversations are found from the expired holders (the dead-holder branch below) and each
+-- probed for a run, for the same reason: as EXISTS, the probe was
 -- planned as a scan of every task for the running ones. Both branches are
 -- bounded ($5): an open takes what it finds, the next finds the rest, and
 -- the plan's estimate stays small whatever the statistics say of the dead

@@ -3,7 +3,7 @@
 --
 -- A node's claims: set-based, over every conversation of a batch (node.go).
 --
--- genRule is the generation rule as SQL, for a pending task t: children, and
+-- The generation rule, for a pending task t: children, and
 -- roots that are not generations (kinds outside $gen, when $gen is not
 -- null), start freely; a root that is a generation starts if it is under way
 -- already (started before: woken or requeued), or if no other live

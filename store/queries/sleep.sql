@@ -8,9 +8,9 @@
 -- statement of its own, for any number of tasks at once and skipping the
 -- rows River's scheduler holds (see DeleteWakeJobs).
 --
--- historyAppend appends the entry $entry (code, message, non_retryable)
+-- An error_history update appends the entry (code, message, non_retryable)
 -- stamped with the run number and the database time to error_history,
--- keeping the newest $limit entries in order.
+-- keeping the newest entries (as many as a parameter says) in order.
 
 
 -- A sleep is sleep number sleep_seq + 1; its wake job ($6) is inserted
