@@ -1,10 +1,13 @@
 package store
 
 import (
+	"regexp"
 	"testing"
 	"testing/fstest"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
 )
 
 // TestEveryNamedQueryIsDefined: every statement of store.SQL is one the
@@ -42,4 +45,23 @@ func TestParseQueries(t *testing.T) {
 		_, err := parseQueries(file(text))
 		require.ErrorContains(t, err, want, text)
 	}
+}
+
+// TestSpelledConstantsAreGo: the few values of Go's that store.SQL spells
+// as literals (the River job kinds arbor inserts, the steered code) are
+// the constants' values, so that renaming one in Go fails here rather than
+// leaving a statement that matches nothing.
+func TestSpelledConstantsAreGo(t *testing.T) {
+	t.Parallel()
+	kinds := regexp.MustCompile(`kind = '(arbor_[a-z_]+)'`)
+	seen := map[string]int{}
+	for i, sql := range queries {
+		for _, m := range kinds.FindAllStringSubmatch(sql, -1) {
+			require.Contains(t, []string{WakeJobKind, PruneJobKind}, m[1], queryNames[i])
+			seen[m[1]]++
+		}
+	}
+	require.NotZero(t, seen[WakeJobKind])
+	require.NotZero(t, seen[PruneJobKind])
+	require.Contains(t, named["PruneVictims"].sql, "IS DISTINCT FROM '"+arbortype.CodeSteered+"'")
 }
