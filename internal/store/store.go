@@ -29,7 +29,10 @@ type Store struct {
 	sql    []string // indexed by query
 }
 
-// New returns a Store for schema ("" means migrations.SchemaDefault).
+// New returns a Store for schema ("" means migrations.SchemaDefault): every
+// statement of store.SQL with its placeholders replaced, {schema} by the
+// quoted schema and the lists by the Go lists they must match (the columns
+// the scanners read, the statuses of package arbortype).
 func New(schema string) (*Store, error) {
 	if schema == "" {
 		schema = migrations.SchemaDefault

@@ -8,8 +8,8 @@
 -- name: ConversationIDs
 SELECT id FROM {schema}.conversations ORDER BY id;
 
--- Run by Store.DuplicateTokens: DuplicateTokens lists fencing tokens held by
--- more than one task of a conversation (there must be none).
+-- Store.DuplicateTokens lists fencing tokens held by more than one task of a
+-- conversation (there must be none).
 --
 -- Locks: none (a read).
 -- name: DuplicateLiveTokens
@@ -19,10 +19,7 @@ WHERE conversation_id = $1 AND token IS NOT NULL GROUP BY token HAVING count(*) 
 -- The conversation's holder as its row names it, the holders row it points
 -- at with its deadline, and the database's clock.
 --
--- Run by Store.CheckRecords: CheckRecords reads the conversation's Records
--- (in the caller's snapshot); slack is how far past the database's clock a
--- log entry's time may be, and kept how old a task may be for the log to
--- keep all of its entries (the log's retention before the database's clock).
+-- Run by Store.CheckRecords.
 --
 -- Locks: none (a read).
 -- name: CheckHolder
@@ -34,10 +31,7 @@ WHERE c.id = $1;
 -- timeout, or an event of the conversation delivered to the task, with its
 -- payload as emitted (fsm's deliveredRule, read).
 --
--- Run by Store.CheckRecords: CheckRecords reads the conversation's Records
--- (in the caller's snapshot); slack is how far past the database's clock a
--- log entry's time may be, and kept how old a task may be for the log to
--- keep all of its entries (the log's retention before the database's clock).
+-- Run by Store.CheckRecords.
 --
 -- Locks: none (a read).
 -- name: ForgedDeliveries
@@ -52,20 +46,17 @@ ORDER BY t.id;
 -- Live tasks that claim to be a fork's copies (a fork copies settled tasks
 -- only).
 --
--- Run by Store.CheckRecords: CheckRecords reads the conversation's Records
--- (in the caller's snapshot); slack is how far past the database's clock a
--- log entry's time may be, and kept how old a task may be for the log to
--- keep all of its entries (the log's retention before the database's clock).
+-- Run by Store.CheckRecords.
 --
 -- Locks: none (a read).
 -- name: LiveForks
 SELECT id FROM {schema}.tasks
 WHERE conversation_id = $1 AND forked_from IS NOT NULL AND status IN ({live}) ORDER BY id;
 
--- Run by Store.CheckRecords: CheckRecords reads the conversation's Records
--- (in the caller's snapshot); slack is how far past the database's clock a
--- log entry's time may be, and kept how old a task may be for the log to
--- keep all of its entries (the log's retention before the database's clock).
+-- Store.CheckRecords reads the conversation's Records (in the caller's
+-- snapshot); slack is how far past the database's clock a log entry's time
+-- may be, and kept how old a task may be for the log to keep all of its
+-- entries (the log's retention before the database's clock).
 --
 -- Locks: none (a read).
 -- name: AllEvents
@@ -75,10 +66,7 @@ emitted_at, coalesce(delivered_to, 0), delivered_at FROM {schema}.events WHERE c
 -- Per task the log names: its newest status entry, and the names it was
 -- logged parked awaiting.
 --
--- Run by Store.CheckRecords: CheckRecords reads the conversation's Records
--- (in the caller's snapshot); slack is how far past the database's clock a
--- log entry's time may be, and kept how old a task may be for the log to
--- keep all of its entries (the log's retention before the database's clock).
+-- Run by Store.CheckRecords.
 --
 -- Locks: none (a read).
 -- name: LogByTask
@@ -109,10 +97,7 @@ ORDER BY conversation_id, tbl LIMIT $1;
 -- Log entries stamped more than $2 microseconds after the database's clock
 -- (the first ten).
 --
--- Run by Store.CheckRecords: CheckRecords reads the conversation's Records
--- (in the caller's snapshot); slack is how far past the database's clock a
--- log entry's time may be, and kept how old a task may be for the log to
--- keep all of its entries (the log's retention before the database's clock).
+-- Run by Store.CheckRecords.
 --
 -- Locks: none (a read).
 -- name: FutureLog
@@ -131,10 +116,7 @@ WHERE conversation_id = $1 AND at > statement_timestamp() + $2 * interval '1 mic
 -- copy of an entry whose event it did not copy names none (null), which is
 -- not reported either.
 --
--- Run by Store.CheckRecords: CheckRecords reads the conversation's Records
--- (in the caller's snapshot); slack is how far past the database's clock a
--- log entry's time may be, and kept how old a task may be for the log to
--- keep all of its entries (the log's retention before the database's clock).
+-- Run by Store.CheckRecords.
 --
 -- Locks: none (a read).
 -- name: ForgedLogEvents
@@ -160,10 +142,7 @@ ORDER BY l.seq LIMIT 10;
 -- running — Run.Progress writes only while its task runs, and a fork copies
 -- a task's status entries with its progress.
 --
--- Run by Store.CheckRecords: CheckRecords reads the conversation's Records
--- (in the caller's snapshot); slack is how far past the database's clock a
--- log entry's time may be, and kept how old a task may be for the log to
--- keep all of its entries (the log's retention before the database's clock).
+-- Run by Store.CheckRecords.
 --
 -- Locks: none (a read).
 -- name: ForgedProgress
@@ -178,10 +157,7 @@ ORDER BY l.seq LIMIT 10;
 
 -- The events the log says were emitted.
 --
--- Run by Store.CheckRecords: CheckRecords reads the conversation's Records
--- (in the caller's snapshot); slack is how far past the database's clock a
--- log entry's time may be, and kept how old a task may be for the log to
--- keep all of its entries (the log's retention before the database's clock).
+-- Run by Store.CheckRecords.
 --
 -- Locks: none (a read).
 -- name: LoggedEvents

@@ -5,8 +5,8 @@
 -- statement's); its lease deadline is its holder's.
 
 
--- Run by Store.EnsureAndLockConversation: EnsureAndLockConversation creates
--- the conversation if it does not exist yet, then locks it.
+-- Store.EnsureAndLockConversation creates the conversation if it does not
+-- exist yet, then locks it.
 --
 -- Locks: row locks on what it writes (inserts into conversations), held
 -- until the transaction ends.

@@ -26,10 +26,7 @@ ON CONFLICT (id) DO NOTHING RETURNING id;
 -- down is shaped as the abort's (internal/store/tree.go), so that its plan
 -- does not depend on statistics.
 --
--- Run by Store.CopyHistory: CopyHistory copies the settled history of
--- conversation from through turn through into conversation to (inserted
--- already): tasks with new ids (owners, waits and delivered events
--- remapped), their events, and the log up to the copied tasks' last entry.
+-- Run by Store.CopyHistory.
 --
 -- Locks: none (a read).
 -- name: ForkSource
@@ -45,10 +42,7 @@ SELECT id, settle_seq FROM tree ORDER BY id;
 -- delivered to one), ascending: $2, the copied ids, made the keys of a jsonb
 -- object once, each event's tasks looked up in it.
 --
--- Run by Store.CopyHistory: CopyHistory copies the settled history of
--- conversation from through turn through into conversation to (inserted
--- already): tasks with new ids (owners, waits and delivered events
--- remapped), their events, and the log up to the copied tasks' last entry.
+-- Run by Store.CopyHistory.
 --
 -- Locks: none (a read).
 -- name: ForkEvents
@@ -80,10 +74,7 @@ SELECT nextval(pg_get_serial_sequence('{schema}.events', 'id')) FROM generate_se
 -- chain 10,000 deep, whose every task waits on its child, those were planned
 -- as one pass over the 10,000 pairs for every copied task (issue 38).
 --
--- Run by Store.CopyHistory: CopyHistory copies the settled history of
--- conversation from through turn through into conversation to (inserted
--- already): tasks with new ids (owners, waits and delivered events
--- remapped), their events, and the log up to the copied tasks' last entry.
+-- Run by Store.CopyHistory.
 --
 -- Locks: row locks on what it writes (inserts into tasks), held until the
 -- transaction ends.
@@ -111,10 +102,10 @@ FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) m(old, new, settle)
 CROSS JOIN LATERAL (SELECT * FROM {schema}.tasks WHERE id = m.old OFFSET 0) s
 ORDER BY m.new;
 
--- Run by Store.CopyHistory: CopyHistory copies the settled history of
--- conversation from through turn through into conversation to (inserted
--- already): tasks with new ids (owners, waits and delivered events
--- remapped), their events, and the log up to the copied tasks' last entry.
+-- Store.CopyHistory copies the settled history of conversation from through
+-- turn through into conversation to (inserted already): tasks with new ids
+-- (owners, waits and delivered events remapped), their events, and the log
+-- up to the copied tasks' last entry.
 --
 -- Locks: row locks on what it writes (inserts into events), held until the
 -- transaction ends.
@@ -134,12 +125,9 @@ ORDER BY ev.new;
 -- The log up to the last entry of the copied tasks: their entries and the
 -- conversation's own, in order, with the copies' ids. $3, $4 the old and new
 -- task ids, $5, $6 the old and new event ids, turned into each other as
--- qInsertForkTasks does.
+-- InsertForkTasks does.
 --
--- Run by Store.CopyHistory: CopyHistory copies the settled history of
--- conversation from through turn through into conversation to (inserted
--- already): tasks with new ids (owners, waits and delivered events
--- remapped), their events, and the log up to the copied tasks' last entry.
+-- Run by Store.CopyHistory.
 --
 -- Locks: row locks on what it writes (inserts into conversation_log), held
 -- until the transaction ends.

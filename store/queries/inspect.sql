@@ -180,9 +180,8 @@ LEFT JOIN {schema}.tasks t ON t.conversation_id = b.conversation_id AND t.id = b
 WHERE b.conversation_id = $1 AND (b.task_id IS NULL OR b.task_id IN (SELECT id FROM chain))
 ORDER BY coalesce(b.task_id, 0), b.counter;
 
--- Run by Store.TaskBudgets: TaskBudgets reads the budgets taskID's spend
--- counts against (its own, its owners', its conversation's) and what it
--- spent and holds itself.
+-- Store.TaskBudgets reads the budgets taskID's spend counts against (its
+-- own, its owners', its conversation's) and what it spent and holds itself.
 --
 -- Locks: none (a read).
 -- name: TaskSpend

@@ -91,10 +91,10 @@ WHERE h.id = t.conversation_id AND hh.expires_at >= now()), false)
     picked.prev_holder, picked.prev_restarted;
 
 -- Conversations named by their notifications, taken when they have work for
--- the node and no live holder: the same test as qOpenConversations's, by
+-- the node and no live holder: the same test as OpenConversations's, by
 -- primary key. Every node hears every notification: the first to lock a
 -- conversation takes it, the others skip it. The probes are scalar
--- subqueries by index (see qOpenConversations): as EXISTS, each was planned
+-- subqueries by index (see OpenConversations): as EXISTS, each was planned
 -- as a scan of every task, 0.3–0.9 s per statement with 800,000 pending.
 --
 -- OpenNamed is OpenConversations among the conversations ids only.
@@ -146,7 +146,7 @@ picked.prev_holder, picked.prev_restarted FROM picked JOIN {schema}.conversation
 
 -- How many conversations an open would find (at most $2): a full node
 -- releases idle conversations for room only when there is something to open.
--- $3 names the conversations to look at (null: scan as qOpenConversations
+-- $3 names the conversations to look at (null: scan as OpenConversations
 -- does, the $4 oldest pending tasks). The candidates are found first, each
 -- branch through its index, and each conversation is then read by primary
 -- key: a test of every conversation OR'ed across the branches was planned as

@@ -223,7 +223,7 @@ SELECT EXISTS (SELECT 1 FROM {schema}.holders hl WHERE hl.id = c.holder_id AND h
 --
 -- PruneVictims returns up to limit tasks of conv's ripe turns (newest id
 -- first), how many turns are ripe, and whether the conversation is wholly
--- out of use (see qPruneVictims).
+-- out of use (see PruneVictims).
 --
 -- Locks: none (a read).
 -- name: PruneVictims

@@ -53,9 +53,7 @@ SELECT {task_columns} FROM {schema}.tasks WHERE owner_task_id = $1 AND conversat
 -- The first live foreground child is found by the live-children index and
 -- EXISTS stops there, so this costs the same with 1 or 10,000 children.
 --
--- Run by Store.HasLiveForegroundChildren: HasLiveForegroundChildren reports
--- whether owner has a live, non-background child, at a cost that does not
--- grow with the number of children.
+-- Run by Store.HasLiveForegroundChildren.
 --
 -- Locks: none (a read).
 -- name: HasLiveForeground
@@ -65,16 +63,15 @@ WHERE owner_task_id = $1 AND conversation_id = $2 AND NOT background AND status 
 -- "id + 0" keeps the planner on the live-children index: probing the primary
 -- key for every waited id would cost as many probes as children.
 --
--- Run by Store.HasLiveWaitedChildren: HasLiveWaitedChildren reports whether
--- any of owner's children among waitIDs is live.
+-- Run by Store.HasLiveWaitedChildren.
 --
 -- Locks: none (a read).
 -- name: HasLiveWaited
 SELECT EXISTS (SELECT 1 FROM {schema}.tasks
 WHERE owner_task_id = $1 AND conversation_id = $3 AND id + 0 = ANY($2) AND status IN ({live}));
 
--- Run by Store.TaskByIdempotencyKey: TaskByIdempotencyKey reads the task of
--- a conversation created with key.
+-- Store.TaskByIdempotencyKey reads the task of a conversation created with
+-- key.
 --
 -- Locks: none (a read).
 -- name: TaskByKey

@@ -62,7 +62,7 @@ SELECT {task_columns} FROM w;
 -- which handles both.
 --
 -- CreateRoot creates a root task, and its conversation on first use, in one
--- statement (see qCreateRoot); ok is false, with nothing written, when the
+-- statement (see CreateRoot); ok is false, with nothing written, when the
 -- caller must take the transaction path.
 --
 -- Locks: FOR NO KEY UPDATE on the rows it selects; row locks on what it
@@ -134,7 +134,7 @@ RETURNING {task_columns};
 -- it was fenced off.
 --
 -- AppendProgress appends a progress entry named name to the log of conv, for
--- a running task held with token (see qAppendProgress). ErrNoRows means the
+-- a running task held with token (see AppendProgress). ErrNoRows means the
 -- write was fenced off.
 --
 -- Locks: FOR NO KEY UPDATE on the rows it selects; FOR SHARE on the rows it

@@ -7,12 +7,9 @@
 
 
 -- Every live task of conversation $1 (ids, ascending), read without a lock
--- as qLiveSubtreeIDs is.
+-- as LiveSubtreeIDs is.
 --
--- Run by Store.LiveConversationTaskIDs: LiveConversationTaskIDs returns the
--- ids of every live task of a conversation, background ones included,
--- ascending, without locking them: the caller holds the conversation's row
--- lock.
+-- Run by Store.LiveConversationTaskIDs.
 --
 -- Locks: none (a read).
 -- name: LiveConversationIDs
@@ -21,7 +18,7 @@ WHERE conversation_id = $1 AND status IN ({live}) ORDER BY id;
 
 -- $1 the ids in settle order, $2 their statuses, $3 the ids whose error
 -- becomes $4, $5 the conversation; the rows are locked by the transaction
--- already (qLockLiveTasks). They are read by their row addresses (ctid =
+-- already (LockLiveTasks). They are read by their row addresses (ctid =
 -- ANY, a TID scan whatever the statistics), which a LATERAL lookup by
 -- primary key per id, fenced as the walk's, collects once (an InitPlan): no
 -- join between the ids and the table that the planner could plan as a scan
@@ -37,11 +34,7 @@ WHERE conversation_id = $1 AND status IN ({live}) ORDER BY id;
 -- given in the order of $1. m's columns are named apart from the tasks',
 -- which RETURNING lists unqualified.
 --
--- Run by Store.AbortMany: AbortMany settles every task of ids, of
--- conversation conv, with the status at the same index, marks them
--- abort_requested, and numbers their settles in the order given: ids[0]
--- settles first. It is the bulk form of SettleTask for aborts, and returns
--- the rows as it wrote them, in the order of ids.
+-- Run by Store.AbortMany.
 --
 -- Locks: row locks on what it writes (updates tasks; inserts into
 -- conversation_log), held until the transaction ends.
@@ -75,7 +68,7 @@ SELECT {task_columns} FROM w ORDER BY settle_seq;
 -- the caller holds the conversation's row, and every writer that creates a
 -- task or changes a status there takes it first (docs/design.md §5), so the
 -- set cannot change before the caller locks it, chunk by chunk
--- (qLockLiveTasks).
+-- (LockLiveTasks).
 --
 -- LiveSubtreeIDs returns the ids of each live task among rootIDs with all
 -- its live descendants that are not background (a background child, and
