@@ -108,10 +108,10 @@ WITH w AS (WITH picked AS (
     WHERE status = 'pending' AND NOT abort_requested
     ORDER BY id LIMIT $1
     FOR NO KEY UPDATE SKIP LOCKED)
-UPDATE {schema}.tasks t SET status = $2, token = nextval('{schema}.task_token_seq'::regclass), run_epoch = 0,
+    UPDATE {schema}.tasks t SET status = $2, token = nextval('{schema}.task_token_seq'::regclass), run_epoch = 0,
         started_at = coalesce(started_at, now()),
         lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
-WHERE id IN (SELECT id FROM picked)
+    WHERE id IN (SELECT id FROM picked)
     RETURNING t.*),
 logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
     SELECT w.conversation_id, w.id, 'status', w.status, w.kind,

@@ -147,7 +147,7 @@ SELECT coalesce(max(seq), 0) FROM {schema}.conversation_log WHERE conversation_i
 -- until the transaction ends.
 -- name: PruneLog
 DELETE FROM {schema}.conversation_log WHERE seq IN (
-SELECT seq FROM {schema}.conversation_log WHERE at < now() - $1 * interval '1 microsecond' ORDER BY seq LIMIT $2);
+    SELECT seq FROM {schema}.conversation_log WHERE at < now() - $1 * interval '1 microsecond' ORDER BY seq LIMIT $2);
 
 -- UndeliveredEvents lists the undelivered events of conv.
 --

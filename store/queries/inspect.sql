@@ -76,25 +76,25 @@ bounds AS (SELECT count(*) AS n, max(s.id) AS last FROM scan s),
 picked AS (
     SELECT c.id FROM scan s JOIN {schema}.conversations c ON c.id = s.id
     WHERE ($4 = '' OR starts_with(c.id, $4))
-AND ($5 = '' OR c.holder = $5)
-AND ($6 = 0 OR ($6 = 1) = EXISTS (SELECT 1 FROM {schema}.tasks lt WHERE lt.conversation_id = c.id AND lt.status IN ({live})))
-AND (cardinality($7::text[]) = 0 OR EXISTS (SELECT 1 FROM {schema}.tasks st
+    AND ($5 = '' OR c.holder = $5)
+    AND ($6 = 0 OR ($6 = 1) = EXISTS (SELECT 1 FROM {schema}.tasks lt WHERE lt.conversation_id = c.id AND lt.status IN ({live})))
+    AND (cardinality($7::text[]) = 0 OR EXISTS (SELECT 1 FROM {schema}.tasks st
     WHERE st.conversation_id = c.id AND st.status IN ({live}) AND st.status = ANY($7::text[])))
-AND (NOT $8 OR EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'))
-AND (NOT $9 OR EXISTS (SELECT 1 FROM {schema}.tasks wt
+    AND (NOT $8 OR EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'))
+    AND (NOT $9 OR EXISTS (SELECT 1 FROM {schema}.tasks wt
     WHERE wt.conversation_id = c.id AND wt.status = 'sleeping' AND wt.await_name IS NOT NULL))
-AND ($10 = '' OR EXISTS (SELECT 1 FROM {schema}.tasks kt WHERE kt.conversation_id = c.id AND kt.kind = $10))
-AND ($11::timestamptz IS NULL OR c.created_at >= $11)
-AND ($12::timestamptz IS NULL OR c.created_at < $12)
+    AND ($10 = '' OR EXISTS (SELECT 1 FROM {schema}.tasks kt WHERE kt.conversation_id = c.id AND kt.kind = $10))
+    AND ($11::timestamptz IS NULL OR c.created_at >= $11)
+    AND ($12::timestamptz IS NULL OR c.created_at < $12)
     ORDER BY c.id LIMIT $2)
 SELECT b.n, coalesce(b.last, ''), 0::bigint, r.* FROM bounds b LEFT JOIN LATERAL (
     SELECT c.id, coalesce(c.holder, ''), c.epoch,
-(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at,
-(SELECT jsonb_object_agg(x.status, x.n) FROM (SELECT lt.status, count(*) AS n FROM {schema}.tasks lt
+    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at,
+    (SELECT jsonb_object_agg(x.status, x.n) FROM (SELECT lt.status, count(*) AS n FROM {schema}.tasks lt
     WHERE lt.conversation_id = c.id AND lt.status IN ({live}) GROUP BY lt.status) x),
-EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'),
-(SELECT count(*) FROM {schema}.tasks wt WHERE wt.conversation_id = c.id AND wt.status = 'sleeping' AND wt.await_name IS NOT NULL),
-coalesce(last.id, 0), coalesce(last.kind, ''), coalesce(last.status, ''), last.created_at, 0::bigint AS key
+    EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'),
+    (SELECT count(*) FROM {schema}.tasks wt WHERE wt.conversation_id = c.id AND wt.status = 'sleeping' AND wt.await_name IS NOT NULL),
+    coalesce(last.id, 0), coalesce(last.kind, ''), coalesce(last.status, ''), last.created_at, 0::bigint AS key
     FROM picked p JOIN {schema}.conversations c ON c.id = p.id
     LEFT JOIN LATERAL (SELECT lt.id, lt.kind, lt.status, lt.created_at FROM {schema}.tasks lt
         WHERE lt.conversation_id = c.id ORDER BY lt.id DESC LIMIT 1) last ON true) r ON true
@@ -119,25 +119,25 @@ picked AS (
     SELECT c.id, l.last FROM latest l JOIN {schema}.conversations c ON c.id = l.id
     WHERE NOT EXISTS (SELECT 1 FROM {schema}.tasks nt WHERE nt.conversation_id = c.id AND nt.id >= $1)
       AND ($4 = '' OR starts_with(c.id, $4))
-AND ($5 = '' OR c.holder = $5)
-AND ($6 = 0 OR ($6 = 1) = EXISTS (SELECT 1 FROM {schema}.tasks lt WHERE lt.conversation_id = c.id AND lt.status IN ({live})))
-AND (cardinality($7::text[]) = 0 OR EXISTS (SELECT 1 FROM {schema}.tasks st
+    AND ($5 = '' OR c.holder = $5)
+    AND ($6 = 0 OR ($6 = 1) = EXISTS (SELECT 1 FROM {schema}.tasks lt WHERE lt.conversation_id = c.id AND lt.status IN ({live})))
+    AND (cardinality($7::text[]) = 0 OR EXISTS (SELECT 1 FROM {schema}.tasks st
     WHERE st.conversation_id = c.id AND st.status IN ({live}) AND st.status = ANY($7::text[])))
-AND (NOT $8 OR EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'))
-AND (NOT $9 OR EXISTS (SELECT 1 FROM {schema}.tasks wt
+    AND (NOT $8 OR EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'))
+    AND (NOT $9 OR EXISTS (SELECT 1 FROM {schema}.tasks wt
     WHERE wt.conversation_id = c.id AND wt.status = 'sleeping' AND wt.await_name IS NOT NULL))
-AND ($10 = '' OR EXISTS (SELECT 1 FROM {schema}.tasks kt WHERE kt.conversation_id = c.id AND kt.kind = $10))
-AND ($11::timestamptz IS NULL OR c.created_at >= $11)
-AND ($12::timestamptz IS NULL OR c.created_at < $12)
+    AND ($10 = '' OR EXISTS (SELECT 1 FROM {schema}.tasks kt WHERE kt.conversation_id = c.id AND kt.kind = $10))
+    AND ($11::timestamptz IS NULL OR c.created_at >= $11)
+    AND ($12::timestamptz IS NULL OR c.created_at < $12)
     ORDER BY l.last DESC LIMIT $2)
 SELECT b.n, '', coalesce(b.low, 0), r.* FROM bounds b LEFT JOIN LATERAL (
     SELECT c.id, coalesce(c.holder, ''), c.epoch,
-(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at,
-(SELECT jsonb_object_agg(x.status, x.n) FROM (SELECT lt.status, count(*) AS n FROM {schema}.tasks lt
+    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at,
+    (SELECT jsonb_object_agg(x.status, x.n) FROM (SELECT lt.status, count(*) AS n FROM {schema}.tasks lt
     WHERE lt.conversation_id = c.id AND lt.status IN ({live}) GROUP BY lt.status) x),
-EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'),
-(SELECT count(*) FROM {schema}.tasks wt WHERE wt.conversation_id = c.id AND wt.status = 'sleeping' AND wt.await_name IS NOT NULL),
-coalesce(last.id, 0), coalesce(last.kind, ''), coalesce(last.status, ''), last.created_at, p.last AS key
+    EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'),
+    (SELECT count(*) FROM {schema}.tasks wt WHERE wt.conversation_id = c.id AND wt.status = 'sleeping' AND wt.await_name IS NOT NULL),
+    coalesce(last.id, 0), coalesce(last.kind, ''), coalesce(last.status, ''), last.created_at, p.last AS key
     FROM picked p JOIN {schema}.conversations c ON c.id = p.id
     LEFT JOIN {schema}.tasks last ON last.conversation_id = c.id AND last.id = p.last) r ON true
 ORDER BY r.key DESC;

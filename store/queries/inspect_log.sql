@@ -43,7 +43,7 @@ WHERE l.task_id = $3 ORDER BY l.seq DESC LIMIT $4;
 -- Locks: none (a read).
 -- name: LogWindow
 SELECT count(*), coalesce(min(w.seq), 0) FROM (
-SELECT seq FROM {schema}.conversation_log WHERE conversation_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3) w;
+    SELECT seq FROM {schema}.conversation_log WHERE conversation_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3) w;
 
 -- The last entry of every conversation's log: one probe of the primary key's
 -- end.

@@ -15,7 +15,7 @@ WHERE conversation_id = $1 AND owner_task_id = ANY($2) GROUP BY owner_task_id;
 -- Locks: none (a read).
 -- name: StatusCounts
 SELECT t.status, count(*) FROM (
-SELECT status FROM {schema}.tasks WHERE conversation_id = $1 LIMIT $2) t GROUP BY t.status;
+    SELECT status FROM {schema}.tasks WHERE conversation_id = $1 LIMIT $2) t GROUP BY t.status;
 
 -- AwaitsAfter lists up to limit tasks awaiting an event (each with its
 -- AwaitToken), across conversations, after the key (conversation, await

@@ -79,10 +79,10 @@ AND NOT EXISTS (SELECT 1 FROM {schema}.conversations c WHERE c.holder_id = h.id)
 -- transaction ends.
 -- name: PruneHolders
 DELETE FROM {schema}.holders WHERE id IN (
-SELECT h.id FROM {schema}.holders h
-WHERE h.expires_at < now() - $1 * interval '1 microsecond'
+    SELECT h.id FROM {schema}.holders h
+    WHERE h.expires_at < now() - $1 * interval '1 microsecond'
   AND NOT EXISTS (SELECT 1 FROM {schema}.conversations c WHERE c.holder_id = h.id)
-ORDER BY h.id LIMIT $2);
+    ORDER BY h.id LIMIT $2);
 
 -- SKIP LOCKED: a conversation another holder is taking over right now (or
 -- that a transaction is working on) is skipped, not waited for; the caller
@@ -100,14 +100,16 @@ ORDER BY h.id LIMIT $2);
 -- name: TakeConversation
 WITH picked AS (
     SELECT c.id, coalesce(c.holder_id, 0) AS prev_holder,
-coalesce((SELECT hp.renewed_at < pg_postmaster_start_time() OR hp.renewed_at <= pg_last_xact_replay_timestamp() FROM {schema}.holders hp WHERE hp.id = c.holder_id), false) AS prev_restarted FROM {schema}.conversations c
+        coalesce((SELECT hp.renewed_at < pg_postmaster_start_time() OR hp.renewed_at <= pg_last_xact_replay_timestamp()
+                  FROM {schema}.holders hp WHERE hp.id = c.holder_id), false) AS prev_restarted
+    FROM {schema}.conversations c
     WHERE c.id = $1 AND (c.holder_id IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.holders hl WHERE hl.id = c.holder_id AND hl.expires_at >= now()))
     FOR NO KEY UPDATE OF c SKIP LOCKED)
 UPDATE {schema}.conversations c
 SET holder = $2, holder_id = $3, epoch = c.epoch + 1, updated_at = now()
 FROM picked WHERE c.id = picked.id
 RETURNING c.id, coalesce(c.holder, ''), c.epoch,
-(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, picked.prev_holder, picked.prev_restarted;
+    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, picked.prev_holder, picked.prev_restarted;
 
 -- The release locks the row (the engine requeues the holder's running tasks
 -- in the same transaction, see LockHeldConversation) and frees it.

@@ -65,7 +65,7 @@ WITH cand AS (
         (SELECT t.conversation_id AS id FROM {schema}.tasks t
         WHERE t.status = 'pending' AND NOT t.abort_requested AND ($3::text[] IS NULL OR t.kind = ANY($3))
           AND NOT coalesce((SELECT true FROM {schema}.conversations h JOIN {schema}.holders hh ON hh.id = coalesce(h.holder_id, 0)
-WHERE h.id = t.conversation_id AND hh.expires_at >= now()), false)
+        WHERE h.id = t.conversation_id AND hh.expires_at >= now()), false)
         ORDER BY t.id LIMIT $5)
         UNION
         (SELECT d.id FROM {schema}.holders hx CROSS JOIN LATERAL (
@@ -105,7 +105,7 @@ WHERE h.id = t.conversation_id AND hh.expires_at >= now()), false)
 -- name: OpenNamed
 WITH picked AS (
     SELECT c.id, coalesce(c.holder_id, 0) AS prev_holder,
-coalesce((SELECT hp.renewed_at < pg_postmaster_start_time() OR hp.renewed_at <= pg_last_xact_replay_timestamp() FROM {schema}.holders hp WHERE hp.id = c.holder_id), false) AS prev_restarted FROM {schema}.conversations c
+    coalesce((SELECT hp.renewed_at < pg_postmaster_start_time() OR hp.renewed_at <= pg_last_xact_replay_timestamp() FROM {schema}.holders hp WHERE hp.id = c.holder_id), false) AS prev_restarted FROM {schema}.conversations c
     WHERE c.id = ANY($5) AND (c.holder_id IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.holders hl WHERE hl.id = c.holder_id AND hl.expires_at >= now()))
       AND (coalesce((SELECT true FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status = 'pending'
             AND NOT t.abort_requested AND ($3::text[] IS NULL OR t.kind = ANY($3)) LIMIT 1), false)
@@ -135,7 +135,7 @@ picked.prev_holder, picked.prev_restarted;
 -- name: Reopen
 WITH picked AS (
     SELECT c.id, coalesce(c.holder_id, 0) AS prev_holder,
-coalesce((SELECT hp.renewed_at < pg_postmaster_start_time() OR hp.renewed_at <= pg_last_xact_replay_timestamp() FROM {schema}.holders hp WHERE hp.id = c.holder_id), false) AS prev_restarted FROM {schema}.conversations c
+    coalesce((SELECT hp.renewed_at < pg_postmaster_start_time() OR hp.renewed_at <= pg_last_xact_replay_timestamp() FROM {schema}.holders hp WHERE hp.id = c.holder_id), false) AS prev_restarted FROM {schema}.conversations c
     JOIN unnest($2::text[], $3::bigint[]) AS v(id, epoch) ON c.id = v.id AND c.epoch = v.epoch
     WHERE c.holder_id = $1
     ORDER BY c.id
@@ -163,7 +163,7 @@ SELECT count(*) FROM (
             (SELECT t.conversation_id AS id FROM {schema}.tasks t
             WHERE $3::text[] IS NULL AND t.status = 'pending' AND NOT t.abort_requested
               AND ($1::text[] IS NULL OR t.kind = ANY($1)) AND NOT coalesce((SELECT true FROM {schema}.conversations h JOIN {schema}.holders hh ON hh.id = coalesce(h.holder_id, 0)
-WHERE h.id = t.conversation_id AND hh.expires_at >= now()), false)
+        WHERE h.id = t.conversation_id AND hh.expires_at >= now()), false)
             ORDER BY t.id LIMIT $4)
             UNION
             (SELECT d.id FROM {schema}.holders hx CROSS JOIN LATERAL (

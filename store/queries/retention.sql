@@ -32,7 +32,7 @@ SELECT count(*) FROM {schema}.budgets WHERE conversation_id = $1 AND task_id = A
 -- transaction ends.
 -- name: DeleteBudgetsOfConversation
 DELETE FROM {schema}.budgets WHERE ctid = ANY(ARRAY(
-SELECT ctid FROM {schema}.budgets WHERE conversation_id = $1 LIMIT $2));
+        SELECT ctid FROM {schema}.budgets WHERE conversation_id = $1 LIMIT $2));
 
 -- Locks: none (a read).
 -- name: CountBudgetsOfConversation
@@ -51,7 +51,7 @@ SELECT count(*) FROM {schema}.budget_reservations WHERE conversation_id = $1 AND
 -- held until the transaction ends.
 -- name: DeleteBudgetReservationsOfConversation
 DELETE FROM {schema}.budget_reservations WHERE id = ANY(ARRAY(
-SELECT id FROM {schema}.budget_reservations WHERE conversation_id = $1 LIMIT $2));
+        SELECT id FROM {schema}.budget_reservations WHERE conversation_id = $1 LIMIT $2));
 
 -- Locks: none (a read).
 -- name: CountBudgetReservationsOfConversation
@@ -70,7 +70,7 @@ SELECT count(*) FROM {schema}.events WHERE conversation_id = $1 AND (task_id = A
 -- transaction ends.
 -- name: DeleteEventsOfConversation
 DELETE FROM {schema}.events WHERE id = ANY(ARRAY(
-SELECT id FROM {schema}.events WHERE conversation_id = $1 LIMIT $2));
+        SELECT id FROM {schema}.events WHERE conversation_id = $1 LIMIT $2));
 
 -- Locks: none (a read).
 -- name: CountEventsOfConversation
@@ -89,7 +89,7 @@ SELECT count(*) FROM {schema}.conversation_log WHERE conversation_id = $1 AND ta
 -- until the transaction ends.
 -- name: DeleteLogEntriesOfConversation
 DELETE FROM {schema}.conversation_log WHERE seq = ANY(ARRAY(
-SELECT seq FROM {schema}.conversation_log WHERE conversation_id = $1 LIMIT $2));
+        SELECT seq FROM {schema}.conversation_log WHERE conversation_id = $1 LIMIT $2));
 
 -- Locks: none (a read).
 -- name: CountLogEntriesOfConversation
@@ -99,20 +99,20 @@ SELECT count(*) FROM {schema}.conversation_log WHERE conversation_id = $1 AND $2
 -- the transaction ends.
 -- name: DeleteWakeJobsOfTasks
 DELETE FROM {schema}.river_job WHERE id IN (SELECT j.id FROM unnest($2::bigint[]) t(id) CROSS JOIN LATERAL (
-SELECT id FROM {schema}.river_job WHERE kind = 'arbor_wake' AND args @> jsonb_build_object('task_id', t.id)
+        SELECT id FROM {schema}.river_job WHERE kind = 'arbor_wake' AND args @> jsonb_build_object('task_id', t.id)
   AND state <> 'running' AND $1::text IS NOT NULL) j);
 
 -- Locks: none (a read).
 -- name: CountWakeJobsOfTasks
 SELECT count(*) FROM {schema}.river_job WHERE id IN (SELECT j.id FROM unnest($2::bigint[]) t(id) CROSS JOIN LATERAL (
-SELECT id FROM {schema}.river_job WHERE kind = 'arbor_wake' AND args @> jsonb_build_object('task_id', t.id)
+        SELECT id FROM {schema}.river_job WHERE kind = 'arbor_wake' AND args @> jsonb_build_object('task_id', t.id)
   AND state <> 'running' AND $1::text IS NOT NULL) j);
 
 -- Locks: row locks on what it writes (deletes from river_job), held until
 -- the transaction ends.
 -- name: DeleteWakeJobsOfConversation
 DELETE FROM {schema}.river_job WHERE id = ANY(ARRAY(
-SELECT id FROM {schema}.river_job WHERE kind = 'arbor_wake' AND args @> jsonb_build_object('conversation_id', $1::text) AND state <> 'running' LIMIT $2));
+        SELECT id FROM {schema}.river_job WHERE kind = 'arbor_wake' AND args @> jsonb_build_object('conversation_id', $1::text) AND state <> 'running' LIMIT $2));
 
 -- Locks: none (a read).
 -- name: CountWakeJobsOfConversation

@@ -95,9 +95,9 @@ SELECT $1::timestamptz <= clock_timestamp(), clock_timestamp();
 -- held until the transaction ends.
 -- name: DeleteWakeJobs
 DELETE FROM {schema}.river_job WHERE id IN (
-SELECT id FROM {schema}.river_job
-WHERE id = ANY($1) AND kind = 'arbor_wake' AND state <> 'running'
-FOR UPDATE SKIP LOCKED);
+    SELECT id FROM {schema}.river_job
+    WHERE id = ANY($1) AND kind = 'arbor_wake' AND state <> 'running'
+    FOR UPDATE SKIP LOCKED);
 
 -- SleepingDue lists sleeping tasks of every conversation whose wake time is
 -- at or before until, soonest first, at most limit of them.

@@ -58,7 +58,7 @@ SELECT {task_columns} FROM {schema}.tasks WHERE owner_task_id = $1 AND conversat
 -- Locks: none (a read).
 -- name: HasLiveForeground
 SELECT EXISTS (SELECT 1 FROM {schema}.tasks
-WHERE owner_task_id = $1 AND conversation_id = $2 AND NOT background AND status IN ({live}));
+    WHERE owner_task_id = $1 AND conversation_id = $2 AND NOT background AND status IN ({live}));
 
 -- "id + 0" keeps the planner on the live-children index: probing the primary
 -- key for every waited id would cost as many probes as children.
@@ -68,7 +68,7 @@ WHERE owner_task_id = $1 AND conversation_id = $2 AND NOT background AND status 
 -- Locks: none (a read).
 -- name: HasLiveWaited
 SELECT EXISTS (SELECT 1 FROM {schema}.tasks
-WHERE owner_task_id = $1 AND conversation_id = $3 AND id + 0 = ANY($2) AND status IN ({live}));
+    WHERE owner_task_id = $1 AND conversation_id = $3 AND id + 0 = ANY($2) AND status IN ({live}));
 
 -- Store.TaskByIdempotencyKey reads the task of a conversation created with
 -- key.

@@ -84,13 +84,13 @@ w AS (
     ON CONFLICT (conversation_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING t.*),
 logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
+    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
        nullif(jsonb_strip_nulls(jsonb_build_object(
            'owner', w.owner_task_id,
            'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
            'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
            'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
 SELECT {task_columns} FROM w;
 
 -- Announce notifies channel of each conversation of convs, in one statement
