@@ -135,7 +135,10 @@ WHERE conversation_id = $1 AND counter = $2 AND coalesce(task_id, 0) = ANY($3);
 -- order, checked, charged, the reservation inserted. Run outside a
 -- transaction it commits on its own.
 --
--- Locks: none (a read).
+-- Locks (in budget_reserve): FOR SHARE on the task; FOR UPDATE on the
+-- conversation's budgets of the counter and of wall time, in (counter,
+-- task) order; row locks on what it writes (updates budgets; inserts into
+-- budget_reservations), held until the transaction ends.
 -- name: ReserveAtOnce
 SELECT outcome, coalesce(task_status, ''), coalesce(task_token, 0),
     coalesce(r_id, 0), coalesce(r_conversation, ''), coalesce(r_task, 0), coalesce(r_counter, ''), coalesce(r_token, 0),
@@ -149,7 +152,10 @@ FROM {schema}.budget_reserve($1, $2, $3, $4, $5, $6, $7);
 -- statement: the counter's budgets locked, the reservation read again under
 -- them, closed, and charged to the budgets above the task.
 --
--- Locks: none (a read).
+-- Locks (in budget_record): FOR UPDATE on the conversation's budgets of the
+-- reservation's counter, in (counter, task) order; row locks on what it
+-- writes (updates budget_reservations, budgets), held until the transaction
+-- ends.
 -- name: RecordAtOnce
 SELECT outcome, '', 0::bigint,
     coalesce(r_id, 0), coalesce(r_conversation, ''), coalesce(r_task, 0), coalesce(r_counter, ''), coalesce(r_token, 0),

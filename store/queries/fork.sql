@@ -53,15 +53,15 @@ WHERE e.conversation_id = $1
   AND ((SELECT m FROM ids) ? e.task_id::text OR (SELECT m FROM ids) ? e.delivered_to::text)
 ORDER BY e.id;
 
--- Locks: none (a read).
+-- Locks: none (nextval takes values of a sequence, never given back).
 -- name: NextTaskIDs
 SELECT nextval(pg_get_serial_sequence('{schema}.tasks', 'id')) FROM generate_series(1, $1);
 
--- Locks: none (a read).
+-- Locks: none (nextval takes values of a sequence, never given back).
 -- name: NextSettles
 SELECT nextval('{schema}.task_settle_seq') FROM generate_series(1, $1);
 
--- Locks: none (a read).
+-- Locks: none (nextval takes values of a sequence, never given back).
 -- name: NextEventIDs
 SELECT nextval(pg_get_serial_sequence('{schema}.events', 'id')) FROM generate_series(1, $1);
 

@@ -71,7 +71,7 @@ SELECT {task_columns} FROM w;
 -- NotifySleep announces a new sleep on SleepChannel; the notification is
 -- delivered when the transaction commits, and not at all if it rolls back.
 --
--- Locks: none (a read).
+-- Locks: none (pg_notify queues a notification sent at commit).
 -- name: NotifySleep
 SELECT pg_notify($1, $2);
 

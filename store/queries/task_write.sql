@@ -96,7 +96,7 @@ SELECT {task_columns} FROM w;
 -- Announce notifies channel of each conversation of convs, in one statement
 -- committed on its own.
 --
--- Locks: none (a read).
+-- Locks: none (pg_notify queues a notification sent at commit).
 -- name: Announce
 SELECT pg_notify($1, c) FROM unnest($2::text[]) AS c;
 
