@@ -1,5 +1,5 @@
--- Statements of internal/store/batch.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/batch.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
 -- Set-based statements: one statement for many tasks or conversations, so
 -- that a batch of operations costs a handful of round trips, not a handful

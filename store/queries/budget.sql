@@ -1,5 +1,5 @@
--- Statements of internal/store/budget.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/budget.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
 -- Budgets and their reservations (migration 009; internal/core/budget.go).
 

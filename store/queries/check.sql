@@ -1,5 +1,5 @@
--- Statements of internal/store/check.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/check.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 
 
 -- ConversationIDs lists every conversation, in id order.

@@ -1,5 +1,5 @@
--- Statements of internal/store/claim.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/claim.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
 -- Starting tasks. Every start sets the same columns, under a lease the
 -- caller fenced in the same transaction: a fresh fencing token, the lease

@@ -1,5 +1,5 @@
--- Statements of internal/store/conversation.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/conversation.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
 -- A conversation row is read as conversation c (the alias is the
 -- statement's); its lease deadline is its holder's.

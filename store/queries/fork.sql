@@ -1,5 +1,5 @@
--- Statements of internal/store/fork.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/fork.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
 -- Fork: a conversation's settled history copied into a new conversation
 -- (docs/agents.md, "Fork: edit and regenerate"). Every copied row names its

@@ -1,5 +1,5 @@
--- Statements of internal/store/inspect.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/inspect.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
 -- Queries for operators (the arbor command's ls, the web view). Unlike the
 -- engine's queries they span conversations, so they read only: they take no

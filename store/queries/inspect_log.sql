@@ -1,5 +1,5 @@
--- Statements of internal/store/inspect_log.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/inspect_log.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
 -- A log entry is read as l, with its payload cut to $cut characters.
 

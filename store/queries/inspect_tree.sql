@@ -1,5 +1,5 @@
--- Statements of internal/store/inspect_tree.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/inspect_tree.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 
 
 -- ChildCounts counts the children of each of owners (those with none are

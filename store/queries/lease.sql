@@ -1,5 +1,5 @@
--- Statements of internal/store/lease.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/lease.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
 -- Holders and conversation leases (docs/design.md §3.8, package machine's
 -- doc). A holder is one row of the holders table — a life of a runner's

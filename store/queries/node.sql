@@ -1,5 +1,5 @@
--- Statements of internal/store/node.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/node.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
 -- The node runner's statements: each covers every conversation (or task) of
 -- a batch at once.

@@ -1,5 +1,5 @@
--- Statements of internal/store/node_claim.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/node_claim.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
 -- A node's claims: set-based, over every conversation of a batch (node.go).
 --

@@ -1,5 +1,5 @@
--- Statements of internal/store/node_flush.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/node_flush.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
 -- The completer's flush: the set-based statements that apply a batch of
 -- runs' outcomes at once (internal/core's flush.go).

@@ -1,5 +1,5 @@
--- Statements of internal/store/sleep.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/sleep.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
 -- Sleep, wake and retry queries (docs/design.md §3.5, §3.7), and the few
 -- reads and deletes of River's job table (river_job, migrated into the same

@@ -1,5 +1,5 @@
--- Statements of internal/store/task.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/task.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 
 
 -- GetTask reads one task without locking it.

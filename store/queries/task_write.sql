@@ -1,5 +1,5 @@
--- Statements of internal/store/task_write.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/task_write.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
 -- Every write here sets the status it is given: the engine computes it with
 -- fsm.Transition first, and the database's guard trigger checks it again.

@@ -1,5 +1,5 @@
--- Statements of internal/store/tree.go, rendered by store.New for the
--- configured schema (see package store's doc for the placeholders).
+-- The statements internal/store/tree.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
 -- Tree queries. Owners always have smaller ids than their children (the
 -- tasks table checks owner_task_id < id), so ascending id order is ancestors
