@@ -10,6 +10,24 @@
 -- (guardrules.DeleteRules), whatever the statement that deletes it.
 
 
+-- What a pruned task or conversation takes with it (internal/store's
+-- dependents, in this order): for each dependent table, Delete…OfTasks and
+-- Count…OfTasks select the rows of tasks $2 (bigint[]) of conversation $1,
+-- Delete…OfConversation and Count…OfConversation a batch of at most $2 of
+-- every row of conversation $1. A prune that only counts (a dry run) runs
+-- the Count… statements. The deletes of a conversation's rows use
+-- = ANY(ARRAY(…)): the batch's keys looked up one by one (an index, or a
+-- TID scan for ctid), never a scan of the table.
+--
+-- A pruned task's budgets go with it; its reservations too, their spend
+-- carried first into the conversation's budgets (a session's spend outlives
+-- its pruned turns; an open one is spent in full, its run long over).
+-- Wake jobs are found through River's GIN index on args, one task at a
+-- time; a running one (its worker holds it) is left to River.
+
+-- Carries the spend of pruned tasks' reservations into their
+-- conversation's budgets, before the reservations are deleted.
+--
 -- Locks: row locks on what it writes (updates budgets), held until the
 -- transaction ends.
 -- name: CarryBudgetReservationsBeforeTasks
@@ -19,82 +37,116 @@ FROM (SELECT counter, sum(coalesce(actual, amount)) AS gone, coalesce(sum(amount
     FROM {schema}.budget_reservations WHERE conversation_id = $1 AND task_id = ANY($2::bigint[]) GROUP BY counter) s
 WHERE b.conversation_id = $1 AND b.task_id IS NULL AND b.counter = s.counter;
 
+-- Deletes the budgets of pruned tasks.
+--
 -- Locks: row locks on what it writes (deletes from budgets), held until the
 -- transaction ends.
 -- name: DeleteBudgetsOfTasks
 DELETE FROM {schema}.budgets WHERE conversation_id = $1 AND task_id = ANY($2::bigint[]);
 
+-- Counts the budgets of pruned tasks.
+--
 -- Locks: none (a read).
 -- name: CountBudgetsOfTasks
 SELECT count(*) FROM {schema}.budgets WHERE conversation_id = $1 AND task_id = ANY($2::bigint[]);
 
+-- Deletes a batch of the budgets of a pruned conversation.
+--
 -- Locks: row locks on what it writes (deletes from budgets), held until the
 -- transaction ends.
 -- name: DeleteBudgetsOfConversation
 DELETE FROM {schema}.budgets WHERE ctid = ANY(ARRAY(
         SELECT ctid FROM {schema}.budgets WHERE conversation_id = $1 LIMIT $2));
 
+-- Counts the budgets of a pruned conversation.
+--
 -- Locks: none (a read).
 -- name: CountBudgetsOfConversation
 SELECT count(*) FROM {schema}.budgets WHERE conversation_id = $1 AND $2::int IS NOT NULL;
 
+-- Deletes the budget reservations of pruned tasks.
+--
 -- Locks: row locks on what it writes (deletes from budget_reservations),
 -- held until the transaction ends.
 -- name: DeleteBudgetReservationsOfTasks
 DELETE FROM {schema}.budget_reservations WHERE conversation_id = $1 AND task_id = ANY($2::bigint[]);
 
+-- Counts the budget reservations of pruned tasks.
+--
 -- Locks: none (a read).
 -- name: CountBudgetReservationsOfTasks
 SELECT count(*) FROM {schema}.budget_reservations WHERE conversation_id = $1 AND task_id = ANY($2::bigint[]);
 
+-- Deletes a batch of the budget reservations of a pruned conversation.
+--
 -- Locks: row locks on what it writes (deletes from budget_reservations),
 -- held until the transaction ends.
 -- name: DeleteBudgetReservationsOfConversation
 DELETE FROM {schema}.budget_reservations WHERE id = ANY(ARRAY(
         SELECT id FROM {schema}.budget_reservations WHERE conversation_id = $1 LIMIT $2));
 
+-- Counts the budget reservations of a pruned conversation.
+--
 -- Locks: none (a read).
 -- name: CountBudgetReservationsOfConversation
 SELECT count(*) FROM {schema}.budget_reservations WHERE conversation_id = $1 AND $2::int IS NOT NULL;
 
+-- Deletes the events of pruned tasks.
+--
 -- Locks: row locks on what it writes (deletes from events), held until the
 -- transaction ends.
 -- name: DeleteEventsOfTasks
 DELETE FROM {schema}.events WHERE conversation_id = $1 AND (task_id = ANY($2::bigint[]) OR delivered_to = ANY($2::bigint[]));
 
+-- Counts the events of pruned tasks.
+--
 -- Locks: none (a read).
 -- name: CountEventsOfTasks
 SELECT count(*) FROM {schema}.events WHERE conversation_id = $1 AND (task_id = ANY($2::bigint[]) OR delivered_to = ANY($2::bigint[]));
 
+-- Deletes a batch of the events of a pruned conversation.
+--
 -- Locks: row locks on what it writes (deletes from events), held until the
 -- transaction ends.
 -- name: DeleteEventsOfConversation
 DELETE FROM {schema}.events WHERE id = ANY(ARRAY(
         SELECT id FROM {schema}.events WHERE conversation_id = $1 LIMIT $2));
 
+-- Counts the events of a pruned conversation.
+--
 -- Locks: none (a read).
 -- name: CountEventsOfConversation
 SELECT count(*) FROM {schema}.events WHERE conversation_id = $1 AND $2::int IS NOT NULL;
 
+-- Deletes the log entries of pruned tasks.
+--
 -- Locks: row locks on what it writes (deletes from conversation_log), held
 -- until the transaction ends.
 -- name: DeleteLogEntriesOfTasks
 DELETE FROM {schema}.conversation_log WHERE conversation_id = $1 AND task_id = ANY($2::bigint[]);
 
+-- Counts the log entries of pruned tasks.
+--
 -- Locks: none (a read).
 -- name: CountLogEntriesOfTasks
 SELECT count(*) FROM {schema}.conversation_log WHERE conversation_id = $1 AND task_id = ANY($2::bigint[]);
 
+-- Deletes a batch of the log entries of a pruned conversation.
+--
 -- Locks: row locks on what it writes (deletes from conversation_log), held
 -- until the transaction ends.
 -- name: DeleteLogEntriesOfConversation
 DELETE FROM {schema}.conversation_log WHERE seq = ANY(ARRAY(
         SELECT seq FROM {schema}.conversation_log WHERE conversation_id = $1 LIMIT $2));
 
+-- Counts the log entries of a pruned conversation.
+--
 -- Locks: none (a read).
 -- name: CountLogEntriesOfConversation
 SELECT count(*) FROM {schema}.conversation_log WHERE conversation_id = $1 AND $2::int IS NOT NULL;
 
+-- Deletes the wake jobs of pruned tasks.
+--
 -- Locks: row locks on what it writes (deletes from river_job), held until
 -- the transaction ends.
 -- name: DeleteWakeJobsOfTasks
@@ -102,18 +154,24 @@ DELETE FROM {schema}.river_job WHERE id IN (SELECT j.id FROM unnest($2::bigint[]
         SELECT id FROM {schema}.river_job WHERE kind = 'arbor_wake' AND args @> jsonb_build_object('task_id', t.id)
   AND state <> 'running' AND $1::text IS NOT NULL) j);
 
+-- Counts the wake jobs of pruned tasks.
+--
 -- Locks: none (a read).
 -- name: CountWakeJobsOfTasks
 SELECT count(*) FROM {schema}.river_job WHERE id IN (SELECT j.id FROM unnest($2::bigint[]) t(id) CROSS JOIN LATERAL (
         SELECT id FROM {schema}.river_job WHERE kind = 'arbor_wake' AND args @> jsonb_build_object('task_id', t.id)
   AND state <> 'running' AND $1::text IS NOT NULL) j);
 
+-- Deletes a batch of the wake jobs of a pruned conversation.
+--
 -- Locks: row locks on what it writes (deletes from river_job), held until
 -- the transaction ends.
 -- name: DeleteWakeJobsOfConversation
 DELETE FROM {schema}.river_job WHERE id = ANY(ARRAY(
         SELECT id FROM {schema}.river_job WHERE kind = 'arbor_wake' AND args @> jsonb_build_object('conversation_id', $1::text) AND state <> 'running' LIMIT $2));
 
+-- Counts the wake jobs of a pruned conversation.
+--
 -- Locks: none (a read).
 -- name: CountWakeJobsOfConversation
 SELECT count(*) FROM {schema}.river_job WHERE kind = 'arbor_wake' AND args @> jsonb_build_object('conversation_id', $1::text) AND state <> 'running' AND $2::int IS NOT NULL;
