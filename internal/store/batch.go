@@ -16,46 +16,11 @@ import (
 // per task.
 
 var (
-	// The conversations of a batch created (those that do not exist) and
-	// locked (those that do), each announced at commit, in one statement.
-	// A row this transaction inserts needs no lock: no other transaction
-	// can see it, nor insert its id, before this one ends; locking it
-	// would cost a WAL record per new conversation. An existing row is
-	// locked in id order. A conversation another transaction created
-	// after this statement's snapshot is neither (the insert skips it,
-	// the lock cannot see it): EnsureLockConversations locks those in a
-	// statement of their own.
-	qEnsureLockConversations = define(`WITH ins AS (
-			INSERT INTO {schema}.conversations (id) SELECT unnest($1::text[]) ON CONFLICT (id) DO NOTHING RETURNING id),
-		locked AS (
-			SELECT c.id FROM {schema}.conversations c
-			WHERE c.id = ANY($1) AND NOT c.id = ANY(ARRAY(SELECT id FROM ins))
-			ORDER BY c.id FOR NO KEY UPDATE)
-		SELECT id, pg_notify($2, id) FROM (SELECT id FROM ins UNION ALL SELECT id FROM locked) x`)
-
-	// Conversations locked in id order (docs/design.md §5), each announced
-	// at commit like LockConversation does.
-	qLockConversations = define(`SELECT id, pg_notify($2, id) FROM {schema}.conversations
-		WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`)
-
-	qTasksByKeys = define(`SELECT {task_columns} FROM {schema}.tasks t
-		JOIN unnest($1::text[], $2::text[]) AS k(conv, key) ON t.conversation_id = k.conv AND t.idempotency_key = k.key`)
-
-	qLockOwners = define(`SELECT id, conversation_id, status, abort_requested, coalesce(token, 0)
-		FROM {schema}.tasks WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`)
-
-	// The ids are given in the order of the rows (the identity's default
-	// is computed as the ordered rows are inserted), so that reading the
-	// written rows back by id gives them in the order asked.
-	qInsertTasks = define(logged(`INSERT INTO {schema}.tasks AS t
-		(conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
-		 max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace)
-		SELECT v.conv, nullif(v.owner, 0), v.kind, v.bg, v.input::jsonb, v.rl, v.ab, v.mr, nullif(v.key, ''),
-		       v.base * interval '1 microsecond', v.cap * interval '1 microsecond', v.deadline, v.trace::jsonb
-		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bool[], $5::text[], $6::int[], $7::bool[],
-		            $8::int[], $9::text[], $10::bigint[], $11::bigint[], $12::timestamptz[], $13::text[])
-		     WITH ORDINALITY AS v(conv, owner, kind, bg, input, rl, ab, mr, key, base, cap, deadline, trace, ord)
-		ORDER BY v.ord`, "t", "id, created_at", "ORDER BY id"))
+	qEnsureLockConversations = define("EnsureLockConversations")
+	qLockConversations       = define("LockConversations")
+	qTasksByKeys             = define("TasksByKeys")
+	qLockOwners              = define("LockOwners")
+	qInsertTasks             = define("InsertTasks")
 )
 
 // EnsureLockConversations creates the conversations among ids (sorted,

@@ -57,11 +57,6 @@ type RunTask struct {
 	Token          int64
 }
 
-const budgetColumns = `conversation_id, coalesce(task_id, 0), counter, coalesce(max, 9223372036854775807), spent, reserved,
-	carried, on_exhausted, updated_at`
-
-const reservationColumns = `id, conversation_id, task_id, counter, run_token, idempotency_key, amount, actual, lapsed`
-
 func scanBudget(row pgx.Row) (BudgetRow, error) {
 	var b BudgetRow
 	err := row.Scan(&b.ConversationID, &b.TaskID, &b.Counter, &b.Max, &b.Spent, &b.Reserved, &b.Carried, &b.OnExhausted, &b.UpdatedAt)
@@ -75,113 +70,24 @@ func scanReservation(row pgx.Row) (ReservationRow, error) {
 }
 
 var (
-	// The reserving task, share-locked: no take-over or settle of it
-	// commits while a reservation is made for its run.
-	qRunTask = define(`SELECT conversation_id, status, coalesce(token, 0) FROM {schema}.tasks WHERE id = $1 AND conversation_id = $2 FOR SHARE`)
-	// A task and its owners up to the root, the task first: a walk up,
-	// one primary-key probe per step whatever the statistics (see
-	// tree.go, the walks up).
-	qScopeChain = define(`WITH RECURSIVE chain (id, owner_task_id, created_at, depth) AS (
-			SELECT id, owner_task_id, created_at, 0 FROM {schema}.tasks WHERE conversation_id = $1 AND id = $2
-			UNION ALL
-			SELECT o.id, o.owner_task_id, o.created_at, c.depth + 1 FROM chain c CROSS JOIN LATERAL (
-				SELECT o.id, o.owner_task_id, o.created_at FROM {schema}.tasks o
-				WHERE o.conversation_id = $1 AND o.id = c.owner_task_id OFFSET 0) o)
-		SELECT id, created_at, now() FROM chain ORDER BY depth`)
-	qConversationCreated = define(`SELECT created_at FROM {schema}.conversations WHERE id = $1`)
-	// Every budget of the conversation for the counters $2, locked in one
-	// order (counter, then scope; the conversation's first) by every
-	// writer, so reservations of one counter in one conversation queue on
-	// the conversation's row.
-	qLockBudgets = define(`SELECT ` + budgetColumns + ` FROM {schema}.budgets
-		WHERE conversation_id = $1 AND counter = ANY($2)
-		ORDER BY counter, coalesce(task_id, 0) FOR UPDATE`)
-	qReadBudgets = define(`SELECT ` + budgetColumns + ` FROM {schema}.budgets
-		WHERE conversation_id = $1 AND counter = ANY($2)
-		ORDER BY counter, coalesce(task_id, 0)`)
-	// A wall-time budget's spend is the time since its scope's creation.
-	qConversationBudgets = define(`SELECT b.conversation_id, coalesce(b.task_id, 0), b.counter,
-			coalesce(b.max, 9223372036854775807),
-			CASE WHEN b.counter = 'wall_ms'
-				THEN (extract(epoch FROM now() - coalesce(t.created_at, c.created_at)) * 1000)::bigint
-				ELSE b.spent END,
-			b.reserved, b.carried, b.on_exhausted, b.updated_at
-		FROM {schema}.budgets b
-		JOIN {schema}.conversations c ON c.id = b.conversation_id
-		LEFT JOIN {schema}.tasks t ON t.conversation_id = b.conversation_id AND t.id = b.task_id
-		WHERE b.conversation_id = $1 ORDER BY coalesce(b.task_id, 0), b.counter`)
-	// A new budget counts what its scope's subtree has spent and holds
-	// already: a budget set late is as exact as one set at the start.
-	qInsertBudget = define(`WITH RECURSIVE sub (id) AS (
-			SELECT id FROM {schema}.tasks WHERE conversation_id = $1 AND id = $2
-			UNION ALL
-			SELECT t.id FROM sub s CROSS JOIN LATERAL (SELECT t.id FROM {schema}.tasks t
-				WHERE t.conversation_id = $1 AND t.owner_task_id = s.id OFFSET 0) t),
-		so_far AS (
-			SELECT coalesce(sum(r.actual), 0) AS spent, coalesce(sum(r.amount) FILTER (WHERE r.actual IS NULL), 0) AS reserved
-			FROM {schema}.budget_reservations r
-			WHERE r.conversation_id = $1 AND r.counter = $3 AND ($2 = 0 OR r.task_id IN (SELECT id FROM sub)))
-		INSERT INTO {schema}.budgets (conversation_id, task_id, counter, max, on_exhausted, spent, reserved)
-		SELECT $1, nullif($2::bigint, 0), $3, $4, $5, so_far.spent, so_far.reserved FROM so_far
-		ON CONFLICT (conversation_id, counter, (coalesce(task_id, 0))) DO NOTHING
-		RETURNING ` + budgetColumns)
-	qUpdateBudget = define(`UPDATE {schema}.budgets SET max = $4, on_exhausted = $5, updated_at = now()
-		WHERE conversation_id = $1 AND counter = $3 AND coalesce(task_id, 0) = $2
-		RETURNING ` + budgetColumns)
-	// Moves amount $4 of held reservation into spend $5 on the scopes $3
-	// (a chain, the conversation's 0 included).
-	qChargeBudgets = define(`UPDATE {schema}.budgets
-		SET reserved = reserved - $4, spent = spent + $5, updated_at = now()
-		WHERE conversation_id = $1 AND counter = $2 AND coalesce(task_id, 0) = ANY($3)`)
-	// The common path of a reservation, or a spend, in one statement
-	// (migration 027's budget_reserve; see ReserveAtOnce).
-	qReserveAtOnce = define(`SELECT outcome, coalesce(task_status, ''), coalesce(task_token, 0),
-			coalesce(r_id, 0), coalesce(r_conversation, ''), coalesce(r_task, 0), coalesce(r_counter, ''), coalesce(r_token, 0),
-			coalesce(r_key, ''), coalesce(r_amount, 0), r_actual, coalesce(r_lapsed, false)
-		FROM {schema}.budget_reserve($1, $2, $3, $4, $5, $6, $7)`)
-	// A record in one statement (migration 027's budget_record; see
-	// RecordAtOnce).
-	qRecordAtOnce = define(`SELECT outcome, '', 0::bigint,
-			coalesce(r_id, 0), coalesce(r_conversation, ''), coalesce(r_task, 0), coalesce(r_counter, ''), coalesce(r_token, 0),
-			coalesce(r_key, ''), coalesce(r_amount, 0), r_actual, coalesce(r_lapsed, false)
-		FROM {schema}.budget_record($1, $2, $3, $4)`)
-	qReservationByKey = define(`SELECT ` + reservationColumns + ` FROM {schema}.budget_reservations
-		WHERE conversation_id = $1 AND task_id = $2 AND idempotency_key = $3`)
-	qInsertReservation = define(`INSERT INTO {schema}.budget_reservations
-			(conversation_id, task_id, counter, run_token, idempotency_key, amount, actual, closed_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7::bigint IS NULL THEN NULL ELSE now() END)
-		RETURNING ` + reservationColumns)
-	qCloseReservation = define(`UPDATE {schema}.budget_reservations SET actual = $3, lapsed = $4, closed_at = now()
-		WHERE conversation_id = $1 AND id = $2 AND actual IS NULL`)
-	// The open reservations of a counter in a conversation, each with
-	// whether its run is over.
-	qOpenReservations = define(`SELECT r.id, r.conversation_id, r.task_id, r.counter, r.run_token, r.idempotency_key,
-			r.amount, r.actual, r.lapsed, NOT (t.status = 'running' AND t.token IS NOT DISTINCT FROM r.run_token)
-		FROM {schema}.budget_reservations r
-		JOIN {schema}.tasks t ON t.conversation_id = r.conversation_id AND t.id = r.task_id
-		WHERE r.conversation_id = $1 AND r.counter = $2 AND r.actual IS NULL
-		ORDER BY r.id`)
-	// Spend by task: what each task recorded and holds, per counter.
-	qSpendByTask = define(`SELECT task_id, counter, coalesce(sum(actual), 0), coalesce(sum(amount) FILTER (WHERE actual IS NULL), 0)
-		FROM {schema}.budget_reservations WHERE conversation_id = $1
-		GROUP BY task_id, counter ORDER BY task_id, counter`)
-	// Across conversations (a maintenance scan, like the deadline scan):
-	// counters of conversations with a reservation whose run is over.
-	qLapsedReservations = define(`SELECT DISTINCT r.conversation_id, r.counter
-		FROM {schema}.budget_reservations r
-		JOIN {schema}.tasks t ON t.conversation_id = r.conversation_id AND t.id = r.task_id
-		WHERE r.actual IS NULL AND NOT (t.status = 'running' AND t.token IS NOT DISTINCT FROM r.run_token)
-		LIMIT $1`)
-	// Across conversations: live tasks under a "fail" wall-time budget
-	// that is over — the budget's task, or a conversation's live roots.
-	qOverWallTime = define(`SELECT t.id FROM {schema}.budgets b
-		JOIN {schema}.conversations c ON c.id = b.conversation_id
-		JOIN {schema}.tasks t ON t.conversation_id = b.conversation_id
-			AND (t.id = b.task_id OR (b.task_id IS NULL AND t.owner_task_id IS NULL))
-		WHERE b.counter = 'wall_ms' AND b.max IS NOT NULL AND b.on_exhausted = 'fail'
-			AND t.status IN ({live})
-			AND (CASE WHEN b.task_id IS NULL THEN c.created_at ELSE t.created_at END) + b.max * interval '1 millisecond' <= now()
-		ORDER BY t.id LIMIT $1`)
+	qRunTask             = define("RunTask")
+	qScopeChain          = define("ScopeChain")
+	qConversationCreated = define("ConversationCreated")
+	qLockBudgets         = define("LockBudgets")
+	qReadBudgets         = define("ReadBudgets")
+	qConversationBudgets = define("ConversationBudgets")
+	qInsertBudget        = define("InsertBudget")
+	qUpdateBudget        = define("UpdateBudget")
+	qChargeBudgets       = define("ChargeBudgets")
+	qReserveAtOnce       = define("ReserveAtOnce")
+	qRecordAtOnce        = define("RecordAtOnce")
+	qReservationByKey    = define("ReservationByKey")
+	qInsertReservation   = define("InsertReservation")
+	qCloseReservation    = define("CloseReservation")
+	qOpenReservations    = define("OpenReservations")
+	qSpendByTask         = define("SpendByTask")
+	qLapsedReservations  = define("LapsedReservations")
+	qOverWallTime        = define("OverWallTime")
 )
 
 // RunTask share-locks the reserving task and reads what a reservation

@@ -11,46 +11,18 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 )
 
-// Starting tasks. Every start goes through claimSet, under a lease the
+// Starting tasks. Every start sets the same columns, under a lease the
 // caller fenced in the same transaction: a fresh fencing token, the lease
 // epoch the run starts under, started_at at the first start, and the task
 // lease's deadline by the database's clock.
 
-// claimSet is the SET list of every start: $status is the status fsm gave
-// for the start edge, $epoch the fenced lease epoch, $lease the task lease
-// in microseconds.
-const claimSet = `status = $status, token = nextval('{schema}.task_token_seq'::regclass), run_epoch = $epoch,
-		    started_at = coalesce(started_at, now()),
-		    lease_expires_at = now() + $lease * interval '1 microsecond', updated_at = now()`
-
 var (
-	qStartTask = define(expand(logged(`UPDATE {schema}.tasks t SET `+claimSet+`
-		WHERE t.id = $1 AND t.conversation_id = $2 AND status = 'pending' AND NOT abort_requested`,
-		"t", "{task_columns}", ""), "$status", "$3", "$epoch", "$4", "$lease", "$5"))
-
-	qClaimRunnable = define(expand(logged(`WITH picked AS (
-			SELECT id FROM {schema}.tasks
-			WHERE conversation_id = $1 AND status = 'pending' AND NOT abort_requested
-			  AND ($2::text[] IS NULL OR kind = ANY($2))
-			  AND (owner_task_id IS NOT NULL OR $3::bigint[] IS NULL OR id = ANY($3))
-			ORDER BY id LIMIT $4
-			FOR NO KEY UPDATE SKIP LOCKED)
-		UPDATE {schema}.tasks t SET `+claimSet+`
-		WHERE t.id IN (SELECT id FROM picked) AND t.conversation_id = $1`, "t", "{task_columns}", "ORDER BY id"), "$status", "$5", "$epoch", "$6", "$lease", "$7"))
-
-	qLiveRoots = define(`SELECT {task_columns} FROM {schema}.tasks
-		WHERE conversation_id = $1 AND owner_task_id IS NULL AND status IN ({live})
-		ORDER BY id`)
-
-	qTasksInStatus = define(`SELECT {task_columns} FROM {schema}.tasks
-		WHERE conversation_id = $1 AND status = $2 ORDER BY id`)
-
-	qRunStates = define(`SELECT id, status, coalesce(token, 0) FROM {schema}.tasks WHERE id = ANY($1)`)
-
-	qStaleUnknownKinds = define(`SELECT id FROM {schema}.tasks
-		WHERE status = 'pending' AND started_at IS NULL AND NOT (kind = ANY($1))
-		  AND created_at < now() - $2 * interval '1 microsecond'
-		ORDER BY id LIMIT $3`)
+	qStartTask         = define("StartTask")
+	qClaimRunnable     = define("ClaimRunnable")
+	qLiveRoots         = define("LiveRoots")
+	qTasksInStatus     = define("TasksInStatus")
+	qRunStates         = define("RunStates")
+	qStaleUnknownKinds = define("StaleUnknownKinds")
 )
 
 // Run is where a start puts a task: the status of the start edge, the lease
@@ -124,13 +96,7 @@ func (s *Store) ChangeChannel() string {
 	return "arbor_changes_" + hex.EncodeToString(sum[:8])
 }
 
-var qClaimTasksUnfenced = define(expand(logged(`WITH picked AS (
-		SELECT id FROM {schema}.tasks
-		WHERE status = 'pending' AND NOT abort_requested
-		ORDER BY id LIMIT $1
-		FOR NO KEY UPDATE SKIP LOCKED)
-	UPDATE {schema}.tasks t SET `+claimSet+`
-	WHERE id IN (SELECT id FROM picked)`, "t", "{task_columns}", "ORDER BY id"), "$status", "$2", "$epoch", "0", "$lease", "$3"))
+var qClaimTasksUnfenced = define("ClaimTasksUnfenced")
 
 // ClaimTasksUnfenced starts up to limit pending tasks of every conversation,
 // oldest first, without any lease. Only the benchmarks' engine-loop

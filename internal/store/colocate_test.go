@@ -1,10 +1,6 @@
 package store
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -12,74 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// definedNames maps each define call of the package's files to the
-// variable it is assigned to, by file and line span.
-type definedName struct {
-	file       string
-	start, end int
-	name       string
-}
-
-func definedNames(t *testing.T) []definedName {
-	t.Helper()
-	fset := token.NewFileSet()
-	files, err := filepath.Glob("*.go")
-	require.NoError(t, err)
-	var out []definedName
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		af, err := parser.ParseFile(fset, f, nil, 0)
-		require.NoError(t, err)
-		ast.Inspect(af, func(n ast.Node) bool {
-			vs, ok := n.(*ast.ValueSpec)
-			if !ok {
-				return true
-			}
-			abs, err := filepath.Abs(f)
-			require.NoError(t, err)
-			for i, v := range vs.Values {
-				// qName = define(...), or defines inside a function that
-				// makes the values of several names (a table of queries):
-				// those are named by all the spec's names, joined by ",".
-				if call, ok := v.(*ast.CallExpr); ok {
-					if id, ok := call.Fun.(*ast.Ident); ok && id.Name == "define" {
-						out = append(out, definedName{abs, fset.Position(call.Pos()).Line, fset.Position(call.End()).Line, vs.Names[i].Name})
-						continue
-					}
-				}
-				var names []string
-				for _, n := range vs.Names {
-					names = append(names, n.Name)
-				}
-				ast.Inspect(v, func(n ast.Node) bool {
-					if call, ok := n.(*ast.CallExpr); ok {
-						if id, ok := call.Fun.(*ast.Ident); ok && id.Name == "define" {
-							out = append(out, definedName{abs, fset.Position(call.Pos()).Line, fset.Position(call.End()).Line, strings.Join(names, ",")})
-						}
-					}
-					return true
-				})
-			}
-			return false
-		})
-	}
-	return out
-}
-
-// statementNames returns the variable name of every query, by index.
+// statementNames returns the name of every query, by index, as the
+// variable it is assigned to (qName for the statement Name of store.SQL).
 func statementNames(t *testing.T) []string {
 	t.Helper()
-	defs := definedNames(t)
 	names := make([]string, len(queries))
-	for i, site := range querySites {
-		for _, d := range defs {
-			if d.file == site.file && d.start <= site.line && site.line <= d.end {
-				names[i] = d.name
-			}
-		}
-		require.NotEmpty(t, names[i], "query %d (%s:%d) is not assigned by a `qName = define(...)` of this package", i, site.file, site.line)
+	for i, name := range queryNames {
+		names[i] = "q" + name
 	}
 	return names
 }

@@ -6,21 +6,11 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 )
 
-// conversationColumns read conversation c (the alias is the statement's);
-// its lease deadline is its holder's.
-const conversationColumns = `c.id, coalesce(c.holder, ''), c.epoch,
-		(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at`
-
 var (
-	qEnsureConversation = define(`INSERT INTO {schema}.conversations (id) VALUES ($1) ON CONFLICT (id) DO NOTHING`)
-	// Locking a conversation also announces it on ChangeChannel ($2): the
-	// notification is delivered when the transaction commits (once, however
-	// often it locked), and never if it rolls back, so the machine holding
-	// the conversation hears of every multi-task change at no extra round trip.
-	qLockConversation       = define(`SELECT ` + conversationColumns + `, pg_notify($2, c.id) FROM {schema}.conversations c WHERE c.id = $1 FOR NO KEY UPDATE OF c`)
-	qLockConversationOfTask = define(`SELECT ` + conversationColumns + `, pg_notify($2, c.id) FROM {schema}.conversations c
-		WHERE c.id = (SELECT conversation_id FROM {schema}.tasks WHERE id = $1) FOR NO KEY UPDATE OF c`)
-	qGetConversation = define(`SELECT ` + conversationColumns + ` FROM {schema}.conversations c WHERE c.id = $1`)
+	qEnsureConversation     = define("EnsureConversation")
+	qLockConversation       = define("LockConversation")
+	qLockConversationOfTask = define("LockConversationOfTask")
+	qGetConversation        = define("GetConversation")
 )
 
 func scanConversation(row interface{ Scan(...any) error }, extra ...any) (arbortype.Conversation, error) {

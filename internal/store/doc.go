@@ -1,7 +1,9 @@
 // Package store is arbor's SQL layer: every statement the library runs is a
-// named query here, rendered once for the configured schema (a validated
-// identifier, never caller input), and every row comes back as a type of
-// package arbortype.
+// named query of the public package store's SQL (store/queries/*.sql), read
+// here by name once at start-up and rendered once for the configured schema
+// (a validated identifier, never caller input); every row comes back as a
+// type of package arbortype. Each file of this package wraps the
+// statements of its concept (claim.go runs those of claim.sql).
 //
 // It is internal: user code reaches it only through package tasks (your
 // application's operations) and package machine (running handlers), and no

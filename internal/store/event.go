@@ -33,9 +33,6 @@ func (ev Event) Arbor() arbortype.Event {
 		DeliveredTo: ev.DeliveredTo, DeliveredAt: ev.DeliveredAt}
 }
 
-const eventColumns = `id, conversation_id, coalesce(task_id, 0), name, payload, coalesce(idempotency_key, ''), queued,
-	emitted_at, coalesce(delivered_to, 0), delivered_at`
-
 func scanEvent(row pgx.Row) (Event, error) {
 	var e Event
 	err := row.Scan(&e.ID, &e.ConversationID, &e.TaskID, &e.Name, &e.Payload, &e.IdempotencyKey, &e.Queued,
@@ -56,52 +53,23 @@ type LogEntry struct {
 }
 
 var (
-	qEventByKey = define(`SELECT ` + eventColumns + ` FROM {schema}.events
-		WHERE conversation_id = $1 AND idempotency_key = $2`)
-	qFirstWinsEvent = define(`SELECT ` + eventColumns + ` FROM {schema}.events
-		WHERE conversation_id = $1 AND name = $2 AND coalesce(task_id, 0) = $3 AND NOT queued
-		ORDER BY id DESC LIMIT 1`)
-	qInsertEvent = define(`INSERT INTO {schema}.events (conversation_id, task_id, name, payload, idempotency_key, queued)
-		VALUES ($1, nullif($2::bigint, 0), $3, $4, nullif($5::text, ''), $6)
-		RETURNING ` + eventColumns)
-	// The oldest undelivered event an await of $2 by task $3 takes: one
-	// addressed to it first, then one addressed to the conversation.
-	qUndeliveredFor = define(`SELECT ` + eventColumns + ` FROM {schema}.events
-		WHERE conversation_id = $1 AND name = $2 AND delivered_to IS NULL AND (task_id = $3 OR task_id IS NULL)
-		ORDER BY (task_id IS NULL), id LIMIT 1 FOR UPDATE`)
-	qMarkDelivered = define(`UPDATE {schema}.events SET delivered_to = $2, delivered_at = greatest(now(), emitted_at)
-		WHERE id = $1 AND conversation_id = $3 AND delivered_to IS NULL`)
-	// The oldest task of the conversation awaiting $2 (for an event
-	// addressed to the conversation).
-	qOldestAwaiting = define(`SELECT {task_columns} FROM {schema}.tasks
-		WHERE conversation_id = $1 AND status = 'sleeping' AND await_name = $2
-		ORDER BY id LIMIT 1 FOR NO KEY UPDATE`)
-	qAwaitTask = define(logged(`UPDATE {schema}.tasks t
-		SET status = $2, phase = $3, state = $4, await_name = $5, await_token = $6, wake_at = $7,
-		    wake_job_id = nullif($8::bigint, 0), sleep_seq = sleep_seq + 1, delivered = NULL,
-		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
-		WHERE t.id = $1 AND t.conversation_id = $9`, "t", "{task_columns}", ""))
-	qDeliverTask = define(logged(`UPDATE {schema}.tasks t SET status = $2, delivered = $3, updated_at = now()
-		WHERE t.id = $1 AND t.conversation_id = $4`, "t", "{task_columns}", ""))
-	qPendingAwaits = define(`SELECT {task_columns} FROM {schema}.tasks
-		WHERE conversation_id = $1 AND status = 'sleeping' AND await_name IS NOT NULL ORDER BY id`)
-	qTaskByAwaitToken = define(`SELECT {task_columns} FROM {schema}.tasks WHERE await_token = $1`)
-
-	qAppendLog = define(`INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, name, payload)
-		VALUES ($1, nullif($2::bigint, 0), $3, nullif($4::text, ''), $5) RETURNING seq`)
-	qReadLog = define(`SELECT seq, conversation_id, coalesce(task_id, 0), kind, coalesce(status, ''), coalesce(name, ''), payload, at
-		FROM {schema}.conversation_log WHERE conversation_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`)
-	qLogHead  = define(`SELECT coalesce(max(seq), 0) FROM {schema}.conversation_log WHERE conversation_id = $1`)
-	qPruneLog = define(`DELETE FROM {schema}.conversation_log WHERE seq IN (
-		SELECT seq FROM {schema}.conversation_log WHERE at < now() - $1 * interval '1 microsecond' ORDER BY seq LIMIT $2)`)
-
-	qUndeliveredEvents = define(`SELECT ` + eventColumns + ` FROM {schema}.events
-		WHERE conversation_id = $1 AND delivered_to IS NULL ORDER BY id`)
-	qConversationEvents = define(`SELECT ` + eventColumns + ` FROM {schema}.events
-		WHERE conversation_id = $1 AND id > $2 ORDER BY id LIMIT $3`)
-
-	qLiveDeadlines = define(`SELECT id FROM {schema}.tasks
-		WHERE deadline < now() AND status IN ({live}) ORDER BY deadline LIMIT $1`)
+	qEventByKey         = define("EventByKey")
+	qFirstWinsEvent     = define("FirstWinsEvent")
+	qInsertEvent        = define("InsertEvent")
+	qUndeliveredFor     = define("UndeliveredFor")
+	qMarkDelivered      = define("MarkDelivered")
+	qOldestAwaiting     = define("OldestAwaiting")
+	qAwaitTask          = define("AwaitTask")
+	qDeliverTask        = define("DeliverTask")
+	qPendingAwaits      = define("PendingAwaits")
+	qTaskByAwaitToken   = define("TaskByAwaitToken")
+	qAppendLog          = define("AppendLog")
+	qReadLog            = define("ReadLog")
+	qLogHead            = define("LogHead")
+	qPruneLog           = define("PruneLog")
+	qUndeliveredEvents  = define("UndeliveredEvents")
+	qConversationEvents = define("ConversationEvents")
+	qLiveDeadlines      = define("LiveDeadlines")
 )
 
 // EventByKey reads the event of a conversation with an idempotency key.

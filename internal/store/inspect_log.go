@@ -17,26 +17,12 @@ type LogRow struct {
 	PayloadBytes int
 }
 
-// logRowColumns read log entry l with its payload cut to $cut characters.
-const logRowColumns = `l.seq, l.conversation_id, coalesce(l.task_id, 0), l.kind, coalesce(l.status, ''), coalesce(l.name, ''),
-		left(l.payload::text, $cut), coalesce(octet_length(l.payload::text), 0), l.at`
-
 var (
-	qLogBefore = define(`SELECT ` + expand(logRowColumns, "$cut", "$4") + ` FROM {schema}.conversation_log l
-		WHERE l.conversation_id = $1 AND l.seq < $2 ORDER BY l.seq DESC LIMIT $3`)
-	qLogAfter = define(`SELECT ` + expand(logRowColumns, "$cut", "$4") + ` FROM {schema}.conversation_log l
-		WHERE l.conversation_id = $1 AND l.seq > $2 ORDER BY l.seq LIMIT $3`)
-	// A task's entries among the conversation's $5 entries below $2 (the
-	// log has no index by task).
-	qTaskLogBefore = define(`SELECT ` + expand(logRowColumns, "$cut", "$6") + ` FROM (
-			SELECT * FROM {schema}.conversation_log w
-			WHERE w.conversation_id = $1 AND w.seq < $2 ORDER BY w.seq DESC LIMIT $5) l
-		WHERE l.task_id = $3 ORDER BY l.seq DESC LIMIT $4`)
-	qLogWindow = define(`SELECT count(*), coalesce(min(w.seq), 0) FROM (
-			SELECT seq FROM {schema}.conversation_log WHERE conversation_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3) w`)
-	// The last entry of every conversation's log: one probe of the
-	// primary key's end.
-	qLastLogSeq = define(`SELECT coalesce(max(seq), 0) FROM {schema}.conversation_log`)
+	qLogBefore     = define("LogBefore")
+	qLogAfter      = define("LogAfter")
+	qTaskLogBefore = define("TaskLogBefore")
+	qLogWindow     = define("LogWindow")
+	qLastLogSeq    = define("LastLogSeq")
 )
 
 func collectLogRows(rows pgx.Rows, err error) ([]LogRow, error) {
@@ -100,11 +86,7 @@ type EventRow struct {
 
 // The events addressed to a task and those delivered to it (their two
 // indexes), the newest first.
-var qTaskEvents = define(`SELECT id, conversation_id, coalesce(task_id, 0), name, left(payload::text, $4),
-			coalesce(octet_length(payload::text), 0), coalesce(idempotency_key, ''), queued, emitted_at,
-			coalesce(delivered_to, 0), delivered_at
-		FROM {schema}.events WHERE conversation_id = $1 AND (task_id = $2 OR delivered_to = $2)
-		ORDER BY id DESC LIMIT $3`)
+var qTaskEvents = define("TaskEvents")
 
 // TaskEvents reads up to limit events addressed or delivered to taskID,
 // the newest first, payloads cut to cut characters.

@@ -9,14 +9,10 @@ import (
 )
 
 // Awaits in the order of the awaiting index, after the key ($1, $2, $3).
-var qAwaitsAfter = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(wait_ids), 0) FROM {schema}.tasks
-		WHERE status = 'sleeping' AND await_name IS NOT NULL AND (conversation_id, await_name, id) > ($1, $2, $3)
-		ORDER BY conversation_id, await_name, id LIMIT $4`)
+var qAwaitsAfter = define("AwaitsAfter")
 
 // One conversation's awaits, after the key ($2, $3), along the same index.
-var qConversationAwaitsAfter = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(wait_ids), 0) FROM {schema}.tasks
-		WHERE conversation_id = $1 AND status = 'sleeping' AND await_name IS NOT NULL AND (await_name, id) > ($2, $3)
-		ORDER BY await_name, id LIMIT $4`)
+var qConversationAwaitsAfter = define("ConversationAwaitsAfter")
 
 // ConversationAwaitsAfter lists up to limit tasks of conv awaiting an
 // event, after the key (await name, task id).
@@ -32,17 +28,10 @@ func (s *Store) AwaitsAfter(ctx context.Context, db DB, conv, name string, id in
 }
 
 var (
-	// A page of a conversation's tasks in id order (ancestors first), by
-	// its end of the (conversation_id, id) index.
-	qTreePage = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(wait_ids), 0) FROM {schema}.tasks
-		WHERE conversation_id = $1 AND id > $2 AND (cardinality($3::text[]) = 0 OR status = ANY($3::text[]))
-		ORDER BY id LIMIT $4`)
-	qChildrenPage = define(`SELECT ` + summaryColumns + `, coalesce(cardinality(wait_ids), 0) FROM {schema}.tasks
-		WHERE conversation_id = $1 AND owner_task_id = $2 AND id > $3 ORDER BY id LIMIT $4`)
-	qChildCounts = define(`SELECT owner_task_id, count(*) FROM {schema}.tasks
-		WHERE conversation_id = $1 AND owner_task_id = ANY($2) GROUP BY owner_task_id`)
-	qStatusCounts = define(`SELECT t.status, count(*) FROM (
-			SELECT status FROM {schema}.tasks WHERE conversation_id = $1 LIMIT $2) t GROUP BY t.status`)
+	qTreePage     = define("TreePage")
+	qChildrenPage = define("ChildrenPage")
+	qChildCounts  = define("ChildCounts")
+	qStatusCounts = define("StatusCounts")
 )
 
 // TreePage reads up to limit tasks of conv after task id after, in id

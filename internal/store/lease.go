@@ -15,96 +15,16 @@ import (
 // every fence a former holder writes with fails. Only the holder's own
 // renewal locks its row: take-overs read it.
 
-// heldLive says that conversation c's holder is live: its row's deadline
-// has not passed. (The alias c is the statement's.)
-const heldLive = `EXISTS (SELECT 1 FROM {schema}.holders hl WHERE hl.id = c.holder_id AND hl.expires_at >= now())`
-
-// freeToTake says that conversation c has no live holder.
-const freeToTake = `(c.holder_id IS NULL OR NOT ` + heldLive + `)`
-
-// notHeldLive says that task t's conversation has no live holder, found
-// by primary key: a scalar subquery, not NOT EXISTS, so that a scan of
-// pending tasks in id order stays one (see qOpenConversations). The join
-// on coalesce(h.holder_id, 0) does not imply holder_id IS NOT NULL, the
-// predicate of the partial holder index, so that index cannot serve the
-// probe: over statistics that showed it empty, the probe read it whole
-// for every task (every conversation the node held), 2.7 s for an open
-// in bench (l).
-const notHeldLive = `NOT coalesce((SELECT true FROM {schema}.conversations h JOIN {schema}.holders hh ON hh.id = coalesce(h.holder_id, 0)
-	WHERE h.id = t.conversation_id AND hh.expires_at >= now()), false)`
-
-// runsIn says that conversation c has a running task, found through the
-// live index by conversation: a scalar subquery, for notHeldLive's reason.
-const runsIn = `coalesce((SELECT true FROM {schema}.tasks r WHERE r.conversation_id = c.id AND r.status = 'running' LIMIT 1), false)`
-
-// prevHolder is what a take-over reports of the holder it took c from: its
-// id (0: none), and whether its last renewal came before the server's start
-// (a database restart lapsed it: the restarts it leaves are not counted) or
-// before the server's promotion (a failover did): a promoted standby's
-// pg_postmaster_start_time() is its start as a standby, long before, while
-// pg_last_xact_replay_timestamp() stays at the last commit it replayed
-// before the promotion, which no renewal on the old primary came after.
-const prevHolder = `coalesce(c.holder_id, 0) AS prev_holder,
-		coalesce((SELECT hp.renewed_at < pg_postmaster_start_time() OR hp.renewed_at <= pg_last_xact_replay_timestamp() FROM {schema}.holders hp WHERE hp.id = c.holder_id), false) AS prev_restarted`
-
 var (
-	qNewHolder = define(`INSERT INTO {schema}.holders (name, expires_at)
-		VALUES ($1, now() + $2 * interval '1 microsecond') RETURNING id`)
-
-	// A renewal extends a live row only: a row whose deadline passed may
-	// have lost conversations to take-overs, and its holder must find out
-	// which before it acts again (it starts a new life). It never brings
-	// the deadline closer (a shorter ttl, the database's clock stepped
-	// back), which the holders' guard refuses: the holder's fence counts
-	// from the deadline it was promised.
-	qRenewHolder = define(`UPDATE {schema}.holders SET expires_at = greatest(expires_at, now() + $2 * interval '1 microsecond'), renewed_at = now()
-		WHERE id = $1 AND expires_at >= now() RETURNING id`)
-
-	// A holder that is done (a stopped runner, a released Lease) removes its
-	// row, if it holds nothing any more.
-	qEndHolder = define(`DELETE FROM {schema}.holders h WHERE h.id = $1
-		AND NOT EXISTS (SELECT 1 FROM {schema}.conversations c WHERE c.holder_id = h.id)`)
-
-	// Lives long over that hold nothing, removed a batch at a time.
-	qPruneHolders = define(`DELETE FROM {schema}.holders WHERE id IN (
-		SELECT h.id FROM {schema}.holders h
-		WHERE h.expires_at < now() - $1 * interval '1 microsecond'
-		  AND NOT EXISTS (SELECT 1 FROM {schema}.conversations c WHERE c.holder_id = h.id)
-		ORDER BY h.id LIMIT $2)`)
-
-	// SKIP LOCKED: a conversation another holder is taking over right now
-	// (or that a transaction is working on) is skipped, not waited for; the
-	// caller comes back to it.
-	qTakeConversation = define(`WITH picked AS (
-			SELECT c.id, ` + prevHolder + ` FROM {schema}.conversations c
-			WHERE c.id = $1 AND ` + freeToTake + `
-			FOR NO KEY UPDATE OF c SKIP LOCKED)
-		UPDATE {schema}.conversations c
-		SET holder = $2, holder_id = $3, epoch = c.epoch + 1, updated_at = now()
-		FROM picked WHERE c.id = picked.id
-		RETURNING ` + conversationColumns + `, picked.prev_holder, picked.prev_restarted`)
-
-	// The release locks the row (the engine requeues the holder's running
-	// tasks in the same transaction, see LockHeldConversation) and frees it.
-	qLockHeldConversation = define(`SELECT ` + conversationColumns + `, pg_notify($4, c.id) FROM {schema}.conversations c
-		WHERE c.id = $1 AND c.holder_id = $2 AND c.epoch = $3 FOR NO KEY UPDATE OF c`)
-
-	// The same, skipping a row another transaction holds (the runner's
-	// audit, which must not wait: no row is returned then either).
-	qTryLockHeldConversation = define(`SELECT ` + conversationColumns + `, pg_notify($4, c.id) FROM {schema}.conversations c
-		WHERE c.id = $1 AND c.holder_id = $2 AND c.epoch = $3 FOR NO KEY UPDATE OF c SKIP LOCKED`)
-
-	qReleaseConversation = define(`UPDATE {schema}.conversations
-		SET holder = NULL, holder_id = NULL, updated_at = now()
-		WHERE id = $1 AND holder_id = $2 AND epoch = $3`)
-
-	// Locked: a take-over (an UPDATE of the row) waits for the fenced
-	// transaction to end, and the fenced transaction, if it comes second,
-	// sees the new epoch. Exclusively (FOR NO KEY UPDATE), as every writer
-	// of the conversation's log holds it, so that the log's order is its
-	// commit order.
-	qFenceConversation = define(`SELECT epoch FROM {schema}.conversations
-		WHERE id = $1 AND holder_id = $2 AND epoch = $3 FOR NO KEY UPDATE`)
+	qNewHolder               = define("NewHolder")
+	qRenewHolder             = define("RenewHolder")
+	qEndHolder               = define("EndHolder")
+	qPruneHolders            = define("PruneHolders")
+	qTakeConversation        = define("TakeConversation")
+	qLockHeldConversation    = define("LockHeldConversation")
+	qTryLockHeldConversation = define("TryLockHeldConversation")
+	qReleaseConversation     = define("ReleaseConversation")
+	qFenceConversation       = define("FenceConversation")
 )
 
 // Taken is a conversation a holder took, and what the take-over found of

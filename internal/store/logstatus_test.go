@@ -34,7 +34,7 @@ func TestEveryStatusWriteIsLogged(t *testing.T) {
 			continue
 		}
 		if !strings.Contains(sql, "INSERT INTO {schema}.conversation_log") || !strings.Contains(sql, "FROM w ORDER BY w.settle_seq NULLS FIRST, w.id") {
-			t.Errorf("%s writes a task's status but does not log it: build it with logged (logstatus.go):\n%s", name, sql)
+			t.Errorf("%s writes a task's status but does not log it: give it the CTEs w and logged of the other status writes (store/queries/task_write.sql):\n%s", name, sql)
 		}
 	}
 	if writes < 20 {

@@ -14,61 +14,14 @@ import (
 // runs' outcomes at once (internal/core's flush.go).
 
 var (
-	// A flush's conversations, locked in id order, skipping those another
-	// transaction holds (their outcomes go in a later flush: a conversation
-	// locked elsewhere delays only its own); held says whether this node
-	// still holds each (the flush claims only in those).
-	qLockForFlush = define(`SELECT id, coalesce(holder_id = $2, false), pg_current_xact_id()::text::bigint FROM {schema}.conversations
-		WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED`)
-
-	// Completions that need nothing else: running under the run's token, not
-	// being aborted, with no live foreground child. The others are applied
-	// one by one. The statements of a flush that take tasks by id test the
-	// status with IS NOT DISTINCT FROM, which no index serves, so that
-	// statistics over a settled history (none running, waiting or
-	// completing) cannot plan a scan of a live-status index per row instead
-	// of the primary key (TestFlushKeepsItsPlansAfterASettledHistory).
-	qCompleteMany = define(logged(`WITH v AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS v(id, token, result))
-		UPDATE {schema}.tasks t
-		SET status = $4, result = v.result::jsonb,
-		    settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass),
-		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
-		FROM v
-		WHERE t.id = v.id AND t.token = v.token AND t.status IS NOT DISTINCT FROM 'running' AND NOT t.abort_requested
-		  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = t.id AND NOT c.background AND c.status IN ({live}))`,
-		"t", "id, coalesce(owner_task_id, 0)", ""))
-
-	// Owners whose waits the settles satisfied: no waited child is live. (A
-	// fail_fast wait tripped by a child that did not complete is applied by
-	// that child's own settle, one by one.)
-	qWakeSatisfied = define(logged(`UPDATE {schema}.tasks o SET status = $2, updated_at = now()
-		WHERE o.id = ANY($1) AND o.status IS NOT DISTINCT FROM 'waiting'
-		  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = o.id AND c.id = ANY(o.wait_ids) AND c.status IN ({live}))`,
-		"o", "id", ""))
-
-	// Completing owners whose last live foreground child settled.
-	qCompleteHeld = define(logged(`UPDATE {schema}.tasks o
-		SET status = $2, settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass), updated_at = now()
-		WHERE o.id = ANY($1) AND o.status IS NOT DISTINCT FROM 'completing'
-		  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = o.id AND NOT c.background AND c.status IN ({live}))`,
-		"o", "id, coalesce(owner_task_id, 0)", ""))
-
-	// The tasks of a batch's waits, locked, with what a wait checks.
-	qLockRunStates = define(`SELECT id, status, coalesce(token, 0), abort_requested FROM {schema}.tasks
-		WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED`)
-
-	qChildStates = define(`SELECT id, coalesce(owner_task_id, 0), status, coalesce(settle_seq, 0) FROM {schema}.tasks
-		WHERE id = ANY($1)`)
-
-	// Waits parked together: running → waiting with phase, state, policy
-	// and ids (as text, one array per row).
-	qWaitMany = define(logged(`UPDATE {schema}.tasks t
-		SET status = $6, phase = v.phase, state = v.state::jsonb, wait_policy = v.policy, wait_ids = v.ids::bigint[],
-		    token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
-		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[]) AS v(id, phase, state, policy, ids)
-		WHERE t.id = v.id`, "t", "count(*)", ""))
-
-	qWakeMany = define(logged(`UPDATE {schema}.tasks t SET status = $2, updated_at = now() WHERE id = ANY($1)`, "t", "count(*)", ""))
+	qLockForFlush  = define("LockForFlush")
+	qCompleteMany  = define("CompleteMany")
+	qWakeSatisfied = define("WakeSatisfied")
+	qCompleteHeld  = define("CompleteHeld")
+	qLockRunStates = define("LockRunStates")
+	qChildStates   = define("ChildStates")
+	qWaitMany      = define("WaitMany")
+	qWakeMany      = define("WakeMany")
 )
 
 // LockForFlush locks the conversations in id order, skipping those another

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"regexp"
 	"testing"
 
@@ -20,12 +19,11 @@ func TestMain(m *testing.M) { os.Exit(testdb.Main(m)) }
 
 // TestEveryStatementPrepares parses and describes every statement of the
 // store, rendered for a freshly migrated schema as New renders it (the
-// schema substituted, the shared fragments and the live-status list
-// expanded; the named parameters of fragments were expanded by define's
-// callers already), on the real server: a typo, a column a migration
+// schema substituted, the column lists and the status lists expanded), on
+// the real server: a typo, a column a migration
 // dropped or renamed, a parameter whose type the server cannot infer, or
-// a table named without {schema} fails here, by the statement's variable
-// and where it is defined, rather than at the first call that runs it.
+// a table named without {schema} fails here, by the statement's name
+// and the .sql file it is in, rather than at the first call that runs it.
 //
 // Nothing is executed: Parse and Describe only (pgconn's Prepare with the
 // anonymous statement), so the test writes nothing. The store names every
@@ -49,10 +47,9 @@ func TestEveryStatementPrepares(t *testing.T) {
 
 	require.Len(t, s.sql, len(queries))
 	for i, sql := range s.sql {
-		site := querySites[i]
 		if _, err := pg.Prepare(ctx, "", sql, nil); err != nil {
-			t.Errorf("%s (%s:%d) does not prepare against the migrated schema: %v\n%s",
-				names[i], filepath.Base(site.file), site.line, err, sql)
+			t.Errorf("%s (store/queries/%s) does not prepare against the migrated schema: %v\n%s",
+				names[i], named[queryNames[i]].file, err, sql)
 		}
 	}
 	t.Logf("%d statements prepared in schema %s", len(s.sql), schema)

@@ -4,11 +4,10 @@ import (
 	publicstore "github.com/arborhq/arbor/store"
 
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/arborhq/arbor/arbortype"
 )
 
 // Retention: the prune's statements (docs/operations.md, "Retention").
@@ -20,58 +19,45 @@ import (
 // checks every deleted task semantically (guardrules.DeleteRules), whatever the
 // statement that deletes it.
 
-// steeredCode is arbortype.CodeSteered, the error code of a steered
-// message's own turn that another turn took.
-const steeredCode = arbortype.CodeSteered
-
 // dependent is a table whose rows belong to tasks, or to a conversation,
-// and go with them, deleted before the tasks they refer to.
+// and go with them, deleted before the tasks they refer to. Its statements
+// in store/queries/retention.sql are named after it: Delete…OfTasks and
+// Count…OfTasks select the rows of tasks $2 (bigint[]) of conversation $1,
+// Delete…OfConversation and Count…OfConversation a bounded batch ($2) of
+// every row of conversation $1.
 type dependent struct {
-	// name is how a summary counts the table's rows.
+	// name is how a summary counts the table's rows, and (in CamelCase)
+	// the middle of its statements' names.
 	name string
-	// table is the table.
-	table string
-	// key identifies a row (for the bounded deletes of a conversation's rows).
-	key string
-	// ofTasks selects the rows of tasks $2 (bigint[]) of conversation $1.
-	ofTasks string
-	// ofConversation selects every row of conversation $1.
-	ofConversation string
-	// beforeTasks, when set, runs (conversation $1, tasks $2) before the
-	// rows of pruned tasks are deleted: what must outlive them.
-	beforeTasks string
+	// carry says that Carry…BeforeTasks runs (conversation $1, tasks $2)
+	// before the rows of pruned tasks are deleted: what must outlive them.
+	carry bool
 }
 
 // dependents are what a pruned task or conversation takes with it. A
-// table that refers to tasks or conversations is one more line here.
+// table that refers to tasks or conversations is one more line here, and
+// its four statements in retention.sql.
 var dependents = []dependent{
 	// A pruned task's budgets go with it; its reservations too, their spend
 	// carried into the conversation's budgets (a session's spend outlives
 	// its pruned turns; an open one is spent in full, its run long over).
-	{name: "budgets", table: "budgets", key: "ctid",
-		ofTasks:        `conversation_id = $1 AND task_id = ANY($2::bigint[])`,
-		ofConversation: `conversation_id = $1`},
-	{name: "budget_reservations", table: "budget_reservations", key: "id",
-		ofTasks:        `conversation_id = $1 AND task_id = ANY($2::bigint[])`,
-		ofConversation: `conversation_id = $1`,
-		beforeTasks: `UPDATE {schema}.budgets b
-			SET carried = b.carried + s.gone, spent = b.spent + s.open, reserved = b.reserved - s.open, updated_at = now()
-			FROM (SELECT counter, sum(coalesce(actual, amount)) AS gone, coalesce(sum(amount) FILTER (WHERE actual IS NULL), 0) AS open
-				FROM {schema}.budget_reservations WHERE conversation_id = $1 AND task_id = ANY($2::bigint[]) GROUP BY counter) s
-			WHERE b.conversation_id = $1 AND b.task_id IS NULL AND b.counter = s.counter`},
-	{name: "events", table: "events", key: "id",
-		ofTasks:        `conversation_id = $1 AND (task_id = ANY($2::bigint[]) OR delivered_to = ANY($2::bigint[]))`,
-		ofConversation: `conversation_id = $1`},
-	{name: "log_entries", table: "conversation_log", key: "seq",
-		ofTasks:        `conversation_id = $1 AND task_id = ANY($2::bigint[])`,
-		ofConversation: `conversation_id = $1`},
+	{name: "budgets"},
+	{name: "budget_reservations", carry: true},
+	{name: "events"},
+	{name: "log_entries"},
 	// Wake jobs are found through River's GIN index on args, one task at a
 	// time; a running one (its worker holds it) is left to River.
-	{name: "wake_jobs", table: "river_job", key: "id",
-		ofTasks: `id IN (SELECT j.id FROM unnest($2::bigint[]) t(id) CROSS JOIN LATERAL (
-			SELECT id FROM {schema}.river_job WHERE kind = '` + WakeJobKind + `' AND args @> jsonb_build_object('task_id', t.id)
-			  AND state <> 'running' AND $1::text IS NOT NULL) j)`,
-		ofConversation: `kind = '` + WakeJobKind + `' AND args @> jsonb_build_object('conversation_id', $1::text) AND state <> 'running'`},
+	{name: "wake_jobs"},
+}
+
+// camel is a dependent's name as the middle of its statements' names
+// (log_entries: LogEntries).
+func camel(name string) string {
+	var b strings.Builder
+	for _, w := range strings.Split(name, "_") {
+		b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+	}
+	return b.String()
 }
 
 // DependentNames are the names a prune's summary counts, in order.
@@ -87,8 +73,8 @@ var (
 	qBeforeTasks = func() (before []query) {
 		for _, d := range dependents {
 			q := query(-1)
-			if d.beforeTasks != "" {
-				q = define(d.beforeTasks)
+			if d.carry {
+				q = define("Carry" + camel(d.name) + "BeforeTasks")
 			}
 			before = append(before, q)
 		}
@@ -96,103 +82,25 @@ var (
 	}()
 	qDeleteOfTasks, qCountOfTasks, qDeleteOfConversation, qCountOfConversation = func() (del, cnt, delConv, cntConv []query) {
 		for _, d := range dependents {
-			del = append(del, define(`DELETE FROM {schema}.`+d.table+` WHERE `+d.ofTasks))
-			cnt = append(cnt, define(`SELECT count(*) FROM {schema}.`+d.table+` WHERE `+d.ofTasks))
-			// = ANY(ARRAY(…)): the batch's keys looked up one by one (an
-			// index, or a TID scan for ctid), never a scan of the table.
-			delConv = append(delConv, define(`DELETE FROM {schema}.`+d.table+` WHERE `+d.key+` = ANY(ARRAY(
-				SELECT `+d.key+` FROM {schema}.`+d.table+` WHERE `+d.ofConversation+` LIMIT $2))`))
-			cntConv = append(cntConv, define(`SELECT count(*) FROM {schema}.`+d.table+` WHERE `+d.ofConversation+` AND $2::int IS NOT NULL`))
+			del = append(del, define("Delete"+camel(d.name)+"OfTasks"))
+			cnt = append(cnt, define("Count"+camel(d.name)+"OfTasks"))
+			delConv = append(delConv, define("Delete"+camel(d.name)+"OfConversation"))
+			cntConv = append(cntConv, define("Count"+camel(d.name)+"OfConversation"))
 		}
 		return
 	}()
 
-	// The prune's own River jobs, finished longer than $1 ago.
-	qPruneFinishedPruneJobs = define(`DELETE FROM {schema}.river_job
-		WHERE kind = '` + PruneJobKind + `' AND finalized_at < now() - $1 * interval '1 microsecond'`)
-
-	// The prune's mark (migration 019): the transaction's id in
-	// prune_marks, which only the prune's role may write; removed before
-	// the transaction commits.
-	qMarkPrune   = define(`INSERT INTO {schema}.prune_marks DEFAULT VALUES ON CONFLICT DO NOTHING`)
-	qUnmarkPrune = define(`DELETE FROM {schema}.prune_marks WHERE txid = pg_current_xact_id()`)
-	qPruneCutoff = define(`SELECT now() - $1 * interval '1 microsecond'`)
-
-	// Settled turns settled before $1, after the cursor ($2, $3), oldest
-	// first, across conversations (tasks_settled_roots_idx).
-	qPruneCandidates = define(`SELECT conversation_id, settled_at, id FROM {schema}.tasks
-		WHERE owner_task_id IS NULL AND settled_at IS NOT NULL AND settled_at < $1
-		  AND (settled_at, id) > ($2, $3)
-		ORDER BY settled_at, id LIMIT $4`)
-
-	// Conversations created before $1 with no task left (after the cursor
-	// $2, in id order): what a prune that deleted a conversation's tasks
-	// but not the conversation (a holder still had its lease) left, and
-	// conversations that never had a task.
-	qEmptyConversations = define(`SELECT c.id FROM {schema}.conversations c
-		WHERE c.created_at < $1 AND c.id > $2
-		  AND NOT EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = c.id)
-		ORDER BY c.id LIMIT $3`)
-
-	// The conversation, locked for a prune's batch: skipped (no row) while
-	// another transaction holds it. held says a live holder has its lease.
-	qLockConversationForPrune = define(`SELECT ` + heldLive + `
-		FROM {schema}.conversations c WHERE c.id = $1 FOR UPDATE OF c SKIP LOCKED`)
-
-	// Whether conversation $1 has a live holder, read without a lock: what
-	// a dry run needs to know the batch's LockConversationForPrune would
-	// say.
-	qConversationHeld = define(`SELECT ` + heldLive + ` FROM {schema}.conversations c WHERE c.id = $1`)
-
-	// What a prune may delete of conversation $1 with cutoff $2: the tasks
-	// of its ripe turns (up to $3, newest id first, so that every task's
-	// descendants come with it), and whether the conversation is wholly
-	// out of use. A turn is ripe when no task of its tree is live and every
-	// one settled before the cutoff, and, while the conversation is in use
-	// (a live task, or anything newer than the cutoff), it is neither the
-	// conversation's newest settled turn nor its newest settled turn that
-	// is not a steered message's (cancelled because another turn took the
-	// message: the turn that answered is the context to keep). Its walks,
-	// up from the live tasks and down from the roots, are shaped as the
-	// abort's (internal/store/tree.go), so that their plans do not depend on
-	// statistics.
-	qPruneVictims = define(`WITH RECURSIVE
-		live_up AS (
-			SELECT t.id, t.owner_task_id FROM {schema}.tasks t WHERE t.conversation_id = $1 AND t.status IN ({live})
-			UNION
-			SELECT o.id, o.owner_task_id FROM live_up l CROSS JOIN LATERAL (SELECT o.id, o.owner_task_id FROM {schema}.tasks o
-				WHERE o.conversation_id = $1 AND o.id = l.owner_task_id OFFSET 0) o),
-		in_use AS (SELECT EXISTS (SELECT 1 FROM live_up)
-			OR EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = $1 AND (t.settled_at >= $2 OR t.created_at >= $2))
-			OR EXISTS (SELECT 1 FROM {schema}.events e WHERE e.conversation_id = $1 AND e.emitted_at >= $2)
-			OR EXISTS (SELECT 1 FROM {schema}.conversations c WHERE c.id = $1 AND c.created_at >= $2) AS v),
-		newest AS (SELECT max(id) AS id FROM {schema}.tasks
-			WHERE conversation_id = $1 AND owner_task_id IS NULL AND status NOT IN ({live})),
-		newest_answer AS (SELECT max(id) AS id FROM {schema}.tasks
-			WHERE conversation_id = $1 AND owner_task_id IS NULL AND status NOT IN ({live})
-			  AND error->>'code' IS DISTINCT FROM '` + steeredCode + `'),
-		roots AS (
-			SELECT r.id FROM {schema}.tasks r
-			WHERE r.conversation_id = $1 AND r.owner_task_id IS NULL AND r.settled_at < $2
-			  AND r.id NOT IN (SELECT id FROM live_up)
-			  AND (NOT (SELECT v FROM in_use)
-			    OR (r.id <> (SELECT id FROM newest) AND r.id IS DISTINCT FROM (SELECT id FROM newest_answer)))),
-		tree AS (
-			SELECT r.id AS root, r.id, t.settled_at FROM roots r JOIN {schema}.tasks t ON t.id = r.id
-			UNION ALL
-			SELECT tr.root, c.id, c.settled_at FROM tree tr CROSS JOIN LATERAL (SELECT c.id, c.settled_at FROM {schema}.tasks c
-				WHERE c.conversation_id = $1 AND c.owner_task_id = tr.id OFFSET 0) c),
-		ripe AS (SELECT root FROM tree GROUP BY root HAVING bool_and(settled_at IS NOT NULL AND settled_at < $2))
-		SELECT coalesce((SELECT array_agg(id) FROM (
-			SELECT id FROM tree WHERE root IN (SELECT root FROM ripe) ORDER BY id DESC LIMIT $3) v), '{}'),
-			coalesce((SELECT count(*) FROM ripe), 0),
-			NOT (SELECT v FROM in_use)`)
-
-	qDeleteTasks = define(`DELETE FROM {schema}.tasks WHERE conversation_id = $1 AND id = ANY($2::bigint[])`)
-	// A conversation is deleted when no task is left (the guard checks it,
-	// and that no live holder has it).
-	qDeleteConversation = define(`DELETE FROM {schema}.conversations c WHERE c.id = $1
-		AND NOT EXISTS (SELECT 1 FROM {schema}.tasks t WHERE t.conversation_id = $1)`)
+	qPruneFinishedPruneJobs   = define("PruneFinishedPruneJobs")
+	qMarkPrune                = define("MarkPrune")
+	qUnmarkPrune              = define("UnmarkPrune")
+	qPruneCutoff              = define("PruneCutoff")
+	qPruneCandidates          = define("PruneCandidates")
+	qEmptyConversations       = define("EmptyConversations")
+	qLockConversationForPrune = define("LockConversationForPrune")
+	qConversationHeld         = define("ConversationHeld")
+	qPruneVictims             = define("PruneVictims")
+	qDeleteTasks              = define("DeleteTasks")
+	qDeleteConversation       = define("DeleteConversation")
 )
 
 // MarkPrune marks tx as the prune's: the guard lets it delete what the

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,56 +40,16 @@ type WakeJob struct {
 	SleepSeq int64
 }
 
-// historyAppend appends the entry $entry (code, message, non_retryable)
-// stamped with the run number and the database time to error_history,
-// keeping the newest $limit entries in order.
-const historyAppend = `error_history = (
-		SELECT coalesce(jsonb_agg(h.e ORDER BY h.n), '[]'::jsonb) FROM (
-			SELECT e, n FROM jsonb_array_elements(error_history || jsonb_build_array(
-				$%[1]d::jsonb || jsonb_build_object('try', retries + 1, 'at', now())))
-				WITH ORDINALITY AS a(e, n)
-			ORDER BY n DESC LIMIT $%[2]d) h)`
-
 var (
-	// A sleep is sleep number sleep_seq + 1; its wake job ($6) is
-	// inserted first, for that number, so that the task is written once.
-	qSleepTask = define(logged(`UPDATE {schema}.tasks t
-		SET status = $2, phase = $3, state = $4, wake_at = $5, sleep_seq = sleep_seq + 1,
-		    wake_job_id = $6, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
-		    await_name = NULL, await_token = NULL, delivered = NULL
-		WHERE t.id = $1 AND t.conversation_id = $7`, "t", "{task_columns}", ""))
-
-	qRetryTask = define(logged(`UPDATE {schema}.tasks t
-		SET status = $2, error = $3, retries = retries + 1,
-		    wake_at = $4, sleep_seq = sleep_seq + 1,
-		    wake_job_id = $7, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
-		    await_name = NULL, await_token = NULL, delivered = NULL,
-		    `+fmt.Sprintf(historyAppend, 5, 6)+`
-		WHERE t.id = $1 AND t.conversation_id = $8`, "t", "{task_columns}", ""))
-
-	qNotifySleep = define(`SELECT pg_notify($1, $2)`)
-
-	qDueNow = define(`SELECT $1::timestamptz <= clock_timestamp(), clock_timestamp()`)
-
-	qDeleteWakeJobs = define(`DELETE FROM {schema}.river_job WHERE id IN (
-		SELECT id FROM {schema}.river_job
-		WHERE id = ANY($1) AND kind = '` + WakeJobKind + `' AND state <> 'running'
-		FOR UPDATE SKIP LOCKED)`)
-
-	qSleepingDue = define(`SELECT id, conversation_id, sleep_seq, wake_at FROM {schema}.tasks
-		WHERE status = 'sleeping' AND wake_at <= $1
-		ORDER BY wake_at, id LIMIT $2`)
-
-	qDatabaseNow = define(`SELECT clock_timestamp()`)
-
-	qTransactionNow = define(`SELECT now()`)
-
-	qLiveWakeJobs = define(`SELECT id, state::text, coalesce((args->>'task_id')::bigint, 0),
-		    coalesce((args->>'sleep_seq')::bigint, 0)
-		FROM {schema}.river_job
-		WHERE kind = '` + WakeJobKind + `' AND args @> jsonb_build_object('conversation_id', $1::text)
-		  AND state NOT IN ('completed', 'cancelled', 'discarded')
-		ORDER BY id`)
+	qSleepTask      = define("SleepTask")
+	qRetryTask      = define("RetryTask")
+	qNotifySleep    = define("NotifySleep")
+	qDueNow         = define("DueNow")
+	qDeleteWakeJobs = define("DeleteWakeJobs")
+	qSleepingDue    = define("SleepingDue")
+	qDatabaseNow    = define("DatabaseNow")
+	qTransactionNow = define("TransactionNow")
+	qLiveWakeJobs   = define("LiveWakeJobs")
 )
 
 // SleepTask parks a running task until wakeAt with phase and state saved,

@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
-	"runtime"
+	"fmt"
+	"io/fs"
+	"path"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/migrations"
+	publicstore "github.com/arborhq/arbor/store"
 )
 
 // DB is what the store runs its queries on: a pool, a connection or a
@@ -26,7 +29,10 @@ type Store struct {
 	sql    []string // indexed by query
 }
 
-// New returns a Store for schema ("" means migrations.SchemaDefault).
+// New returns a Store for schema ("" means migrations.SchemaDefault): every
+// statement of store.SQL with its placeholders replaced, {schema} by the
+// quoted schema and the lists by the Go lists they must match (the columns
+// the scanners read, the statuses of package arbortype).
 func New(schema string) (*Store, error) {
 	if schema == "" {
 		schema = migrations.SchemaDefault
@@ -38,7 +44,9 @@ func New(schema string) (*Store, error) {
 	r := strings.NewReplacer(
 		"{task_columns}", taskColumns,
 		"{run_columns}", runColumns,
+		"{summary_columns}", summaryColumns,
 		"{live}", liveStatusList,
+		"{settled}", settledStatusList,
 		"{schema}", pgx.Identifier{schema}.Sanitize(),
 	)
 	for i, sql := range queries {
@@ -64,30 +72,81 @@ func (s *Store) Schema() string { return s.schema }
 // query names one of arbor's SQL statements.
 type query int
 
-// queries are all of arbor's SQL, indexed by query. Each file of this package
-// defines the statements of its concept beside their Go wrappers.
-var queries []string
+// queries are all of arbor's SQL, indexed by query, and queryNames their
+// names: each file of this package defines, with define, the statements
+// of its concept beside their Go wrappers, and reads their text from the
+// named queries of store.SQL (the top-level package store).
+var (
+	queries    []string
+	queryNames []string
+)
 
-// expand replaces the named parameters of a shared fragment (such as
-// claimSet's $status) with the positional ones of one statement, given as
-// name, position pairs.
-func expand(sql string, pairs ...string) string {
-	return strings.NewReplacer(pairs...).Replace(sql)
+// named is every statement of store.SQL by name, read once at start-up.
+var named = func() map[string]namedQuery {
+	m, err := parseQueries(publicstore.SQL)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}()
+
+// namedQuery is one statement of store.SQL and the file it is in.
+type namedQuery struct {
+	file, sql string
 }
 
-// querySites are where each of queries is defined (file and line of its
-// define call), indexed by query: the co-location test (colocate_test.go)
-// names a statement by the variable it is assigned to there.
-var querySites []querySite
-
-type querySite struct {
-	file string
-	line int
-}
-
-func define(sql string) query {
-	_, file, line, _ := runtime.Caller(1)
-	queries = append(queries, sql)
-	querySites = append(querySites, querySite{file, line})
+// define returns the query of the statement called name in store.SQL. A
+// name store.SQL does not hold is a mistake of this package's, caught by
+// every test that loads it (and TestEveryNamedQueryIsDefined checks the
+// converse: no statement of store.SQL goes unused).
+func define(name string) query {
+	q, ok := named[name]
+	if !ok {
+		panic("internal/store: no statement " + name + " in store.SQL")
+	}
+	queries = append(queries, q.sql)
+	queryNames = append(queryNames, name)
 	return query(len(queries) - 1)
+}
+
+// parseQueries reads the named statements of every .sql file of fsys's
+// queries folder: a line "-- name: Name" starts a statement, which runs to
+// its closing semicolon at the end of a line; comment lines between
+// statements document them and are not sent.
+func parseQueries(fsys fs.FS) (map[string]namedQuery, error) {
+	files, err := fs.Glob(fsys, "queries/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]namedQuery{}
+	for _, file := range files {
+		b, err := fs.ReadFile(fsys, file)
+		if err != nil {
+			return nil, err
+		}
+		name := ""
+		var body []string
+		for i, line := range strings.Split(string(b), "\n") {
+			switch {
+			case name == "" && strings.HasPrefix(line, "-- name: "):
+				name = strings.TrimSpace(strings.TrimPrefix(line, "-- name: "))
+				if _, dup := m[name]; dup || name == "" {
+					return nil, fmt.Errorf("%s:%d: statement name %q empty or used twice", file, i+1, name)
+				}
+			case name == "" && (line == "" || strings.HasPrefix(line, "--")):
+			case name == "":
+				return nil, fmt.Errorf("%s:%d: SQL outside a named statement", file, i+1)
+			case strings.HasSuffix(line, ";"):
+				body = append(body, strings.TrimSuffix(line, ";"))
+				m[name] = namedQuery{file: path.Base(file), sql: strings.Join(body, "\n")}
+				name, body = "", nil
+			default:
+				body = append(body, line)
+			}
+		}
+		if name != "" {
+			return nil, fmt.Errorf("%s: statement %s has no closing semicolon", file, name)
+		}
+	}
+	return m, nil
 }

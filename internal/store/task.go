@@ -186,23 +186,16 @@ func collect[T any](rows pgx.Rows, err error) ([]T, error) {
 func IsNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 
 var (
-	qGetTask           = define(`SELECT {task_columns} FROM {schema}.tasks WHERE id = $1`)
-	qLockTask          = define(`SELECT {task_columns} FROM {schema}.tasks WHERE id = $1 AND conversation_id = $2 FOR NO KEY UPDATE`)
-	qGetTasks          = define(`SELECT {task_columns} FROM {schema}.tasks WHERE id = ANY($1) ORDER BY id`)
-	qTaskConversation  = define(`SELECT conversation_id FROM {schema}.tasks WHERE id = $1`)
-	qConversationTasks = define(`SELECT {task_columns} FROM {schema}.tasks WHERE conversation_id = $1 ORDER BY id`)
-	qLiveChildren      = define(`SELECT {task_columns} FROM {schema}.tasks
-		WHERE owner_task_id = $1 AND conversation_id = $2 AND status IN ({live}) ORDER BY id`)
-	qChildren = define(`SELECT {task_columns} FROM {schema}.tasks WHERE owner_task_id = $1 AND conversation_id = $2 ORDER BY id`)
-	// The first live foreground child is found by the live-children index
-	// and EXISTS stops there, so this costs the same with 1 or 10,000 children.
-	qHasLiveForeground = define(`SELECT EXISTS (SELECT 1 FROM {schema}.tasks
-		WHERE owner_task_id = $1 AND conversation_id = $2 AND NOT background AND status IN ({live}))`)
-	// "id + 0" keeps the planner on the live-children index: probing the
-	// primary key for every waited id would cost as many probes as children.
-	qHasLiveWaited = define(`SELECT EXISTS (SELECT 1 FROM {schema}.tasks
-		WHERE owner_task_id = $1 AND conversation_id = $3 AND id + 0 = ANY($2) AND status IN ({live}))`)
-	qTaskByKey = define(`SELECT {task_columns} FROM {schema}.tasks WHERE conversation_id = $1 AND idempotency_key = $2`)
+	qGetTask           = define("GetTask")
+	qLockTask          = define("LockTask")
+	qGetTasks          = define("GetTasks")
+	qTaskConversation  = define("TaskConversation")
+	qConversationTasks = define("ConversationTasks")
+	qLiveChildren      = define("LiveChildren")
+	qChildren          = define("Children")
+	qHasLiveForeground = define("HasLiveForeground")
+	qHasLiveWaited     = define("HasLiveWaited")
+	qTaskByKey         = define("TaskByKey")
 )
 
 // GetTask reads one task without locking it.

@@ -47,66 +47,10 @@ import (
 // is the cheapest plan whatever the estimates.
 // TestTreeWalksUpKeepTheirPlanWithoutStatistics checks them.
 var (
-	// The live foreground subtrees of $1 (ids, ascending), read without a
-	// lock: the caller holds the conversation's row, and every writer
-	// that creates a task or changes a status there takes it first
-	// (docs/design.md §5), so the set cannot change before the caller
-	// locks it, chunk by chunk (qLockLiveTasks).
-	qLiveSubtreeIDs = define(expand(`WITH RECURSIVE sub(id) AS (
-			SELECT id FROM {schema}.tasks
-			WHERE conversation_id = $2 AND id = ANY($1) AND status NOT IN ({settled})
-			UNION
-			SELECT c.id FROM sub s CROSS JOIN LATERAL (SELECT t.id FROM {schema}.tasks t
-				WHERE t.conversation_id = $2 AND t.owner_task_id = s.id
-				  AND t.status NOT IN ({settled}) AND NOT t.background OFFSET 0) c)
-		SELECT DISTINCT id FROM sub ORDER BY id`, "{settled}", settledStatusList))
-
-	// Every live task of conversation $1 (ids, ascending), read without a
-	// lock as qLiveSubtreeIDs is.
-	qLiveConversationIDs = define(`SELECT id FROM {schema}.tasks
-		WHERE conversation_id = $1 AND status IN ({live}) ORDER BY id`)
-
-	// The live tasks among $1 (ascending), locked one at a time by
-	// primary key in id order, in a LATERAL subquery that the lock keeps
-	// the planner from flattening into a join planned on statistics.
-	qLockLiveTasks = define(expand(`SELECT l.* FROM unnest($1::bigint[]) AS s(id)
-		CROSS JOIN LATERAL (SELECT {task_columns} FROM {schema}.tasks
-			WHERE id = s.id AND conversation_id = $2 AND status NOT IN ({settled}) FOR NO KEY UPDATE) l
-		ORDER BY l.id`, "{settled}", settledStatusList))
-
-	// $1 the ids in settle order, $2 their statuses, $3 the ids whose
-	// error becomes $4, $5 the conversation; the rows are locked by the
-	// transaction already (qLockLiveTasks). They are read by their row
-	// addresses (ctid = ANY, a TID scan whatever the statistics), which
-	// a LATERAL lookup by primary key per id, fenced as the walk's,
-	// collects once (an InitPlan): no join between the ids and the table
-	// that the planner could plan as a scan of the whole table, as
-	// "FROM unnest(…) WHERE t.id = v.task_id" was (a hash join over a
-	// sequential scan of every task of every conversation). A locked
-	// row's address does not change before this transaction writes it.
-	// Each row's status and settle number are looked up in a jsonb
-	// object built once (a binary search of its keys; MATERIALIZED, so
-	// that it is not built again for every row). The row addresses are
-	// the only test of the rows: a test of their conversation besides
-	// let the planner read the whole conversation by its index and
-	// filter the addresses, for every chunk of an abort. The settle
-	// numbers are drawn in the same statement, once (a CTE), sorted, and
-	// given in the order of $1. m's columns are named apart from the
-	// tasks', which RETURNING lists unqualified.
-	qSettleMany = define(logged(`WITH seqs AS (
-			SELECT array_agg(n ORDER BY n) AS seqs FROM (
-				SELECT nextval('{schema}.task_settle_seq'::regclass) AS n
-				FROM generate_series(1, cardinality($1::bigint[]))) q),
-		m AS MATERIALIZED (
-			SELECT jsonb_object_agg(x.task_id::text, jsonb_build_array(x.to_status, seqs.seqs[x.ord])) AS m
-			FROM seqs, unnest($1::bigint[], $2::text[]) WITH ORDINALITY AS x(task_id, to_status, ord))
-		UPDATE {schema}.tasks t
-		SET status = m.m->(t.id::text)->>0, settle_seq = (m.m->(t.id::text)->>1)::bigint, abort_requested = true,
-		    settled_at = now(), token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
-		    error = CASE WHEN t.id = ANY($3) THEN $4::jsonb ELSE t.error END
-		FROM m
-		WHERE t.ctid = ANY(ARRAY(SELECT l.ctid FROM unnest($1::bigint[]) AS s(id)
-				CROSS JOIN LATERAL (SELECT ctid FROM {schema}.tasks WHERE id = s.id AND conversation_id = $5 OFFSET 0) l))`, "t", "{task_columns}", "ORDER BY settle_seq"))
+	qLiveSubtreeIDs      = define("LiveSubtreeIDs")
+	qLiveConversationIDs = define("LiveConversationIDs")
+	qLockLiveTasks       = define("LockLiveTasks")
+	qSettleMany          = define("SettleMany")
 )
 
 // planAfresh runs a statement as an unnamed prepared statement, planned
@@ -122,8 +66,8 @@ var (
 // one plan per execution is nothing beside it.
 const planAfresh = pgx.QueryExecModeDescribeExec
 
-// settledStatusList is the settled statuses as an SQL list, for "status
-// NOT IN ({settled})": a live test that no partial index matches (see
+// settledStatusList is the settled statuses as an SQL list, {settled} in
+// store.SQL, for "status NOT IN ({settled})": a live test that no partial index matches (see
 // above).
 var settledStatusList = func() string {
 	var quoted []string

@@ -1,0 +1,91 @@
+-- The statements internal/store/batch.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
+--
+-- Set-based statements: one statement for many tasks or conversations, so
+-- that a batch of operations costs a handful of round trips, not a handful
+-- per task.
+
+
+-- The conversations of a batch created (those that do not exist) and locked
+-- (those that do), each announced at commit, in one statement. A row this
+-- transaction inserts needs no lock: no other transaction can see it, nor
+-- insert its id, before this one ends; locking it would cost a WAL record
+-- per new conversation. An existing row is locked in id order. A
+-- conversation another transaction created after this statement's snapshot
+-- is neither (the insert skips it, the lock cannot see it):
+-- EnsureLockConversations locks those in a statement of their own.
+--
+-- EnsureLockConversations creates the conversations among ids (sorted,
+-- distinct) that do not exist and locks, in id order, those that do, and
+-- announces each at commit; it returns the ids it created or locked, all of
+-- ids unless a conversation is missing.
+--
+-- Locks: FOR NO KEY UPDATE on the rows it selects; row locks on what it
+-- writes (inserts into conversations), held until the transaction ends.
+-- name: EnsureLockConversations
+WITH ins AS (
+    INSERT INTO {schema}.conversations (id) SELECT unnest($1::text[]) ON CONFLICT (id) DO NOTHING RETURNING id),
+locked AS (
+    SELECT c.id FROM {schema}.conversations c
+    WHERE c.id = ANY($1) AND NOT c.id = ANY(ARRAY(SELECT id FROM ins))
+    ORDER BY c.id FOR NO KEY UPDATE)
+SELECT id, pg_notify($2, id) FROM (SELECT id FROM ins UNION ALL SELECT id FROM locked) x;
+
+-- Conversations locked in id order (docs/design.md §5), each announced at
+-- commit like LockConversation does.
+--
+-- LockConversations locks the conversations among ids in id order and
+-- returns the ids it locked (missing ones are left out).
+--
+-- Locks: FOR NO KEY UPDATE on the rows it selects, held until the
+-- transaction ends.
+-- name: LockConversations
+SELECT id, pg_notify($2, id) FROM {schema}.conversations
+WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE;
+
+-- TasksByKeys reads the tasks created with the given (conversation,
+-- idempotency key) pairs, same index in convs and keys.
+--
+-- Locks: none (a read).
+-- name: TasksByKeys
+SELECT {task_columns} FROM {schema}.tasks t
+JOIN unnest($1::text[], $2::text[]) AS k(conv, key) ON t.conversation_id = k.conv AND t.idempotency_key = k.key;
+
+-- LockOwners locks the tasks among ids in id order and returns what a create
+-- checks of them.
+--
+-- Locks: FOR NO KEY UPDATE on the rows it selects, held until the
+-- transaction ends.
+-- name: LockOwners
+SELECT id, conversation_id, status, abort_requested, coalesce(token, 0)
+FROM {schema}.tasks WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE;
+
+-- The ids are given in the order of the rows (the identity's default is
+-- computed as the ordered rows are inserted), so that reading the written
+-- rows back by id gives them in the order asked.
+--
+-- InsertTasks creates pending tasks in one statement, in the order given,
+-- and returns their ids and creation times in that order (ids grow in it).
+--
+-- Locks: row locks on what it writes (inserts into conversation_log, tasks),
+-- held until the transaction ends.
+-- name: InsertTasks
+WITH w AS (INSERT INTO {schema}.tasks AS t
+    (conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
+     max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace)
+    SELECT v.conv, nullif(v.owner, 0), v.kind, v.bg, v.input::jsonb, v.rl, v.ab, v.mr, nullif(v.key, ''),
+           v.base * interval '1 microsecond', v.cap * interval '1 microsecond', v.deadline, v.trace::jsonb
+    FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bool[], $5::text[], $6::int[], $7::bool[],
+                $8::int[], $9::text[], $10::bigint[], $11::bigint[], $12::timestamptz[], $13::text[])
+         WITH ORDINALITY AS v(conv, owner, kind, bg, input, rl, ab, mr, key, base, cap, deadline, trace, ord)
+    ORDER BY v.ord
+    RETURNING t.*),
+logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
+    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
+           nullif(jsonb_strip_nulls(jsonb_build_object(
+               'owner', w.owner_task_id,
+               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
+               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
+               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
+    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+SELECT id, created_at FROM w ORDER BY id;

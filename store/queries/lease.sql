@@ -1,0 +1,163 @@
+-- The statements internal/store/lease.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
+--
+-- Holders and conversation leases (docs/design.md §3.8, package machine's
+-- doc). A holder is one row of the holders table — a life of a runner's
+-- node, or one machine.Lease — and holds every conversation whose holder_id
+-- names it while its deadline (expires_at, by the database's clock) has not
+-- passed. Taking a conversation over bumps its epoch, so every fence a
+-- former holder writes with fails. Only the holder's own renewal locks its
+-- row: take-overs read it.
+--
+-- A conversation c is free to take when it has no holder or its holder's
+-- row's deadline has passed.
+--
+-- "Task t's conversation has no live holder" is tested found by
+-- primary key: a scalar subquery, not NOT EXISTS, so that a scan of pending
+-- tasks in id order stays one (see OpenConversations in node.sql). The join on
+-- coalesce(h.holder_id, 0) does not imply holder_id IS NOT NULL, the
+-- predicate of the partial holder index, so that index cannot serve the
+-- probe: over statistics that showed it empty, the probe read it whole for
+-- every task (every conversation the node held), 2.7 s for an open in bench
+-- (l).
+--
+-- "Conversation c has a running task" is found through the live index by
+-- conversation: a scalar subquery, for the same reason.
+--
+-- prev_holder and prev_restarted are what a take-over reports of the holder it took c from: its
+-- id (0: none), and whether its last renewal came before the server's start
+-- (a database restart lapsed it: the restarts it leaves are not counted) or
+-- before the server's promotion (a failover did): a promoted standby's
+-- pg_postmaster_start_time() is its start as a standby, long before, while
+-- pg_last_xact_replay_timestamp() stays at the last commit it replayed
+-- before the promotion, which no renewal on the old primary came after.
+
+
+-- NewHolder inserts a new holder row (a life) named name, live for ttl, and
+-- returns its id.
+--
+-- Locks: row locks on what it writes (inserts into holders), held until the
+-- transaction ends.
+-- name: NewHolder
+INSERT INTO {schema}.holders (name, expires_at)
+VALUES ($1, now() + $2 * interval '1 microsecond') RETURNING id;
+
+-- A renewal extends a live row only: a row whose deadline passed may have
+-- lost conversations to take-overs, and its holder must find out which
+-- before it acts again (it starts a new life). It never brings the deadline
+-- closer (a shorter ttl, the database's clock stepped back), which the
+-- holders' guard refuses: the holder's fence counts from the deadline it was
+-- promised.
+--
+-- RenewHolder extends holder row id by ttl from now, if it has not expired.
+-- It reports whether it did: false when the row expired (or is gone).
+--
+-- Locks: row locks on what it writes (updates holders), held until the
+-- transaction ends.
+-- name: RenewHolder
+UPDATE {schema}.holders SET expires_at = greatest(expires_at, now() + $2 * interval '1 microsecond'), renewed_at = now()
+WHERE id = $1 AND expires_at >= now() RETURNING id;
+
+-- A holder that is done (a stopped runner, a released Lease) removes its
+-- row, if it holds nothing any more.
+--
+-- EndHolder removes holder row id if no conversation names it any more, and
+-- reports whether it did.
+--
+-- Locks: row locks on what it writes (deletes from holders), held until the
+-- transaction ends.
+-- name: EndHolder
+DELETE FROM {schema}.holders h WHERE h.id = $1
+AND NOT EXISTS (SELECT 1 FROM {schema}.conversations c WHERE c.holder_id = h.id);
+
+-- Lives long over that hold nothing, removed a batch at a time.
+--
+-- PruneHolders removes up to limit holder rows expired for longer than after
+-- that no conversation names, and returns how many.
+--
+-- Locks: row locks on what it writes (deletes from holders), held until the
+-- transaction ends.
+-- name: PruneHolders
+DELETE FROM {schema}.holders WHERE id IN (
+    SELECT h.id FROM {schema}.holders h
+    WHERE h.expires_at < now() - $1 * interval '1 microsecond'
+  AND NOT EXISTS (SELECT 1 FROM {schema}.conversations c WHERE c.holder_id = h.id)
+    ORDER BY h.id LIMIT $2);
+
+-- SKIP LOCKED: a conversation another holder is taking over right now (or
+-- that a transaction is working on) is skipped, not waited for; the caller
+-- comes back to it.
+--
+-- TakeConversation gives the conversation to holder (name and row id) with a
+-- fresh epoch, if it has no live holder. ErrNoRows when another holder's
+-- lease is live, when another transaction holds the row right now (skipped,
+-- not waited for), or when the conversation does not exist. The row stays
+-- locked until the transaction ends: recovery runs under it.
+--
+-- Locks: FOR NO KEY UPDATE on the rows it selects (of c), skipping rows
+-- another transaction holds; row locks on what it writes (updates
+-- conversations), held until the transaction ends.
+-- name: TakeConversation
+WITH picked AS (
+    SELECT c.id, coalesce(c.holder_id, 0) AS prev_holder,
+        coalesce((SELECT hp.renewed_at < pg_postmaster_start_time() OR hp.renewed_at <= pg_last_xact_replay_timestamp()
+                  FROM {schema}.holders hp WHERE hp.id = c.holder_id), false) AS prev_restarted
+    FROM {schema}.conversations c
+    WHERE c.id = $1 AND (c.holder_id IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.holders hl WHERE hl.id = c.holder_id AND hl.expires_at >= now()))
+    FOR NO KEY UPDATE OF c SKIP LOCKED)
+UPDATE {schema}.conversations c
+SET holder = $2, holder_id = $3, epoch = c.epoch + 1, updated_at = now()
+FROM picked WHERE c.id = picked.id
+RETURNING c.id, coalesce(c.holder, ''), c.epoch,
+    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, picked.prev_holder, picked.prev_restarted;
+
+-- The release locks the row (the engine requeues the holder's running tasks
+-- in the same transaction, see LockHeldConversation) and frees it.
+--
+-- LockHeldConversation locks the conversation if holder row holderID still
+-- holds it at epoch (announcing it at commit, as LockConversation does).
+-- ErrNoRows when it does not.
+--
+-- Locks: FOR NO KEY UPDATE on the rows it selects (of c), held until the
+-- transaction ends.
+-- name: LockHeldConversation
+SELECT c.id, coalesce(c.holder, ''), c.epoch,
+(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, pg_notify($4, c.id) FROM {schema}.conversations c
+WHERE c.id = $1 AND c.holder_id = $2 AND c.epoch = $3 FOR NO KEY UPDATE OF c;
+
+-- The same, skipping a row another transaction holds (the runner's audit,
+-- which must not wait: no row is returned then either).
+--
+-- TryLockHeldConversation is LockHeldConversation that does not wait: a
+-- conversation another transaction holds locked is ErrNoRows too.
+--
+-- Locks: FOR NO KEY UPDATE on the rows it selects (of c), skipping rows
+-- another transaction holds, held until the transaction ends.
+-- name: TryLockHeldConversation
+SELECT c.id, coalesce(c.holder, ''), c.epoch,
+(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, pg_notify($4, c.id) FROM {schema}.conversations c
+WHERE c.id = $1 AND c.holder_id = $2 AND c.epoch = $3 FOR NO KEY UPDATE OF c SKIP LOCKED;
+
+-- ReleaseConversation frees a conversation holder row holderID holds at
+-- epoch. It reports whether it did (false: it had been taken over already).
+--
+-- Locks: row locks on what it writes (updates conversations), held until the
+-- transaction ends.
+-- name: ReleaseConversation
+UPDATE {schema}.conversations
+SET holder = NULL, holder_id = NULL, updated_at = now()
+WHERE id = $1 AND holder_id = $2 AND epoch = $3;
+
+-- Locked: a take-over (an UPDATE of the row) waits for the fenced
+-- transaction to end, and the fenced transaction, if it comes second, sees
+-- the new epoch. Exclusively (FOR NO KEY UPDATE), as every writer of the
+-- conversation's log holds it, so that the log's order is its commit order.
+--
+-- FenceConversation locks the conversation if holder row holderID still
+-- holds it at epoch. ErrNoRows when it does not: the caller lost its lease.
+--
+-- Locks: FOR NO KEY UPDATE on the rows it selects, held until the
+-- transaction ends.
+-- name: FenceConversation
+SELECT epoch FROM {schema}.conversations
+WHERE id = $1 AND holder_id = $2 AND epoch = $3 FOR NO KEY UPDATE;

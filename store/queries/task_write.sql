@@ -1,0 +1,286 @@
+-- The statements internal/store/task_write.go runs. The names in braces are filled in
+-- once at start-up ({schema}, the column and status lists: see store.SQL).
+--
+-- Every write here sets the status it is given: the engine computes it with
+-- fsm.Transition first, and the database's guard trigger checks it again.
+--
+-- The conversation log's status entries are written by the statements that
+-- change the tasks, in the same statement (issue 20): each statement that
+-- inserts a task or changes a status is a data-modifying CTE, w, that
+-- returns the rows it wrote whole, a second CTE that appends their entries,
+-- and the statement's own result read from w. Until migration 024 two
+-- triggers wrote them, over the statement's transition tables: every
+-- update of a task (a checkpoint, a heartbeat, none of which is logged)
+-- captured its rows' old and new images twice and planned a join of them
+-- afresh (EXECUTE, since a cached plan was sized by its first statement),
+-- and a claim or a complete cost about twice the update itself.
+--
+-- Every statement of store.SQL that writes tasks.status or inserts a task
+-- has that shape (TestEveryStatusWriteIsLogged keeps it so), and the
+-- invariant checker reports a task whose newest status entry is not its
+-- status: a hand-written change, which no trigger logs any more, is found
+-- there.
+--
+-- The CTE logged appends one status entry per row of w: an abort's settles
+-- in the order they settled (leaves first), every other row by id. Its
+-- payload names the owner, the error's code and message of a failed,
+-- aborted, cancelled or orphaned task, and what a sleeping task awaits (the
+-- payload the triggers wrote, so that readers of the log see no change).
+-- Every row such a write returns changed its status or is new: the state
+-- machine has no edge from a status to itself but the checkpoint's, which
+-- is not logged and not written so.
+
+
+-- InsertTask creates a pending task.
+--
+-- Locks: row locks on what it writes (inserts into conversation_log, tasks),
+-- held until the transaction ends.
+-- name: InsertTask
+WITH w AS (INSERT INTO {schema}.tasks AS t
+    (conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
+     max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace)
+    VALUES ($1, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''),
+            $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12, $13)
+    RETURNING t.*),
+logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
+    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
+           nullif(jsonb_strip_nulls(jsonb_build_object(
+               'owner', w.owner_task_id,
+               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
+               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
+               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
+    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+SELECT {task_columns} FROM w;
+
+-- A root task created in one statement, and its conversation on first use:
+-- the conversation row inserted (then no other transaction can lock it until
+-- this one ends) or, when it exists, locked; the task inserted after it. (It
+-- does not NOTIFY: the engine announces it after the commit, see core's
+-- announce.go.) No row comes back when the conversation was created by a
+-- transaction that committed after this statement's snapshot, or when the
+-- idempotency key is taken: the caller then takes the transaction path,
+-- which handles both.
+--
+-- CreateRoot creates a root task, and its conversation on first use, in one
+-- statement (see CreateRoot); ok is false, with nothing written, when the
+-- caller must take the transaction path.
+--
+-- Locks: FOR NO KEY UPDATE on the rows it selects; row locks on what it
+-- writes (inserts into conversation_log, conversations, tasks), held until
+-- the transaction ends.
+-- name: CreateRoot
+WITH conv AS (
+    INSERT INTO {schema}.conversations (id) VALUES ($1) ON CONFLICT (id) DO NOTHING RETURNING id),
+locked AS (
+    SELECT id FROM {schema}.conversations WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM conv) FOR NO KEY UPDATE),
+ready AS (SELECT id FROM conv UNION ALL SELECT id FROM locked),
+w AS (
+    INSERT INTO {schema}.tasks AS t
+    (conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
+     max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace)
+    SELECT ready.id, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''),
+           $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12::timestamptz, $13::jsonb
+    FROM ready
+    ON CONFLICT (conversation_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING t.*),
+logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
+    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
+       nullif(jsonb_strip_nulls(jsonb_build_object(
+           'owner', w.owner_task_id,
+           'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
+           'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
+           'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
+    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+SELECT {task_columns} FROM w;
+
+-- Announce notifies channel of each conversation of convs, in one statement
+-- committed on its own.
+--
+-- Locks: none (pg_notify queues a notification sent at commit).
+-- name: Announce
+SELECT pg_notify($1, c) FROM unnest($2::text[]) AS c;
+
+-- CheckpointTask replaces phase and state of a running task held with token
+-- and extends its lease. ErrNoRows means the write was fenced off.
+--
+-- Locks: row locks on what it writes (updates tasks), held until the
+-- transaction ends.
+-- name: CheckpointTask
+UPDATE {schema}.tasks
+SET phase = $3, state = $4, lease_expires_at = now() + $5 * interval '1 microsecond', updated_at = now()
+WHERE id = $1 AND conversation_id = $6 AND token = $2 AND status = 'running' AND NOT abort_requested
+RETURNING {task_columns};
+
+-- HeartbeatTask extends the lease of a running task held with token.
+-- ErrNoRows means the write was fenced off.
+--
+-- Locks: row locks on what it writes (updates tasks), held until the
+-- transaction ends.
+-- name: HeartbeatTask
+UPDATE {schema}.tasks
+SET lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
+WHERE id = $1 AND conversation_id = $4 AND token = $2 AND status = 'running' AND NOT abort_requested
+RETURNING {task_columns};
+
+-- A progress entry of a running task held with token, in one statement that
+-- commits on its own (Run.Progress): the conversation's row locked first, as
+-- every writer of its log holds it until commit (so the log's order is its
+-- commit order); then the task's row share-locked, which in READ COMMITTED
+-- re-reads its newest version and checks the fence against that rather than
+-- against the statement's snapshot, taken before the wait for the
+-- conversation's lock (an abort or a take-over that committed meanwhile
+-- fences the entry off). The uncorrelated EXISTS runs once before the task
+-- is read, so the locks come in the engine's order. No row comes back when
+-- it was fenced off.
+--
+-- AppendProgress appends a progress entry named name to the log of conv, for
+-- a running task held with token (see AppendProgress). ErrNoRows means the
+-- write was fenced off.
+--
+-- Locks: FOR NO KEY UPDATE on the rows it selects; FOR SHARE on the rows it
+-- selects (of t); row locks on what it writes (inserts into
+-- conversation_log), held until the transaction ends.
+-- name: AppendProgress
+WITH c AS (
+    SELECT id FROM {schema}.conversations WHERE id = $1 FOR NO KEY UPDATE),
+t AS (
+    SELECT t.id, t.conversation_id FROM {schema}.tasks t
+    WHERE t.id = $2 AND t.conversation_id = $1 AND EXISTS (SELECT 1 FROM c)
+      AND t.token = $3 AND t.status = 'running' AND NOT t.abort_requested
+    FOR SHARE OF t)
+INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, name, payload)
+SELECT t.conversation_id, t.id, 'progress', nullif($4::text, ''), $5 FROM t RETURNING seq;
+
+-- SettleTask moves a task to the settled status `to`, recording result and
+-- error when they are not nil, and gives it the next settle sequence number.
+--
+-- Locks: row locks on what it writes (updates tasks; inserts into
+-- conversation_log), held until the transaction ends.
+-- name: SettleTask
+WITH w AS (UPDATE {schema}.tasks t
+    SET status = $2, result = coalesce($3, result), error = coalesce($4, error),
+        settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass),
+        token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
+    WHERE t.id = $1 AND t.conversation_id = $5
+    RETURNING t.*),
+logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
+    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
+           nullif(jsonb_strip_nulls(jsonb_build_object(
+               'owner', w.owner_task_id,
+               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
+               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
+               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
+    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+SELECT {task_columns} FROM w;
+
+-- A failure settles with its error in the error history, in the same
+-- statement: a settled row can never be written again.
+--
+-- SettleFailedTask settles a task as failed (`to`) with taskErr as its
+-- error, appended to its error history (the newest historyLimit entries
+-- kept), in one statement.
+--
+-- Locks: row locks on what it writes (updates tasks; inserts into
+-- conversation_log), held until the transaction ends.
+-- name: SettleFailedTask
+WITH w AS (UPDATE {schema}.tasks t
+    SET status = $2, error = $3,
+        settled_at = now(), settle_seq = nextval('{schema}.task_settle_seq'::regclass),
+        token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now(),
+        error_history = (
+    SELECT coalesce(jsonb_agg(h.e ORDER BY h.n), '[]'::jsonb) FROM (
+        SELECT e, n FROM jsonb_array_elements(error_history || jsonb_build_array(
+            $4::jsonb || jsonb_build_object('try', retries + 1, 'at', now())))
+            WITH ORDINALITY AS a(e, n)
+        ORDER BY n DESC LIMIT $5) h)
+    WHERE t.id = $1 AND t.conversation_id = $6
+    RETURNING t.*),
+logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
+    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
+           nullif(jsonb_strip_nulls(jsonb_build_object(
+               'owner', w.owner_task_id,
+               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
+               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
+               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
+    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+SELECT {task_columns} FROM w;
+
+-- HoldTask moves a running task to `to` (completing), holding its result.
+--
+-- Locks: row locks on what it writes (updates tasks; inserts into
+-- conversation_log), held until the transaction ends.
+-- name: HoldTask
+WITH w AS (UPDATE {schema}.tasks t
+    SET status = $2, result = $3, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
+    WHERE t.id = $1 AND t.conversation_id = $4
+    RETURNING t.*),
+logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
+    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
+           nullif(jsonb_strip_nulls(jsonb_build_object(
+               'owner', w.owner_task_id,
+               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
+               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
+               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
+    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+SELECT {task_columns} FROM w;
+
+-- WaitTask parks a running task on its children with the given policy,
+-- saving phase and state.
+--
+-- Locks: row locks on what it writes (updates tasks; inserts into
+-- conversation_log), held until the transaction ends.
+-- name: WaitTask
+WITH w AS (UPDATE {schema}.tasks t
+    SET status = $2, phase = $3, state = $4, wait_policy = $5, wait_ids = $6,
+        token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
+    WHERE t.id = $1 AND t.conversation_id = $7
+    RETURNING t.*),
+logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
+    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
+           nullif(jsonb_strip_nulls(jsonb_build_object(
+               'owner', w.owner_task_id,
+               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
+               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
+               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
+    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+SELECT {task_columns} FROM w;
+
+-- WakeTask moves a waiting or sleeping task to `to` (pending). Its last wait
+-- (policy and ids) and wake time stay recorded.
+--
+-- Locks: row locks on what it writes (updates tasks; inserts into
+-- conversation_log), held until the transaction ends.
+-- name: WakeTask
+WITH w AS (UPDATE {schema}.tasks t SET status = $2, updated_at = now()
+    WHERE t.id = $1 AND t.conversation_id = $3
+    RETURNING t.*),
+logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
+    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
+           nullif(jsonb_strip_nulls(jsonb_build_object(
+               'owner', w.owner_task_id,
+               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
+               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
+               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
+    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+SELECT {task_columns} FROM w;
+
+-- RecoverTasks puts the running tasks among ids back to `to` (pending), with
+-- attempt + 1 when counted, in one statement, and returns the ids it moved.
+--
+-- Locks: row locks on what it writes (updates tasks; inserts into
+-- conversation_log), held until the transaction ends.
+-- name: RecoverTasks
+WITH w AS (UPDATE {schema}.tasks t
+    SET status = $2, attempt = attempt + CASE WHEN $3 THEN 1 ELSE 0 END,
+        token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
+    WHERE id = ANY($1) AND status = 'running'
+    RETURNING t.*),
+logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
+    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
+           nullif(jsonb_strip_nulls(jsonb_build_object(
+               'owner', w.owner_task_id,
+               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
+               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
+               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
+    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+SELECT id FROM w ORDER BY id;
