@@ -3,10 +3,9 @@ package guardrules
 import (
 	"slices"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/fsm"
 	"github.com/arborhq/arbor/internal/sqllit"
-
-	"github.com/arborhq/arbor/arbortype"
 )
 
 // The column guard. A status change is only half of a task's history: which
