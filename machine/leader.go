@@ -20,8 +20,8 @@ import (
 // database), or is removed (Stop). Each runner looks at every tick of its
 // maintenance: one read, no lock, while a leader is live; when none is,
 // an election in one short transaction, which the first runner to lock
-// the row wins (store.ElectLeader). So when the leader dies, another
-// runner leads within a lease and a PollInterval.
+// the row wins (internal/store's ElectLeader). So when the leader dies,
+// another runner leads within a lease and a PollInterval.
 //
 // A leader acts only while its lease is usable (the fence has not fired:
 // the holder row cannot have expired in the database, clocks allowing),

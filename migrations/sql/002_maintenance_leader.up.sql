@@ -6,8 +6,9 @@
 -- is live. Its lease is its holder row's lease: no second renewal, and a
 -- leader that dies, is frozen or loses the database loses the leadership
 -- when its holder row expires, as it loses its conversations. A runner
--- takes the leadership only while the row names no live holder (see
--- store.ElectLeader), so there is at most one leader a live row names.
+-- takes the leadership only while the row names no live holder, with a
+-- holder row of its own that is live (internal/store's ElectLeader): at
+-- most one live holder leads.
 --
 -- One row, or none: a runner that finds none inserts it.
 CREATE TABLE {schema}.maintenance_leader (
