@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/internal/core"
 	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
@@ -232,4 +234,55 @@ func TestMaintenanceLeaderStepsDownWhenItsFenceFires(t *testing.T) {
 	require.NoError(t, other.begin(context.Background()))
 	_, _, led = (&maintainer{core: eng.C, logger: slog.New(slog.DiscardHandler), lease: other}).lead(context.Background())
 	require.False(t, led, "no second leader while the first one's holder row is live")
+}
+
+// Two elections at once take turns on the leader's row: the second waits
+// for the first's lock, then sees its election and its holder row, even a
+// holder row committed after the second began (its check's snapshot is
+// taken after the lock, not before it), and does not take the row.
+func TestMaintenanceLeaderElectionsTakeTurns(t *testing.T) {
+	t.Parallel()
+	pool, schema := testdb.Fresh(t)
+	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
+	ctx := context.Background()
+	st := eng.C.Store
+	b, err := st.NewHolder(ctx, pool, "node-b", time.Minute)
+	require.NoError(t, err)
+
+	// A's election holds the row's lock; B's waits for it.
+	txA, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = txA.Rollback(ctx) }()
+	_, err = txA.Exec(ctx, `SELECT 1 FROM `+schema+`.maintenance_leader FOR UPDATE`)
+	require.NoError(t, err)
+	type result struct {
+		won bool
+		err error
+	}
+	bDone := make(chan result, 1)
+	go func() {
+		won, err := core.Tx(ctx, eng.C, func(tx pgx.Tx) (bool, error) { return st.ElectLeader(ctx, tx, b) })
+		bDone <- result{won, err}
+	}()
+	waitFor(t, "B's election to wait for the row's lock", func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%.maintenance_leader%'`, schema).Scan(&n))
+		return n == 1
+	})
+	// A's holder row is committed after B's election began, and A takes
+	// the row.
+	a, err := st.NewHolder(ctx, pool, "node-a", time.Minute)
+	require.NoError(t, err)
+	_, err = txA.Exec(ctx, `UPDATE `+schema+`.maintenance_leader SET holder_id = $1`, a)
+	require.NoError(t, err)
+	require.NoError(t, txA.Commit(ctx))
+
+	got := <-bDone
+	require.NoError(t, got.err)
+	require.False(t, got.won, "B's election saw A's")
+	leader, live, err := st.Leader(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, a, leader)
+	require.True(t, live)
 }
