@@ -14,7 +14,7 @@ import (
 // The maintenance leader. The schema-wide scans of the maintenance
 // (maintainer) run on one runner per schema: the one whose holder row the
 // schema's maintenance_leader row names, while that row is live (migration
-// 035). The leadership is a life's: its lease is the node's lease, renewed
+// 002). The leadership is a life's: its lease is the node's lease, renewed
 // by the renewer with everything the node holds, and it ends when the
 // holder row expires (a runner killed, frozen or cut off from the
 // database), or is removed (Stop). Each runner looks at every tick of its

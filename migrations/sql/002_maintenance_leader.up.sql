@@ -2,8 +2,8 @@
 -- schema"). The schema-wide scans of the runners' maintenance (deadlines,
 -- wall-time budgets, unknown kinds, lapsed reservations, holder rows of
 -- lives long over) run on one runner per schema: the runner whose holder
--- row (a life, the holders table) this one row names, for as long as that row
--- is live. Its lease is its holder row's lease: no second renewal, and a
+-- row (a life, in the holders table) this one row names, for as long as
+-- that row is live. Its lease is its holder row's lease: no second renewal, and a
 -- leader that dies, is frozen or loses the database loses the leadership
 -- when its holder row expires, as it loses its conversations. A runner
 -- takes the leadership only while the row names no live holder, with a
