@@ -84,7 +84,9 @@ type RunnerConfig struct {
 	// PollInterval is the slow poll that covers missed notifications: one
 	// claim across every held conversation and one look for conversations
 	// with work and no holder, and the watchdog's check of running
-	// handlers. Default PollIntervalDefault (1 s).
+	// handlers; and, on the runner that leads the schema's maintenance (one
+	// runner per schema, see docs/architecture.md), the look for tasks past
+	// their deadline or wall-time budget. Default PollIntervalDefault (1 s).
 	PollInterval time.Duration
 	// IdleRelease is how long a conversation with nothing to run stays held
 	// before it is released. Holding it costs nothing; releasing it lets
@@ -96,7 +98,9 @@ type RunnerConfig struct {
 	// UnknownKindGrace is how long a task whose kind no runner has a handler
 	// for stays pending (a rolling deploy) before it is failed with code
 	// "unknown_kind". Every runner must know every kind once a deploy is
-	// done. Default UnknownKindGraceDefault (10 min).
+	// done. The runner that leads the schema's maintenance fails them, by
+	// its own grace and the kinds it has handlers for. Default
+	// UnknownKindGraceDefault (10 min).
 	UnknownKindGrace time.Duration
 	// GenerationKinds are the root task kinds that are generations (turns):
 	// at most one runs at a time per conversation, oldest first. Default

@@ -281,6 +281,14 @@ func (l *nodeLease) fresh(now time.Time) bool {
 	return l.since(now) < l.confirmed.Load()-int64(l.margin())
 }
 
+// usableUntil returns when the lease stops being usable as things stand at
+// now (the fence point, on the monotonic clock), and false when it is not
+// usable at now.
+func (l *nodeLease) usableUntil(now time.Time) (time.Time, bool) {
+	until := l.base.Add(time.Duration(l.confirmed.Load() - int64(l.margin())))
+	return until, l.usable(now) && now.Before(until)
+}
+
 // slowConnect is the part of the lease past which the renewer's wait for
 // a connection is reported: a wait that long, after every connection of
 // the node was cut (a failover, a proxy's restart, an administrator's

@@ -15,21 +15,26 @@ import (
 	"github.com/arborhq/arbor/internal/store"
 )
 
-// maintainer is the runner's maintenance service. Each PollInterval it
-// adopts, while the runner's unresolved flag is set, the runs a commit
-// whose answer was lost may have claimed, and fails the live tasks past
-// their deadline (their foreground subtrees aborted) and those over a
-// "fail" wall-time budget; less often, the never-started tasks of kinds no
-// runner claimed within UnknownKindGrace, the reservations whose run is
-// over, and the holder rows of lives long over (the prune is a periodic
-// River job: pruneworker.go); and every audit interval, the runner's audit
-// of what it holds against the database (audit.go). Every runner does it;
-// the engine's transactions make a second runner's attempt a no-op.
+// maintainer is the runner's maintenance service. It does two kinds of
+// work:
+//
+//   - the runner's own, on every runner: each PollInterval, while the
+//     runner's unresolved flag is set, it adopts the runs a commit whose
+//     answer was lost may have claimed; and every audit interval, the
+//     runner's audit of what it holds against the database (audit.go);
+//   - the schema's, on one runner only, the maintenance leader (leader.go):
+//     each PollInterval it fails the live tasks past their deadline (their
+//     foreground subtrees aborted) and those over a "fail" wall-time
+//     budget; less often, the never-started tasks of kinds it has no
+//     handler for that no runner claimed within UnknownKindGrace, the
+//     reservations whose run is over, and the holder rows of lives long
+//     over. (The prune is a periodic River job, which River's own leader
+//     inserts: pruneworker.go.)
 //
 // It holds no state of the runner's: it reads and writes the database
-// only, and reaches the runner through three things it is given
-// (unresolved, adopt and audit), so it takes no lock of the runner's but
-// adopt's and the audit's own.
+// only, and reaches the runner through what it is given (unresolved,
+// adopt, audit, and the node's lease, which it reads), so it takes no lock
+// of the runner's but adopt's and the audit's own.
 type maintainer struct {
 	core   *core.Engine
 	logger *slog.Logger
@@ -44,6 +49,15 @@ type maintainer struct {
 	// auditEvery.
 	audit      func(ctx context.Context)
 	auditEvery time.Duration
+	// lease is the node's lease: the leadership is its holder row's.
+	lease *nodeLease
+	// leading is whether the last look found this runner the leader (for
+	// the log of a change).
+	leading bool
+	// scanned, set by a test before Start (Runner.testMaintained), is
+	// called at the end of each PollInterval's tick with whether this
+	// runner led it (ran the schema's scans). Nil outside tests.
+	scanned func(led bool)
 }
 
 func newMaintainer(r *Runner) *maintainer {
@@ -57,6 +71,8 @@ func newMaintainer(r *Runner) *maintainer {
 		adopt:      func(ctx context.Context) { r.adopt(ctx, nil) },
 		audit:      r.audit,
 		auditEvery: r.auditInterval(),
+		lease:      r.lease,
+		scanned:    r.testMaintained,
 	}
 }
 
@@ -80,14 +96,24 @@ func (m *maintainer) run(ctx context.Context) {
 			if m.unresolved.Swap(false) {
 				m.adopt(ctx)
 			}
-			m.expireDeadlines(ctx)
-			m.expireWallTime(ctx)
+			lctx, cancel, led := m.lead(ctx)
+			if led {
+				m.expireDeadlines(lctx)
+				m.expireWallTime(lctx)
+				cancel()
+			}
+			if m.scanned != nil && ctx.Err() == nil {
+				m.scanned(led)
+			}
 		case <-audit.C:
 			m.audit(ctx)
 		case <-slow.C:
-			m.failUnknownKinds(ctx)
-			m.sweepLapsedReservations(ctx)
-			m.pruneHolders(ctx)
+			if lctx, cancel, led := m.lead(ctx); led {
+				m.failUnknownKinds(lctx)
+				m.sweepLapsedReservations(lctx)
+				m.pruneHolders(lctx)
+				cancel()
+			}
 		}
 	}
 }
@@ -153,7 +179,7 @@ func (m *maintainer) failUnknownKinds(ctx context.Context) {
 			return m.core.ForceFail(ctx, tx, id, arbortype.TaskError{Code: arbortype.CodeUnknownKind,
 				Message: fmt.Sprintf("no runner had a handler for its kind within %s", m.grace)})
 		})
-		if err != nil && !errors.Is(err, arbortype.ErrInvalidTransition) {
+		if err != nil && !errors.Is(err, arbortype.ErrInvalidTransition) && ctx.Err() == nil {
 			m.logger.WarnContext(ctx, "arbor: failing a task of unknown kind failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
 		}
 	}

@@ -40,8 +40,8 @@ import (
 // is spent in full after the run is over: nothing is lost, nothing counted
 // twice. Until then it is held (Budget.Reserved, counted against every
 // budget): the next reservation of its counter in the conversation spends
-// it, or else a runner's sweep, every RunnerConfig.UnknownKindGrace/4 and
-// at most every minute. After a crash the run is over once the task is
+// it, or else the sweep of the runner that leads the schema's maintenance,
+// every RunnerConfig.UnknownKindGrace/4 and at most every minute. After a crash the run is over once the task is
 // recovered, a conversation lease after the node died.
 func (r *Run) Reserve(ctx context.Context, counter string, amount int64) (arbortype.Reservation, error) {
 	res, err := r.reserve(ctx, counter, amount, false)

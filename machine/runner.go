@@ -84,6 +84,10 @@ type Runner struct {
 	// transaction with what it claimed, before it commits: a test holds a
 	// claim in flight with it. Nil outside tests.
 	testClaimed func(runs []arbortype.Task)
+	// testMaintained, set by a test before Start, is called at the end of
+	// each PollInterval's maintenance tick with whether this runner led it
+	// (maintainer.scanned). Nil outside tests.
+	testMaintained func(led bool)
 	// stopAtBarrier is set when Stop waits for the claims in flight, before
 	// the release (a test's signal).
 	stopAtBarrier atomic.Bool

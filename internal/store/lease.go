@@ -111,3 +111,57 @@ func (s *Store) FenceConversation(ctx context.Context, db DB, id string, holderI
 	var e int64
 	return db.QueryRow(ctx, s.sql[qFenceConversation], id, holderID, epoch).Scan(&e)
 }
+
+// The maintenance leader (migration 002): the runner whose holder row the
+// one row of maintenance_leader names, while that holder row is live. Its
+// lease is its holder row's: the leader renews nothing more.
+
+// leaderLive says that the leader row l names a live holder.
+const leaderLive = `coalesce((SELECT hl.expires_at >= now() FROM {schema}.holders hl WHERE hl.id = l.holder_id), false)`
+
+var (
+	// Read by every runner at each of its maintenance ticks: no lock, no
+	// write, while a leader is live.
+	qLeader = define(`SELECT coalesce(l.holder_id, 0), ` + leaderLive + ` FROM {schema}.maintenance_leader l`)
+
+	// An election, in one transaction, only when qLeader found no live
+	// leader: the row is made if it is missing, and locked (an ON
+	// CONFLICT DO UPDATE locks the row its WHERE leaves alone), so that
+	// electors take turns; then qTakeLeader, a statement of its own whose
+	// snapshot is taken after the lock, sees every holder row and every
+	// election committed before it, and takes the row only if it still
+	// names no live holder.
+	qLockLeader = define(`INSERT INTO {schema}.maintenance_leader (holder_id) VALUES (NULL)
+		ON CONFLICT (singleton) DO UPDATE SET holder_id = EXCLUDED.holder_id WHERE false`)
+	// The candidate's own holder row must be live: a runner whose row
+	// expired (frozen past its lease) never leads with it.
+	qTakeLeader = define(`UPDATE {schema}.maintenance_leader l SET holder_id = $1, elected_at = now()
+		WHERE NOT ` + leaderLive + `
+		  AND EXISTS (SELECT 1 FROM {schema}.holders hc WHERE hc.id = $1 AND hc.expires_at >= now())
+		RETURNING l.holder_id`)
+)
+
+// Leader returns the holder row the maintenance leader's row names (0:
+// none, or no row), and whether that holder row is live.
+func (s *Store) Leader(ctx context.Context, db DB) (holderID int64, live bool, err error) {
+	err = db.QueryRow(ctx, s.sql[qLeader]).Scan(&holderID, &live)
+	if IsNoRows(err) {
+		return 0, false, nil
+	}
+	return holderID, live, err
+}
+
+// ElectLeader makes holder row holderID, if it is live, the maintenance
+// leader if no live holder is, and reports whether it did. tx is the election's own
+// transaction: the leader's row stays locked until it ends.
+func (s *Store) ElectLeader(ctx context.Context, tx DB, holderID int64) (bool, error) {
+	if _, err := tx.Exec(ctx, s.sql[qLockLeader]); err != nil {
+		return false, err
+	}
+	var got int64
+	err := tx.QueryRow(ctx, s.sql[qTakeLeader], holderID).Scan(&got)
+	if IsNoRows(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
