@@ -10,8 +10,8 @@ import (
 	"github.com/arborhq/arbor/store"
 )
 
-// ExampleSQL lists the statements of one file of arbor's SQL: the holders'
-// and the conversation leases'.
+// ExampleSQL lists the statements of one file of arbor's SQL: the holders',
+// the conversation leases' and the maintenance leader's.
 func ExampleSQL() {
 	b, err := fs.ReadFile(store.SQL, "queries/lease.sql")
 	if err != nil {
@@ -37,4 +37,7 @@ func ExampleSQL() {
 	// TryLockHeldConversation
 	// ReleaseConversation
 	// FenceConversation
+	// Leader
+	// LockLeader
+	// TakeLeader
 }

@@ -112,33 +112,11 @@ func (s *Store) FenceConversation(ctx context.Context, db DB, id string, holderI
 	return db.QueryRow(ctx, s.sql[qFenceConversation], id, holderID, epoch).Scan(&e)
 }
 
-// The maintenance leader (migration 002): the runner whose holder row the
-// one row of maintenance_leader names, while that holder row is live. Its
-// lease is its holder row's: the leader renews nothing more.
-
-// leaderLive says that the leader row l names a live holder.
-const leaderLive = `coalesce((SELECT hl.expires_at >= now() FROM {schema}.holders hl WHERE hl.id = l.holder_id), false)`
-
+// The maintenance leader's statements (store/queries/lease.sql).
 var (
-	// Read by every runner at each of its maintenance ticks: no lock, no
-	// write, while a leader is live.
-	qLeader = define(`SELECT coalesce(l.holder_id, 0), ` + leaderLive + ` FROM {schema}.maintenance_leader l`)
-
-	// An election, in one transaction, only when qLeader found no live
-	// leader: the row is made if it is missing, and locked (an ON
-	// CONFLICT DO UPDATE locks the row its WHERE leaves alone), so that
-	// electors take turns; then qTakeLeader, a statement of its own whose
-	// snapshot is taken after the lock, sees every holder row and every
-	// election committed before it, and takes the row only if it still
-	// names no live holder.
-	qLockLeader = define(`INSERT INTO {schema}.maintenance_leader (holder_id) VALUES (NULL)
-		ON CONFLICT (singleton) DO UPDATE SET holder_id = EXCLUDED.holder_id WHERE false`)
-	// The candidate's own holder row must be live: a runner whose row
-	// expired (frozen past its lease) never leads with it.
-	qTakeLeader = define(`UPDATE {schema}.maintenance_leader l SET holder_id = $1, elected_at = now()
-		WHERE NOT ` + leaderLive + `
-		  AND EXISTS (SELECT 1 FROM {schema}.holders hc WHERE hc.id = $1 AND hc.expires_at >= now())
-		RETURNING l.holder_id`)
+	qLeader     = define("Leader")
+	qLockLeader = define("LockLeader")
+	qTakeLeader = define("TakeLeader")
 )
 
 // Leader returns the holder row the maintenance leader's row names (0:

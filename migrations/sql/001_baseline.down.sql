@@ -10,6 +10,7 @@ DROP TABLE {schema}.tasks;
 DROP SEQUENCE {schema}.task_settle_seq;
 DROP SEQUENCE {schema}.task_token_seq;
 DROP TABLE {schema}.conversations;
+DROP TABLE {schema}.maintenance_leader;
 DROP TABLE {schema}.holders;
 
 DROP FUNCTION {schema}.task_guard();

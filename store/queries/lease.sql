@@ -161,3 +161,41 @@ WHERE id = $1 AND holder_id = $2 AND epoch = $3;
 -- name: FenceConversation
 SELECT epoch FROM {schema}.conversations
 WHERE id = $1 AND holder_id = $2 AND epoch = $3 FOR NO KEY UPDATE;
+
+-- The maintenance leader (docs/architecture.md, "One runner maintains the
+-- schema"): the runner whose holder row the one row of maintenance_leader
+-- names, while that holder row is live. Its lease is its holder row's: the
+-- leader renews nothing more.
+--
+-- Leader returns the holder row the leader's row names (0: none) and
+-- whether that holder row is live. Read by every runner at each of its
+-- maintenance ticks.
+--
+-- Locks: none.
+-- name: Leader
+SELECT coalesce(l.holder_id, 0),
+    coalesce((SELECT hl.expires_at >= now() FROM {schema}.holders hl WHERE hl.id = l.holder_id), false)
+FROM {schema}.maintenance_leader l;
+
+-- An election, in one transaction, only when Leader found no live leader.
+-- LockLeader makes the row if it is missing, and locks it (an ON CONFLICT
+-- DO UPDATE locks the row its WHERE leaves alone), so that electors take
+-- turns; then TakeLeader, a statement of its own whose snapshot is taken
+-- after the lock, sees every holder row and every election committed
+-- before it.
+--
+-- Locks: the leader's row, FOR UPDATE, until the transaction ends.
+-- name: LockLeader
+INSERT INTO {schema}.maintenance_leader (holder_id) VALUES (NULL)
+ON CONFLICT (singleton) DO UPDATE SET holder_id = EXCLUDED.holder_id WHERE false;
+
+-- TakeLeader makes holder row $1 the leader if the row still names no live
+-- holder and $1's own holder row is live (a runner whose row expired,
+-- frozen past its lease, never leads with it).
+--
+-- Locks: the leader's row (held already, by LockLeader).
+-- name: TakeLeader
+UPDATE {schema}.maintenance_leader l SET holder_id = $1, elected_at = now()
+WHERE NOT coalesce((SELECT hl.expires_at >= now() FROM {schema}.holders hl WHERE hl.id = l.holder_id), false)
+  AND EXISTS (SELECT 1 FROM {schema}.holders hc WHERE hc.id = $1 AND hc.expires_at >= now())
+RETURNING l.holder_id;
