@@ -163,7 +163,7 @@ func reset(ctx context.Context, admin *pgxpool.Pool, schema, want string) error 
 		var tables []string
 		rows, err := tx.Query(ctx, `SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname)
 			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND c.relname NOT IN ('arbor_migrations', 'river_migration')
+			WHERE n.nspname = $1 AND c.relkind::text IN ('r', 'p') AND c.relname NOT IN ('arbor_migrations', 'river_migration')
 			ORDER BY c.relname`, schema)
 		if err != nil {
 			return err
@@ -219,9 +219,9 @@ const fingerprintSQL = `WITH ns AS (SELECT oid, nspname FROM pg_namespace WHERE 
 SELECT md5(coalesce(string_agg(x, E'\n' ORDER BY x), '')) FROM (
 	SELECT 'n ' || nspowner::regrole::text || ' ' || coalesce(nspacl::text, '') AS x FROM pg_namespace WHERE oid = (SELECT oid FROM ns)
 	UNION ALL
-	SELECT 'c ' || c.relname || ' ' || c.relkind || ' ' || c.relpersistence || ' ' || c.relowner::regrole::text || ' ' || coalesce(c.relacl::text, '')
-		|| ' ' || coalesce(c.reloptions::text, '') || ' ' || c.relrowsecurity || ' ' || c.relforcerowsecurity || ' ' || c.relreplident
-		|| ' ' || CASE WHEN c.relkind IN ('v', 'm') THEN pg_get_viewdef(c.oid) ELSE '' END
+	SELECT 'c ' || c.relname || ' ' || c.relkind::text || ' ' || c.relpersistence::text || ' ' || c.relowner::regrole::text || ' ' || coalesce(c.relacl::text, '')
+		|| ' ' || coalesce(c.reloptions::text, '') || ' ' || c.relrowsecurity || ' ' || c.relforcerowsecurity || ' ' || c.relreplident::text
+		|| ' ' || CASE WHEN c.relkind::text IN ('v', 'm') THEN pg_get_viewdef(c.oid) ELSE '' END
 		FROM pg_class c WHERE c.relnamespace = (SELECT oid FROM ns)
 	UNION ALL
 	SELECT 'a ' || c.relname || ' ' || a.attnum || ' ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull
@@ -236,21 +236,21 @@ SELECT md5(coalesce(string_agg(x, E'\n' ORDER BY x), '')) FROM (
 	SELECT 'i ' || pg_get_indexdef(i.indexrelid) || ' ' || i.indisvalid || ' ' || i.indisready
 		FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid WHERE c.relnamespace = (SELECT oid FROM ns)
 	UNION ALL
-	SELECT 'g ' || pg_get_triggerdef(t.oid) || ' ' || t.tgenabled
+	SELECT 'g ' || pg_get_triggerdef(t.oid) || ' ' || t.tgenabled::text
 		FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE c.relnamespace = (SELECT oid FROM ns)
 	UNION ALL
-	SELECT 'r ' || r.rulename || ' ' || r.ev_class::regclass::text || ' ' || r.ev_enabled || ' ' || md5(r.ev_action::text)
+	SELECT 'r ' || r.rulename || ' ' || r.ev_class::regclass::text || ' ' || r.ev_enabled::text || ' ' || md5(r.ev_action::text)
 		FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class WHERE c.relnamespace = (SELECT oid FROM ns)
 	UNION ALL
 	SELECT 'p ' || pol.polname || ' ' || pol.polrelid::regclass::text || ' ' || coalesce(pg_get_expr(pol.polqual, pol.polrelid), '')
 		|| ' ' || coalesce(pg_get_expr(pol.polwithcheck, pol.polrelid), '')
 		FROM pg_policy pol JOIN pg_class c ON c.oid = pol.polrelid WHERE c.relnamespace = (SELECT oid FROM ns)
 	UNION ALL
-	SELECT 'f ' || p.oid::regprocedure::text || ' ' || p.prokind || ' ' || p.provolatile || ' ' || p.prosecdef || ' ' || p.proowner::regrole::text
+	SELECT 'f ' || p.oid::regprocedure::text || ' ' || p.prokind::text || ' ' || p.provolatile::text || ' ' || p.prosecdef || ' ' || p.proowner::regrole::text
 		|| ' ' || coalesce(p.proacl::text, '') || ' ' || coalesce(p.proconfig::text, '') || ' ' || p.prorettype::regtype::text || ' ' || md5(coalesce(p.prosrc, ''))
 		FROM pg_proc p WHERE p.pronamespace = (SELECT oid FROM ns)
 	UNION ALL
-	SELECT 't ' || t.typname || ' ' || t.typtype || ' ' || t.typowner::regrole::text || ' ' || coalesce(t.typacl::text, '')
+	SELECT 't ' || t.typname || ' ' || t.typtype::text || ' ' || t.typowner::regrole::text || ' ' || coalesce(t.typacl::text, '')
 		|| ' ' || coalesce((SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder) FROM pg_enum e WHERE e.enumtypid = t.oid), '')
 		FROM pg_type t WHERE t.typnamespace = (SELECT oid FROM ns)
 	UNION ALL
@@ -260,6 +260,6 @@ SELECT md5(coalesce(string_agg(x, E'\n' ORDER BY x), '')) FROM (
 	UNION ALL
 	SELECT 'x ' || x.stxname FROM pg_statistic_ext x WHERE x.stxnamespace = (SELECT oid FROM ns)
 	UNION ALL
-	SELECT 'd ' || d.defaclobjtype || ' ' || d.defaclrole::regrole::text || ' ' || d.defaclacl::text
+	SELECT 'd ' || d.defaclobjtype::text || ' ' || d.defaclrole::regrole::text || ' ' || d.defaclacl::text
 		FROM pg_default_acl d WHERE d.defaclnamespace = (SELECT oid FROM ns)
 ) parts`

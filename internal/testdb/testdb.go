@@ -152,17 +152,29 @@ func Fresh(tb testing.TB) (*pgxpool.Pool, string) {
 // as many schemas as it runs tests at once.
 func Schema(tb testing.TB, pool *pgxpool.Pool) string {
 	tb.Helper()
+	schema, giveBack, err := Lend(pool)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(giveBack)
+	return schema
+}
+
+// Lend is Schema for a harness that needs many schemas in one test, one
+// after the other (internal/bench's smoke test measures each run on a
+// schema of its own): it returns the schema and the function that hands
+// it back, emptied for the next, or drops it; on an error nothing is left.
+func Lend(pool *pgxpool.Pool) (string, func(), error) {
 	if schema := takeSpare(); schema != "" {
-		tb.Cleanup(func() { release(pool, schema) })
-		return schema
+		return schema, func() { release(pool, schema) }, nil
 	}
 	schema := Name("arbor_test")
-	tb.Cleanup(func() { release(pool, schema) })
 	if err := migrate(pool, schema); err != nil {
-		tb.Fatalf("migrate %s: %v", schema, err)
+		dropSchema(pool, schema)
+		return "", nil, fmt.Errorf("migrate %s: %w", schema, err)
 	}
 	remember(pool, schema)
-	return schema
+	return schema, func() { release(pool, schema) }, nil
 }
 
 // Dropped is Schema without recycling: a schema migrated for the test
