@@ -19,13 +19,24 @@ WITH_PG := scripts/with-postgres.sh
 
 .PHONY: test examples chaos failover demo ui browser lint snippets doclinks bench soak generate vet
 
-# The core module, then the modules nested in it (otelarbor: `go test ./...`
-# at the root does not enter a nested module), on the same server.
+# The core module and, at the same time, the modules nested in it
+# (otelarbor: `go test ./...` at the root does not enter a nested module),
+# on the same server; a nested module's output is printed after the core's.
+# The tests mostly wait on the database, not on the CPU: -p 4 runs four
+# test binaries (or builds) at once on this 2-core machine and -parallel 4
+# four parallel tests of a package, rather than one per core, and the
+# slowest packages are named first so that they start first rather than
+# last (go test starts packages in the order named). A package's -timeout
+# is the bound of a broken test, not an expectation.
 NESTED := otelarbor
+TESTFLAGS := -race -count=1 -p 4 -parallel 4 -timeout 4m
+SLOWEST := ./machine/ ./internal/bench/ ./internal/core/ ./cmd/arbor/ ./tasks/
 
 test:
-	$(WITH_PG) bash -c '$(GO) test -race -count=1 -timeout 20m ./... && \
-		for m in $(NESTED); do (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...) || exit 1; done'
+	$(WITH_PG) bash -c 'out=$$(mktemp -d); trap "rm -rf $$out" EXIT; \
+		for m in $(NESTED); do (cd $$m && $(GO) test $(TESTFLAGS) ./... >$$out/$$m 2>&1; echo $$? >$$out/$$m.rc) & done; \
+		$(GO) test $(TESTFLAGS) $(SLOWEST) ./...; rc=$$?; wait; \
+		for m in $(NESTED); do echo "$$m:"; cat $$out/$$m; [ "$$(cat $$out/$$m.rc)" = 0 ] || rc=1; done; exit $$rc'
 
 # Every runnable example (the Example… functions with // Output:, each on a
 # schema of its own) of the core module and the nested ones, and nothing
