@@ -166,13 +166,6 @@ func runTiny(t *testing.T, only []string) {
 	require.Equal(t, rep.Scenarios[0].Sizes[1].Subjects[0].Rounds[1].TasksPerSec, back.Scenarios[0].Sizes[1].Subjects[0].Rounds[1].TasksPerSec)
 	require.Equal(t, rep.Scenarios[0].Sizes[1].Subjects[0].Ratios["river"], back.Scenarios[0].Sizes[1].Subjects[0].Ratios["river"])
 
-	// No run left a schema of its own (the runs lend testdb's schemas:
-	// TestMain fails the package if one was not handed back).
-	pool := testdb.NewPool(t)
-	var left int
-	require.NoError(t, pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'arbor_bench_%' OR nspname LIKE 'dbos_bench_%'`).Scan(&left))
-	require.Zero(t, left, "schemas left behind")
 }
 
 func scenario(key string) bench.Scenario {
