@@ -56,7 +56,7 @@ func Schema(tb testing.TB, pool *pgxpool.Pool) string {
 		tb.Fatalf("arbortest.Schema: the pool is nil")
 		return ""
 	}
-	return testdb.Schema(tb, pool)
+	return testdb.Dropped(tb, pool)
 }
 
 // Engine returns an engine on a schema of the test's own (see Schema),

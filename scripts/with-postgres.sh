@@ -464,8 +464,11 @@ postgres_can_use "$bindir/initdb" "$bindir/pg_ctl" "$bindir/postgres" "$workdir"
 }
 # No TCP at all: only a socket in our own folder. fsync stays on (the default),
 # so the demo, the tests and the benchmarks see real commit costs.
+# max_connections=400: make test runs machine's tests four at once beside
+# four other test binaries, each test with pools and runner processes of
+# its own; 200 ran out ("sorry, too many clients already").
 if ! "${run_as[@]}" "$bindir/pg_ctl" start -D "$workdir/data" -w -t 60 -l "$workdir/server.log" \
-	-o "-c listen_addresses='' -c unix_socket_directories='$workdir' -c port=5432 -c fsync=on -c max_connections=200 -c shared_buffers=256MB" >/dev/null; then
+	-o "-c listen_addresses='' -c unix_socket_directories='$workdir' -c port=5432 -c fsync=on -c max_connections=400 -c shared_buffers=256MB" >/dev/null; then
 	cat "$workdir/server.log" >&2
 	exit 1
 fi

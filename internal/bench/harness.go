@@ -311,6 +311,14 @@ type Env struct {
 // newSchema creates and migrates a fresh schema (arbor's tables and
 // River's) and returns a function that drops it.
 func newSchema(ctx context.Context, pool *pgxpool.Pool) (string, func(), error) {
+	return lendSchema(ctx, pool)
+}
+
+// lendSchema gives each run its schema: a fresh one, migrated and dropped
+// after the run. The package's tests lend testdb's instead (main_test.go),
+// emptied as a fresh one is, because the smoke test's eighty-odd runs
+// spent more time migrating than running.
+var lendSchema = func(ctx context.Context, pool *pgxpool.Pool) (string, func(), error) {
 	return newSchemaNamed(ctx, pool, "arbor_bench")
 }
 

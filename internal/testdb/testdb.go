@@ -37,19 +37,29 @@ var (
 // URL returns the database URL, or fails the test with what to do.
 func URL(tb testing.TB) string {
 	tb.Helper()
-	url := os.Getenv(EnvURL)
-	if url == "" {
-		tb.Fatalf("%s is not set: run the tests with `make test`, which starts a throwaway PostgreSQL, or set %s to a database the tests may create schemas in", EnvURL, EnvURL)
+	url, err := urlFromEnv()
+	if err != nil {
+		tb.Fatal(err)
 	}
 	return url
 }
 
-// Main runs a test package's tests, drops the shared schema afterwards, and
-// fails the package if goroutines outlive its tests (a runner, a waker, a
+func urlFromEnv() (string, error) {
+	url := os.Getenv(EnvURL)
+	if url == "" {
+		return "", fmt.Errorf("%s is not set: run the tests with `make test`, which starts a throwaway PostgreSQL, or set %s to a database the tests may create schemas in", EnvURL, EnvURL)
+	}
+	return url, nil
+}
+
+// Main runs a test package's tests, drops the shared schema and the
+// recycled ones afterwards (see Schema), and fails the package if goroutines outlive its tests (a runner, a waker, a
 // River client or a LISTEN loop left running, a pool left open): their
 // stacks are printed. Use it from TestMain: os.Exit(testdb.Main(m)).
 func Main(m *testing.M) int {
+	recycling()
 	code := m.Run()
+	dropSpares()
 	mu.Lock()
 	if shared.pool != nil {
 		dropSchema(shared.pool, shared.schema)
@@ -132,11 +142,44 @@ func Fresh(tb testing.TB) (*pgxpool.Pool, string) {
 	return pool, Schema(tb, pool)
 }
 
-// Schema creates a schema of the test's own on pool, named arbor_test_…,
-// migrated (arbor's tables and River's), and drops it when the test ends —
-// on a connection of its own if pool was closed by then. Safe for parallel
-// tests: each name is random.
+// Schema returns a schema of the test's own on pool, named arbor_test_…,
+// migrated (arbor's tables and River's) and empty, that no other test uses
+// while this one runs, and drops it when the test ends — on a connection
+// of its own if pool was closed by then. Safe for parallel tests: each name
+// is random. In a package whose TestMain is Main, the schema may be one an
+// earlier test of the package used, emptied, and it goes back for the next
+// test rather than being dropped (see recycle.go): a package migrates about
+// as many schemas as it runs tests at once.
 func Schema(tb testing.TB, pool *pgxpool.Pool) string {
+	tb.Helper()
+	schema, giveBack, err := Lend(pool)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(giveBack)
+	return schema
+}
+
+// Lend is Schema for a harness that needs many schemas in one test, one
+// after the other (internal/bench's smoke test measures each run on a
+// schema of its own): it returns the schema and the function that hands
+// it back, emptied for the next, or drops it; on an error nothing is left.
+func Lend(pool *pgxpool.Pool) (string, func(), error) {
+	if schema := takeSpare(); schema != "" {
+		return schema, func() { release(pool, schema) }, nil
+	}
+	schema := Name("arbor_test")
+	if err := migrate(pool, schema); err != nil {
+		dropSchema(pool, schema)
+		return "", nil, fmt.Errorf("migrate %s: %w", schema, err)
+	}
+	remember(pool, schema)
+	return schema, func() { release(pool, schema) }, nil
+}
+
+// Dropped is Schema without recycling: a schema migrated for the test
+// alone, dropped when it ends, as arbortest.Schema promises its users.
+func Dropped(tb testing.TB, pool *pgxpool.Pool) string {
 	tb.Helper()
 	schema := Name("arbor_test")
 	tb.Cleanup(func() { dropSchema(pool, schema) })
