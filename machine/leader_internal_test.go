@@ -249,7 +249,10 @@ func TestMaintenanceLeaderElectionsTakeTurns(t *testing.T) {
 	b, err := st.NewHolder(ctx, pool, "node-b", time.Minute)
 	require.NoError(t, err)
 
-	// A's election holds the row's lock; B's waits for it.
+	// The row exists (a schema recycled between tests has none: an
+	// election makes it); A's election holds its lock; B's waits for it.
+	_, err = pool.Exec(ctx, `INSERT INTO `+schema+`.maintenance_leader (holder_id) VALUES (NULL) ON CONFLICT DO NOTHING`)
+	require.NoError(t, err)
 	txA, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = txA.Rollback(ctx) }()
