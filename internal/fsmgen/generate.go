@@ -381,7 +381,7 @@ CREATE TRIGGER "Arbor_conversation_guard_update"
 --     running (the idle release);
 --   - a new holder takes the lease from none or from a holder whose row
 --     has expired, never from a live one (an open and a Lease's take-over
---     test the same, freeToTake in internal/store/lease.go).
+--     test the same: "free to take" in store/queries/lease.sql).
 -- Either by hand would let another node claim a task whose run the live
 -- holder's handler is still making: two calls of the task at once.
 -- Checked after the row is written, and only when a holder gives way (the
