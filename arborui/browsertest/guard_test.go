@@ -223,7 +223,7 @@ func TestBrowserHostileStrings(t *testing.T) {
 	require.NoError(t, err)
 	// The conversation handed to a node of a hostile name, as a take-over
 	// does: the test's own lease released first (a take-over from a live
-	// holder is refused, migration 029).
+	// holder is refused).
 	require.NoError(t, v.engine.ReleaseLease(v.ctx, conv+"-2"))
 	var holder int64
 	require.NoError(t, v.pool.QueryRow(v.ctx, `INSERT INTO `+v.schema+`.holders (name, expires_at) VALUES ($1, now() + interval '1 hour') RETURNING id`,

@@ -121,7 +121,7 @@ func TestLogPrintsAFailuresMessage(t *testing.T) {
 // A settle entry of the log written by hand for a task still running does
 // not end a follow --until-settled: only the task's own settle does
 // (issue 24's audit saw the follow stop, exit 0, at the forged entry). The
-// log's INSERT guard refuses such an entry (migration 028); the test
+// log's INSERT guard refuses such an entry (the schema baseline); the test
 // writes it with the triggers off, as a superuser restoring a dump could.
 func TestFollowUntilSettledIgnoresAForgedSettle(t *testing.T) {
 	t.Parallel()

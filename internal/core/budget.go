@@ -39,7 +39,7 @@ import (
 // locks). Reserve's common path locks the reserving task FOR SHARE and
 // then the budgets, not the conversation (runners lock conversations for
 // their batches): it only checks and moves amounts. That path, and every
-// record, is one statement that commits on its own (migration 027's
+// record, is one statement that commits on its own (the schema baseline's
 // functions budget_reserve and budget_record, which take those locks in
 // that order). A reservation off it (a budget over, an unknown counter, a
 // lapse to close) has that statement write nothing and is made again in a

@@ -35,7 +35,7 @@ func TestCheckerFindsAnUnloggedStatus(t *testing.T) {
 	require.Contains(t, vs[0].Message, "newest status entry in the log")
 
 	// An entry written afterwards is not the change's own: refused
-	// (migration 033, issue 38: it let a second `completed` in for a task
+	// (issue 38: it let a second `completed` in for a task
 	// settled long ago), and the violation stays.
 	_, err = b.pool.Exec(b.ctx, `INSERT INTO `+b.schema+`.conversation_log (conversation_id, task_id, kind, status, name)
 		VALUES ($1, $2, 'status', 'cancelled', 'turn')`, conv, task.ID)

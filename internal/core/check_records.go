@@ -16,11 +16,11 @@ import (
 const futureSlack = time.Minute
 
 // maxLease is the longest a holder's lease may run past now: the guard
-// refuses a deadline further off (migration 025, guardrules.RecordRules), and a
+// refuses a deadline further off (guardrules.RecordRules), and a
 // runner's ConversationLease is at most a day.
 const maxLease = 24 * time.Hour
 
-// recordViolations checks what the guards of migrations 019 and 021 keep
+// recordViolations checks what the guards of the schema baseline keep
 // true of the rows beside a conversation's tasks, and of the tasks'
 // records: what a row written with the triggers off (a superuser's
 // session_replication_role, a restore) can leave wrong where the other

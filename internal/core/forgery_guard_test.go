@@ -57,10 +57,10 @@ func (b *bundle) requireRefused(t *testing.T, forged []forgery, convs ...string)
 }
 
 // TestGuardRefusesReservationsNoBudgetExplains (issue 38, G1): a budget's
-// sums agree with its scope's reservations at commit (migration 021), but
+// sums agree with its scope's reservations at commit (the schema baseline), but
 // the check ran only when a budget row changed: a reservation closed at 0,
 // or inserted open with its run's token, the budgets left as they were,
-// committed. A change of the reservations is checked too (migration 033),
+// committed. A change of the reservations is checked too (the schema baseline),
 // over every budget of the counter above the reserving task (its own, its
 // owner's, the conversation's): each forgery fails at its commit with
 // AB009 and leaves nothing. arbor's own reservations, records and spends,
@@ -181,7 +181,7 @@ func forkedConversation(t *testing.T, b *bundle) (turn arbortype.Task, fork stri
 // live turn, with an approval no one gave; with the wake written by hand
 // it approved that turn. A copy is now made only in the fork's own
 // transaction, names forked tasks only, and is an event of their sources
-// field for field (guardrules.RecordRules, migration 033): each forgery is
+// field for field (guardrules.RecordRules): each forgery is
 // refused (AB009) and writes nothing, and the wake finds no event
 // delivered to the turn. The fork's own copies went in (forkedConversation
 // counts them), and the live turn is answered by an emit.
@@ -233,12 +233,12 @@ func TestGuardRefusesForgedForkEvents(t *testing.T) {
 }
 
 // TestGuardRefusesLogEntriesArborNeverWrites (issue 38, G2): the log's
-// INSERT check (migration 028) took entries arbor never writes, although
+// INSERT check (the schema baseline) took entries arbor never writes, although
 // guarantees.md says they are refused: an event entry stamped before its
 // conversation existed, a second `completed` for a task settled long ago,
 // `failed` and progress entries for a fork's copies, a status entry with
 // no task and no status. Each is refused (AB009) and writes nothing
-// (migration 033); arbor's own entries go on: a fork's copies of the log,
+// (the schema baseline); arbor's own entries go on: a fork's copies of the log,
 // a progress entry of a run, the status entries of a run and of an emit's
 // wake.
 func TestGuardRefusesLogEntriesArborNeverWrites(t *testing.T) {

@@ -264,7 +264,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // insert guard can refuse only waited ids not above the copy's own (its
 // children are inserted after it); an id above it passed — one a task of
 // another conversation took, or none took — and the copy waited on a
-// foreign task. The check at commit (migration 025) refuses those, and a
+// foreign task. The check at commit (the schema baseline) refuses those, and a
 // copy that leaves out a copied waited child; the fork's own copy passes.
 func TestGuardRefusesForkCopiesWaitingOnForeignTasks(t *testing.T) {
 	t.Parallel()

@@ -77,7 +77,7 @@ func TestGuardRefusesForgedRecords(t *testing.T) {
 		{"a log entry rewritten", `UPDATE ` + s + `.conversation_log SET payload = '{"forged": true}' WHERE seq = $1`, []any{seq}, guardrules.SQLStateRecord},
 		{"a log entry deleted", `DELETE FROM ` + s + `.conversation_log WHERE seq = $1`, []any{seq}, guardrules.SQLStateDelete},
 		{"the log truncated", `TRUNCATE ` + s + `.conversation_log`, nil, guardrules.SQLStateDelete},
-		// The log's inserts (migration 028): an entry is what the tasks and
+		// The log's inserts (the schema baseline): an entry is what the tasks and
 		// events are, appended by the statement that changes them.
 		{"a status entry the task does not have", `INSERT INTO ` + s + `.conversation_log (conversation_id, task_id, kind, status, name)
 			VALUES ($1, $2, 'status', 'completed', 'turn')`, []any{b.conv, run.ID}, guardrules.SQLStateRecord},

@@ -9,7 +9,7 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 )
 
-// Budgets and their reservations (migration 009; internal/core/budget.go).
+// Budgets and their reservations (internal/core/budget.go).
 
 // BudgetRow is a row of the budgets table. Max is arbortype.Unlimited for
 // a tally (NULL in the table).

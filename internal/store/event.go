@@ -10,7 +10,7 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 )
 
-// Events, awaits and the conversation log (migration 007).
+// Events, awaits and the conversation log (the schema baseline).
 
 // Event is a row of the events table.
 type Event struct {

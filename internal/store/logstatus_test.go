@@ -8,7 +8,7 @@ import (
 
 // TestEveryStatusWriteIsLogged: every statement that inserts a task or
 // sets a task's status appends the status entries itself (logged), since
-// no trigger does (migration 024). The fork's insert is the one exception:
+// no trigger does (the schema baseline). The fork's insert is the one exception:
 // it copies the source's entries (qInsertForkLog).
 func TestEveryStatusWriteIsLogged(t *testing.T) {
 	t.Parallel()

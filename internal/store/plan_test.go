@@ -363,7 +363,7 @@ func TestForkOfADeepChainIsLinear(t *testing.T) {
 	require.Equal(t, 2*total, logged)
 	require.Equal(t, 2*depth, named, "each copied entry names its owner's copy")
 	// The commit's check that each copy waits on the copies of its
-	// source's waited tasks (migration 025), run now.
+	// source's waited tasks (the schema baseline), run now.
 	_, err = tx.Exec(ctx, `SET CONSTRAINTS ALL IMMEDIATE`)
 	require.NoError(t, err)
 }

@@ -1,7 +1,7 @@
 -- The statements internal/store/budget.go runs. The names in braces are filled in
 -- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
--- Budgets and their reservations (migration 009; internal/core/budget.go).
+-- Budgets and their reservations (internal/core/budget.go).
 
 
 -- The reserving task, share-locked: no take-over or settle of it commits
@@ -145,7 +145,7 @@ SELECT outcome, coalesce(task_status, ''), coalesce(task_token, 0),
     coalesce(r_key, ''), coalesce(r_amount, 0), r_actual, coalesce(r_lapsed, false)
 FROM {schema}.budget_reserve($1, $2, $3, $4, $5, $6, $7);
 
--- A record in one statement (migration 027's budget_record; see
+-- A record in one statement (the schema baseline's budget_record; see
 -- RecordAtOnce).
 --
 -- RecordAtOnce closes reservation id of task taskID with actual in one

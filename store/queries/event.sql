@@ -1,7 +1,7 @@
 -- The statements internal/store/event.go runs. The names in braces are filled in
 -- once at start-up ({schema}, the column and status lists: see store.SQL).
 --
--- Events, awaits and the conversation log (migration 007).
+-- Events, awaits and the conversation log (the schema baseline).
 
 
 -- EventByKey reads the event of a conversation with an idempotency key.

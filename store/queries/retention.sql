@@ -187,7 +187,7 @@ SELECT count(*) FROM {schema}.river_job WHERE kind = 'arbor_wake' AND args @> js
 DELETE FROM {schema}.river_job
 WHERE kind = 'arbor_prune' AND finalized_at < now() - $1 * interval '1 microsecond';
 
--- The prune's mark (migration 019): the transaction's id in prune_marks,
+-- The prune's mark (the schema baseline): the transaction's id in prune_marks,
 -- which only the prune's role may write; removed before the transaction
 -- commits.
 --

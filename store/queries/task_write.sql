@@ -8,12 +8,11 @@
 -- change the tasks, in the same statement (issue 20): each statement that
 -- inserts a task or changes a status is a data-modifying CTE, w, that
 -- returns the rows it wrote whole, a second CTE that appends their entries,
--- and the statement's own result read from w. Until migration 024 two
--- triggers wrote them, over the statement's transition tables: every
--- update of a task (a checkpoint, a heartbeat, none of which is logged)
--- captured its rows' old and new images twice and planned a join of them
--- afresh (EXECUTE, since a cached plan was sized by its first statement),
--- and a claim or a complete cost about twice the update itself.
+-- and the statement's own result read from w. Triggers over the
+-- statement's transition tables would capture every task update's old and
+-- new images (a checkpoint, a heartbeat, none of which is logged) and plan
+-- a join of them afresh: a claim or a complete cost about twice the update
+-- itself that way.
 --
 -- Every statement of store.SQL that writes tasks.status or inserts a task
 -- has that shape (TestEveryStatusWriteIsLogged keeps it so), and the
