@@ -6,9 +6,11 @@ import (
 )
 
 // Sentinel errors of every arbor operation. Test for them with errors.Is;
-// every error arbor returns wraps one of these, with the operation and the
-// task or conversation in its text. Packages tasks and machine re-export
-// them (arbortype.ErrNotFound is ErrNotFound).
+// every error of package tasks, of a handler's machine.Run and of
+// machine.Lease wraps one of these, with the operation and the task or
+// conversation in its text. They are spelled here only (package
+// migrations adds ErrVersionMismatch; package machine names the causes of
+// a handler context's cancellation).
 var (
 	// ErrNotFound: no task (or conversation) with that id.
 	ErrNotFound = errors.New("not found")

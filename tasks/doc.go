@@ -25,10 +25,12 @@
 //
 // # Errors
 //
-// Every error wraps one of the sentinels below (test with errors.Is) and
-// names the operation and the task or conversation. Bad input is refused
-// before anything is written. A connection lost while COMMIT was in flight
-// is [arbortype.ErrAmbiguous]: read the task to learn whether the operation applied.
+// Every error wraps one of package arbortype's sentinels (test with
+// errors.Is: errors.Is(err, arbortype.ErrNotFound)) and names the operation
+// and the task or conversation. Bad input is refused before anything is
+// written. A connection lost while COMMIT was in flight is
+// [arbortype.ErrAmbiguous]: read the task to learn whether the operation
+// applied.
 //
 // [machine.Runner]: https://pkg.go.dev/github.com/arborhq/arbor/machine#Runner
 // [machine.Run]: https://pkg.go.dev/github.com/arborhq/arbor/machine#Run
