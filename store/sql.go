@@ -9,8 +9,10 @@ import "embed"
 // locks it takes. arbor renders them once for the configured schema,
 // replacing {schema} (the quoted schema name), {task_columns},
 // {run_columns} and {summary_columns} (the columns of a task row, of a
-// run's state and of a listing's row) and {live} and {settled} (the live
-// and the settled statuses), and sends nothing else: no SQL is built from
+// run's state and of a listing's row), {live} and {settled} (the live
+// and the settled statuses) and {log_status} (the one INSERT of the
+// conversation log's status entries that every status write carries, see
+// queries/task_write.sql), and sends nothing else: no SQL is built from
 // input.
 //
 // It is exported to be read (fs.ReadFile(store.SQL, "queries/lease.sql")),

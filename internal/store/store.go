@@ -55,6 +55,24 @@ func New(schema string) (*Store, error) {
 	return s, nil
 }
 
+// logStatus is {log_status} of store.SQL, filled in before the other
+// placeholders (it holds {schema}): the INSERT that appends one status
+// entry to the conversation log per row of w, the CTE of task rows a
+// status write returns — an abort's settles in the order they settled
+// (leaves first), every other row by id. Its payload names the owner, the
+// error's code and message of a failed, aborted, cancelled or orphaned
+// task, and what a sleeping task awaits. Every statement that writes a
+// task's status or inserts a task appends its entries so
+// (TestEveryStatusWriteIsLogged), in one text kept here.
+const logStatus = `INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
+    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
+           nullif(jsonb_strip_nulls(jsonb_build_object(
+               'owner', w.owner_task_id,
+               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
+               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
+               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
+    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id`
+
 // liveStatusList is the live statuses as an SQL list, for "status IN
 // ({live})": rendered from arbortype.LiveStatuses, so that no query spells
 // them by hand. (The partial indexes of migrations/ spell the same list.)
@@ -104,7 +122,7 @@ func define(name string) query {
 	if !ok {
 		panic("internal/store: no statement " + name + " in store.SQL")
 	}
-	queries = append(queries, q.sql)
+	queries = append(queries, strings.ReplaceAll(q.sql, "{log_status}", logStatus))
 	queryNames = append(queryNames, name)
 	return query(len(queries) - 1)
 }

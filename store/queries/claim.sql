@@ -23,14 +23,7 @@ WITH w AS (UPDATE {schema}.tasks t SET status = $3, token = nextval('{schema}.ta
         lease_expires_at = now() + $5 * interval '1 microsecond', updated_at = now()
     WHERE t.id = $1 AND t.conversation_id = $2 AND status = 'pending' AND NOT abort_requested
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {task_columns} FROM w;
 
 -- ClaimRunnable starts up to limit pending tasks of a conversation whose
@@ -53,14 +46,7 @@ WITH w AS (WITH picked AS (
         lease_expires_at = now() + $7 * interval '1 microsecond', updated_at = now()
     WHERE t.id IN (SELECT id FROM picked) AND t.conversation_id = $1
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {task_columns} FROM w ORDER BY id;
 
 -- LiveRoots reads a conversation's live root tasks in id order.
@@ -113,12 +99,5 @@ WITH w AS (WITH picked AS (
         lease_expires_at = now() + $3 * interval '1 microsecond', updated_at = now()
     WHERE id IN (SELECT id FROM picked)
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {task_columns} FROM w ORDER BY id;

@@ -84,14 +84,7 @@ WITH w AS (WITH cand AS MATERIALIZED (
         lease_expires_at = now() + $7 * interval '1 microsecond', updated_at = now()
     FROM picked WHERE t.id = picked.picked_id
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {run_columns}, pg_current_xact_id()::text::bigint FROM w ORDER BY id;
 
 -- ClaimHeld is ClaimIn across every conversation holder holds.
@@ -130,12 +123,5 @@ WITH w AS (WITH cand AS MATERIALIZED (
         lease_expires_at = now() + $7 * interval '1 microsecond', updated_at = now()
     FROM picked WHERE t.id = picked.picked_id
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {run_columns}, pg_current_xact_id()::text::bigint FROM w ORDER BY id;

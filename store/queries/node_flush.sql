@@ -45,14 +45,7 @@ WITH w AS (WITH v AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[
     WHERE t.id = v.id AND t.token = v.token AND t.status IS NOT DISTINCT FROM 'running' AND NOT t.abort_requested
       AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = t.id AND NOT c.background AND c.status IN ({live}))
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT id, coalesce(owner_task_id, 0) FROM w;
 
 -- Owners whose waits the settles satisfied: no waited child is live. (A
@@ -69,14 +62,7 @@ WITH w AS (UPDATE {schema}.tasks o SET status = $2, updated_at = now()
     WHERE o.id = ANY($1) AND o.status IS NOT DISTINCT FROM 'waiting'
       AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = o.id AND c.id = ANY(o.wait_ids) AND c.status IN ({live}))
     RETURNING o.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT id FROM w;
 
 -- Completing owners whose last live foreground child settled.
@@ -92,14 +78,7 @@ WITH w AS (UPDATE {schema}.tasks o
     WHERE o.id = ANY($1) AND o.status IS NOT DISTINCT FROM 'completing'
       AND NOT EXISTS (SELECT 1 FROM {schema}.tasks c WHERE c.owner_task_id = o.id AND NOT c.background AND c.status IN ({live}))
     RETURNING o.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT id, coalesce(owner_task_id, 0) FROM w;
 
 -- The tasks of a batch's waits, locked, with what a wait checks.
@@ -135,14 +114,7 @@ WITH w AS (UPDATE {schema}.tasks t
     FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[]) AS v(id, phase, state, policy, ids)
     WHERE t.id = v.id
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT count(*) FROM w;
 
 -- WakeMany moves the tasks among ids (waiting, just parked) to `to`
@@ -153,12 +125,5 @@ SELECT count(*) FROM w;
 -- name: WakeMany
 WITH w AS (UPDATE {schema}.tasks t SET status = $2, updated_at = now() WHERE id = ANY($1)
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT count(*) FROM w;

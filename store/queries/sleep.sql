@@ -28,14 +28,7 @@ WITH w AS (UPDATE {schema}.tasks t
         await_name = NULL, await_token = NULL, delivered = NULL
     WHERE t.id = $1 AND t.conversation_id = $7
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {task_columns} FROM w;
 
 -- RetryTask parks a running task that failed until wakeAt, recording taskErr
@@ -58,14 +51,7 @@ WITH w AS (UPDATE {schema}.tasks t
         ORDER BY n DESC LIMIT $6) h)
     WHERE t.id = $1 AND t.conversation_id = $8
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {task_columns} FROM w;
 
 -- NotifySleep announces a new sleep on SleepChannel; the notification is

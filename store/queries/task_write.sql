@@ -8,7 +8,12 @@
 -- change the tasks, in the same statement (issue 20): each statement that
 -- inserts a task or changes a status is a data-modifying CTE, w, that
 -- returns the rows it wrote whole, a second CTE that appends their entries,
--- and the statement's own result read from w. Triggers over the
+-- and the statement's own result read from w: logged AS ({log_status}),
+-- where {log_status} is the one INSERT of the log's status entries
+-- (internal/store's logStatus), one entry per row of w, an abort's in the
+-- order they settled and every other by id, naming the owner, the code and
+-- message of a failed, aborted, cancelled or orphaned task, and what a
+-- sleeping task awaits. Triggers over the
 -- statement's transition tables would capture every task update's old and
 -- new images (a checkpoint, a heartbeat, none of which is logged) and plan
 -- a join of them afresh: a claim or a complete cost about twice the update
@@ -41,14 +46,7 @@ WITH w AS (INSERT INTO {schema}.tasks AS t
     VALUES ($1, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''),
             $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12, $13)
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {task_columns} FROM w;
 
 -- A root task created in one statement, and its conversation on first use:
@@ -82,14 +80,7 @@ w AS (
     FROM ready
     ON CONFLICT (conversation_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-       nullif(jsonb_strip_nulls(jsonb_build_object(
-           'owner', w.owner_task_id,
-           'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-           'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-           'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {task_columns} FROM w;
 
 -- Announce notifies channel of each conversation of convs, in one statement
@@ -162,14 +153,7 @@ WITH w AS (UPDATE {schema}.tasks t
         token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
     WHERE t.id = $1 AND t.conversation_id = $5
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {task_columns} FROM w;
 
 -- A failure settles with its error in the error history, in the same
@@ -194,14 +178,7 @@ WITH w AS (UPDATE {schema}.tasks t
         ORDER BY n DESC LIMIT $5) h)
     WHERE t.id = $1 AND t.conversation_id = $6
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {task_columns} FROM w;
 
 -- HoldTask moves a running task to `to` (completing), holding its result.
@@ -213,14 +190,7 @@ WITH w AS (UPDATE {schema}.tasks t
     SET status = $2, result = $3, token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
     WHERE t.id = $1 AND t.conversation_id = $4
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {task_columns} FROM w;
 
 -- WaitTask parks a running task on its children with the given policy,
@@ -234,14 +204,7 @@ WITH w AS (UPDATE {schema}.tasks t
         token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
     WHERE t.id = $1 AND t.conversation_id = $7
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {task_columns} FROM w;
 
 -- WakeTask moves a waiting or sleeping task to `to` (pending). Its last wait
@@ -253,14 +216,7 @@ SELECT {task_columns} FROM w;
 WITH w AS (UPDATE {schema}.tasks t SET status = $2, updated_at = now()
     WHERE t.id = $1 AND t.conversation_id = $3
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {task_columns} FROM w;
 
 -- RecoverTasks puts the running tasks among ids back to `to` (pending), with
@@ -274,12 +230,5 @@ WITH w AS (UPDATE {schema}.tasks t
         token = NULL, run_epoch = NULL, lease_expires_at = NULL, updated_at = now()
     WHERE id = ANY($1) AND status = 'running'
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT id FROM w ORDER BY id;

@@ -54,14 +54,7 @@ WITH w AS (WITH seqs AS (
     WHERE t.ctid = ANY(ARRAY(SELECT l.ctid FROM unnest($1::bigint[]) AS s(id)
             CROSS JOIN LATERAL (SELECT ctid FROM {schema}.tasks WHERE id = s.id AND conversation_id = $5 OFFSET 0) l))
     RETURNING t.*),
-logged AS (INSERT INTO {schema}.conversation_log (conversation_id, task_id, kind, status, name, payload)
-    SELECT w.conversation_id, w.id, 'status', w.status, w.kind,
-           nullif(jsonb_strip_nulls(jsonb_build_object(
-               'owner', w.owner_task_id,
-               'error', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN w.error->>'code' END,
-               'message', CASE WHEN w.status IN ('failed', 'aborted', 'cancelled', 'orphaned') THEN nullif(w.error->>'message', '') END,
-               'await', CASE WHEN w.status = 'sleeping' THEN w.await_name END)), '{}'::jsonb)
-    FROM w ORDER BY w.settle_seq NULLS FIRST, w.id)
+logged AS ({log_status})
 SELECT {task_columns} FROM w ORDER BY settle_seq;
 
 -- The live foreground subtrees of $1 (ids, ascending), read without a lock:
