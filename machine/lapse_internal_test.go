@@ -65,3 +65,51 @@ func TestFlushClaimsNothingWhileTheLeaseIsNotUsable(t *testing.T) {
 	require.EqualValues(t, 1, nextCalls.Load(), "the next turn's handler was entered once")
 	require.Zero(t, ir.task(t, next.ID).Attempt, "no restart counted")
 }
+
+// TestAClaimTheFenceBeatRollsBack: the fence fires while a claim's
+// transaction runs, after its statement claimed a task and before its
+// commit (the test fires it from inside the claim). The claim rolls back
+// (errFencedClaim): the task is claimed once, after the lease is
+// confirmed again, and its log shows one start. Without the check the
+// claim committed, its run was held lapsed and never entered, and the
+// reopen requeued it and claimed it again.
+func TestAClaimTheFenceBeatRollsBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var calls atomic.Int32
+	ir := startInternalRunner(t, map[string]Handler{
+		"turn": func(ctx context.Context, run *Run) error {
+			calls.Add(1)
+			return run.Complete(ctx, nil)
+		},
+	}, nil)
+	r := ir.r
+	var fired atomic.Bool
+	r.mu.Lock()
+	r.testClaimed = func(runs []arbortype.Task) {
+		if len(runs) > 0 && fired.CompareAndSwap(false, true) {
+			// The fence point passed (as after a freeze): the fence fires.
+			l := r.lease
+			l.confirmed.Store(l.since(time.Now()) + int64(l.margin()) - 1)
+			l.checkFence(time.Now())
+		}
+	}
+	r.mu.Unlock()
+	turn, _, err := ir.eng.Create(ctx, arbortype.CreateParams{ConversationID: ir.conv, Kind: "turn"})
+	require.NoError(t, err)
+	waitFor(t, "the turn to complete", func() bool { return ir.task(t, turn.ID).Status == arbortype.StatusCompleted })
+	require.True(t, fired.Load(), "the fence fired inside a claim")
+
+	entries, err := ir.eng.ReadLog(ctx, ir.conv, 0, 1000)
+	require.NoError(t, err)
+	var statuses []arbortype.Status
+	for _, e := range entries {
+		if e.TaskID == turn.ID && e.Kind == arbortype.LogKindStatus {
+			statuses = append(statuses, e.Status)
+		}
+	}
+	require.Equal(t, []arbortype.Status{arbortype.StatusPending, arbortype.StatusRunning, arbortype.StatusCompleted}, statuses,
+		"one claim: the one the fence beat rolled back")
+	require.EqualValues(t, 1, calls.Load())
+	require.Zero(t, ir.task(t, turn.ID).Attempt)
+}
