@@ -16,6 +16,9 @@ type Conversation struct {
 	// clock; nil when nobody holds it.
 	LeaseExpiresAt *time.Time
 	CreatedAt      time.Time
+	// Tenant is the tenant the conversation belongs to ("" the default
+	// tenant), set when it was created and never changed.
+	Tenant string
 }
 
 // ConversationSummary is a conversation with live work, as a listing shows

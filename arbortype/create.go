@@ -73,4 +73,29 @@ type CreateParams struct {
 	// has no budget of yet: a session budget every turn's create may pass.
 	// At most 64, each counter once, as Budgets.
 	ConversationBudgets []BudgetLimit
+	// Tenant is the tenant of the conversation: set by the create that makes
+	// the conversation, and never changed (a fork carries it). "" is the
+	// default tenant; for an existing conversation, "" means its tenant,
+	// and another tenant than its own is refused (ErrInvalidArgument). At
+	// most 200 bytes. The claim shares the runners among tenants, weighted
+	// (tasks.Engine.SetTenantWeight; docs/agents.md, "Many tenants").
+	Tenant string
+	// Priority orders the task among its tenant's runnable work, from -3600
+	// to 3600; 0 means tasks.Config.KindPriorities[Kind]. A task of
+	// priority p is queued as if created p seconds earlier: an interactive
+	// turn of priority 60 goes before a background backlog up to a minute
+	// old, and a task is never passed by one created more than the
+	// difference of their priorities, in seconds, after it (aging).
+	Priority int
+	// ConcurrencyKey names a key of the task for a concurrency limit (a
+	// tool, a model provider): the limit "key:<ConcurrencyKey>"
+	// (tasks.Engine.SetConcurrencyLimit) bounds how many such tasks run at
+	// once across every node. At most 200 bytes; "" for none.
+	ConcurrencyKey string
+	// QueueTTL is how long the task may wait to start: a task (a turn
+	// queued behind a live one, say) that has not started QueueTTL after its
+	// create is cancelled with code CodeExpired and never starts (the
+	// runners' maintenance cancels it within a PollInterval; no claim starts
+	// it past its time). 0 means no limit.
+	QueueTTL time.Duration
 }

@@ -67,6 +67,9 @@ var (
 	// nothing is emitted. A token that was accepted once is not refused:
 	// posting it again returns that emit.
 	ErrAwaitEnded = errors.New("the await this token belongs to is over")
+	// ErrConcurrencyLimit: a start (machine.Lease's Start) of a task one of
+	// whose concurrency limits has no free slot; the task stays pending.
+	ErrConcurrencyLimit = errors.New("concurrency limit reached")
 	// ErrBusy: a turn created with the reject policy while another turn of
 	// the conversation is live.
 	ErrBusy = errors.New("a turn of the conversation is live")
@@ -124,4 +127,7 @@ const (
 	// because the live turn it was steered into took the message at an
 	// await; its result names that turn and the event.
 	CodeSteered = "steered"
+	// CodeExpired: a turn created with a QueueTTL that had not started when
+	// it passed; cancelled, it never starts.
+	CodeExpired = "expired"
 )

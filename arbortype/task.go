@@ -112,6 +112,19 @@ type Task struct {
 	// and never changed after. A runner's middleware restores it on every
 	// run. Nil when there was none.
 	Trace map[string]string
+	// Tenant is the tenant of the task's conversation ("" the default
+	// tenant); it never changes.
+	Tenant string
+	// Priority orders the task among its tenant's runnable work: a task of
+	// priority p is queued as if created p seconds earlier (the aging:
+	// low priority is late, never starved).
+	Priority int
+	// ConcurrencyKey is the key the task named for a concurrency limit
+	// ("" none): the limit "key:<ConcurrencyKey>" bounds its runs.
+	ConcurrencyKey string
+	// QueueExpiresAt is when the task, never started by then, is cancelled
+	// with code CodeExpired instead of starting; nil for none.
+	QueueExpiresAt *time.Time
 }
 
 // Delivered is what ended an await: an event emitted to the task or its

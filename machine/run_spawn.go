@@ -52,6 +52,12 @@ type SpawnParams struct {
 	// calls it again after a transient fault, returns the same child; a
 	// handler run again after a crash (a new run) spawns anew.
 	IdempotencyKey string
+	// Priority orders the child among its tenant's runnable work (see
+	// arbortype.CreateParams.Priority); 0 means the kind's.
+	Priority int
+	// ConcurrencyKey names a key for a concurrency limit (a tool, a model
+	// provider): see arbortype.CreateParams.ConcurrencyKey.
+	ConcurrencyKey string
 }
 
 // Spawn creates a child of the task, fenced by the run's token: a run that
@@ -115,7 +121,9 @@ func (r *Run) spawnParams(ctx context.Context, ps []SpawnParams) ([]core.CreateP
 			return nil, fmt.Errorf("spawn under task %d: idempotency key %q: the prefix \"arbor:\" is arbor's own: %w",
 				r.id, p.IdempotencyKey, arbortype.ErrInvalidArgument)
 		}
-		cps[i] = core.CreateParams{CreateParams: p.create(r.conv, r.id), OwnerToken: r.token, Trace: trace}
+		cp := p.create(r.conv, r.id)
+		cp.Tenant = r.Task.Tenant // the conversation's: its children's rows carry it
+		cps[i] = core.CreateParams{CreateParams: cp, OwnerToken: r.token, Trace: trace}
 	}
 	return cps, nil
 }
@@ -129,7 +137,7 @@ func (p SpawnParams) create(conv string, owner int64) arbortype.CreateParams {
 		Kind: p.Kind, Input: p.Input, Background: p.Background, AbandonOnRestart: p.AbandonOnRestart,
 		RestartLimit: p.RestartLimit, MaxRetries: p.MaxRetries, IdempotencyKey: p.IdempotencyKey,
 		RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap, Deadline: p.Deadline,
-		Budgets: p.Budgets,
+		Budgets: p.Budgets, Priority: p.Priority, ConcurrencyKey: p.ConcurrencyKey,
 	}
 }
 

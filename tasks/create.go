@@ -109,7 +109,7 @@ func (e *Engine) policy(p arbortype.CreateParams) arbortype.TurnPolicy {
 // create is answered (rejected, or steered into the live turn); otherwise
 // the turn is created after it (the live turns aborted, for interrupt).
 func (e *Engine) busy(ctx context.Context, tx pgx.Tx, p arbortype.CreateParams, policy arbortype.TurnPolicy, trace map[string]string) (createResult, bool, error) {
-	live, err := e.core.LockLiveRoots(ctx, tx, p.ConversationID)
+	live, err := e.core.LockLiveRoots(ctx, tx, p.ConversationID, p.Tenant)
 	if err != nil || len(live) == 0 {
 		return createResult{}, false, err
 	}

@@ -117,6 +117,11 @@ type Config struct {
 	// policy (arbortype.TurnQueue included) has that one instead; a kind missing here,
 	// or given arbortype.TurnDefault, queues. Default: none.
 	TurnPolicies map[string]arbortype.TurnPolicy
+	// KindPriorities gives the priority of the tasks of a kind created
+	// without one (arbortype.CreateParams.Priority 0), from -3600 to 3600:
+	// say, 60 for the interactive turn, -60 for a background summary.
+	// Default: none (0).
+	KindPriorities map[string]int
 	// LogRetention is how long a conversation's log entries are kept; the
 	// runners prune older ones. Default LogRetentionDefault (7 days).
 	LogRetention time.Duration
@@ -269,6 +274,11 @@ func (c *Config) validate() error {
 	for kind, p := range c.TurnPolicies {
 		if !p.Valid() {
 			return fmt.Errorf("Config.TurnPolicies[%q]: %q is not a policy", kind, p)
+		}
+	}
+	for kind, p := range c.KindPriorities {
+		if p < -core.MaxPriority || p > core.MaxPriority {
+			return fmt.Errorf("Config.KindPriorities[%q]: %d is outside -%d..%d", kind, p, core.MaxPriority, core.MaxPriority)
 		}
 	}
 	if c.LogRetention < time.Minute {

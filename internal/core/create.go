@@ -65,8 +65,12 @@ func (e *Engine) Create(ctx context.Context, tx pgx.Tx, p CreateParams) (Task, b
 				p.OwnerID, conv, p.ConversationID, arbortype.ErrForeignOwner)
 		}
 	}
-	if _, err := e.Store.EnsureAndLockConversation(ctx, tx, p.ConversationID); err != nil {
+	conv, err := e.Store.EnsureAndLockConversation(ctx, tx, p.ConversationID, p.Tenant)
+	if err != nil {
 		return Task{}, false, fmt.Errorf("create task: %w", mapDBError(err))
+	}
+	if err := checkTenant(conv.ID, conv.Tenant, p.Tenant); err != nil {
+		return Task{}, false, fmt.Errorf("create task: %w", err)
 	}
 	if p.IdempotencyKey != "" {
 		existing, err := e.Store.TaskByIdempotencyKey(ctx, tx, p.ConversationID, p.IdempotencyKey)
@@ -133,6 +137,18 @@ func CreateRoot(ctx context.Context, e *Engine, p CreateParams) (t Task, ok bool
 	}
 	return r.t, r.ok, nil
 }
+
+// checkTenant refuses a create that names another tenant than its
+// conversation's ("" names none).
+func checkTenant(conv, has, named string) error {
+	if named != "" && named != has {
+		return fmt.Errorf("conversation %q belongs to tenant %q, not %q: %w", conv, has, named, arbortype.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// MaxPriority bounds a task's priority either way: an hour of aging.
+const MaxPriority = 3600
 
 // ownerCanSpawn says whether owner, locked, may take a new child.
 func ownerCanSpawn(owner Task) error {
@@ -215,6 +231,25 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 	if err != nil {
 		return store.InsertParams{}, err
 	}
+	if err := checkText("tenant", p.Tenant, false); err != nil {
+		return store.InsertParams{}, err
+	}
+	if err := checkText("concurrency key", p.ConcurrencyKey, false); err != nil {
+		return store.InsertParams{}, err
+	}
+	prio := p.Priority
+	if prio == 0 {
+		prio = e.Cfg.KindPriorities[p.Kind]
+	}
+	if prio < -MaxPriority || prio > MaxPriority {
+		return store.InsertParams{}, fmt.Errorf("priority %d is outside -%d..%d: %w", prio, MaxPriority, MaxPriority, arbortype.ErrInvalidArgument)
+	}
+	switch {
+	case p.QueueTTL < 0 || p.QueueTTL > 100*365*24*time.Hour:
+		return store.InsertParams{}, fmt.Errorf("queue TTL %s is outside 0..100y: %w", p.QueueTTL, arbortype.ErrInvalidArgument)
+	case p.QueueTTL > 0 && p.QueueTTL < time.Microsecond:
+		return store.InsertParams{}, fmt.Errorf("queue TTL %s is below a microsecond: %w", p.QueueTTL, arbortype.ErrInvalidArgument)
+	}
 	return store.InsertParams{
 		Trace:            trace,
 		ConversationID:   p.ConversationID,
@@ -229,6 +264,10 @@ func (e *Engine) createParams(p CreateParams) (store.InsertParams, error) {
 		RetryBackoffCap:  ceiling,
 		IdempotencyKey:   p.IdempotencyKey,
 		Deadline:         deadline,
+		Tenant:           p.Tenant,
+		Priority:         prio,
+		QueueTTL:         p.QueueTTL,
+		ConcurrencyKey:   p.ConcurrencyKey,
 	}, nil
 }
 
@@ -255,12 +294,19 @@ func traceJSON(trace map[string]string) (json.RawMessage, error) {
 
 // LockLiveRoots locks conversation conv (creating it on first use) and
 // returns its live root tasks, oldest first: what a turn policy looks at.
-func (e *Engine) LockLiveRoots(ctx context.Context, tx pgx.Tx, conv string) ([]Task, error) {
+func (e *Engine) LockLiveRoots(ctx context.Context, tx pgx.Tx, conv, tenant string) ([]Task, error) {
 	if err := checkText("conversation id", conv, true); err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
 	}
-	if _, err := e.Store.EnsureAndLockConversation(ctx, tx, conv); err != nil {
+	if err := checkText("tenant", tenant, false); err != nil {
+		return nil, fmt.Errorf("create task: %w", err)
+	}
+	c, err := e.Store.EnsureAndLockConversation(ctx, tx, conv, tenant)
+	if err != nil {
 		return nil, fmt.Errorf("create task: %w", mapDBError(err))
+	}
+	if err := checkTenant(c.ID, c.Tenant, tenant); err != nil {
+		return nil, fmt.Errorf("create task: %w", err)
 	}
 	roots, err := e.Store.LiveRoots(ctx, tx, conv)
 	if err != nil {

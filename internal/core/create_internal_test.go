@@ -41,6 +41,7 @@ func TestCreateParamsReachTheRow(t *testing.T) {
 			OnBusy: arbortype.TurnQueue, SteerEvent: "message",
 			Budgets:             []arbortype.BudgetLimit{{Counter: "tokens", Max: 10}},
 			ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: 100}},
+			Tenant:              "acme", Priority: 5, ConcurrencyKey: "search", QueueTTL: time.Minute,
 		},
 		OwnerToken: 9,
 		Trace:      map[string]string{"traceparent": "00-1-2-01"},
@@ -52,6 +53,7 @@ func TestCreateParamsReachTheRow(t *testing.T) {
 		Background: true, AbandonOnRestart: true, RestartLimit: 3, MaxRetries: 2,
 		RetryBackoffBase: 2 * time.Second, RetryBackoffCap: 3 * time.Second,
 		IdempotencyKey: "key", Deadline: &deadline, Trace: json.RawMessage(`{"traceparent":"00-1-2-01"}`),
+		Tenant: "acme", Priority: 5, ConcurrencyKey: "search", QueueTTL: time.Minute,
 	}, got)
 
 	// A field the test leaves unset would not be checked by the comparison

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -37,6 +38,7 @@ func (e *Engine) CreateMany(ctx context.Context, tx pgx.Tx, ps []CreateParams) (
 	}
 	params := make([]store.InsertParams, len(ps))
 	convSet := map[string]bool{}
+	convTenant := map[string]string{} // the tenant a create names for its conversation
 	var owners []int64
 	for i, p := range ps {
 		ip, err := e.createParams(p)
@@ -45,6 +47,13 @@ func (e *Engine) CreateMany(ctx context.Context, tx pgx.Tx, ps []CreateParams) (
 		}
 		params[i] = ip
 		convSet[p.ConversationID] = true
+		if p.Tenant != "" {
+			if t, ok := convTenant[p.ConversationID]; ok && t != p.Tenant {
+				return nil, nil, fmt.Errorf("create tasks: task %d of %d: conversation %q named with tenants %q and %q: %w",
+					i, len(ps), p.ConversationID, t, p.Tenant, arbortype.ErrInvalidArgument)
+			}
+			convTenant[p.ConversationID] = p.Tenant
+		}
 		if p.OwnerID != 0 && !slices.Contains(owners, p.OwnerID) {
 			owners = append(owners, p.OwnerID)
 		}
@@ -66,8 +75,19 @@ func (e *Engine) CreateMany(ctx context.Context, tx pgx.Tx, ps []CreateParams) (
 			return nil, nil, err
 		}
 	}
-	if _, err := e.Store.EnsureLockConversations(ctx, tx, convs); err != nil {
+	tenants := make([]string, len(convs))
+	for i, c := range convs {
+		tenants[i] = convTenant[c]
+	}
+	has, err := e.Store.EnsureLockConversations(ctx, tx, convs, tenants)
+	if err != nil {
 		return nil, nil, fmt.Errorf("create tasks: %w", mapDBError(err))
+	}
+	for i, p := range ps {
+		if err := checkTenant(p.ConversationID, has[p.ConversationID], p.Tenant); err != nil {
+			return nil, nil, fmt.Errorf("create tasks: task %d of %d: %w", i, len(ps), err)
+		}
+		params[i].Tenant = has[p.ConversationID]
 	}
 
 	out := make([]Task, len(ps))
@@ -223,6 +243,11 @@ func freshTask(p store.InsertParams, in store.Inserted) Task {
 		RetryBackoffBase: p.RetryBackoffBase, RetryBackoffCap: p.RetryBackoffCap,
 		IdempotencyKey: p.IdempotencyKey, CreatedAt: in.CreatedAt, UpdatedAt: in.CreatedAt, Deadline: p.Deadline,
 		ErrorHistory: []arbortype.FailedTry{},
+		Tenant:       p.Tenant, Priority: p.Priority, ConcurrencyKey: p.ConcurrencyKey,
+	}
+	if p.QueueTTL > 0 {
+		at := in.CreatedAt.Add(p.QueueTTL.Truncate(time.Microsecond))
+		t.QueueExpiresAt = &at
 	}
 	if len(p.Trace) > 0 {
 		// traceJSON encoded it from a map of strings: it decodes.

@@ -33,6 +33,7 @@ type Config struct {
 	UnavailableTimeout   time.Duration
 	IdleInTransaction    time.Duration
 	TurnPolicies         map[string]arbortype.TurnPolicy
+	KindPriorities       map[string]int
 	LogRetention         time.Duration
 	Retention            time.Duration
 	PruneBatch           int

@@ -153,7 +153,7 @@ var sentinels = []error{
 	arbortype.ErrPayloadTooLarge, arbortype.ErrOwnerNotLive, arbortype.ErrOwnerCompleting, arbortype.ErrOwnerAborting,
 	arbortype.ErrForeignOwner, arbortype.ErrIdempotencyConflict, arbortype.ErrAlreadyRunning, arbortype.ErrNotRunning,
 	arbortype.ErrLeaseLost, arbortype.ErrAborted, arbortype.ErrNotChild, arbortype.ErrLeaseHeld, arbortype.ErrForeignTask,
-	arbortype.ErrNotSleeping, arbortype.ErrSettled, arbortype.ErrAwaitEnded, arbortype.ErrBusy, arbortype.ErrNotSettled, arbortype.ErrNotRoot,
+	arbortype.ErrNotSleeping, arbortype.ErrSettled, arbortype.ErrAwaitEnded, arbortype.ErrBusy, arbortype.ErrConcurrencyLimit, arbortype.ErrNotSettled, arbortype.ErrNotRoot,
 	arbortype.ErrConversationExists, arbortype.ErrUnavailable, arbortype.ErrPermissionDenied, arbortype.ErrDatabase, arbortype.ErrAmbiguous,
 	arbortype.ErrNonRetryable, arbortype.ErrBudgetExhausted, arbortype.ErrUnknownCounter,
 	ErrNotDue,

@@ -69,7 +69,7 @@ func (e *Engine) Fork(ctx context.Context, tx pgx.Tx, p ForkParams) (Forked, err
 	case !turn.Status.Settled():
 		return Forked{}, fmt.Errorf("%s: the turn is %s: %w", what, turn.Status, arbortype.ErrNotSettled)
 	}
-	ok, err := e.Store.InsertForkConversation(ctx, tx, p.NewConversationID)
+	ok, err := e.Store.InsertForkConversation(ctx, tx, p.NewConversationID, p.ConversationID)
 	if err != nil {
 		return Forked{}, fmt.Errorf("%s: %w", what, err)
 	}

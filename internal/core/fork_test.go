@@ -159,11 +159,13 @@ func TestGuardRefusesForgedForks(t *testing.T) {
 	copyWith := func(src int64, conv, result, settle, trace, waitIDs string) string {
 		return `INSERT INTO ` + s + `.tasks (id, conversation_id, kind, status, background, input, phase, state, result, error,
 			attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, wait_ids, wake_at, sleep_seq, max_retries, retries,
-			settle_seq, created_at, started_at, settled_at, retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, trace, forked_from)
+			settle_seq, created_at, started_at, settled_at, retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, trace, forked_from,
+			tenant, priority, queue_at, queue_expires_at, concurrency_key)
 			OVERRIDING SYSTEM VALUE
 			SELECT nextval(pg_get_serial_sequence('` + s + `.tasks', 'id')), '` + conv + `', kind, status, background, input, phase, state, ` + result + `, error,
 			attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, ` + waitIDs + `, wake_at, sleep_seq, max_retries, retries,
-			` + settle + `, created_at, started_at, settled_at, retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, ` + trace + `, id
+			` + settle + `, created_at, started_at, settled_at, retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, ` + trace + `, id,
+			tenant, priority, queue_at, queue_expires_at, concurrency_key
 			FROM ` + s + `.tasks WHERE id = ` + itoa(src)
 	}
 	copyOf := func(src int64, conv string, change string) string {

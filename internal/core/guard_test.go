@@ -40,6 +40,9 @@ var forged = map[string]string{
 	"delivered": `'{"forged": 1}'::jsonb`, "deadline": "coalesce(deadline, now()) + interval '1 day'",
 	"forked_from": "coalesce(forked_from, 0) + 1",
 	"trace":       `'{"traceparent": "forged"}'::jsonb`,
+	"tenant":      "tenant || 'x'", "priority": "priority + 1", "queue_at": "queue_at - interval '1 day'",
+	"queue_expires_at": "coalesce(queue_expires_at, now()) + interval '1 day'",
+	"concurrency_key":  "coalesce(concurrency_key, 'k') || 'x'", "slots": "ARRAY['key:forged']",
 }
 
 // TestColumnRulesCoverTheTable: the guard's rules name every column of

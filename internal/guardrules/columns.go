@@ -144,6 +144,12 @@ func ColumnRules() []ColumnRule {
 		immutable("deadline", "fixed at create"),
 		immutable("forked_from", "fixed at insert: the task a fork copied"),
 		immutable("trace", "the trace context the task was created in, fixed at create"),
+		immutable("tenant", "its conversation's tenant, which never changes"),
+		immutable("priority", "fixed at create"),
+		immutable("queue_at", "fixed at create: created_at less the priority's aging"),
+		immutable("queue_expires_at", "a queued turn's time to live, fixed at create"),
+		immutable("concurrency_key", "fixed at create"),
+		{Column: "slots", Changes: run, Why: "the concurrency limits a run holds a slot of: taken as it starts, given back as it ends (task_slots)"},
 	}
 }
 
@@ -190,6 +196,7 @@ func RowRules() []ColumnRule {
 		{Column: "abort_requested", Value: "NOT NEW.abort_requested OR NEW.status IN ('aborted', 'orphaned')", Why: "only an abort marks a task, as it settles it"},
 		{Column: "sleep_seq", Value: "change <> 'running>sleeping' OR NEW.sleep_seq = OLD.sleep_seq + 1", Why: "every sleep has a number of its own"},
 		{Column: "token", Value: "change <> 'pending>running' OR NEW.token IS DISTINCT FROM OLD.token", Why: "every start has a token of its own"},
+		{Column: "slots", Value: "NEW.status = 'running' OR NEW.slots IS NULL", Why: "slots are held only while running"},
 	}
 }
 
@@ -205,8 +212,11 @@ func InsertRules() []string {
 		"NEW.result IS NULL", "NEW.error IS NULL", "NEW.error_history = '[]'::jsonb",
 		"NEW.wait_policy IS NULL", "NEW.wait_ids IS NULL", "NEW.wake_at IS NULL", "NEW.wake_job_id IS NULL",
 		"NEW.await_name IS NULL", "NEW.await_token IS NULL", "NEW.delivered IS NULL",
+		"NEW.slots IS NULL",
 		// Stamped by the database, not by the writer.
 		"NEW.created_at = now()",
+		// Queued at its creation less its priority's aging (docs/design.md §3.15).
+		"NEW.queue_at = NEW.created_at - NEW.priority * interval '1 second'",
 	}
 }
 
@@ -237,6 +247,7 @@ func ForkCopied() []string {
 		"wake_at", "sleep_seq", "max_retries", "retries", "retry_backoff_base", "retry_backoff_cap",
 		"error_history", "idempotency_key", "created_at", "started_at", "settled_at",
 		"await_name", "deadline", "trace",
+		"tenant", "priority", "queue_at", "queue_expires_at", "concurrency_key",
 	}
 }
 

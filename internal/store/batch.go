@@ -24,56 +24,51 @@ var (
 )
 
 // EnsureLockConversations creates the conversations among ids (sorted,
-// distinct) that do not exist and locks, in id order, those that do, and
-// announces each at commit; it returns the ids it created or locked, all
-// of ids unless a conversation is missing.
-func (s *Store) EnsureLockConversations(ctx context.Context, db DB, ids []string) ([]string, error) {
-	rows, err := db.Query(ctx, s.sql[qEnsureLockConversations], ids, s.ChangeChannel())
-	if err != nil {
-		return nil, err
-	}
-	got, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
-		var (
-			id       string
-			notified any
-		)
-		err := row.Scan(&id, &notified)
-		return id, err
-	})
+// distinct) that do not exist, each of the tenant at its index in tenants,
+// and locks, in id order, those that do, and announces each at commit; it
+// returns the tenant of each conversation it created or locked, all of ids
+// unless a conversation is missing.
+func (s *Store) EnsureLockConversations(ctx context.Context, db DB, ids, tenants []string) (map[string]string, error) {
+	got, err := collectTenants(db.Query(ctx, s.sql[qEnsureLockConversations], ids, s.ChangeChannel(), tenants))
 	if err != nil || len(got) == len(ids) {
 		return got, err
 	}
 	// Created by a transaction that committed after the statement's
 	// snapshot: a new statement sees them.
-	seen := make(map[string]bool, len(got))
-	for _, id := range got {
-		seen[id] = true
-	}
 	var missing []string
 	for _, id := range ids {
-		if !seen[id] {
+		if _, ok := got[id]; !ok {
 			missing = append(missing, id)
 		}
 	}
 	more, err := s.LockConversations(ctx, db, missing)
-	return append(got, more...), err
+	for id, t := range more {
+		got[id] = t
+	}
+	return got, err
 }
 
 // LockConversations locks the conversations among ids in id order and
-// returns the ids it locked (missing ones are left out).
-func (s *Store) LockConversations(ctx context.Context, db DB, ids []string) ([]string, error) {
-	rows, err := db.Query(ctx, s.sql[qLockConversations], ids, s.ChangeChannel())
+// returns the tenant of each it locked (missing ones are left out).
+func (s *Store) LockConversations(ctx context.Context, db DB, ids []string) (map[string]string, error) {
+	return collectTenants(db.Query(ctx, s.sql[qLockConversations], ids, s.ChangeChannel()))
+}
+
+// collectTenants reads rows of (id, tenant, notified).
+func collectTenants(rows pgx.Rows, err error) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
-		var (
-			id       string
-			notified any
-		)
-		err := row.Scan(&id, &notified)
-		return id, err
+	out := map[string]string{}
+	var (
+		id, tenant string
+		notified   any
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &tenant, &notified}, func() error {
+		out[id] = tenant
+		return nil
 	})
+	return out, err
 }
 
 // TasksByKeys reads the tasks created with the given (conversation,
@@ -134,6 +129,10 @@ func (s *Store) InsertTasks(ctx context.Context, db DB, ps []InsertParams) ([]In
 		caps   = make([]int64, n)
 		dls    = make([]*time.Time, n)
 		traces = make([]*string, n)
+		prios  = make([]int32, n)
+		ttls   = make([]int64, n)
+		ckeys  = make([]string, n)
+		tenant = make([]string, n)
 	)
 	for i, p := range ps {
 		convs[i], owners[i], kinds[i], bgs[i] = p.ConversationID, p.OwnerID, p.Kind, p.Background
@@ -143,12 +142,13 @@ func (s *Store) InsertTasks(ctx context.Context, db DB, ps []InsertParams) ([]In
 		}
 		rls[i], abs[i], mrs[i], keys[i] = int32(p.RestartLimit), p.AbandonOnRestart, int32(p.MaxRetries), p.IdempotencyKey
 		bases[i], caps[i], dls[i] = micros(p.RetryBackoffBase), micros(p.RetryBackoffCap), p.Deadline
+		prios[i], ttls[i], ckeys[i], tenant[i] = int32(p.Priority), micros(p.QueueTTL), p.ConcurrencyKey, p.Tenant
 		if len(p.Trace) > 0 {
 			tr := string(p.Trace)
 			traces[i] = &tr
 		}
 	}
-	rows, err := db.Query(ctx, s.sql[qInsertTasks], convs, owners, kinds, bgs, inputs, rls, abs, mrs, keys, bases, caps, dls, traces)
+	rows, err := db.Query(ctx, s.sql[qInsertTasks], convs, owners, kinds, bgs, inputs, rls, abs, mrs, keys, bases, caps, dls, traces, prios, ttls, ckeys, tenant)
 	if err != nil {
 		return nil, err
 	}

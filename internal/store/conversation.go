@@ -15,7 +15,7 @@ var (
 
 func scanConversation(row interface{ Scan(...any) error }, extra ...any) (arbortype.Conversation, error) {
 	var c arbortype.Conversation
-	err := row.Scan(append([]any{&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &c.CreatedAt}, extra...)...)
+	err := row.Scan(append([]any{&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &c.CreatedAt, &c.Tenant}, extra...)...)
 	return c, err
 }
 
@@ -38,12 +38,12 @@ func (s *Store) LockConversationOfTask(ctx context.Context, db DB, taskID int64)
 
 // EnsureAndLockConversation creates the conversation if it does not exist
 // yet, then locks it.
-func (s *Store) EnsureAndLockConversation(ctx context.Context, db DB, id string) (arbortype.Conversation, error) {
+func (s *Store) EnsureAndLockConversation(ctx context.Context, db DB, id, tenant string) (arbortype.Conversation, error) {
 	c, err := s.LockConversation(ctx, db, id)
 	if !IsNoRows(err) {
 		return c, err
 	}
-	if _, err := db.Exec(ctx, s.sql[qEnsureConversation], id); err != nil {
+	if _, err := db.Exec(ctx, s.sql[qEnsureConversation], id, tenant); err != nil {
 		return arbortype.Conversation{}, err
 	}
 	return s.LockConversation(ctx, db, id)

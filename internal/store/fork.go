@@ -27,9 +27,9 @@ var (
 
 // InsertForkConversation inserts conversation id for a fork, and reports
 // false when it exists already.
-func (s *Store) InsertForkConversation(ctx context.Context, tx pgx.Tx, id string) (bool, error) {
+func (s *Store) InsertForkConversation(ctx context.Context, tx pgx.Tx, id, from string) (bool, error) {
 	var got string
-	err := tx.QueryRow(ctx, s.sql[qInsertForkConversation], id).Scan(&got)
+	err := tx.QueryRow(ctx, s.sql[qInsertForkConversation], id, from).Scan(&got)
 	if IsNoRows(err) {
 		return false, nil
 	}

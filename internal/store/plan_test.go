@@ -334,7 +334,7 @@ func TestForkOfADeepChainIsLinear(t *testing.T) {
 	}
 	explain("the fork's walk", qForkSource, conv, first)
 	to := testdb.Conversation(t)
-	ok, err := s.InsertForkConversation(ctx, tx, to)
+	ok, err := s.InsertForkConversation(ctx, tx, to, conv)
 	require.NoError(t, err)
 	require.True(t, ok)
 	old := make([]int64, total)

@@ -70,6 +70,10 @@ var taskColumnList = []struct {
 	{"delivered", func(s *taskScan) any { return &s.deliveredRaw }},
 	{"deadline", func(s *taskScan) any { return &s.t.Deadline }},
 	{"trace", func(s *taskScan) any { return &s.traceRaw }},
+	{"tenant", func(s *taskScan) any { return &s.t.Tenant }},
+	{"priority", func(s *taskScan) any { return &s.t.Priority }},
+	{"coalesce(concurrency_key, '')", func(s *taskScan) any { return &s.t.ConcurrencyKey }},
+	{"queue_expires_at", func(s *taskScan) any { return &s.t.QueueExpiresAt }},
 }
 
 // taskColumns is the SELECT list of a whole task row.

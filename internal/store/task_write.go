@@ -26,6 +26,10 @@ type InsertParams struct {
 	IdempotencyKey   string // "" for none
 	Deadline         *time.Time
 	Trace            json.RawMessage // the trace context, a JSON object of strings; nil for none
+	Tenant           string          // the conversation's, for a conversation the create makes ("" the default)
+	Priority         int
+	QueueTTL         time.Duration // 0 for none
+	ConcurrencyKey   string        // "" for none
 }
 
 var (
@@ -56,7 +60,8 @@ func marshalError(e *arbortype.TaskError) ([]byte, error) {
 func (s *Store) InsertTask(ctx context.Context, db DB, p InsertParams) (arbortype.Task, error) {
 	return scanTask(db.QueryRow(ctx, s.sql[qInsertTask], p.ConversationID, p.OwnerID, p.Kind, p.Background,
 		nullJSON(p.Input), p.RestartLimit, p.AbandonOnRestart, p.MaxRetries, p.IdempotencyKey,
-		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap), p.Deadline, nullJSON(p.Trace)))
+		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap), p.Deadline, nullJSON(p.Trace),
+		p.Priority, micros(p.QueueTTL), p.ConcurrencyKey))
 }
 
 // CreateRoot creates a root task, and its conversation on first use, in
@@ -65,7 +70,8 @@ func (s *Store) InsertTask(ctx context.Context, db DB, p InsertParams) (arbortyp
 func (s *Store) CreateRoot(ctx context.Context, db DB, p InsertParams) (t arbortype.Task, ok bool, err error) {
 	t, err = scanTask(db.QueryRow(ctx, s.sql[qCreateRoot], p.ConversationID, p.OwnerID, p.Kind, p.Background,
 		nullJSON(p.Input), p.RestartLimit, p.AbandonOnRestart, p.MaxRetries, p.IdempotencyKey,
-		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap), p.Deadline, nullJSON(p.Trace)))
+		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap), p.Deadline, nullJSON(p.Trace),
+		p.Priority, micros(p.QueueTTL), p.ConcurrencyKey, p.Tenant))
 	if IsNoRows(err) {
 		return arbortype.Task{}, false, nil
 	}

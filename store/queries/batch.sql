@@ -18,29 +18,30 @@
 -- EnsureLockConversations creates the conversations among ids (sorted,
 -- distinct) that do not exist and locks, in id order, those that do, and
 -- announces each at commit; it returns the ids it created or locked, all of
--- ids unless a conversation is missing.
+-- ids unless a conversation is missing, with their tenants. A conversation
+-- it creates gets the tenant at its index in tenants.
 --
 -- Locks: FOR NO KEY UPDATE on the rows it selects; row locks on what it
 -- writes (inserts into conversations), held until the transaction ends.
 -- name: EnsureLockConversations
 WITH ins AS (
-    INSERT INTO {schema}.conversations (id) SELECT unnest($1::text[]) ON CONFLICT (id) DO NOTHING RETURNING id),
+    INSERT INTO {schema}.conversations (id, tenant) SELECT * FROM unnest($1::text[], $3::text[]) ON CONFLICT (id) DO NOTHING RETURNING id, tenant),
 locked AS (
-    SELECT c.id FROM {schema}.conversations c
+    SELECT c.id, c.tenant FROM {schema}.conversations c
     WHERE c.id = ANY($1) AND NOT c.id = ANY(ARRAY(SELECT id FROM ins))
     ORDER BY c.id FOR NO KEY UPDATE)
-SELECT id, pg_notify($2, id) FROM (SELECT id FROM ins UNION ALL SELECT id FROM locked) x;
+SELECT id, tenant, pg_notify($2, id) FROM (SELECT id, tenant FROM ins UNION ALL SELECT id, tenant FROM locked) x;
 
 -- Conversations locked in id order (docs/design.md §5), each announced at
 -- commit like LockConversation does.
 --
 -- LockConversations locks the conversations among ids in id order and
--- returns the ids it locked (missing ones are left out).
+-- returns the ids it locked (missing ones are left out), with their tenants.
 --
 -- Locks: FOR NO KEY UPDATE on the rows it selects, held until the
 -- transaction ends.
 -- name: LockConversations
-SELECT id, pg_notify($2, id) FROM {schema}.conversations
+SELECT id, tenant, pg_notify($2, id) FROM {schema}.conversations
 WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE;
 
 -- TasksByKeys reads the tasks created with the given (conversation,
@@ -64,6 +65,9 @@ FROM {schema}.tasks WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE;
 -- computed as the ordered rows are inserted), so that reading the written
 -- rows back by id gives them in the order asked.
 --
+-- Each task's tenant is its conversation's, which the caller read (the
+-- foreign key to the conversation's id and tenant refuses another).
+--
 -- InsertTasks creates pending tasks in one statement, in the order given,
 -- and returns their ids and creation times in that order (ids grow in it).
 --
@@ -72,12 +76,16 @@ FROM {schema}.tasks WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE;
 -- name: InsertTasks
 WITH w AS (INSERT INTO {schema}.tasks AS t
     (conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
-     max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace)
+     max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace,
+     tenant, priority, queue_at, queue_expires_at, concurrency_key)
     SELECT v.conv, nullif(v.owner, 0), v.kind, v.bg, v.input::jsonb, v.rl, v.ab, v.mr, nullif(v.key, ''),
-           v.base * interval '1 microsecond', v.cap * interval '1 microsecond', v.deadline, v.trace::jsonb
+           v.base * interval '1 microsecond', v.cap * interval '1 microsecond', v.deadline, v.trace::jsonb,
+           v.tenant, v.prio, now() - v.prio * interval '1 second',
+           CASE WHEN v.ttl > 0 THEN now() + v.ttl * interval '1 microsecond' END, nullif(v.ckey, '')
     FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bool[], $5::text[], $6::int[], $7::bool[],
-                $8::int[], $9::text[], $10::bigint[], $11::bigint[], $12::timestamptz[], $13::text[])
-         WITH ORDINALITY AS v(conv, owner, kind, bg, input, rl, ab, mr, key, base, cap, deadline, trace, ord)
+                $8::int[], $9::text[], $10::bigint[], $11::bigint[], $12::timestamptz[], $13::text[],
+                $14::int[], $15::bigint[], $16::text[], $17::text[])
+         WITH ORDINALITY AS v(conv, owner, kind, bg, input, rl, ab, mr, key, base, cap, deadline, trace, prio, ttl, ckey, tenant, ord)
     ORDER BY v.ord
     RETURNING t.*),
 logged AS ({log_status})

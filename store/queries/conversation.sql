@@ -11,7 +11,7 @@
 -- Locks: row locks on what it writes (inserts into conversations), held
 -- until the transaction ends.
 -- name: EnsureConversation
-INSERT INTO {schema}.conversations (id) VALUES ($1) ON CONFLICT (id) DO NOTHING;
+INSERT INTO {schema}.conversations (id, tenant) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING;
 
 -- Locking a conversation also announces it on ChangeChannel ($2): the
 -- notification is delivered when the transaction commits (once, however
@@ -26,7 +26,7 @@ INSERT INTO {schema}.conversations (id) VALUES ($1) ON CONFLICT (id) DO NOTHING;
 -- transaction ends.
 -- name: LockConversation
 SELECT c.id, coalesce(c.holder, ''), c.epoch,
-(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, pg_notify($2, c.id) FROM {schema}.conversations c WHERE c.id = $1 FOR NO KEY UPDATE OF c;
+(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, c.tenant, pg_notify($2, c.id) FROM {schema}.conversations c WHERE c.id = $1 FOR NO KEY UPDATE OF c;
 
 -- LockConversationOfTask locks the conversation of a task (as
 -- LockConversation does, announcing it at commit) in one round trip: a
@@ -37,7 +37,7 @@ SELECT c.id, coalesce(c.holder, ''), c.epoch,
 -- transaction ends.
 -- name: LockConversationOfTask
 SELECT c.id, coalesce(c.holder, ''), c.epoch,
-(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, pg_notify($2, c.id) FROM {schema}.conversations c
+(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, c.tenant, pg_notify($2, c.id) FROM {schema}.conversations c
 WHERE c.id = (SELECT conversation_id FROM {schema}.tasks WHERE id = $1) FOR NO KEY UPDATE OF c;
 
 -- GetConversation reads a conversation without locking it.
@@ -45,4 +45,4 @@ WHERE c.id = (SELECT conversation_id FROM {schema}.tasks WHERE id = $1) FOR NO K
 -- Locks: none (a read).
 -- name: GetConversation
 SELECT c.id, coalesce(c.holder, ''), c.epoch,
-(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at FROM {schema}.conversations c WHERE c.id = $1;
+(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, c.tenant FROM {schema}.conversations c WHERE c.id = $1;

@@ -11,13 +11,13 @@
 -- the events ($5, $6).
 
 
--- InsertForkConversation inserts conversation id for a fork, and reports
--- false when it exists already.
+-- InsertForkConversation inserts conversation id for a fork, of the tenant
+-- of conversation from, and reports false when it exists already.
 --
 -- Locks: row locks on what it writes (inserts into conversations), held
 -- until the transaction ends.
 -- name: InsertForkConversation
-INSERT INTO {schema}.conversations (id) VALUES ($1)
+INSERT INTO {schema}.conversations (id, tenant) VALUES ($1, (SELECT f.tenant FROM {schema}.conversations f WHERE f.id = $2))
 ON CONFLICT (id) DO NOTHING RETURNING id;
 
 -- The tasks a fork of conversation $1 through turn $2 copies: the settled
@@ -85,7 +85,8 @@ INSERT INTO {schema}.tasks
     (id, conversation_id, owner_task_id, kind, status, background, input, phase, state, result, error,
      attempt, restart_limit, abandon_on_restart, abort_requested, wait_policy, wait_ids, wake_at, sleep_seq,
      max_retries, retries, idempotency_key, settle_seq, created_at, started_at, settled_at,
-     retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, trace, forked_from)
+     retry_backoff_base, retry_backoff_cap, error_history, await_name, delivered, deadline, trace, forked_from,
+     tenant, priority, queue_at, queue_expires_at, concurrency_key)
 OVERRIDING SYSTEM VALUE
 SELECT m.new, $1, ((SELECT m FROM ids)->>s.owner_task_id::text)::bigint, s.kind, s.status, s.background, s.input, s.phase, s.state, s.result, s.error,
     s.attempt, s.restart_limit, s.abandon_on_restart, s.abort_requested, s.wait_policy,
@@ -97,7 +98,8 @@ SELECT m.new, $1, ((SELECT m FROM ids)->>s.owner_task_id::text)::bigint, s.kind,
     CASE WHEN s.delivered ? 'event_id' THEN jsonb_set(s.delivered, '{event_id}',
         coalesce((SELECT m FROM evs)->(s.delivered->>'event_id'), 'null'::jsonb))
     ELSE s.delivered END,
-    s.deadline, s.trace, s.id
+    s.deadline, s.trace, s.id,
+    s.tenant, s.priority, s.queue_at, s.queue_expires_at, s.concurrency_key
 FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) m(old, new, settle)
 CROSS JOIN LATERAL (SELECT * FROM {schema}.tasks WHERE id = m.old OFFSET 0) s
 ORDER BY m.new;

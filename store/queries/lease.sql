@@ -109,7 +109,7 @@ UPDATE {schema}.conversations c
 SET holder = $2, holder_id = $3, epoch = c.epoch + 1, updated_at = now()
 FROM picked WHERE c.id = picked.id
 RETURNING c.id, coalesce(c.holder, ''), c.epoch,
-    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, picked.prev_holder, picked.prev_restarted;
+    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, c.tenant, picked.prev_holder, picked.prev_restarted;
 
 -- The release locks the row (the engine requeues the holder's running tasks
 -- in the same transaction, see LockHeldConversation) and frees it.
@@ -122,7 +122,7 @@ RETURNING c.id, coalesce(c.holder, ''), c.epoch,
 -- transaction ends.
 -- name: LockHeldConversation
 SELECT c.id, coalesce(c.holder, ''), c.epoch,
-(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, pg_notify($4, c.id) FROM {schema}.conversations c
+(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, c.tenant, pg_notify($4, c.id) FROM {schema}.conversations c
 WHERE c.id = $1 AND c.holder_id = $2 AND c.epoch = $3 FOR NO KEY UPDATE OF c;
 
 -- The same, skipping a row another transaction holds (the runner's audit,
@@ -135,7 +135,7 @@ WHERE c.id = $1 AND c.holder_id = $2 AND c.epoch = $3 FOR NO KEY UPDATE OF c;
 -- another transaction holds, held until the transaction ends.
 -- name: TryLockHeldConversation
 SELECT c.id, coalesce(c.holder, ''), c.epoch,
-(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, pg_notify($4, c.id) FROM {schema}.conversations c
+(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, c.tenant, pg_notify($4, c.id) FROM {schema}.conversations c
 WHERE c.id = $1 AND c.holder_id = $2 AND c.epoch = $3 FOR NO KEY UPDATE OF c SKIP LOCKED;
 
 -- ReleaseConversation frees a conversation holder row holderID holds at

@@ -42,9 +42,12 @@
 -- name: InsertTask
 WITH w AS (INSERT INTO {schema}.tasks AS t
     (conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
-     max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace)
+     max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace,
+     tenant, priority, queue_at, queue_expires_at, concurrency_key)
     VALUES ($1, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''),
-            $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12, $13)
+            $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12, $13,
+            (SELECT c.tenant FROM {schema}.conversations c WHERE c.id = $1), $14::int, now() - $14::int * interval '1 second',
+            CASE WHEN $15::bigint > 0 THEN now() + $15::bigint * interval '1 microsecond' END, nullif($16::text, ''))
     RETURNING t.*),
 logged AS ({log_status})
 SELECT {task_columns} FROM w;
@@ -55,8 +58,9 @@ SELECT {task_columns} FROM w;
 -- does not NOTIFY: the engine announces it after the commit, see core's
 -- announce.go.) No row comes back when the conversation was created by a
 -- transaction that committed after this statement's snapshot, or when the
--- idempotency key is taken: the caller then takes the transaction path,
--- which handles both.
+-- idempotency key is taken, or the conversation exists with another tenant
+-- than the one named ($17): the caller then takes the transaction path,
+-- which handles all three.
 --
 -- CreateRoot creates a root task, and its conversation on first use, in one
 -- statement (see CreateRoot); ok is false, with nothing written, when the
@@ -67,16 +71,19 @@ SELECT {task_columns} FROM w;
 -- the transaction ends.
 -- name: CreateRoot
 WITH conv AS (
-    INSERT INTO {schema}.conversations (id) VALUES ($1) ON CONFLICT (id) DO NOTHING RETURNING id),
+    INSERT INTO {schema}.conversations (id, tenant) VALUES ($1, $17) ON CONFLICT (id) DO NOTHING RETURNING id, tenant),
 locked AS (
-    SELECT id FROM {schema}.conversations WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM conv) FOR NO KEY UPDATE),
-ready AS (SELECT id FROM conv UNION ALL SELECT id FROM locked),
+    SELECT id, tenant FROM {schema}.conversations WHERE id = $1 AND ($17 = '' OR tenant = $17) AND NOT EXISTS (SELECT 1 FROM conv) FOR NO KEY UPDATE),
+ready AS (SELECT id, tenant FROM conv UNION ALL SELECT id, tenant FROM locked),
 w AS (
     INSERT INTO {schema}.tasks AS t
     (conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
-     max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace)
+     max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace,
+     tenant, priority, queue_at, queue_expires_at, concurrency_key)
     SELECT ready.id, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''),
-           $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12::timestamptz, $13::jsonb
+           $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12::timestamptz, $13::jsonb,
+           ready.tenant, $14::int, now() - $14::int * interval '1 second',
+           CASE WHEN $15::bigint > 0 THEN now() + $15::bigint * interval '1 microsecond' END, nullif($16::text, '')
     FROM ready
     ON CONFLICT (conversation_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING t.*),
