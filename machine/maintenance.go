@@ -100,6 +100,7 @@ func (m *maintainer) run(ctx context.Context) {
 			if led {
 				m.expireDeadlines(lctx)
 				m.expireWallTime(lctx)
+				m.expireQueued(lctx)
 				cancel()
 			}
 			if m.scanned != nil && ctx.Err() == nil {
@@ -129,6 +130,14 @@ func (m *maintainer) expireDeadlines(ctx context.Context) {
 		if err != nil && !errors.Is(err, arbortype.ErrInvalidTransition) && ctx.Err() == nil {
 			m.logger.WarnContext(ctx, "arbor: failing a task past its deadline failed", slog.Int64("task_id", id), slog.String("error", err.Error()))
 		}
+	}
+}
+
+// expireQueued cancels the tasks that did not start within their time to
+// live in the queue (code CodeExpired).
+func (m *maintainer) expireQueued(ctx context.Context) {
+	if _, err := m.core.ExpireQueued(ctx, 100); err != nil && ctx.Err() == nil {
+		m.logger.WarnContext(ctx, "arbor: cancelling tasks expired in their queue failed", slog.String("error", err.Error()))
 	}
 }
 

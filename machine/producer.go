@@ -303,8 +303,31 @@ func (r *Runner) retrySkipped(convs, locked []string) {
 
 func (r *Runner) claimParams(limit int) core.ClaimParamsFor {
 	holderID, _ := r.lease.holder()
+	r.mu.Lock()
+	busy := r.busyByTenant()
+	r.mu.Unlock()
 	return core.ClaimParamsFor{Holder: holderID, Kinds: r.kinds, GenerationKinds: r.cfg.GenerationKinds, Limit: limit,
-		Claimed: r.claimedRuns}
+		Busy: busy, Claimed: r.claimedRuns}
+}
+
+// busyByTenant counts the runs that hold a worker slot, by tenant: where
+// the fair claim starts from (under r.mu).
+func (r *Runner) busyByTenant() store.Busy {
+	var b store.Busy
+	at := map[string]int{}
+	for _, a := range r.runs {
+		if !a.slot {
+			continue
+		}
+		i, ok := at[a.run.Task.Tenant]
+		if !ok {
+			i = len(b.Tenants)
+			at[a.run.Task.Tenant] = i
+			b.Tenants, b.Runs = append(b.Tenants, a.run.Task.Tenant), append(b.Runs, 0)
+		}
+		b.Runs[i]++
+	}
+	return b
 }
 
 // open takes conversations that have work and no live holder — as many as
@@ -340,6 +363,7 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 		return false, false
 	}
 	type opened struct {
+		after   *string
 		leases  []core.Lease
 		reps    []reconcile.Report
 		claimed []arbortype.Task
@@ -348,10 +372,13 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 	r.claimMu.RLock()
 	defer r.claimMu.RUnlock()
 	holderID, ownLives := r.lease.holder()
+	r.mu.Lock()
+	after, busy := r.openAfter, r.busyByTenant()
+	r.mu.Unlock()
 	o, err := core.Tx(r.runCtx, r.core, func(tx pgx.Tx) (opened, error) {
 		var o opened
-		op, err := r.core.OpenConversations(r.runCtx, tx, r.cfg.NodeID, holderID, r.kinds, limit, named)
-		xact, o.leases = op.Xact, op.Leases
+		op, err := r.core.OpenConversations(r.runCtx, tx, r.cfg.NodeID, holderID, r.kinds, limit, named, after, busy)
+		xact, o.leases, o.after = op.Xact, op.Leases, op.NextAfter
 		if err != nil || len(o.leases) == 0 {
 			return o, err
 		}
@@ -398,6 +425,7 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 	for _, l := range o.leases {
 		r.hold(l, now)
 	}
+	r.openAfter = o.after
 	r.mu.Unlock()
 	for i, rep := range o.reps {
 		if !rep.Empty() {

@@ -47,6 +47,9 @@ type Runner struct {
 
 	mu   sync.Mutex
 	held map[string]*heldConv // by conversation id
+	// openAfter is the tenant the next scanning open starts from (see
+	// core.Opened.NextAfter).
+	openAfter *string
 	// lapsed are the conversations this life holds in the database whose
 	// handlers the fence stopped: re-validated by a reopen once the lease
 	// is confirmed again (see lapse.go).

@@ -193,6 +193,12 @@ func (e *Engine) Start(ctx context.Context, tx pgx.Tx, l Lease, taskID int64) (T
 		return Task{}, errorf("start", taskID, arbortype.ErrAborted)
 	case cur.Status == arbortype.StatusRunning:
 		return Task{}, errorf("start", taskID, arbortype.ErrAlreadyRunning)
+	case cur.Status == arbortype.StatusPending && cur.StartedAt == nil && cur.QueueExpiresAt != nil && !cur.QueueExpiresAt.After(time.Now()):
+		return Task{}, errorf("start", taskID, fmt.Errorf("its time to live in the queue ended at %s: %w", cur.QueueExpiresAt.UTC().Format(time.RFC3339Nano), arbortype.ErrInvalidTransition))
+	case cur.Status == arbortype.StatusPending:
+		// Pending, not aborted, not expired (by the database's clock): a
+		// full concurrency limit held it back (task_slots).
+		return Task{}, errorf("start", taskID, arbortype.ErrConcurrencyLimit)
 	}
 	return Task{}, errorf("start", taskID, transitionError(taskID, cur.Status, fsm.Start))
 }

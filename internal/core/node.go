@@ -38,7 +38,13 @@ type Opened struct {
 	Taken map[string]Taken
 	// Xact is the transaction's id (0 when nothing was taken).
 	Xact int64
+	// NextAfter is the tenant after which the next scan of
+	// OpenConversations starts (nil: from the first).
+	NextAfter *string
 }
+
+// OpenTenants bounds how many tenants with pending work one open scans.
+const OpenTenants = 256
 
 // OpenConversations gives the holder (name and row) up to limit
 // conversations that have work for kinds and no live holder. The rows stay
@@ -46,23 +52,38 @@ type Opened struct {
 // (recovery.OnOpenMany) and claims their work before it commits.
 //
 // With named, only those conversations are looked at (the ones the
-// change channel named), by primary key; without, the oldest pending tasks
-// are scanned for conversations with no live holder, and the
-// conversations of lapsed holders with runs left.
-func (e *Engine) OpenConversations(ctx context.Context, tx pgx.Tx, holder string, holderID int64, kinds []string, limit int, named []string) (Opened, error) {
+// change channel named), by primary key; without, the tenants with pending
+// work are scanned, up to OpenTenants of them from the one after the tenant
+// after (nil: the first; wrapping around), for their oldest pending tasks in conversations with no
+// live holder, and the conversations of lapsed holders with runs left.
+// Either way the conversations are taken fairly across tenants
+// (docs/design.md §3.15). Opened.NextAfter is where the next scan starts.
+func (e *Engine) OpenConversations(ctx context.Context, tx pgx.Tx, holder string, holderID int64, kinds []string, limit int, named []string, after *string, busy store.Busy) (Opened, error) {
 	var (
 		opened []store.OpenedLease
 		err    error
 	)
 	if named != nil {
-		opened, err = e.Store.OpenNamed(ctx, tx, holder, holderID, kinds, limit, named)
+		opened, err = e.Store.OpenNamed(ctx, tx, holder, holderID, kinds, limit, named, busy)
 	} else {
-		opened, err = e.Store.OpenConversations(ctx, tx, holder, holderID, kinds, limit, max(100, 4*limit))
+		opened, err = e.Store.OpenConversations(ctx, tx, holder, holderID, kinds, limit, max(100, 4*limit), after, OpenTenants, busy)
 	}
 	if err != nil {
 		return Opened{}, fmt.Errorf("open conversations: %w", mapDBError(err))
 	}
-	return opened2(holder, holderID, opened), nil
+	o := opened2(holder, holderID, opened)
+	o.NextAfter = after
+	if named == nil {
+		// Past the tenants served, so that beyond OpenTenants tenants each
+		// gets its turn; from the first again when nothing was taken.
+		o.NextAfter = nil
+		for _, l := range opened {
+			if o.NextAfter == nil || l.Tenant > *o.NextAfter {
+				o.NextAfter = &l.Tenant
+			}
+		}
+	}
+	return o, nil
 }
 
 // Reopen locks the conversations of ls (leases of one holder row) that it
@@ -114,6 +135,9 @@ type ClaimParamsFor struct {
 	GenerationKinds []string
 	// Limit is the most tasks to start.
 	Limit int
+	// Busy is what the node runs now, by tenant: the claim shares its
+	// places among tenants by weight from there (docs/design.md §3.15).
+	Busy store.Busy
 	// Claimed, when set, is given the runs claimed, inside the
 	// transaction, before it commits: a runner records them as not handed
 	// to a handler yet, so that a recovery it makes before it enters their
@@ -138,9 +162,9 @@ func (e *Engine) ClaimFor(ctx context.Context, tx pgx.Tx, p ClaimParamsFor) (cla
 		return nil, 0, err
 	}
 	if p.Conversations != nil {
-		claimed, xact, err = e.Store.ClaimIn(ctx, tx, p.Holder, p.Conversations, p.Kinds, p.GenerationKinds, min(p.Limit, maxBatch), to, e.Cfg.TaskLease)
+		claimed, xact, err = e.Store.ClaimIn(ctx, tx, p.Holder, p.Conversations, p.Kinds, p.GenerationKinds, min(p.Limit, maxBatch), to, e.Cfg.TaskLease, p.Busy)
 	} else {
-		claimed, xact, err = e.Store.ClaimHeld(ctx, tx, p.Holder, p.Kinds, p.GenerationKinds, min(p.Limit, maxBatch), to, e.Cfg.TaskLease)
+		claimed, xact, err = e.Store.ClaimHeld(ctx, tx, p.Holder, p.Kinds, p.GenerationKinds, min(p.Limit, maxBatch), to, e.Cfg.TaskLease, p.Busy)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("claim for holder %d: %w", p.Holder, mapDBError(err))

@@ -149,7 +149,8 @@ func ColumnRules() []ColumnRule {
 		immutable("queue_at", "fixed at create: created_at less the priority's aging"),
 		immutable("queue_expires_at", "a queued turn's time to live, fixed at create"),
 		immutable("concurrency_key", "fixed at create"),
-		{Column: "slots", Changes: run, Why: "the concurrency limits a run holds a slot of: taken as it starts, given back as it ends (task_slots)"},
+		{Column: "slots", Changes: union(run, on(fsm.Checkpoint)), Value: "change <> 'running>running' OR NEW.slots @> coalesce(OLD.slots, '{}')",
+			Why: "the concurrency limits a run holds a slot of: taken as it starts, given back as it ends (task_slots), or named by a limit set while it runs"},
 	}
 }
 

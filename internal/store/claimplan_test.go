@@ -52,7 +52,7 @@ func TestClaimKeepsItsPlanAfterASettledHistory(t *testing.T) {
 	}
 
 	// The claim, explained and run in a transaction rolled back.
-	plan := explainRolledBack(t, pool, s.sql[qClaimIn], holder, convs, nil, nil, 1000, string(arbortype.StatusRunning), micros(60e9))
+	plan := explainRolledBack(t, pool, s.sql[qClaimIn], holder, convs, nil, nil, 1000, string(arbortype.StatusRunning), micros(60e9), nil, nil)
 	work, cost := planWork(t, plan), planCost(t, plan)
 	t.Logf("the claim in %d held conversations after %d settled tasks: plan work %.0f, estimated cost %.0f", live, history, work, cost)
 	require.LessOrEqual(t, work, float64(40*live), "the claim's plan is linear in the conversations it claims in:\n%s", plan)
@@ -169,7 +169,7 @@ func TestClaimOfAnExpiredHolderClaimsNothing(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit(ctx))
 
-		claimed, _, err := s.ClaimIn(ctx, pool, holder, []string{conv}, nil, nil, 10, arbortype.StatusRunning, time.Minute)
+		claimed, _, err := s.ClaimIn(ctx, pool, holder, []string{conv}, nil, nil, 10, arbortype.StatusRunning, time.Minute, Busy{})
 		require.NoError(t, err)
 		if live {
 			require.Len(t, claimed, 1, "a live holder claims its conversation's task")
@@ -223,10 +223,10 @@ func TestOpenKeepsItsPlanWithABacklog(t *testing.T) {
 			q    query
 			args []any
 		}{
-			{"the open", qOpenConversations, []any{"node", node, nil, limit, scan}},
+			{"the open", qOpenConversations, []any{"node", node, nil, limit, scan, nil, 256, nil, nil}},
 			{"the count", qCountOpenable, []any{nil, limit, nil, scan}},
 			{"the count of named conversations", qCountOpenable, []any{nil, limit, named, scan}},
-			{"the open of named conversations", qOpenNamed, []any{"node", node, nil, limit, named}},
+			{"the open of named conversations", qOpenNamed, []any{"node", node, nil, limit, named, nil, nil}},
 		} {
 			plan := explainRolledBack(t, pool, s.sql[c.q], c.args...)
 			work, cost := planWork(t, plan), planCost(t, plan)
@@ -258,7 +258,7 @@ func TestOpenKeepsItsPlanWithABacklog(t *testing.T) {
 	n, err = s.CountOpenable(ctx, tx, nil, limit, []string{"c-1", "c-2", "nope"}, scan)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
-	opened, err := s.OpenConversations(ctx, tx, "node", node, nil, limit, scan)
+	opened, err := s.OpenConversations(ctx, tx, "node", node, nil, limit, scan, nil, 256, Busy{})
 	require.NoError(t, err)
 	require.Len(t, opened, limit)
 	for _, o := range opened {
@@ -332,7 +332,7 @@ func TestOpenTakesADeadHoldersRunsWhateverItsStatistics(t *testing.T) {
 			q    query
 			args []any
 		}{
-			{"the open", qOpenConversations, []any{"node", node, nil, limit, scan}},
+			{"the open", qOpenConversations, []any{"node", node, nil, limit, scan, nil, 256, nil, nil}},
 			{"the count", qCountOpenable, []any{nil, limit, nil, scan}},
 		} {
 			plan := explainRolledBack(t, pool, s.sql[c.q], c.args...)
@@ -353,7 +353,7 @@ func TestOpenTakesADeadHoldersRunsWhateverItsStatistics(t *testing.T) {
 	n, err := s.CountOpenable(ctx, tx, nil, limit, nil, scan)
 	require.NoError(t, err)
 	require.Equal(t, running, n, "the dead node's conversations with a run, and no others")
-	opened, err := s.OpenConversations(ctx, tx, "node", node, nil, limit, scan)
+	opened, err := s.OpenConversations(ctx, tx, "node", node, nil, limit, scan, nil, 256, Busy{})
 	require.NoError(t, err)
 	require.Len(t, opened, running)
 	for _, o := range opened {

@@ -37,14 +37,18 @@ type OpenedLease struct {
 	Recover        bool
 	PrevHolder     int64
 	PrevRestarted  bool
+	Tenant         string
 }
 
 // OpenConversations gives holder (its name and row) up to limit
 // conversations that have work for kinds (nil: any kind) and no live
-// holder; scan bounds how many of the oldest pending tasks are looked at to
-// find them. Their rows stay locked until the transaction ends.
-func (s *Store) OpenConversations(ctx context.Context, db DB, holder string, holderID int64, kinds []string, limit, scan int) ([]OpenedLease, error) {
-	return collectOpened(db.Query(ctx, s.sql[qOpenConversations], holder, holderID, kinds, limit, scan))
+// holder, fairly across tenants: it looks at up to tenants tenants with
+// pending work, from the one after the tenant after (nil: from the first;
+// wrapping around); scan bounds how
+// many conversations of lapsed holders are looked at. Their rows stay
+// locked until the transaction ends.
+func (s *Store) OpenConversations(ctx context.Context, db DB, holder string, holderID int64, kinds []string, limit, scan int, after *string, tenants int, busy Busy) ([]OpenedLease, error) {
+	return collectOpened(db.Query(ctx, s.sql[qOpenConversations], holder, holderID, kinds, limit, scan, after, tenants, busy.Tenants, busy.Runs))
 }
 
 // Reopen locks, in id order, the conversations among ids (at the epochs
@@ -65,8 +69,8 @@ func (s *Store) CountOpenable(ctx context.Context, db DB, kinds []string, limit 
 }
 
 // OpenNamed is OpenConversations among the conversations ids only.
-func (s *Store) OpenNamed(ctx context.Context, db DB, holder string, holderID int64, kinds []string, limit int, ids []string) ([]OpenedLease, error) {
-	return collectOpened(db.Query(ctx, s.sql[qOpenNamed], holder, holderID, kinds, limit, ids))
+func (s *Store) OpenNamed(ctx context.Context, db DB, holder string, holderID int64, kinds []string, limit int, ids []string, busy Busy) ([]OpenedLease, error) {
+	return collectOpened(db.Query(ctx, s.sql[qOpenNamed], holder, holderID, kinds, limit, ids, busy.Tenants, busy.Runs))
 }
 
 func collectOpened(rows pgx.Rows, err error) ([]OpenedLease, error) {

@@ -20,14 +20,14 @@ var (
 // own token and the conversation's epoch. It returns the runs' rows (the
 // run columns), in no particular order, and the transaction's id (0 when
 // it claimed nothing).
-func (s *Store) ClaimIn(ctx context.Context, db DB, holder int64, convs, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration) ([]arbortype.Task, int64, error) {
+func (s *Store) ClaimIn(ctx context.Context, db DB, holder int64, convs, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration, busy Busy) ([]arbortype.Task, int64, error) {
 	if convs == nil {
 		convs = []string{}
 	}
-	return collectRunTasksXact(db.Query(ctx, s.sql[qClaimIn], holder, convs, kinds, gen, limit, string(status), micros(lease)))
+	return collectRunTasksXact(db.Query(ctx, s.sql[qClaimIn], holder, convs, kinds, gen, limit, string(status), micros(lease), busy.Tenants, busy.Runs))
 }
 
 // ClaimHeld is ClaimIn across every conversation holder holds.
-func (s *Store) ClaimHeld(ctx context.Context, db DB, holder int64, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration) ([]arbortype.Task, int64, error) {
-	return collectRunTasksXact(db.Query(ctx, s.sql[qClaimHeld], holder, nil, kinds, gen, limit, string(status), micros(lease)))
+func (s *Store) ClaimHeld(ctx context.Context, db DB, holder int64, kinds, gen []string, limit int, status arbortype.Status, lease time.Duration, busy Busy) ([]arbortype.Task, int64, error) {
+	return collectRunTasksXact(db.Query(ctx, s.sql[qClaimHeld], holder, nil, kinds, gen, limit, string(status), micros(lease), busy.Tenants, busy.Runs))
 }

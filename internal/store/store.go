@@ -55,6 +55,33 @@ func New(schema string) (*Store, error) {
 	return s, nil
 }
 
+// startable is {startable} of store.SQL, filled in before the other
+// placeholders: what a claim asks of a pending task t besides its status,
+// so that it does not try what it would not start (docs/design.md §3.15):
+// no concurrency limit of its keys full as last committed (the start's
+// trigger, task_slots, decides under the limits' locks; this only keeps
+// the claim from picking work that would be skipped), and not a task
+// expired in its queue. (The scanning open tests the expiry only: a
+// probe of the limits per task it reads estimated it past jit_above_cost
+// over a backlog, TestOpenKeepsItsPlanWithABacklog.) The limits are probed by
+// primary key, a scalar subquery the planner cannot turn into a join.
+const startable = `NOT coalesce((SELECT true FROM {schema}.concurrency_limits cl
+        WHERE cl.key IN ('tenant:' || t.tenant, 'kind:' || t.kind, 'key:' || t.concurrency_key)
+          AND cl.running >= cl.max LIMIT 1), false)
+      AND (t.queue_expires_at IS NULL OR t.started_at IS NOT NULL OR t.queue_expires_at > now())`
+
+// weight is {weight} of store.SQL: the weight of tenant x.tenant in the
+// fair claim (1 for a tenant with no row).
+const weight = `coalesce((SELECT tw.weight FROM {schema}.tenants tw WHERE tw.tenant = x.tenant), 1)`
+
+// Busy is what a node runs now, by tenant: the runs in flight that hold one
+// of its worker slots. The fair claim orders its candidates by their
+// tenant's share: (runs in flight + rank in the claim - 1) / weight.
+type Busy struct {
+	Tenants []string
+	Runs    []int32
+}
+
 // logStatus is {log_status} of store.SQL, filled in before the other
 // placeholders (it holds {schema}): the INSERT that appends one status
 // entry to the conversation log per row of w, the CTE of task rows a
@@ -122,7 +149,7 @@ func define(name string) query {
 	if !ok {
 		panic("internal/store: no statement " + name + " in store.SQL")
 	}
-	queries = append(queries, strings.ReplaceAll(q.sql, "{log_status}", logStatus))
+	queries = append(queries, strings.NewReplacer("{log_status}", logStatus, "{startable}", startable, "{weight}", weight).Replace(q.sql))
 	queryNames = append(queryNames, name)
 	return query(len(queries) - 1)
 }

@@ -29,6 +29,11 @@ ALTER TABLE {schema}.tasks DROP CONSTRAINT tasks_conversation_id_fkey;
 -- The fair claim's index: each tenant's pending tasks in queue order.
 CREATE INDEX tasks_pending_tenant_idx ON {schema}.tasks (tenant, queue_at) WHERE status = 'pending';
 
+-- The queued tasks whose time to live passes, for the sweep that cancels
+-- them (only the tasks created with one are in it).
+CREATE INDEX tasks_queue_expiry_idx ON {schema}.tasks (queue_expires_at)
+    WHERE status = 'pending' AND queue_expires_at IS NOT NULL;
+
 -- A tenant's weight in the fair claim (docs/design.md §3.15): a tenant
 -- with no row weighs 1.
 CREATE TABLE {schema}.tenants (
@@ -563,7 +568,7 @@ BEGIN
         AND (NEW.queue_at IS NOT DISTINCT FROM OLD.queue_at OR false)
         AND (NEW.queue_expires_at IS NOT DISTINCT FROM OLD.queue_expires_at OR false)
         AND (NEW.concurrency_key IS NOT DISTINCT FROM OLD.concurrency_key OR false)
-        AND (NEW.slots IS NOT DISTINCT FROM OLD.slots OR change IN ('pending>running', 'running>pending', 'running>waiting', 'running>sleeping', 'running>completing', 'running>completed', 'running>failed', 'running>aborted', 'running>cancelled'))
+        AND (NEW.slots IS NOT DISTINCT FROM OLD.slots OR (change IN ('pending>running', 'running>pending', 'running>waiting', 'running>sleeping', 'running>completing', 'running>completed', 'running>failed', 'running>aborted', 'running>cancelled', 'running>running') AND (change <> 'running>running' OR NEW.slots @> coalesce(OLD.slots, '{}'))))
         AND ((NEW.status = 'running') = (NEW.token IS NOT NULL))
         AND ((NEW.status = 'running') = (NEW.run_epoch IS NOT NULL))
         AND ((NEW.status = 'running') = (NEW.lease_expires_at IS NOT NULL))
@@ -727,9 +732,9 @@ BEGIN
         RAISE EXCEPTION 'arbor: task %: column concurrency_key may not change so on %', OLD.id, change
             USING ERRCODE = 'AB005', HINT = 'fixed at create';
     END IF;
-    IF NOT (NEW.slots IS NOT DISTINCT FROM OLD.slots OR change IN ('pending>running', 'running>pending', 'running>waiting', 'running>sleeping', 'running>completing', 'running>completed', 'running>failed', 'running>aborted', 'running>cancelled')) THEN
+    IF NOT (NEW.slots IS NOT DISTINCT FROM OLD.slots OR (change IN ('pending>running', 'running>pending', 'running>waiting', 'running>sleeping', 'running>completing', 'running>completed', 'running>failed', 'running>aborted', 'running>cancelled', 'running>running') AND (change <> 'running>running' OR NEW.slots @> coalesce(OLD.slots, '{}')))) THEN
         RAISE EXCEPTION 'arbor: task %: column slots may not change so on %', OLD.id, change
-            USING ERRCODE = 'AB005', HINT = 'the concurrency limits a run holds a slot of: taken as it starts, given back as it ends (task_slots)';
+            USING ERRCODE = 'AB005', HINT = 'the concurrency limits a run holds a slot of: taken as it starts, given back as it ends (task_slots), or named by a limit set while it runs';
     END IF;
     IF NOT ((NEW.status = 'running') = (NEW.token IS NOT NULL)) THEN
         RAISE EXCEPTION 'arbor: task %: a token exactly while running (on %)', OLD.id, change

@@ -25,7 +25,7 @@
 -- writes (inserts into conversations), held until the transaction ends.
 -- name: EnsureLockConversations
 WITH ins AS (
-    INSERT INTO {schema}.conversations (id, tenant) SELECT * FROM unnest($1::text[], $3::text[]) ON CONFLICT (id) DO NOTHING RETURNING id, tenant),
+    INSERT INTO {schema}.conversations (id, tenant) SELECT * FROM unnest($1::text[], $3::text[]) ON CONFLICT DO NOTHING RETURNING id, tenant),
 locked AS (
     SELECT c.id, c.tenant FROM {schema}.conversations c
     WHERE c.id = ANY($1) AND NOT c.id = ANY(ARRAY(SELECT id FROM ins))

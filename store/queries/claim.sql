@@ -12,8 +12,9 @@
 
 
 -- StartTask starts the pending task id of conversationID if it is not
--- abort-requested. ErrNoRows means the task was not startable; the caller
--- reads it to say why.
+-- abort-requested, expired in its queue, or held back by a full concurrency
+-- limit (the trigger task_slots skips it then). ErrNoRows means the task was
+-- not startable; the caller reads it to say why.
 --
 -- Locks: row locks on what it writes (updates tasks; inserts into
 -- conversation_log), held until the transaction ends.
@@ -22,25 +23,29 @@ WITH w AS (UPDATE {schema}.tasks t SET status = $3, token = nextval('{schema}.ta
         started_at = coalesce(started_at, now()),
         lease_expires_at = now() + $5 * interval '1 microsecond', updated_at = now()
     WHERE t.id = $1 AND t.conversation_id = $2 AND status = 'pending' AND NOT abort_requested
+      AND (t.queue_expires_at IS NULL OR t.started_at IS NOT NULL OR t.queue_expires_at > now())
     RETURNING t.*),
 logged AS ({log_status})
 SELECT {task_columns} FROM w;
 
 -- ClaimRunnable starts up to limit pending tasks of a conversation whose
 -- kind is among kinds (nil: any), children and the roots listed in roots
--- only (nil: any root), oldest first, skipping locked rows.
+-- only (nil: any root), in queue order (oldest first, less their
+-- priority's aging), skipping locked rows, and those a full concurrency
+-- limit holds back or expired in their queue.
 --
 -- Locks: FOR NO KEY UPDATE on the rows it selects, skipping rows another
 -- transaction holds; row locks on what it writes (updates tasks; inserts
 -- into conversation_log), held until the transaction ends.
 -- name: ClaimRunnable
 WITH w AS (WITH picked AS (
-        SELECT id FROM {schema}.tasks
-        WHERE conversation_id = $1 AND status = 'pending' AND NOT abort_requested
-          AND ($2::text[] IS NULL OR kind = ANY($2))
-          AND (owner_task_id IS NOT NULL OR $3::bigint[] IS NULL OR id = ANY($3))
-        ORDER BY id LIMIT $4
-        FOR NO KEY UPDATE SKIP LOCKED)
+        SELECT t.id FROM {schema}.tasks t
+        WHERE t.conversation_id = $1 AND t.status = 'pending' AND NOT t.abort_requested
+          AND ($2::text[] IS NULL OR t.kind = ANY($2))
+          AND (t.owner_task_id IS NOT NULL OR $3::bigint[] IS NULL OR t.id = ANY($3))
+          AND {startable}
+        ORDER BY t.queue_at, t.id LIMIT $4
+        FOR NO KEY UPDATE OF t SKIP LOCKED)
     UPDATE {schema}.tasks t SET status = $5, token = nextval('{schema}.task_token_seq'::regclass), run_epoch = $6,
         started_at = coalesce(started_at, now()),
         lease_expires_at = now() + $7 * interval '1 microsecond', updated_at = now()

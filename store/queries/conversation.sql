@@ -11,7 +11,7 @@
 -- Locks: row locks on what it writes (inserts into conversations), held
 -- until the transaction ends.
 -- name: EnsureConversation
-INSERT INTO {schema}.conversations (id, tenant) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING;
+INSERT INTO {schema}.conversations (id, tenant) VALUES ($1, $2) ON CONFLICT DO NOTHING;
 
 -- Locking a conversation also announces it on ChangeChannel ($2): the
 -- notification is delivered when the transaction commits (once, however

@@ -18,7 +18,7 @@
 -- until the transaction ends.
 -- name: InsertForkConversation
 INSERT INTO {schema}.conversations (id, tenant) VALUES ($1, (SELECT f.tenant FROM {schema}.conversations f WHERE f.id = $2))
-ON CONFLICT (id) DO NOTHING RETURNING id;
+ON CONFLICT DO NOTHING RETURNING id;
 
 -- The tasks a fork of conversation $1 through turn $2 copies: the settled
 -- turns up to it with their settled subtrees (a live task, and what is under

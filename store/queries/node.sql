@@ -52,23 +52,59 @@
 -- locked; a conversation another transaction holds is skipped, and the next
 -- open finds it.
 --
+-- The pending work is found fairly across tenants (docs/design.md §3.15):
+-- the tenants with a pending task are read from the index of each tenant's
+-- pending tasks in queue order (tasks_pending_tenant_idx), one index probe
+-- per tenant (a loose index scan: a recursive CTE, whatever the number of
+-- pending tasks), at most $7 of them, starting after the tenant $6 (null:
+-- from the first) and wrapping around (the caller moves $6 past the tenants it served, so that
+-- past $7 tenants every one gets its turn); of each, its oldest pending
+-- tasks (at most limit) in conversations with no live holder; their
+-- conversations numbered within their tenant, and taken by their tenant's
+-- share, as a claim takes tasks (node_claim.sql; $8, $9 the node's runs in
+-- flight by tenant), ties in queue order. A dead holder's conversations
+-- come first: recovery.
+--
 -- OpenConversations gives holder (its name and row) up to limit
--- conversations that have work for kinds (nil: any kind) and no live holder;
--- scan bounds how many of the oldest pending tasks are looked at to find
--- them. Their rows stay locked until the transaction ends.
+-- conversations that have work for kinds (nil: any kind) and no live
+-- holder, fairly across tenants (at most tenants of them, from the tenant
+-- after, wrapping); scan bounds how many conversations of lapsed holders
+-- are looked at. Their rows stay locked until the transaction ends.
 --
 -- Locks: FOR NO KEY UPDATE on the rows it selects (of c), skipping rows
 -- another transaction holds; row locks on what it writes (updates
 -- conversations), held until the transaction ends.
 -- name: OpenConversations
-WITH cand AS (
-        (SELECT t.conversation_id AS id FROM {schema}.tasks t
-        WHERE t.status = 'pending' AND NOT t.abort_requested AND ($3::text[] IS NULL OR t.kind = ANY($3))
-          AND NOT coalesce((SELECT true FROM {schema}.conversations h JOIN {schema}.holders hh ON hh.id = coalesce(h.holder_id, 0)
+WITH RECURSIVE
+    hi(tenant, n) AS (
+        (SELECT t.tenant, 1 FROM {schema}.tasks t WHERE t.status = 'pending' AND ($6::text IS NULL OR t.tenant > $6) ORDER BY t.tenant LIMIT 1)
+        UNION ALL
+        SELECT (SELECT t.tenant FROM {schema}.tasks t WHERE t.status = 'pending' AND t.tenant > hi.tenant ORDER BY t.tenant LIMIT 1), hi.n + 1
+        FROM hi WHERE hi.tenant IS NOT NULL AND hi.n < $7),
+    lo(tenant, n) AS (
+        (SELECT t.tenant, 1 FROM {schema}.tasks t WHERE t.status = 'pending' AND t.tenant <= $6 ORDER BY t.tenant LIMIT 1)
+        UNION ALL
+        SELECT (SELECT t.tenant FROM {schema}.tasks t WHERE t.status = 'pending' AND t.tenant > lo.tenant AND t.tenant <= $6 ORDER BY t.tenant LIMIT 1), lo.n + 1
+        FROM lo WHERE lo.tenant IS NOT NULL AND lo.n < $7),
+    tenants AS (
+        SELECT unnest(ARRAY(SELECT a.tenant FROM (SELECT hi.tenant FROM hi WHERE hi.tenant IS NOT NULL
+            UNION ALL SELECT lo.tenant FROM lo WHERE lo.tenant IS NOT NULL) a LIMIT $7)) AS tenant),
+    heads AS (
+        SELECT h.id, tt.tenant, h.queue_at, row_number() OVER (PARTITION BY tt.tenant ORDER BY h.queue_at, h.id) AS rn
+        FROM tenants tt CROSS JOIN LATERAL (
+            SELECT s.conversation_id AS id, min(s.queue_at) AS queue_at FROM (
+                SELECT t.conversation_id, t.queue_at FROM {schema}.tasks t
+                WHERE t.tenant = tt.tenant AND t.status = 'pending' AND NOT t.abort_requested
+                  AND ($3::text[] IS NULL OR t.kind = ANY($3))
+                  AND NOT coalesce((SELECT true FROM {schema}.conversations h JOIN {schema}.holders hh ON hh.id = coalesce(h.holder_id, 0)
         WHERE h.id = t.conversation_id AND hh.expires_at >= now()), false)
-        ORDER BY t.id LIMIT $5)
-        UNION
-        (SELECT d.id FROM {schema}.holders hx CROSS JOIN LATERAL (
+                  AND (t.queue_expires_at IS NULL OR t.started_at IS NOT NULL OR t.queue_expires_at > now())
+                ORDER BY t.queue_at LIMIT $4) s
+            GROUP BY s.conversation_id) h),
+    cand AS (
+        (SELECT x.id, (x.rn - 1 + coalesce((SELECT b.n FROM unnest($8::text[], $9::int[]) b(tenant, n) WHERE b.tenant = x.tenant LIMIT 1), 0))::float8 / {weight} AS round, x.queue_at FROM heads x)
+        UNION ALL
+        (SELECT d.id, -1::float8, NULL::timestamptz FROM {schema}.holders hx CROSS JOIN LATERAL (
         SELECT c.id FROM {schema}.conversations c
         WHERE c.holder_id = hx.id AND coalesce((SELECT true FROM {schema}.tasks r WHERE r.conversation_id = c.id AND r.status = 'running' LIMIT 1), false) LIMIT $5) d
     WHERE hx.expires_at < now() LIMIT $5)),
@@ -76,7 +112,8 @@ WITH cand AS (
         SELECT c.id FROM cand CROSS JOIN LATERAL (
             SELECT c.id, c.holder_id FROM {schema}.conversations c WHERE c.id = cand.id OFFSET 0) c
         WHERE (c.holder_id IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.holders hl WHERE hl.id = c.holder_id AND hl.expires_at >= now()))
-        ORDER BY c.id LIMIT $4),
+        GROUP BY c.id
+        ORDER BY min(cand.round), min(cand.queue_at) NULLS FIRST, c.id LIMIT $4),
     picked AS (
         SELECT c.id, coalesce(c.holder_id, 0) AS prev_holder,
     coalesce((SELECT hp.renewed_at < pg_postmaster_start_time() OR hp.renewed_at <= pg_last_xact_replay_timestamp() FROM {schema}.holders hp WHERE hp.id = c.holder_id), false) AS prev_restarted FROM {schema}.conversations c
@@ -88,7 +125,7 @@ WITH cand AS (
     FROM picked WHERE c.id = picked.id
     RETURNING c.id, c.epoch, pg_current_xact_id()::text::bigint,
     coalesce((SELECT true FROM {schema}.tasks r WHERE r.conversation_id = c.id AND r.status IN ('running', 'waiting', 'completing') LIMIT 1), false),
-    picked.prev_holder, picked.prev_restarted;
+    picked.prev_holder, picked.prev_restarted, c.tenant;
 
 -- Conversations named by their notifications, taken when they have work for
 -- the node and no live holder: the same test as OpenConversations's, by
@@ -97,27 +134,41 @@ WITH cand AS (
 -- subqueries by index (see OpenConversations): as EXISTS, each was planned
 -- as a scan of every task, 0.3–0.9 s per statement with 800,000 pending.
 --
--- OpenNamed is OpenConversations among the conversations ids only.
+-- OpenNamed is OpenConversations among the conversations ids only, fairly
+-- across their tenants as OpenConversations is (a conversation is numbered
+-- within its tenant by its oldest startable pending task).
 --
 -- Locks: FOR NO KEY UPDATE on the rows it selects (of c), skipping rows
 -- another transaction holds; row locks on what it writes (updates
 -- conversations), held until the transaction ends.
 -- name: OpenNamed
-WITH picked AS (
+WITH named AS (
+    SELECT c.id, c.tenant, c.holder_id,
+        (SELECT t.queue_at FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status IN ({live}) AND t.status IS NOT DISTINCT FROM 'pending'
+            AND NOT t.abort_requested AND ($3::text[] IS NULL OR t.kind = ANY($3)) AND {startable}
+            ORDER BY t.queue_at LIMIT 1) AS queue_at
+    FROM {schema}.conversations c
+    WHERE c.id = ANY($5) AND (c.holder_id IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.holders hl WHERE hl.id = c.holder_id AND hl.expires_at >= now()))),
+ranked AS (
+    SELECT n.id, n.tenant, n.queue_at, row_number() OVER (PARTITION BY n.tenant ORDER BY n.queue_at, n.id) AS rn FROM named n
+    WHERE n.queue_at IS NOT NULL
+       OR (n.holder_id IS NOT NULL AND coalesce((SELECT true FROM {schema}.tasks r WHERE r.conversation_id = n.id AND r.status = 'running' LIMIT 1), false))),
+chosen AS (
+    SELECT x.id FROM ranked x
+    ORDER BY CASE WHEN x.queue_at IS NULL THEN -1 ELSE (x.rn - 1 + coalesce((SELECT b.n FROM unnest($6::text[], $7::int[]) b(tenant, n) WHERE b.tenant = x.tenant LIMIT 1), 0))::float8 / {weight} END,
+        x.queue_at NULLS FIRST, x.id LIMIT $4),
+picked AS (
     SELECT c.id, coalesce(c.holder_id, 0) AS prev_holder,
     coalesce((SELECT hp.renewed_at < pg_postmaster_start_time() OR hp.renewed_at <= pg_last_xact_replay_timestamp() FROM {schema}.holders hp WHERE hp.id = c.holder_id), false) AS prev_restarted FROM {schema}.conversations c
-    WHERE c.id = ANY($5) AND (c.holder_id IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.holders hl WHERE hl.id = c.holder_id AND hl.expires_at >= now()))
-      AND (coalesce((SELECT true FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status = 'pending'
-            AND NOT t.abort_requested AND ($3::text[] IS NULL OR t.kind = ANY($3)) LIMIT 1), false)
-        OR (c.holder_id IS NOT NULL AND coalesce((SELECT true FROM {schema}.tasks r WHERE r.conversation_id = c.id AND r.status = 'running' LIMIT 1), false)))
-    ORDER BY c.id LIMIT $4
+    WHERE c.id IN (SELECT id FROM chosen) AND (c.holder_id IS NULL OR NOT EXISTS (SELECT 1 FROM {schema}.holders hl WHERE hl.id = c.holder_id AND hl.expires_at >= now()))
+    ORDER BY c.id
     FOR NO KEY UPDATE OF c SKIP LOCKED)
 UPDATE {schema}.conversations c
 SET holder = $1, holder_id = $2, epoch = c.epoch + 1, updated_at = now()
 FROM picked WHERE c.id = picked.id
 RETURNING c.id, c.epoch, pg_current_xact_id()::text::bigint,
 coalesce((SELECT true FROM {schema}.tasks r WHERE r.conversation_id = c.id AND r.status IN ('running', 'waiting', 'completing') LIMIT 1), false),
-picked.prev_holder, picked.prev_restarted;
+picked.prev_holder, picked.prev_restarted, c.tenant;
 
 -- A holder's own conversations after its fence fired (it could not confirm
 -- its lease for a while, and its row has not expired): those still held by
@@ -142,7 +193,7 @@ WITH picked AS (
     FOR NO KEY UPDATE OF c SKIP LOCKED)
 SELECT c.id, c.epoch, pg_current_xact_id()::text::bigint,
 coalesce((SELECT true FROM {schema}.tasks r WHERE r.conversation_id = c.id AND r.status IN ('running', 'waiting', 'completing') LIMIT 1), false),
-picked.prev_holder, picked.prev_restarted FROM picked JOIN {schema}.conversations c ON c.id = picked.id ORDER BY c.id;
+picked.prev_holder, picked.prev_restarted, c.tenant FROM picked JOIN {schema}.conversations c ON c.id = picked.id ORDER BY c.id;
 
 -- How many conversations an open would find (at most $2): a full node
 -- releases idle conversations for room only when there is something to open.

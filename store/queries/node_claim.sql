@@ -43,10 +43,20 @@
 -- claim sent by a process resumed from a freeze before its fence fired,
 -- whose run the taker would have counted as a restart).
 --
+-- The candidates are shared among tenants by weight (docs/design.md §3.15):
+-- numbered within their tenant in queue order (queue_at: created_at less
+-- the priority's aging), a candidate of rank r (from 1) of a tenant of
+-- weight w that has b runs in flight on the node ($8, $9: tenants and their
+-- runs) comes at (b + r - 1) / w, and the claim takes them in that order,
+-- ties in queue order. What a full concurrency
+-- limit holds back, or a queue's expiry ended, is not a candidate
+-- ({startable}).
+--
 -- ClaimIn starts up to limit pending tasks of the conversations convs that
 -- holder holds, of kinds (nil: any), by the generation rule for generation
--- kinds gen (nil: every root is a generation), oldest first, each with its
--- own token and the conversation's epoch. It returns the runs' rows (the run
+-- kinds gen (nil: every root is a generation), fairly across tenants and in
+-- queue order within one, each with its own token and the conversation's
+-- epoch. It returns the runs' rows (the run
 -- columns), in no particular order, and the transaction's id (0 when it
 -- claimed nothing).
 --
@@ -55,9 +65,11 @@
 -- inserts into conversation_log), held until the transaction ends.
 -- name: ClaimIn
 WITH w AS (WITH cand AS MATERIALIZED (
-        SELECT t.id FROM (SELECT DISTINCT unnest($2::text[]) AS id) cv
-        CROSS JOIN LATERAL (
-            SELECT t.id FROM {schema}.tasks t
+        SELECT x.id FROM (
+            SELECT t.id, t.tenant, t.queue_at, row_number() OVER (PARTITION BY t.tenant ORDER BY t.queue_at, t.id) AS rn
+            FROM (SELECT DISTINCT unnest($2::text[]) AS id) cv
+            CROSS JOIN LATERAL (
+            SELECT t.id, t.tenant, t.queue_at FROM {schema}.tasks t
             WHERE t.conversation_id = cv.id AND t.status IN ({live}) AND t.status IS NOT DISTINCT FROM 'pending'
               AND NOT t.abort_requested
               AND ($3::text[] IS NULL OR t.kind = ANY($3))
@@ -69,8 +81,10 @@ WITH w AS (WITH cand AS MATERIALIZED (
           AND r.status IN ({live})
           AND ($4::text[] IS NULL OR r.kind = ANY($4::text[]))
           AND (r.started_at IS NOT NULL OR r.id < t.id)))
-            ORDER BY t.id LIMIT $5) t
-        ORDER BY t.id LIMIT $5),
+              AND {startable}
+            ORDER BY t.queue_at, t.id LIMIT $5) t) x
+        ORDER BY (x.rn - 1 + coalesce((SELECT b.n FROM unnest($8::text[], $9::int[]) b(tenant, n) WHERE b.tenant = x.tenant LIMIT 1), 0))::float8 / {weight},
+            x.queue_at, x.id LIMIT $5),
     picked AS (
         SELECT t.id AS picked_id, c.epoch AS picked_epoch FROM {schema}.tasks t
         JOIN {schema}.conversations c ON c.id = t.conversation_id
@@ -94,9 +108,11 @@ SELECT {run_columns}, pg_current_xact_id()::text::bigint FROM w ORDER BY id;
 -- inserts into conversation_log), held until the transaction ends.
 -- name: ClaimHeld
 WITH w AS (WITH cand AS MATERIALIZED (
-        SELECT t.id FROM (SELECT c.id FROM {schema}.conversations c WHERE c.holder_id = $1 AND $2::text[] IS NULL) cv
-        CROSS JOIN LATERAL (
-            SELECT t.id FROM {schema}.tasks t
+        SELECT x.id FROM (
+            SELECT t.id, t.tenant, t.queue_at, row_number() OVER (PARTITION BY t.tenant ORDER BY t.queue_at, t.id) AS rn
+            FROM (SELECT c.id FROM {schema}.conversations c WHERE c.holder_id = $1 AND $2::text[] IS NULL) cv
+            CROSS JOIN LATERAL (
+            SELECT t.id, t.tenant, t.queue_at FROM {schema}.tasks t
             WHERE t.conversation_id = cv.id AND t.status IN ({live}) AND t.status IS NOT DISTINCT FROM 'pending'
               AND NOT t.abort_requested
               AND ($3::text[] IS NULL OR t.kind = ANY($3))
@@ -108,8 +124,10 @@ WITH w AS (WITH cand AS MATERIALIZED (
           AND r.status IN ({live})
           AND ($4::text[] IS NULL OR r.kind = ANY($4::text[]))
           AND (r.started_at IS NOT NULL OR r.id < t.id)))
-            ORDER BY t.id LIMIT $5) t
-        ORDER BY t.id LIMIT $5),
+              AND {startable}
+            ORDER BY t.queue_at, t.id LIMIT $5) t) x
+        ORDER BY (x.rn - 1 + coalesce((SELECT b.n FROM unnest($8::text[], $9::int[]) b(tenant, n) WHERE b.tenant = x.tenant LIMIT 1), 0))::float8 / {weight},
+            x.queue_at, x.id LIMIT $5),
     picked AS (
         SELECT t.id AS picked_id, c.epoch AS picked_epoch FROM {schema}.tasks t
         JOIN {schema}.conversations c ON c.id = t.conversation_id

@@ -71,7 +71,7 @@ SELECT {task_columns} FROM w;
 -- the transaction ends.
 -- name: CreateRoot
 WITH conv AS (
-    INSERT INTO {schema}.conversations (id, tenant) VALUES ($1, $17) ON CONFLICT (id) DO NOTHING RETURNING id, tenant),
+    INSERT INTO {schema}.conversations (id, tenant) VALUES ($1, $17) ON CONFLICT DO NOTHING RETURNING id, tenant),
 locked AS (
     SELECT id, tenant FROM {schema}.conversations WHERE id = $1 AND ($17 = '' OR tenant = $17) AND NOT EXISTS (SELECT 1 FROM conv) FOR NO KEY UPDATE),
 ready AS (SELECT id, tenant FROM conv UNION ALL SELECT id, tenant FROM locked),
