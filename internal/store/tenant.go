@@ -84,4 +84,3 @@ func (s *Store) ExpiredInQueue(ctx context.Context, db DB, limit int) ([]int64, 
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[int64])
 }
-
