@@ -365,3 +365,48 @@ func TestOpenTakesADeadHoldersRunsWhateverItsStatistics(t *testing.T) {
 		require.True(t, o.Recover, "%s has a run to recover", o.ConversationID)
 	}
 }
+
+// TestOpenKeepsItsPlanAcrossManyTenants (issue 40): the fair open reads
+// the tenants with pending work by a loose index scan, at most its bound of
+// them, and of each its oldest pending tasks up to the open's limit: its
+// work is bounded by tenants × limit, not by the backlog, whatever the
+// statistics (here 600 tenants of 40 pending conversations each, analyzed
+// while another node held them all, released since).
+func TestOpenKeepsItsPlanAcrossManyTenants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema, s := blindSchema(t)
+	const tenants, each, limit, bound = 600, 40, 20, 256
+	var old int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at) VALUES ('old', now() + interval '1 hour') RETURNING id`).Scan(&old))
+	withTriggersOff(t, pool,
+		sqlArgs(`INSERT INTO `+schema+`.conversations (id, tenant, holder, holder_id, epoch)
+			SELECT 'c-' || g, 't-' || (g % $1::int), 'old', $3, 1 FROM generate_series(1, $1::int * $2::int) g`, tenants, each, old),
+		sqlArgs(`INSERT INTO `+schema+`.tasks (conversation_id, tenant, kind)
+			SELECT 'c-' || g, 't-' || (g % $1::int), 'noop' FROM generate_series(1, $1::int * $2::int) g`, tenants, each))
+	_, err := pool.Exec(ctx, `ANALYZE `+schema+`.tasks, `+schema+`.conversations, `+schema+`.holders`)
+	require.NoError(t, err)
+	withTriggersOff(t, pool, sqlArgs(`UPDATE `+schema+`.conversations SET holder = NULL, holder_id = NULL`))
+	var node int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at) VALUES ('node', now() + interval '1 hour') RETURNING id`).Scan(&node))
+	after := "t-300"
+	for _, from := range []*string{nil, &after} {
+		plan := explainRolledBack(t, pool, s.sql[qOpenConversations], "node", node, nil, limit, 4*limit, from, bound, nil, nil)
+		work, cost := planWork(t, plan), planCost(t, plan)
+		t.Logf("the open across %d tenants of %d pending conversations: plan work %.0f, estimated cost %.0f", tenants, each, work, cost)
+		require.LessOrEqual(t, work, float64(40*bound*limit/4), "the open reads each tenant's head only:\n%s", plan)
+		require.Less(t, cost, jitAboveCost, "estimated below jit_above_cost:\n%s", plan)
+	}
+	// The open takes the oldest conversation of as many tenants as it may.
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	opened, err := s.OpenConversations(ctx, tx, "node", node, nil, limit, 4*limit, nil, bound, Busy{})
+	require.NoError(t, err)
+	require.Len(t, opened, limit)
+	seen := map[string]bool{}
+	for _, o := range opened {
+		require.False(t, seen[o.Tenant], "one conversation per tenant first: %v", opened)
+		seen[o.Tenant] = true
+	}
+}

@@ -61,9 +61,7 @@ func New(schema string) (*Store, error) {
 // no concurrency limit of its keys full as last committed (the start's
 // trigger, task_slots, decides under the limits' locks; this only keeps
 // the claim from picking work that would be skipped), and not a task
-// expired in its queue. (The scanning open tests the expiry only: a
-// probe of the limits per task it reads estimated it past jit_above_cost
-// over a backlog, TestOpenKeepsItsPlanWithABacklog.) The limits are probed by
+// expired in its queue. The limits are probed by
 // primary key, a scalar subquery the planner cannot turn into a join.
 const startable = `NOT coalesce((SELECT true FROM {schema}.concurrency_limits cl
         WHERE cl.key IN ('tenant:' || t.tenant, 'kind:' || t.kind, 'key:' || t.concurrency_key)

@@ -52,18 +52,22 @@
 -- locked; a conversation another transaction holds is skipped, and the next
 -- open finds it.
 --
--- The pending work is found fairly across tenants (docs/design.md §3.15):
--- the tenants with a pending task are read from the index of each tenant's
--- pending tasks in queue order (tasks_pending_tenant_idx), one index probe
--- per tenant (a loose index scan: a recursive CTE, whatever the number of
--- pending tasks), at most $7 of them, starting after the tenant $6 (null:
--- from the first) and wrapping around (the caller moves $6 past the tenants it served, so that
--- past $7 tenants every one gets its turn); of each, its oldest pending
--- tasks (at most limit) in conversations with no live holder; their
--- conversations numbered within their tenant, and taken by their tenant's
--- share, as a claim takes tasks (node_claim.sql; $8, $9 the node's runs in
--- flight by tenant), ties in queue order. A dead holder's conversations
--- come first: recovery.
+-- The pending work is found fairly across tenants (docs/design.md §3.15),
+-- in two bounded reads: the head of each tenant with pending work (its
+-- task first in queue order), read from the index of each tenant's pending
+-- tasks in queue order (tasks_pending_tenant_idx) by a loose index scan,
+-- one probe of one row per tenant (a recursive CTE: an ordered probe with
+-- LIMIT 1 is an index scan whatever the statistics, where a read of a
+-- tenant's tasks was planned as a bitmap scan of all of them), at most $7
+-- tenants, starting after the tenant $6 (null: from the first) and
+-- wrapping around (the caller moves $6 past the tenants it served, so that
+-- past $7 tenants every one gets its turn); and the $5 oldest pending
+-- tasks by id (the depth, for a tenant with more than its head to run).
+-- Those in conversations with a live holder are left out; the rest are
+-- numbered within their tenant in queue order, and taken by their
+-- tenant's share, as a claim takes tasks (node_claim.sql; $8, $9 the
+-- node's runs in flight by tenant), ties in queue order. A dead holder's
+-- conversations come first: recovery.
 --
 -- OpenConversations gives holder (its name and row) up to limit
 -- conversations that have work for kinds (nil: any kind) and no live
@@ -76,33 +80,44 @@
 -- conversations), held until the transaction ends.
 -- name: OpenConversations
 WITH RECURSIVE
-    hi(tenant, n) AS (
-        (SELECT t.tenant, 1 FROM {schema}.tasks t WHERE t.status = 'pending' AND ($6::text IS NULL OR t.tenant > $6) ORDER BY t.tenant LIMIT 1)
+    hi(tenant, id, conv, queue_at, kind, aborted, started_at, queue_expires_at, concurrency_key, n) AS (
+        (SELECT t.tenant, t.id, t.conversation_id, t.queue_at, t.kind, t.abort_requested, t.started_at, t.queue_expires_at, t.concurrency_key, 1
+        FROM {schema}.tasks t WHERE t.status = 'pending' AND ($6::text IS NULL OR t.tenant > $6) ORDER BY t.tenant, t.queue_at LIMIT 1)
         UNION ALL
-        SELECT (SELECT t.tenant FROM {schema}.tasks t WHERE t.status = 'pending' AND t.tenant > hi.tenant ORDER BY t.tenant LIMIT 1), hi.n + 1
-        FROM hi WHERE hi.tenant IS NOT NULL AND hi.n < $7),
-    lo(tenant, n) AS (
-        (SELECT t.tenant, 1 FROM {schema}.tasks t WHERE t.status = 'pending' AND t.tenant <= $6 ORDER BY t.tenant LIMIT 1)
+        SELECT x.tenant, x.id, x.conversation_id, x.queue_at, x.kind, x.abort_requested, x.started_at, x.queue_expires_at, x.concurrency_key, hi.n + 1
+        FROM hi CROSS JOIN LATERAL (
+            SELECT t.tenant, t.id, t.conversation_id, t.queue_at, t.kind, t.abort_requested, t.started_at, t.queue_expires_at, t.concurrency_key
+            FROM {schema}.tasks t WHERE t.status = 'pending' AND t.tenant > hi.tenant ORDER BY t.tenant, t.queue_at LIMIT 1) x
+        WHERE hi.n < $7),
+    lo(tenant, id, conv, queue_at, kind, aborted, started_at, queue_expires_at, concurrency_key, n) AS (
+        (SELECT t.tenant, t.id, t.conversation_id, t.queue_at, t.kind, t.abort_requested, t.started_at, t.queue_expires_at, t.concurrency_key, 1
+        FROM {schema}.tasks t WHERE t.status = 'pending' AND t.tenant <= $6 ORDER BY t.tenant, t.queue_at LIMIT 1)
         UNION ALL
-        SELECT (SELECT t.tenant FROM {schema}.tasks t WHERE t.status = 'pending' AND t.tenant > lo.tenant AND t.tenant <= $6 ORDER BY t.tenant LIMIT 1), lo.n + 1
-        FROM lo WHERE lo.tenant IS NOT NULL AND lo.n < $7),
-    tenants AS (
-        SELECT unnest(ARRAY(SELECT a.tenant FROM (SELECT hi.tenant FROM hi WHERE hi.tenant IS NOT NULL
-            UNION ALL SELECT lo.tenant FROM lo WHERE lo.tenant IS NOT NULL) a LIMIT $7)) AS tenant),
+        SELECT x.tenant, x.id, x.conversation_id, x.queue_at, x.kind, x.abort_requested, x.started_at, x.queue_expires_at, x.concurrency_key, lo.n + 1
+        FROM lo CROSS JOIN LATERAL (
+            SELECT t.tenant, t.id, t.conversation_id, t.queue_at, t.kind, t.abort_requested, t.started_at, t.queue_expires_at, t.concurrency_key
+            FROM {schema}.tasks t WHERE t.status = 'pending' AND t.tenant > lo.tenant AND t.tenant <= $6 ORDER BY t.tenant, t.queue_at LIMIT 1) x
+        WHERE lo.n < $7),
     heads AS (
-        SELECT h.id, tt.tenant, h.queue_at, row_number() OVER (PARTITION BY tt.tenant ORDER BY h.queue_at, h.id) AS rn
-        FROM tenants tt CROSS JOIN LATERAL (
-            SELECT s.conversation_id AS id, min(s.queue_at) AS queue_at FROM (
-                SELECT t.conversation_id, t.queue_at FROM {schema}.tasks t
-                WHERE t.tenant = tt.tenant AND t.status = 'pending' AND NOT t.abort_requested
-                  AND ($3::text[] IS NULL OR t.kind = ANY($3))
-                  AND NOT coalesce((SELECT true FROM {schema}.conversations h JOIN {schema}.holders hh ON hh.id = coalesce(h.holder_id, 0)
+        SELECT t.conversation_id, t.tenant, t.queue_at FROM (
+            SELECT h.conv AS conversation_id, h.tenant, h.queue_at, h.kind, h.aborted, h.started_at, h.queue_expires_at, h.concurrency_key FROM (
+                SELECT hi.* FROM hi UNION ALL SELECT lo.* FROM lo) h LIMIT $7) t
+        WHERE NOT t.aborted AND ($3::text[] IS NULL OR t.kind = ANY($3)) AND {startable}
+          AND NOT coalesce((SELECT true FROM {schema}.conversations h JOIN {schema}.holders hh ON hh.id = coalesce(h.holder_id, 0)
+        WHERE h.id = t.conversation_id AND hh.expires_at >= now()), false)),
+    deep AS (
+        SELECT t.conversation_id, t.tenant, t.queue_at FROM {schema}.tasks t
+        WHERE t.status = 'pending' AND NOT t.abort_requested AND ($3::text[] IS NULL OR t.kind = ANY($3)) AND {startable}
+          AND NOT coalesce((SELECT true FROM {schema}.conversations h JOIN {schema}.holders hh ON hh.id = coalesce(h.holder_id, 0)
         WHERE h.id = t.conversation_id AND hh.expires_at >= now()), false)
-                  AND (t.queue_expires_at IS NULL OR t.started_at IS NOT NULL OR t.queue_expires_at > now())
-                ORDER BY t.queue_at LIMIT $4) s
-            GROUP BY s.conversation_id) h),
+        ORDER BY t.id LIMIT $5),
+    ranked AS (
+        SELECT c.id, c.tenant, c.queue_at, row_number() OVER (PARTITION BY c.tenant ORDER BY c.queue_at, c.id) AS rn FROM (
+            SELECT u.conversation_id AS id, min(u.tenant) AS tenant, min(u.queue_at) AS queue_at FROM (
+                SELECT * FROM heads UNION ALL SELECT * FROM deep) u
+            GROUP BY u.conversation_id) c),
     cand AS (
-        (SELECT x.id, (x.rn - 1 + coalesce((SELECT b.n FROM unnest($8::text[], $9::int[]) b(tenant, n) WHERE b.tenant = x.tenant LIMIT 1), 0))::float8 / {weight} AS round, x.queue_at FROM heads x)
+        (SELECT x.id, (x.rn - 1 + coalesce((SELECT b.n FROM unnest($8::text[], $9::int[]) b(tenant, n) WHERE b.tenant = x.tenant LIMIT 1), 0))::float8 / {weight} AS round, x.queue_at FROM ranked x)
         UNION ALL
         (SELECT d.id, -1::float8, NULL::timestamptz FROM {schema}.holders hx CROSS JOIN LATERAL (
         SELECT c.id FROM {schema}.conversations c
