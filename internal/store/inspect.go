@@ -41,7 +41,7 @@ func (s *Store) LiveConversations(ctx context.Context, db DB, statuses []arborty
 		status string
 		n      int
 	)
-	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &status, &n}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &c.Tenant, &status, &n}, func() error {
 		if len(out) == 0 || out[len(out)-1].ID != c.ID {
 			c.Live = map[arbortype.Status]int{}
 			out = append(out, c)
@@ -69,7 +69,7 @@ func (s *Store) RecentConversations(ctx context.Context, db DB, limit int) ([]ar
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (arbortype.Conversation, error) {
 		var c arbortype.Conversation
-		err := row.Scan(&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &c.CreatedAt)
+		err := row.Scan(&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &c.CreatedAt, &c.Tenant)
 		return c, err
 	})
 }

@@ -35,7 +35,7 @@ picked AS (
     WHERE cardinality($1::text[]) = 0 OR status = ANY($1::text[])
     ORDER BY conversation_id LIMIT $2)
 SELECT c.id, coalesce(c.holder, ''), c.epoch,
-    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), l.status, l.n
+    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.tenant, l.status, l.n
 FROM picked p
 JOIN {schema}.conversations c ON c.id = p.conversation_id
 JOIN live l ON l.conversation_id = p.conversation_id
@@ -55,7 +55,7 @@ WITH recent AS (
     GROUP BY conversation_id
     ORDER BY last DESC LIMIT $1)
 SELECT c.id, coalesce(c.holder, ''), c.epoch,
-(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at
+(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, c.tenant
 FROM recent r JOIN {schema}.conversations c ON c.id = r.conversation_id
 ORDER BY r.last DESC;
 
