@@ -220,12 +220,12 @@ func scanConversationRows(rows pgx.Rows, err error) (ConversationScan, error) {
 	// afresh (and a NULL sets it nil), so what a row keeps is its own.
 	var (
 		id, holder, tenant, lastKind, lastStatus *string
-		epoch, lastID                    *int64
-		lease, created, lastCreated      *time.Time
-		live                             map[string]int
-		failed                           *bool
-		awaiting                         *int
-		key                              *int64
+		epoch, lastID                            *int64
+		lease, created, lastCreated              *time.Time
+		live                                     map[string]int
+		failed                                   *bool
+		awaiting                                 *int
+		key                                      *int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&out.Scanned, &out.LastID, &out.LastKey, &id, &holder, &epoch, &lease, &created, &tenant, &live, &failed,
 		&awaiting, &lastID, &lastKind, &lastStatus, &lastCreated, &key}, func() error {
