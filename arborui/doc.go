@@ -3,7 +3,8 @@
 // a conversation's task tree (paged when large) beside its log; a task's
 // whole record — attempts and their errors, checkpoint, events, children,
 // budgets, trace, log; the approvals every conversation awaits; the nodes
-// and what they hold. Every page is live. And, only when enabled, the
+// and what they hold; the concurrency limits, with their runs, and the
+// tenants' weights. Every page is live. And, only when enabled, the
 // operator's actions (abort, cancel, wake, emit, approve or deny).
 //
 // NewHandler returns an http.Handler to mount in your own server, under any

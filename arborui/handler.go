@@ -91,8 +91,10 @@ type Options struct {
 	// ScanLimitDefault (10,000).
 	ScanLimit int
 	// Refresh is how often the streams of the lists (conversations,
-	// approvals, nodes) look for news: one read of the newest log entry's
-	// number, which costs the same however many conversations there are.
+	// approvals, nodes, limits) look for news: one read of the newest log
+	// entry's number, which costs the same however many conversations
+	// there are (the nodes and the limits read their own small tables
+	// again).
 	// A conversation's and a task's streams need none: they follow the
 	// conversation's log. Default RefreshDefault (1 s).
 	Refresh time.Duration
@@ -220,6 +222,8 @@ func NewHandler(engine *tasks.Engine, opts *Options) (http.Handler, error) {
 	h.mux.HandleFunc("GET /approvals/live", h.approvalsLive)
 	h.mux.HandleFunc("GET /nodes", h.nodes)
 	h.mux.HandleFunc("GET /nodes/live", h.nodesLive)
+	h.mux.HandleFunc("GET /limits", h.limits)
+	h.mux.HandleFunc("GET /limits/live", h.limitsLive)
 	h.mux.HandleFunc("POST /tasks/{id}/{action}", h.taskAction)
 	h.mux.HandleFunc("POST /conversation/{action}", h.conversationAction)
 	return h, nil

@@ -29,6 +29,7 @@ type listFilter struct {
 	Holder   string
 	Kind     string
 	Age      string // "", "1h", "24h", "7d" or "older"
+	Tenant   string // a tenant; "" any (the default tenant is not a filter)
 	Cursor   string
 }
 
@@ -39,7 +40,7 @@ var ages = []struct{ Value, Label string }{{"", "any age"}, {"1h", "created in t
 func parseFilter(q url.Values) (listFilter, error) {
 	f := listFilter{Q: q.Get("q"), Order: q.Get("order"), Live: q.Get("live"), Status: q.Get("status"),
 		Failed: q.Get("failed") != "", Awaiting: q.Get("awaiting") != "", Holder: q.Get("holder"), Kind: q.Get("kind"),
-		Age: q.Get("age"), Cursor: q.Get("cursor")}
+		Age: q.Get("age"), Tenant: q.Get("tenant"), Cursor: q.Get("cursor")}
 	switch {
 	case f.Order != "" && f.Order != "id":
 		return f, badRequest("order %q is not one of: recent (empty), id", f.Order)
@@ -63,6 +64,9 @@ func (f listFilter) query(limit, scan int, now time.Time) inspect.ConversationQu
 	case "settled":
 		q.Live = inspect.LiveNone
 	}
+	if f.Tenant != "" {
+		q.Tenant = &f.Tenant
+	}
 	if f.Status != "" {
 		q.Statuses = []arbortype.Status{arbortype.Status(f.Status)}
 	}
@@ -82,7 +86,7 @@ func (f listFilter) query(limit, scan int, now time.Time) inspect.ConversationQu
 // url is the address of path with f's query, cursor as given.
 func (f listFilter) url(prefix, path, cursor string) string {
 	return link(prefix, path, "q", f.Q, "order", f.Order, "live", f.Live, "status", f.Status, "failed", f.Failed,
-		"awaiting", f.Awaiting, "holder", f.Holder, "kind", f.Kind, "age", f.Age, "cursor", cursor)
+		"awaiting", f.Awaiting, "holder", f.Holder, "kind", f.Kind, "age", f.Age, "tenant", f.Tenant, "cursor", cursor)
 }
 
 // Filtered says f filters anything (the cursor aside).

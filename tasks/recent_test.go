@@ -11,14 +11,15 @@ import (
 )
 
 // RecentConversations lists the conversations of the newest tasks, most
-// recent first, each once, up to its limit; a limit outside 1..1000 is
-// refused.
+// recent first, each once, with its tenant, up to its limit; a limit
+// outside 1..1000 is refused.
 func TestRecentConversations(t *testing.T) {
 	t.Parallel()
 	engine, _ := engineWith(t, func(*pgxpool.Config) {})
 	ctx := t.Context()
+	tenants := map[string]string{"c1": "acme", "c2": "", "c3": "globex"}
 	for _, conv := range []string{"c1", "c2", "c3", "c1"} { // c1 again: its newest task counts
-		_, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn"})
+		_, _, err := engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn", Tenant: tenants[conv]})
 		require.NoError(t, err)
 	}
 	got, err := engine.RecentConversations(ctx, 10)
@@ -26,6 +27,7 @@ func TestRecentConversations(t *testing.T) {
 	var ids []string
 	for _, c := range got {
 		ids = append(ids, c.ID)
+		require.Equal(t, tenants[c.ID], c.Tenant, c.ID)
 	}
 	require.Equal(t, []string{"c1", "c3", "c2"}, ids)
 

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -183,11 +184,12 @@ func TestBrowserAssetsNotListed(t *testing.T) {
 // renders.
 const hostile = `<img src=x class=pwned onerror="window.pwned=1">"'><script class=pwned>window.pwned=1</script>` + "\x1b[31m\u202e"
 
-// TestBrowserHostileStrings: a conversation whose id, kinds, phases,
-// states, inputs, results, errors, events, awaits, trace headers and
-// holder name are all hostile: every page that renders them (the list,
-// the tree and its log, the task, the log page, the approvals, the
-// nodes) shows them as text — no element of theirs in the DOM, no
+// TestBrowserHostileStrings: a conversation whose id, tenant, kinds,
+// concurrency key, phases, states, inputs, results, errors, events,
+// awaits, trace headers and holder name are all hostile, and a
+// concurrency limit and a tenant's weight of those names: every page that
+// renders them (the list, the tree and its log, the task, the log page,
+// the approvals, the nodes, the limits) shows them as text — no element of theirs in the DOM, no
 // control character raw.
 func TestBrowserHostileStrings(t *testing.T) {
 	t.Parallel()
@@ -201,7 +203,8 @@ func TestBrowserHostileStrings(t *testing.T) {
 		return out
 	}
 	root, _, err := traced.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "turn" + hostile, Input: doc(hostile),
-		IdempotencyKey: "key" + hostile, MaxRetries: 1})
+		IdempotencyKey: "key" + hostile, MaxRetries: 1, Tenant: "tenant" + hostile, Priority: 30, ConcurrencyKey: "ckey" + hostile,
+		QueueTTL: time.Hour})
 	require.NoError(t, err)
 	child, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, OwnerID: root.ID, Kind: "tool" + hostile})
 	require.NoError(t, err)
@@ -230,9 +233,13 @@ func TestBrowserHostileStrings(t *testing.T) {
 		"node"+hostile).Scan(&holder))
 	v.exec(t, `UPDATE {schema}.conversations SET holder = $2, holder_id = $3, epoch = epoch + 1 WHERE id = $1`, conv+"-2", "node"+hostile, holder)
 
+	require.NoError(t, v.engine.SetConcurrencyLimit(v.ctx, "key:ckey"+hostile, 5))
+	require.NoError(t, v.engine.SetTenantWeight(v.ctx, "tenant"+hostile, 3))
+
 	b := browser(t)
 	for _, page := range []string{
 		v.base + "/",
+		v.base + "/?tenant=" + url.QueryEscape("tenant"+hostile),
 		v.base + "/conversation?id=" + url.QueryEscape(conv),
 		v.base + "/conversation/log?id=" + url.QueryEscape(conv),
 		fmt.Sprintf("%s/tasks/%d", v.base, root.ID),
@@ -240,6 +247,7 @@ func TestBrowserHostileStrings(t *testing.T) {
 		fmt.Sprintf("%s/tasks/%d", v.base, done.ID),
 		v.base + "/approvals",
 		v.base + "/nodes",
+		v.base + "/limits",
 	} {
 		require.NoError(t, chromedp.Do(b, chromedp.Navigate(page), chromedp.WaitVisible(`main`)), page)
 		if !strings.Contains(page, "/conversation/log") {

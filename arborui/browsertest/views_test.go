@@ -392,3 +392,46 @@ func TestBrowserActions(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"approved": false}`, string(got.Delivered.Payload))
 }
+
+// TestBrowserLimits: the limits page is live: a concurrency limit's
+// running count follows a runner that starts a task of its key, and the
+// limit shows full; a tenant's weight links to the list of its
+// conversations.
+func TestBrowserLimits(t *testing.T) {
+	t.Parallel()
+	v := newView(t, nil)
+	require.NoError(t, v.engine.SetConcurrencyLimit(v.ctx, "kind:long_turn", 1))
+	require.NoError(t, v.engine.SetTenantWeight(v.ctx, "acme", 4))
+	conv := testdb.Conversation(t)
+	_, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "long_turn", Tenant: "acme"})
+	require.NoError(t, err)
+
+	b := browser(t)
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(v.base+"/limits"), chromedp.WaitVisible(`#live-status.on`)))
+	require.Contains(t, text(t, b, `document.querySelector('[data-key="kind:long_turn"]').textContent`), "0")
+
+	release := make(chan struct{})
+	runner, err := machine.NewRunner(v.engine.Engine, map[string]machine.Handler{
+		"long_turn": func(ctx context.Context, run *machine.Run) error {
+			select {
+			case <-release:
+				return run.Complete(ctx, nil)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	}, &machine.RunnerConfig{NodeID: "node-l"})
+	require.NoError(t, err)
+	require.NoError(t, runner.Start(v.ctx))
+	t.Cleanup(func() {
+		close(release)
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, runner.Stop(sctx))
+	})
+	until(t, b, `!!document.querySelector('[data-key="kind:long_turn"] .flag')`)
+	require.Contains(t, text(t, b, `document.querySelector('[data-key="kind:long_turn"]').textContent`), "1 full")
+	submit(t, b, `#tenant-table a`)
+	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(fmt.Sprintf(`#conversations a.id[href$=%q]`, url.QueryEscape(conv)))))
+	require.Contains(t, text(t, b, `document.querySelector('#conversations a.tenant').textContent`), "acme")
+}

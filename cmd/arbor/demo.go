@@ -173,7 +173,7 @@ func (d *demo) printTreeIfChanged() {
 		return
 	}
 	var b bytes.Buffer
-	renderTree(&b, d.conv, all, arbortype.ConversationBudgets{}, time.Time{})
+	renderTree(&b, arbortype.Conversation{ID: d.conv}, all, arbortype.ConversationBudgets{}, time.Time{})
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if b.String() == d.lastTree {

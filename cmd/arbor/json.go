@@ -42,6 +42,11 @@ type taskJSON struct {
 	UpdatedAt        jsonTime              `json:"updated_at"`
 	StartedAt        *jsonTime             `json:"started_at,omitempty"`
 	SettledAt        *jsonTime             `json:"settled_at,omitempty"`
+	// Tenant is "" for the default tenant; Priority 0 for none.
+	Tenant         string    `json:"tenant"`
+	Priority       int       `json:"priority"`
+	ConcurrencyKey string    `json:"concurrency_key,omitempty"`
+	QueueExpiresAt *jsonTime `json:"queue_expires_at,omitempty"`
 }
 
 func toJSON(t arbortype.Task) taskJSON {
@@ -54,6 +59,7 @@ func toJSON(t arbortype.Task) taskJSON {
 		IdempotencyKey: t.IdempotencyKey, Input: t.Input, State: t.State, Result: t.Result, Error: t.Error,
 		ErrorHistory: t.ErrorHistory, CreatedAt: jsonTime(t.CreatedAt), UpdatedAt: jsonTime(t.UpdatedAt),
 		StartedAt: (*jsonTime)(t.StartedAt), SettledAt: (*jsonTime)(t.SettledAt),
+		Tenant: t.Tenant, Priority: t.Priority, ConcurrencyKey: t.ConcurrencyKey, QueueExpiresAt: (*jsonTime)(t.QueueExpiresAt),
 	}
 	if t.OwnerID != 0 {
 		j.OwnerID = &t.OwnerID

@@ -17,8 +17,10 @@ const lsHelp = `Usage: arbor ls [flags]
 Lists the conversations that have live work (a task pending, running,
 waiting, sleeping or completing), in id order: how many live tasks each has
 by status, the machine holding it (its lease owner) and that lease's
-deadline. --status keeps the conversations with a live task in one of the
-statuses given (comma-separated); the counts still cover every live status.
+deadline. When a conversation listed belongs to a tenant other than the
+default one, a TENANT column names each one's ("-" for the default).
+--status keeps the conversations with a live task in one of the statuses
+given (comma-separated); the counts still cover every live status.
 
 Example:
   arbor ls
@@ -27,7 +29,9 @@ Example:
 `
 
 type lsEntry struct {
-	ID             string         `json:"id"`
+	ID string `json:"id"`
+	// Tenant is the conversation's tenant; "" the default one.
+	Tenant         string         `json:"tenant"`
 	Holder         string         `json:"holder"`
 	Epoch          int64          `json:"epoch"`
 	LeaseExpiresAt *jsonTime      `json:"lease_expires_at,omitempty"`
@@ -79,7 +83,7 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		out := make([]lsEntry, 0, len(convs))
 		for _, c := range convs {
-			e := lsEntry{ID: c.ID, Holder: c.Holder, Epoch: c.Epoch, LeaseExpiresAt: (*jsonTime)(c.LeaseExpiresAt), Live: map[string]int{}}
+			e := lsEntry{ID: c.ID, Tenant: c.Tenant, Holder: c.Holder, Epoch: c.Epoch, LeaseExpiresAt: (*jsonTime)(c.LeaseExpiresAt), Live: map[string]int{}}
 			for st, n := range c.Live {
 				e.Live[string(st)] = n
 			}
@@ -92,8 +96,18 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	live := []arbortype.Status{arbortype.StatusPending, arbortype.StatusRunning, arbortype.StatusWaiting, arbortype.StatusSleeping, arbortype.StatusCompleting}
+	// The TENANT column is there when a conversation listed is not of the
+	// default tenant: with one tenant, the listing is as it always was.
+	tenants := false
+	for _, c := range convs {
+		tenants = tenants || c.Tenant != ""
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "CONVERSATION\tLIVE")
+	fmt.Fprint(tw, "CONVERSATION")
+	if tenants {
+		fmt.Fprint(tw, "\tTENANT")
+	}
+	fmt.Fprint(tw, "\tLIVE")
 	for _, st := range live {
 		fmt.Fprintf(tw, "\t%s", strings.ToUpper(string(st)))
 	}
@@ -104,7 +118,11 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, n := range c.Live {
 			total += n
 		}
-		fmt.Fprintf(tw, "%s\t%d", printable(c.ID), total)
+		fmt.Fprint(tw, printable(c.ID))
+		if tenants {
+			fmt.Fprintf(tw, "\t%s", orDash(printable(c.Tenant)))
+		}
+		fmt.Fprintf(tw, "\t%d", total)
 		for _, st := range live {
 			fmt.Fprintf(tw, "\t%d", c.Live[st])
 		}

@@ -7,6 +7,7 @@
 //	arbor show TASK [--json]
 //	arbor abort TASK | cancel TASK | wake TASK
 //	arbor emit CONVERSATION NAME [PAYLOAD] | pending | events | log | budget CONVERSATION [COUNTER MAX]
+//	arbor tenants [set TENANT WEIGHT] | limits [set KEY MAX | rm KEY]
 //	arbor check [CONVERSATION]
 //	arbor ui [--addr A] [--actions] [--demo]
 //	arbor demo
@@ -84,6 +85,8 @@ Usage:
   arbor events CONVERSATION              the conversation's events and what became of each (--json)
   arbor budget CONVERSATION [COUNTER MAX] list a conversation's budgets, or set one (--task, --on-exhausted)
   arbor log CONVERSATION                 the conversation's log (--follow)
+  arbor tenants [set TENANT WEIGHT]      the tenants' weights in the fair claim, or set one
+  arbor limits [set KEY MAX | rm KEY]    the concurrency limits (running/max), or set or remove one
   arbor check [CONVERSATION]             run the invariant checker (exit 1 on violations)
   arbor ui                               serve the web view (--addr, --actions, --demo)
   arbor prune --older-than D             delete settled history older than D (--dry-run)
@@ -113,6 +116,8 @@ var commands = map[string]command{
 	"pending": cmdPending,
 	"events":  cmdEvents,
 	"log":     cmdLog,
+	"tenants": cmdTenants,
+	"limits":  cmdLimits,
 	"check":   cmdCheck,
 	"ui":      cmdUI,
 	"prune":   cmdPrune,

@@ -14,11 +14,12 @@ import (
 
 const showHelp = `Usage: arbor show TASK [flags]
 
-Shows everything arbor records about one task: its conversation and owner,
-status, phase, attempt against restart_limit, retries, its wait or wake time,
-the run that holds it (fencing token and lease deadline) and the machine
-that holds its conversation, its timestamps, its input, state, result and
-error, and its children.
+Shows everything arbor records about one task: its conversation (and its
+tenant, unless the default one) and owner, status, phase, attempt against
+restart_limit, retries, its priority, concurrency key and queue expiry
+(each when set), its wait or wake time, the run that holds it (fencing
+token and lease deadline) and the machine that holds its conversation, its
+timestamps, its input, state, result and error, and its children.
 
 A task that failed more than once (retries) also shows its error history:
 every failed try, newest last, up to the engine's ErrorHistoryLimit.
@@ -45,6 +46,8 @@ type showDoc struct {
 
 type conversationJSON struct {
 	ID string `json:"id"`
+	// Tenant is the conversation's tenant; "" the default one.
+	Tenant string `json:"tenant"`
 	// Holder is the machine holding the conversation's lease; "" when none.
 	Holder         string    `json:"holder"`
 	Epoch          int64     `json:"epoch"`
@@ -93,7 +96,7 @@ func cmdShow(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *asJSON {
 		doc := showDoc{Task: toJSON(t), Conversation: conversationJSON{
-			ID: conv.ID, Holder: conv.Holder, Epoch: conv.Epoch, LeaseExpiresAt: (*jsonTime)(conv.LeaseExpiresAt)}}
+			ID: conv.ID, Tenant: conv.Tenant, Holder: conv.Holder, Epoch: conv.Epoch, LeaseExpiresAt: (*jsonTime)(conv.LeaseExpiresAt)}}
 		doc.Children = make([]taskJSON, 0, len(children))
 		for _, c := range children {
 			doc.Children = append(doc.Children, toJSON(c))
@@ -117,6 +120,9 @@ func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children [
 
 	fmt.Fprintf(tw, "task #%d %s\n", t.ID, printable(t.Kind))
 	row("conversation", "%s", t.ConversationID)
+	if t.Tenant != "" {
+		row("tenant", "%s", t.Tenant)
+	}
 	if owner != nil {
 		row("owner", "#%d %s [%s]", owner.ID, owner.Kind, owner.Status)
 	} else {
@@ -132,6 +138,15 @@ func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children [
 	row("attempt", "%d of restart_limit %d", t.Attempt, t.RestartLimit)
 	row("retries", "%d of max_retries %d", t.Retries, t.MaxRetries)
 	row("abandon_on_restart", "%s", yesNo(t.AbandonOnRestart))
+	if t.Priority != 0 {
+		row("priority", "%d", t.Priority)
+	}
+	if t.ConcurrencyKey != "" {
+		row("concurrency key", "%s", t.ConcurrencyKey)
+	}
+	if t.QueueExpiresAt != nil {
+		row("queue expires", "%s", formatTime(t.QueueExpiresAt))
+	}
 	switch {
 	case t.WaitPolicy != "" && t.Status == arbortype.StatusWaiting:
 		row("wait", "%s on %s", t.WaitPolicy, idList(t.WaitIDs))

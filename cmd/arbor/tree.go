@@ -15,9 +15,12 @@ import (
 const treeHelp = `Usage: arbor tree CONVERSATION [flags]
 
 Draws a conversation's task tree, one task a line: id, kind, status, phase,
-attempt and age; what a waiting task waits on (its policy and the children
-it names), what a completing task still waits for, when a sleeping task
-wakes; background tasks are marked, and a settled task's error is shown.
+attempt and age, its priority and concurrency key when set, and when a
+queued task that never started expires; what a waiting task waits on (its
+policy and the children it names), what a completing task still waits
+for, when a sleeping task wakes; background tasks are marked, and a
+settled task's error is shown.
+The first line names the conversation, and its tenant unless the default.
 
 Tasks deeper than 24 levels are drawn at the 24th level's indentation,
 each marked "… (depth N)": its owner is the nearest line above it of depth
@@ -57,7 +60,8 @@ func cmdTree(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer engine.Close()
-	if _, err := requireConversation(ctx, engine, conv); err != nil {
+	c, err := requireConversation(ctx, engine, conv)
+	if err != nil {
 		return err
 	}
 	draw := func(w io.Writer, compact bool) error {
@@ -76,7 +80,7 @@ func cmdTree(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *noAge {
 			now = time.Time{}
 		}
-		renderTree(w, conv, all, budgets, now)
+		renderTree(w, c, all, budgets, now)
 		return nil
 	}
 	if !*watch {
@@ -169,8 +173,12 @@ const maxDrawnDepth = 24
 // a waiting task waits on, and a mark on background tasks. It walks the
 // tree with a stack of its own, not by recursion, so that no depth can
 // exhaust the goroutine's stack.
-func renderTree(w io.Writer, conv string, all []arbortype.Task, budgets arbortype.ConversationBudgets, now time.Time) {
-	fmt.Fprintf(w, "conversation %s%s\n", printable(conv), budgetNotes(budgets, 0))
+func renderTree(w io.Writer, conv arbortype.Conversation, all []arbortype.Task, budgets arbortype.ConversationBudgets, now time.Time) {
+	tenant := ""
+	if conv.Tenant != "" {
+		tenant = " tenant=" + printable(conv.Tenant)
+	}
+	fmt.Fprintf(w, "conversation %s%s%s\n", printable(conv.ID), tenant, budgetNotes(budgets, 0))
 	children := map[int64][]arbortype.Task{}
 	var roots []arbortype.Task
 	for _, t := range all {
@@ -234,6 +242,15 @@ func describe(t arbortype.Task, kids []arbortype.Task, now time.Time) string {
 	}
 	if !now.IsZero() {
 		fmt.Fprintf(&b, " age=%s", age(now, t.CreatedAt))
+	}
+	if t.Priority != 0 {
+		fmt.Fprintf(&b, " priority=%d", t.Priority)
+	}
+	if t.ConcurrencyKey != "" {
+		fmt.Fprintf(&b, " key=%s", printable(t.ConcurrencyKey))
+	}
+	if t.QueueExpiresAt != nil && t.Status == arbortype.StatusPending && t.StartedAt == nil {
+		fmt.Fprintf(&b, " expires at %s", formatTime(t.QueueExpiresAt))
 	}
 	switch t.Status {
 	case arbortype.StatusWaiting:

@@ -97,6 +97,9 @@ type ConversationQuery struct {
 	// CreatedAfter and CreatedBefore bound when the conversation was
 	// created; zero for no bound.
 	CreatedAfter, CreatedBefore time.Time
+	// Tenant keeps the conversations of that tenant ("" the default
+	// one); nil keeps every tenant's.
+	Tenant *string
 }
 
 // ConversationListing is a conversation as a listing shows it.
@@ -140,7 +143,7 @@ func (e *Reader) QueryConversations(ctx context.Context, q ConversationQuery) (C
 		q.Scan = PageScanDefault
 	}
 	f := store.ConversationFilter{Prefix: q.Prefix, Holder: q.Holder, Live: int(q.Live), Failed: q.Failed,
-		Awaiting: q.Awaiting, Kind: q.Kind}
+		Awaiting: q.Awaiting, Kind: q.Kind, Tenant: q.Tenant}
 	for _, st := range q.Statuses {
 		f.Statuses = append(f.Statuses, string(st))
 	}

@@ -20,7 +20,8 @@ import (
 
 // inspectFixture is a schema of its own with n conversations named
 // prefix-000…: every third has a failed task, every fifth one awaiting an
-// event, every seventh one running (held by the test's lease holder).
+// event, every seventh one running (held by the test's lease holder); every
+// fourth is of tenant "acme", the others of the default tenant.
 type inspectFixture struct {
 	ctx     context.Context
 	engine  *enginetest.Engine
@@ -46,7 +47,11 @@ func newInspectFixture(t *testing.T, n int) *inspectFixture {
 		if i%2 == 1 {
 			kind = "odd_turn"
 		}
-		ps = append(ps, arbortype.CreateParams{ConversationID: id, Kind: kind})
+		tenant := ""
+		if i%4 == 0 {
+			tenant = "acme"
+		}
+		ps = append(ps, arbortype.CreateParams{ConversationID: id, Kind: kind, Tenant: tenant})
 	}
 	roots, _, err := f.engine.CreateMany(f.ctx, ps)
 	require.NoError(t, err)
@@ -74,8 +79,10 @@ func newInspectFixture(t *testing.T, n int) *inspectFixture {
 	return f
 }
 
+func ptr[T any](v T) *T { return &v }
+
 // all pages through q and returns the ids listed, failing on one listed
-// twice.
+// twice, and on a row whose tenant is not its conversation's.
 func (f *inspectFixture) all(t *testing.T, q inspect.ConversationQuery) []string {
 	t.Helper()
 	var out []string
@@ -87,6 +94,8 @@ func (f *inspectFixture) all(t *testing.T, q inspect.ConversationQuery) []string
 		require.LessOrEqual(t, len(page.Conversations), q.Limit)
 		for _, c := range page.Conversations {
 			require.False(t, seen[c.ID], "%s listed twice", c.ID)
+			i := slices.Index(f.ids, c.ID)
+			require.Equal(t, i%4 == 0, c.Tenant == "acme", "%s's tenant %q", c.ID, c.Tenant)
 			seen[c.ID] = true
 			out = append(out, c.ID)
 		}
@@ -129,6 +138,9 @@ func TestQueryConversations(t *testing.T) {
 		"prefix": {inspect.ConversationQuery{Prefix: f.prefix + "-01"}, keep(func(_ int, id string) bool { return strings.HasPrefix(id, f.prefix+"-01") })},
 		"combined": {inspect.ConversationQuery{Kind: "odd_turn", Failed: true},
 			keep(func(i int, id string) bool { return i%2 == 1 && f.failed[id] })},
+		"tenant":         {inspect.ConversationQuery{Tenant: ptr("acme")}, keep(func(i int, _ string) bool { return i%4 == 0 })},
+		"default tenant": {inspect.ConversationQuery{Tenant: ptr("")}, keep(func(i int, _ string) bool { return i%4 != 0 })},
+		"no such tenant": {inspect.ConversationQuery{Tenant: ptr("nobody")}, nil},
 	}
 	for name, c := range cases {
 		for _, order := range []inspect.ConversationOrder{inspect.OrderID, inspect.OrderRecent} {

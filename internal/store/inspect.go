@@ -41,7 +41,7 @@ func (s *Store) LiveConversations(ctx context.Context, db DB, statuses []arborty
 		status string
 		n      int
 	)
-	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &status, &n}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &c.Tenant, &status, &n}, func() error {
 		if len(out) == 0 || out[len(out)-1].ID != c.ID {
 			c.Live = map[arbortype.Status]int{}
 			out = append(out, c)
@@ -69,7 +69,7 @@ func (s *Store) RecentConversations(ctx context.Context, db DB, limit int) ([]ar
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (arbortype.Conversation, error) {
 		var c arbortype.Conversation
-		err := row.Scan(&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &c.CreatedAt)
+		err := row.Scan(&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &c.CreatedAt, &c.Tenant)
 		return c, err
 	})
 }
@@ -153,6 +153,9 @@ type ConversationFilter struct {
 	Kind string
 	// CreatedAfter and CreatedBefore bound the conversation's creation.
 	CreatedAfter, CreatedBefore *time.Time
+	// Tenant keeps the conversations of that tenant ("" the default one);
+	// nil keeps every tenant's.
+	Tenant *string
 }
 
 // ConversationRow is a conversation as a listing shows it.
@@ -189,7 +192,7 @@ func filterArgs(f ConversationFilter) []any {
 	if st == nil {
 		st = []string{}
 	}
-	return []any{f.Prefix, f.Holder, f.Live, st, f.Failed, f.Awaiting, f.Kind, f.CreatedAfter, f.CreatedBefore}
+	return []any{f.Prefix, f.Holder, f.Live, st, f.Failed, f.Awaiting, f.Kind, f.CreatedAfter, f.CreatedBefore, f.Tenant}
 }
 
 // ConversationsByID lists up to limit conversations the filter keeps
@@ -216,22 +219,22 @@ func scanConversationRows(rows pgx.Rows, err error) (ConversationScan, error) {
 	// stands for no conversation. The scan allocates each pointer's value
 	// afresh (and a NULL sets it nil), so what a row keeps is its own.
 	var (
-		id, holder, lastKind, lastStatus *string
-		epoch, lastID                    *int64
-		lease, created, lastCreated      *time.Time
-		live                             map[string]int
-		failed                           *bool
-		awaiting                         *int
-		key                              *int64
+		id, holder, tenant, lastKind, lastStatus *string
+		epoch, lastID                            *int64
+		lease, created, lastCreated              *time.Time
+		live                                     map[string]int
+		failed                                   *bool
+		awaiting                                 *int
+		key                                      *int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&out.Scanned, &out.LastID, &out.LastKey, &id, &holder, &epoch, &lease, &created, &live, &failed,
+	_, err = pgx.ForEachRow(rows, []any{&out.Scanned, &out.LastID, &out.LastKey, &id, &holder, &epoch, &lease, &created, &tenant, &live, &failed,
 		&awaiting, &lastID, &lastKind, &lastStatus, &lastCreated, &key}, func() error {
 		if id == nil {
 			return nil // the row of nulls: nothing kept
 		}
 		r := ConversationRow{Failed: *failed, Awaiting: *awaiting, LastID: *lastID, LastKind: *lastKind,
 			LastStatus: arbortype.Status(*lastStatus), LastCreatedAt: lastCreated}
-		r.Conversation = arbortype.Conversation{ID: *id, Holder: *holder, Epoch: *epoch, LeaseExpiresAt: lease, CreatedAt: *created}
+		r.Conversation = arbortype.Conversation{ID: *id, Holder: *holder, Epoch: *epoch, LeaseExpiresAt: lease, CreatedAt: *created, Tenant: *tenant}
 		r.Live = map[arbortype.Status]int{}
 		for st, n := range live {
 			r.Live[arbortype.Status(st)] = n

@@ -10,7 +10,7 @@
 -- by a keyset (the last key it returned), never by OFFSET, so that a page
 -- costs the same at the 100,000th conversation as at the first.
 --
--- The WHERE of a listing on conversation c takes parameters $4..$12
+-- The WHERE of a listing on conversation c takes parameters $4..$13
 -- (internal/store's filterArgs). The live index serves the live tests,
 -- the awaiting index the await's; "failed" and "kind" read the
 -- conversation's tasks until one matches.
@@ -35,7 +35,7 @@ picked AS (
     WHERE cardinality($1::text[]) = 0 OR status = ANY($1::text[])
     ORDER BY conversation_id LIMIT $2)
 SELECT c.id, coalesce(c.holder, ''), c.epoch,
-    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), l.status, l.n
+    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.tenant, l.status, l.n
 FROM picked p
 JOIN {schema}.conversations c ON c.id = p.conversation_id
 JOIN live l ON l.conversation_id = p.conversation_id
@@ -55,7 +55,7 @@ WITH recent AS (
     GROUP BY conversation_id
     ORDER BY last DESC LIMIT $1)
 SELECT c.id, coalesce(c.holder, ''), c.epoch,
-(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at
+(SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, c.tenant
 FROM recent r JOIN {schema}.conversations c ON c.id = r.conversation_id
 ORDER BY r.last DESC;
 
@@ -86,10 +86,11 @@ picked AS (
     AND ($10 = '' OR EXISTS (SELECT 1 FROM {schema}.tasks kt WHERE kt.conversation_id = c.id AND kt.kind = $10))
     AND ($11::timestamptz IS NULL OR c.created_at >= $11)
     AND ($12::timestamptz IS NULL OR c.created_at < $12)
+    AND ($13::text IS NULL OR c.tenant = $13)
     ORDER BY c.id LIMIT $2)
 SELECT b.n, coalesce(b.last, ''), 0::bigint, r.* FROM bounds b LEFT JOIN LATERAL (
     SELECT c.id, coalesce(c.holder, ''), c.epoch,
-    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at,
+    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, c.tenant,
     (SELECT jsonb_object_agg(x.status, x.n) FROM (SELECT lt.status, count(*) AS n FROM {schema}.tasks lt
     WHERE lt.conversation_id = c.id AND lt.status IN ({live}) GROUP BY lt.status) x),
     EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'),
@@ -129,10 +130,11 @@ picked AS (
     AND ($10 = '' OR EXISTS (SELECT 1 FROM {schema}.tasks kt WHERE kt.conversation_id = c.id AND kt.kind = $10))
     AND ($11::timestamptz IS NULL OR c.created_at >= $11)
     AND ($12::timestamptz IS NULL OR c.created_at < $12)
+    AND ($13::text IS NULL OR c.tenant = $13)
     ORDER BY l.last DESC LIMIT $2)
 SELECT b.n, '', coalesce(b.low, 0), r.* FROM bounds b LEFT JOIN LATERAL (
     SELECT c.id, coalesce(c.holder, ''), c.epoch,
-    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at,
+    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, c.tenant,
     (SELECT jsonb_object_agg(x.status, x.n) FROM (SELECT lt.status, count(*) AS n FROM {schema}.tasks lt
     WHERE lt.conversation_id = c.id AND lt.status IN ({live}) GROUP BY lt.status) x),
     EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'),
