@@ -13,7 +13,7 @@ import (
 
 // Violation is one breach of docs/design.md §4 found by the invariant checker.
 type Violation struct {
-	// Invariant is the number of the invariant in docs/design.md §4 (1–12); 0 for a
+	// Invariant is the number of the invariant in docs/design.md §4 (1–13); 0 for a
 	// consistency rule of the engine's own (documented in its Message).
 	Invariant      int
 	ConversationID string
@@ -59,7 +59,9 @@ func (v Violation) String() string {
 //  10. a budget's spent and reserved are exactly the sums of the closed and
 //     the open reservations of its scope's tasks;
 //  11. and 12., and the records' parts of 1 and 8: see recordViolations
-//     (events, the log, the holder, times, fork copies).
+//     (events, the log, the holder, times, fork copies);
+//  13. with no conversation given, a concurrency limit's running count is
+//     exactly the runs whose slots name it (read in one snapshot).
 //
 // Also (invariant 0, rules of the engine's own): a completing task has a
 // live foreground child (otherwise it should have completed), no live task
@@ -87,6 +89,17 @@ func (e *Engine) Check(ctx context.Context, conversationIDs ...string) ([]Violat
 		for _, o := range orphans {
 			out = append(out, Violation{Invariant: 7, ConversationID: o.ConversationID,
 				Message: fmt.Sprintf("%d rows of %s name this conversation, which does not exist", o.Rows, o.Table)})
+		}
+		// 13. every limit counts its runs.
+		counts, err := Read(ctx, e, func(db store.DB) ([]store.SlotCount, error) { return e.Store.SlotCounts(ctx, db) })
+		if err != nil {
+			return nil, fmt.Errorf("check: concurrency limits: %w", err)
+		}
+		for _, c := range counts {
+			if c.Running != c.Runs {
+				out = append(out, Violation{Invariant: 13,
+					Message: fmt.Sprintf("concurrency limit %q counts %d running, and %d runs hold a slot of it", c.Key, c.Running, c.Runs)})
+			}
 		}
 	}
 	for _, id := range ids {

@@ -402,3 +402,24 @@ func TestQueuedTurnExpires(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+// The checker (invariant 13) finds a limit whose count is not its runs'.
+func TestCheckerCountsSlots(t *testing.T) {
+	t.Parallel()
+	b := setupTruncating(t)
+	require.NoError(t, b.engine.SetConcurrencyLimit(b.ctx, "kind:tool", 5))
+	task, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "tool"})
+	require.NoError(t, err)
+	b.start(t, task.ID)
+	vs, err := b.engine.Check(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, vs)
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+b.schema+`.concurrency_limits SET running = 3`)
+	require.NoError(t, err)
+	vs, err = b.engine.Check(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, vs, 1)
+	require.Equal(t, 13, vs[0].Invariant)
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+b.schema+`.concurrency_limits SET running = 1`)
+	require.NoError(t, err)
+}

@@ -176,6 +176,7 @@ var crossConversation = map[string]string{
 	"qExpiredInQueue":        "queue expiry sweep: pending tasks past their time to live, across all",
 	"qAdoptRuns":             "concurrency limit set: the runs of its key under way, across the held conversations",
 	"qCountSlots":            "concurrency limit set: counts the runs naming it, across the held conversations",
+	"qSlotCounts":            "checker: every limit's count beside the runs naming it, across the held conversations",
 	"qConversationIDs":       "checker's full scan: every conversation",
 	"qOrphanRows":            "checker's full scan: rows naming a conversation that does not exist",
 	"qForgedLogEvents":       "checker: an event id a log entry names, looked up in every conversation (an entry naming another conversation's event is forged)",

@@ -18,7 +18,25 @@ var (
 	qDeleteLimit     = define("DeleteLimit")
 	qLimits          = define("Limits")
 	qExpiredInQueue  = define("ExpiredInQueue")
+	qSlotCounts      = define("SlotCounts")
 )
+
+// SlotCount is a concurrency limit's running count beside the runs whose
+// slots name it.
+type SlotCount struct {
+	Key           string
+	Running, Runs int
+}
+
+// SlotCounts reads every limit's running count and the runs naming it, in
+// one snapshot.
+func (s *Store) SlotCounts(ctx context.Context, db DB) ([]SlotCount, error) {
+	rows, err := db.Query(ctx, s.sql[qSlotCounts])
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[SlotCount])
+}
 
 // SetTenantWeight sets the weight of tenant in the fair claim.
 func (s *Store) SetTenantWeight(ctx context.Context, db DB, tenant string, weight int) error {

@@ -78,6 +78,17 @@ DELETE FROM {schema}.concurrency_limits WHERE key = $1;
 -- name: Limits
 SELECT key, max, running, updated_at FROM {schema}.concurrency_limits ORDER BY key;
 
+-- SlotCounts reads, in one statement (one snapshot), every concurrency
+-- limit's running count beside the runs whose slots name it: the checker's
+-- invariant 13.
+--
+-- Locks: none (a read).
+-- name: SlotCounts
+SELECT l.key, l.running, (
+    SELECT count(*) FROM {schema}.conversations c JOIN {schema}.tasks t ON t.conversation_id = c.id
+    WHERE c.holder_id IS NOT NULL AND t.status = 'running' AND l.key = ANY(t.slots))
+FROM {schema}.concurrency_limits l ORDER BY l.key;
+
 -- ExpiredInQueue lists up to limit pending tasks that never started and
 -- whose time to live in the queue passed, oldest first.
 --
