@@ -8,7 +8,7 @@ import (
 // Violation is one breach of the invariants of docs/design.md §4 found by
 // Check.
 type Violation struct {
-	// Invariant is the number of the invariant in docs/design.md §4 (1–12);
+	// Invariant is the number of the invariant in docs/design.md §4 (1–13);
 	// 0 for a consistency rule of the engine's own (its Message says which).
 	Invariant      int
 	ConversationID string
