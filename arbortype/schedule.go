@@ -33,7 +33,8 @@ type ScheduleParams struct {
 	Input json.RawMessage
 	// ConversationID, when set, is the conversation every turn goes to (a
 	// turn queues behind a live one). Empty starts each tick's turn in a
-	// new conversation, "<Name>@<tick>" (the tick in UTC, RFC 3339).
+	// new conversation, "<Name>@<tick>" (the tick in UTC, RFC 3339:
+	// "nightly@2026-12-07T02:00:00Z").
 	ConversationID string
 	// Cron is a five-field cron expression ("minute hour day-of-month
 	// month day-of-week", as in Vixie cron, or a macro such as @daily),

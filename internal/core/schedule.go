@@ -131,10 +131,10 @@ func timingOf(s arbortype.Schedule) (timing, error) {
 }
 
 // first returns the first tick after now of a schedule created then: an
-// interval's ticks run from now (to the microsecond, as stored).
+// interval's ticks run from now, to the second.
 func (t timing) first(now time.Time) time.Time {
 	if t.every > 0 {
-		return now.Truncate(time.Microsecond).Add(t.every)
+		return now.Truncate(time.Second).Add(t.every)
 	}
 	return t.cron.Next(now.In(t.loc))
 }
@@ -267,9 +267,10 @@ func ScheduleIdempotencyKey(name string, tick time.Time) string {
 }
 
 // ScheduleConversation is the conversation of the turn that schedule name
-// with no conversation of its own starts for tick.
+// with no conversation of its own starts for tick: "<name>@<tick>", the
+// tick in UTC, RFC 3339 with the fraction of a second if it has one.
 func ScheduleConversation(name string, tick time.Time) string {
-	return name + "@" + tick.UTC().Format(time.RFC3339)
+	return name + "@" + tick.UTC().Format(time.RFC3339Nano)
 }
 
 // FireSchedules fires at most limit due schedules in tx, by tx's clock
