@@ -8,6 +8,7 @@
 //	arbor abort TASK | cancel TASK | wake TASK
 //	arbor emit CONVERSATION NAME [PAYLOAD] | pending | events | log | budget CONVERSATION [COUNTER MAX]
 //	arbor check [CONVERSATION]
+//	arbor schedule add NAME --kind K (--cron EXPR | --every DUR) | ls | pause NAME | resume NAME | rm NAME
 //	arbor ui [--addr A] [--actions] [--demo]
 //	arbor demo
 //
@@ -88,6 +89,7 @@ Usage:
   arbor ui                               serve the web view (--addr, --actions, --demo)
   arbor prune --older-than D             delete settled history older than D (--dry-run)
   arbor fork CONVERSATION TURN           copy the history through a turn into a new conversation
+  arbor schedule add|ls|pause|resume|rm  turns started at cron times or every interval (--kind, --cron, --every)
   arbor demo                             run the end-to-end demo
   arbor demo-worker --node NAME          the demo's worker process (arbor demo starts it)
 
@@ -101,23 +103,24 @@ Run "arbor COMMAND --help" for its flags and an example.
 type command func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 var commands = map[string]command{
-	"migrate": cmdMigrate,
-	"ls":      cmdLs,
-	"tree":    cmdTree,
-	"show":    cmdShow,
-	"abort":   cmdAbort,
-	"cancel":  cmdCancel,
-	"wake":    cmdWake,
-	"emit":    cmdEmit,
-	"budget":  cmdBudget,
-	"pending": cmdPending,
-	"events":  cmdEvents,
-	"log":     cmdLog,
-	"check":   cmdCheck,
-	"ui":      cmdUI,
-	"prune":   cmdPrune,
-	"fork":    cmdFork,
-	"demo":    cmdDemo,
+	"migrate":  cmdMigrate,
+	"ls":       cmdLs,
+	"tree":     cmdTree,
+	"show":     cmdShow,
+	"abort":    cmdAbort,
+	"cancel":   cmdCancel,
+	"wake":     cmdWake,
+	"emit":     cmdEmit,
+	"budget":   cmdBudget,
+	"pending":  cmdPending,
+	"events":   cmdEvents,
+	"log":      cmdLog,
+	"check":    cmdCheck,
+	"ui":       cmdUI,
+	"prune":    cmdPrune,
+	"fork":     cmdFork,
+	"schedule": cmdSchedule,
+	"demo":     cmdDemo,
 	// demo-worker is the runner process the demo starts (and kills).
 	"demo-worker": cmdDemoWorker,
 }
