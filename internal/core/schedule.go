@@ -312,7 +312,7 @@ func (e *Engine) FireSchedules(ctx context.Context, tx pgx.Tx, grace time.Durati
 			if _, err := e.Store.SetSchedulePaused(ctx, tx, s.Name, true, nil); err != nil {
 				return nil, fmt.Errorf("fire schedules: %w", err)
 			}
-			rec = store.ScheduleFiring{Next: s.NextAt, Tick: &now, Error: &msg}
+			rec = store.ScheduleFiring{Next: s.NextAt, Error: &msg}
 			if err := e.Store.AdvanceSchedule(ctx, tx, s.Name, rec); err != nil {
 				return nil, fmt.Errorf("fire schedules: %w", err)
 			}

@@ -417,3 +417,32 @@ func TestScheduleRefusesBadParams(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, all)
 }
+
+// A stored schedule that cannot fire (its expression, edited by hand or
+// read by a stricter build, names no time) pauses itself with the reason,
+// rather than come due at every poll; a schedule read back is created
+// again as it is (its params round-trip).
+func TestScheduleThatCannotFirePausesItself(t *testing.T) {
+	t.Parallel()
+	b := setupSchedules(t)
+	s, err := b.engine.CreateSchedule(b.ctx, arbortype.ScheduleParams{Name: "every", Kind: "k", Every: 90 * time.Second})
+	require.NoError(t, err)
+	again, err := b.engine.CreateSchedule(b.ctx, s.ScheduleParams)
+	require.NoError(t, err, "a schedule's own params are valid")
+	require.Equal(t, s.ScheduleParams, again.ScheduleParams)
+	require.True(t, s.NextAt.Equal(again.NextAt))
+
+	_, err = b.engine.CreateSchedule(b.ctx, arbortype.ScheduleParams{Name: "feb30", Kind: "k", Cron: "0 0 * * *", ConversationID: b.conv})
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+b.schema+`.schedules SET cron = '0 0 30 2 *', next_at = now() - interval '1 minute' WHERE name = 'feb30'`)
+	require.NoError(t, err)
+	fired := b.fire(t, time.Minute)
+	require.Len(t, fired, 1)
+	require.Error(t, fired[0].Err)
+	got := b.schedule(t, "feb30")
+	require.True(t, got.Paused)
+	require.Contains(t, got.LastError, "names no time")
+	require.True(t, got.LastTickAt.IsZero())
+	require.Empty(t, b.turns(t, b.conv))
+	require.Empty(t, b.fire(t, time.Minute))
+}

@@ -48,6 +48,8 @@ func scanSchedule(row pgx.Row, extra ...any) (arbortype.Schedule, error) {
 	}
 	if cron != nil {
 		s.Cron = *cron
+	} else {
+		s.TimeZone = "" // an interval's: none, as its params say
 	}
 	if everyUS != nil {
 		s.Every = time.Duration(*everyUS) * time.Microsecond
@@ -128,8 +130,9 @@ func (s *Store) DueSchedules(ctx context.Context, tx pgx.Tx, limit int) ([]arbor
 // ScheduleFiring is what AdvanceSchedule records of a firing.
 type ScheduleFiring struct {
 	Next time.Time
-	// Tick is the tick fired (nil when none was: late ticks skipped), and
-	// TaskID the turn created for it, or Error why none was.
+	// Tick is the tick fired (nil when none was: late ticks skipped, or
+	// a schedule that cannot fire), and TaskID the turn created for it,
+	// or Error why none was (or why the schedule cannot fire).
 	Tick   *time.Time
 	TaskID *int64
 	Error  *string

@@ -85,13 +85,14 @@ FOR UPDATE SKIP LOCKED;
 
 -- AdvanceSchedule records a firing of schedule $1: its next tick $2, and,
 -- when it fired a tick, that tick $3 and the turn $4 it created, or the
--- error $5 that kept it from creating one (NULL: none). A firing that
--- fired no tick (a skip of late ticks only) keeps the last error.
+-- error $5 that kept it from creating one (NULL: none); or, with no tick,
+-- the error $5 that keeps it from firing at all. A firing that fired no
+-- tick and had no error (a skip of late ticks only) keeps the last error.
 --
 -- Locks: row locks on what it writes (updates schedules), held until the
 -- transaction ends.
 -- name: AdvanceSchedule
 UPDATE {schema}.schedules
 SET next_at = $2, last_tick_at = coalesce($3, last_tick_at), last_task_id = CASE WHEN $3::timestamptz IS NULL THEN last_task_id ELSE $4 END,
-    last_error = CASE WHEN $3::timestamptz IS NULL THEN last_error ELSE $5 END, updated_at = now()
+    last_error = CASE WHEN $3::timestamptz IS NULL AND $5::text IS NULL THEN last_error ELSE $5 END, updated_at = now()
 WHERE name = $1;
