@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/store"
 )
 
 // Firing the schedules (docs/design.md §3.16), the maintenance leader's
@@ -30,8 +31,14 @@ const (
 // PollInterval).
 func (m *maintainer) scheduleGrace() time.Duration { return max(time.Minute, 2*m.poll) }
 
-// fireSchedules fires the due schedules.
+// fireSchedules fires the due schedules. A read first says whether any
+// is due: most polls find none, and cost one probe of an index, not a
+// transaction.
 func (m *maintainer) fireSchedules(ctx context.Context) {
+	due, err := core.Read(ctx, m.core, func(db store.DB) (bool, error) { return m.core.Store.AnyScheduleDue(ctx, db) })
+	if err != nil || !due {
+		return
+	}
 	for range scheduleBatches {
 		fired, err := core.Tx(ctx, m.core, func(tx pgx.Tx) ([]core.ScheduleFired, error) {
 			return m.core.FireSchedules(ctx, tx, m.scheduleGrace(), scheduleBatch)

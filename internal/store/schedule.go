@@ -19,6 +19,7 @@ var (
 	qLockSchedule      = define("LockSchedule")
 	qSetSchedulePaused = define("SetSchedulePaused")
 	qDeleteSchedule    = define("DeleteSchedule")
+	qAnyScheduleDue    = define("AnyScheduleDue")
 	qDueSchedules      = define("DueSchedules")
 	qAdvanceSchedule   = define("AdvanceSchedule")
 )
@@ -112,6 +113,13 @@ func (s *Store) SetSchedulePaused(ctx context.Context, db DB, name string, pause
 func (s *Store) DeleteSchedule(ctx context.Context, db DB, name string) (bool, error) {
 	tag, err := db.Exec(ctx, s.sql[qDeleteSchedule], name)
 	return tag.RowsAffected() == 1, err
+}
+
+// AnyScheduleDue says whether a schedule is due by the database's clock.
+func (s *Store) AnyScheduleDue(ctx context.Context, db DB) (bool, error) {
+	var due bool
+	err := db.QueryRow(ctx, s.sql[qAnyScheduleDue]).Scan(&due)
+	return due, err
 }
 
 // DueSchedules locks at most limit schedules due by the transaction's

@@ -67,6 +67,14 @@ RETURNING name, tenant, kind, input, conversation_id, cron, time_zone,
 -- name: DeleteSchedule
 DELETE FROM {schema}.schedules WHERE name = $1;
 
+-- AnyScheduleDue says whether a schedule is due by the database's clock:
+-- the firer's look at each poll, one probe of the due index, before it
+-- opens a transaction to fire.
+--
+-- Locks: none (a read).
+-- name: AnyScheduleDue
+SELECT EXISTS (SELECT 1 FROM {schema}.schedules WHERE next_at <= now() AND NOT paused);
+
 -- DueSchedules locks at most $1 schedules that are due by the
 -- transaction's clock (next_at <= now(), not paused), soonest first,
 -- skipping those another transaction holds (another node firing them, or
