@@ -23,7 +23,8 @@ import (
 //     answer was lost may have claimed; and every audit interval, the
 //     runner's audit of what it holds against the database (audit.go);
 //   - the schema's, on one runner only, the maintenance leader (leader.go):
-//     each PollInterval it fails the live tasks past their deadline (their
+//     each PollInterval it fires the schedules due (schedule.go), fails
+//     the live tasks past their deadline (their
 //     foreground subtrees aborted) and those over a "fail" wall-time
 //     budget; less often, the never-started tasks of kinds it has no
 //     handler for that no runner claimed within UnknownKindGrace, the
@@ -98,6 +99,7 @@ func (m *maintainer) run(ctx context.Context) {
 			}
 			lctx, cancel, led := m.lead(ctx)
 			if led {
+				m.fireSchedules(lctx)
 				m.expireDeadlines(lctx)
 				m.expireWallTime(lctx)
 				m.expireQueued(lctx)

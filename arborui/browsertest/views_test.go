@@ -435,3 +435,31 @@ func TestBrowserLimits(t *testing.T) {
 	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(fmt.Sprintf(`#conversations a.id[href$=%q]`, url.QueryEscape(conv)))))
 	require.Contains(t, text(t, b, `document.querySelector('#conversations a.tenant').textContent`), "acme")
 }
+
+// TestBrowserSchedules: the schedules page, reached from the navigation,
+// lists the schedules with their state; a hostile name is shown as text
+// and runs nothing.
+func TestBrowserSchedules(t *testing.T) {
+	t.Parallel()
+	v := newView(t, nil)
+	hostile := `<img src=x onerror="document.title='pwned'">`
+	_, err := v.engine.CreateSchedule(v.ctx, arbortype.ScheduleParams{Name: "nightly", Kind: "digest", Cron: "0 2 * * *", TimeZone: "Europe/Paris"})
+	require.NoError(t, err)
+	_, err = v.engine.CreateSchedule(v.ctx, arbortype.ScheduleParams{Name: hostile, Kind: "poll", Every: time.Minute, ConversationID: hostile})
+	require.NoError(t, err)
+	_, err = v.engine.PauseSchedule(v.ctx, hostile)
+	require.NoError(t, err)
+	b := browser(t)
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(v.base+"/nodes"), chromedp.WaitVisible(`#nav-schedules`)))
+	submit(t, b, `#nav-schedules`)
+	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(`#schedule-table`)))
+	require.Equal(t, "here", text(t, b, `document.querySelector("#nav-schedules").className`))
+	require.Equal(t, hostile, text(t, b, `document.querySelectorAll("#schedule-table tbody tr")[0].querySelector("td.id").textContent`))
+	require.Contains(t, text(t, b, `document.querySelectorAll("#schedule-table tbody tr")[0].textContent`), "paused")
+	row := text(t, b, `document.querySelector('[data-schedule="nightly"]').textContent`)
+	require.Contains(t, row, "0 2 * * *")
+	require.Contains(t, row, "Europe/Paris")
+	require.Contains(t, row, "a new one per tick")
+	require.Equal(t, "0", text(t, b, `String(document.querySelectorAll("#schedule-table img").length)`))
+	require.NotEqual(t, "pwned", text(t, b, `document.title`))
+}

@@ -9,6 +9,7 @@
 //	arbor emit CONVERSATION NAME [PAYLOAD] | pending | events | log | budget CONVERSATION [COUNTER MAX]
 //	arbor tenants [set TENANT WEIGHT] | limits [set KEY MAX | rm KEY]
 //	arbor check [CONVERSATION]
+//	arbor schedule add NAME --kind K (--cron EXPR | --every DUR) | ls | pause NAME | resume NAME | rm NAME
 //	arbor ui [--addr A] [--actions] [--demo]
 //	arbor demo
 //
@@ -91,6 +92,7 @@ Usage:
   arbor ui                               serve the web view (--addr, --actions, --demo)
   arbor prune --older-than D             delete settled history older than D (--dry-run)
   arbor fork CONVERSATION TURN           copy the history through a turn into a new conversation
+  arbor schedule add|ls|pause|resume|rm  turns started at cron times or every interval (--kind, --cron, --every)
   arbor demo                             run the end-to-end demo
   arbor demo-worker --node NAME          the demo's worker process (arbor demo starts it)
 
@@ -123,6 +125,8 @@ var commands = map[string]command{
 	"prune":   cmdPrune,
 	"fork":    cmdFork,
 	"demo":    cmdDemo,
+	// schedule manages the schedules (docs/agents.md, "Schedules").
+	"schedule": cmdSchedule,
 	// demo-worker is the runner process the demo starts (and kills).
 	"demo-worker": cmdDemoWorker,
 }

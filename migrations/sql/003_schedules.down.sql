@@ -1,0 +1,2 @@
+-- Removes what 003_schedules.up.sql adds.
+DROP TABLE {schema}.schedules;
