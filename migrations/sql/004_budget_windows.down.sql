@@ -129,6 +129,8 @@ BEGIN
 END
 $fn$;
 
+DROP TRIGGER "Arbor_reservation_tenant_release" ON {schema}.budget_reservations;
+DROP FUNCTION {schema}.reservation_tenant_release();
 DROP FUNCTION {schema}.tenant_budgets_lock(text, text);
 DROP TRIGGER "Arbor_reservation_tenant_guard" ON {schema}.budget_reservations;
 DROP FUNCTION {schema}.reservation_tenant_guard();

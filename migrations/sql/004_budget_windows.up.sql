@@ -114,6 +114,25 @@ BEGIN
 END
 $fn$;
 
+-- A reservation still open when the prune deletes it (its run long over)
+-- is spent in full on the tenant budgets it charged, as a lapse would, in
+-- the prune's transaction: its tenant's rows of the counter locked last.
+CREATE FUNCTION {schema}.reservation_tenant_release() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM {schema}.tenant_budgets_lock(
+        (SELECT cv.tenant FROM {schema}.conversations cv WHERE cv.id = OLD.conversation_id), OLD.counter);
+    UPDATE {schema}.tenant_budgets tb
+    SET reserved = tb.reserved - OLD.amount, spent = tb.spent + OLD.amount, updated_at = now()
+    WHERE tb.id = ANY (OLD.tenant_budgets);
+    RETURN NULL;
+END
+$fn$;
+
+CREATE TRIGGER "Arbor_reservation_tenant_release" AFTER DELETE ON {schema}.budget_reservations
+    FOR EACH ROW WHEN (OLD.actual IS NULL AND cardinality(OLD.tenant_budgets) > 0)
+    EXECUTE FUNCTION {schema}.reservation_tenant_release();
+
 -- budget_reserve and budget_record as in the baseline, with the tenant's
 -- budgets of the counter locked last (tenant_budgets_lock), checked and
 -- charged with the others: a tenant budget over, like any budget over,
