@@ -104,9 +104,13 @@ func TestTenantBudgetSharedByConversations(t *testing.T) {
 
 // TestTenantBudgetNeverOvershoots: reservations racing from many
 // conversations of one tenant take exactly what its budget allows.
+//
+// Then the runs end without recording what they hold: the sweep closes
+// their reservations in full, on the tenant's budget too, and the checker
+// finds every sum right.
 func TestTenantBudgetNeverOvershoots(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b := setupTruncating(t)
 	tenant := testdb.Conversation(t)
 	_, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "calls", Max: 25, OnExhausted: arbortype.BudgetReturn})
 	require.NoError(t, err)
@@ -147,6 +151,21 @@ func TestTenantBudgetNeverOvershoots(t *testing.T) {
 	require.Equal(t, convs*each-25, refused)
 	tb := tenantBudgetOf(t, b, tenant, "calls", 0)
 	require.EqualValues(t, 25, tb.Spent+tb.Reserved)
+	require.NotZero(t, tb.Reserved, "some are open")
+	requireAllInvariants(t, b)
+
+	for _, r := range runs {
+		_, err := r.b.engine.Complete(r.b.ctx, r.run.ID, r.run.Token, nil)
+		require.NoError(t, err)
+		_, err = core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (struct{}, error) {
+			return struct{}{}, b.engine.C.SweepLapsed(b.ctx, tx, r.b.conv, "calls")
+		})
+		require.NoError(t, err)
+	}
+	tb = tenantBudgetOf(t, b, tenant, "calls", 0)
+	require.EqualValues(t, 25, tb.Spent, "spent in full once their runs are over")
+	require.Zero(t, tb.Reserved)
+	requireAllInvariants(t, b)
 }
 
 // moveWindowBack moves a tenant budget's window back by one, as the clock
@@ -212,6 +231,51 @@ func TestTenantWindowRollsOver(t *testing.T) {
 	require.EqualValues(t, 9, tb.Spent)
 	require.Zero(t, tb.Reserved)
 	require.True(t, tb.WindowStart.Equal(set.WindowStart), "the window rolled to the current one")
+	// (No check across conversations here: the test moved the window back,
+	// so the closes before it fall in "its" window for the checker.)
+}
+
+// requireAllInvariants checks every conversation of b's schema (a schema
+// of the test's own), and the tenant budgets across them.
+func requireAllInvariants(t *testing.T, b *bundle) {
+	t.Helper()
+	vs, err := b.engine.Check(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, vs)
+}
+
+// TestTenantBudgetGuardAndChecker: the guard refuses a tenant budget's
+// spend brought down within its window, a window moved back and a delete
+// (AB009); the checker reports a reserved that its open reservations do
+// not explain (the guard leaves reserved to the checker).
+func TestTenantBudgetGuardAndChecker(t *testing.T) {
+	t.Parallel()
+	b := setupTruncating(t)
+	tenant := testdb.Conversation(t)
+	_, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "calls", Max: 10, Window: time.Hour})
+	require.NoError(t, err)
+	r := tenantTurn(t, b, tenant)
+	_, err = r.reserve("calls", 3, true)
+	require.NoError(t, err)
+	requireAllInvariants(t, b)
+	tbl := pgx.Identifier{b.schema, "tenant_budgets"}.Sanitize()
+	for what, forgery := range map[string]string{
+		"spend down":  `UPDATE ` + tbl + ` SET spent = 0 WHERE tenant = $1`,
+		"window back": `UPDATE ` + tbl + ` SET window_start = window_start - interval '1 hour', spent = 0 WHERE tenant = $1`,
+		"delete":      `DELETE FROM ` + tbl + ` WHERE tenant = $1`,
+	} {
+		_, err := b.pool.Exec(b.ctx, forgery, tenant)
+		require.ErrorContains(t, err, "AB009", what)
+	}
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+tbl+` SET reserved = 5 WHERE tenant = $1`, tenant)
+	require.NoError(t, err)
+	vs, err := b.engine.Check(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, vs, 1)
+	require.Equal(t, 10, vs[0].Invariant)
+	require.Contains(t, vs[0].Message, tenant)
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+tbl+` SET reserved = 0 WHERE tenant = $1`, tenant)
+	require.NoError(t, err)
 }
 
 // TestTenantBudgetActions: fail fails the task (code budget_exhausted);

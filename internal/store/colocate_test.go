@@ -182,6 +182,7 @@ var crossConversation = map[string]string{
 	"qEmptyConversations":          "retention: conversations left without tasks, across all",
 	"qLapsedReservations":          "budget sweep: conversations holding a reservation whose run is over, across all",
 	"qOverWallTime":                "wall-time sweep: live tasks under a fail wall-time budget that is over, across all",
+	"qCheckTenantBudgets":          "the checker's sums of every tenant budget over the reservations of all the tenant's conversations",
 	"qLockTenantLiveConversations": "a tenant budget's raise: every conversation of the tenant with a live task, locked to wake its parked tasks",
 	"qRecentConversations":         "inspect (web view): the conversations of the newest tasks, across all",
 	"qConversationsByID":           "inspect (web view): a bounded page of conversations along the primary key, across all",
