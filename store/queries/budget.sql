@@ -296,13 +296,15 @@ SELECT pg_advisory_xact_lock(hashtextextended('arbor.tenant_budgets:{schema}:' |
 -- ascending id as a raise's lock order says.
 --
 -- LockTenantLiveConversations locks every conversation of the tenant that
--- has a live task, in ascending id, and returns their ids.
+-- has a live task, in ascending id (as every locker of many conversations
+-- does), and returns their ids.
 --
--- Locks: FOR UPDATE on the rows it selects, held until the transaction ends.
+-- Locks: FOR NO KEY UPDATE on the rows it selects (of c), held until the
+-- transaction ends.
 -- name: LockTenantLiveConversations
 SELECT c.id FROM {schema}.conversations c
 WHERE c.tenant = $1 AND EXISTS (SELECT FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status IN ({live}))
-ORDER BY c.id FOR UPDATE OF c;
+ORDER BY c.id FOR NO KEY UPDATE OF c;
 
 -- A new tenant budget counts from now, in the current window.
 --
