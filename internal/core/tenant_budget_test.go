@@ -13,6 +13,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/internal/enginetest"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -400,4 +401,61 @@ func TestTenantBudgetBadInput(t *testing.T) {
 	require.Empty(t, cb.Budgets)
 	_, err = b.engine.TenantBudgets(b.ctx, strings.Repeat("t", 201))
 	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
+}
+
+// TestRaceTenantRaiseAndPark: a raise of a tenant's budget and a
+// reservation that parks on it, racing on the conversation's lock in
+// both orders: the park first is woken by the raise; the raise first is
+// read by the reservation, which then fits. Never a task left parked
+// under a budget that has room (a lost wake-up).
+func TestRaceTenantRaiseAndPark(t *testing.T) {
+	t.Parallel()
+	for _, parkFirst := range []bool{true, false} {
+		t.Run(map[bool]string{true: "park_first", false: "raise_first"}[parkFirst], func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			tenant := testdb.Conversation(t)
+			_, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "tokens", Max: 10, OnExhausted: arbortype.BudgetPark})
+			require.NoError(t, err)
+			turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn", Tenant: tenant})
+			require.NoError(t, err)
+			run := b.start(t, turn.ID)
+			r := newRacer(t, b)
+			reserve := func(e *enginetest.Engine) error {
+				_, err := e.C.ReserveBudget(b.ctx, core.ReserveParams{ConversationID: b.conv, TaskID: run.ID, Token: run.Token,
+					Counter: "tokens", Amount: 50, Key: "k"})
+				return err
+			}
+			raise := func(e *enginetest.Engine) error {
+				_, err := e.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetPark})
+				return err
+			}
+			r.hold()
+			if parkFirst {
+				r.queue(reserve)
+				r.queue(raise)
+			} else {
+				r.queue(raise)
+				r.queue(reserve)
+			}
+			errs := r.release()
+			reserveErr, raiseErr := errs[0], errs[1]
+			if !parkFirst {
+				reserveErr, raiseErr = errs[1], errs[0]
+			}
+			require.NoError(t, raiseErr)
+			got := b.get(t, run.ID)
+			if parkFirst {
+				var over *arbortype.BudgetExhaustedError
+				require.ErrorAs(t, reserveErr, &over)
+				require.True(t, over.Ended, "parked")
+				require.Equal(t, arbortype.StatusPending, got.Status, "the raise woke it")
+				return
+			}
+			require.NoError(t, reserveErr, "the reservation read the raise")
+			require.Equal(t, arbortype.StatusRunning, got.Status)
+			_, err = b.engine.Complete(b.ctx, run.ID, run.Token, nil)
+			require.NoError(t, err)
+		})
+	}
 }
