@@ -50,7 +50,9 @@ const (
 )
 
 // BudgetEvent is the event a task parked by a BudgetPark budget awaits;
-// raising a budget of its conversation (tasks.Engine.SetBudget) emits it.
+// raising a budget of its conversation or of its tenant
+// (tasks.Engine.SetBudget) emits it. A park on a tenant budget with a
+// window also ends when the window does (the await's timeout).
 const BudgetEvent = "arbor:budget"
 
 // BudgetLimit is a budget set with a task when it is created
