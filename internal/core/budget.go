@@ -52,6 +52,10 @@ import (
 // or the park and SetBudget's raise (which emits BudgetEvent to the parked
 // tasks under the same conversation lock) are thus ordered, so a raise
 // cannot slip between the check and the park and be lost.
+//
+// A tenant's budgets of a counter (tenant_budget.go) come after all of
+// these, locked by id: conversation → tasks → the conversation's budgets
+// → the tenant's budgets.
 
 // MaxBudgetAmount bounds one amount (reserve, record, spend, max): sums of
 // many stay far from overflowing a bigint.
