@@ -60,8 +60,9 @@ func tenantBudget(b store.TenantBudgetRow) arbortype.Budget {
 	return out
 }
 
-// windowEnd is when a windowed tenant budget's window ends, and the wait
-// until then by the database's clock (0 without a window).
+// windowWait is the wait, from now (the database's clock), until a
+// windowed tenant budget's window ends; 0 for any other budget (a park
+// then awaits a raise without a timeout).
 func windowWait(b arbortype.Budget, now time.Time) time.Duration {
 	if b.ConversationID != "" || b.Window == 0 {
 		return 0
