@@ -50,7 +50,9 @@ const (
 )
 
 // BudgetEvent is the event a task parked by a BudgetPark budget awaits;
-// raising a budget of its conversation (tasks.Engine.SetBudget) emits it.
+// raising a budget of its conversation or of its tenant
+// (tasks.Engine.SetBudget) emits it. A park on a tenant budget with a
+// window also ends when the window does (the await's timeout).
 const BudgetEvent = "arbor:budget"
 
 // BudgetLimit is a budget set with a task when it is created
@@ -63,13 +65,24 @@ type BudgetLimit struct {
 	OnExhausted BudgetAction
 }
 
-// Budget is one counter of one scope.
+// Budget is one counter of one scope: a conversation, a task's subtree,
+// or a tenant (every conversation of it).
 type Budget struct {
+	// ConversationID is the budget's conversation; empty for a tenant's
+	// budget.
 	ConversationID string
 	// TaskID is the task whose subtree the budget covers; 0 for the
 	// conversation.
-	TaskID  int64
+	TaskID int64
+	// Tenant is the tenant of a tenant's budget ("" is the default tenant;
+	// ConversationID is then empty).
+	Tenant  string
 	Counter string
+	// Window is a tenant budget's window: 0 (none), time.Minute, time.Hour
+	// or 24*time.Hour. Windows are calendar-aligned in UTC (a day starts at
+	// 00:00 UTC); Spent counts the window that starts at WindowStart.
+	Window      time.Duration
+	WindowStart time.Time
 	// Max is the most the scope may spend; Unlimited for a tally.
 	Max int64
 	// Spent is what the scope's subtree recorded; Reserved what its open
@@ -105,6 +118,9 @@ type Spend struct {
 type ConversationBudgets struct {
 	Budgets []Budget
 	Spend   []Spend
+	// Tenant are the budgets of the conversation's tenant, which count its
+	// spend with the spend of the tenant's other conversations.
+	Tenant []Budget
 }
 
 // Reservation is an amount of a counter held for a run until it records
@@ -146,8 +162,14 @@ type BudgetExhaustedError struct {
 
 func (e *BudgetExhaustedError) Error() string {
 	scope := fmt.Sprintf("conversation %q", e.Budget.ConversationID)
-	if e.Budget.TaskID != 0 {
+	switch {
+	case e.Budget.TaskID != 0:
 		scope = fmt.Sprintf("task %d", e.Budget.TaskID)
+	case e.Budget.ConversationID == "":
+		scope = fmt.Sprintf("tenant %q", e.Budget.Tenant)
+		if e.Budget.Window != 0 {
+			scope += fmt.Sprintf(" per %s from %s", windowName(e.Budget.Window), e.Budget.WindowStart.UTC().Format(time.RFC3339))
+		}
 	}
 	if e.Budget.Counter == CounterWallTime {
 		return fmt.Sprintf("budget exhausted: %s of %s: %d ms elapsed of %d", CounterWallTime, scope, e.Budget.Spent, e.Budget.Max)
@@ -158,3 +180,15 @@ func (e *BudgetExhaustedError) Error() string {
 
 // Is makes errors.Is(err, ErrBudgetExhausted) true.
 func (e *BudgetExhaustedError) Is(target error) bool { return target == ErrBudgetExhausted }
+
+func windowName(w time.Duration) string {
+	switch w {
+	case time.Minute:
+		return "minute"
+	case time.Hour:
+		return "hour"
+	case 24 * time.Hour:
+		return "day"
+	}
+	return w.String()
+}

@@ -24,17 +24,19 @@ import (
 
 // Reserve holds amount of counter for this run against every budget of
 // the counter above its task — its own, its owners' up to the turn, the
-// conversation's — atomically: all or none. It also checks their
+// conversation's, and its tenant's (one per window) — atomically: all or
+// none. It also checks their
 // wall-time budgets (arbortype.CounterWallTime). When a budget would go
 // over, the error is a *arbortype.BudgetExhaustedError naming it
 // (errors.Is(err, arbortype.ErrBudgetExhausted)), and the budget's action
 // has been taken: BudgetFail — the task failed (code "budget_exhausted",
 // its foreground subtree aborted) and the run is over; BudgetPark — the
 // task is parked on arbortype.BudgetEvent (listed by PendingEvents) until
-// a budget of its conversation is raised, when it runs again from its
-// last checkpoint, and the run is over; BudgetReturn — nothing happened,
-// the handler decides. A counter no budget of the conversation names is
-// arbortype.ErrUnknownCounter.
+// a budget of its conversation or its tenant is raised, or, for a tenant
+// budget with a window, until that window ends, when it runs again from
+// its last checkpoint, and the run is over; BudgetReturn — nothing happened,
+// the handler decides. A counter no budget of the conversation or its
+// tenant names is arbortype.ErrUnknownCounter.
 //
 // What is reserved and not recorded by this run (it crashed, it returned)
 // is spent in full after the run is over: nothing is lost, nothing counted

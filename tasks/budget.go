@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -12,7 +13,8 @@ import (
 
 // BudgetParams set one budget (see Engine.SetBudget).
 type BudgetParams struct {
-	// ConversationID is the budget's conversation. Required.
+	// ConversationID is the budget's conversation. Empty for a budget of a
+	// tenant (see Tenant).
 	ConversationID string
 	// TaskID is the task whose subtree the budget covers (a turn, a
 	// sub-agent); 0 for the whole conversation.
@@ -27,17 +29,36 @@ type BudgetParams struct {
 	// OnExhausted is what a reservation over Max does to its run: fail
 	// (the default), park, or return (see arbortype.BudgetAction).
 	OnExhausted arbortype.BudgetAction
+	// Tenant, with ConversationID empty (and TaskID 0), makes the budget
+	// the tenant's: it counts the spend of every conversation of the
+	// tenant ("" is the default tenant, that of conversations created
+	// without one), at most 200 bytes. A tenant has no wall-time budget.
+	Tenant string
+	// Window makes a tenant's budget a rate: 0 (none, the default),
+	// time.Minute, time.Hour or 24*time.Hour; any other value is
+	// arbortype.ErrInvalidArgument. Windows are calendar-aligned in UTC
+	// (a per-day budget resets at 00:00 UTC): when one rolls over, Spent
+	// starts again from 0, while reservations still open keep holding
+	// room. A tenant may have one budget of a counter per window (say 100
+	// a minute and 10,000 a day), each checked. Only a tenant's budget
+	// has a window.
+	Window time.Duration
 }
 
 // SetBudget creates or changes a budget, in a transaction of its own. A
 // task's spend counts against every budget above it: its own, its
-// owners' up to the turn, the conversation's. A budget set on a scope that
-// has spent already counts that spend. Raising a budget (a larger Max, or
+// owners' up to the turn, the conversation's, and its tenant's budgets of
+// the counter (one per window). A budget set on a task or a conversation
+// that has spent already counts that spend; a tenant's budget counts from
+// when it is set (open reservations made before it are not held against
+// it), in the current window. Raising a tenant's budget wakes the tasks
+// of every conversation of the tenant parked on a budget. Raising a budget (a larger Max, or
 // an action that no longer parks) lets the conversation's tasks parked on
 // a budget run again: they reserve anew, and one still over parks again.
 // An unknown conversation or task is arbortype.ErrNotFound, a task of another
 // conversation arbortype.ErrForeignTask, a settled one arbortype.ErrSettled; a bad counter,
-// amount or action arbortype.ErrInvalidArgument. Nothing is written then.
+// amount, action, tenant or window (or a window on a conversation's budget)
+// arbortype.ErrInvalidArgument. Nothing is written then.
 func (e *Engine) SetBudget(ctx context.Context, p BudgetParams) (arbortype.Budget, error) {
 	return core.Tx(ctx, e.core, func(tx pgx.Tx) (arbortype.Budget, error) { return e.setBudget(ctx, tx, p) })
 }
@@ -52,14 +73,20 @@ func (e *Engine) setBudget(ctx context.Context, tx pgx.Tx, p BudgetParams) (arbo
 }
 
 // Budgets reads every budget of a conversation (a wall-time budget's Spent
-// is the time elapsed) and what each task spent and holds itself.
+// is the time elapsed), what each task spent and holds itself, and the
+// budgets of the conversation's tenant (Tenant; a window over is read as
+// the current one, nothing spent in it).
 func (e *Engine) Budgets(ctx context.Context, conversationID string) (arbortype.ConversationBudgets, error) {
 	return core.Read(ctx, e.core, func(db store.DB) (arbortype.ConversationBudgets, error) {
 		bs, spend, err := e.core.Budgets(ctx, db, conversationID)
 		if err != nil {
 			return arbortype.ConversationBudgets{}, err
 		}
-		out := arbortype.ConversationBudgets{Budgets: bs}
+		tb, err := e.core.ConversationTenantBudgets(ctx, db, conversationID)
+		if err != nil {
+			return arbortype.ConversationBudgets{}, err
+		}
+		out := arbortype.ConversationBudgets{Budgets: bs, Tenant: tb}
 		for _, s := range spend {
 			out.Spend = append(out.Spend, arbortype.Spend(s))
 		}
@@ -76,5 +103,14 @@ func (e *Engine) Budgets(ctx context.Context, conversationID string) (arbortype.
 func (e *Engine) Budget(ctx context.Context, conversationID string, taskID int64, counter string) (arbortype.Budget, error) {
 	return core.Read(ctx, e.core, func(db store.DB) (arbortype.Budget, error) {
 		return e.core.Budget(ctx, db, conversationID, taskID, counter)
+	})
+}
+
+// TenantBudgets reads every budget of a tenant ("" is the default
+// tenant), by counter and window; a window over is read as the current
+// one, nothing spent in it. A tenant without budgets has none (no error).
+func (e *Engine) TenantBudgets(ctx context.Context, tenant string) ([]arbortype.Budget, error) {
+	return core.Read(ctx, e.core, func(db store.DB) ([]arbortype.Budget, error) {
+		return e.core.TenantBudgets(ctx, db, tenant)
 	})
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/core"
 )
 
@@ -44,4 +45,28 @@ func TestBudgetCommand(t *testing.T) {
 	b.arbor(t, "budget", b.conv, "tokens", "4", "--on-exhausted", "explode").fails(t, 1, "one of fail, park, return")
 	b.arbor(t, "budget", b.conv, "tokens", "4", "--task", "999").fails(t, 1, "not found")
 	b.arbor(t, "budget", b.conv+"-nope").fails(t, 1, "not found")
+}
+
+// A tenant's budgets from the command line: set (with a window), listed
+// by tenant and with a conversation of the tenant; bad input refused.
+func TestBudgetCommandTenant(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tenant := b.conv + "-tenant"
+	require.Equal(t, "tenant \""+tenant+"\" has no budgets\n", b.arbor(t, "budget", "--tenant", tenant).ok(t).stdout)
+	out := b.arbor(t, "budget", "--tenant", tenant, "tokens", "5000", "--window", "day", "--on-exhausted", "park").ok(t).stdout
+	require.Regexp(t, `^budget tokens of tenant "`+tenant+`" per day from \d{4}-\d\d-\d\dT00:00Z: 0/5000 \(park\)\n$`, out)
+	require.Equal(t, "budget calls of tenant \""+tenant+"\": 0/10\n", b.arbor(t, "budget", "--tenant", tenant, "calls", "10").ok(t).stdout)
+	list := b.arbor(t, "budget", "--tenant", tenant).ok(t).stdout
+	require.Contains(t, list, "budget calls of tenant \""+tenant+"\": 0/10\n")
+	require.Contains(t, list, "budget tokens of tenant \""+tenant+"\" per day from ")
+
+	_, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv + "-t", Kind: "turn", Tenant: tenant})
+	require.NoError(t, err)
+	require.Contains(t, b.arbor(t, "budget", b.conv+"-t").ok(t).stdout, "budget calls of tenant \""+tenant+"\": 0/10\n")
+
+	b.arbor(t, "budget", "--tenant", tenant, "tokens", "5", "--window", "week").fails(t, 1, "not one of minute, hour, day")
+	b.arbor(t, "budget", b.conv, "tokens", "5", "--window", "day").fails(t, 1, "--tenant")
+	b.arbor(t, "budget", "--tenant", tenant, "wall_ms", "5").fails(t, 1, "no wall-time budget")
+	b.arbor(t, "budget").fails(t, 1, "--tenant")
 }

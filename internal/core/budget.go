@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -51,6 +52,10 @@ import (
 // or the park and SetBudget's raise (which emits BudgetEvent to the parked
 // tasks under the same conversation lock) are thus ordered, so a raise
 // cannot slip between the check and the park and be lost.
+//
+// A tenant's budgets of a counter (tenant_budget.go) come after all of
+// these, locked by id: conversation → tasks → the conversation's budgets
+// → the tenant's budgets.
 
 // MaxBudgetAmount bounds one amount (reserve, record, spend, max): sums of
 // many stay far from overflowing a bigint.
@@ -82,14 +87,44 @@ type BudgetParams struct {
 	Counter     string
 	Max         int64
 	OnExhausted arbortype.BudgetAction
+	// Tenant, with ConversationID empty, makes a tenant's budget.
+	Tenant string
+	// Window is a tenant budget's window: 0, a minute, an hour or a day.
+	Window time.Duration
 }
 
+// tenantScope says that p sets a tenant's budget.
+func (p BudgetParams) tenantScope() bool { return p.ConversationID == "" }
+
 func checkBudgetParams(p BudgetParams) (BudgetParams, error) {
-	if err := checkText("conversation id", p.ConversationID, true); err != nil {
-		return p, err
-	}
 	if err := checkCounter(p.Counter); err != nil {
 		return p, err
+	}
+	if err := checkText("tenant", p.Tenant, false); err != nil {
+		return p, err
+	}
+	if _, err := windowUnit(p.Window); err != nil {
+		return p, err
+	}
+	if p.tenantScope() {
+		if p.TaskID != 0 {
+			return p, fmt.Errorf("task id %d without a conversation id: %w", p.TaskID, arbortype.ErrInvalidArgument)
+		}
+		if p.Counter == arbortype.CounterWallTime {
+			return p, fmt.Errorf("counter %s: a tenant has no wall-time budget: %w", p.Counter, arbortype.ErrInvalidArgument)
+		}
+	} else {
+		if err := checkText("conversation id", p.ConversationID, true); err != nil {
+			return p, err
+		}
+		if p.Tenant != "" {
+			return p, fmt.Errorf("tenant %q with conversation %q: a budget is a tenant's (no conversation id) or a conversation's: %w",
+				p.Tenant, p.ConversationID, arbortype.ErrInvalidArgument)
+		}
+		if p.Window != 0 {
+			return p, fmt.Errorf("window %s on a budget of conversation %q: only a tenant's budget has a window: %w",
+				p.Window, p.ConversationID, arbortype.ErrInvalidArgument)
+		}
 	}
 	if p.TaskID < 0 {
 		return p, fmt.Errorf("task id %d: %w", p.TaskID, arbortype.ErrInvalidArgument)
@@ -125,6 +160,13 @@ func (e *Engine) SetBudget(ctx context.Context, tx pgx.Tx, p BudgetParams) (arbo
 	p, err := checkBudgetParams(p)
 	if err != nil {
 		return arbortype.Budget{}, fmt.Errorf("set budget: %w", err)
+	}
+	if p.tenantScope() {
+		b, err := e.setTenantBudget(ctx, tx, p)
+		if err != nil {
+			return arbortype.Budget{}, fmt.Errorf("set budget of tenant %q: %w", p.Tenant, err)
+		}
+		return b, nil
 	}
 	if _, err := e.Store.LockConversation(ctx, tx, p.ConversationID); err != nil {
 		if store.IsNoRows(err) {
@@ -196,11 +238,17 @@ func (e *Engine) setBudgetLocked(ctx context.Context, tx pgx.Tx, p BudgetParams)
 // parked on it (each reserves again when it runs; one still over parks
 // again).
 func (e *Engine) wakeBudgetParked(ctx context.Context, tx pgx.Tx, b BudgetParams) error {
-	parked, err := e.Store.PendingAwaits(ctx, tx, b.ConversationID)
+	payload, err := json.Marshal(map[string]any{"counter": b.Counter, "task_id": b.TaskID, "max": budgetMax(b.Max)})
 	if err != nil {
 		return err
 	}
-	payload, err := json.Marshal(map[string]any{"counter": b.Counter, "task_id": b.TaskID, "max": budgetMax(b.Max)})
+	return e.emitBudgetParked(ctx, tx, b.ConversationID, payload)
+}
+
+// emitBudgetParked emits BudgetEvent with payload to every task of conv
+// (locked by the caller) parked on it.
+func (e *Engine) emitBudgetParked(ctx context.Context, tx pgx.Tx, conv string, payload json.RawMessage) error {
+	parked, err := e.Store.PendingAwaits(ctx, tx, conv)
 	if err != nil {
 		return err
 	}
@@ -208,7 +256,7 @@ func (e *Engine) wakeBudgetParked(ctx context.Context, tx pgx.Tx, b BudgetParams
 		if t.AwaitName != arbortype.BudgetEvent {
 			continue
 		}
-		if _, err := e.Emit(ctx, tx, EmitParams{ConversationID: b.ConversationID, TaskID: t.ID,
+		if _, err := e.Emit(ctx, tx, EmitParams{ConversationID: conv, TaskID: t.ID,
 			Name: arbortype.BudgetEvent, Payload: payload, Queue: true}); err != nil {
 			return err
 		}
@@ -273,6 +321,22 @@ func (e *Engine) Budgets(ctx context.Context, db store.DB, conv string) ([]arbor
 		out[i] = budget(b)
 	}
 	return out, spend, nil
+}
+
+// ConversationTenantBudgets reads the budgets of conv's tenant (a window
+// over read as the current one, nothing spent in it).
+func (e *Engine) ConversationTenantBudgets(ctx context.Context, db store.DB, conv string) ([]arbortype.Budget, error) {
+	if err := checkText("conversation id", conv, true); err != nil {
+		return nil, fmt.Errorf("budgets: %w", err)
+	}
+	tenant, err := e.Store.ConversationTenant(ctx, db, conv)
+	if store.IsNoRows(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("budgets of %q: %w", conv, err)
+	}
+	return e.TenantBudgets(ctx, db, tenant)
 }
 
 // Budget reads the budget of counter of one scope of conv: the

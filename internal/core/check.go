@@ -101,6 +101,20 @@ func (e *Engine) Check(ctx context.Context, conversationIDs ...string) ([]Violat
 					Message: fmt.Sprintf("concurrency limit %q counts %d running, and %d runs hold a slot of it", c.Key, c.Running, c.Runs)})
 			}
 		}
+		// 10. for tenant budgets, across the conversations of each tenant.
+		tvs, err := Read(ctx, e, func(store.DB) ([]Violation, error) {
+			var vs []Violation
+			err := pgx.BeginTxFunc(ctx, e.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+				var err error
+				vs, err = e.tenantBudgetViolations(ctx, tx)
+				return err
+			})
+			return vs, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("check: tenant budgets: %w", err)
+		}
+		out = append(out, tvs...)
 	}
 	for _, id := range ids {
 		vs, err := Read(ctx, e, func(store.DB) ([]Violation, error) {

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -65,4 +66,28 @@ func (e *Engine) budgetViolations(ctx context.Context, tx pgx.Tx, conv string, b
 func formatBudgetMismatch(b arbortype.Budget, spent, reserved int64) string {
 	return "budget " + b.Counter + ": spent " + strconv.FormatInt(b.Spent, 10) + " and reserved " + strconv.FormatInt(b.Reserved, 10) +
 		", but its scope's reservations sum to spent " + strconv.FormatInt(spent, 10) + " and reserved " + strconv.FormatInt(reserved, 10)
+}
+
+// maxTenantBudgets bounds the tenant budgets one Check reads.
+const maxTenantBudgets = 10000
+
+// tenantBudgetViolations checks invariant 10 for tenant budgets, across
+// conversations (Check without conversations, in one snapshot): a tenant
+// budget's reserved is exactly the sum of the open reservations that
+// charged it, and its spent at least what the closed ones its window
+// counts recorded (the prune deletes reservations but not their spend).
+func (e *Engine) tenantBudgetViolations(ctx context.Context, tx pgx.Tx) ([]Violation, error) {
+	sums, err := e.Store.CheckTenantBudgets(ctx, tx, maxTenantBudgets)
+	if err != nil {
+		return nil, err
+	}
+	var out []Violation
+	for _, b := range sums {
+		if b.Reserved != b.Open || b.Spent < b.Closed {
+			out = append(out, Violation{Invariant: 10, Message: fmt.Sprintf(
+				"budget %s of tenant %q (window %q): spent %d and reserved %d, but the reservations that charged it hold %d open and closed %d in its window",
+				b.Counter, b.Tenant, b.Window, b.Spent, b.Reserved, b.Open, b.Closed)})
+		}
+	}
+	return out, nil
 }

@@ -157,12 +157,22 @@ func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conver
 		if err != nil {
 			return ReserveResult{}, err
 		}
-		over, _, err := e.overBudget(ctx, tx, rt.ConversationID, chain, rows, p.Counter, p.Amount)
+		// The tenant's budgets too: a raise of one locks this
+		// conversation before it writes (tenant_budget.go).
+		trows, err := e.Store.ReadTenantBudgets(ctx, tx, rt.Tenant, []string{p.Counter})
+		if err != nil {
+			return ReserveResult{}, err
+		}
+		over, _, err := e.overBudget(ctx, tx, rt.ConversationID, chain, rows, trows, p.Counter, p.Amount)
 		if err != nil {
 			return ReserveResult{}, err
 		}
 		if over != nil && over.Budget.OnExhausted != arbortype.BudgetReturn {
-			if err := e.endOnExhausted(ctx, tx, held, p.Token, over); err != nil {
+			var now time.Time
+			if len(chain) > 0 {
+				now = chain[0].Now
+			}
+			if err := e.endOnExhausted(ctx, tx, held, p.Token, over, windowWait(over.Budget, now)); err != nil {
 				return ReserveResult{}, err
 			}
 			over.Ended = true
@@ -179,8 +189,13 @@ func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conver
 	if err != nil {
 		return ReserveResult{}, err
 	}
+	// The tenant's budgets of the counter, last, their windows rolled over.
+	trows, err := e.Store.LockTenantBudgets(ctx, tx, rt.Tenant, p.Counter)
+	if err != nil {
+		return ReserveResult{}, mapDBError(err)
+	}
 	scopes := scopeIDs(chain)
-	over, known, err := e.overBudget(ctx, tx, rt.ConversationID, chain, rows, p.Counter, p.Amount)
+	over, known, err := e.overBudget(ctx, tx, rt.ConversationID, chain, rows, trows, p.Counter, p.Amount)
 	if err != nil {
 		return ReserveResult{}, err
 	}
@@ -196,7 +211,7 @@ func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conver
 		return ReserveResult{}, errNeedsConversation
 	}
 	r := store.ReservationRow{ConversationID: rt.ConversationID, TaskID: p.TaskID, Counter: p.Counter,
-		RunToken: p.Token, IdempotencyKey: p.Key, Amount: p.Amount}
+		RunToken: p.Token, IdempotencyKey: p.Key, Amount: p.Amount, TenantBudgets: tenantIDs(trows)}
 	held2, spent := -p.Amount, int64(0)
 	if p.Spend {
 		r.Actual = &p.Amount
@@ -204,6 +219,11 @@ func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conver
 	}
 	if err := e.Store.ChargeBudgets(ctx, tx, rt.ConversationID, p.Counter, scopes, held2, spent); err != nil {
 		return ReserveResult{}, mapDBError(err)
+	}
+	if len(r.TenantBudgets) > 0 {
+		if err := e.Store.ChargeTenantBudgets(ctx, tx, r.TenantBudgets, held2, spent); err != nil {
+			return ReserveResult{}, mapDBError(err)
+		}
 	}
 	r, err = e.Store.InsertReservation(ctx, tx, r)
 	if err != nil {
@@ -215,9 +235,11 @@ func (e *Engine) reserve(ctx context.Context, tx pgx.Tx, p ReserveParams, conver
 // endOnExhausted ends the run of t (locked with its conversation) as the
 // budget over says: fail (its foreground subtree aborted) or park on
 // BudgetEvent from its last checkpoint.
-func (e *Engine) endOnExhausted(ctx context.Context, tx pgx.Tx, t Task, token int64, over *arbortype.BudgetExhaustedError) error {
+// A park on a windowed budget awaits at most until its window ends
+// (timeout): the task then runs again and reserves anew.
+func (e *Engine) endOnExhausted(ctx context.Context, tx pgx.Tx, t Task, token int64, over *arbortype.BudgetExhaustedError, timeout time.Duration) error {
 	if over.Budget.OnExhausted == arbortype.BudgetPark {
-		_, err := e.AwaitEvent(ctx, tx, t.ID, token, AwaitParams{Name: arbortype.BudgetEvent, Phase: t.Phase, State: t.State})
+		_, err := e.AwaitEvent(ctx, tx, t.ID, token, AwaitParams{Name: arbortype.BudgetEvent, Timeout: timeout, Phase: t.Phase, State: t.State})
 		return err
 	}
 	detail, err := json.Marshal(map[string]any{"counter": over.Budget.Counter, "task_id": over.Budget.TaskID,
@@ -231,9 +253,10 @@ func (e *Engine) endOnExhausted(ctx context.Context, tx pgx.Tx, t Task, token in
 
 // overBudget checks amount of counter against the locked budgets of the
 // chain (task first, then its owners, then the conversation) and their
-// wall-time budgets; it returns the first one over, and whether any
-// budget of the counter exists in the conversation.
-func (e *Engine) overBudget(ctx context.Context, tx pgx.Tx, conv string, chain []store.ScopeNode, rows []store.BudgetRow, counter string, amount int64) (*arbortype.BudgetExhaustedError, bool, error) {
+// wall-time budgets, then the tenant's budgets of the counter (trows); it
+// returns the first one over, and whether any budget of the counter
+// exists in the conversation or its tenant.
+func (e *Engine) overBudget(ctx context.Context, tx pgx.Tx, conv string, chain []store.ScopeNode, rows []store.BudgetRow, trows []store.TenantBudgetRow, counter string, amount int64) (*arbortype.BudgetExhaustedError, bool, error) {
 	find := func(c string, scope int64) *store.BudgetRow {
 		for i := range rows {
 			if rows[i].Counter == c && rows[i].TaskID == scope {
@@ -242,7 +265,8 @@ func (e *Engine) overBudget(ctx context.Context, tx pgx.Tx, conv string, chain [
 		}
 		return nil
 	}
-	known := slices.ContainsFunc(rows, func(b store.BudgetRow) bool { return b.Counter == counter })
+	known := slices.ContainsFunc(rows, func(b store.BudgetRow) bool { return b.Counter == counter }) ||
+		slices.ContainsFunc(trows, func(b store.TenantBudgetRow) bool { return b.Counter == counter })
 	var now time.Time
 	if len(chain) > 0 {
 		now = chain[0].Now
@@ -263,7 +287,20 @@ func (e *Engine) overBudget(ctx context.Context, tx pgx.Tx, conv string, chain [
 			return &arbortype.BudgetExhaustedError{Budget: budget(*b), Wanted: amount}, known, nil
 		}
 	}
+	for _, b := range trows {
+		if b.Counter == counter && b.Max != arbortype.Unlimited && amount > b.Max-b.Spent-b.Reserved {
+			return &arbortype.BudgetExhaustedError{Budget: tenantBudget(b), Wanted: amount}, known, nil
+		}
+	}
 	return nil, known, nil
+}
+
+func tenantIDs(rows []store.TenantBudgetRow) []int64 {
+	ids := make([]int64, len(rows))
+	for i, b := range rows {
+		ids[i] = b.ID
+	}
+	return ids
 }
 
 func (e *Engine) scopeCreated(ctx context.Context, tx pgx.Tx, conv string, chain []store.ScopeNode, scope int64) (time.Time, error) {
@@ -288,6 +325,17 @@ func scopeIDs(chain []store.ScopeNode) []int64 {
 // whose run is over, under the counter's budget locks, and returns the
 // budgets as they then stand.
 func (e *Engine) lapseLocked(ctx context.Context, tx pgx.Tx, conv, counter string, rows []store.BudgetRow) ([]store.BudgetRow, error) {
+	// The tenant's budgets of the counter are locked too, last, before the
+	// open reservations are read: they are what every closer of a
+	// reservation of a counter only tenant budgets name locks (and a
+	// reservation's own lock, after this, is no new wait).
+	tenant, err := e.Store.ConversationTenant(ctx, tx, conv)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := e.Store.LockTenantBudgets(ctx, tx, tenant, counter); err != nil {
+		return nil, mapDBError(err)
+	}
 	open, err := e.Store.OpenReservations(ctx, tx, conv, counter)
 	if err != nil {
 		return nil, err
@@ -330,7 +378,13 @@ func (e *Engine) closeReservation(ctx context.Context, tx pgx.Tx, r store.Reserv
 	if !ok {
 		return fmt.Errorf("reservation %d closed meanwhile: %w", r.ID, arbortype.ErrInvalidArgument)
 	}
-	return mapDBError(e.Store.ChargeBudgets(ctx, tx, r.ConversationID, r.Counter, scopes, r.Amount, actual))
+	if err := e.Store.ChargeBudgets(ctx, tx, r.ConversationID, r.Counter, scopes, r.Amount, actual); err != nil {
+		return mapDBError(err)
+	}
+	if len(r.TenantBudgets) == 0 {
+		return nil
+	}
+	return mapDBError(e.Store.ChargeTenantBudgets(ctx, tx, r.TenantBudgets, r.Amount, actual))
 }
 
 // RecordBudget closes reservation id of task taskID with what was really

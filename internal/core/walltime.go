@@ -35,7 +35,7 @@ func (e *Engine) ExpireWallTime(ctx context.Context, tx pgx.Tx, taskID int64) (b
 	if err != nil {
 		return false, errorf("expire wall time", taskID, err)
 	}
-	over, _, err := e.overBudget(ctx, tx, t.ConversationID, chain, rows, arbortype.CounterWallTime, 0)
+	over, _, err := e.overBudget(ctx, tx, t.ConversationID, chain, rows, nil, arbortype.CounterWallTime, 0)
 	if err != nil {
 		return false, errorf("expire wall time", taskID, err)
 	}

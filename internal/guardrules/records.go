@@ -179,6 +179,10 @@ func RecordRules() []RecordTable {
 			Key:           "OLD.id",
 			Fixed:         []string{"id", "conversation_id", "task_id", "counter", "run_token", "idempotency_key", "amount", "created_at"},
 			FixedRefusal:  "reservation %: only its close ever changes",
+			// Guarded by a hand-written trigger of migration 004
+			// (reservation_tenant_guard), not by the generated function.
+			Free:    []string{"tenant_budgets"},
+			FreeWhy: "the tenant budgets it charged, written with it and never changed (migration 004's reservation_tenant_guard)",
 			Changes: []Change{
 				{Columns: []string{"actual", "lapsed", "closed_at"}, Form: Form{
 					Why:     "closed once, stamped now, never reopened",

@@ -36,6 +36,9 @@ type ReservationRow struct {
 	Amount         int64
 	Actual         *int64
 	Lapsed         bool
+	// TenantBudgets are the tenant budgets the reservation charged (filled
+	// by OpenReservations; written by InsertReservation).
+	TenantBudgets []int64
 	// RunOver: the run that reserved is over (its task is no longer running
 	// under RunToken); filled by OpenReservations only.
 	RunOver bool
@@ -55,6 +58,7 @@ type RunTask struct {
 	ConversationID string
 	Status         arbortype.Status
 	Token          int64
+	Tenant         string
 }
 
 func scanBudget(row pgx.Row) (BudgetRow, error) {
@@ -88,13 +92,22 @@ var (
 	qSpendByTask         = define("SpendByTask")
 	qLapsedReservations  = define("LapsedReservations")
 	qOverWallTime        = define("OverWallTime")
+
+	qLockTenantBudgets           = define("LockTenantBudgets")
+	qReadTenantBudgets           = define("ReadTenantBudgets")
+	qLockTenantBudgetWriters     = define("LockTenantBudgetWriters")
+	qLockTenantLiveConversations = define("LockTenantLiveConversations")
+	qInsertTenantBudget          = define("InsertTenantBudget")
+	qUpdateTenantBudget          = define("UpdateTenantBudget")
+	qChargeTenantBudgets         = define("ChargeTenantBudgets")
+	qConversationTenant          = define("ConversationTenant")
 )
 
 // RunTask share-locks the reserving task and reads what a reservation
 // checks of it.
 func (s *Store) RunTask(ctx context.Context, db DB, conv string, taskID int64) (RunTask, error) {
 	var t RunTask
-	err := db.QueryRow(ctx, s.sql[qRunTask], taskID, conv).Scan(&t.ConversationID, &t.Status, &t.Token)
+	err := db.QueryRow(ctx, s.sql[qRunTask], taskID, conv).Scan(&t.ConversationID, &t.Status, &t.Token, &t.Tenant)
 	return t, err
 }
 
@@ -167,7 +180,7 @@ func (s *Store) ReservationByKey(ctx context.Context, db DB, conv string, taskID
 // closed at once (a spend).
 func (s *Store) InsertReservation(ctx context.Context, tx pgx.Tx, r ReservationRow) (ReservationRow, error) {
 	return scanReservation(tx.QueryRow(ctx, s.sql[qInsertReservation], r.ConversationID, r.TaskID, r.Counter, r.RunToken,
-		r.IdempotencyKey, r.Amount, r.Actual))
+		r.IdempotencyKey, r.Amount, r.Actual, nonNilIDs(r.TenantBudgets)))
 }
 
 // CloseReservation closes an open reservation; false when it was closed.
@@ -251,7 +264,7 @@ func (s *Store) OpenReservations(ctx context.Context, tx pgx.Tx, conv, counter s
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ReservationRow, error) {
 		var r ReservationRow
 		err := row.Scan(&r.ID, &r.ConversationID, &r.TaskID, &r.Counter, &r.RunToken, &r.IdempotencyKey,
-			&r.Amount, &r.Actual, &r.Lapsed, &r.RunOver)
+			&r.Amount, &r.Actual, &r.Lapsed, &r.RunOver, &r.TenantBudgets)
 		return r, err
 	})
 }
@@ -319,4 +332,102 @@ func nullMax(m int64) *int64 {
 		return nil
 	}
 	return &m
+}
+
+// TenantBudgetRow is a row of tenant_budgets. Window is the unit of its
+// window ("", "minute", "hour", "day"); WindowStart is nil without one.
+// Max is arbortype.Unlimited for a tally. Now is the database's clock
+// when it was read.
+type TenantBudgetRow struct {
+	ID          int64
+	Tenant      string
+	Counter     string
+	Window      string
+	WindowStart *time.Time
+	Max         int64
+	Spent       int64
+	Reserved    int64
+	OnExhausted arbortype.BudgetAction
+	UpdatedAt   time.Time
+	Now         time.Time
+}
+
+func collectTenantBudgets(rows pgx.Rows, err error) ([]TenantBudgetRow, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (TenantBudgetRow, error) { return scanTenantBudget(row) })
+}
+
+func scanTenantBudget(row pgx.Row) (TenantBudgetRow, error) {
+	var b TenantBudgetRow
+	err := row.Scan(&b.ID, &b.Tenant, &b.Counter, &b.Window, &b.WindowStart, &b.Max, &b.Spent, &b.Reserved,
+		&b.OnExhausted, &b.UpdatedAt, &b.Now)
+	return b, err
+}
+
+// LockTenantBudgets locks the tenant's budgets of counter, by id, rolls
+// over those whose window is over, and reads them as they then stand.
+func (s *Store) LockTenantBudgets(ctx context.Context, tx pgx.Tx, tenant, counter string) ([]TenantBudgetRow, error) {
+	return collectTenantBudgets(tx.Query(ctx, s.sql[qLockTenantBudgets], tenant, counter))
+}
+
+// ReadTenantBudgets reads, without locking, the tenant's budgets of the
+// counters (all of them when counters is nil), a window that is over read
+// as the current one with nothing spent.
+func (s *Store) ReadTenantBudgets(ctx context.Context, db DB, tenant string, counters []string) ([]TenantBudgetRow, error) {
+	return collectTenantBudgets(db.Query(ctx, s.sql[qReadTenantBudgets], tenant, counters))
+}
+
+// LockTenantBudgetWriters takes the advisory lock that queues the writers
+// of a tenant's budgets (SetBudget), first in their transaction.
+func (s *Store) LockTenantBudgetWriters(ctx context.Context, tx pgx.Tx, tenant string) error {
+	_, err := tx.Exec(ctx, s.sql[qLockTenantBudgetWriters], tenant)
+	return err
+}
+
+// LockTenantLiveConversations locks, in ascending id, every conversation
+// of the tenant with a live task, and returns their ids.
+func (s *Store) LockTenantLiveConversations(ctx context.Context, tx pgx.Tx, tenant string) ([]string, error) {
+	rows, err := tx.Query(ctx, s.sql[qLockTenantLiveConversations], tenant)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// InsertTenantBudget creates a tenant budget, counting from now; ok is
+// false when the tenant has one of the counter and window already.
+func (s *Store) InsertTenantBudget(ctx context.Context, tx pgx.Tx, b TenantBudgetRow) (TenantBudgetRow, bool, error) {
+	row, err := scanTenantBudget(tx.QueryRow(ctx, s.sql[qInsertTenantBudget], b.Tenant, b.Counter, b.Window, nullMax(b.Max), b.OnExhausted))
+	if IsNoRows(err) {
+		return TenantBudgetRow{}, false, nil
+	}
+	return row, err == nil, err
+}
+
+// UpdateTenantBudget sets tenant budget id's maximum and action.
+func (s *Store) UpdateTenantBudget(ctx context.Context, tx pgx.Tx, id, max int64, action arbortype.BudgetAction) (TenantBudgetRow, error) {
+	return scanTenantBudget(tx.QueryRow(ctx, s.sql[qUpdateTenantBudget], id, nullMax(max), action))
+}
+
+// ChargeTenantBudgets moves held from reserved to spent as spent on the
+// tenant budgets ids (locked by LockTenantBudgets before).
+func (s *Store) ChargeTenantBudgets(ctx context.Context, tx pgx.Tx, ids []int64, held, spent int64) error {
+	_, err := tx.Exec(ctx, s.sql[qChargeTenantBudgets], ids, held, spent)
+	return err
+}
+
+// ConversationTenant reads a conversation's tenant.
+func (s *Store) ConversationTenant(ctx context.Context, db DB, conv string) (string, error) {
+	var t string
+	err := db.QueryRow(ctx, s.sql[qConversationTenant], conv).Scan(&t)
+	return t, err
+}
+
+func nonNilIDs(ids []int64) []int64 {
+	if ids == nil {
+		return []int64{}
+	}
+	return ids
 }

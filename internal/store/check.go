@@ -25,7 +25,33 @@ var (
 	qForgedLogEvents  = define("ForgedLogEvents")
 	qForgedProgress   = define("ForgedProgress")
 	qLoggedEvents     = define("LoggedEvents")
+
+	qCheckTenantBudgets = define("CheckTenantBudgets")
 )
+
+// TenantBudgetSums is a tenant budget with the sums of the reservations
+// that charged it: Open of the open ones, Closed of the closed ones its
+// Spent still counts (its current window's, or all without a window).
+type TenantBudgetSums struct {
+	ID                      int64
+	Tenant, Counter, Window string
+	Spent, Reserved         int64
+	Open, Closed            int64
+}
+
+// CheckTenantBudgets reads up to limit tenant budgets with the sums of
+// their reservations.
+func (s *Store) CheckTenantBudgets(ctx context.Context, db DB, limit int) ([]TenantBudgetSums, error) {
+	rows, err := db.Query(ctx, s.sql[qCheckTenantBudgets], limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (TenantBudgetSums, error) {
+		var b TenantBudgetSums
+		err := row.Scan(&b.ID, &b.Tenant, &b.Counter, &b.Window, &b.Spent, &b.Reserved, &b.Open, &b.Closed)
+		return b, err
+	})
+}
 
 // ConversationIDs lists every conversation, in id order.
 func (s *Store) ConversationIDs(ctx context.Context, db DB) ([]string, error) {

@@ -12,7 +12,7 @@
 --
 -- Locks: FOR SHARE on the rows it selects, held until the transaction ends.
 -- name: RunTask
-SELECT conversation_id, status, coalesce(token, 0) FROM {schema}.tasks WHERE id = $1 AND conversation_id = $2 FOR SHARE;
+SELECT conversation_id, status, coalesce(token, 0), tenant FROM {schema}.tasks WHERE id = $1 AND conversation_id = $2 FOR SHARE;
 
 -- A task and its owners up to the root, the task first: a walk up, one
 -- primary-key probe per step whatever the statistics (see tree.go, the walks
@@ -170,14 +170,14 @@ SELECT id, conversation_id, task_id, counter, run_token, idempotency_key, amount
 WHERE conversation_id = $1 AND task_id = $2 AND idempotency_key = $3;
 
 -- InsertReservation records a reservation; with actual not nil it is closed
--- at once (a spend).
+-- at once (a spend). $8 are the tenant budgets it charged.
 --
 -- Locks: row locks on what it writes (inserts into budget_reservations),
 -- held until the transaction ends.
 -- name: InsertReservation
 INSERT INTO {schema}.budget_reservations
-    (conversation_id, task_id, counter, run_token, idempotency_key, amount, actual, closed_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7::bigint IS NULL THEN NULL ELSE now() END)
+    (conversation_id, task_id, counter, run_token, idempotency_key, amount, actual, closed_at, tenant_budgets)
+VALUES ($1, $2, $3, $4, $5, $6, $7, CASE WHEN $7::bigint IS NULL THEN NULL ELSE now() END, $8)
 RETURNING id, conversation_id, task_id, counter, run_token, idempotency_key, amount, actual, lapsed;
 
 -- CloseReservation closes an open reservation; false when it was closed.
@@ -197,7 +197,8 @@ WHERE conversation_id = $1 AND id = $2 AND actual IS NULL;
 -- Locks: none (a read).
 -- name: OpenReservations
 SELECT r.id, r.conversation_id, r.task_id, r.counter, r.run_token, r.idempotency_key,
-    r.amount, r.actual, r.lapsed, NOT (t.status = 'running' AND t.token IS NOT DISTINCT FROM r.run_token)
+    r.amount, r.actual, r.lapsed, NOT (t.status = 'running' AND t.token IS NOT DISTINCT FROM r.run_token),
+    r.tenant_budgets
 FROM {schema}.budget_reservations r
 JOIN {schema}.tasks t ON t.conversation_id = r.conversation_id AND t.id = r.task_id
 WHERE r.conversation_id = $1 AND r.counter = $2 AND r.actual IS NULL
@@ -243,3 +244,102 @@ WHERE b.counter = 'wall_ms' AND b.max IS NOT NULL AND b.on_exhausted = 'fail'
     AND t.status IN ({live})
     AND (CASE WHEN b.task_id IS NULL THEN c.created_at ELSE t.created_at END) + b.max * interval '1 millisecond' <= now()
 ORDER BY t.id LIMIT $1;
+
+-- Tenant budgets (migration 004; docs/design.md §3.11): a counter across
+-- every conversation of a tenant, with an optional calendar window in UTC.
+-- They come last in every lock order.
+
+-- The columns every statement below returns of a tenant budget, with the
+-- database's clock.
+--
+-- LockTenantBudgets locks the tenant's budgets of the counter, by id,
+-- rolling over those whose window is over (tenant_budgets_lock), and reads
+-- them as they then stand.
+--
+-- Locks: FOR UPDATE on the tenant's budgets of the counter (by id, in
+-- tenant_budgets_lock); row locks on what it writes (updates tenant_budgets
+-- whose window rolled over), held until the transaction ends.
+-- name: LockTenantBudgets
+SELECT b.id, b.tenant, b.counter, b.window_unit, b.window_start, coalesce(b.max, 9223372036854775807), b.spent, b.reserved,
+    b.on_exhausted, b.updated_at, now()
+FROM {schema}.tenant_budgets b WHERE b.id = ANY({schema}.tenant_budgets_lock($1, $2)) ORDER BY b.id;
+
+-- A window over and not yet rolled over reads as the writers will roll
+-- it: the current window, nothing spent in it.
+--
+-- ReadTenantBudgets reads, without locking, the tenant's budgets of the
+-- counters $2 (all of them when $2 is null), each window as it stands now.
+--
+-- Locks: none (a read).
+-- name: ReadTenantBudgets
+SELECT b.id, b.tenant, b.counter, b.window_unit,
+    CASE WHEN b.window_unit <> '' AND date_trunc(b.window_unit, now(), 'UTC') > b.window_start
+        THEN date_trunc(b.window_unit, now(), 'UTC') ELSE b.window_start END,
+    coalesce(b.max, 9223372036854775807),
+    CASE WHEN b.window_unit <> '' AND date_trunc(b.window_unit, now(), 'UTC') > b.window_start THEN 0 ELSE b.spent END,
+    b.reserved, b.on_exhausted, b.updated_at, now()
+FROM {schema}.tenant_budgets b WHERE b.tenant = $1 AND ($2::text[] IS NULL OR b.counter = ANY($2))
+ORDER BY b.counter, b.id;
+
+-- Tenant budget writers queue here first (SetBudget of a tenant), before
+-- the conversations they lock: nothing else takes this lock.
+--
+-- LockTenantBudgetWriters takes the transaction's advisory lock of the
+-- tenant's budget writers in this schema.
+--
+-- Locks: an advisory lock (pg_advisory_xact_lock) of ('{schema}', tenant),
+-- held until the transaction ends.
+-- name: LockTenantBudgetWriters
+SELECT pg_advisory_xact_lock(hashtextextended('arbor.tenant_budgets:{schema}:' || $1, 0));
+
+-- The conversations in which a task may park on a budget, locked in
+-- ascending id as a raise's lock order says.
+--
+-- LockTenantLiveConversations locks every conversation of the tenant that
+-- has a live task, in ascending id (as every locker of many conversations
+-- does), and returns their ids.
+--
+-- Locks: FOR NO KEY UPDATE on the rows it selects (of c), held until the
+-- transaction ends.
+-- name: LockTenantLiveConversations
+SELECT c.id FROM {schema}.conversations c
+WHERE c.tenant = $1 AND EXISTS (SELECT FROM {schema}.tasks t WHERE t.conversation_id = c.id AND t.status IN ({live}))
+ORDER BY c.id FOR NO KEY UPDATE OF c;
+
+-- A new tenant budget counts from now, in the current window.
+--
+-- InsertTenantBudget creates a tenant budget; no row when the tenant has
+-- one of the counter and window already.
+--
+-- Locks: row locks on what it writes (inserts into tenant_budgets), held
+-- until the transaction ends.
+-- name: InsertTenantBudget
+INSERT INTO {schema}.tenant_budgets (tenant, counter, window_unit, window_start, max, on_exhausted)
+VALUES ($1, $2, $3, CASE WHEN $3 = '' THEN NULL ELSE date_trunc($3, now(), 'UTC') END, $4, $5)
+ON CONFLICT (tenant, counter, window_unit) DO NOTHING
+RETURNING id, tenant, counter, window_unit, window_start, coalesce(max, 9223372036854775807), spent, reserved,
+    on_exhausted, updated_at, now();
+
+-- UpdateTenantBudget sets a tenant budget's maximum and action.
+--
+-- Locks: row locks on what it writes (updates tenant_budgets), held until
+-- the transaction ends.
+-- name: UpdateTenantBudget
+UPDATE {schema}.tenant_budgets SET max = $2, on_exhausted = $3, updated_at = now() WHERE id = $1
+RETURNING id, tenant, counter, window_unit, window_start, coalesce(max, 9223372036854775807), spent, reserved,
+    on_exhausted, updated_at, now();
+
+-- ChargeTenantBudgets moves held from reserved to spent as spent on the
+-- tenant budgets $1 (locked by LockTenantBudgets before).
+--
+-- Locks: row locks on what it writes (updates tenant_budgets), held until
+-- the transaction ends.
+-- name: ChargeTenantBudgets
+UPDATE {schema}.tenant_budgets SET reserved = reserved - $2, spent = spent + $3, updated_at = now()
+WHERE id = ANY($1);
+
+-- ConversationTenant reads a conversation's tenant.
+--
+-- Locks: none (a read).
+-- name: ConversationTenant
+SELECT tenant FROM {schema}.conversations WHERE id = $1;

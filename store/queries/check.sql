@@ -163,3 +163,21 @@ ORDER BY l.seq LIMIT 10;
 -- name: LoggedEvents
 SELECT DISTINCT (payload->>'event_id')::bigint FROM {schema}.conversation_log
 WHERE conversation_id = $1 AND kind = 'event' AND payload->>'event_id' ~ '^[0-9]{1,18}$';
+
+-- Invariant 10 for tenant budgets (migration 004): each budget with the
+-- sum of the open reservations that charged it (its reserved, exactly),
+-- and of the closed ones its spend still counts — all of them without a
+-- window, those closed in its current window with one (its spent is at
+-- least that: the prune deletes reservations, not their spend).
+--
+-- CheckTenantBudgets reads up to $1 tenant budgets with those sums.
+--
+-- Locks: none (a read).
+-- name: CheckTenantBudgets
+SELECT b.id, b.tenant, b.counter, b.window_unit, b.spent, b.reserved,
+    coalesce((SELECT sum(r.amount) FROM {schema}.budget_reservations r
+        WHERE r.actual IS NULL AND b.id = ANY (r.tenant_budgets)), 0),
+    coalesce((SELECT sum(r.actual) FROM {schema}.budget_reservations r
+        WHERE r.actual IS NOT NULL AND b.id = ANY (r.tenant_budgets)
+          AND (b.window_unit = '' OR r.closed_at >= b.window_start)), 0)
+FROM {schema}.tenant_budgets b ORDER BY b.id LIMIT $1;
