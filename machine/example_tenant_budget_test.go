@@ -25,10 +25,10 @@ func ExampleRun_Reserve_tenant() {
 	defer done()
 
 	for _, p := range []tasks.BudgetParams{
-		{Tenant: "acme", Counter: "tokens", Max: 1000, OnExhausted: arbortype.BudgetPark},
-		{Tenant: "acme", Counter: "model_calls", Max: 100, Window: time.Hour, OnExhausted: arbortype.BudgetPark},
+		{Counter: "tokens", Max: 1000, OnExhausted: arbortype.BudgetPark},
+		{Counter: "model_calls", Max: 100, Window: time.Hour, OnExhausted: arbortype.BudgetPark},
 	} {
-		if _, err := engine.SetBudget(ctx, p); err != nil {
+		if _, err := engine.SetTenantBudget(ctx, "acme", p); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -75,7 +75,7 @@ func ExampleRun_Reserve_tenant() {
 		log.Fatal(err)
 	}
 	fmt.Println("acme-chat-2 awaits", pending[0].Name)
-	if _, err := engine.SetBudget(ctx, tasks.BudgetParams{Tenant: "acme", Counter: "tokens", Max: 2000,
+	if _, err := engine.SetTenantBudget(ctx, "acme", tasks.BudgetParams{Counter: "tokens", Max: 2000,
 		OnExhausted: arbortype.BudgetPark}); err != nil {
 		log.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestPruneReleasesTenantReservations(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	tenant := b.conv + "-tenant"
-	_, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "tokens", Max: 1000})
+	_, err := b.engine.SetTenantBudget(b.ctx, tenant, tasks.BudgetParams{Counter: "tokens", Max: 1000})
 	require.NoError(t, err)
 	for i := range 2 {
 		turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Tenant: tenant, Kind: "turn"})

@@ -13,8 +13,8 @@ import (
 
 // BudgetParams set one budget (see Engine.SetBudget).
 type BudgetParams struct {
-	// ConversationID is the budget's conversation. Empty for a budget of a
-	// tenant (see Tenant).
+	// ConversationID is the budget's conversation. Required, but for a
+	// tenant's budget (SetTenantBudget), where it must be empty.
 	ConversationID string
 	// TaskID is the task whose subtree the budget covers (a turn, a
 	// sub-agent); 0 for the whole conversation.
@@ -29,12 +29,7 @@ type BudgetParams struct {
 	// OnExhausted is what a reservation over Max does to its run: fail
 	// (the default), park, or return (see arbortype.BudgetAction).
 	OnExhausted arbortype.BudgetAction
-	// Tenant, with ConversationID empty (and TaskID 0), makes the budget
-	// the tenant's: it counts the spend of every conversation of the
-	// tenant ("" is the default tenant, that of conversations created
-	// without one), at most 200 bytes. A tenant has no wall-time budget.
-	Tenant string
-	// Window makes a tenant's budget a rate: 0 (none, the default),
+	// Window makes a tenant's budget (SetTenantBudget) a rate: 0 (none, the default),
 	// time.Minute, time.Hour or 24*time.Hour; any other value is
 	// arbortype.ErrInvalidArgument. Windows are calendar-aligned in UTC
 	// (a per-day budget resets at 00:00 UTC): when one rolls over, Spent
@@ -69,7 +64,22 @@ func (e *Engine) SetBudgetTx(ctx context.Context, tx pgx.Tx, p BudgetParams) (ar
 }
 
 func (e *Engine) setBudget(ctx context.Context, tx pgx.Tx, p BudgetParams) (arbortype.Budget, error) {
-	return e.core.SetBudget(ctx, tx, core.BudgetParams(p))
+	return e.core.SetBudget(ctx, tx, core.BudgetParams{ConversationID: p.ConversationID, TaskID: p.TaskID, Counter: p.Counter,
+		Max: p.Max, OnExhausted: p.OnExhausted, Window: p.Window})
+}
+
+// SetTenantBudget creates or changes a budget of tenant ("" is the default
+// tenant, that of conversations created without one; at most 200 bytes):
+// it counts the spend of every conversation of the tenant, and may have a
+// Window (a rate limit). p's ConversationID must be empty and its TaskID 0;
+// a tenant has no wall-time budget. Otherwise as SetBudget: a reservation
+// is checked against it too, and raising it wakes the tenant's tasks
+// parked on a budget. It counts from when it is set, in the current window.
+func (e *Engine) SetTenantBudget(ctx context.Context, tenant string, p BudgetParams) (arbortype.Budget, error) {
+	return core.Tx(ctx, e.core, func(tx pgx.Tx) (arbortype.Budget, error) {
+		return e.core.SetBudget(ctx, tx, core.BudgetParams{ConversationID: p.ConversationID, TaskID: p.TaskID, Counter: p.Counter,
+			Max: p.Max, OnExhausted: p.OnExhausted, Window: p.Window, Tenant: tenant, TenantScope: true})
+	})
 }
 
 // Budgets reads every budget of a conversation (a wall-time budget's Spent

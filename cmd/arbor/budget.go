@@ -91,7 +91,7 @@ func cmdBudget(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer engine.Close()
 	if byTenant {
-		return tenantBudgets(ctx, engine.Engine, stdout, *tenant, pos[1:], tasks.BudgetParams{Tenant: *tenant, Counter: "",
+		return tenantBudgets(ctx, engine.Engine, stdout, *tenant, pos[1:], tasks.BudgetParams{Counter: "",
 			Max: max, OnExhausted: arbortype.BudgetAction(*action), Window: win, TaskID: *task})
 	}
 	conv := pos[0]
@@ -134,7 +134,7 @@ var windows = map[string]time.Duration{"": 0, "minute": time.Minute, "hour": tim
 func tenantBudgets(ctx context.Context, engine *tasks.Engine, stdout io.Writer, tenant string, pos []string, p tasks.BudgetParams) error {
 	if len(pos) == 2 {
 		p.Counter = pos[0]
-		b, err := engine.SetBudget(ctx, p)
+		b, err := engine.SetTenantBudget(ctx, tenant, p)
 		if err != nil {
 			return fmt.Errorf("budget: %w", err)
 		}

@@ -87,14 +87,15 @@ type BudgetParams struct {
 	Counter     string
 	Max         int64
 	OnExhausted arbortype.BudgetAction
-	// Tenant, with ConversationID empty, makes a tenant's budget.
-	Tenant string
+	// Tenant, with TenantScope, makes a tenant's budget.
+	Tenant      string
+	TenantScope bool
 	// Window is a tenant budget's window: 0, a minute, an hour or a day.
 	Window time.Duration
 }
 
 // tenantScope says that p sets a tenant's budget.
-func (p BudgetParams) tenantScope() bool { return p.ConversationID == "" }
+func (p BudgetParams) tenantScope() bool { return p.TenantScope }
 
 func checkBudgetParams(p BudgetParams) (BudgetParams, error) {
 	if err := checkCounter(p.Counter); err != nil {
@@ -107,8 +108,8 @@ func checkBudgetParams(p BudgetParams) (BudgetParams, error) {
 		return p, err
 	}
 	if p.tenantScope() {
-		if p.TaskID != 0 {
-			return p, fmt.Errorf("task id %d without a conversation id: %w", p.TaskID, arbortype.ErrInvalidArgument)
+		if p.ConversationID != "" || p.TaskID != 0 {
+			return p, fmt.Errorf("a tenant's budget with conversation %q, task %d: it names neither: %w", p.ConversationID, p.TaskID, arbortype.ErrInvalidArgument)
 		}
 		if p.Counter == arbortype.CounterWallTime {
 			return p, fmt.Errorf("counter %s: a tenant has no wall-time budget: %w", p.Counter, arbortype.ErrInvalidArgument)
@@ -116,10 +117,6 @@ func checkBudgetParams(p BudgetParams) (BudgetParams, error) {
 	} else {
 		if err := checkText("conversation id", p.ConversationID, true); err != nil {
 			return p, err
-		}
-		if p.Tenant != "" {
-			return p, fmt.Errorf("tenant %q with conversation %q: a budget is a tenant's (no conversation id) or a conversation's: %w",
-				p.Tenant, p.ConversationID, arbortype.ErrInvalidArgument)
 		}
 		if p.Window != 0 {
 			return p, fmt.Errorf("window %s on a budget of conversation %q: only a tenant's budget has a window: %w",

@@ -63,7 +63,7 @@ func TestTenantBudgetSharedByConversations(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	tenant := testdb.Conversation(t)
-	got, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetReturn})
+	got, err := b.engine.SetTenantBudget(b.ctx, tenant, tasks.BudgetParams{Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetReturn})
 	require.NoError(t, err)
 	require.Equal(t, tenant, got.Tenant)
 	require.Empty(t, got.ConversationID)
@@ -113,7 +113,7 @@ func TestTenantBudgetNeverOvershoots(t *testing.T) {
 	t.Parallel()
 	b := setupTruncating(t)
 	tenant := testdb.Conversation(t)
-	_, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "calls", Max: 25, OnExhausted: arbortype.BudgetReturn})
+	_, err := b.engine.SetTenantBudget(b.ctx, tenant, tasks.BudgetParams{Counter: "calls", Max: 25, OnExhausted: arbortype.BudgetReturn})
 	require.NoError(t, err)
 	const convs, each = 8, 10
 	runs := make([]*tenantRun, convs)
@@ -199,13 +199,13 @@ func TestTenantWindowRollsOver(t *testing.T) {
 	b := setupTruncating(t)
 	tenant := testdb.Conversation(t)
 	// A day: the test does not straddle a window's end but at 00:00 UTC.
-	set, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "calls", Max: 10, Window: 24 * time.Hour,
+	set, err := b.engine.SetTenantBudget(b.ctx, tenant, tasks.BudgetParams{Counter: "calls", Max: 10, Window: 24 * time.Hour,
 		OnExhausted: arbortype.BudgetReturn})
 	require.NoError(t, err)
 	require.Equal(t, 24*time.Hour, set.Window)
 	require.Equal(t, set.WindowStart.UTC().Truncate(24*time.Hour), set.WindowStart.UTC(), "calendar-aligned: 00:00 UTC")
 	for _, w := range []time.Duration{time.Minute, time.Hour} {
-		s, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "other", Max: 10, Window: w})
+		s, err := b.engine.SetTenantBudget(b.ctx, tenant, tasks.BudgetParams{Counter: "other", Max: 10, Window: w})
 		require.NoError(t, err)
 		require.Equal(t, w, s.Window)
 		require.Equal(t, s.WindowStart.Truncate(w), s.WindowStart, "a window starts at a whole %s", w)
@@ -253,7 +253,7 @@ func TestTenantBudgetGuardAndChecker(t *testing.T) {
 	t.Parallel()
 	b := setupTruncating(t)
 	tenant := testdb.Conversation(t)
-	_, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "calls", Max: 10, Window: time.Hour})
+	_, err := b.engine.SetTenantBudget(b.ctx, tenant, tasks.BudgetParams{Counter: "calls", Max: 10, Window: time.Hour})
 	require.NoError(t, err)
 	r := tenantTurn(t, b, tenant)
 	_, err = r.reserve("calls", 3, true)
@@ -286,9 +286,9 @@ func TestTenantBudgetActions(t *testing.T) {
 	t.Parallel()
 	b := setupTruncating(t)
 	tenant := testdb.Conversation(t)
-	_, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "tokens", Max: 5, OnExhausted: arbortype.BudgetFail})
+	_, err := b.engine.SetTenantBudget(b.ctx, tenant, tasks.BudgetParams{Counter: "tokens", Max: 5, OnExhausted: arbortype.BudgetFail})
 	require.NoError(t, err)
-	_, err = b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "calls", Max: 1, Window: 24 * time.Hour,
+	_, err = b.engine.SetTenantBudget(b.ctx, tenant, tasks.BudgetParams{Counter: "calls", Max: 1, Window: 24 * time.Hour,
 		OnExhausted: arbortype.BudgetPark})
 	require.NoError(t, err)
 
@@ -340,7 +340,7 @@ func TestTenantBudgetRaiseWakesParked(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	tenant := testdb.Conversation(t)
-	_, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "tokens", Max: 10, OnExhausted: arbortype.BudgetPark})
+	_, err := b.engine.SetTenantBudget(b.ctx, tenant, tasks.BudgetParams{Counter: "tokens", Max: 10, OnExhausted: arbortype.BudgetPark})
 	require.NoError(t, err)
 	runs := []*tenantRun{tenantTurn(t, b, tenant), tenantTurn(t, b, tenant)}
 	for _, r := range runs {
@@ -350,12 +350,12 @@ func TestTenantBudgetRaiseWakesParked(t *testing.T) {
 		require.Equal(t, arbortype.StatusSleeping, parked.Status)
 		require.Nil(t, parked.WakeAt, "no window: parked until a raise")
 	}
-	_, err = b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "tokens", Max: 5, OnExhausted: arbortype.BudgetPark})
+	_, err = b.engine.SetTenantBudget(b.ctx, tenant, tasks.BudgetParams{Counter: "tokens", Max: 5, OnExhausted: arbortype.BudgetPark})
 	require.NoError(t, err)
 	for _, r := range runs {
 		require.Equal(t, arbortype.StatusSleeping, r.b.get(t, r.run.ID).Status, "a lower max wakes nobody")
 	}
-	_, err = b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetPark})
+	_, err = b.engine.SetTenantBudget(b.ctx, tenant, tasks.BudgetParams{Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetPark})
 	require.NoError(t, err)
 	for _, r := range runs {
 		woken := r.b.get(t, r.run.ID)
@@ -377,19 +377,30 @@ func TestTenantBudgetBadInput(t *testing.T) {
 	b := setup(t)
 	tenant := testdb.Conversation(t)
 	r := tenantTurn(t, b, tenant)
-	for name, p := range map[string]tasks.BudgetParams{
-		"window":            {Tenant: tenant, Counter: "tokens", Max: 1, Window: 2 * time.Minute},
-		"negative window":   {Tenant: tenant, Counter: "tokens", Max: 1, Window: -time.Minute},
-		"negative max":      {Tenant: tenant, Counter: "tokens", Max: -1},
-		"long tenant":       {Tenant: strings.Repeat("t", 201), Counter: "tokens", Max: 1},
-		"conversation too":  {Tenant: tenant, ConversationID: r.b.conv, Counter: "tokens", Max: 1},
-		"conversation rate": {ConversationID: r.b.conv, Counter: "tokens", Max: 1, Window: time.Hour},
-		"wall time":         {Tenant: tenant, Counter: arbortype.CounterWallTime, Max: 1},
-		"task, no conv":     {Tenant: tenant, TaskID: r.run.ID, Counter: "tokens", Max: 1},
-		"action":            {Tenant: tenant, Counter: "tokens", Max: 1, OnExhausted: "sulk"},
+	type bad struct {
+		tenant *string // a tenant's budget (SetTenantBudget), or nil (SetBudget)
+		p      tasks.BudgetParams
+	}
+	long := strings.Repeat("t", 201)
+	for name, c := range map[string]bad{
+		"window":            {&tenant, tasks.BudgetParams{Counter: "tokens", Max: 1, Window: 2 * time.Minute}},
+		"negative window":   {&tenant, tasks.BudgetParams{Counter: "tokens", Max: 1, Window: -time.Minute}},
+		"negative max":      {&tenant, tasks.BudgetParams{Counter: "tokens", Max: -1}},
+		"long tenant":       {&long, tasks.BudgetParams{Counter: "tokens", Max: 1}},
+		"conversation too":  {&tenant, tasks.BudgetParams{ConversationID: r.b.conv, Counter: "tokens", Max: 1}},
+		"conversation rate": {nil, tasks.BudgetParams{ConversationID: r.b.conv, Counter: "tokens", Max: 1, Window: time.Hour}},
+		"no conversation":   {nil, tasks.BudgetParams{Counter: "tokens", Max: 1}},
+		"wall time":         {&tenant, tasks.BudgetParams{Counter: arbortype.CounterWallTime, Max: 1}},
+		"task, no conv":     {&tenant, tasks.BudgetParams{TaskID: r.run.ID, Counter: "tokens", Max: 1}},
+		"action":            {&tenant, tasks.BudgetParams{Counter: "tokens", Max: 1, OnExhausted: "sulk"}},
 	} {
 		before := r.b.snapshot(t)
-		_, err := b.engine.SetBudget(b.ctx, p)
+		var err error
+		if c.tenant != nil {
+			_, err = b.engine.SetTenantBudget(b.ctx, *c.tenant, c.p)
+		} else {
+			_, err = b.engine.SetBudget(b.ctx, c.p)
+		}
 		require.ErrorIs(t, err, arbortype.ErrInvalidArgument, name)
 		require.Equal(t, before, r.b.snapshot(t), name)
 	}
@@ -415,7 +426,7 @@ func TestRaceTenantRaiseAndPark(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			tenant := testdb.Conversation(t)
-			_, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "tokens", Max: 10, OnExhausted: arbortype.BudgetPark})
+			_, err := b.engine.SetTenantBudget(b.ctx, tenant, tasks.BudgetParams{Counter: "tokens", Max: 10, OnExhausted: arbortype.BudgetPark})
 			require.NoError(t, err)
 			turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn", Tenant: tenant})
 			require.NoError(t, err)
@@ -427,7 +438,7 @@ func TestRaceTenantRaiseAndPark(t *testing.T) {
 				return err
 			}
 			raise := func(e *enginetest.Engine) error {
-				_, err := e.SetBudget(b.ctx, tasks.BudgetParams{Tenant: tenant, Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetPark})
+				_, err := e.SetTenantBudget(b.ctx, tenant, tasks.BudgetParams{Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetPark})
 				return err
 			}
 			r.hold()
