@@ -17,7 +17,7 @@ import (
 // "tenant:t1" at most 4 (every task of t1's conversations: turns, tools,
 // groups, naps…); t3 weighs 2 in the fair claim. A steady runner process
 // and two others that are killed with SIGKILL in turn, at random moments
-// (after 15 to 74 handler calls), eight times, a new one started after each
+// (after 25 to 99 handler calls), six times, a new one started after each
 // kill. A killed runner's runs keep their slots until the take-over's
 // recovery gives them back (design.md §3.15), so the kills hold work of
 // both keys back for a lease. While it runs, the limits are read every
@@ -36,10 +36,10 @@ func TestTenantsLimitsUnderKills(t *testing.T) {
 	sampler := s.SampleLimits(25 * time.Millisecond)
 	steady := s.startChild("t-steady", leaseDefault)
 	live := []*child{s.startChild("t00", leaseDefault), s.startChild("t01", leaseDefault)}
-	const kills = 8
+	const kills = 6
 	var inFlight []int
 	for i := range kills {
-		s.WaitProgress(s.Runs(), 15+s.rng.IntN(60))
+		s.WaitProgress(s.Runs(), 25+s.rng.IntN(75))
 		require.False(t, s.Done(), "kill %d: the work was done before it; the workload is too small for %d kills", i+1, kills)
 		c := live[i%2]
 		inFlight = append(inFlight, s.Count(`SELECT count(*) FROM {s}.run_log WHERE node = $1 AND returned_at IS NULL`, c.node))
