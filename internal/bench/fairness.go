@@ -103,7 +103,7 @@ func startFairRunner(ctx context.Context, env *Env, n int) (*fairRunner, error) 
 // conversation of its own, until stop is closed (after at least one; nil
 // for never) or limit were created, and returns, once each has been entered, their start
 // latencies.
-func (fr *fairRunner) ticker(ctx context.Context, tenant string, p, limit int, stop <-chan struct{}) ([]time.Duration, error) {
+func (fr *fairRunner) ticker(ctx context.Context, tenant string, p, limit int, stop <-chan struct{}) (lat, before []time.Duration, err error) {
 	created := map[int64]time.Time{}
 	tick := time.NewTicker(fairTick)
 	defer tick.Stop()
@@ -114,35 +114,47 @@ func (fr *fairRunner) ticker(ctx context.Context, tenant string, p, limit int, s
 				i = limit
 				continue
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, nil, ctx.Err()
 			case <-tick.C:
 			}
 		}
 		turn, _, err := fr.eng.Create(ctx, arbortype.CreateParams{ConversationID: fmt.Sprintf("%s-turn-%d", tenant, i),
 			Kind: "turn", Tenant: tenant, Priority: p})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		created[turn.ID] = time.Now()
 	}
-	var out []time.Duration
 	for id, at := range created {
 		got, err := fr.eng.AwaitSettled(ctx, id)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if got.Status != arbortype.StatusCompleted {
-			return nil, fmt.Errorf("turn %d is %s", id, got.Status)
+		if got.Status != arbortype.StatusCompleted || got.StartedAt == nil {
+			return nil, nil, fmt.Errorf("turn %d is %s", id, got.Status)
 		}
 		fr.mu.Lock()
 		entered, ok := fr.entered[id]
 		fr.mu.Unlock()
 		if !ok {
-			return nil, fmt.Errorf("turn %d completed with no entry noted", id)
+			return nil, nil, fmt.Errorf("turn %d completed with no entry noted", id)
 		}
-		out = append(out, max(0, entered.Sub(at)))
+		lat = append(lat, max(0, entered.Sub(at)))
+		before = append(before, max(0, got.StartedAt.Sub(at)))
 	}
-	return out, nil
+	return lat, before, nil
+}
+
+// partsText describes the latencies' parts: before the transaction that
+// started each began, and the rest.
+func partsText(lat, before []time.Duration) string {
+	rest := make([]time.Duration, len(lat))
+	for i := range lat {
+		rest[i] = max(0, lat[i]-before[i])
+	}
+	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+	return fmt.Sprintf("of which before the transaction that started it began: p50 %s, p99 %s; that transaction and the dispatch: p50 %s, p99 %s",
+		r(percentile(before, 0.5)), r(percentile(before, 0.99)), r(percentile(rest, 0.5)), r(percentile(rest, 0.99)))
 }
 
 // createTenantNoops is createNoops with a tenant and a priority.
@@ -165,23 +177,23 @@ func createTenantNoops(ctx context.Context, env *Env, eng *tasks.Engine, prefix,
 // runs, or fairAlone of them with no flood). It returns B's start
 // latencies, and the flood's time from A's first create to its last
 // completion.
-func floodRun(ctx context.Context, env *Env, size Size, flood, withB bool) (Measurement, []time.Duration, time.Duration, error) {
+func floodRun(ctx context.Context, env *Env, size Size, flood, withB bool) (Measurement, bTurns, time.Duration, error) {
 	n := 0
 	if flood {
 		n = size.N
 	}
 	fr, err := startFairRunner(ctx, env, n)
 	if err != nil {
-		return Measurement{}, nil, 0, err
+		return Measurement{}, bTurns{}, 0, err
 	}
 	defer fr.stop()
 	w, err := env.StartWindow(ctx)
 	if err != nil {
-		return Measurement{}, nil, 0, err
+		return Measurement{}, bTurns{}, 0, err
 	}
 	start := time.Now()
 	type ticked struct {
-		lat []time.Duration
+		bTurns
 		err error
 	}
 	bDone := make(chan ticked, 1)
@@ -192,72 +204,79 @@ func floodRun(ctx context.Context, env *Env, size Size, flood, withB bool) (Meas
 			bMax, until = size.N, stopB // until the flood is done
 		}
 		go func() {
-			lat, err := fr.ticker(ctx, "b", 0, bMax, until)
-			bDone <- ticked{lat, err}
+			lat, before, err := fr.ticker(ctx, "b", 0, bMax, until)
+			bDone <- ticked{bTurns{lat, before}, err}
 		}()
 	}
 	var floodTook time.Duration
 	if flood {
 		if err := createTenantNoops(ctx, env, fr.eng, "a", "a", 0, n); err != nil {
 			close(stopB)
-			return Measurement{}, nil, 0, fmt.Errorf("create: %w", err)
+			return Measurement{}, bTurns{}, 0, fmt.Errorf("create: %w", err)
 		}
 		select {
 		case <-fr.done:
 		case <-ctx.Done():
 			close(stopB)
-			return Measurement{}, nil, 0, fmt.Errorf("%w: %d of %d tasks completed (%s): %w", errUnfinished, fr.completed.Load(), n,
+			return Measurement{}, bTurns{}, 0, fmt.Errorf("%w: %d of %d tasks completed (%s): %w", errUnfinished, fr.completed.Load(), n,
 				leftBehind(ctx, env), ctx.Err())
 		}
 		floodTook = time.Since(start)
 	}
 	close(stopB)
-	var lat []time.Duration
+	var b bTurns
 	if withB {
-		b := <-bDone
-		if b.err != nil {
-			return Measurement{}, nil, 0, fmt.Errorf("tenant b: %w", b.err)
+		t := <-bDone
+		if t.err != nil {
+			return Measurement{}, bTurns{}, 0, fmt.Errorf("tenant b: %w", t.err)
 		}
-		lat = b.lat
+		b = t.bTurns
 	}
 	end := time.Now()
 	m, err := w.End(ctx)
 	if err != nil {
-		return Measurement{}, nil, 0, err
+		return Measurement{}, bTurns{}, 0, err
 	}
 	m.Elapsed = end.Sub(start)
-	return m, lat, floodTook, nil
+	return m, b, floodTook, nil
 }
+
+// bTurns are tenant B's turns' start latencies, and their parts before
+// the transaction that started each (fairRunner.ticker).
+type bTurns struct{ lat, before []time.Duration }
 
 // fairLatencyFlood is (m)'s "flood": B's start latencies beside A's flood.
 func fairLatencyFlood(ctx context.Context, env *Env, size Size) (Measurement, error) {
-	m, lat, took, err := floodRun(ctx, env, size, true, true)
+	m, b, took, err := floodRun(ctx, env, size, true, true)
 	if err != nil {
 		return m, err
 	}
-	m.Latencies = lat
-	m.Note = fmt.Sprintf("B created %d turns while A's flood of %d ran; the flood took %s (%.0f tasks/s)",
-		len(lat), size.N, took.Round(time.Millisecond), float64(size.N)/took.Seconds())
+	m.Latencies = b.lat
+	m.Note = fmt.Sprintf("B created %d turns while A's flood of %d ran; the flood took %s (%.0f tasks/s); B's latency %s",
+		len(b.lat), size.N, took.Round(time.Millisecond), float64(size.N)/took.Seconds(), partsText(b.lat, b.before))
 	return m, nil
 }
 
 // fairLatencyAlone is (m)'s "alone": B's start latencies with no flood.
 func fairLatencyAlone(ctx context.Context, env *Env, size Size) (Measurement, error) {
-	m, lat, _, err := floodRun(ctx, env, size, false, true)
-	m.Latencies = lat
+	m, b, _, err := floodRun(ctx, env, size, false, true)
+	m.Latencies = b.lat
+	if err == nil {
+		m.Note = "B's latency " + partsText(b.lat, b.before)
+	}
 	return m, err
 }
 
 // fairThroughputWithB is (n)'s "with-b": A's flood beside B's turns; the
 // figure is A's tasks/s.
 func fairThroughputWithB(ctx context.Context, env *Env, size Size) (Measurement, error) {
-	m, lat, took, err := floodRun(ctx, env, size, true, true)
+	m, b, took, err := floodRun(ctx, env, size, true, true)
 	if err != nil {
 		return m, err
 	}
 	m.Elapsed = took
-	m.Note = fmt.Sprintf("B's %d turns beside the flood: start latency p50 %s, p99 %s", len(lat),
-		percentile(lat, 0.5).Round(10*time.Microsecond), percentile(lat, 0.99).Round(10*time.Microsecond))
+	m.Note = fmt.Sprintf("B's %d turns beside the flood: start latency p50 %s, p99 %s", len(b.lat),
+		percentile(b.lat, 0.5).Round(100*time.Microsecond), percentile(b.lat, 0.99).Round(100*time.Microsecond))
 	return m, nil
 }
 
@@ -302,7 +321,7 @@ func priorityRun(ctx context.Context, env *Env, size Size, backlog bool) (Measur
 	if backlog {
 		limit, until = size.N, fr.done // until the backlog is drained
 	}
-	lat, err := fr.ticker(ctx, "", interactivePriority, limit, until)
+	lat, before, err := fr.ticker(ctx, "", interactivePriority, limit, until)
 	if err != nil {
 		return Measurement{}, fmt.Errorf("interactive turns: %w", err)
 	}
@@ -319,8 +338,9 @@ func priorityRun(ctx context.Context, env *Env, size Size, backlog bool) (Measur
 	}
 	m.Elapsed = end.Sub(start)
 	m.Latencies = lat
+	m.Note = "latency " + partsText(lat, before)
 	if backlog {
-		m.Note = fmt.Sprintf("%d interactive turns created while the backlog of %d drained", len(lat), n)
+		m.Note = fmt.Sprintf("%d interactive turns created while the backlog of %d drained; %s", len(lat), n, m.Note)
 	}
 	return m, nil
 }
