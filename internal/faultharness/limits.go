@@ -252,6 +252,20 @@ GROUP BY k.key ORDER BY k.key`
 func (s *Scenario) VerifyLimits(sampled map[string]LimitSample, violations []string) map[string]LimitFigures {
 	t := s.T
 	t.Helper()
+	out, problems := s.limitProblems(sampled, violations)
+	for _, key := range slices.Sorted(maps.Keys(out)) {
+		f := out[key]
+		t.Logf("figures: limit %s (max %d): %d calls; most in flight at once %d (entry to return: %d); most slots held at once by the audit %d; sampled %d times, most running read %d, full in %d reads; slots leaked %d",
+			key, f.Max, f.Calls, f.InFlight, f.Raw, f.Held, f.Sampled.Samples, f.Sampled.MaxRunning, f.Sampled.AtMax, f.Running)
+	}
+	assert.Empty(t, problems, "\n%s", strings.Join(problems, "\n"))
+	return out
+}
+
+// limitProblems is VerifyLimits's proof: the figures of each limit, and
+// what breaks a rule.
+func (s *Scenario) limitProblems(sampled map[string]LimitSample, violations []string) (map[string]LimitFigures, []string) {
+	s.T.Helper()
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	problems = append(problems, violations...)
@@ -320,13 +334,7 @@ func (s *Scenario) VerifyLimits(sampled map[string]LimitSample, violations []str
 			add("limit %s: never sampled while the work ran", key)
 		}
 	}
-	for _, key := range slices.Sorted(maps.Keys(out)) {
-		f := out[key]
-		t.Logf("figures: limit %s (max %d): %d calls; most in flight at once %d (entry to return: %d); most slots held at once by the audit %d; sampled %d times, most running read %d, full in %d reads; slots leaked %d",
-			key, f.Max, f.Calls, f.InFlight, f.Raw, f.Held, f.Sampled.Samples, f.Sampled.MaxRunning, f.Sampled.AtMax, f.Running)
-	}
-	assert.Empty(t, problems, "\n%s", strings.Join(problems, "\n"))
-	return out
+	return out, problems
 }
 
 // eachRow runs a query (Q'd) and calls fn on each of its rows, again from
