@@ -10,10 +10,10 @@ import (
 	"github.com/arborhq/arbor/internal/faultharness"
 )
 
-// TestTenantsLimitsUnderKills (t): the workload over three tenants (a
-// conversation in three each), whose tool calls (tool0, tool1 and the
-// stubborn tool2 of every turn) name the concurrency key "search", under
-// two limits: "key:search" at most 3 running across every node, and
+// TestTenantsLimitsUnderKills (t): 60 conversations of the workload over
+// three tenants (a conversation in three each), whose tool calls (tool0,
+// tool1 and the stubborn tool2 of every turn) name the concurrency key
+// "search", under two limits: "key:search" at most 3 running across every node, and
 // "tenant:t1" at most 4 (every task of t1's conversations: turns, tools,
 // groups, naps…); t3 weighs 2 in the fair claim. A steady runner process
 // and two others that are killed with SIGKILL in turn, at random moments
@@ -28,7 +28,7 @@ import (
 // holding its slots, from the audit; and no slot leaked.
 func TestTenantsLimitsUnderKills(t *testing.T) {
 	const searchMax, t1Max = 3, 4
-	s := setupWith(t, 90, faultharness.Config{Tenants: []string{"t1", "t2", "t3"}, ToolKey: "search"}, func(s *scenario) {
+	s := setupWith(t, 60, faultharness.Config{Tenants: []string{"t1", "t2", "t3"}, ToolKey: "search"}, func(s *scenario) {
 		require.NoError(t, s.Engine.SetConcurrencyLimit(s.Ctx, "key:search", searchMax))
 		require.NoError(t, s.Engine.SetConcurrencyLimit(s.Ctx, "tenant:t1", t1Max))
 		require.NoError(t, s.Engine.SetTenantWeight(s.Ctx, "t3", 2))
