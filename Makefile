@@ -51,7 +51,8 @@ examples:
 		for m in $(NESTED); do (cd $$m && $(GO) test -count=1 -run "^Example" ./...) || exit 1; done'
 
 # The fault tests (internal/chaos): runner processes killed (beside a CPU
-# hog, during large flushes) and frozen, every backend terminated (also
+# hog, during large flushes, under the concurrency limits of three
+# tenants) and frozen, every backend terminated (also
 # beside a CPU hog, with hundreds of abandon_on_restart tasks), the
 # database server restarted, a conversation row locked, a node's route
 # blackholed, all against a real PostgreSQL. They restart that server, so
@@ -60,7 +61,8 @@ examples:
 # restart test fails rather than restart a server the script did not start.
 # -v: the figures of each scenario (overlaps, side effects after a take-over,
 # tasks failed, restarts, re-entries of abandon_on_restart handlers,
-# give-ups, stop latency) are the report. The workload, the run log and
+# give-ups, stop latency; each limit's most runs in flight and slots
+# leaked) are the report. The workload, the run log and
 # the proof are internal/faultharness's, which the failover tests share.
 chaos:
 	ARBOR_CHAOS=1 $(WITH_PG) $(GO) test -race -count=1 -timeout 30m -v ./internal/chaos/

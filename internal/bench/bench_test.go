@@ -66,6 +66,9 @@ func runTiny(t *testing.T, only []string) {
 			"j": {"3", "4"},
 			"k": {"3", "5"},
 			"l": {"10", "30"},
+			"m": {"3", "5"},
+			"n": {"3", "5"},
+			"o": {"3", "5"},
 		},
 		// River alone wakes a sleep only when it promotes its scheduled
 		// job, every ~5 s: seconds per size, too slow for the smoke test.

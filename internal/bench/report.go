@@ -107,8 +107,9 @@ type SubjectResult struct {
 	Rounds []RoundResult `json:"rounds,omitempty"`
 	// Ratios, for an arbor subject, are its tasks/s divided by each
 	// baseline's, by the baseline's key, computed per round from the two
-	// runs of that round (above 1, arbor is faster). A baseline without a
-	// round in common has no entry.
+	// runs of that round (above 1, arbor is faster); in a latency
+	// scenario, its p99 divided by the baseline's (above 1, arbor's is
+	// longer). A baseline without a round in common has no entry.
 	Ratios map[string]Spread `json:"ratios,omitempty"`
 }
 
@@ -280,9 +281,13 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 
 	// Each ratio per round, as the median and range of the rounds both
 	// sides ran in, with what each side cost in CPU per task beside it.
-	if s.Metric == Throughput && len(pairs) > 0 {
+	if len(pairs) > 0 {
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "  ratio\tsize\tmedian (min–max)\trounds\tCPU µs/"+unit+" client/server of each side (medians)\t")
+		ratio := "ratio"
+		if s.Metric == Latency {
+			ratio = "p99 ratio"
+		}
+		fmt.Fprintln(tw, "  "+ratio+"\tsize\tmedian (min–max)\trounds\tCPU µs/"+unit+" client/server of each side (medians)\t")
 		for _, p := range pairs {
 			for _, sr := range res.Sizes {
 				a, b := sr.subject(p.a), sr.subject(p.b)

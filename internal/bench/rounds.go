@@ -142,13 +142,22 @@ func medianFigures(rounds []RoundResult) Figures {
 // both were measured in with a figure, and returns the Spread of those
 // ratios; ok is false when no round has both.
 func ratioSpread(a, b []RoundResult) (Spread, bool) {
+	return ratioSpreadOf(a, b, func(f Figures) float64 { return f.TasksPerSec })
+}
+
+// latencyRatioSpread is ratioSpread of the p99s: above 1, a's is longer.
+func latencyRatioSpread(a, b []RoundResult) (Spread, bool) {
+	return ratioSpreadOf(a, b, func(f Figures) float64 { return f.P99Micros })
+}
+
+func ratioSpreadOf(a, b []RoundResult, figure func(Figures) float64) (Spread, bool) {
 	var rounds []int
 	var values []float64
 	for _, ra := range a {
 		for _, rb := range b {
-			if ra.Round == rb.Round && ra.TasksPerSec > 0 && rb.TasksPerSec > 0 {
+			if ra.Round == rb.Round && figure(ra.Figures) > 0 && figure(rb.Figures) > 0 {
 				rounds = append(rounds, ra.Round)
-				values = append(values, ra.TasksPerSec/rb.TasksPerSec)
+				values = append(values, figure(ra.Figures)/figure(rb.Figures))
 			}
 		}
 	}

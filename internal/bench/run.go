@@ -178,7 +178,11 @@ func runSize(ctx context.Context, o *Options, env *Env, s Scenario, size Size, d
 			if !a.Compared(b) {
 				continue
 			}
-			if ratio, ok := ratioSpread(out.Subjects[i].Rounds, out.Subjects[j].Rounds); ok {
+			ratios := ratioSpread
+			if s.Metric == Latency {
+				ratios = latencyRatioSpread
+			}
+			if ratio, ok := ratios(out.Subjects[i].Rounds, out.Subjects[j].Rounds); ok {
 				if out.Subjects[i].Ratios == nil {
 					out.Subjects[i].Ratios = map[string]Spread{}
 				}

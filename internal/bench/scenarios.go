@@ -263,6 +263,62 @@ func Scenarios() []Scenario {
 			Goal:       "p99 ≤ 20 ms",
 			Subjects:   []Subject{{Key: "runner", Arbor: true, Label: "arbor machine.Runner, spawn → wait → child completes → parent re-entered", Run: resumeRunner}},
 		},
+		{
+			Key:   "m",
+			Title: "fairness: tenant B's start latency beside tenant A's flood of N turns (p50/p99/max)",
+			About: "One machine.Runner with RunnerConfig{}. flood: tenant A creates N one-task turns (one conversation each, Engine.CreateMany " +
+				"in batches, a no-op handler) while tenant B creates one turn every 100 ms (Engine.Create, a conversation each) until A's " +
+				"last completes; latency = B's handler entered − its Create's return. alone: B's turns the same way with no flood (30, " +
+				"or N if fewer). The ratio is flood's p99 ÷ alone's, per round (design.md §3.15: B's next turn waits for one run to " +
+				"end, not behind the flood). The note gives the flood's own tasks/s in that run.",
+			Metric:     Latency,
+			Goal:       "flood's p99 within 2× alone's",
+			Sizes:      []string{"3000", "10000"},
+			QuickSizes: []string{"300", "1000"},
+			SizeForm:   "N, tenant A's turns",
+			ParseSize:  parseN,
+			MaxRounds:  3,
+			Subjects: []Subject{
+				{Key: "flood", Arbor: true, Versus: []string{"alone"}, Label: "tenant B's turns beside tenant A's flood of N", Run: fairLatencyFlood},
+				{Key: "alone", Label: "tenant B's turns alone", Run: fairLatencyAlone},
+			},
+		},
+		{
+			Key:   "n",
+			Title: "fairness: tenant A's flood of N turns beside tenant B's turn every 100 ms, against the flood alone",
+			About: "The runs of (m), timed for A: with-b is (m)'s flood (B's turns beside it), alone the same flood with no B. The figure " +
+				"is A's tasks/s, from its first create to its last completion; the note gives B's start latency in that run.",
+			Metric:     Throughput,
+			Goal:       "with-b ≥ 0.9× alone",
+			Sizes:      []string{"3000", "10000"},
+			QuickSizes: []string{"300", "1000"},
+			SizeForm:   "N, tenant A's turns",
+			ParseSize:  parseN,
+			MaxRounds:  3,
+			Subjects: []Subject{
+				{Key: "with-b", Arbor: true, Versus: []string{"alone"}, Label: "tenant A's flood beside tenant B's turns", Run: fairThroughputWithB},
+				{Key: "alone", Label: "tenant A's flood alone", Run: fairThroughputAlone},
+			},
+		},
+		{
+			Key:   "o",
+			Title: "priorities: an interactive turn's start latency behind a background backlog of N (p50/p99/max)",
+			About: "One tenant, one machine.Runner with RunnerConfig{}. backlog: N background turns of priority 0 (one conversation " +
+				"each, Engine.CreateMany, a no-op handler) are created before the runner starts; from its start, an interactive turn " +
+				"of priority 60 (CreateParams.Priority) is created every 100 ms until the backlog drained; latency = its handler entered " +
+				"− its Create's return. empty: the same turns with no backlog (30, or N if fewer). The ratio is backlog's p99 ÷ empty's, " +
+				"per round.",
+			Metric:     Latency,
+			Sizes:      []string{"3000", "10000"},
+			QuickSizes: []string{"300", "1000"},
+			SizeForm:   "N, the background turns",
+			ParseSize:  parseN,
+			MaxRounds:  3,
+			Subjects: []Subject{
+				{Key: "backlog", Arbor: true, Versus: []string{"empty"}, Label: "interactive turns (priority 60) behind N background ones (priority 0)", Run: priorityBacklog},
+				{Key: "empty", Label: "interactive turns with no backlog", Run: priorityEmpty},
+			},
+		},
 	}
 }
 

@@ -8,7 +8,10 @@
 // terminateload_test.go), the database server restarted (fast and
 // immediate), a conversation row locked by an outside connection, a node's
 // route to the database blackholed, and the owner of 100,000 children
-// aborted beside the workload and a CPU hog (bigabort_test.go). Each
+// aborted beside the workload and a CPU hog (bigabort_test.go), and runners
+// killed while concurrency limits hold the work of three tenants back
+// (tenants_test.go: no limit exceeded, sampled and proved from the run
+// log, no slot leaked). Each
 // scenario runs internal/faultharness's workload of trees —
 // parallel children under all_settled, a fail_fast group whose failing
 // child aborts its siblings, a sleep, a retried failure, an

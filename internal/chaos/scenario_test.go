@@ -46,6 +46,13 @@ type scenario struct {
 // when kills and freezes really cut its runs more often (see
 // faultharness.Scenario.Verify).
 func setup(t *testing.T, conversations int) *scenario {
+	return setupWith(t, conversations, faultharness.Config{}, nil)
+}
+
+// setupWith is setup with the workload's tenants and tool key of cfg
+// (its other fields are the suite's own), and before, when not nil, run
+// on the scenario before the turns are created (limits, weights).
+func setupWith(t *testing.T, conversations int, cfg faultharness.Config, before func(s *scenario)) *scenario {
 	requireChaos(t)
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv(envSeed); v != "" {
@@ -55,10 +62,14 @@ func setup(t *testing.T, conversations int) *scenario {
 	}
 	t.Logf("seed %d (%s=%d makes the faults come at the same counts of handler calls)", seed, envSeed, seed)
 	s := &scenario{
-		Scenario: faultharness.New(t, faultharness.Config{AppPrefix: appPrefix, Conversations: "chaos", KeepLogsEnv: envKeepLogs}),
-		rng:      rand.New(rand.NewPCG(seed, seed>>1)),
+		Scenario: faultharness.New(t, faultharness.Config{AppPrefix: appPrefix, Conversations: "chaos", KeepLogsEnv: envKeepLogs,
+			Tenants: cfg.Tenants, ToolKey: cfg.ToolKey}),
+		rng: rand.New(rand.NewPCG(seed, seed>>1)),
 	}
 	require.Equal(t, tasks.RestartLimitDefault, s.Engine.Config().RestartLimit, "the workload runs at the engine's default restart limit")
+	if before != nil {
+		before(s)
+	}
 	s.AddTurns(conversations, nil)
 	return s
 }

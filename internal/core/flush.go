@@ -30,7 +30,9 @@ import (
 // with live siblings) is applied one outcome at a time, each under a
 // savepoint, by the one-by-one operations. A set-based statement that fails
 // fails the flush; the caller then runs the batch again with every outcome
-// on the one-by-one path (slow), where a refusal is that outcome's alone.
+// on the one-by-one path (slow), where a refusal is that outcome's alone —
+// but a deadlock or a serialization failure, which is the transaction's:
+// it fails the flush, which Tx runs again.
 
 // OutcomeKind says what a run's outcome is.
 type OutcomeKind int
@@ -211,7 +213,17 @@ func (e *Engine) applyOutcomes(ctx context.Context, tx pgx.Tx, outs []Outcome, a
 	}
 	slices.Sort(slowIdx)
 	for _, i := range slowIdx {
-		res.Results[i] = e.applyOne(ctx, tx, outs[i])
+		r := e.applyOne(ctx, tx, outs[i])
+		if retryable(r.Err) {
+			// A deadlock or a serialization failure is the transaction's,
+			// not the outcome's: the flush runs again (Tx), as after one
+			// in a set-based statement. Concurrency limits make deadlocks
+			// possible (docs/design.md §3.15): an outcome's end gives back
+			// its slots, locking the limits of its keys, after another
+			// outcome's end or before the claim's starts took others.
+			return fmt.Errorf("flush: task %d: %w", outs[i].TaskID, r.Err)
+		}
+		res.Results[i] = r
 	}
 	return nil
 }

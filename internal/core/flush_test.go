@@ -133,3 +133,76 @@ func errorsIsAny(err error, targets ...error) bool {
 	}
 	return false
 }
+
+// A deadlock met by an outcome applied one by one is the flush's, not the
+// outcome's: the flush's transaction runs again, and the run's sleep is
+// written. Concurrency limits made it possible (design.md §3.15: a run's
+// end gives its slots back, a start takes them, and one flush does both
+// for many tasks, so two transactions can lock two limits in opposite
+// orders). Here another transaction holds limit "kind:dl-y" while the
+// flush's sleep of x has taken "kind:dl-x" and its sleep of y waits for
+// "kind:dl-y"; the other then asks for "kind:dl-x". The flush, which looks
+// for deadlocks first, finds it and is refused with it; before the
+// fix, that refusal became the sleep's own error, which the runner gave
+// the handler, and the task failed with "deadlock detected" (make chaos,
+// TestTenantsLimitsUnderKills).
+func TestFlushRetriesADeadlockOfAnOutcome(t *testing.T) {
+	t.Parallel()
+	b := setupTruncating(t)
+	require.NoError(t, b.engine.SetConcurrencyLimit(b.ctx, "kind:dl-x", 10))
+	require.NoError(t, b.engine.SetConcurrencyLimit(b.ctx, "kind:dl-y", 10))
+	turn := b.root(t, "turn")
+	x := b.start(t, b.child(t, turn.ID, "dl-x").ID)
+	y := b.start(t, b.child(t, turn.ID, "dl-y").ID)
+
+	other, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(b.ctx) }()
+	var otherPID int
+	require.NoError(t, other.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&otherPID))
+	// The other looks for deadlocks long after the flush does: the flush
+	// finds this one.
+	_, err = other.Exec(b.ctx, `SET LOCAL deadlock_timeout = '1min'`)
+	require.NoError(t, err)
+	_, err = other.Exec(b.ctx, `SELECT 1 FROM `+b.schema+`.concurrency_limits WHERE key = 'kind:dl-y' FOR UPDATE`)
+	require.NoError(t, err)
+
+	wake := time.Now().Add(time.Hour)
+	outs := []core.Outcome{
+		{Kind: core.OutSleep, TaskID: x.ID, Token: x.Token, ConversationID: b.conv, WakeAt: wake},
+		{Kind: core.OutSleep, TaskID: y.ID, Token: y.Token, ConversationID: b.conv, WakeAt: wake},
+	}
+	type flushed struct {
+		res core.FlushResult
+		err error
+	}
+	done := make(chan flushed, 1)
+	go func() {
+		var xact int64
+		res, err := core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (core.FlushResult, error) {
+			return b.engine.C.Flush(b.ctx, tx, outs, core.ClaimParamsFor{Holder: b.lease(t).HolderID}, true, &xact, nil)
+		})
+		done <- flushed{res, err}
+	}()
+	// The flush waits for kind:dl-y, which the other holds.
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, otherPID).Scan(&n))
+		return n > 0
+	}, time.Minute, 5*time.Millisecond, "the flush waits for the other's lock")
+	// The other asks for kind:dl-x, which the flush holds: a deadlock, which
+	// the flush finds and is refused with; the other then gets its lock,
+	// and lets both go.
+	_, err = other.Exec(b.ctx, `SELECT 1 FROM `+b.schema+`.concurrency_limits WHERE key = 'kind:dl-x' FOR UPDATE`)
+	require.NoError(t, err, "the flush is the one refused")
+	require.NoError(t, other.Rollback(b.ctx))
+
+	f := <-done
+	require.NoError(t, f.err)
+	require.Len(t, f.res.Results, 2)
+	for i, r := range f.res.Results {
+		require.NoError(t, r.Err, "outcome %d: a deadlock is the transaction's, retried, not the outcome's", i)
+	}
+	require.Equal(t, arbortype.StatusSleeping, b.get(t, x.ID).Status)
+	require.Equal(t, arbortype.StatusSleeping, b.get(t, y.ID).Status)
+}

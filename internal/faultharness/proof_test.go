@@ -181,3 +181,55 @@ func TestProofCountsRestarts(t *testing.T) {
 		require.Len(t, problems, tc.problems, strings.Join(problems, "\n"))
 	}
 }
+
+// TestProofCatchesLimitOvershoot checks the limits' proof: three calls of
+// tasks of key "search" in flight at once, under a limit of 2, are an
+// overshoot; two that touch are counted together; a call that never
+// returned is in flight until its process's death, which bounds it only
+// when it came after its entry; and a slot counted with no run left is a
+// leak.
+func TestProofCatchesLimitOvershoot(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	require.NoError(t, s.Engine.SetConcurrencyLimit(s.Ctx, "key:search", 2))
+	var ids []int64
+	for i := range 3 {
+		task, _, err := s.Engine.Create(s.Ctx, arbortype.CreateParams{ConversationID: fmt.Sprint("limit-", i), Kind: "tool",
+			ConcurrencyKey: "search"})
+		require.NoError(t, err)
+		ids = append(ids, task.ID)
+	}
+	at := time.Now()
+	call := func(id int64, task int64, node string, start, end time.Duration) {
+		var ended *time.Time
+		if end >= 0 {
+			e := at.Add(end)
+			ended = &e
+		}
+		s.Exec(`INSERT INTO {s}.run_log (id, task_id, conversation_id, token, node, kind, stubborn, attempt, started_at, returned_at)
+			VALUES ($1, $2, 'c', $1, $3, 'tool', false, 0, $4, $5)`, id, task, node, at.Add(start), ended)
+	}
+	sampled := map[string]LimitSample{"key:search": {Max: 2, Samples: 1}}
+	check := func(inFlight int, problems int) {
+		t.Helper()
+		out, found := s.limitProblems(sampled, nil)
+		require.Equal(t, inFlight, out["key:search"].InFlight, strings.Join(found, "\n"))
+		require.Len(t, found, problems, strings.Join(found, "\n"))
+	}
+	call(1, ids[0], "x", 0, time.Second)
+	call(2, ids[1], "y", time.Second, 3*time.Second) // enters as 1 returns: touching counts
+	check(2, 0)
+	call(3, ids[2], "k", 500*time.Millisecond, -1) // never returns: in flight to the end
+	check(3, 1)
+	s.Fault("kill", "k", "", at.Add(900*time.Millisecond), at.Add(900*time.Millisecond))
+	check(2, 0) // killed before 2 entered
+	s.Exec(`UPDATE {s}.chaos_faults SET from_at = $1, to_at = $1 WHERE node = 'k'`, at.Add(1500*time.Millisecond))
+	check(3, 1) // killed after 2 entered
+
+	s.Exec(`UPDATE {s}.chaos_faults SET from_at = $1, to_at = $1 WHERE node = 'k'`, at.Add(900*time.Millisecond))
+	s.Exec(`UPDATE {s}.concurrency_limits SET running = 1 WHERE key = 'key:search'`)
+	out, found := s.limitProblems(sampled, nil)
+	require.Equal(t, 1, out["key:search"].Running)
+	require.Len(t, found, 1, strings.Join(found, "\n"))
+	require.Contains(t, found[0], "1 slots leaked")
+}

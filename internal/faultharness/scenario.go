@@ -63,6 +63,14 @@ type Config struct {
 	// abandoned_on_restart by whichever recovery comes, counted or not: its
 	// designed end, counted apart (figures' abandonedRecoveries) instead.
 	DatabaseFaultsOnly bool
+	// Tenants, when not empty, spreads the conversations over these
+	// tenants, round robin (the i-th conversation's tenant is
+	// Tenants[i % len(Tenants)]).
+	Tenants []string
+	// ToolKey, when not empty, is the ConcurrencyKey every turn's tool
+	// calls (tool0, tool1 and the stubborn tool2) are spawned with: the
+	// limit "key:"+ToolKey bounds them (see VerifyLimits).
+	ToolKey string
 }
 
 // Scenario is what a fault test needs: its own schema (with the run log,
@@ -221,12 +229,17 @@ func (s *Scenario) AddTurns(n int, fan func(i int) int) {
 			k = fan(i)
 		}
 		conv := fmt.Sprintf("%s-%04d", s.cfg.Conversations, i)
-		in, _ := json.Marshal(map[string]any{"value": turnInput{Name: "turn", Fan: k, OnceLeaves: s.OnceLeaves, Awaits: s.cfg.Awaits, I: i}})
+		in, _ := json.Marshal(map[string]any{"value": turnInput{Name: "turn", Fan: k, OnceLeaves: s.OnceLeaves, Awaits: s.cfg.Awaits, I: i,
+			ToolKey: s.cfg.ToolKey}})
+		var tenant string
+		if len(s.cfg.Tenants) > 0 {
+			tenant = s.cfg.Tenants[i%len(s.cfg.Tenants)]
+		}
 		var turn arbortype.Task
 		s.Retry("create "+conv, func(ctx context.Context) error {
 			var err error
 			turn, _, err = s.Engine.Create(ctx, arbortype.CreateParams{ConversationID: conv, Kind: turnKind, Input: in,
-				IdempotencyKey: "turn"})
+				IdempotencyKey: "turn", Tenant: tenant})
 			return err
 		})
 		if s.cfg.Awaits {

@@ -55,6 +55,11 @@ import (
 //	                          "once_leaves": true (completed, or cancelled
 //	                          with abandoned_on_restart, as once)
 //
+// With Config.ToolKey, tool0, tool1 and tool2 are spawned with that
+// ConcurrencyKey (a turn whose input says "tool_key"), so that a limit of
+// the key bounds them; with Config.Tenants, the conversations belong to
+// those tenants, round robin.
+//
 // Eleven tasks, thirteen with awaits (plus the leaves), every one with an
 // expected end:
 // everything completed but the siblings (aborted), doomed (failed, with its
@@ -129,6 +134,9 @@ type turnInput struct {
 	// waiter's times by I, the conversation's index.
 	Awaits bool `json:"awaits,omitempty"`
 	I      int  `json:"i"`
+	// ToolKey, when not empty, is the ConcurrencyKey the turn's tool calls
+	// (tool0, tool1, tool2) are spawned with (Config.ToolKey).
+	ToolKey string `json:"tool_key,omitempty"`
 }
 
 // turnChildren is the tree of a turn: with awaits, its nap and its
@@ -154,6 +162,9 @@ func turnChildren(in turnInput) []childSpec {
 		children = append(children,
 			childSpec{name: "agent", kind: agentKind},
 			childSpec{name: "waiter", kind: waiterKind, value: map[string]any{"timeout_ms": 1000 + (in.I*157)%2000}})
+	}
+	for i := range children[:3] {
+		children[i].params.ConcurrencyKey = in.ToolKey
 	}
 	return children
 }
