@@ -330,6 +330,13 @@ func (r *Runner) busyByTenant() store.Busy {
 	return b
 }
 
+// openBatch bounds the conversations one open takes: an open is one
+// transaction, and a notification's conversation (another tenant's next
+// turn) waits for the open in flight to end; an open of a thousand
+// conversations behind a flood of one-task turns took hundreds of
+// milliseconds (bench (m)).
+const openBatch = 100
+
 // open takes conversations that have work and no live holder — as many as
 // there are free slots and room — recovers them, and claims their runnable
 // tasks, all in one transaction. When the node is full, the longest idle
@@ -357,7 +364,7 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 			room += r.releaseForRoom(min(n-room, evictBatch))
 		}
 	}
-	limit := min(k, room)
+	limit := min(k, room, openBatch)
 	if limit <= 0 {
 		r.unreserve(k)
 		return false, false
