@@ -46,6 +46,7 @@ var imports = map[string]string{
 	"arbortest":  arborModule + "/arbortest",
 	"arbortype":  arborModule + "/arbortype",
 	"arborui":    arborModule + "/arborui",
+	"arborhttp":  arborModule + "/arborhttp",
 	"machine":    arborModule + "/machine",
 	"migrations": arborModule + "/migrations",
 	"reconcile":  arborModule + "/reconcile",
