@@ -66,6 +66,29 @@ func abortOptions(opts []AbortOption) abortOpts {
 	return o
 }
 
+// AbortTurn aborts the live turn of a conversation — the user pressed stop
+// — as Abort aborts a task, in one transaction under the conversation's
+// lock: its oldest live root task (the turn under way, or, none started
+// yet, the next to run), with every live descendant that is not
+// background. The conversation's background tasks, and the turns queued
+// behind it, are left alone: the next queued turn runs next. With no live
+// turn the report is empty and nothing is written (a stop pressed twice is
+// no error); an unknown conversation is arbortype.ErrNotFound. WithReason
+// records why.
+func (e *Engine) AbortTurn(ctx context.Context, conversationID string, opts ...AbortOption) (AbortReport, error) {
+	return core.Tx(ctx, e.core, func(tx pgx.Tx) (AbortReport, error) { return e.abortTurn(ctx, tx, conversationID, opts) })
+}
+
+// AbortTurnTx is AbortTurn inside the caller's transaction.
+func (e *Engine) AbortTurnTx(ctx context.Context, tx pgx.Tx, conversationID string, opts ...AbortOption) (AbortReport, error) {
+	return core.Savepoint(ctx, tx, func(tx pgx.Tx) (AbortReport, error) { return e.abortTurn(ctx, tx, conversationID, opts) })
+}
+
+func (e *Engine) abortTurn(ctx context.Context, tx pgx.Tx, conversationID string, opts []AbortOption) (AbortReport, error) {
+	rep, err := e.core.AbortTurnWhy(ctx, tx, conversationID, abortOptions(opts).reason)
+	return AbortReport(rep), err
+}
+
 // AbortConversation aborts every live task of a conversation, background
 // tasks included, leaves first, in one transaction: what the user's "stop"
 // on the whole conversation means. A conversation with nothing live is not

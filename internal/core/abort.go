@@ -105,3 +105,35 @@ func abortReason(reason string) (*TaskError, error) {
 	}
 	return &TaskError{Code: arbortype.CodeAborted, Message: reason}, nil
 }
+
+// AbortTurnWhy aborts the live turn of a conversation — its oldest live
+// root task: the turn under way, or, none started yet, the next to run —
+// with its foreground subtree, as Abort does (the user pressed stop): its
+// background tasks and the turns queued behind it are left alone. No live
+// turn is an empty report (a stop pressed twice is no error); an unknown
+// conversation ErrNotFound.
+func (e *Engine) AbortTurnWhy(ctx context.Context, tx pgx.Tx, conversationID, reason string) (AbortReport, error) {
+	what := fmt.Sprintf("abort the live turn of conversation %q", conversationID)
+	if err := checkText("conversation id", conversationID, true); err != nil {
+		return AbortReport{}, fmt.Errorf("%s: %w", what, err)
+	}
+	why, err := abortReason(reason)
+	if err != nil {
+		return AbortReport{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if _, err := e.Store.LockConversation(ctx, tx, conversationID); err != nil {
+		if store.IsNoRows(err) {
+			err = arbortype.ErrNotFound
+		}
+		return AbortReport{}, fmt.Errorf("%s: %w", what, err)
+	}
+	roots, err := e.Store.LiveRoots(ctx, tx, conversationID)
+	if err != nil || len(roots) == 0 {
+		return AbortReport{}, err
+	}
+	settled, err := e.abortSubtreesWhy(ctx, tx, conversationID, []int64{roots[0].ID}, why)
+	if err != nil {
+		return AbortReport{}, fmt.Errorf("%s: %w", what, err)
+	}
+	return AbortReport{Settled: settled}, nil
+}
