@@ -434,9 +434,11 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 	}
 	r.openAfter = o.after
 	r.mu.Unlock()
+	var took takeOver
 	for i, rep := range o.reps {
 		if !rep.Empty() {
-			r.logger.Info("arbor: conversation recovered", slog.Any("report", rep), slog.Int64("epoch", o.leases[i].Epoch))
+			took.add(rep)
+			r.logger.Debug("arbor: conversation recovered", slog.Any("report", rep), slog.Int64("epoch", o.leases[i].Epoch))
 		}
 		if r.cfg.OnReconcile != nil {
 			r.cfg.OnReconcile(rep)
@@ -445,6 +447,7 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 			r.cfg.Observer.Observe(Observation{Kind: ObservedTakeOver, Report: rep})
 		}
 	}
+	took.log(r.logger)
 	r.unreserve(k - len(o.claimed))
 	r.dispatch(o.claimed)
 	r.announceRuns(o.claimed)
@@ -470,6 +473,34 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 		}
 	}
 	return full, false
+}
+
+// takeOver sums what the recoveries of one open did, for its one log line.
+type takeOver struct {
+	conversations                                           int
+	requeued, restarted, abandoned, limitExceeded, repaired int
+}
+
+func (t *takeOver) add(rep reconcile.Report) {
+	t.conversations++
+	t.requeued += len(rep.Requeued)
+	t.restarted += len(rep.Restarted)
+	t.abandoned += len(rep.Abandoned)
+	t.limitExceeded += len(rep.LimitExceeded)
+	t.repaired += len(rep.WaitsWoken) + len(rep.Completed)
+}
+
+// log writes one line at Info for an open that recovered anything: how
+// many conversations, tasks requeued, restarts counted, tasks abandoned
+// and failed past their restart limit, waits and completions repaired
+// (each conversation's report is at Debug, and goes to OnReconcile).
+func (t takeOver) log(logger *slog.Logger) {
+	if t.conversations == 0 {
+		return
+	}
+	logger.Info("arbor: took over conversations", slog.Int("conversations", t.conversations),
+		slog.Int("requeued", t.requeued), slog.Int("restarts_counted", t.restarted), slog.Int("abandoned", t.abandoned),
+		slog.Int("restart_limit_exceeded", t.limitExceeded), slog.Int("repaired", t.repaired))
 }
 
 // announceRuns tells the conversations' log followers of the runs a claim
