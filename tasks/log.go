@@ -62,15 +62,20 @@ func (e *Engine) LogHead(ctx context.Context, conversationID string) (int64, err
 // in order, then with each new one as it commits, until ctx ends (it
 // returns ctx's error) or fn returns an error (Follow returns it). A
 // follower that attaches mid-turn with the cursor of the last entry it saw
-// misses nothing: every later entry, the turn's settle included, comes. An
-// unknown conversation is arbortype.ErrNotFound at once, as it is to AwaitSettled,
-// PendingEvents and Emit (create the conversation's first turn before
-// following it); one pruned whole while it is followed ends the follow
-// with arbortype.ErrNotFound.
+// misses nothing: every later entry, the turn's settle included, comes. A
+// conversation that does not exist yet is waited for: a client may open
+// its stream before it posts the first message, and the follow starts
+// with the conversation's first entries when its first create commits (it
+// is not created by following it). One pruned whole while it is followed
+// ends the follow with arbortype.ErrNotFound; a malformed id is
+// arbortype.ErrInvalidArgument at once.
 func (e *Engine) Follow(ctx context.Context, conversationID string, after int64, fn func(arbortype.LogEntry) error) error {
-	if _, err := e.ReadLog(ctx, conversationID, after, 1); err != nil {
+	if _, err := e.ReadLog(ctx, conversationID, after, 1); err != nil && !errors.Is(err, arbortype.ErrNotFound) {
 		return err
 	}
+	// Subscribed before the conversation is read again: its creation's
+	// notice, or any later entry's, cannot fall between the read and the
+	// wait.
 	sub, err := e.hub.subscribe(ctx, conversationID)
 	if err != nil {
 		return err
@@ -78,10 +83,16 @@ func (e *Engine) Follow(ctx context.Context, conversationID string, after int64,
 	defer e.hub.unsubscribe(sub)
 	poll := time.NewTimer(FollowPoll)
 	defer poll.Stop()
+	seen := false // the conversation existed once: its disappearance is a prune
 	for {
 		entries, err := e.ReadLog(ctx, conversationID, after, 1000)
-		if err != nil {
+		switch {
+		case errors.Is(err, arbortype.ErrNotFound) && !seen:
+			entries = nil // not created yet: wait for it
+		case err != nil:
 			return err
+		default:
+			seen = true
 		}
 		for _, en := range entries {
 			if err := fn(en); err != nil {
