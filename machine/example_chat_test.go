@@ -10,10 +10,10 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/arborhq/arbor/arborhttp"
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
@@ -121,52 +121,11 @@ func ExampleRunner_httpHandler() {
 	// turns: 1
 }
 
-// streamEvents is a chat backend's progress stream, GET /chats/{id}/events:
-// every entry of the conversation's log (status changes, the handlers'
-// progress, events) as a server-sent event whose id is the entry's Seq, from
-// the client's Last-Event-ID on, so that a client that reconnects misses
-// nothing. It runs until the client goes away.
-func streamEvents(engine *tasks.Engine) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		var after int64
-		if id := r.Header.Get("Last-Event-ID"); id != "" {
-			var err error
-			if after, err = strconv.ParseInt(id, 10, 64); err != nil || after < 0 {
-				http.Error(w, "Last-Event-ID is not an entry's seq", http.StatusBadRequest)
-				return
-			}
-		}
-		rc := http.NewResponseController(w)
-		started := false
-		err := engine.Follow(r.Context(), r.PathValue("id"), after, func(en arbortype.LogEntry) error {
-			if !started {
-				w.Header().Set("Content-Type", "text/event-stream")
-				w.Header().Set("Cache-Control", "no-store")
-				started = true
-			}
-			data, err := json.Marshal(map[string]any{"task": en.TaskID, "name": en.Name, "status": en.Status, "payload": en.Payload})
-			if err != nil {
-				return err
-			}
-			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", en.Seq, en.Kind, data); err != nil {
-				return err
-			}
-			return rc.Flush()
-		})
-		switch {
-		case errors.Is(err, arbortype.ErrNotFound) && !started:
-			http.Error(w, "no such chat", http.StatusNotFound)
-		case err != nil && r.Context().Err() == nil:
-			log.Printf("stream %s: %v", r.PathValue("id"), err)
-		}
-	}
-}
-
 // sseEvent is one server-sent event as the client reads it.
 type sseEvent struct {
 	id, event string
 	data      struct {
-		Task    int64            `json:"task"`
+		Task    int64            `json:"task_id"`
 		Name    string           `json:"name"`
 		Status  arbortype.Status `json:"status"`
 		Payload json.RawMessage  `json:"payload"`
@@ -199,9 +158,10 @@ func readEvents(r io.Reader, fn func(sseEvent) bool) error {
 	return sc.Err()
 }
 
-// A progress stream over server-sent events (streamEvents): the handler
-// publishes the answer's tokens with Run.Progress; the client reads them as
-// they commit, then the turn's settle, and closes the stream.
+// A progress stream over server-sent events (arborhttp.Stream): the
+// handler publishes the answer's tokens with Run.Progress; the client reads
+// them as they commit, then the turn's settle, which ends the stream
+// (?until=<the turn>).
 func ExampleRun_Progress_serverSentEvents() {
 	ctx := context.Background()
 	engine, done := exampleEngine(ctx, "arbor_example_sse")
@@ -219,7 +179,9 @@ func ExampleRun_Progress_serverSentEvents() {
 	defer stop()
 
 	mux := http.NewServeMux()
-	mux.Handle("GET /chats/{id}/events", streamEvents(engine))
+	mux.Handle("GET /chats/{id}/events", arborhttp.Stream(engine, func(r *http.Request) (string, error) {
+		return r.PathValue("id"), nil
+	}, nil))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
@@ -229,7 +191,7 @@ func ExampleRun_Progress_serverSentEvents() {
 	}
 	reqCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, srv.URL+"/chats/chat-41/events", nil)
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, srv.URL+fmt.Sprintf("/chats/chat-41/events?until=%d", turn.ID), nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -248,8 +210,7 @@ func ExampleRun_Progress_serverSentEvents() {
 		case ev.event == "progress":
 			fmt.Println("token", string(ev.data.Payload))
 		case ev.event == "status" && ev.data.Task == turn.ID && ev.data.Status.Settled():
-			fmt.Println("turn", ev.data.Status)
-			return false // the client closes the stream
+			fmt.Println("turn", ev.data.Status) // the stream ends after it
 		}
 		return true
 	})
