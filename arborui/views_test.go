@@ -238,6 +238,10 @@ func TestApprovals(t *testing.T) {
 	require.Contains(t, page, fmt.Sprintf(`id="await-%d"`, no.ID))
 	require.Contains(t, page, `value="`+yes.AwaitToken+`"`)
 	csrf := token(t, page)
+	// The conversation's tree says what it awaits, not that it sleeps.
+	code, tree := b.get(t, "/conversation?id="+url.QueryEscape(b.conv+"-a"))
+	require.Equal(t, http.StatusOK, code, tree)
+	require.Contains(t, tree, `<span class="badge status-awaiting">awaiting approval</span>`)
 
 	code, _, to := b.post(t, fmt.Sprintf("/tasks/%d/emit", yes.ID), url.Values{"csrf": {csrf}, "token": {yes.AwaitToken},
 		"decision": {"approve"}, "payload": {`{"note": "<ok>"}`}, "back": {"/approvals"}}, nil)

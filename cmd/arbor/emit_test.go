@@ -28,6 +28,10 @@ func TestEmitAnswersAnApproval(t *testing.T) {
 
 	out := b.arbor(t, "pending", b.conv).ok(t).stdout
 	require.Equal(t, fmt.Sprintf("#4 ask_approval awaits approval (no timeout): token %s\n", token), out)
+	// The tree says what a person waits for: an await, not a sleep.
+	tree := b.arbor(t, "tree", b.conv).ok(t).stdout
+	require.Contains(t, tree, "#4 ask_approval [awaiting approval] phase=decided")
+	require.NotContains(t, tree, "[sleeping]")
 
 	b.arbor(t, "emit", "--token", "awt_forged", `{"approved": true}`).fails(t, 1, "no await has the token awt_forged")
 	b.arbor(t, "emit", "--token", token, `{"approved": `).fails(t, 1, "is not valid JSON")

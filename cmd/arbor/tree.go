@@ -18,8 +18,9 @@ Draws a conversation's task tree, one task a line: id, kind, status, phase,
 attempt and age, its priority and concurrency key when set, and when a
 queued task that never started expires; what a waiting task waits on (its
 policy and the children it names), what a completing task still waits
-for, when a sleeping task wakes; background tasks are marked, and a
-settled task's error is shown.
+for, when a sleeping task wakes, and what an awaiting one awaits
+("[awaiting approval]", and when its await times out); background tasks
+are marked, and a settled task's error is shown.
 The first line names the conversation, and its tenant unless the default.
 
 Tasks deeper than 24 levels are drawn at the 24th level's indentation,
@@ -232,7 +233,7 @@ func renderTree(w io.Writer, conv arbortype.Conversation, all []arbortype.Task, 
 // describe is one task's line of the tree; kids are its children.
 func describe(t arbortype.Task, kids []arbortype.Task, now time.Time) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "#%d %s [%s]", t.ID, printable(t.Kind), printable(string(t.Status)))
+	fmt.Fprintf(&b, "#%d %s [%s]", t.ID, printable(t.Kind), printable(statusWord(t)))
 	if t.Phase != "" {
 		fmt.Fprintf(&b, " phase=%s", printable(t.Phase))
 	}
@@ -264,7 +265,12 @@ func describe(t arbortype.Task, kids []arbortype.Task, now time.Time) string {
 		}
 		fmt.Fprintf(&b, " holds its result, waits on %s", idList(live))
 	case arbortype.StatusSleeping:
-		fmt.Fprintf(&b, " wakes at %s", formatTime(t.WakeAt))
+		switch {
+		case t.AwaitName == "":
+			fmt.Fprintf(&b, " wakes at %s", formatTime(t.WakeAt))
+		case t.WakeAt != nil:
+			fmt.Fprintf(&b, " times out at %s", formatTime(t.WakeAt))
+		}
 	}
 	if t.Background {
 		b.WriteString(" (background)")
@@ -334,4 +340,13 @@ func idList(ids []int64) string {
 		parts[i] = fmt.Sprintf("#%d", id)
 	}
 	return strings.Join(parts, " ")
+}
+
+// statusWord is a task's status as a person reads it: an await is
+// "awaiting <its event>", not the sleep it is stored as.
+func statusWord(t arbortype.Task) string {
+	if t.Status == arbortype.StatusSleeping && t.AwaitName != "" {
+		return "awaiting " + t.AwaitName
+	}
+	return string(t.Status)
 }
