@@ -28,4 +28,7 @@ type ConversationSummary struct {
 	// Live counts the conversation's live tasks by status; statuses with
 	// none are absent.
 	Live map[Status]int
+	// Awaiting is how many of its sleeping tasks are parked in an await (an
+	// approval, a message): counted in Live[StatusSleeping] too.
+	Awaiting int
 }

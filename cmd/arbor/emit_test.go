@@ -32,6 +32,8 @@ func TestEmitAnswersAnApproval(t *testing.T) {
 	tree := b.arbor(t, "tree", b.conv).ok(t).stdout
 	require.Contains(t, tree, "#4 ask_approval [awaiting approval] phase=decided")
 	require.NotContains(t, tree, "[sleeping]")
+	// ls counts it apart from the sleeps.
+	require.Contains(t, b.arbor(t, "ls", "--json").ok(t).stdout, `"awaiting": 1`)
 
 	b.arbor(t, "emit", "--token", "awt_forged", `{"approved": true}`).fails(t, 1, "no await has the token awt_forged")
 	b.arbor(t, "emit", "--token", token, `{"approved": `).fails(t, 1, "is not valid JSON")

@@ -36,6 +36,8 @@ type lsEntry struct {
 	Epoch          int64          `json:"epoch"`
 	LeaseExpiresAt *jsonTime      `json:"lease_expires_at,omitempty"`
 	Live           map[string]int `json:"live"`
+	// Awaiting is how many of the sleeping tasks are parked in an await.
+	Awaiting int `json:"awaiting"`
 }
 
 func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -83,7 +85,7 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		out := make([]lsEntry, 0, len(convs))
 		for _, c := range convs {
-			e := lsEntry{ID: c.ID, Tenant: c.Tenant, Holder: c.Holder, Epoch: c.Epoch, LeaseExpiresAt: (*jsonTime)(c.LeaseExpiresAt), Live: map[string]int{}}
+			e := lsEntry{ID: c.ID, Tenant: c.Tenant, Holder: c.Holder, Epoch: c.Epoch, LeaseExpiresAt: (*jsonTime)(c.LeaseExpiresAt), Live: map[string]int{}, Awaiting: c.Awaiting}
 			for st, n := range c.Live {
 				e.Live[string(st)] = n
 			}
@@ -110,6 +112,9 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprint(tw, "\tLIVE")
 	for _, st := range live {
 		fmt.Fprintf(tw, "\t%s", strings.ToUpper(string(st)))
+		if st == arbortype.StatusSleeping {
+			fmt.Fprint(tw, "\tAWAITING")
+		}
 	}
 	fmt.Fprint(tw, "\tHOLDER\tLEASE DEADLINE\n")
 	now := time.Now()
@@ -124,6 +129,11 @@ func cmdLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(tw, "\t%d", total)
 		for _, st := range live {
+			if st == arbortype.StatusSleeping {
+				// An await is stored as a sleep: counted apart.
+				fmt.Fprintf(tw, "\t%d\t%d", c.Live[st]-c.Awaiting, c.Awaiting)
+				continue
+			}
 			fmt.Fprintf(tw, "\t%d", c.Live[st])
 		}
 		holder, deadline := "-", "-"

@@ -36,21 +36,21 @@ func TestLs(t *testing.T) {
 	b.conv = "conv-c"
 	b.create(t, 0, "turn", false)
 
-	require.Equal(t, `CONVERSATION  LIVE  PENDING  RUNNING  WAITING  SLEEPING  COMPLETING  HOLDER  LEASE DEADLINE
-conv-a        3     1        1        1        0         0           node-7  2030-01-02T03:04:05Z
-conv-c        1     1        0        0        0         0           -       -
+	require.Equal(t, `CONVERSATION  LIVE  PENDING  RUNNING  WAITING  SLEEPING  AWAITING  COMPLETING  HOLDER  LEASE DEADLINE
+conv-a        3     1        1        1        0         0         0           node-7  2030-01-02T03:04:05Z
+conv-c        1     1        0        0        0         0         0           -       -
 `, b.arbor(t, "ls").ok(t).stdout)
 
 	// --status keeps conversations with a live task in one of the statuses.
-	require.Equal(t, `CONVERSATION  LIVE  PENDING  RUNNING  WAITING  SLEEPING  COMPLETING  HOLDER  LEASE DEADLINE
-conv-a        3     1        1        1        0         0           node-7  2030-01-02T03:04:05Z
+	require.Equal(t, `CONVERSATION  LIVE  PENDING  RUNNING  WAITING  SLEEPING  AWAITING  COMPLETING  HOLDER  LEASE DEADLINE
+conv-a        3     1        1        1        0         0         0           node-7  2030-01-02T03:04:05Z
 `, b.arbor(t, "ls", "--status", "waiting").ok(t).stdout)
 	require.Equal(t, "no conversation has live work\n", b.arbor(t, "ls", "--status", "sleeping,completing").ok(t).stdout)
 	b.arbor(t, "ls", "--status", "completed").fails(t, 1, `ls: --status "completed": give live statuses`)
 
 	// --limit cuts the list and says so.
-	require.Equal(t, `CONVERSATION  LIVE  PENDING  RUNNING  WAITING  SLEEPING  COMPLETING  HOLDER  LEASE DEADLINE
-conv-a        3     1        1        1        0         0           node-7  2030-01-02T03:04:05Z
+	require.Equal(t, `CONVERSATION  LIVE  PENDING  RUNNING  WAITING  SLEEPING  AWAITING  COMPLETING  HOLDER  LEASE DEADLINE
+conv-a        3     1        1        1        0         0         0           node-7  2030-01-02T03:04:05Z
 (only the first 1; raise --limit, or 0 for all)
 `, b.arbor(t, "ls", "--limit", "1").ok(t).stdout)
 

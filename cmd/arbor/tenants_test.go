@@ -26,9 +26,9 @@ func TestTenantFieldsShown(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, task.QueueExpiresAt)
 
-	require.Equal(t, `CONVERSATION  TENANT             LIVE  PENDING  RUNNING  WAITING  SLEEPING  COMPLETING  HOLDER  LEASE DEADLINE
-conv-a        -                  1     1        0        0        0         0           -       -
-conv-t        acme\x1b[2J\u202e  1     1        0        0        0         0           -       -
+	require.Equal(t, `CONVERSATION  TENANT             LIVE  PENDING  RUNNING  WAITING  SLEEPING  AWAITING  COMPLETING  HOLDER  LEASE DEADLINE
+conv-a        -                  1     1        0        0        0         0         0           -       -
+conv-t        acme\x1b[2J\u202e  1     1        0        0        0         0         0           -       -
 `, b.arbor(t, "ls").ok(t).stdout)
 	var entries []struct {
 		ID     string `json:"id"`

@@ -38,15 +38,17 @@ func (s *Store) LiveConversations(ctx context.Context, db DB, statuses []arborty
 	var (
 		out    []arbortype.ConversationSummary
 		c      arbortype.ConversationSummary
-		status string
-		n      int
+		status      string
+		n, awaiting int
 	)
-	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &c.Tenant, &status, &n}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.Holder, &c.Epoch, &c.LeaseExpiresAt, &c.Tenant, &status, &n, &awaiting}, func() error {
 		if len(out) == 0 || out[len(out)-1].ID != c.ID {
 			c.Live = map[arbortype.Status]int{}
+			c.Awaiting = 0
 			out = append(out, c)
 		}
 		out[len(out)-1].Live[arbortype.Status(status)] = n
+		out[len(out)-1].Awaiting += awaiting
 		return nil
 	})
 	if err != nil {

@@ -22,12 +22,14 @@
 -- LiveConversations lists the conversations that have live tasks, in id
 -- order, at most limit of them (0: no limit). With statuses given, only the
 -- conversations with a live task in one of them are listed (their counts
--- still cover every live status).
+-- still cover every live status), with how many of the sleeping tasks are
+-- parked in an await.
 --
 -- Locks: none (a read).
 -- name: LiveConversations
 WITH live AS (
-    SELECT conversation_id, status, count(*) AS n FROM {schema}.tasks
+    SELECT conversation_id, status, count(*) AS n, count(*) FILTER (WHERE status = 'sleeping' AND await_name IS NOT NULL) AS awaiting
+    FROM {schema}.tasks
     WHERE status IN ({live})
     GROUP BY conversation_id, status),
 picked AS (
@@ -35,7 +37,7 @@ picked AS (
     WHERE cardinality($1::text[]) = 0 OR status = ANY($1::text[])
     ORDER BY conversation_id LIMIT $2)
 SELECT c.id, coalesce(c.holder, ''), c.epoch,
-    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.tenant, l.status, l.n
+    (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.tenant, l.status, l.n, l.awaiting
 FROM picked p
 JOIN {schema}.conversations c ON c.id = p.conversation_id
 JOIN live l ON l.conversation_id = p.conversation_id
