@@ -36,8 +36,8 @@ func (s *Store) LiveConversations(ctx context.Context, db DB, statuses []arborty
 	// One row per conversation and live status, a conversation's rows
 	// together: folded into one summary each.
 	var (
-		out    []arbortype.ConversationSummary
-		c      arbortype.ConversationSummary
+		out         []arbortype.ConversationSummary
+		c           arbortype.ConversationSummary
 		status      string
 		n, awaiting int
 	)
