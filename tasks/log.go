@@ -70,7 +70,13 @@ func (e *Engine) LogHead(ctx context.Context, conversationID string) (int64, err
 // ends the follow with arbortype.ErrNotFound; a malformed id is
 // arbortype.ErrInvalidArgument at once.
 func (e *Engine) Follow(ctx context.Context, conversationID string, after int64, fn func(arbortype.LogEntry) error) error {
-	if _, err := e.ReadLog(ctx, conversationID, after, 1); err != nil && !errors.Is(err, arbortype.ErrNotFound) {
+	return e.follow(ctx, conversationID, after, false, fn)
+}
+
+// follow is Follow; with exists, the conversation existed when the caller
+// read it: not finding it is its prune, ErrNotFound at once.
+func (e *Engine) follow(ctx context.Context, conversationID string, after int64, exists bool, fn func(arbortype.LogEntry) error) error {
+	if _, err := e.ReadLog(ctx, conversationID, after, 1); err != nil && (exists || !errors.Is(err, arbortype.ErrNotFound)) {
 		return err
 	}
 	// Subscribed before the conversation is read again: its creation's
@@ -83,7 +89,7 @@ func (e *Engine) Follow(ctx context.Context, conversationID string, after int64,
 	defer e.hub.unsubscribe(sub)
 	poll := time.NewTimer(FollowPoll)
 	defer poll.Stop()
-	seen := false // the conversation existed once: its disappearance is a prune
+	seen := exists // the conversation existed once: its disappearance is a prune
 	for {
 		entries, err := e.ReadLog(ctx, conversationID, after, 1000)
 		switch {
@@ -142,7 +148,7 @@ func (e *Engine) AwaitSettled(ctx context.Context, taskID int64) (arbortype.Task
 	// A settle's entry is the news, the task's row the answer: an entry
 	// written behind the engine's back (the log is a plain table) may say
 	// the task settled while its row says it runs, and the row decides.
-	err = e.Follow(ctx, t.ConversationID, head, func(en arbortype.LogEntry) error {
+	err = e.follow(ctx, t.ConversationID, head, true, func(en arbortype.LogEntry) error {
 		if en.TaskID != taskID || !en.Terminal() {
 			return nil
 		}
