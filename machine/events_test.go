@@ -388,18 +388,25 @@ func TestEventsBadInput(t *testing.T) {
 	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 	_, err = b.engine.AwaitSettled(b.ctx, 1<<40)
 	require.ErrorIs(t, err, arbortype.ErrNotFound)
-	// The log of an unknown conversation is ErrNotFound too, also to a
-	// follower, which would otherwise wait for ever: Follow returns it
-	// before its context ends.
+	// The log of an unknown conversation is ErrNotFound too.
 	_, err = b.engine.ReadLog(b.ctx, b.conv+"-nope", 0, 10)
 	require.ErrorIs(t, err, arbortype.ErrNotFound)
 	_, err = b.engine.LogHead(b.ctx, b.conv+"-nope")
 	require.ErrorIs(t, err, arbortype.ErrNotFound)
+	// Follow of a conversation that does not exist waits for it (a client
+	// opens its stream before its first message): it ends with its context,
+	// having created nothing; a malformed id is refused at once.
 	followCtx, cancelFollow := context.WithCancel(b.ctx)
-	defer cancelFollow()
-	err = b.engine.Follow(followCtx, b.conv+"-nope", 0, func(arbortype.LogEntry) error { return nil })
-	require.ErrorIs(t, err, arbortype.ErrNotFound)
-	require.NoError(t, followCtx.Err(), "Follow returned on its own")
+	followed := make(chan error, 1)
+	go func() {
+		followed <- b.engine.Follow(followCtx, b.conv+"-nope", 0, func(arbortype.LogEntry) error { return nil })
+	}()
+	cancelFollow()
+	require.ErrorIs(t, <-followed, context.Canceled)
+	_, err = b.engine.Conversation(b.ctx, b.conv+"-nope")
+	require.ErrorIs(t, err, arbortype.ErrNotFound, "following created nothing")
+	err = b.engine.Follow(b.ctx, "", 0, func(arbortype.LogEntry) error { return nil })
+	require.ErrorIs(t, err, arbortype.ErrInvalidArgument)
 	head, err := b.engine.LogHead(b.ctx, b.conv)
 	require.NoError(t, err)
 	entries, err := b.engine.ReadLog(b.ctx, b.conv, head, 10)
