@@ -25,15 +25,19 @@ func TestWaitingRunOfAnAbortedTaskIsNeverEntered(t *testing.T) {
 	var (
 		mu    sync.Mutex
 		calls int
+		first int64 // the token of the turn's first run
 	)
 	waited, release := make(chan struct{}), make(chan struct{})
 	r := fastRunner(t, b, map[string]machine.Handler{
 		"turn": func(ctx context.Context, run *machine.Run) error {
 			mu.Lock()
 			calls++
-			first := calls == 1
+			isFirst := calls == 1
+			if isFirst {
+				first = run.Task.Token
+			}
 			mu.Unlock()
-			if !first {
+			if !isFirst {
 				return run.Complete(ctx, nil)
 			}
 			tool, err := run.Spawn(ctx, machine.SpawnParams{Kind: "tool"})
@@ -52,10 +56,14 @@ func TestWaitingRunOfAnAbortedTaskIsNeverEntered(t *testing.T) {
 	turn, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
 	require.NoError(t, err)
 	<-waited
-	first := b.get(t, turn.ID).Token
+	// The next run may be claimed before the test reads the turn: the
+	// first run's token is the one its handler got.
+	mu.Lock()
+	firstToken := first
+	mu.Unlock()
 	waitUntil(t, "the turn's next run to be claimed", func() bool {
 		got := b.get(t, turn.ID)
-		return got.Status == arbortype.StatusRunning && got.Token != first
+		return got.Status == arbortype.StatusRunning && got.Token != firstToken
 	})
 	_, err = b.engine.Abort(b.ctx, turn.ID)
 	require.NoError(t, err)
