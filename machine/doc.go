@@ -32,7 +32,12 @@
 // A handler may run again: when its node dies or loses its lease, another
 // runner takes the conversation over and runs the task again from its last
 // checkpoint (docs/design.md §3.8). Resume from run.Task.Phase, and mark a
-// task whose side effect must never happen twice AbandonOnRestart. [Lease]
+// task whose side effect must never happen twice AbandonOnRestart. Another
+// node waits for the dead node's lease (RunnerConfig.ConversationLease)
+// first; a runner on the same host proves the death at once instead, by a
+// lock file the kernel releases when the process dies
+// (RunnerConfig.LifeDir), so a process killed and restarted at once runs
+// its conversations again within about a second. [Lease]
 // runs a conversation's tasks without a Runner. Examples:
 // machine/example_*_test.go. How the runner works inside (leases, fencing,
 // batching, the audit, its locking order): docs/architecture.md.
