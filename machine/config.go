@@ -81,6 +81,17 @@ type RunnerConfig struct {
 	// over; it only drives the watchdog's warning about a handler that
 	// went quiet. Default ConversationLeaseDefault (15 s).
 	ConversationLease time.Duration
+	// LifeDir is a directory on this host's own disk where the runner keeps
+	// a locked file for as long as its process lives. A runner of the same
+	// host and schema that finds such a file unlocked knows its process
+	// died (the kernel dropped the lock), and takes its conversations at
+	// once instead of after ConversationLease: a process killed and started
+	// again runs its conversations again within about a second. A frozen
+	// process keeps its lock; another host waits for the lease. Linux only,
+	// and only on a local filesystem (not NFS or another share: a runner
+	// that finds one there warns and waits for leases). "-" turns it off.
+	// Default: arbor-lives in os.TempDir().
+	LifeDir string
 	// PollInterval is the slow poll that covers missed notifications: one
 	// claim across every held conversation and one look for conversations
 	// with work and no holder, and the watchdog's check of running
@@ -184,6 +195,9 @@ func (c *RunnerConfig) WithDefaults() *RunnerConfig {
 	def(&out.Flushers, FlushersDefault)
 	def(&out.MaxBatch, MaxBatchDefault)
 	defD(&out.ConversationLease, ConversationLeaseDefault)
+	if out.LifeDir == "" {
+		out.LifeDir = lifeDirDefault()
+	}
 	defD(&out.PollInterval, PollIntervalDefault)
 	defD(&out.IdleRelease, IdleReleaseDefault)
 	defD(&out.ShutdownGrace, ShutdownGraceDefault)
@@ -205,6 +219,8 @@ func (c *RunnerConfig) validate() error {
 		return fmt.Errorf("RunnerConfig.Flushers: %d is outside 1..64", c.Flushers)
 	case c.MaxBatch < 1 || c.MaxBatch > 10_000:
 		return fmt.Errorf("RunnerConfig.MaxBatch: %d is outside 1..10000", c.MaxBatch)
+	case strings.ContainsRune(c.LifeDir, 0):
+		return errors.New("RunnerConfig.LifeDir: contains a NUL byte")
 	case c.ConversationLease < 100*time.Millisecond || c.ConversationLease > 24*time.Hour:
 		return fmt.Errorf("RunnerConfig.ConversationLease: %s is outside 100ms..24h", c.ConversationLease)
 	case c.PollInterval < time.Millisecond:

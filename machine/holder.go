@@ -45,6 +45,9 @@ type nodeLease struct {
 	// mu held.
 	onFire    func()
 	onConfirm func(newLife bool)
+	// onLife, if set, is told of each new life (its holder row's id and
+	// birth), before the life acts: the runner locks its life's file.
+	onLife func(id int64, created time.Time)
 
 	fireMu sync.Mutex // serializes fire
 	kick   chan struct{}
@@ -79,13 +82,23 @@ func (l *nodeLease) holder() (id int64, own []int64) {
 // begin starts the first life: a holder row of the runner's own.
 func (l *nodeLease) begin(ctx context.Context) error {
 	sent := time.Now()
-	id, err := core.Read(ctx, l.core, func(db store.DB) (int64, error) { return l.core.NewHolder(ctx, db, l.name, l.ttl) })
+	type life struct {
+		id      int64
+		created time.Time
+	}
+	lf, err := core.Read(ctx, l.core, func(db store.DB) (life, error) {
+		id, created, err := l.core.NewHolder(ctx, db, l.name, l.ttl)
+		return life{id, created}, err
+	})
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
-	l.id = id
+	l.id = lf.id
 	l.mu.Unlock()
+	if l.onLife != nil {
+		l.onLife(lf.id, lf.created)
+	}
 	l.confirm(sent)
 	return nil
 }
@@ -221,7 +234,7 @@ func (l *nodeLease) renewOnce(ctx context.Context) bool {
 		// clocks disagree) and start a new life.
 		l.fire()
 		sent = time.Now()
-		nid, err := l.core.NewHolder(rctx, l.core.Pool, l.name, l.ttl)
+		nid, created, err := l.core.NewHolder(rctx, l.core.Pool, l.name, l.ttl)
 		if err != nil {
 			if ctx.Err() == nil {
 				l.logger.Warn("arbor: the node's lease expired and a new one could not be taken yet; trying again", slog.String("error", err.Error()))
@@ -232,6 +245,9 @@ func (l *nodeLease) renewOnce(ctx context.Context) bool {
 		l.ownLives = append(l.ownLives, l.id)
 		l.id = nid
 		l.mu.Unlock()
+		if l.onLife != nil {
+			l.onLife(nid, created)
+		}
 		l.logger.Warn("arbor: the node's lease had expired in the database; its conversations are free, and it takes back those no other node took",
 			slog.Int64("holder_id", nid))
 		l.confirm(sent)

@@ -246,7 +246,7 @@ func TestMaintenanceLeaderElectionsTakeTurns(t *testing.T) {
 	eng := enginetest.New(t, pool, &tasks.Config{Schema: schema})
 	ctx := context.Background()
 	st := eng.C.Store
-	b, err := st.NewHolder(ctx, pool, "node-b", time.Minute)
+	b, _, err := st.NewHolder(ctx, pool, "node-b", time.Minute)
 	require.NoError(t, err)
 
 	// The row exists (a schema recycled between tests has none: an
@@ -275,7 +275,7 @@ func TestMaintenanceLeaderElectionsTakeTurns(t *testing.T) {
 	})
 	// A's holder row is committed after B's election began, and A takes
 	// the row.
-	a, err := st.NewHolder(ctx, pool, "node-a", time.Minute)
+	a, _, err := st.NewHolder(ctx, pool, "node-a", time.Minute)
 	require.NoError(t, err)
 	_, err = txA.Exec(ctx, `UPDATE `+schema+`.maintenance_leader SET holder_id = $1`, a)
 	require.NoError(t, err)

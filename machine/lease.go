@@ -87,7 +87,7 @@ func AcquireLease(ctx context.Context, engine *tasks.Engine, conversationID stri
 	_, err := core.Tx(ctx, c, func(tx pgx.Tx) (struct{}, error) {
 		// A holder row of the Lease's own (a life): its deadline is the
 		// lease's.
-		holderID, err := c.NewHolder(ctx, tx, conf.Holder, conf.Duration)
+		holderID, _, err := c.NewHolder(ctx, tx, conf.Holder, conf.Duration)
 		if err != nil {
 			return struct{}{}, err
 		}

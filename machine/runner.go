@@ -29,6 +29,7 @@ type Runner struct {
 	waker    *Waker
 	comp     *completer
 	lease    *nodeLease
+	life     *lifeLock // nil: life locks off
 	pools    runnerPools
 	// runWith runs a dispatched run: execute, wrapped in the middleware;
 	// execute itself without any.
@@ -198,12 +199,13 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.core = r.app.WithPool(pools.work).WithAnnouncePool(pools.announce)
 	r.lease = newNodeLease(r.app.WithPool(pools.renew), r.cfg.NodeID, r.cfg.ConversationLease, r.logger)
 	r.lease.onFire, r.lease.onConfirm = r.fenceFired, r.leaseConfirmed
+	r.startLife(ctx)
 	if err := r.lease.begin(ctx); err != nil {
 		pools.close()
 		return fmt.Errorf("machine: Runner.Start: taking the node's lease: %w", err)
 	}
 	if err := r.startWaker(ctx); err != nil {
-		r.endHolder()
+		r.endLife(r.endHolder())
 		pools.close()
 		return fmt.Errorf("machine: Runner.Start: %w", err)
 	}
@@ -221,6 +223,7 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.loops.Go(r.watch.checkLoop)
 	r.loops.Go(r.entries.loop)
 	r.loops.Go(func() { newMaintainer(r).run(r.runCtx) })
+	r.loops.Go(r.lifeLoop)
 	r.prod.poke()
 	return nil
 }
@@ -341,9 +344,7 @@ func (r *Runner) stop(ctx context.Context) error {
 	r.cancelRun(ErrShutdown)
 	r.loops.Wait()
 	werr := r.waker.Stop(ctx)
-	if stuck == nil {
-		r.endHolder()
-	}
+	r.endLife(stuck == nil && r.endHolder())
 	r.halted.Store(true)
 	r.mu.Lock()
 	r.held, r.lapsed = map[string]*heldConv{}, map[string]core.Lease{}
@@ -356,13 +357,31 @@ func (r *Runner) stop(ctx context.Context) error {
 	return stuck
 }
 
-// endHolder removes the node's holder row once it holds nothing.
-func (r *Runner) endHolder() {
+// endHolder removes the node's holder row once it holds nothing, and
+// reports whether it did.
+func (r *Runner) endHolder() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	id, _ := r.lease.holder()
-	if _, err := core.Read(ctx, r.lease.core, func(db store.DB) (bool, error) { return r.lease.core.EndHolder(ctx, db, id) }); err != nil {
+	ended, err := core.Read(ctx, r.lease.core, func(db store.DB) (bool, error) { return r.lease.core.EndHolder(ctx, db, id) })
+	if err != nil {
 		r.logger.Debug("arbor: removing the node's holder row failed; it is removed once long expired", slog.String("error", err.Error()))
+	}
+	return ended
+}
+
+// endLife drops the life's lock file when its row is gone (ended); else
+// keeps it locked until the process exits: the row may still hold
+// conversations, left to lapse, and no runner may prove this life dead
+// while this process lives.
+func (r *Runner) endLife(ended bool) {
+	if r.life == nil {
+		return
+	}
+	if ended {
+		r.life.release()
+	} else {
+		r.life.keep()
 	}
 }
 

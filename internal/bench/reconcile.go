@@ -68,7 +68,7 @@ func reconcileArbor(ctx context.Context, env *Env, size Size) (Measurement, erro
 	}
 	c := core.Of(eng)
 	err = pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
-		holder, err := c.NewHolder(ctx, tx, "bench-node", time.Minute)
+		holder, _, err := c.NewHolder(ctx, tx, "bench-node", time.Minute)
 		if err != nil {
 			return fmt.Errorf("take conversation: %w", err)
 		}

@@ -105,7 +105,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	_, err = eng.SetBudget(ctx, tasks.BudgetParams{ConversationID: conv, Counter: "tokens", Max: 100})
 	require.NoError(t, err)
-	holder, err := eng.C.NewHolder(ctx, pool, "node-"+conv, time.Hour)
+	holder, _, err := eng.C.NewHolder(ctx, pool, "node-"+conv, time.Hour)
 	require.NoError(t, err)
 
 	create := func(p arbortype.CreateParams) error {
@@ -162,8 +162,8 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"the token of an await woken early", func() error { return emitToken(woken) }, arbortype.ErrAwaitEnded},
 		{"a token naming no task", func() error { return emitToken("awt_999999999999" + woken[strings.LastIndex(woken, "_"):]) }, arbortype.ErrNotFound},
 		{"a forged token", func() error { return emitToken("awt_forged") }, arbortype.ErrNotFound},
-		{"a holder name with a NUL", func() error { _, err := eng.C.NewHolder(ctx, pool, "node\x00b", time.Minute); return err }, arbortype.ErrInvalidArgument},
-		{"a holder name with invalid UTF-8", func() error { _, err := eng.C.NewHolder(ctx, pool, "node\xff", time.Minute); return err }, arbortype.ErrInvalidArgument},
+		{"a holder name with a NUL", func() error { _, _, err := eng.C.NewHolder(ctx, pool, "node\x00b", time.Minute); return err }, arbortype.ErrInvalidArgument},
+		{"a holder name with invalid UTF-8", func() error { _, _, err := eng.C.NewHolder(ctx, pool, "node\xff", time.Minute); return err }, arbortype.ErrInvalidArgument},
 		// Issue 24: reserved names, budget lists.
 		{"an emit of arbor's own event name", func() error {
 			_, _, err := eng.Emit(ctx, tasks.EmitParams{ConversationID: conv, Name: arbortype.BudgetEvent})

@@ -48,16 +48,37 @@ func (t Taken) Counted(ownLives ...int64) bool {
 }
 
 // NewHolder inserts a holder row (a life) named name, live for ttl, and
-// returns its id.
-func (e *Engine) NewHolder(ctx context.Context, db store.DB, name string, ttl time.Duration) (int64, error) {
+// returns its id and its birth.
+func (e *Engine) NewHolder(ctx context.Context, db store.DB, name string, ttl time.Duration) (int64, time.Time, error) {
 	if err := checkText("holder", name, true); err != nil {
-		return 0, fmt.Errorf("new holder: %w", err)
+		return 0, time.Time{}, fmt.Errorf("new holder: %w", err)
 	}
-	id, err := e.Store.NewHolder(ctx, db, name, ttl)
+	id, created, err := e.Store.NewHolder(ctx, db, name, ttl)
 	if err != nil {
-		return 0, fmt.Errorf("new holder %q: %w", name, mapDBError(err))
+		return 0, time.Time{}, fmt.Errorf("new holder %q: %w", name, mapDBError(err))
 	}
-	return id, nil
+	return id, created, nil
+}
+
+// DatabaseIdentity names the database (its cluster's system identifier and
+// its name) together with arbor's schema: what a life lock file belongs to.
+func (e *Engine) DatabaseIdentity(ctx context.Context, db store.DB) (string, error) {
+	id, err := e.Store.DatabaseIdentity(ctx, db)
+	if err != nil {
+		return "", fmt.Errorf("database identity: %w", mapDBError(err))
+	}
+	return id + "/" + e.Store.Schema(), nil
+}
+
+// EndDeadHolder ends holder row id (named name, born created), proven dead
+// by holder row by, and reports whether it did: false when that life is
+// gone, expired or ended already.
+func (e *Engine) EndDeadHolder(ctx context.Context, db store.DB, id int64, name string, created time.Time, by int64) (bool, error) {
+	ok, err := e.Store.EndDeadHolder(ctx, db, id, name, created, by)
+	if err != nil {
+		return false, fmt.Errorf("end dead holder %d: %w", id, mapDBError(err))
+	}
+	return ok, nil
 }
 
 // RenewHolder extends holder row id by ttl from now and reports whether it

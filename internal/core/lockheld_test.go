@@ -29,7 +29,7 @@ func TestLockHeldLocksOnlyConversationsWithWork(t *testing.T) {
 		ids[c] = task.ID
 	}
 	holder, err := core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (int64, error) {
-		h, err := b.engine.C.NewHolder(b.ctx, tx, "node", time.Hour)
+		h, _, err := b.engine.C.NewHolder(b.ctx, tx, "node", time.Hour)
 		if err != nil {
 			return 0, err
 		}

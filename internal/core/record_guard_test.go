@@ -160,7 +160,8 @@ func TestGuardRefusesForgedHolders(t *testing.T) {
 	l := b.lease(t)
 	held := l.HolderID
 	idle, err := core.Read(b.ctx, b.engine.C, func(db store.DB) (int64, error) {
-		return b.engine.C.NewHolder(b.ctx, db, "idle-"+b.conv, time.Hour)
+		id, _, err := b.engine.C.NewHolder(b.ctx, db, "idle-"+b.conv, time.Hour)
+		return id, err
 	})
 	require.NoError(t, err)
 
@@ -284,4 +285,101 @@ func TestGuardRefusesUnexplainedBudgetSums(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.engine.Complete(b.ctx, run.ID, run.Token, nil)
 	require.NoError(t, err)
+}
+
+// TestGuardRefusesForgedDeaths (issue 41): a holder row ends before its
+// deadline only as a proven death — once, while live, by another holder
+// whose row is live, its deadline put in the past — and is never renewed
+// after. Each forgery is refused with AB009 and writes nothing; arbor's own
+// end of a dead life (EndDeadHolder) frees its conversation for a take-over.
+func TestGuardRefusesForgedDeaths(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "turn"})
+	require.NoError(t, err)
+	l := b.lease(t) // the dead life, holding the conversation
+	dead := l.HolderID
+	type life struct {
+		id      int64
+		name    string
+		created time.Time
+	}
+	newLife := func(name string, ttl time.Duration) life {
+		lf, err := core.Read(b.ctx, b.engine.C, func(db store.DB) (life, error) {
+			id, created, err := b.engine.C.NewHolder(b.ctx, db, name, ttl)
+			return life{id, name, created}, err
+		})
+		require.NoError(t, err)
+		return lf
+	}
+	prover := newLife("prover-"+b.conv, time.Hour)
+	expired := newLife("expired-"+b.conv, time.Millisecond)
+	require.Eventually(t, func() bool { // its millisecond over, by the database's clock
+		var live bool
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT expires_at >= now() FROM `+b.schema+`.holders WHERE id = $1`, expired.id).Scan(&live))
+		return !live
+	}, time.Minute, 5*time.Millisecond)
+	var deadName string
+	var deadBorn time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT name, created_at FROM `+b.schema+`.holders WHERE id = $1`, dead).Scan(&deadName, &deadBorn))
+
+	s := b.schema
+	holders := func() string {
+		var out string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT json_agg(h ORDER BY id)::text FROM `+s+`.holders h WHERE id IN ($1, $2, $3)`,
+			dead, prover.id, expired.id).Scan(&out))
+		return out
+	}
+	before, rows := b.snapshot(t), holders()
+	past := `now() - interval '1 microsecond'`
+	forged := []struct {
+		name, sql string
+		args      []any
+	}{
+		{"a holder inserted ended", `INSERT INTO ` + s + `.holders (name, expires_at, ended_by) VALUES ('forged', now() + interval '1 hour', $1)`, []any{prover.id}},
+		{"a holder ending itself", `UPDATE ` + s + `.holders SET expires_at = ` + past + `, ended_by = id WHERE id = $1`, []any{dead}},
+		{"a holder ended by an expired one", `UPDATE ` + s + `.holders SET expires_at = ` + past + `, ended_by = $2 WHERE id = $1`, []any{dead, expired.id}},
+		{"a holder ended by no holder", `UPDATE ` + s + `.holders SET expires_at = ` + past + `, ended_by = -1 WHERE id = $1`, []any{dead}},
+		{"a holder ended with its deadline kept", `UPDATE ` + s + `.holders SET ended_by = $2 WHERE id = $1`, []any{dead, prover.id}},
+		{"a holder ended and stamped renewed", `UPDATE ` + s + `.holders SET expires_at = ` + past + `, renewed_at = now() - interval '1 second', ended_by = $2 WHERE id = $1`, []any{dead, prover.id}},
+		{"an expired holder ended", `UPDATE ` + s + `.holders SET expires_at = ` + past + `, ended_by = $2 WHERE id = $1`, []any{expired.id, prover.id}},
+	}
+	for _, f := range forged {
+		_, err := b.pool.Exec(b.ctx, f.sql, f.args...)
+		requireSQLState(t, err, guardrules.SQLStateRecord)
+		require.Equal(t, rows, holders(), f.name+": nothing written")
+		require.Equal(t, before, b.snapshot(t), f.name+": nothing written")
+	}
+
+	// The end names the life exactly: another name or birth ends nothing.
+	end := func(id int64, name string, born time.Time, by int64) bool {
+		ok, err := core.Read(b.ctx, b.engine.C, func(db store.DB) (bool, error) {
+			return b.engine.C.EndDeadHolder(b.ctx, db, id, name, born, by)
+		})
+		require.NoError(t, err)
+		return ok
+	}
+	require.False(t, end(dead, deadName+"x", deadBorn, prover.id), "another name")
+	require.False(t, end(dead, deadName, deadBorn.Add(time.Microsecond), prover.id), "another birth")
+	require.False(t, end(dead, deadName, deadBorn, expired.id), "an expired prover")
+	require.Equal(t, rows, holders())
+	require.True(t, end(dead, deadName, deadBorn, prover.id))
+	require.False(t, end(dead, deadName, deadBorn, prover.id), "ended once")
+
+	// Ended: never renewed, by arbor or by hand, nor ended again.
+	ok, err := core.Read(b.ctx, b.engine.C, func(db store.DB) (bool, error) { return b.engine.C.RenewHolder(b.ctx, db, dead, time.Hour) })
+	require.NoError(t, err)
+	require.False(t, ok, "an ended life's renewal finds it expired")
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+s+`.holders SET expires_at = now() + interval '1 hour', renewed_at = now() WHERE id = $1`, dead)
+	requireSQLState(t, err, guardrules.SQLStateRecord)
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+s+`.holders SET ended_by = NULL WHERE id = $1`, dead)
+	requireSQLState(t, err, guardrules.SQLStateRecord)
+
+	// Its conversation is free: a take-over bumps the epoch at once.
+	taken, err := core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (core.Lease, error) {
+		l, _, err := b.engine.C.TakeLease(b.ctx, tx, b.conv, prover.name, prover.id)
+		return l, err
+	})
+	require.NoError(t, err)
+	require.Greater(t, taken.Epoch, l.Epoch)
 }

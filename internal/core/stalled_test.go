@@ -46,7 +46,7 @@ func TestStalledTransactionFreesTheConversation(t *testing.T) {
 	<-locked
 	require.Eventually(t, func() bool {
 		_, err := core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (core.Lease, error) {
-			holder, err := b.engine.C.NewHolder(b.ctx, tx, "other", time.Minute)
+			holder, _, err := b.engine.C.NewHolder(b.ctx, tx, "other", time.Minute)
 			if err != nil {
 				return core.Lease{}, err
 			}

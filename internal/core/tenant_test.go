@@ -71,7 +71,10 @@ func TestTenantIsSetOnceAndCarried(t *testing.T) {
 // node is a holder row for a test acting as a runner.
 func node(t *testing.T, b *bundle, ttl time.Duration) int64 {
 	t.Helper()
-	h, err := core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (int64, error) { return b.engine.C.NewHolder(b.ctx, tx, "node", ttl) })
+	h, err := core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (int64, error) {
+		id, _, err := b.engine.C.NewHolder(b.ctx, tx, "node", ttl)
+		return id, err
+	})
 	require.NoError(t, err)
 	return h
 }

@@ -71,7 +71,7 @@ func (e *Engine) Lease(ctx context.Context, conv string) (core.Lease, error) {
 		return l, nil
 	}
 	l, err := tx(ctx, e, func(tx pgx.Tx) (core.Lease, error) {
-		holder, err := e.C.NewHolder(ctx, tx, "test", time.Hour)
+		holder, _, err := e.C.NewHolder(ctx, tx, "test", time.Hour)
 		if err != nil {
 			return core.Lease{}, err
 		}

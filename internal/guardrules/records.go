@@ -192,18 +192,22 @@ func RecordRules() []RecordTable {
 		},
 		{
 			Table: "holders", Function: "holder_guard",
-			Why: "a holder row (a node's lease) is inserted live, stamped now; only its renewal changes it, and only while it is live: its deadline never comes closer (a deadline brought back lapses a holder whose handlers still run, and another node would take its conversations over under them) and it is stamped renewed now; its name, id and birth never change; a lease is at most a day; it is deleted only once no conversation names it",
+			Why: "a holder row (a node's lease) is inserted live, stamped now; only its renewal changes it, and only while it is live: its deadline never comes closer (a deadline brought back lapses a holder whose handlers still run, and another node would take its conversations over under them) and it is stamped renewed now — except once, when another live holder proved its process dead (a runner of the same host got the lock of its life's file): ended_by then names that holder, and its deadline is put in the past; its name, id and birth never change; a lease is at most a day; it is deleted only once no conversation names it",
 			Insert: []Form{
-				{Why: "live, stamped now, for at most a day", Cond: "NEW.created_at = now() AND NEW.renewed_at = now() AND NEW.expires_at >= now() AND NEW.expires_at <= now() + interval '24 hours'"},
+				{Why: "live, stamped now, for at most a day, never ended", Cond: "NEW.created_at = now() AND NEW.renewed_at = now() AND NEW.expires_at >= now() AND NEW.expires_at <= now() + interval '24 hours' AND NEW.ended_by IS NULL"},
 			},
-			InsertRefusal: "a holder is inserted live, stamped now, for at most a day",
+			InsertRefusal: "a holder is inserted live, stamped now, for at most a day, never ended",
 			Key:           "OLD.id, OLD.name",
 			Fixed:         []string{"id", "name", "created_at"},
 			FixedRefusal:  "holder % (%): only its renewal ever changes",
 			Changes: []Change{
+				{Columns: []string{"ended_by"}, Form: Form{
+					Why:     "ended once, while live, by another holder whose row is live, its deadline put in the past and its renewal stamp kept",
+					Cond:    "OLD.ended_by IS NULL AND NEW.ended_by IS NOT NULL AND NEW.ended_by <> OLD.id AND OLD.expires_at >= now() AND NEW.expires_at < now() AND NEW.renewed_at = OLD.renewed_at AND EXISTS (SELECT 1 FROM {schema}.holders p WHERE p.id = NEW.ended_by AND p.expires_at >= now())",
+					Refusal: "holder % (%) is ended once, while live, by another live holder that proved its death, its deadline put in the past", Args: "OLD.id, OLD.name"}},
 				{Columns: []string{"expires_at", "renewed_at"}, Form: Form{
-					Why:     "renewed only while live, stamped now, its deadline never closer",
-					Cond:    "OLD.expires_at >= now() AND NEW.expires_at >= OLD.expires_at AND NEW.renewed_at = now()",
+					Why:     "renewed only while live and never ended, stamped now, its deadline never closer (or ended, above)",
+					Cond:    "(OLD.expires_at >= now() AND OLD.ended_by IS NULL AND NEW.ended_by IS NULL AND NEW.expires_at >= OLD.expires_at AND NEW.renewed_at = now()) OR (OLD.ended_by IS NULL AND NEW.ended_by IS NOT NULL)",
 					Refusal: "holder % (%) is renewed only while live, stamped now, and its deadline never comes closer", Args: "OLD.id, OLD.name"}},
 				{Columns: []string{"expires_at"}, Form: Form{
 					Why:     "a lease is at most a day (a deadline years away would hold its conversations for good)",

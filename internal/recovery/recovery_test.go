@@ -53,7 +53,7 @@ func (h *harness) start(task arbortype.Task) arbortype.Task {
 	var started arbortype.Task
 	h.tx(func(tx pgx.Tx) error {
 		if h.lease == nil {
-			holder, err := h.c.NewHolder(h.ctx, tx, "dead-node", time.Hour)
+			holder, _, err := h.c.NewHolder(h.ctx, tx, "dead-node", time.Hour)
 			if err != nil {
 				return err
 			}
@@ -86,7 +86,7 @@ func (h *harness) open() reconcile.Report {
 	require.NoError(h.t, err)
 	var rep reconcile.Report
 	h.tx(func(tx pgx.Tx) error {
-		holder, err := h.c.NewHolder(h.ctx, tx, "node", time.Minute)
+		holder, _, err := h.c.NewHolder(h.ctx, tx, "node", time.Minute)
 		if err != nil {
 			return err
 		}

@@ -18,6 +18,8 @@ import (
 var (
 	qNewHolder               = define("NewHolder")
 	qRenewHolder             = define("RenewHolder")
+	qDatabaseIdentity        = define("DatabaseIdentity")
+	qEndDeadHolder           = define("EndDeadHolder")
 	qEndHolder               = define("EndHolder")
 	qPruneHolders            = define("PruneHolders")
 	qTakeConversation        = define("TakeConversation")
@@ -39,11 +41,33 @@ type Taken struct {
 }
 
 // NewHolder inserts a new holder row (a life) named name, live for ttl,
-// and returns its id.
-func (s *Store) NewHolder(ctx context.Context, db DB, name string, ttl time.Duration) (int64, error) {
-	var id int64
-	err := db.QueryRow(ctx, s.sql[qNewHolder], name, micros(ttl)).Scan(&id)
+// and returns its id and its birth (created_at).
+func (s *Store) NewHolder(ctx context.Context, db DB, name string, ttl time.Duration) (int64, time.Time, error) {
+	var (
+		id      int64
+		created time.Time
+	)
+	err := db.QueryRow(ctx, s.sql[qNewHolder], name, micros(ttl)).Scan(&id, &created)
+	return id, created, err
+}
+
+// DatabaseIdentity returns the cluster's system identifier and the
+// database's name, as "<system identifier>/<name>".
+func (s *Store) DatabaseIdentity(ctx context.Context, db DB) (string, error) {
+	var id string
+	err := db.QueryRow(ctx, s.sql[qDatabaseIdentity]).Scan(&id)
 	return id, err
+}
+
+// EndDeadHolder ends holder row id (named name, born created) on the proof
+// of holder row by, and reports whether it did.
+func (s *Store) EndDeadHolder(ctx context.Context, db DB, id int64, name string, created time.Time, by int64) (bool, error) {
+	var got int64
+	err := db.QueryRow(ctx, s.sql[qEndDeadHolder], id, name, created, by).Scan(&got)
+	if IsNoRows(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // RenewHolder extends holder row id by ttl from now, if it has not expired.

@@ -40,7 +40,35 @@
 -- transaction ends.
 -- name: NewHolder
 INSERT INTO {schema}.holders (name, expires_at)
-VALUES ($1, now() + $2 * interval '1 microsecond') RETURNING id;
+VALUES ($1, now() + $2 * interval '1 microsecond') RETURNING id, created_at;
+
+-- DatabaseIdentity names the database a life lock file belongs to: the
+-- cluster's system identifier (kept by its standbys, so a failover changes
+-- nothing) and the database's name.
+--
+-- Locks: none (reads the control file and the session).
+-- name: DatabaseIdentity
+SELECT (SELECT system_identifier FROM pg_control_system())::text || '/' || current_database();
+
+-- A life proven dead (machine's life locks: a runner of the same host got
+-- the lock the dead process held on its life's file) ends at once: its
+-- deadline is put just past, and ended_by names the prover. Only the life
+-- the file names (id, name and birth), only while it is live and was never
+-- ended, and only by a prover whose own row is live (the holders' guard
+-- holds the same).
+--
+-- EndDeadHolder ends holder row id (named name, created at created) on the
+-- proof of holder row by, and reports whether it did: false when the row is
+-- gone, expired or ended already, or is another life.
+--
+-- Locks: row locks on what it writes (updates holders), held until the
+-- transaction ends.
+-- name: EndDeadHolder
+UPDATE {schema}.holders h SET expires_at = now() - interval '1 microsecond', ended_by = $4
+WHERE h.id = $1 AND h.name = $2 AND h.created_at = $3 AND h.expires_at >= now() AND h.ended_by IS NULL
+  AND h.id <> $4
+  AND EXISTS (SELECT 1 FROM {schema}.holders p WHERE p.id = $4 AND p.expires_at >= now())
+RETURNING h.id;
 
 -- A renewal extends a live row only: a row whose deadline passed may have
 -- lost conversations to take-overs, and its holder must find out which
