@@ -25,10 +25,11 @@ type child struct {
 	node string
 }
 
-func startChild(t *testing.T, b *bundle, node string) *child {
+func startChild(t *testing.T, b *bundle, node string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "ARBOR_CHILD_RUNNER=1", "ARBOR_CHILD_SCHEMA="+b.schema, "ARBOR_CHILD_NODE="+node)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -227,6 +228,50 @@ func TestCrashRecovery(t *testing.T) {
 		require.Empty(t, vs)
 	}
 	require.Positive(t, b.count(t, `SELECT count(*) FROM `+b.schema+`.tasks WHERE kind = 'step' AND attempt = 1`), "some steps were recovered")
+}
+
+// TestKilledRunnerRestartedTakesOverAtOnce (issue 41): a runner process
+// killed with SIGKILL and started again on the same host runs its
+// conversations again without waiting for its lease (a minute here, never
+// waited for): the new process gets the lock of the dead life's file,
+// proving the death, and ends its holder row (ended_by names the new
+// life). The cut run is recovered as a restart, and runs again only after
+// the killed process is gone. The time from the kill to the new handler's entry is logged.
+func TestKilledRunnerRestartedTakesOverAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	createRunLog(t, b)
+	env := []string{"ARBOR_CHILD_LEASE=1m", "ARBOR_CHILD_LIFEDIR=" + t.TempDir()}
+	in, _ := json.Marshal(workInput{Steps: 1, StepMS: 60_000})
+	_, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: b.conv, Kind: "root", Input: in})
+	require.NoError(t, err)
+	a := startChild(t, b, "node-a", env...)
+	waitUntil(t, "the step to run in node-a", func() bool {
+		return b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log WHERE kind = 'step' AND node = 'node-a'`) == 1
+	})
+	var deadLife int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT holder_id FROM `+b.schema+`.conversations WHERE id = $1`, b.conv).Scan(&deadLife))
+	a.kill()
+	killed := time.Now()
+	c := startChild(t, b, "node-a-again", env...) // restarted on the same host
+	waitUntil(t, "the step to run again after the restart", func() bool {
+		return b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log WHERE kind = 'step'`) == 2
+	})
+	var entered time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT max(started_at) FROM `+b.schema+`.run_log WHERE kind = 'step'`).Scan(&entered))
+	t.Logf("same-host SIGKILL and restart: the cut run entered again %s after the kill (lease 1 min)", entered.Sub(killed).Round(time.Millisecond))
+
+	var endedBy *int64
+	var holder int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT ended_by FROM `+b.schema+`.holders WHERE id = $1`, deadLife).Scan(&endedBy))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT holder_id FROM `+b.schema+`.conversations WHERE id = $1`, b.conv).Scan(&holder))
+	require.NotNil(t, endedBy, "the dead life was ended by a proof, not by its lease")
+	require.Equal(t, holder, *endedBy, "by the new life, which holds the conversation now")
+	var attempt int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT attempt FROM `+b.schema+`.tasks WHERE kind = 'step'`).Scan(&attempt))
+	require.Equal(t, 1, attempt, "the cut run counts as a restart")
+	require.True(t, entered.After(killed), "the new run entered after the killed process was gone (its Wait returned)")
+	c.stop(t)
 }
 
 // TestRunnersNeverOverlap runs two, then three, runner processes over a few

@@ -68,10 +68,15 @@ func runChild() int {
 }
 
 func childRunnerConfig(node string) *machine.RunnerConfig {
+	lease := time.Second
+	if d, err := time.ParseDuration(os.Getenv("ARBOR_CHILD_LEASE")); err == nil {
+		lease = d
+	}
 	return &machine.RunnerConfig{
+		LifeDir:           os.Getenv("ARBOR_CHILD_LIFEDIR"),
 		NodeID:            node,
 		Workers:           32,
-		ConversationLease: time.Second,
+		ConversationLease: lease,
 		PollInterval:      50 * time.Millisecond,
 		IdleRelease:       300 * time.Millisecond,
 		ShutdownGrace:     5 * time.Second,
