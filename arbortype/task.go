@@ -125,6 +125,9 @@ type Task struct {
 	// QueueExpiresAt is when the task, never started by then, is cancelled
 	// with code CodeExpired instead of starting; nil for none.
 	QueueExpiresAt *time.Time
+	// RerunOf is the task this one runs again (tasks.Engine.Rerun), from
+	// that task's last checkpoint; 0 for none.
+	RerunOf int64
 }
 
 // Delivered is what ended an await: an event emitted to the task or its

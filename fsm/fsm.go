@@ -56,10 +56,13 @@ const (
 	// Wake ends a wait, a sleep or an await (the event delivered, or its
 	// timeout): waiting or sleeping → pending.
 	Wake Event = "wake"
+	// Rerun puts the rerun of a task a waiting task waits on in its place in
+	// the wait (docs/design.md §3.17): waiting → waiting.
+	Rerun Event = "rerun"
 )
 
 // Events lists every event in a stable order.
-var Events = []Event{Start, Checkpoint, Wait, Sleep, Retry, Await, Hold, Complete, Fail, Expire, Cancel, Abort, Orphan, Recover, Wake}
+var Events = []Event{Start, Checkpoint, Wait, Sleep, Retry, Await, Hold, Complete, Fail, Expire, Cancel, Abort, Orphan, Recover, Wake, Rerun}
 
 // table is docs/design.md §2, the only definition of arbor's transitions.
 var table = lfsm.Events{
@@ -78,6 +81,7 @@ var table = lfsm.Events{
 	{Name: string(Orphan), Src: []string{string(arbortype.StatusPending)}, Dst: string(arbortype.StatusOrphaned)},
 	{Name: string(Recover), Src: []string{string(arbortype.StatusRunning)}, Dst: string(arbortype.StatusPending)},
 	{Name: string(Wake), Src: []string{string(arbortype.StatusWaiting), string(arbortype.StatusSleeping)}, Dst: string(arbortype.StatusPending)},
+	{Name: string(Rerun), Src: []string{string(arbortype.StatusWaiting)}, Dst: string(arbortype.StatusWaiting)},
 }
 
 // TransitionError says that Event is not allowed from From. TaskID is filled

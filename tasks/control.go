@@ -137,3 +137,26 @@ func (e *Engine) WakeNow(ctx context.Context, taskID int64) (arbortype.Task, err
 func (e *Engine) WakeNowTx(ctx context.Context, tx pgx.Tx, taskID int64) (arbortype.Task, error) {
 	return core.Savepoint(ctx, tx, func(tx pgx.Tx) (arbortype.Task, error) { return e.core.WakeNow(ctx, tx, taskID) })
 }
+
+// Rerun runs a failed, aborted or cancelled task again from its last
+// checkpoint, without forking its conversation (docs/design.md §3.17): a
+// new pending task of the same conversation, owner, kind, input and
+// options, carrying the source's phase and state, with RerunOf naming the
+// source, which stays as it is. When the source's owner waits on the
+// source, the rerun takes its place in that wait, so the owner resumes
+// with the rerun's result. The source's own budgets are set on the rerun,
+// unspent; its idempotency key stays with the source.
+//
+// A task is rerun at most once (rerun the rerun to go again). Refused, with
+// nothing written: an unknown task (arbortype.ErrNotFound), a live one
+// (arbortype.ErrNotSettled), a completed or orphaned one or one rerun
+// already (arbortype.ErrInvalidTransition), one whose owner has settled or
+// is being aborted (arbortype.ErrOwnerNotLive: rerun the owner or the turn).
+func (e *Engine) Rerun(ctx context.Context, taskID int64) (arbortype.Task, error) {
+	return core.Tx(ctx, e.core, func(tx pgx.Tx) (arbortype.Task, error) { return e.core.Rerun(ctx, tx, taskID) })
+}
+
+// RerunTx is Rerun inside the caller's transaction.
+func (e *Engine) RerunTx(ctx context.Context, tx pgx.Tx, taskID int64) (arbortype.Task, error) {
+	return core.Savepoint(ctx, tx, func(tx pgx.Tx) (arbortype.Task, error) { return e.core.Rerun(ctx, tx, taskID) })
+}

@@ -3,6 +3,7 @@ package core_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -371,4 +372,61 @@ func TestAnEmitWrittenByHandIsAnEmit(t *testing.T) {
 func jsonInt(v int64) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestGuardRefusesForgedReruns (issue 41): a row is inserted with a
+// checkpoint only as a rerun of a failed, aborted or cancelled task of the
+// same conversation, owner, kind, input and checkpoint; a task is rerun at
+// most once; a waiting task's wait changes only by a waited task's rerun
+// taking that task's place. Engine.Rerun's own writes pass.
+func TestGuardRefusesForgedReruns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	turn := b.root(t, "turn")
+	run := b.start(t, turn.ID)
+	failed := b.child(t, turn.ID, "tool")
+	done := b.child(t, turn.ID, "tool")
+	other := b.child(t, turn.ID, "tool")
+	_, err := b.engine.WaitForChildren(b.ctx, turn.ID, run.Token, core.WaitParams{ChildIDs: []int64{failed.ID, done.ID, other.ID}, Policy: arbortype.AllSettled})
+	require.NoError(t, err)
+	fr := b.start(t, failed.ID)
+	_, err = b.engine.Checkpoint(b.ctx, failed.ID, fr.Token, "p", json.RawMessage(`{"s":1}`))
+	require.NoError(t, err)
+	_, err = b.engine.Fail(b.ctx, failed.ID, fr.Token, arbortype.TaskError{Code: "x"})
+	require.NoError(t, err)
+	dr := b.start(t, done.ID)
+	_, err = b.engine.Complete(b.ctx, done.ID, dr.Token, nil)
+	require.NoError(t, err)
+
+	s := b.schema
+	ins := func(rerunOf any, kind, phase, state string) string {
+		return `INSERT INTO ` + s + `.tasks (conversation_id, owner_task_id, kind, phase, state, tenant, queue_at, rerun_of)
+			VALUES ('` + b.conv + `', ` + itoa(turn.ID) + `, '` + kind + `', '` + phase + `', ` + state + `, '', now(), ` + toSQL(rerunOf) + `)`
+	}
+	b.requireRefused(t, []forgery{
+		{"a checkpoint on a fresh task", ins(nil, "tool", "p", `'{"s":1}'`), nil, guardrules.SQLStateInvalidInsert},
+		{"a rerun of a completed task", ins(done.ID, "tool", "", "NULL"), nil, guardrules.SQLStateInvalidInsert},
+		{"a rerun of a live task", ins(other.ID, "tool", "", "NULL"), nil, guardrules.SQLStateInvalidInsert},
+		{"a rerun of another kind", ins(failed.ID, "search", "p", `'{"s":1}'`), nil, guardrules.SQLStateInvalidInsert},
+		{"a rerun from another checkpoint", ins(failed.ID, "tool", "q", `'{"s":1}'`), nil, guardrules.SQLStateInvalidInsert},
+		{"a rerun under another owner", `INSERT INTO ` + s + `.tasks (conversation_id, owner_task_id, kind, phase, state, tenant, queue_at, rerun_of)
+			VALUES ('` + b.conv + `', NULL, 'tool', 'p', '{"s":1}', '', now(), ` + itoa(failed.ID) + `)`, nil, guardrules.SQLStateInvalidInsert},
+		{"a waiting task's wait rewritten", `UPDATE ` + s + `.tasks SET wait_ids = ARRAY[` + itoa(other.ID) + `]::bigint[] WHERE id = $1`, []any{turn.ID}, guardrules.SQLStateColumn},
+		{"a completed waited task swapped for a live one", `UPDATE ` + s + `.tasks SET wait_ids = array_replace(wait_ids, ` + itoa(done.ID) + `, ` + itoa(other.ID) + `) WHERE id = $1`, []any{turn.ID}, guardrules.SQLStateColumn},
+	}, b.conv)
+
+	rerun, err := core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (arbortype.Task, error) { return b.engine.C.Rerun(b.ctx, tx, failed.ID) })
+	require.NoError(t, err)
+	require.Equal(t, []int64{rerun.ID, done.ID, other.ID}, b.get(t, turn.ID).WaitIDs)
+	b.requireRefused(t, []forgery{
+		{"a second rerun of the same task", ins(failed.ID, "tool", "p", `'{"s":1}'`), nil, "23505"},
+	}, b.conv)
+	b.requireInvariants(t)
+}
+
+func toSQL(v any) string {
+	if v == nil {
+		return "NULL"
+	}
+	return fmt.Sprint(v)
 }

@@ -118,7 +118,8 @@ func ColumnRules() []ColumnRule {
 		{Column: "abort_requested", Changes: on(fsm.Abort, fsm.Orphan), Value: "NEW.abort_requested",
 			Why: "set by an abort, as it settles the task"},
 		{Column: "wait_policy", Changes: on(fsm.Wait), Why: "a wait; kept after it for the resumed handler"},
-		{Column: "wait_ids", Changes: on(fsm.Wait), Why: "a wait; kept after it for the resumed handler"},
+		{Column: "wait_ids", Changes: union(on(fsm.Wait), on(fsm.Rerun)), Value: "change <> 'waiting>waiting' OR " + rerunInWait,
+			Why: "a wait, kept after it for the resumed handler; while it waits, a waited task's rerun takes its place"},
 		{Column: "wake_at", Changes: union(on(fsm.Sleep, fsm.Retry, fsm.Await), on(fsm.Wake)), Value: "NEW.wake_at IS NOT NULL OR NEW.await_name IS NOT NULL OR NEW.status = 'pending'",
 			Why: "a sleep or a retry's backoff, or an await's timeout (none for an await without one); an event delivered before the timeout clears it"},
 		{Column: "sleep_seq", Changes: on(fsm.Sleep, fsm.Retry, fsm.Await), Value: "NEW.sleep_seq = OLD.sleep_seq + 1", Why: "one more per sleep or await"},
@@ -143,6 +144,7 @@ func ColumnRules() []ColumnRule {
 			Why: "what woke an await (the event, or its timeout), cleared when the task parks again: an event delivered to this task, carried as it was emitted, or a timeout with no event"},
 		immutable("deadline", "fixed at create"),
 		immutable("forked_from", "fixed at insert: the task a fork copied"),
+		immutable("rerun_of", "fixed at insert: the task a rerun runs again"),
 		immutable("trace", "the trace context the task was created in, fixed at create"),
 		immutable("tenant", "its conversation's tenant, which never changes"),
 		immutable("priority", "fixed at create"),
@@ -209,7 +211,9 @@ func InsertRules() []string {
 		"NEW.token IS NULL", "NEW.run_epoch IS NULL", "NEW.lease_expires_at IS NULL",
 		"NEW.started_at IS NULL", "NEW.settled_at IS NULL", "NEW.settle_seq IS NULL",
 		"NEW.attempt = 0", "NEW.retries = 0", "NEW.sleep_seq = 0",
-		"NOT NEW.abort_requested", "NEW.phase = ''", "NEW.state IS NULL",
+		"NOT NEW.abort_requested",
+		// A rerun carries its source's checkpoint (InsertChecks).
+		"(NEW.rerun_of IS NOT NULL OR (NEW.phase = '' AND NEW.state IS NULL))",
 		"NEW.result IS NULL", "NEW.error IS NULL", "NEW.error_history = '[]'::jsonb",
 		"NEW.wait_policy IS NULL", "NEW.wait_ids IS NULL", "NEW.wake_at IS NULL", "NEW.wake_job_id IS NULL",
 		"NEW.await_name IS NULL", "NEW.await_token IS NULL", "NEW.delivered IS NULL",
@@ -235,8 +239,22 @@ func InsertChecks() []InsertCheck {
 		// §3.1): not settled, completing or being aborted.
 		{When: "NEW.owner_task_id IS NOT NULL", Check: "EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id" +
 			" AND o.status IN ('pending', 'running', 'waiting', 'sleeping') AND NOT o.abort_requested)"},
+		// A rerun (docs/design.md §3.17) runs again a failed, aborted or
+		// cancelled task of its conversation, under the same owner, of the
+		// same kind and input, from its checkpoint; made after it.
+		{When: "NEW.rerun_of IS NOT NULL", Check: "EXISTS (SELECT 1 FROM {schema}.tasks rs WHERE rs.id = NEW.rerun_of" +
+			" AND rs.id < NEW.id AND rs.conversation_id = NEW.conversation_id" +
+			" AND rs.owner_task_id IS NOT DISTINCT FROM NEW.owner_task_id AND rs.kind = NEW.kind" +
+			" AND rs.status IN ('failed', 'aborted', 'cancelled') AND rs.input IS NOT DISTINCT FROM NEW.input" +
+			" AND rs.phase = NEW.phase AND rs.state IS NOT DISTINCT FROM NEW.state)"},
 	}
 }
+
+// rerunInWait is the one change of a waiting task's wait_ids (event rerun):
+// a task it waits on replaced by that task's rerun, a child of the same
+// owner (the rerun is inserted first, in the same transaction).
+const rerunInWait = `EXISTS (SELECT 1 FROM {schema}.tasks r WHERE r.rerun_of = ANY(OLD.wait_ids) AND r.owner_task_id = OLD.id
+                AND NEW.wait_ids = array_replace(OLD.wait_ids, r.rerun_of, r.id))`
 
 // ForkCopied are the columns a forked row (forked_from set) carries over
 // from its source verbatim: its whole settled history, times included. A
@@ -279,6 +297,8 @@ func ForkRules() []string {
 		"(NEW.wait_ids IS NULL) = (src.wait_ids IS NULL)",
 		"coalesce(cardinality(NEW.wait_ids), 0) <= coalesce(cardinality(src.wait_ids), 0)",
 		"(NEW.delivered - 'event_id') IS NOT DISTINCT FROM (src.delivered - 'event_id')",
+		// A copy does not carry a rerun's link (docs/design.md §3.17).
+		"NEW.rerun_of IS NULL",
 	}
 }
 

@@ -74,6 +74,7 @@ var taskColumnList = []struct {
 	{"priority", func(s *taskScan) any { return &s.t.Priority }},
 	{"coalesce(concurrency_key, '')", func(s *taskScan) any { return &s.t.ConcurrencyKey }},
 	{"queue_expires_at", func(s *taskScan) any { return &s.t.QueueExpiresAt }},
+	{"coalesce(rerun_of, 0)", func(s *taskScan) any { return &s.t.RerunOf }},
 }
 
 // taskColumns is the SELECT list of a whole task row.
