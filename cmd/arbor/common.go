@@ -275,6 +275,7 @@ var opNeeds = map[string]string{
 	"abort":  "live",
 	"cancel": "pending, running, waiting or sleeping",
 	"wake":   "sleeping",
+	"rerun":  "failed, aborted or cancelled",
 }
 
 // requireConversation fails unless the conversation exists: the engine

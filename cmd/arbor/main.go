@@ -5,7 +5,7 @@
 //	arbor ls [--status S]
 //	arbor tree CONVERSATION [--json] [--watch]
 //	arbor show TASK [--json]
-//	arbor abort TASK | cancel TASK | wake TASK
+//	arbor abort TASK | cancel TASK | wake TASK | rerun TASK
 //	arbor emit CONVERSATION NAME [PAYLOAD] | pending | events | log | budget CONVERSATION [COUNTER MAX]
 //	arbor tenants [set TENANT WEIGHT] | limits [set KEY MAX | rm KEY]
 //	arbor check [CONVERSATION]
@@ -81,6 +81,7 @@ Usage:
   arbor abort TASK                       abort a task and its subtree, leaves first (--conversation, --reason)
   arbor cancel TASK                      cancel a task (its children are aborted)
   arbor wake TASK                        wake a sleeping task now
+  arbor rerun TASK                       run a failed, aborted or cancelled task again from its checkpoint
   arbor emit CONVERSATION NAME [PAYLOAD] emit an event (--task ID, --token T for an approval)
   arbor pending CONVERSATION             what the conversation awaits, with the tokens that answer it
   arbor events CONVERSATION              the conversation's events and what became of each (--json)
@@ -113,6 +114,7 @@ var commands = map[string]command{
 	"abort":   cmdAbort,
 	"cancel":  cmdCancel,
 	"wake":    cmdWake,
+	"rerun":   cmdRerun,
 	"emit":    cmdEmit,
 	"budget":  cmdBudget,
 	"pending": cmdPending,

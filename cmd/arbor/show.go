@@ -135,6 +135,9 @@ func renderShow(w io.Writer, t arbortype.Task, owner *arbortype.Task, children [
 	row("status", "%s", status)
 	row("background", "%s", yesNo(t.Background))
 	row("phase", "%s", orDash(t.Phase))
+	if t.RerunOf != 0 {
+		row("rerun of", "#%d (run again from its checkpoint)", t.RerunOf)
+	}
 	row("attempt", "%d of restart_limit %d", t.Attempt, t.RestartLimit)
 	row("retries", "%d of max_retries %d", t.Retries, t.MaxRetries)
 	row("abandon_on_restart", "%s", yesNo(t.AbandonOnRestart))

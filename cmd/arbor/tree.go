@@ -234,6 +234,9 @@ func renderTree(w io.Writer, conv arbortype.Conversation, all []arbortype.Task, 
 func describe(t arbortype.Task, kids []arbortype.Task, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "#%d %s [%s]", t.ID, printable(t.Kind), printable(statusWord(t)))
+	if t.RerunOf != 0 {
+		fmt.Fprintf(&b, " rerun of #%d", t.RerunOf)
+	}
 	if t.Phase != "" {
 		fmt.Fprintf(&b, " phase=%s", printable(t.Phase))
 	}
