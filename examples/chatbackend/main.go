@@ -1,20 +1,19 @@
 // Command chatbackend is a chat backend on arbor, whole: copy it and put
-// your model and tools where the fakes are. A message is a turn; the turn
-// calls two tools in parallel and a sub-agent (which has a child of its
-// own), may ask a human for an approval, streams its answer, and spends a
-// session budget of tokens that parks it when it runs out.
+// your model and tools where the fakes are. A message is a turn, which calls
+// two tools and a sub-agent (with a child of its own) side by side, may ask
+// a human's approval, streams its answer and spends a session's budget of
+// tokens, parked when it runs out until an operator raises it.
 //
 //	ARBOR_DATABASE_URL=postgres://… go run ./examples/chatbackend --addr 127.0.0.1:8080
+//	curl -N localhost:8080/conversations/c1/events &                                # the progress
+//	curl -d '{"text": "a refund please"}' localhost:8080/conversations/c1/messages  # waits for the answer
+//	curl localhost:8080/conversations/c1/approvals                                # what it awaits, with tokens
+//	curl -d '{"approved": true}' localhost:8080/approvals/awt_…                   # the user's answer
+//	curl -X POST localhost:8080/conversations/c1/stop                             # the user pressed stop
 //
-//	curl -N localhost:8080/conversations/c1/events &              # progress, as server-sent events
-//	curl -d '{"text": "a refund please"}' localhost:8080/conversations/c1/messages   # waits for the answer
-//	curl localhost:8080/conversations/c1/approvals                 # what the turn awaits, with its token
-//	curl -d '{"approved": true}' localhost:8080/approvals/awt_…    # the user's answer
-//	curl -X POST localhost:8080/conversations/c1/stop              # the user pressed stop
-//
-// The operator's routes — the web view at /arbor/ and the budget's raise —
-// take the operator token ($CHAT_OPERATOR_TOKEN, or one printed at start)
-// as a basic-auth password. Authenticating your users is yours to add.
+// The web view (/arbor/) and the budget's raise take the operator token
+// ($CHAT_OPERATOR_TOKEN, or one printed at start) as a basic-auth password;
+// authenticating your users is yours to add.
 package main
 
 import (
@@ -47,34 +46,31 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
-	schema := flag.String("schema", migrations.SchemaDefault, "schema of arbor's tables")
 	tokens := flag.Int64("tokens", 20_000, "each conversation's budget of model tokens; a turn over it parks until an operator raises it")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *addr, *schema, *tokens); err != nil {
+	if err := run(ctx, *addr, *tokens); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, addr, schema string, tokens int64) error {
-	url := os.Getenv("ARBOR_DATABASE_URL")
-	if url == "" {
-		return errors.New("set ARBOR_DATABASE_URL to a PostgreSQL database (a direct connection: migrations take a session lock)")
-	}
-	pool, err := pgxpool.New(ctx, url) // serves our calls; the Runner makes pools of its own
+func run(ctx context.Context, addr string, tokens int64) error {
+	// A direct connection, not through PgBouncer: the migrations take a
+	// session lock. The pool serves our calls; a Runner makes its own.
+	pool, err := pgxpool.New(ctx, os.Getenv("ARBOR_DATABASE_URL"))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	m, err := migrations.New(pool, schema, nil)
+	m, err := migrations.New(pool, "arbor", nil)
+	if err == nil {
+		_, err = m.Up(ctx) // arbor's tables and River's; a no-op when up to date
+	}
 	if err != nil {
 		return err
 	}
-	if _, err := m.Up(ctx); err != nil { // arbor's tables and River's; a no-op when up to date
-		return err
-	}
-	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: schema})
+	engine, err := tasks.New(ctx, pool, &tasks.Config{Schema: "arbor"})
 	if err != nil {
 		return err
 	}
@@ -95,24 +91,14 @@ func run(ctx context.Context, addr, schema string, tokens int64) error {
 		operator = rand.Text()
 		log.Printf("operator token (the web view's password): %s", operator)
 	}
-	var hosts []string // the view answers IP addresses, localhost and --addr's host
-	if host, _, _ := net.SplitHostPort(addr); host != "" {
-		hosts = append(hosts, host)
-	}
-	h, err := newServer(engine, tokens, operator, hosts)
+	h, err := newServer(engine, tokens, operator)
 	if err != nil {
 		return err
 	}
-	// Requests inherit ctx, so that the event streams end at Ctrl-C and
-	// Shutdown does not wait for them.
+	// Requests inherit ctx: the event streams end at Ctrl-C, not holding up Shutdown.
 	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
+	context.AfterFunc(ctx, func() { _ = srv.Shutdown(context.WithoutCancel(ctx)) })
 	log.Printf("chat backend on http://%s/ (web view at /arbor/)", addr)
 	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 		return err
@@ -121,13 +107,12 @@ func run(ctx context.Context, addr, schema string, tokens int64) error {
 }
 
 // newServer routes the chat's HTTP API and the operator's web view. tokens
-// is each conversation's budget; operator the operator's password; hosts
-// the names the web view answers besides IP addresses and localhost.
-func newServer(engine *tasks.Engine, tokens int64, operator string, hosts []string) (http.Handler, error) {
+// is each conversation's budget; operator the operator's password.
+func newServer(engine *tasks.Engine, tokens int64, operator string) (http.Handler, error) {
 	// Behind the operator's password the view may act (abort, answer an
-	// approval): it still refuses a POST without its own CSRF token or from
-	// another origin, and a request naming a host it does not serve.
-	ui, err := arborui.NewHandler(engine, &arborui.Options{Prefix: "/arbor", Actions: true, AllowedHosts: hosts})
+	// approval), on a POST from its own origin with its own CSRF token. It
+	// answers IP addresses and localhost: reached by a name, list it in AllowedHosts.
+	ui, err := arborui.NewHandler(engine, &arborui.Options{Prefix: "/arbor", Actions: true})
 	if err != nil {
 		return nil, err
 	}
@@ -137,12 +122,10 @@ func newServer(engine *tasks.Engine, tokens int64, operator string, hosts []stri
 	// conversation. ?until=<turn> ends it at that turn's settle.
 	mux.Handle("GET /conversations/{id}/events", arborhttp.Stream(engine,
 		func(r *http.Request) (string, error) { return r.PathValue("id"), nil }, nil))
-
-	mux.HandleFunc("POST /conversations/{id}/messages", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /conversations/{id}/messages", api(func(r *http.Request) (any, error) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
 		if err != nil {
-			fail(w, r, err)
-			return
+			return nil, err
 		}
 		// A message mid-turn is queued: it becomes a turn that starts when
 		// the live one settles (one turn of a conversation runs at a time,
@@ -151,83 +134,51 @@ func newServer(engine *tasks.Engine, tokens int64, operator string, hosts []stri
 			Input: body, IdempotencyKey: r.Header.Get("Idempotency-Key"), OnBusy: arbortype.TurnQueue,
 			ConversationBudgets: []arbortype.BudgetLimit{{Counter: "tokens", Max: tokens, OnExhausted: arbortype.BudgetPark}}})
 		if err != nil {
-			fail(w, r, err) // bad JSON 400, a retried key reused for another message 409…
-			return
+			return nil, err // not JSON: 400; a retry's key reused for another message: 409…
 		}
 		// A client that goes stops this wait, not the turn: its answer
-		// stays in the log and in the turn's row.
+		// stays in the turn's row and the conversation's log.
 		settled, err := engine.AwaitSettled(r.Context(), turn.ID)
-		if err != nil {
-			fail(w, r, err)
-			return
-		}
-		writeJSON(w, r, map[string]any{"turn": settled.ID, "status": settled.Status, "result": settled.Result, "error": settled.Error})
-	})
-
-	mux.HandleFunc("GET /conversations/{id}/approvals", func(w http.ResponseWriter, r *http.Request) {
-		pending, err := engine.PendingEvents(r.Context(), r.PathValue("id")) // at any depth of the tree
-		if err != nil {
-			fail(w, r, err)
-			return
-		}
-		writeJSON(w, r, pending)
-	})
-
-	mux.HandleFunc("POST /approvals/{token}", func(w http.ResponseWriter, r *http.Request) {
-		var answer struct {
-			Approved *bool `json:"approved"`
-		}
+		return map[string]any{"turn": settled.ID, "status": settled.Status, "result": settled.Result, "error": settled.Error}, err
+	}))
+	mux.Handle("GET /conversations/{id}/approvals", api(func(r *http.Request) (any, error) {
+		return engine.PendingEvents(r.Context(), r.PathValue("id")) // at any depth, each with its token
+	}))
+	mux.Handle("POST /approvals/{token}", api(func(r *http.Request) (any, error) {
+		var answer struct{ Approved *bool }
 		if err := json.NewDecoder(io.LimitReader(r.Body, 4<<10)).Decode(&answer); err != nil || answer.Approved == nil {
-			http.Error(w, `the body is {"approved": true|false}`, http.StatusBadRequest)
-			return
+			return nil, fmt.Errorf(`%w: the body is {"approved": true|false}`, arbortype.ErrInvalidJSON)
 		}
 		// One answer however often the user clicks; a click after the
-		// await ended is 410, nothing written.
-		payload := json.RawMessage(fmt.Sprintf(`{"approved": %t}`, *answer.Approved))
-		if _, _, err := engine.EmitToken(r.Context(), r.PathValue("token"), payload); err != nil {
-			fail(w, r, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
-
-	mux.HandleFunc("POST /conversations/{id}/stop", func(w http.ResponseWriter, r *http.Request) {
+		// await ended is 410, and nothing is written.
+		ev, _, err := engine.EmitToken(r.Context(), r.PathValue("token"), jsonOf(map[string]bool{"approved": *answer.Approved}))
+		return map[string]int64{"event": ev.ID}, err
+	}))
+	mux.Handle("POST /conversations/{id}/stop", api(func(r *http.Request) (any, error) {
 		// The turn under way with its subtree, leaves first; the turns
 		// queued behind it stay, and the next one runs.
-		if _, err := engine.AbortTurn(r.Context(), r.PathValue("id"), tasks.WithReason("the user pressed stop")); err != nil {
-			fail(w, r, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
-
-	// Raising the budget lets a turn parked on it run again.
-	mux.Handle("POST /conversations/{id}/budget", operatorOnly(operator, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		report, err := engine.AbortTurn(r.Context(), r.PathValue("id"), tasks.WithReason("the user pressed stop"))
+		return map[string]int{"aborted": len(report.Settled)}, err // 0: nothing was live
+	}))
+	// The operator raises a session's budget: a turn parked on it runs
+	// again from its last checkpoint.
+	mux.Handle("POST /conversations/{id}/budget", operatorOnly(operator, api(func(r *http.Request) (any, error) {
 		var b struct{ Tokens int64 }
 		if err := json.NewDecoder(io.LimitReader(r.Body, 4<<10)).Decode(&b); err != nil {
-			http.Error(w, `the body is {"tokens": n}`, http.StatusBadRequest)
-			return
+			return nil, fmt.Errorf(`%w: the body is {"tokens": n}`, arbortype.ErrInvalidJSON)
 		}
-		budget, err := engine.SetBudget(r.Context(), tasks.BudgetParams{ConversationID: r.PathValue("id"), Counter: "tokens",
+		return engine.SetBudget(r.Context(), tasks.BudgetParams{ConversationID: r.PathValue("id"), Counter: "tokens",
 			Max: b.Tokens, OnExhausted: arbortype.BudgetPark})
-		if err != nil {
-			fail(w, r, err)
-			return
-		}
-		writeJSON(w, r, budget)
 	})))
 	return mux, nil
 }
 
 // handlers are the runner's: one per task kind.
 func handlers() map[string]machine.Handler {
-	tool := func(what string) machine.Handler { // a tool call, faked
-		return func(ctx context.Context, run *machine.Run) error {
-			return run.Complete(ctx, jsonOf(what+" for "+string(run.Task.Input)))
-		}
+	tool := func(ctx context.Context, run *machine.Run) error { // a tool call, faked
+		return run.Complete(ctx, jsonOf(run.Task.Kind+" done: "+string(run.Task.Input)))
 	}
-	return map[string]machine.Handler{"turn": turn, "research": research,
-		"search": tool("3 results"), "fetch": tool("1 page"), "browse": tool("2 pages read")}
+	return map[string]machine.Handler{"turn": turn, "research": research, "search": tool, "fetch": tool, "browse": tool}
 }
 
 // turn answers a message {"text": …}. It runs once per phase: each Wait or
@@ -262,32 +213,24 @@ func turn(ctx context.Context, run *machine.Run) error {
 		if err != nil {
 			return err
 		}
-		var found []string
+		draft := "" // what the model would make of the outcomes
 		for _, k := range kids {
-			found = append(found, fmt.Sprintf("%s %s: %s", k.Kind, k.Status, k.Result))
+			draft += fmt.Sprintf("%s %s: %s; ", k.Kind, k.Status, k.Result)
 		}
-		draft := strings.Join(found, "; ")
 		if !strings.Contains(msg.Text, "refund") {
 			return answer(ctx, run, draft)
 		}
 		// A side effect a human approves first: park until the answer
 		// comes (EmitToken), with the draft saved beside the await.
 		return run.AwaitEvent(ctx, machine.AwaitParams{Name: "approval", Timeout: 24 * time.Hour, Phase: "decided", State: jsonOf(draft)})
-	case "decided":
+	case "decided": // the human answered, or a day passed: not approved
 		var draft string
 		var decision struct{ Approved bool }
-		if err := json.Unmarshal(run.Task.State, &draft); err != nil {
-			return machine.NonRetryable(err)
+		d := run.Task.Delivered
+		if json.Unmarshal(run.Task.State, &draft) != nil || !d.TimedOut && json.Unmarshal(d.Payload, &decision) != nil {
+			return machine.NonRetryable(errors.New("the draft or the approval is not JSON of its shape"))
 		}
-		if d := run.Task.Delivered; d != nil && !d.TimedOut {
-			if err := json.Unmarshal(d.Payload, &decision); err != nil {
-				return machine.NonRetryable(err)
-			}
-		}
-		if decision.Approved {
-			return answer(ctx, run, "refund approved; "+draft)
-		}
-		return answer(ctx, run, "refund not approved; "+draft)
+		return answer(ctx, run, map[bool]string{true: "refund approved; ", false: "refund not approved; "}[decision.Approved]+draft)
 	}
 	return machine.NonRetryable(fmt.Errorf("unknown phase %q", run.Task.Phase))
 }
@@ -319,27 +262,26 @@ func research(ctx context.Context, run *machine.Run) error {
 	return run.Wait(ctx, machine.WaitParams{ChildIDs: []int64{kid.ID}, Policy: arbortype.AllSettled, Phase: "read"})
 }
 
-// fail answers err with its status and short message (arborhttp.Status),
-// and logs err itself: its text may name tables or rows.
-func fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, msg := arborhttp.Status(err)
-	log.Printf("%s %s: %d: %v", r.Method, r.URL.Path, status, err)
-	http.Error(w, msg, status)
+// api adapts a handler that returns a reply or an error: the reply is
+// sent as JSON; the error is answered with arborhttp.Status's status and
+// short message, and logged itself (its text may name tables or rows).
+func api(h func(r *http.Request) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reply, err := h(r)
+		if err != nil {
+			status, msg := arborhttp.Status(err)
+			log.Printf("%s %s: %d: %v", r.Method, r.URL.Path, status, err)
+			http.Error(w, msg, status)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(reply) // an error here is the client gone
+	})
 }
 
-func writeJSON(w http.ResponseWriter, r *http.Request, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	if err := json.NewEncoder(w).Encode(v); err != nil {
-		log.Printf("%s %s: %v", r.Method, r.URL.Path, err)
-	}
-}
-
-// jsonOf marshals what cannot fail to marshal (strings and maps of them).
+// jsonOf marshals strings and maps of them, which never fail to marshal.
 func jsonOf(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
+	b, _ := json.Marshal(v)
 	return b
 }
 

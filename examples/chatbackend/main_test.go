@@ -43,7 +43,7 @@ func setup(t *testing.T, tokens int64) *httptest.Server {
 	require.NoError(t, err)
 	require.NoError(t, runner.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, runner.Stop(context.Background())) })
-	h, err := newServer(engine, tokens, operatorToken, nil)
+	h, err := newServer(engine, tokens, operatorToken)
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close) // after the streams, which end with the test's context
@@ -247,7 +247,7 @@ func TestMessageApprovalAndQueuedMessage(t *testing.T) {
 	token := tokenOf(t, srv, "c1", turn1, "approval")
 	for range 2 { // a double click is one answer
 		code, body := do(t, srv, http.MethodPost, "/approvals/"+token, `{"approved": true}`, false)
-		require.Equal(t, http.StatusNoContent, code, body)
+		require.Equal(t, http.StatusOK, code, body)
 	}
 
 	// The first turn streams its answer and completes before the queued
@@ -261,7 +261,7 @@ func TestMessageApprovalAndQueuedMessage(t *testing.T) {
 	require.Equal(t, turn1, r.Turn)
 	require.Equal(t, arbortype.StatusCompleted, r.Status)
 	require.Contains(t, r.Result.Answer, "refund approved")
-	require.Contains(t, r.Result.Answer, `research completed: "2 pages read for \"a refund please\""`)
+	require.Contains(t, r.Result.Answer, `research completed: "browse done: \"a refund please\""`)
 	r = wait(t, second)
 	require.Equal(t, turn2, r.Turn)
 	require.Equal(t, arbortype.StatusCompleted, r.Status)
@@ -269,7 +269,7 @@ func TestMessageApprovalAndQueuedMessage(t *testing.T) {
 
 	// The token of a settled turn's await: its first answer again, no second.
 	code, _ := do(t, srv, http.MethodPost, "/approvals/"+token, `{"approved": false}`, false)
-	require.Equal(t, http.StatusNoContent, code)
+	require.Equal(t, http.StatusOK, code)
 }
 
 func containsEvent(events []event, match func(event) bool) bool {
@@ -292,10 +292,13 @@ func TestStopMidTurn(t *testing.T) {
 	turn1 := s.next(awaiting("approval")).TaskID
 	token := tokenOf(t, srv, "c2", turn1, "approval")
 	second := post(t, srv, "c2", "never mind, hello")
-	s.next(func(e event) bool { return status(0, arbortype.StatusPending)(e) && e.Name == "turn" && e.TaskID != turn1 })
+	s.next(func(e event) bool {
+		return status(0, arbortype.StatusPending)(e) && e.Name == "turn" && e.TaskID != turn1
+	})
 
 	code, body := do(t, srv, http.MethodPost, "/conversations/c2/stop", "", false)
-	require.Equal(t, http.StatusNoContent, code, body)
+	require.Equal(t, http.StatusOK, code, body)
+	require.JSONEq(t, `{"aborted": 1}`, body) // the turn alone: its tools and sub-agent had completed
 	r := wait(t, first)
 	require.Equal(t, arbortype.StatusAborted, r.Status)
 	require.NotNil(t, r.Error)
@@ -305,8 +308,9 @@ func TestStopMidTurn(t *testing.T) {
 
 	code, body = do(t, srv, http.MethodPost, "/approvals/"+token, `{"approved": true}`, false)
 	require.Equal(t, http.StatusGone, code, body)
-	code, _ = do(t, srv, http.MethodPost, "/conversations/c2/stop", "", false) // nothing live: no error
-	require.Equal(t, http.StatusNoContent, code)
+	code, body = do(t, srv, http.MethodPost, "/conversations/c2/stop", "", false) // nothing live: no error
+	require.Equal(t, http.StatusOK, code)
+	require.JSONEq(t, `{"aborted": 0}`, body)
 }
 
 // A budget that parks: each turn reserves 500 tokens and uses 400, so the
