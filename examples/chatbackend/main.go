@@ -175,8 +175,8 @@ func newServer(engine *tasks.Engine, tokens int64, operator string) (http.Handle
 
 // handlers are the runner's: one per task kind.
 func handlers() map[string]machine.Handler {
-	tool := func(ctx context.Context, run *machine.Run) error { // a tool call, faked
-		return run.Complete(ctx, jsonOf(run.Task.Kind+" done: "+string(run.Task.Input)))
+	tool := func(ctx context.Context, run *machine.Run) error { // a tool call on run.Task.Input, faked
+		return run.Complete(ctx, jsonOf(run.Task.Kind+" done"))
 	}
 	return map[string]machine.Handler{"turn": turn, "research": research, "search": tool, "fetch": tool, "browse": tool}
 }
@@ -200,9 +200,9 @@ func turn(ctx context.Context, run *machine.Run) error {
 		if err := run.Record(ctx, res, 400); err != nil {
 			return err
 		}
-		query := jsonOf(msg.Text)
-		kids, err := run.SpawnMany(ctx, []machine.SpawnParams{{Kind: "search", Input: query},
-			{Kind: "fetch", Input: query}, {Kind: "research", Input: query}})
+		in := run.Task.Input
+		kids, err := run.SpawnMany(ctx, []machine.SpawnParams{{Kind: "search", Input: in}, {Kind: "fetch", Input: in},
+			{Kind: "research", Input: in}})
 		if err != nil {
 			return err
 		}
@@ -230,7 +230,7 @@ func turn(ctx context.Context, run *machine.Run) error {
 		if json.Unmarshal(run.Task.State, &draft) != nil || !d.TimedOut && json.Unmarshal(d.Payload, &decision) != nil {
 			return machine.NonRetryable(errors.New("the draft or the approval is not JSON of its shape"))
 		}
-		return answer(ctx, run, map[bool]string{true: "refund approved; ", false: "refund not approved; "}[decision.Approved]+draft)
+		return answer(ctx, run, fmt.Sprintf("refund approved: %t; %s", decision.Approved, draft))
 	}
 	return machine.NonRetryable(fmt.Errorf("unknown phase %q", run.Task.Phase))
 }

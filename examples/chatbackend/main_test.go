@@ -260,8 +260,8 @@ func TestMessageApprovalAndQueuedMessage(t *testing.T) {
 	r := wait(t, first)
 	require.Equal(t, turn1, r.Turn)
 	require.Equal(t, arbortype.StatusCompleted, r.Status)
-	require.Contains(t, r.Result.Answer, "refund approved")
-	require.Contains(t, r.Result.Answer, `research completed: "browse done: \"a refund please\""`)
+	require.Contains(t, r.Result.Answer, "refund approved: true")
+	require.Contains(t, r.Result.Answer, `search completed: "search done"; fetch completed: "fetch done"; research completed: "browse done"`)
 	r = wait(t, second)
 	require.Equal(t, turn2, r.Turn)
 	require.Equal(t, arbortype.StatusCompleted, r.Status)
@@ -283,7 +283,8 @@ func containsEvent(events []event, match func(event) bool) bool {
 
 // Stop mid-turn: the turn awaiting its approval is aborted with the user's
 // reason, and the message queued behind it runs next. A late answer to the
-// aborted turn's approval is 410 (arborhttp.Status of ErrAwaitEnded).
+// aborted turn's approval is 410 (arborhttp.Status of ErrAwaitEnded). A
+// later turn's approval, denied, is answered without the refund.
 func TestStopMidTurn(t *testing.T) {
 	t.Parallel()
 	srv := setup(t, 20_000)
@@ -311,6 +312,15 @@ func TestStopMidTurn(t *testing.T) {
 	code, body = do(t, srv, http.MethodPost, "/conversations/c2/stop", "", false) // nothing live: no error
 	require.Equal(t, http.StatusOK, code)
 	require.JSONEq(t, `{"aborted": 0}`, body)
+
+	// Denied: the turn answers without the refund.
+	third := post(t, srv, "c2", "refund order 8 after all")
+	turn3 := s.next(awaiting("approval")).TaskID
+	code, body = do(t, srv, http.MethodPost, "/approvals/"+tokenOf(t, srv, "c2", turn3, "approval"), `{"approved": false}`, false)
+	require.Equal(t, http.StatusOK, code, body)
+	r = wait(t, third)
+	require.Equal(t, arbortype.StatusCompleted, r.Status)
+	require.Contains(t, r.Result.Answer, "refund approved: false")
 }
 
 // A budget that parks: each turn reserves 500 tokens and uses 400, so the
