@@ -82,10 +82,12 @@ func (l *lifeLock) hold(rec lifeRecord) error {
 		return err
 	}
 	final := filepath.Join(l.dir, fmt.Sprintf("%s%d%s", l.prefix, rec.HolderID, lifeSuffix))
-	if err := tryLock(f); err == nil {
-		if _, err = f.Write(b); err == nil {
-			err = os.Rename(f.Name(), final)
-		}
+	err = tryLock(f)
+	if err == nil {
+		_, err = f.Write(b)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), final)
 	}
 	if err != nil {
 		_ = os.Remove(f.Name())
