@@ -149,11 +149,14 @@ var funcs = template.FuncMap{
 		}
 		return round(d) + " ago"
 	},
-	"live":   func(s arbortype.Status) bool { return s.Live() },
-	"link":   link,
-	"bytes":  humanBytes,
-	"plural": func(n int, one, many string) string { return map[bool]string{true: one, false: many}[n == 1] },
-	"add":    func(a, b int) int { return a + b },
+	"live": func(s arbortype.Status) bool { return s.Live() },
+	// budgetPark says a task is parked on a budget: an await of
+	// arbortype.BudgetEvent, which only a raise of the budget ends.
+	"budgetPark": budgetPark,
+	"link":       link,
+	"bytes":      humanBytes,
+	"plural":     func(n int, one, many string) string { return map[bool]string{true: one, false: many}[n == 1] },
+	"add":        func(a, b int) int { return a + b },
 	// convURL is the address of a conversation's page, convLive of its
 	// tree's stream and convAction of an action on it, the id
 	// percent-encoded: an id may hold #, &, + or ?.
@@ -221,4 +224,22 @@ func (h *handler) traceLink(id string) string {
 		return ""
 	}
 	return strings.ReplaceAll(h.opts.TraceURL, traceIDField, id)
+}
+
+// budgetPark says t is parked on a budget (docs/design.md §3.11): an
+// await of arbortype.BudgetEvent, which no answer ends, only a raise of
+// the budget (tasks.Engine.SetBudget).
+func budgetPark(t any) bool {
+	var task arbortype.Task
+	switch v := t.(type) {
+	case arbortype.Task:
+		task = v
+	case inspect.TaskSummary:
+		task = v.Task
+	case *arbortype.Task:
+		task = *v
+	default:
+		return false
+	}
+	return task.Status == arbortype.StatusSleeping && task.AwaitName == arbortype.BudgetEvent
 }

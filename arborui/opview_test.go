@@ -1,0 +1,124 @@
+package arborui_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/arborui"
+)
+
+// exec runs SQL on the bundle's schema ({schema} in it replaced): setup
+// of what no operation writes on demand (a lease that ran out, a task
+// created long ago).
+func (b *bundle) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	_, err := b.pool.Exec(b.ctx, strings.ReplaceAll(sql, "{schema}", `"`+b.schema+`"`), args...)
+	require.NoError(t, err)
+}
+
+// forge runs SQL on the bundle's schema with the guard's triggers off (a
+// superuser's replica role): what the guard refuses, such as a task
+// backdated, as a test's setup.
+func (b *bundle) forge(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(b.ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(b.ctx, strings.ReplaceAll(sql, "{schema}", `"`+b.schema+`"`), args...)
+		return err
+	})
+	require.NoError(t, err)
+}
+
+// row is the listing's row of conversation conv in page.
+func row(t *testing.T, page, conv string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?s)<tr>\s*<td><a class="id" href="[^"]*">` + regexp.QuoteMeta(conv) + `</a>.*?</tr>`).FindString(page)
+	require.NotEmpty(t, m, "no row of %s", conv)
+	return m
+}
+
+// TestFailedMeansATurnFailed: a conversation is flagged failed, and kept
+// by the "has failed" filter, when a turn (a root task) failed, not when
+// a tool failed inside a turn that answered.
+func TestFailedMeansATurnFailed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	toolFailed, turnFailed := b.conv+"-tool", b.conv+"-turn"
+	turn := b.create(t, arbortype.CreateParams{ConversationID: toolFailed, Kind: "turn"})
+	run, err := b.engine.Start(b.ctx, turn.ID)
+	require.NoError(t, err)
+	tool := b.create(t, arbortype.CreateParams{ConversationID: toolFailed, OwnerID: turn.ID, Kind: "tool"})
+	trun, err := b.engine.Start(b.ctx, tool.ID)
+	require.NoError(t, err)
+	_, err = b.engine.Fail(b.ctx, tool.ID, trun.Token, arbortype.TaskError{Code: "boom", Message: "the tool failed", NonRetryable: true})
+	require.NoError(t, err)
+	_, err = b.engine.Complete(b.ctx, turn.ID, run.Token, nil)
+	require.NoError(t, err)
+	other := b.create(t, arbortype.CreateParams{ConversationID: turnFailed, Kind: "turn"})
+	orun, err := b.engine.Start(b.ctx, other.ID)
+	require.NoError(t, err)
+	_, err = b.engine.Fail(b.ctx, other.ID, orun.Token, arbortype.TaskError{Code: "boom", Message: "the turn failed", NonRetryable: true})
+	require.NoError(t, err)
+
+	code, page := b.get(t, "/?q="+url.QueryEscape(b.conv))
+	require.Equal(t, http.StatusOK, code, page)
+	require.NotContains(t, row(t, page, toolFailed), `class="flag failed"`, "a tool failed in a turn that answered")
+	require.Contains(t, row(t, page, turnFailed), `class="flag failed"`)
+	_, page = b.get(t, "/?failed=1&q="+url.QueryEscape(b.conv))
+	require.Contains(t, page, ">"+turnFailed+"<")
+	require.NotContains(t, page, ">"+toolFailed+"<")
+}
+
+// TestQueuedIsNotStuck: a turn pending behind a live one is queued, in
+// the list and in the tree; a task running past its task lease, and a
+// pending one a minute old that no holder holds, are stuck.
+func TestQueuedIsNotStuck(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &arborui.Options{Actions: true})
+	first := b.create(t, arbortype.CreateParams{Kind: "turn"})
+	_, err := b.engine.Start(b.ctx, first.ID)
+	require.NoError(t, err)
+	second := b.create(t, arbortype.CreateParams{Kind: "turn"})
+	third := b.create(t, arbortype.CreateParams{Kind: "turn"})
+
+	code, page := b.get(t, "/?q="+url.QueryEscape(b.conv))
+	require.Equal(t, http.StatusOK, code, page)
+	r := row(t, page, b.conv)
+	require.Contains(t, r, "2 queued")
+	require.NotContains(t, r, "stuck")
+	_, tree := b.get(t, "/conversation?id="+url.QueryEscape(b.conv))
+	for _, q := range []arbortype.Task{second, third} {
+		require.Contains(t, tree, fmt.Sprintf(`id="task-%d" data-status="pending" data-state="queued"`, q.ID))
+	}
+	require.Contains(t, tree, fmt.Sprintf(`id="task-%d" data-status="running">`, first.ID), "the live turn is neither")
+	require.Contains(t, tree, "2 turns queued")
+
+	// The live turn's run stops heartbeating: its lease runs out.
+	b.exec(t, `UPDATE {schema}.tasks SET lease_expires_at = now() - interval '5 minutes' WHERE id = $1`, first.ID)
+	_, page = b.get(t, "/?q="+url.QueryEscape(b.conv))
+	require.Contains(t, row(t, page, b.conv), "stuck: 1 running past its task lease")
+	_, tree = b.get(t, "/conversation?id="+url.QueryEscape(b.conv))
+	require.Contains(t, tree, fmt.Sprintf(`id="task-%d" data-status="running" data-state="stuck"`, first.ID))
+	require.Contains(t, tree, "stuck: past its task lease by 5 min")
+
+	// A turn of another conversation, pending for two minutes, held by
+	// no one: stuck, not queued.
+	lone := b.create(t, arbortype.CreateParams{ConversationID: b.conv + "-lone", Kind: "turn"})
+	b.forge(t, `UPDATE {schema}.tasks SET created_at = now() - interval '2 minutes' WHERE id = $1`, lone.ID)
+	_, page = b.get(t, "/?q="+url.QueryEscape(b.conv))
+	r = row(t, page, b.conv+"-lone")
+	require.Contains(t, r, "stuck: pending over 1 min 0 s with no holder")
+	require.NotContains(t, r, "queued")
+	_, tree = b.get(t, "/conversation?id="+url.QueryEscape(b.conv+"-lone"))
+	require.Contains(t, tree, fmt.Sprintf(`id="task-%d" data-status="pending" data-state="stuck"`, lone.ID))
+}
