@@ -150,6 +150,7 @@ var funcs = template.FuncMap{
 		return round(d) + " ago"
 	},
 	"live": func(s arbortype.Status) bool { return s.Live() },
+	"dur":  round,
 	// budgetPark says a task is parked on a budget: an await of
 	// arbortype.BudgetEvent, which only a raise of the budget ends.
 	"budgetPark": budgetPark,

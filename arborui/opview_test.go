@@ -13,6 +13,7 @@ import (
 
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/arborui"
+	"github.com/arborhq/arbor/internal/core"
 )
 
 // exec runs SQL on the bundle's schema ({schema} in it replaced): setup
@@ -121,4 +122,45 @@ func TestQueuedIsNotStuck(t *testing.T) {
 	require.NotContains(t, r, "queued")
 	_, tree = b.get(t, "/conversation?id="+url.QueryEscape(b.conv+"-lone"))
 	require.Contains(t, tree, fmt.Sprintf(`id="task-%d" data-status="pending" data-state="stuck"`, lone.ID))
+}
+
+// TestDurationsAndTimeline: a task's page says how long it was queued
+// (created → first start), how long in each status (from its log), and
+// draws its timeline beside its children's; a task whose log entries were
+// pruned still shows what its timestamps tell.
+func TestDurationsAndTimeline(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	turn := b.create(t, arbortype.CreateParams{Kind: "turn"})
+	run, err := b.engine.Start(b.ctx, turn.ID)
+	require.NoError(t, err)
+	tool := b.create(t, arbortype.CreateParams{OwnerID: turn.ID, Kind: "tool"})
+	_, err = b.engine.WaitForChildren(b.ctx, turn.ID, run.Token, core.WaitParams{ChildIDs: []int64{tool.ID}, Policy: arbortype.AllSettled})
+	require.NoError(t, err)
+	trun, err := b.engine.Start(b.ctx, tool.ID)
+	require.NoError(t, err)
+	_, err = b.engine.Complete(b.ctx, tool.ID, trun.Token, nil)
+	require.NoError(t, err)
+	late := b.create(t, arbortype.CreateParams{OwnerID: turn.ID, Kind: "late_tool"})
+
+	code, page := b.get(t, fmt.Sprintf("/tasks/%d", turn.ID))
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, `id="durations"`)
+	require.Contains(t, page, "(created → first start)")
+	for _, st := range []string{"pending", "running", "waiting"} {
+		require.Contains(t, page, fmt.Sprintf(`data-in="%s"`, st), "time in %s, from the log", st)
+	}
+	for _, id := range []int64{turn.ID, tool.ID, late.ID} {
+		require.Contains(t, page, fmt.Sprintf(`data-timeline="%d"`, id))
+	}
+	require.Contains(t, page, `class="seg-completed"`, "the tool's bar")
+	require.Contains(t, page, `class="seg-waiting"`, "the turn's bar, from its log")
+	require.Regexp(t, `<rect x="\d+" y="0" width="\d+" height="10" class="seg-queued">`, page)
+
+	// Backdated and its log pruned: what the timestamps tell.
+	b.forge(t, `UPDATE {schema}.tasks SET created_at = now() - interval '2 minutes' WHERE id = $1`, late.ID)
+	b.forge(t, `DELETE FROM {schema}.conversation_log WHERE task_id = $1`, late.ID)
+	_, page = b.get(t, fmt.Sprintf("/tasks/%d", late.ID))
+	require.Regexp(t, `id="queued-for">2 min \d+ s <span class="muted">\(never started: still queued\)`, page)
+	require.Contains(t, page, "No status entry of this task in its log")
 }

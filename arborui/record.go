@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/arborhq/arbor/arbortype"
@@ -86,6 +87,10 @@ type record struct {
 	// its conversation's); Spend what it spent and holds itself.
 	Budgets []arbortype.Budget
 	Spend   []arbortype.Spend
+	// Durations are its times queued, in each status and in all, and
+	// Timeline its bar beside its children's (the page's).
+	Durations durations
+	Timeline  timeline
 	// TraceID is the trace it was created in (its traceparent's), and
 	// TraceURL its link to the tracing UI (Options.TraceURL).
 	TraceID, TraceURL string
@@ -179,6 +184,9 @@ func (h *handler) record(ctx context.Context, q recordQuery) (record, error) {
 	if log.Older != 0 {
 		v.LogOlder = q.url(h.opts.Prefix, self, q.ChildrenAfter, log.Older)
 	}
+	now := time.Now()
+	v.Durations = durationsOf(t, rows, log.Older != 0 || q.LogBefore != 0, now)
+	v.Timeline = timelineOf(t, rows, v.Children.Tasks, v.Children.Next != 0 || q.ChildrenAfter != 0, now)
 	return v, nil
 }
 
