@@ -166,6 +166,9 @@ var funcs = template.FuncMap{
 	// nodeOf pairs a tree's node with its view, for the recursive "node"
 	// template (a template takes one argument).
 	"nodeOf": func(v treeView, n *node) nodeArg { return nodeArg{V: v, N: n} },
+	"add64":  func(a, b int64) int64 { return a + b },
+	// raiseOf is the "raise" template's argument: a budget's raise.
+	"raiseOf": raiseOf,
 	// answerOf is the "answer" template's argument: an await's form.
 	"answerOf": func(csrf, back, prefix string, t inspect.TaskSummary) answerArg {
 		return answerArg{CSRF: csrf, Back: back, P: prefix, T: t}

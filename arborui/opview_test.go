@@ -1,6 +1,7 @@
 package arborui_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/arborui"
 	"github.com/arborhq/arbor/internal/core"
+	"github.com/arborhq/arbor/tasks"
 )
 
 // exec runs SQL on the bundle's schema ({schema} in it replaced): setup
@@ -163,4 +165,115 @@ func TestDurationsAndTimeline(t *testing.T) {
 	_, page = b.get(t, fmt.Sprintf("/tasks/%d", late.ID))
 	require.Regexp(t, `id="queued-for">2 min \d+ s <span class="muted">\(never started: still queued\)`, page)
 	require.Contains(t, page, "No status entry of this task in its log")
+}
+
+// parkOnBudget creates a turn in conv under a budget of 100 tokens that
+// parks, and parks it: a reservation of 150.
+func parkOnBudget(t *testing.T, b *bundle, conv string) arbortype.Task {
+	t.Helper()
+	turn := b.create(t, arbortype.CreateParams{ConversationID: conv, Kind: "agent_turn"})
+	_, err := b.engine.SetBudget(b.ctx, tasks.BudgetParams{ConversationID: conv, Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetPark})
+	require.NoError(t, err)
+	run, err := b.engine.Start(b.ctx, turn.ID)
+	require.NoError(t, err)
+	_, err = b.engine.C.ReserveBudget(b.ctx, core.ReserveParams{ConversationID: conv, TaskID: turn.ID, Token: run.Token,
+		Counter: "tokens", Amount: 150, Key: "call-1"})
+	require.ErrorIs(t, err, arbortype.ErrBudgetExhausted)
+	got, err := b.engine.Get(b.ctx, turn.ID)
+	require.NoError(t, err)
+	require.Equal(t, arbortype.BudgetEvent, got.AwaitName, "parked on the budget")
+	return got
+}
+
+// TestBudgetPark: a turn parked on a budget is shown as such — on the
+// approvals page without approve or deny, in the tree, on its page —
+// with the budget that parked it and a raise; the raise (a POST with the
+// form's token) raises it, keeping its action, and the turn runs again.
+func TestBudgetPark(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &arborui.Options{Actions: true})
+	parked := parkOnBudget(t, b, b.conv)
+
+	code, page := b.get(t, "/approvals")
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, fmt.Sprintf(`id="await-%d" data-park="budget"`, parked.ID))
+	require.Contains(t, page, "parked on a budget")
+	require.NotContains(t, page, fmt.Sprintf(`data-approve="%d"`, parked.ID), "no approve on a budget park")
+	require.NotContains(t, page, fmt.Sprintf(`data-deny="%d"`, parked.ID))
+	require.Contains(t, page, fmt.Sprintf(`data-raise="%d"`, parked.ID))
+	require.Contains(t, page, "<code>tokens</code> spent 0 of 100")
+	require.Contains(t, page, `value="200"`, "twice the maximum, proposed")
+	_, tree := b.get(t, "/conversation?id="+url.QueryEscape(b.conv))
+	require.Contains(t, tree, `<span class="badge status-parked">parked on a budget</span>`)
+	_, task := b.get(t, fmt.Sprintf("/tasks/%d", parked.ID))
+	require.Contains(t, task, `id="budget-park"`)
+	require.Contains(t, task, `id="raise-forms"`)
+	require.NotContains(t, task, `id="answer-form"`)
+	csrf := token(t, page)
+
+	// An answer through its token is refused, as before, and writes nothing.
+	code, body, _ := b.post(t, fmt.Sprintf("/tasks/%d/emit", parked.ID), url.Values{"csrf": {csrf}, "token": {parked.AwaitToken},
+		"decision": {"approve"}}, nil)
+	require.Equal(t, http.StatusBadRequest, code, body)
+	// A raise that is no raise, a bad one, one without the token.
+	form := func(max string) url.Values {
+		return url.Values{"csrf": {csrf}, "scope": {"0"}, "counter": {"tokens"}, "max": {max}, "back": {"/approvals"}}
+	}
+	code, body, _ = b.post(t, fmt.Sprintf("/tasks/%d/raise", parked.ID), form("100"), nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, body, "is not a raise")
+	code, _, _ = b.post(t, fmt.Sprintf("/tasks/%d/raise", parked.ID), form("lots"), nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	bad := form("300")
+	bad.Set("counter", "cost_micros")
+	code, _, _ = b.post(t, fmt.Sprintf("/tasks/%d/raise", parked.ID), bad, nil)
+	require.Equal(t, http.StatusNotFound, code, "no such budget")
+	noToken := form("300")
+	noToken.Del("csrf")
+	code, _, _ = b.post(t, fmt.Sprintf("/tasks/%d/raise", parked.ID), noToken, nil)
+	require.Equal(t, http.StatusForbidden, code)
+	got, err := b.engine.Get(b.ctx, parked.ID)
+	require.NoError(t, err)
+	require.Equal(t, arbortype.StatusSleeping, got.Status, "nothing written")
+
+	code, _, to := b.post(t, fmt.Sprintf("/tasks/%d/raise", parked.ID), form("300"), nil)
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Equal(t, "/approvals", to)
+	budget, err := b.engine.Budget(b.ctx, b.conv, 0, "tokens")
+	require.NoError(t, err)
+	require.Equal(t, int64(300), budget.Max)
+	require.Equal(t, arbortype.BudgetPark, budget.OnExhausted, "the action is kept")
+	got, err = b.engine.Get(b.ctx, parked.ID)
+	require.NoError(t, err)
+	require.Equal(t, arbortype.StatusPending, got.Status, "woken: it runs again and reserves anew")
+	_, page = b.get(t, "/approvals")
+	require.NotContains(t, page, fmt.Sprintf(`id="await-%d"`, parked.ID))
+
+	ro := setup(t, nil)
+	rparked := parkOnBudget(t, ro, ro.conv)
+	_, page = ro.get(t, "/approvals")
+	require.Contains(t, page, fmt.Sprintf(`id="await-%d" data-park="budget"`, rparked.ID))
+	require.NotContains(t, page, "data-raise", "read-only: no action")
+}
+
+// TestApprovalContext: an approval shows the await's name and what its
+// handler saved with it (phase and state, escaped, cut when long).
+func TestApprovalContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	task := b.create(t, arbortype.CreateParams{Kind: "mail_agent"})
+	run, err := b.engine.Start(b.ctx, task.ID)
+	require.NoError(t, err)
+	_, err = b.engine.AwaitEvent(b.ctx, run.ID, run.Token, core.AwaitParams{Name: "send_mail?", Phase: "confirm",
+		State: json.RawMessage(`{"to": "ana@example.com", "body": "<script>alert(1)</script>", "padding_at_the_end": "` + strings.Repeat("x", 2000) + `"}`)})
+	require.NoError(t, err)
+	code, page := b.get(t, "/approvals")
+	require.Equal(t, http.StatusOK, code, page)
+	r := page[strings.Index(page, fmt.Sprintf(`id="await-%d"`, task.ID)):]
+	require.Contains(t, r, `<span class="await-name">send_mail?</span>`)
+	require.Contains(t, r, `<span class="phase">confirm</span>`)
+	require.Contains(t, r, `ana@example.com`)
+	require.Contains(t, r, `&lt;script&gt;alert(1)&lt;/script&gt;`)
+	require.NotContains(t, page, "<script>alert")
+	require.Contains(t, r, "characters, cut")
 }

@@ -74,9 +74,13 @@ type record struct {
 	Input, State, Result, Detail *doc
 	// Parked says it is parked in an await (T.AwaitName, T.AwaitToken,
 	// T.WakeAt its timeout).
-	Parked   bool
-	Events   []inspect.EventListing
-	Children inspect.ChildrenPage
+	Parked bool
+	// Park says it is parked on a budget (no answer ends it: a raise
+	// does), ParkBudgets the park budgets above it.
+	Park        bool
+	ParkBudgets []arbortype.Budget
+	Events      []inspect.EventListing
+	Children    inspect.ChildrenPage
 	// ChildrenNext is the address of the next page of its children.
 	ChildrenNext string
 	// Log is a page of its log entries (Log.Older unused).
@@ -163,6 +167,11 @@ func (h *handler) record(ctx context.Context, q recordQuery) (record, error) {
 	// Parked in an await: sleeping with its name (what PendingEvents
 	// lists); the row holds its token and timeout.
 	v.Parked = t.Status == arbortype.StatusSleeping && t.AwaitName != ""
+	if v.Park = budgetPark(t); v.Park {
+		if v.ParkBudgets, err = h.parkedOn(ctx, t.ID); err != nil {
+			return record{}, err
+		}
+	}
 	if v.Events, err = h.reader.TaskEvents(ctx, q.ID, eventsShown, logPayload); err != nil {
 		return record{}, err
 	}
