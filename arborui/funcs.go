@@ -167,6 +167,7 @@ var funcs = template.FuncMap{
 	// template (a template takes one argument).
 	"nodeOf": func(v treeView, n *node) nodeArg { return nodeArg{V: v, N: n} },
 	"add64":  func(a, b int64) int64 { return a + b },
+	"sub":    func(a, b int) int { return a - b },
 	// raiseOf is the "raise" template's argument: a budget's raise.
 	"raiseOf": raiseOf,
 	// answerOf is the "answer" template's argument: an await's form.

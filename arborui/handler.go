@@ -225,6 +225,8 @@ func NewHandler(engine *tasks.Engine, opts *Options) (http.Handler, error) {
 	h.mux.HandleFunc("GET /limits", h.limits)
 	h.mux.HandleFunc("GET /limits/live", h.limitsLive)
 	h.mux.HandleFunc("GET /schedules", h.schedules)
+	h.mux.HandleFunc("GET /stats", h.stats)
+	h.mux.HandleFunc("GET /stats/live", h.statsLive)
 	h.mux.HandleFunc("POST /tasks/{id}/{action}", h.taskAction)
 	h.mux.HandleFunc("POST /conversation/{action}", h.conversationAction)
 	return h, nil

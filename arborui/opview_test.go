@@ -1,6 +1,7 @@
 package arborui_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -276,4 +278,68 @@ func TestApprovalContext(t *testing.T) {
 	require.Contains(t, r, `&lt;script&gt;alert(1)&lt;/script&gt;`)
 	require.NotContains(t, page, "<script>alert")
 	require.Contains(t, r, "characters, cut")
+}
+
+// TestStats: the stats page counts the turns started, settled and failed
+// in the last hour per tenant (a tool's failure is not a turn's), and
+// each tenant's pending tasks and oldest pending; the chart has a bar
+// group per minute; a tenant's link shows its own chart.
+func TestStats(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &arborui.Options{Refresh: 10 * time.Millisecond})
+	code, page := b.get(t, "/stats")
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, `id="no-stats"`)
+
+	ok := b.create(t, arbortype.CreateParams{ConversationID: b.conv + "-1", Kind: "turn", Tenant: "acme"})
+	run, err := b.engine.Start(b.ctx, ok.ID)
+	require.NoError(t, err)
+	tool := b.create(t, arbortype.CreateParams{ConversationID: b.conv + "-1", OwnerID: ok.ID, Kind: "tool"})
+	trun, err := b.engine.Start(b.ctx, tool.ID)
+	require.NoError(t, err)
+	_, err = b.engine.Fail(b.ctx, tool.ID, trun.Token, arbortype.TaskError{Code: "boom", Message: "tool", NonRetryable: true})
+	require.NoError(t, err)
+	_, err = b.engine.Complete(b.ctx, ok.ID, run.Token, nil)
+	require.NoError(t, err)
+	bad := b.create(t, arbortype.CreateParams{ConversationID: b.conv + "-2", Kind: "turn", Tenant: "acme"})
+	brun, err := b.engine.Start(b.ctx, bad.ID)
+	require.NoError(t, err)
+	_, err = b.engine.Fail(b.ctx, bad.ID, brun.Token, arbortype.TaskError{Code: "boom", Message: "turn", NonRetryable: true})
+	require.NoError(t, err)
+	b.create(t, arbortype.CreateParams{ConversationID: b.conv + "-3", Kind: "turn", Tenant: "<globex>"})
+	b.create(t, arbortype.CreateParams{ConversationID: b.conv + "-4", Kind: "turn", Tenant: "<globex>"})
+
+	code, page = b.get(t, "/stats")
+	require.Equal(t, http.StatusOK, code, page)
+	cells := func(tenant string) []string {
+		m := regexp.MustCompile(`(?s)<tr data-tenant="` + regexp.QuoteMeta(tenant) + `">.*?</tr>`).FindString(page)
+		require.NotEmpty(t, m, "no row of %s", tenant)
+		var out []string
+		for _, c := range regexp.MustCompile(`<td>(.*?)</td>`).FindAllStringSubmatch(m, -1) {
+			out = append(out, regexp.MustCompile(`<[^>]+>`).ReplaceAllString(c[1], ""))
+		}
+		return out
+	}
+	require.Equal(t, []string{"2", "2", "1", "0", "—"}, cells("acme"), "started, settled, failed, pending, oldest")
+	globex := cells("&lt;globex&gt;")
+	require.Equal(t, []string{"0", "0", "0", "2"}, globex[:4])
+	require.NotEqual(t, "—", globex[4], "an oldest pending")
+	require.Equal(t, 60, strings.Count(page, "<g data-minute="))
+	require.Contains(t, page, `id="stats-total"`)
+	require.Contains(t, page, `data-live="/stats/live"`)
+	require.Contains(t, page, `href="/stats?tenant=%3Cglobex%3E"`)
+
+	_, page = b.get(t, "/stats?tenant=acme")
+	require.Contains(t, page, `tenant <span class="id">acme</span>`)
+	require.Contains(t, page, `data-live="/stats/live?tenant=acme"`)
+
+	// The stream: the figures at once, and again later with what changed.
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	s := b.stream(t, ctx, "/stats/live?tenant=acme")
+	require.Contains(t, s.next(t), `id="tenant-stats"`)
+	b.create(t, arbortype.CreateParams{ConversationID: b.conv + "-5", Kind: "turn", Tenant: "acme"})
+	acme := regexp.MustCompile(`(?s)<tr data-tenant="acme">.*?</tr>`)
+	for !strings.Contains(acme.FindString(s.next(t)), "\n  <td>1</td><td>") {
+	}
 }

@@ -126,6 +126,8 @@ type TurnStats struct {
 	// counted); SettledCapped: the settles read reached Scan.
 	StartedCapped, SettledCapped bool
 	Scan                         int
+	// Depth is the bound of each tenant's pending count.
+	Depth int
 	// Pending is each tenant's pending work; TenantsCapped: more tenants
 	// have some than were read.
 	Pending       []TenantPending
@@ -135,16 +137,18 @@ type TurnStats struct {
 // TurnStats reads the turns started, settled and failed per tenant and
 // minute over the last window (1 min..24 h), reading at most scan
 // (1..1,000,000) tasks of each, and the pending depth (counted up to
-// scan) and oldest pending of up to tenants (1..1000) tenants.
-func (e *Reader) TurnStats(ctx context.Context, window time.Duration, scan, tenants int) (TurnStats, error) {
+// depth, 1..1,000,000) and oldest pending of up to tenants (1..1000)
+// tenants.
+func (e *Reader) TurnStats(ctx context.Context, window time.Duration, scan, depth, tenants int) (TurnStats, error) {
 	if window < time.Minute || window > 24*time.Hour {
 		return TurnStats{}, fmt.Errorf("turn stats: window %s is outside 1m..24h: %w", window, arbortype.ErrInvalidArgument)
 	}
-	if err := errors.Join(bound("turn stats", "scan", scan, 1_000_000), bound("turn stats", "tenants", tenants, 1000)); err != nil {
+	if err := errors.Join(bound("turn stats", "scan", scan, 1_000_000), bound("turn stats", "depth", depth, 1_000_000),
+		bound("turn stats", "tenants", tenants, 1000)); err != nil {
 		return TurnStats{}, err
 	}
 	return core.Read(ctx, e.core, func(db store.DB) (TurnStats, error) {
-		out := TurnStats{Scan: scan}
+		out := TurnStats{Scan: scan, Depth: depth}
 		settled, err := e.core.Store.SettledTurnsPerMinute(ctx, db, window, scan)
 		if err != nil {
 			return out, err
@@ -153,7 +157,7 @@ func (e *Reader) TurnStats(ctx context.Context, window time.Duration, scan, tena
 		if err != nil {
 			return out, err
 		}
-		pending, err := e.core.Store.PendingByTenant(ctx, db, tenants+1, scan)
+		pending, err := e.core.Store.PendingByTenant(ctx, db, tenants+1, depth)
 		if err != nil {
 			return out, err
 		}
@@ -193,7 +197,7 @@ func (e *Reader) TurnStats(ctx context.Context, window time.Duration, scan, tena
 			pending, out.TenantsCapped = pending[:tenants], true
 		}
 		for _, p := range pending {
-			out.Pending = append(out.Pending, TenantPending{Tenant: p.Tenant, N: p.N, Capped: p.N >= scan, Oldest: p.Oldest})
+			out.Pending = append(out.Pending, TenantPending{Tenant: p.Tenant, N: p.N, Capped: p.N >= depth, Oldest: p.Oldest})
 		}
 		return out, nil
 	})
