@@ -47,7 +47,7 @@ func TestOperatorReadsAreBounded(t *testing.T) {
 		work := planWork(t, plan)
 		t.Logf("%s: work %.0f, %v (EXPLAIN ANALYZE)", name, work, time.Since(began).Round(time.Millisecond))
 		if !assert.Less(t, work, most, "%s", name) {
-				rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) `+s.sql[q], args...)
+			rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) `+s.sql[q], args...)
 			require.NoError(t, err)
 			for rows.Next() {
 				var line string
