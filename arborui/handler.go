@@ -229,6 +229,7 @@ func NewHandler(engine *tasks.Engine, opts *Options) (http.Handler, error) {
 	h.mux.HandleFunc("GET /stats/live", h.statsLive)
 	h.mux.HandleFunc("POST /tasks/{id}/{action}", h.taskAction)
 	h.mux.HandleFunc("POST /conversation/{action}", h.conversationAction)
+	h.mux.HandleFunc("POST /conversations/bulk", h.bulk)
 	return h, nil
 }
 

@@ -109,8 +109,9 @@ type listView struct {
 	Health map[string]health
 	Page   inspect.ConversationPage
 	Now    time.Time
-	// Next and First are the pager's addresses; Live the stream's.
-	Next, First, Live string
+	// Next and First are the pager's addresses; Live the stream's; Back
+	// the page's own (a bulk action's).
+	Next, First, Live, Back string
 }
 
 func (h *handler) listView(ctx context.Context, f listFilter) (listView, error) {
@@ -155,6 +156,7 @@ func (h *handler) listView(ctx context.Context, f listFilter) (listView, error) 
 		v.First = f.url(h.opts.Prefix, "/", "")
 	}
 	v.Live = f.url(h.opts.Prefix, "/live", f.Cursor)
+	v.Back = f.url(h.opts.Prefix, "/", f.Cursor)
 	return v, nil
 }
 

@@ -343,3 +343,67 @@ func TestStats(t *testing.T) {
 	for !strings.Contains(acme.FindString(s.next(t)), "\n  <td>1</td><td>") {
 	}
 }
+
+// TestBulkActions: the conversations ticked in the list are aborted, or
+// their live turns cancelled (the queued one too), in one POST under the
+// token and origin rules; one that cannot be acted on is named, the
+// others done.
+func TestBulkActions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &arborui.Options{Actions: true})
+	a, c, d := b.conv+"-a&id=x", b.conv+"-c", b.conv+"-d"
+	aTurn := b.create(t, arbortype.CreateParams{ConversationID: a, Kind: "turn"})
+	_, err := b.engine.Start(b.ctx, aTurn.ID)
+	require.NoError(t, err)
+	aTool := b.create(t, arbortype.CreateParams{ConversationID: a, OwnerID: aTurn.ID, Kind: "tool"})
+	cTurn := b.create(t, arbortype.CreateParams{ConversationID: c, Kind: "turn"})
+	dTurn := b.create(t, arbortype.CreateParams{ConversationID: d, Kind: "turn"})
+	_, err = b.engine.Start(b.ctx, dTurn.ID)
+	require.NoError(t, err)
+	dQueued := b.create(t, arbortype.CreateParams{ConversationID: d, Kind: "turn"})
+
+	code, page := b.get(t, "/?q="+url.QueryEscape(b.conv))
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, `<form class="bulk" id="bulk" method="post" action="/conversations/bulk">`)
+	require.Contains(t, page, `<input type="checkbox" name="id" value="`+attr(a)+`" form="bulk"`)
+	csrf := token(t, page)
+	back := "/?q=" + url.QueryEscape(b.conv)
+
+	// Refused: no token, no selection, an unknown action.
+	code, _, _ = b.post(t, "/conversations/bulk", url.Values{"id": {a}, "action": {"abort"}}, nil)
+	require.Equal(t, http.StatusForbidden, code)
+	code, body, _ := b.post(t, "/conversations/bulk", url.Values{"csrf": {csrf}, "action": {"abort"}}, nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Contains(t, body, "no conversation selected")
+	code, _, _ = b.post(t, "/conversations/bulk", url.Values{"csrf": {csrf}, "id": {a}, "action": {"rerun"}}, nil)
+	require.Equal(t, http.StatusBadRequest, code)
+
+	code, _, to := b.post(t, "/conversations/bulk", url.Values{"csrf": {csrf}, "id": {a, c}, "action": {"abort"},
+		"reason": {"bulk stop"}, "back": {back}}, nil)
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Equal(t, back, to)
+	for _, id := range []int64{aTurn.ID, aTool.ID, cTurn.ID} {
+		got, err := b.engine.Get(b.ctx, id)
+		require.NoError(t, err)
+		require.True(t, got.Status.Settled(), "#%d %s", id, got.Status)
+	}
+	got, err := b.engine.Get(b.ctx, aTurn.ID)
+	require.NoError(t, err)
+	require.Equal(t, "bulk stop", got.Error.Message)
+
+	code, body, _ = b.post(t, "/conversations/bulk", url.Values{"csrf": {csrf}, "id": {d, b.conv + "-ghost"}, "action": {"cancel"}}, nil)
+	require.Equal(t, http.StatusNotFound, code, body)
+	require.Contains(t, body, "cancel: 1 of 2 conversations done; not done: "+b.conv+"-ghost")
+	for _, id := range []int64{dTurn.ID, dQueued.ID} {
+		got, err := b.engine.Get(b.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, arbortype.StatusCancelled, got.Status, "#%d", id)
+	}
+
+	ro := setup(t, nil)
+	ro.create(t, arbortype.CreateParams{Kind: "turn"})
+	_, page = ro.get(t, "/")
+	require.NotContains(t, page, `form="bulk"`)
+	code, _, _ = ro.post(t, "/conversations/bulk", url.Values{"id": {ro.conv}, "action": {"abort"}}, nil)
+	require.Equal(t, http.StatusForbidden, code)
+}
