@@ -47,7 +47,7 @@ func (b *bundle) forge(t *testing.T, sql string, args ...any) {
 // row is the listing's row of conversation conv in page.
 func row(t *testing.T, page, conv string) string {
 	t.Helper()
-	m := regexp.MustCompile(`(?s)<tr>\s*<td><a class="id" href="[^"]*">` + regexp.QuoteMeta(conv) + `</a>.*?</tr>`).FindString(page)
+	m := regexp.MustCompile(`(?s)<tr>\s*(?:<td class="select">[^\n]*</td>\s*)?<td><a class="id" href="[^"]*">` + regexp.QuoteMeta(conv) + `</a>.*?</tr>`).FindString(page)
 	require.NotEmpty(t, m, "no row of %s", conv)
 	return m
 }
