@@ -30,6 +30,9 @@ import (
 // the view calls it stuck.
 const stuckAfter = time.Minute
 
+// stuckAfterWords is stuckAfter as a sentence says it.
+const stuckAfterWords = "a minute"
+
 // stateBound bounds each count of a conversation's state.
 const stateBound = 10_000
 
@@ -57,7 +60,7 @@ func conversationHealth(c arbortype.ConversationSummary, s inspect.ConversationS
 		out.Stuck = append(out.Stuck, "its holder's lease expired "+round(s.Now.Sub(*c.LeaseExpiresAt))+" ago: awaiting a take-over")
 	}
 	if s.StalePending && (c.Holder == "" || lapsed) {
-		out.Stuck = append(out.Stuck, "pending over "+round(stuckAfter)+" with no holder")
+		out.Stuck = append(out.Stuck, "pending over "+stuckAfterWords+" with no holder")
 	}
 	return out
 }

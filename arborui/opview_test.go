@@ -122,7 +122,7 @@ func TestQueuedIsNotStuck(t *testing.T) {
 	b.forge(t, `UPDATE {schema}.tasks SET created_at = now() - interval '2 minutes' WHERE id = $1`, lone.ID)
 	_, page = b.get(t, "/?q="+url.QueryEscape(b.conv))
 	r = row(t, page, b.conv+"-lone")
-	require.Contains(t, r, "stuck: pending over 1 min 0 s with no holder")
+	require.Contains(t, r, "stuck: pending over a minute with no holder")
 	require.NotContains(t, r, "queued")
 	_, tree = b.get(t, "/conversation?id="+url.QueryEscape(b.conv+"-lone"))
 	require.Contains(t, tree, fmt.Sprintf(`id="task-%d" data-status="pending" data-state="stuck"`, lone.ID))
