@@ -48,7 +48,7 @@ func (h *handler) approvalsView(ctx context.Context, cursor string) (approvalsVi
 	for i, a := range p.Awaits {
 		ids[i] = a.ID
 		if budgetPark(a) {
-			if v.Parks[a.ID], err = h.parkedOn(ctx, a.ID); err != nil {
+			if v.Parks[a.ID], err = h.parkedOn(ctx, a.Task); err != nil {
 				return approvalsView{}, err
 			}
 		}

@@ -165,9 +165,22 @@ var funcs = template.FuncMap{
 	"convAction": func(prefix, action, id string) string { return link(prefix, "/conversation/"+action, "id", id) },
 	// nodeOf pairs a tree's node with its view, for the recursive "node"
 	// template (a template takes one argument).
-	"nodeOf": func(v treeView, n *node) nodeArg { return nodeArg{V: v, N: n} },
-	"add64":  func(a, b int64) int64 { return a + b },
-	"sub":    func(a, b int) int { return a - b },
+	"nodeOf":  func(v treeView, n *node) nodeArg { return nodeArg{V: v, N: n} },
+	"add64":   func(a, b int64) int64 { return a + b },
+	"sub":     func(a, b int) int { return a - b },
+	"seconds": func(d time.Duration) int64 { return int64(d / time.Second) },
+	// window names a tenant budget's window.
+	"window": func(d time.Duration) string {
+		switch d {
+		case time.Minute:
+			return "minute"
+		case time.Hour:
+			return "hour"
+		case 24 * time.Hour:
+			return "day"
+		}
+		return round(d)
+	},
 	// raiseOf is the "raise" template's argument: a budget's raise.
 	"raiseOf": raiseOf,
 	// answerOf is the "answer" template's argument: an await's form.

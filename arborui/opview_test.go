@@ -407,3 +407,41 @@ func TestBulkActions(t *testing.T) {
 	code, _, _ = ro.post(t, "/conversations/bulk", url.Values{"id": {ro.conv}, "action": {"abort"}}, nil)
 	require.Equal(t, http.StatusForbidden, code)
 }
+
+// TestTenantBudgetPark: a turn parked on its tenant's budget (a window of
+// a minute) is shown with that budget, and its raise raises the
+// tenant's budget through SetTenantBudget, keeping its action and window.
+func TestTenantBudgetPark(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &arborui.Options{Actions: true})
+	tenant := "acme<&>"
+	_, err := b.engine.SetTenantBudget(b.ctx, tenant, tasks.BudgetParams{Counter: "tokens", Max: 100, OnExhausted: arbortype.BudgetPark, Window: time.Minute})
+	require.NoError(t, err)
+	turn := b.create(t, arbortype.CreateParams{Kind: "agent_turn", Tenant: tenant})
+	run, err := b.engine.Start(b.ctx, turn.ID)
+	require.NoError(t, err)
+	_, err = b.engine.C.ReserveBudget(b.ctx, core.ReserveParams{ConversationID: b.conv, TaskID: turn.ID, Token: run.Token,
+		Counter: "tokens", Amount: 150, Key: "call-1"})
+	require.ErrorIs(t, err, arbortype.ErrBudgetExhausted)
+
+	code, page := b.get(t, "/approvals")
+	require.Equal(t, http.StatusOK, code, page)
+	require.Contains(t, page, `tenant <span class="id">acme&lt;&amp;&gt;</span> per minute: <code>tokens</code> spent 0 of 100`)
+	require.Contains(t, page, `<input type="hidden" name="tenant" value="1"><input type="hidden" name="window" value="60">`)
+	csrf := token(t, page)
+	form := url.Values{"csrf": {csrf}, "scope": {"0"}, "counter": {"tokens"}, "tenant": {"1"}, "window": {"3600"}, "max": {"300"}}
+	code, _, _ = b.post(t, fmt.Sprintf("/tasks/%d/raise", turn.ID), form, nil)
+	require.Equal(t, http.StatusNotFound, code, "no budget of that window")
+	form.Set("window", "60")
+	code, body, _ := b.post(t, fmt.Sprintf("/tasks/%d/raise", turn.ID), form, nil)
+	require.Equal(t, http.StatusSeeOther, code, body)
+	bs, err := b.engine.TenantBudgets(b.ctx, tenant)
+	require.NoError(t, err)
+	require.Len(t, bs, 1)
+	require.Equal(t, int64(300), bs[0].Max)
+	require.Equal(t, arbortype.BudgetPark, bs[0].OnExhausted)
+	require.Equal(t, time.Minute, bs[0].Window)
+	got, err := b.engine.Get(b.ctx, turn.ID)
+	require.NoError(t, err)
+	require.Equal(t, arbortype.StatusPending, got.Status, "woken")
+}

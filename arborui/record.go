@@ -168,7 +168,7 @@ func (h *handler) record(ctx context.Context, q recordQuery) (record, error) {
 	// lists); the row holds its token and timeout.
 	v.Parked = t.Status == arbortype.StatusSleeping && t.AwaitName != ""
 	if v.Park = budgetPark(t); v.Park {
-		if v.ParkBudgets, err = h.parkedOn(ctx, t.ID); err != nil {
+		if v.ParkBudgets, err = h.parkedOn(ctx, t); err != nil {
 			return record{}, err
 		}
 	}
