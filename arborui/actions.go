@@ -80,8 +80,10 @@ func (h *handler) taskAction(w http.ResponseWriter, r *http.Request) {
 		_, err = h.engine.WakeNow(ctx, id)
 	case "emit":
 		err = h.emitToTask(r, id)
+	case "raise":
+		err = h.raise(r, id)
 	default:
-		h.errPage(w, r, &requestError{code: http.StatusNotFound, msg: fmt.Sprintf("no action %q (abort, cancel, wake, emit)", action)})
+		h.errPage(w, r, &requestError{code: http.StatusNotFound, msg: fmt.Sprintf("no action %q (abort, cancel, wake, emit, raise)", action)})
 		return
 	}
 	if err != nil {

@@ -1,11 +1,15 @@
 // Package arborui is arbor's web view, what an operator of a chat backend
-// keeps open: every conversation, a page at a time, filtered and searched;
-// a conversation's task tree (paged when large) beside its log; a task's
-// whole record — attempts and their errors, checkpoint, events, children,
-// budgets, trace, log; the approvals every conversation awaits; the nodes
+// keeps open: every conversation, a page at a time, filtered and searched,
+// a failed turn, a queued turn and stuck work each flagged; a
+// conversation's task tree (paged when large) beside its log; a task's
+// whole record — attempts and their errors, durations and a timeline,
+// checkpoint, events, children, budgets, trace, log; the approvals every
+// conversation awaits, with their context, and the turns parked on a
+// budget; the turns per minute and the pending work per tenant; the nodes
 // and what they hold; the concurrency limits, with their runs, and the
 // tenants' weights. Every page is live. And, only when enabled, the
-// operator's actions (abort, cancel, wake, emit, approve or deny).
+// operator's actions (abort, cancel, wake, emit, approve or deny, raise a
+// budget, abort or cancel the conversations selected).
 //
 // NewHandler returns an http.Handler to mount in your own server, under any
 // prefix; `arbor ui` serves it on its own. Pages are rendered on the server

@@ -149,11 +149,15 @@ var funcs = template.FuncMap{
 		}
 		return round(d) + " ago"
 	},
-	"live":   func(s arbortype.Status) bool { return s.Live() },
-	"link":   link,
-	"bytes":  humanBytes,
-	"plural": func(n int, one, many string) string { return map[bool]string{true: one, false: many}[n == 1] },
-	"add":    func(a, b int) int { return a + b },
+	"live": func(s arbortype.Status) bool { return s.Live() },
+	"dur":  round,
+	// budgetPark says a task is parked on a budget: an await of
+	// arbortype.BudgetEvent, which only a raise of the budget ends.
+	"budgetPark": budgetPark,
+	"link":       link,
+	"bytes":      humanBytes,
+	"plural":     func(n int, one, many string) string { return map[bool]string{true: one, false: many}[n == 1] },
+	"add":        func(a, b int) int { return a + b },
 	// convURL is the address of a conversation's page, convLive of its
 	// tree's stream and convAction of an action on it, the id
 	// percent-encoded: an id may hold #, &, + or ?.
@@ -161,7 +165,24 @@ var funcs = template.FuncMap{
 	"convAction": func(prefix, action, id string) string { return link(prefix, "/conversation/"+action, "id", id) },
 	// nodeOf pairs a tree's node with its view, for the recursive "node"
 	// template (a template takes one argument).
-	"nodeOf": func(v treeView, n *node) nodeArg { return nodeArg{V: v, N: n} },
+	"nodeOf":  func(v treeView, n *node) nodeArg { return nodeArg{V: v, N: n} },
+	"add64":   func(a, b int64) int64 { return a + b },
+	"sub":     func(a, b int) int { return a - b },
+	"seconds": func(d time.Duration) int64 { return int64(d / time.Second) },
+	// window names a tenant budget's window.
+	"window": func(d time.Duration) string {
+		switch d {
+		case time.Minute:
+			return "minute"
+		case time.Hour:
+			return "hour"
+		case 24 * time.Hour:
+			return "day"
+		}
+		return round(d)
+	},
+	// raiseOf is the "raise" template's argument: a budget's raise.
+	"raiseOf": raiseOf,
 	// answerOf is the "answer" template's argument: an await's form.
 	"answerOf": func(csrf, back, prefix string, t inspect.TaskSummary) answerArg {
 		return answerArg{CSRF: csrf, Back: back, P: prefix, T: t}
@@ -221,4 +242,22 @@ func (h *handler) traceLink(id string) string {
 		return ""
 	}
 	return strings.ReplaceAll(h.opts.TraceURL, traceIDField, id)
+}
+
+// budgetPark says t is parked on a budget (docs/design.md §3.11): an
+// await of arbortype.BudgetEvent, which no answer ends, only a raise of
+// the budget (tasks.Engine.SetBudget).
+func budgetPark(t any) bool {
+	var task arbortype.Task
+	switch v := t.(type) {
+	case arbortype.Task:
+		task = v
+	case inspect.TaskSummary:
+		task = v.Task
+	case *arbortype.Task:
+		task = *v
+	default:
+		return false
+	}
+	return task.Status == arbortype.StatusSleeping && task.AwaitName == arbortype.BudgetEvent
 }

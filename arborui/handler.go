@@ -46,8 +46,9 @@ type Options struct {
 	// and writes it into every link. Default "": the root.
 	Prefix string
 	// Actions offers and accepts the operator's actions: abort (with a
-	// reason), cancel, wake, emit, and the answer (approve or deny) of an
-	// await. Default false: the view is read-only, shows no action, refuses
+	// reason), cancel, wake, emit, the answer (approve or deny) of an
+	// await, the raise of a budget a turn is parked on, and the bulk abort
+	// or cancel of the conversations selected in the list. Default false: the view is read-only, shows no action, refuses
 	// every POST with 403 and hides await tokens (a token answers an
 	// approval). Turn it on only behind your own authentication: the
 	// handler authenticates nobody, it only checks that a POST carries its
@@ -225,8 +226,11 @@ func NewHandler(engine *tasks.Engine, opts *Options) (http.Handler, error) {
 	h.mux.HandleFunc("GET /limits", h.limits)
 	h.mux.HandleFunc("GET /limits/live", h.limitsLive)
 	h.mux.HandleFunc("GET /schedules", h.schedules)
+	h.mux.HandleFunc("GET /stats", h.stats)
+	h.mux.HandleFunc("GET /stats/live", h.statsLive)
 	h.mux.HandleFunc("POST /tasks/{id}/{action}", h.taskAction)
 	h.mux.HandleFunc("POST /conversation/{action}", h.conversationAction)
+	h.mux.HandleFunc("POST /conversations/bulk", h.bulk)
 	return h, nil
 }
 

@@ -104,10 +104,14 @@ type listView struct {
 	// Exact is the conversation whose id is the search, if there is one.
 	Exact *arbortype.Conversation
 	Rows  []inspect.ConversationListing
-	Page  inspect.ConversationPage
-	Now   time.Time
-	// Next and First are the pager's addresses; Live the stream's.
-	Next, First, Live string
+	// Health is each listed conversation's queued turns and why it is
+	// stuck, if it is.
+	Health map[string]health
+	Page   inspect.ConversationPage
+	Now    time.Time
+	// Next and First are the pager's addresses; Live the stream's; Back
+	// the page's own (a bulk action's).
+	Next, First, Live, Back string
 }
 
 func (h *handler) listView(ctx context.Context, f listFilter) (listView, error) {
@@ -131,6 +135,20 @@ func (h *handler) listView(ctx context.Context, f listFilter) (listView, error) 
 		return v, err
 	}
 	v.Rows = v.Page.Conversations
+	ids := make([]string, len(v.Rows))
+	for i, r := range v.Rows {
+		ids[i] = r.ID
+	}
+	states, err := h.conversationStates(ctx, ids)
+	if err != nil {
+		return v, err
+	}
+	v.Health = make(map[string]health, len(v.Rows))
+	for _, r := range v.Rows {
+		if s, ok := states[r.ID]; ok {
+			v.Health[r.ID] = conversationHealth(r.ConversationSummary, s)
+		}
+	}
 	if v.Page.Next != "" {
 		v.Next = f.url(h.opts.Prefix, "/", v.Page.Next)
 	}
@@ -138,6 +156,7 @@ func (h *handler) listView(ctx context.Context, f listFilter) (listView, error) 
 		v.First = f.url(h.opts.Prefix, "/", "")
 	}
 	v.Live = f.url(h.opts.Prefix, "/live", f.Cursor)
+	v.Back = f.url(h.opts.Prefix, "/", f.Cursor)
 	return v, nil
 }
 

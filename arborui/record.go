@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/arborhq/arbor/arbortype"
@@ -73,9 +74,13 @@ type record struct {
 	Input, State, Result, Detail *doc
 	// Parked says it is parked in an await (T.AwaitName, T.AwaitToken,
 	// T.WakeAt its timeout).
-	Parked   bool
-	Events   []inspect.EventListing
-	Children inspect.ChildrenPage
+	Parked bool
+	// Park says it is parked on a budget (no answer ends it: a raise
+	// does), ParkBudgets the park budgets above it.
+	Park        bool
+	ParkBudgets []arbortype.Budget
+	Events      []inspect.EventListing
+	Children    inspect.ChildrenPage
 	// ChildrenNext is the address of the next page of its children.
 	ChildrenNext string
 	// Log is a page of its log entries (Log.Older unused).
@@ -86,6 +91,10 @@ type record struct {
 	// its conversation's); Spend what it spent and holds itself.
 	Budgets []arbortype.Budget
 	Spend   []arbortype.Spend
+	// Durations are its times queued, in each status and in all, and
+	// Timeline its bar beside its children's (the page's).
+	Durations durations
+	Timeline  timeline
 	// TraceID is the trace it was created in (its traceparent's), and
 	// TraceURL its link to the tracing UI (Options.TraceURL).
 	TraceID, TraceURL string
@@ -158,6 +167,11 @@ func (h *handler) record(ctx context.Context, q recordQuery) (record, error) {
 	// Parked in an await: sleeping with its name (what PendingEvents
 	// lists); the row holds its token and timeout.
 	v.Parked = t.Status == arbortype.StatusSleeping && t.AwaitName != ""
+	if v.Park = budgetPark(t); v.Park {
+		if v.ParkBudgets, err = h.parkedOn(ctx, t); err != nil {
+			return record{}, err
+		}
+	}
 	if v.Events, err = h.reader.TaskEvents(ctx, q.ID, eventsShown, logPayload); err != nil {
 		return record{}, err
 	}
@@ -179,6 +193,9 @@ func (h *handler) record(ctx context.Context, q recordQuery) (record, error) {
 	if log.Older != 0 {
 		v.LogOlder = q.url(h.opts.Prefix, self, q.ChildrenAfter, log.Older)
 	}
+	now := time.Now()
+	v.Durations = durationsOf(t, rows, log.Older != 0 || q.LogBefore != 0, now)
+	v.Timeline = timelineOf(t, rows, v.Children.Tasks, v.Children.Next != 0 || q.ChildrenAfter != 0, now)
 	return v, nil
 }
 

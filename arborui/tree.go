@@ -27,6 +27,10 @@ type node struct {
 	// Under is its owner, when the page does not draw it (0: it does, or
 	// the task is a root).
 	Under int64
+	// Queued: a turn pending behind an older live turn; Stuck says why
+	// the task is stuck, if it is (see health.go).
+	Queued bool
+	Stuck  string
 }
 
 type nodeArg struct {
@@ -79,6 +83,8 @@ type treeView struct {
 	Counts             []statusCount
 	Awaits             []inspect.AwaitListing
 	MoreAwaits         bool
+	// Health is the conversation's queued turns and why it is stuck.
+	Health health
 	// Back is the page's own address (an action's "back"); Next and First
 	// the pager's; Stream the tree's live address.
 	Back, Next, First, Stream string
@@ -107,6 +113,11 @@ func (h *handler) treeView(ctx context.Context, q treeQuery) (treeView, error) {
 	if err != nil {
 		return treeView{}, err
 	}
+	states, err := h.conversationStates(ctx, []string{q.Conv})
+	if err != nil {
+		return treeView{}, err
+	}
+	state := states[q.Conv]
 	awaits, err := h.reader.Awaits(ctx, inspect.AwaitQuery{ConversationID: q.Conv, Limit: 20})
 	if err != nil {
 		return treeView{}, err
@@ -115,6 +126,9 @@ func (h *handler) treeView(ctx context.Context, q treeQuery) (treeView, error) {
 		Shown: len(tp.Tasks), Capped: tp.CountsCapped, Awaits: awaits.Awaits, MoreAwaits: awaits.Next != "",
 		Back: q.url(h.opts.Prefix, "/conversation", q.After), Stream: q.url(h.opts.Prefix, "/conversation/live", q.After),
 		Now: time.Now()}
+	if !state.Now.IsZero() {
+		v.Health = conversationHealth(arbortype.ConversationSummary{Conversation: c, Live: tp.Counts}, state)
+	}
 	for _, st := range arbortype.Statuses {
 		if n := tp.Counts[st]; n > 0 {
 			v.Counts = append(v.Counts, statusCount{st, n})
@@ -136,6 +150,7 @@ func (h *handler) treeView(ctx context.Context, q treeQuery) (treeView, error) {
 	byID := make(map[int64]*node, len(tp.Tasks))
 	for _, t := range tp.Tasks {
 		n := &node{T: t, More: tp.Children[t.ID]}
+		n.Queued, n.Stuck = taskState(t.Task, c, state)
 		byID[t.ID] = n
 		if o := byID[t.OwnerID]; o != nil {
 			o.Children = append(o.Children, n)

@@ -21,16 +21,24 @@
   // payload, say) outlives the fragment that replaces the element: the
   // fields are matched by their tag, id, name and data-payload, and the
   // value, the focus and the selection put back. A field the new fragment
-  // no longer has (its await ended) is dropped with it.
+  // no longer has (its await ended, its conversation left the page) is
+  // dropped with it.
+  // A checkbox (a conversation selected for a bulk action) is matched by
+  // its value too, and keeps whether it is ticked.
+  function isBox(f) {
+    return f.type === "checkbox" || f.type === "radio";
+  }
   function fieldKey(f) {
-    return [f.tagName, f.id, f.name, f.dataset.payload || ""].join("|");
+    return [f.tagName, f.id, f.name, f.dataset.payload || "", isBox(f) ? f.value : ""].join("|");
   }
   function keepTyped(el) {
     const kept = new Map();
     for (const f of el.querySelectorAll("input, textarea")) {
-      if (f.value !== f.defaultValue || f === document.activeElement) {
+      const changed = isBox(f) ? f.checked !== f.defaultChecked : f.value !== f.defaultValue;
+      if (changed || f === document.activeElement) {
         kept.set(fieldKey(f), {
           value: f.value,
+          checked: f.checked,
           focused: f === document.activeElement,
           start: f.selectionStart,
           end: f.selectionEnd,
@@ -42,6 +50,11 @@
       for (const f of el.querySelectorAll("input, textarea")) {
         const k = kept.get(fieldKey(f));
         if (!k) continue;
+        if (isBox(f)) {
+          f.checked = k.checked;
+          if (k.focused) f.focus();
+          continue;
+        }
         f.value = k.value;
         if (k.focused) {
           f.focus();

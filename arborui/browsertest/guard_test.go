@@ -189,7 +189,7 @@ const hostile = `<img src=x class=pwned onerror="window.pwned=1">"'><script clas
 // awaits, trace headers and holder name are all hostile, and a
 // concurrency limit and a tenant's weight of those names: every page that
 // renders them (the list, the tree and its log, the task, the log page,
-// the approvals, the nodes, the limits) shows them as text — no element of theirs in the DOM, no
+// the approvals, the nodes, the limits, the stats) shows them as text — no element of theirs in the DOM, no
 // control character raw.
 func TestBrowserHostileStrings(t *testing.T) {
 	t.Parallel()
@@ -248,6 +248,8 @@ func TestBrowserHostileStrings(t *testing.T) {
 		v.base + "/approvals",
 		v.base + "/nodes",
 		v.base + "/limits",
+		v.base + "/stats",
+		v.base + "/stats?tenant=" + url.QueryEscape("tenant"+hostile),
 	} {
 		require.NoError(t, chromedp.Do(b, chromedp.Navigate(page), chromedp.WaitVisible(`main`)), page)
 		if !strings.Contains(page, "/conversation/log") {

@@ -90,6 +90,27 @@ func TestBrowserList100k(t *testing.T) {
 	_, _, err = v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: prefix + "-new", Kind: "fresh_turn"})
 	require.NoError(t, err)
 	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(fmt.Sprintf(`#conversations a.id[href$=%q]`, url.QueryEscape(prefix+"-new")))))
+
+	// The first page's two newest, ticked and aborted in bulk.
+	for _, id := range []string{prefix + "-new", prefix + "-100000"} {
+		_, err := chromedp.Run(b, chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector('#conversations input[data-select][value=%q]').click() || true`, id)))
+		require.NoError(t, err)
+	}
+	submit(t, b, `#bulk-abort`)
+	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(`#conversations`)))
+	for _, id := range []string{prefix + "-new", prefix + "-100000"} {
+		all, err := v.engine.ConversationTasks(v.ctx, id)
+		require.NoError(t, err)
+		require.True(t, all[0].Status.Settled(), id)
+	}
+
+	// The stats over 100,000 turns pending: bounded counts, said so.
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(v.base+"/stats"), chromedp.WaitVisible(`#tenant-stats`), chromedp.WaitVisible(`#live-status.on`)))
+	require.Contains(t, text(t, b, `document.querySelector("#tenant-stats tbody tr").textContent`), "10000+")
+	els, size = domSize(t, b)
+	t.Logf("the stats page over 100,000 conversations: %d elements, %d bytes of HTML", els, size)
+	require.Less(t, els, maxElements)
+	require.Less(t, size, maxHTMLBytes)
 }
 
 // TestBrowserTree100k: a conversation of 100,000 tasks draws a page of
@@ -132,6 +153,16 @@ func TestBrowserTree100k(t *testing.T) {
 	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(`#tree-first`)))
 	require.Contains(t, text(t, b, `document.getElementById("tree").textContent`), fmt.Sprintf("under #%d", root.ID))
 	els, size = domSize(t, b)
+	require.Less(t, els, maxElements)
+	require.Less(t, size, maxHTMLBytes)
+
+	// The turn's page: its durations, and a timeline of it and the first
+	// page of its 100,000 children.
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(fmt.Sprintf("%s/tasks/%d", v.base, root.ID)), chromedp.WaitVisible(`#timeline`),
+		chromedp.WaitVisible(`#durations`), chromedp.WaitVisible(`#live-status.on`)))
+	require.Equal(t, "51", text(t, b, `String(document.querySelectorAll("#timeline tr[data-timeline]").length)`))
+	els, size = domSize(t, b)
+	t.Logf("the page of a turn of 100,000 tasks: %d elements, %d bytes of HTML", els, size)
 	require.Less(t, els, maxElements)
 	require.Less(t, size, maxHTMLBytes)
 }

@@ -88,7 +88,8 @@ type ConversationQuery struct {
 	Live Live
 	// Statuses keeps those with a task in one of these live statuses.
 	Statuses []arbortype.Status
-	// Failed keeps those with a failed task.
+	// Failed keeps those with a failed turn: a root task failed, not a
+	// tool inside a turn that answered.
 	Failed bool
 	// Awaiting keeps those with a task awaiting an event (an approval).
 	Awaiting bool
@@ -107,7 +108,7 @@ type ConversationListing struct {
 	// ConversationSummary is the conversation, its lease and its live
 	// tasks counted by status.
 	arbortype.ConversationSummary
-	// Failed says it has a failed task.
+	// Failed says it has a failed turn (a root task).
 	Failed bool
 	// Awaiting counts its tasks awaiting an event.
 	Awaiting int

@@ -194,6 +194,10 @@ var crossConversation = map[string]string{
 	"qHolders":                     "inspect (web view): the holders, each with the conversations it holds counted (holders is a reference table)",
 	"qRecentRestarts":              "inspect (web view): restarted tasks among a bounded window of the newest, across all",
 	"qLastLogSeq":                  "inspect (web view): the newest entry of any conversation's log (one probe of the primary key)",
+	"qConversationStates":          "inspect (web view): queued and stuck work of a page of conversations (an array of ids)",
+	"qSettledTurnsPerMinute":       "inspect (web view): the turns settled in the last hour, per tenant, a bounded read of the settled roots' index",
+	"qStartedTurnsPerMinute":       "inspect (web view): the turns started in the last hour, per tenant, among a bounded window of the newest tasks",
+	"qPendingByTenant":             "inspect (web view): each tenant's pending depth (bounded) and head of queue, along the fair claim's index",
 	"qCheckTenantBudgets":          "the checker's sums of every tenant budget over the reservations of all the tenant's conversations",
 	"qLockTenantLiveConversations": "a tenant budget's raise: every conversation of the tenant with a live task, locked to wake its parked tasks",
 	// Fork copies one conversation into another: two conversations by design.
@@ -214,6 +218,7 @@ var crossConversation = map[string]string{
 var entryPoints = map[string]string{
 	"qGetTask":                "reads a task by id (Engine.Get and the reads after a lost commit answer)",
 	"qGetTasks":               "reads tasks by ids (Engine.GetMany; a batch create's owners, of several conversations)",
+	"qAwaitContexts":          "reads the saved states of a page of awaits by task ids (the web view's approvals, of several conversations)",
 	"qTaskConversation":       "finds a task's conversation: the entry point of a task-addressed call",
 	"qTaskByAwaitToken":       "finds an await by a token of the older form, which does not name its task (EmitToken): a client posts the token alone",
 	"qLockConversationOfTask": "locks a task's conversation, found from the task, then the task by (conversation, id)",

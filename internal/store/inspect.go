@@ -148,7 +148,8 @@ type ConversationFilter struct {
 	Live int
 	// Statuses keeps those with a task in one of these live statuses.
 	Statuses []string
-	// Failed keeps those with a failed task; Awaiting those with a task
+	// Failed keeps those with a failed turn (a root task: not a tool that
+	// failed inside a turn that answered); Awaiting those with a task
 	// awaiting an event.
 	Failed, Awaiting bool
 	// Kind keeps those with a task of that kind.
@@ -163,8 +164,8 @@ type ConversationFilter struct {
 // ConversationRow is a conversation as a listing shows it.
 type ConversationRow struct {
 	arbortype.ConversationSummary
-	// Failed: it has a failed task; Awaiting counts its tasks awaiting an
-	// event.
+	// Failed: it has a failed turn (a root task); Awaiting counts its
+	// tasks awaiting an event.
 	Failed   bool
 	Awaiting int
 	// Last is its newest task (ID 0: it has none).

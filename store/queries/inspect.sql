@@ -12,7 +12,8 @@
 --
 -- The WHERE of a listing on conversation c takes parameters $4..$13
 -- (internal/store's filterArgs). The live index serves the live tests,
--- the awaiting index the await's; "failed" and "kind" read the
+-- the awaiting index the await's; "failed" (a turn, a root task, failed:
+-- not a tool inside a turn that answered) and "kind" read the
 -- conversation's tasks until one matches.
 --
 -- A listed conversation is conversation c's columns, its newest task
@@ -82,7 +83,7 @@ picked AS (
     AND ($6 = 0 OR ($6 = 1) = EXISTS (SELECT 1 FROM {schema}.tasks lt WHERE lt.conversation_id = c.id AND lt.status IN ({live})))
     AND (cardinality($7::text[]) = 0 OR EXISTS (SELECT 1 FROM {schema}.tasks st
     WHERE st.conversation_id = c.id AND st.status IN ({live}) AND st.status = ANY($7::text[])))
-    AND (NOT $8 OR EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'))
+    AND (NOT $8 OR EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed' AND ft.owner_task_id IS NULL))
     AND (NOT $9 OR EXISTS (SELECT 1 FROM {schema}.tasks wt
     WHERE wt.conversation_id = c.id AND wt.status = 'sleeping' AND wt.await_name IS NOT NULL))
     AND ($10 = '' OR EXISTS (SELECT 1 FROM {schema}.tasks kt WHERE kt.conversation_id = c.id AND kt.kind = $10))
@@ -95,7 +96,7 @@ SELECT b.n, coalesce(b.last, ''), 0::bigint, r.* FROM bounds b LEFT JOIN LATERAL
     (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, c.tenant,
     (SELECT jsonb_object_agg(x.status, x.n) FROM (SELECT lt.status, count(*) AS n FROM {schema}.tasks lt
     WHERE lt.conversation_id = c.id AND lt.status IN ({live}) GROUP BY lt.status) x),
-    EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'),
+    EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed' AND ft.owner_task_id IS NULL),
     (SELECT count(*) FROM {schema}.tasks wt WHERE wt.conversation_id = c.id AND wt.status = 'sleeping' AND wt.await_name IS NOT NULL),
     coalesce(last.id, 0), coalesce(last.kind, ''), coalesce(last.status, ''), last.created_at, 0::bigint AS key
     FROM picked p JOIN {schema}.conversations c ON c.id = p.id
@@ -126,7 +127,7 @@ picked AS (
     AND ($6 = 0 OR ($6 = 1) = EXISTS (SELECT 1 FROM {schema}.tasks lt WHERE lt.conversation_id = c.id AND lt.status IN ({live})))
     AND (cardinality($7::text[]) = 0 OR EXISTS (SELECT 1 FROM {schema}.tasks st
     WHERE st.conversation_id = c.id AND st.status IN ({live}) AND st.status = ANY($7::text[])))
-    AND (NOT $8 OR EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'))
+    AND (NOT $8 OR EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed' AND ft.owner_task_id IS NULL))
     AND (NOT $9 OR EXISTS (SELECT 1 FROM {schema}.tasks wt
     WHERE wt.conversation_id = c.id AND wt.status = 'sleeping' AND wt.await_name IS NOT NULL))
     AND ($10 = '' OR EXISTS (SELECT 1 FROM {schema}.tasks kt WHERE kt.conversation_id = c.id AND kt.kind = $10))
@@ -139,7 +140,7 @@ SELECT b.n, '', coalesce(b.low, 0), r.* FROM bounds b LEFT JOIN LATERAL (
     (SELECT hd.expires_at FROM {schema}.holders hd WHERE hd.id = c.holder_id), c.created_at, c.tenant,
     (SELECT jsonb_object_agg(x.status, x.n) FROM (SELECT lt.status, count(*) AS n FROM {schema}.tasks lt
     WHERE lt.conversation_id = c.id AND lt.status IN ({live}) GROUP BY lt.status) x),
-    EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed'),
+    EXISTS (SELECT 1 FROM {schema}.tasks ft WHERE ft.conversation_id = c.id AND ft.status = 'failed' AND ft.owner_task_id IS NULL),
     (SELECT count(*) FROM {schema}.tasks wt WHERE wt.conversation_id = c.id AND wt.status = 'sleeping' AND wt.await_name IS NOT NULL),
     coalesce(last.id, 0), coalesce(last.kind, ''), coalesce(last.status, ''), last.created_at, p.last AS key
     FROM picked p JOIN {schema}.conversations c ON c.id = p.id
