@@ -30,7 +30,7 @@ func (e *Engine) Rerun(ctx context.Context, tx pgx.Tx, taskID int64) (Task, erro
 	default:
 		return Task{}, errorf("rerun", taskID, fmt.Errorf("%w (it is %s)", arbortype.ErrNotSettled, src.Status))
 	}
-	switch rerun, err := e.Store.RerunOf(ctx, tx, taskID); {
+	switch rerun, err := e.Store.RerunOf(ctx, tx, src.ConversationID, taskID); {
 	case err == nil:
 		return Task{}, errorf("rerun", taskID, fmt.Errorf("%w: it was rerun already, as task %d (rerun that one)", arbortype.ErrInvalidTransition, rerun))
 	case !store.IsNoRows(err):
@@ -66,7 +66,7 @@ func (e *Engine) Rerun(ctx context.Context, tx pgx.Tx, taskID int64) (Task, erro
 		}
 	}
 	if owner.Status == arbortype.StatusWaiting && slices.Contains(owner.WaitIDs, src.ID) {
-		if _, err := e.Store.RerunInWait(ctx, tx, owner.ID, src.ID, t.ID); err != nil {
+		if _, err := e.Store.RerunInWait(ctx, tx, src.ConversationID, owner.ID, src.ID, t.ID); err != nil {
 			return Task{}, errorf("rerun", taskID, mapDBError(err))
 		}
 	}

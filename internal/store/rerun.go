@@ -21,18 +21,19 @@ func (s *Store) RerunTask(ctx context.Context, db DB, conv string, id int64) (ar
 	return scanTask(db.QueryRow(ctx, s.sql[qRerunTask], id, conv))
 }
 
-// RerunOf returns the id of task id's rerun; ErrNoRows when it has none.
-func (s *Store) RerunOf(ctx context.Context, db DB, id int64) (int64, error) {
+// RerunOf returns the id of the rerun of task id of conversation conv;
+// ErrNoRows when it has none.
+func (s *Store) RerunOf(ctx context.Context, db DB, conv string, id int64) (int64, error) {
 	var rerun int64
-	err := db.QueryRow(ctx, s.sql[qRerunOf], id).Scan(&rerun)
+	err := db.QueryRow(ctx, s.sql[qRerunOf], id, conv).Scan(&rerun)
 	return rerun, err
 }
 
-// RerunInWait puts rerun in the place of task in owner's wait, and reports
-// whether owner waited on task.
-func (s *Store) RerunInWait(ctx context.Context, db DB, owner, task, rerun int64) (bool, error) {
+// RerunInWait puts rerun in the place of task in the wait of owner (of
+// conversation conv), and reports whether owner waited on task.
+func (s *Store) RerunInWait(ctx context.Context, db DB, conv string, owner, task, rerun int64) (bool, error) {
 	var got int64
-	err := db.QueryRow(ctx, s.sql[qRerunInWait], owner, task, rerun).Scan(&got)
+	err := db.QueryRow(ctx, s.sql[qRerunInWait], owner, task, rerun, conv).Scan(&got)
 	if IsNoRows(err) {
 		return false, nil
 	}

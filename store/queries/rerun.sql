@@ -28,19 +28,20 @@ WITH w AS (INSERT INTO {schema}.tasks AS t
 logged AS ({log_status})
 SELECT {task_columns} FROM w;
 
--- RerunOf returns the id of task $1's rerun. ErrNoRows when it has none.
+-- RerunOf returns the id of the rerun of task $1 of conversation $2.
+-- ErrNoRows when it has none.
 --
 -- Locks: none (a read).
 -- name: RerunOf
-SELECT id FROM {schema}.tasks WHERE rerun_of = $1;
+SELECT id FROM {schema}.tasks WHERE rerun_of = $1 AND conversation_id = $2;
 
 -- RerunInWait puts rerun $3 in the place of task $2 in the wait of its
--- owner $1, waiting (event rerun, waiting → waiting). ErrNoRows when the
--- owner does not wait on $2.
+-- owner $1 of conversation $4, waiting (event rerun, waiting → waiting).
+-- ErrNoRows when the owner does not wait on $2.
 --
 -- Locks: row locks on what it writes (updates tasks), held until the
 -- transaction ends.
 -- name: RerunInWait
 UPDATE {schema}.tasks SET wait_ids = array_replace(wait_ids, $2::bigint, $3::bigint), updated_at = now()
-WHERE id = $1 AND status = 'waiting' AND $2::bigint = ANY(wait_ids)
+WHERE id = $1 AND conversation_id = $4 AND status = 'waiting' AND $2::bigint = ANY(wait_ids)
 RETURNING id;
