@@ -82,8 +82,17 @@ func (h *handler) taskAction(w http.ResponseWriter, r *http.Request) {
 		err = h.emitToTask(r, id)
 	case "raise":
 		err = h.raise(r, id)
+	case "rerun":
+		// The rerun is a new task: its page is where to look next.
+		rerun, err := h.engine.Rerun(ctx, id)
+		if err != nil {
+			h.errPage(w, r, err)
+			return
+		}
+		http.Redirect(w, r, fmt.Sprintf("%s/tasks/%d", h.opts.Prefix, rerun.ID), http.StatusSeeOther)
+		return
 	default:
-		h.errPage(w, r, &requestError{code: http.StatusNotFound, msg: fmt.Sprintf("no action %q (abort, cancel, wake, emit, raise)", action)})
+		h.errPage(w, r, &requestError{code: http.StatusNotFound, msg: fmt.Sprintf("no action %q (abort, cancel, wake, emit, raise, rerun)", action)})
 		return
 	}
 	if err != nil {

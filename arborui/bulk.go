@@ -14,7 +14,9 @@ import (
 // every live task of each (AbortConversation) — or cancel — each one's
 // live turns (root tasks), the newest first, so that a queued turn does
 // not start when the one before it ends (Cancel, whose foreground
-// children are aborted first). Each conversation is acted on in a
+// children are aborted first) — or rerun — each one's newest turn, from
+// its checkpoint, when it failed, was aborted or cancelled and was not
+// rerun already (Rerun). Each conversation is acted on in a
 // transaction of its own: one that fails (a turn completing already, a
 // conversation gone) does not undo the others, and the answer says which
 // were done and which not.
@@ -35,8 +37,8 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	}
 	action := r.PostFormValue("action")
 	switch {
-	case action != "abort" && action != "cancel":
-		h.errPage(w, r, badRequest("action %q is not one of: abort, cancel", truncate(action, 40)))
+	case action != "abort" && action != "cancel" && action != "rerun":
+		h.errPage(w, r, badRequest("action %q is not one of: abort, cancel, rerun", truncate(action, 40)))
 		return
 	case len(ids) == 0:
 		h.errPage(w, r, badRequest("no conversation selected: tick those to %s in the list", action))
@@ -57,6 +59,13 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 		switch action {
 		case "abort":
 			_, err = h.engine.AbortConversation(ctx, conv, opts...)
+		case "rerun":
+			var last int64
+			if last, err = h.reader.NewestRootID(ctx, conv); err == nil {
+				if _, err = h.engine.Rerun(ctx, last); err != nil {
+					err = fmt.Errorf("turn #%d: %w", last, err)
+				}
+			}
 		case "cancel":
 			var roots []int64
 			if _, err = h.engine.Conversation(ctx, conv); err != nil {

@@ -154,6 +154,7 @@ var funcs = template.FuncMap{
 	// budgetPark says a task is parked on a budget: an await of
 	// arbortype.BudgetEvent, which only a raise of the budget ends.
 	"budgetPark": budgetPark,
+	"rerunnable": rerunnable,
 	"link":       link,
 	"bytes":      humanBytes,
 	"plural":     func(n int, one, many string) string { return map[bool]string{true: one, false: many}[n == 1] },
@@ -260,4 +261,16 @@ func budgetPark(t any) bool {
 		return false
 	}
 	return task.Status == arbortype.StatusSleeping && task.AwaitName == arbortype.BudgetEvent
+}
+
+// rerunnable says whether t may be rerun from its checkpoint
+// (tasks.Engine.Rerun): it failed, was aborted or was cancelled. The
+// engine refuses the rest of what it refuses (rerun already, an owner
+// settled) with its reason.
+func rerunnable(t arbortype.Task) bool {
+	switch t.Status {
+	case arbortype.StatusFailed, arbortype.StatusAborted, arbortype.StatusCancelled:
+		return true
+	}
+	return false
 }

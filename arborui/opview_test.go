@@ -375,7 +375,7 @@ func TestBulkActions(t *testing.T) {
 	code, body, _ := b.post(t, "/conversations/bulk", url.Values{"csrf": {csrf}, "action": {"abort"}}, nil)
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Contains(t, body, "no conversation selected")
-	code, _, _ = b.post(t, "/conversations/bulk", url.Values{"csrf": {csrf}, "id": {a}, "action": {"rerun"}}, nil)
+	code, _, _ = b.post(t, "/conversations/bulk", url.Values{"csrf": {csrf}, "id": {a}, "action": {"delete"}}, nil)
 	require.Equal(t, http.StatusBadRequest, code)
 
 	code, _, to := b.post(t, "/conversations/bulk", url.Values{"csrf": {csrf}, "id": {a, c}, "action": {"abort"},
@@ -398,6 +398,21 @@ func TestBulkActions(t *testing.T) {
 		got, err := b.engine.Get(b.ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, arbortype.StatusCancelled, got.Status, "#%d", id)
+	}
+
+	// Rerun: each one's newest turn, from its checkpoint — a's aborted
+	// turn and d's cancelled queued one; c's turn never ran (orphaned),
+	// so it is named, not rerun.
+	require.Contains(t, page, `id="bulk-rerun"`)
+	code, body, _ = b.post(t, "/conversations/bulk", url.Values{"csrf": {csrf}, "id": {a, c, d}, "action": {"rerun"}}, nil)
+	require.Equal(t, http.StatusConflict, code, body)
+	require.Contains(t, body, fmt.Sprintf("rerun: 2 of 3 conversations done; not done: %s: turn #%d", c, cTurn.ID))
+	for conv, src := range map[string]int64{a: aTurn.ID, d: dQueued.ID} {
+		all, err := b.engine.ConversationTasks(b.ctx, conv)
+		require.NoError(t, err)
+		last := all[len(all)-1]
+		require.Equal(t, src, last.RerunOf, conv)
+		require.Equal(t, arbortype.StatusPending, last.Status)
 	}
 
 	ro := setup(t, nil)
@@ -444,4 +459,54 @@ func TestTenantBudgetPark(t *testing.T) {
 	got, err := b.engine.Get(b.ctx, turn.ID)
 	require.NoError(t, err)
 	require.Equal(t, arbortype.StatusPending, got.Status, "woken")
+}
+
+// TestRerunAction: a failed tool's page offers its rerun (a live task's
+// does not); the rerun, under the token and origin rules, is a new task,
+// whose page the browser is sent to and which names its source; a second
+// rerun of the same task is refused with the engine's reason.
+func TestRerunAction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &arborui.Options{Actions: true})
+	turn := b.create(t, arbortype.CreateParams{Kind: "turn"})
+	run, err := b.engine.Start(b.ctx, turn.ID)
+	require.NoError(t, err)
+	tool := b.create(t, arbortype.CreateParams{OwnerID: turn.ID, Kind: "tool"})
+	other := b.create(t, arbortype.CreateParams{OwnerID: turn.ID, Kind: "tool"})
+	_, err = b.engine.WaitForChildren(b.ctx, turn.ID, run.Token, core.WaitParams{ChildIDs: []int64{tool.ID, other.ID}, Policy: arbortype.AllSettled})
+	require.NoError(t, err)
+	tr, err := b.engine.Start(b.ctx, tool.ID)
+	require.NoError(t, err)
+	_, err = b.engine.Checkpoint(b.ctx, tool.ID, tr.Token, "page-2", nil)
+	require.NoError(t, err)
+	_, err = b.engine.Fail(b.ctx, tool.ID, tr.Token, arbortype.TaskError{Code: "upstream"})
+	require.NoError(t, err)
+
+	code, page := b.get(t, fmt.Sprintf("/tasks/%d", turn.ID))
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, page, `id="rerun"`, "a live task is not rerun")
+	code, page = b.get(t, fmt.Sprintf("/tasks/%d", tool.ID))
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, `<button id="rerun">rerun from its checkpoint (phase page-2)</button>`)
+	csrf := token(t, page)
+
+	code, _, _ = b.post(t, fmt.Sprintf("/tasks/%d/rerun", tool.ID), url.Values{}, nil)
+	require.Equal(t, http.StatusForbidden, code, "no token")
+	code, body, to := b.post(t, fmt.Sprintf("/tasks/%d/rerun", tool.ID), url.Values{"csrf": {csrf}}, nil)
+	require.Equal(t, http.StatusSeeOther, code, body)
+	all, err := b.engine.ConversationTasks(b.ctx, b.conv)
+	require.NoError(t, err)
+	rerun := all[len(all)-1]
+	require.Equal(t, tool.ID, rerun.RerunOf)
+	require.Equal(t, fmt.Sprintf("/tasks/%d", rerun.ID), to)
+	code, page = b.get(t, to)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, fmt.Sprintf(`<td id="rerun-of"><a href="/tasks/%d">#%d</a>, from its checkpoint</td>`, tool.ID, tool.ID))
+	got, err := b.engine.Get(b.ctx, turn.ID)
+	require.NoError(t, err)
+	require.Equal(t, []int64{rerun.ID, other.ID}, got.WaitIDs, "the turn waits on the rerun")
+
+	code, body, _ = b.post(t, fmt.Sprintf("/tasks/%d/rerun", tool.ID), url.Values{"csrf": {csrf}}, nil)
+	require.Equal(t, http.StatusConflict, code, body)
+	require.Contains(t, body, fmt.Sprintf("task %d", rerun.ID))
 }

@@ -283,5 +283,16 @@ func TestBrowserStatsAndBulk(t *testing.T) {
 	all, err := v.engine.ConversationTasks(v.ctx, base+"-new")
 	require.NoError(t, err)
 	require.Equal(t, arbortype.StatusPending, all[0].Status, "not ticked, not aborted")
+
+	// The failed turn's conversation, ticked: its turn is rerun.
+	_, err = chromedp.Run(b, chromedp.Evaluate[bool](box(convs[0])+`.click() || true`))
+	require.NoError(t, err)
+	submit(t, b, `#bulk-rerun`)
+	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(`#conversations`)))
+	all, err = v.engine.ConversationTasks(v.ctx, convs[0])
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	require.Equal(t, all[0].ID, all[1].RerunOf, "the failed turn, rerun")
+	require.Equal(t, arbortype.StatusPending, all[1].Status)
 	notPwned(t, b)
 }

@@ -357,7 +357,7 @@ func TestBrowserNodes(t *testing.T) {
 }
 
 // TestBrowserActions: every action of the pages, clicked: a task's wake,
-// emit and cancel, a conversation's emit and abort, an approval's deny;
+// emit, cancel and rerun, a conversation's emit and abort, an approval's deny;
 // each lands in the database and shows in the page it comes back to.
 func TestBrowserActions(t *testing.T) {
 	t.Parallel()
@@ -389,6 +389,16 @@ func TestBrowserActions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, arbortype.StatusCancelled, got.Status)
 	require.JSONEq(t, `{"by": "operator"}`, string(got.Result))
+	// A cancelled task is rerun from its checkpoint: the browser lands on
+	// the new task's page, which names its source.
+	submit(t, b, `#rerun`)
+	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(`#rerun-of`)))
+	require.Contains(t, text(t, b, `document.getElementById("rerun-of").textContent`), fmt.Sprintf("#%d", sleeper.ID))
+	all, err := v.engine.ConversationTasks(v.ctx, conv)
+	require.NoError(t, err)
+	rerun := all[len(all)-1]
+	require.Equal(t, sleeper.ID, rerun.RerunOf)
+	require.Equal(t, "napping", rerun.Phase, "from its checkpoint")
 
 	other, _, err := v.engine.Create(v.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "next_turn"})
 	require.NoError(t, err)

@@ -66,6 +66,16 @@ func (e *Reader) LiveRootIDs(ctx context.Context, conv string, limit int) ([]int
 	return core.Read(ctx, e.core, func(db store.DB) ([]int64, error) { return e.core.Store.LiveRootIDs(ctx, db, conv, limit) })
 }
 
+// NewestRootID reads the id of conversation conv's newest turn (root
+// task): arbortype.ErrNotFound when it has none.
+func (e *Reader) NewestRootID(ctx context.Context, conv string) (int64, error) {
+	id, err := core.Read(ctx, e.core, func(db store.DB) (int64, error) { return e.core.Store.NewestRootID(ctx, db, conv) })
+	if store.IsNoRows(err) {
+		return 0, fmt.Errorf("conversation %q has no turn: %w", conv, arbortype.ErrNotFound)
+	}
+	return id, err
+}
+
 // AwaitContext is what a handler saved with its await: its checkpoint
 // state (AwaitEvent's State), as text cut to the read's bound, and the
 // whole text's length in characters. (An await carries no payload of its

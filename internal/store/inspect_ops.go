@@ -43,6 +43,16 @@ func (s *Store) ConversationStates(ctx context.Context, db DB, ids []string, sta
 	})
 }
 
+var qNewestRootID = define("NewestRootID")
+
+// NewestRootID reads the id of conv's newest root task; ErrNoRows when it
+// has none.
+func (s *Store) NewestRootID(ctx context.Context, db DB, conv string) (int64, error) {
+	var id int64
+	err := db.QueryRow(ctx, s.sql[qNewestRootID], conv).Scan(&id)
+	return id, err
+}
+
 var qLiveRootIDs = define("LiveRootIDs")
 
 // LiveRootIDs reads up to limit live root tasks of conv, the oldest first.

@@ -34,6 +34,13 @@ CROSS JOIN LATERAL (SELECT min(f.id) AS first FROM {schema}.tasks f
     WHERE f.conversation_id = c.id AND f.status IN ({live}) AND f.owner_task_id IS NULL) r
 WHERE c.id = ANY($1::text[]);
 
+-- NewestRootID reads the id of the newest turn (root task) of a
+-- conversation, along the owner index. ErrNoRows when it has none.
+--
+-- Locks: none (a read).
+-- name: NewestRootID
+SELECT max(t.id) FROM {schema}.tasks t WHERE t.conversation_id = $1 AND t.owner_task_id IS NULL HAVING max(t.id) IS NOT NULL;
+
 -- LiveRootIDs reads up to limit live turns (root tasks) of a conversation,
 -- the oldest first, along the live index.
 --
