@@ -23,7 +23,8 @@ var design = map[arbortype.Status]map[fsm.Event]arbortype.Status{
 		fsm.Fail: arbortype.StatusFailed, fsm.Expire: arbortype.StatusFailed, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted,
 		fsm.Recover: arbortype.StatusPending,
 	},
-	arbortype.StatusWaiting:    {fsm.Wake: arbortype.StatusPending, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted, fsm.Expire: arbortype.StatusFailed},
+	arbortype.StatusWaiting: {fsm.Wake: arbortype.StatusPending, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted, fsm.Expire: arbortype.StatusFailed,
+		fsm.Rerun: arbortype.StatusWaiting},
 	arbortype.StatusSleeping:   {fsm.Wake: arbortype.StatusPending, fsm.Cancel: arbortype.StatusCancelled, fsm.Abort: arbortype.StatusAborted, fsm.Expire: arbortype.StatusFailed},
 	arbortype.StatusCompleting: {fsm.Complete: arbortype.StatusCompleted, fsm.Abort: arbortype.StatusAborted, fsm.Expire: arbortype.StatusFailed},
 }

@@ -29,6 +29,8 @@ func ExampleSQL() {
 	}
 	// Output:
 	// NewHolder
+	// DatabaseIdentity
+	// EndDeadHolder
 	// RenewHolder
 	// EndHolder
 	// PruneHolders
