@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
@@ -21,6 +22,9 @@ import (
 type subject struct {
 	task  arbortype.Task
 	child arbortype.Task // a live foreground child, for waiting and completing subjects
+	// failed is a failed child a waiting subject also waits on (all
+	// settled), for the rerun edge.
+	failed arbortype.Task
 }
 
 // reach creates a task (in a conversation of its own) and brings it to
@@ -42,10 +46,14 @@ func reach(t *testing.T, b *bundle, status arbortype.Status, started bool) subje
 	case arbortype.StatusWaiting:
 		run := b.start(t, root.ID)
 		child := b.child(t, run.ID, "child")
-		res, err := b.engine.WaitForChildren(b.ctx, run.ID, run.Token, core.WaitParams{ChildIDs: []int64{child.ID}, Policy: arbortype.AllSettled})
+		failed := b.child(t, run.ID, "child")
+		frun := b.start(t, failed.ID)
+		failed, err := b.engine.Fail(b.ctx, frun.ID, frun.Token, arbortype.TaskError{Message: "boom"})
+		require.NoError(t, err)
+		res, err := b.engine.WaitForChildren(b.ctx, run.ID, run.Token, core.WaitParams{ChildIDs: []int64{child.ID, failed.ID}, Policy: arbortype.AllSettled})
 		require.NoError(t, err)
 		require.False(t, res.Woken)
-		return subject{task: res.Task, child: child}
+		return subject{task: res.Task, child: child, failed: failed}
 	case arbortype.StatusSleeping:
 		run := b.start(t, root.ID)
 		return subject{task: sleep(t, b, run)}
@@ -133,6 +141,12 @@ func apply(t *testing.T, b *bundle, s subject, e fsm.Edge) {
 		_, err = b.engine.WakeNow(b.ctx, id)
 	case e.Event == fsm.Await:
 		_, err = b.engine.AwaitEvent(b.ctx, id, token, core.AwaitParams{Name: "approval", Timeout: time.Hour})
+	case e.Event == fsm.Rerun:
+		var rerun arbortype.Task
+		rerun, err = core.Tx(b.ctx, b.engine.C, func(tx pgx.Tx) (arbortype.Task, error) { return b.engine.C.Rerun(b.ctx, tx, s.failed.ID) })
+		if err == nil {
+			require.Equal(t, []int64{s.child.ID, rerun.ID}, b.get(t, id).WaitIDs, "the rerun in the failed child's place")
+		}
 	case e.Event == fsm.Expire:
 		var expired bool
 		expired, err = b.engine.Expire(b.ctx, id)
@@ -197,6 +211,15 @@ func TestEveryForbiddenPairIsRefused(t *testing.T) {
 				s := reach(t, b, from, false)
 				before := b.snapshot(t)
 
+				if event == fsm.Rerun {
+					// No operation aims the rerun edge at a task: Rerun takes it
+					// for an owner only when that owner waits on the rerun's
+					// source (TestEveryAllowedEdge); a rerun under an owner in
+					// any other status leaves the owner as it is
+					// (TestRerunOfAFailedChildUnderAWaitingParent, in tasks). The
+					// database's side: TestDatabaseRefusesEveryForbiddenStatusChange.
+					return
+				}
 				err := applyForbidden(t, b, s, event)
 				switch {
 				case event == fsm.Recover, event == fsm.Expire:

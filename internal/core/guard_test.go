@@ -39,6 +39,7 @@ var forged = map[string]string{
 	"await_name": "coalesce(await_name, 'x') || 'y'", "await_token": "coalesce(await_token, '') || 'x'",
 	"delivered": `'{"forged": 1}'::jsonb`, "deadline": "coalesce(deadline, now()) + interval '1 day'",
 	"forked_from": "coalesce(forked_from, 0) + 1",
+	"rerun_of":    "coalesce(rerun_of, 0) + 1",
 	"trace":       `'{"traceparent": "forged"}'::jsonb`,
 	"tenant":      "tenant || 'x'", "priority": "priority + 1", "queue_at": "queue_at - interval '1 day'",
 	"queue_expires_at": "coalesce(queue_expires_at, now()) + interval '1 day'",

@@ -99,8 +99,9 @@ ORDER BY r.minute, r.tenant;
 -- The tenants with pending tasks, found along the fair claim's index
 -- (tenant, queue_at) one tenant at a time (a skip scan: one probe per
 -- tenant, however many tasks each has), at most $1 tenants; for each, its
--- pending tasks counted up to $2 (in the index's order, so that the scan
--- stops there: a bitmap scan would read them all first), and the creation time of the first in
+-- pending tasks counted up to $2 (in the index's order, reading its
+-- columns only, so that an index-only scan stops there: a bitmap scan
+-- would read them all first), and the creation time of the first in
 -- its queue (the oldest, unless a priority moved a newer one ahead); and
 -- the database's clock.
 --
@@ -116,8 +117,8 @@ WITH RECURSIVE ten (tenant) AS (
         ORDER BY t.tenant LIMIT 1)
     FROM ten WHERE ten.tenant IS NOT NULL)
 SELECT ten.tenant,
-    (SELECT count(*) FROM (SELECT 1 FROM {schema}.tasks p WHERE p.status = 'pending' AND p.tenant = ten.tenant
-        ORDER BY p.queue_at LIMIT $2) x),
+    (SELECT count(*) FROM (SELECT p.queue_at FROM {schema}.tasks p WHERE p.status = 'pending' AND p.tenant = ten.tenant
+        ORDER BY p.tenant, p.queue_at LIMIT $2) x),
     (SELECT h.created_at FROM {schema}.tasks h WHERE h.status = 'pending' AND h.tenant = ten.tenant ORDER BY h.queue_at LIMIT 1),
     now()
 FROM (SELECT * FROM ten WHERE ten.tenant IS NOT NULL LIMIT $1) ten
