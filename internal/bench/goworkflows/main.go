@@ -9,7 +9,7 @@
 // It creates the given schema, applies go-workflows' Postgres migrations in
 // it (through a database/sql pool of -conns connections whose search_path
 // is that schema), and wraps the Postgres backend in go-workflows'
-// monoprocess backend, as go-workflows' own benchmark (its bench/main.go)
+// monoprocess backend, as go-workflows' own benchmark (its bench command)
 // does: the worker is woken in process when a task is ready, instead of
 // polling. Then it runs -parents turn workflows, each making -children tool
 // calls at once and waiting for all of them: as activities (-tools
