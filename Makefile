@@ -104,9 +104,11 @@ browser:
 	scripts/with-chromium.sh $(WITH_PG) $(GO) -C $(BROWSERTEST) test -race -count=1 -timeout 10m -v ./...
 
 # Every scenario at its sizes (two per throughput scenario) against the
-# ceiling, River and DBOS, the subjects interleaved in 5 rounds at each size
-# and each ratio printed as the median of its per-round ratios with their
-# range, on a throwaway PostgreSQL with fsync on (or ARBOR_DATABASE_URL);
+# ceiling, River, DBOS and, in (h), go-workflows (internal/bench/dbos and
+# internal/bench/goworkflows, modules of their own, each built here and run
+# as a subprocess; --dbos-dir '' or --goworkflows-dir '' in BENCHFLAGS leaves
+# one out), the subjects interleaved in 5 rounds at each size and each
+# ratio printed as the median of its per-round ratios with their range, on a throwaway PostgreSQL with fsync on (or ARBOR_DATABASE_URL);
 # writes bench-results.json. BENCHFLAGS=--quick for a smoke run; see
 # `go run ./cmd/arborbench --help` for sizes, rounds and the rest.
 bench:

@@ -1,10 +1,11 @@
 // Command arborbench runs arbor's side-by-side benchmarks (issue 6): each
-// scenario at its sizes, against the plain-SQL ceiling, River and DBOS
-// Transact Go, measured in the same run on the same PostgreSQL, the subjects
-// interleaved in rounds (--reps, default 5). It prints a table per scenario,
-// each ratio as the median of its per-round ratios with their range and the
-// CPU per task beside it, and the peak memory, and writes the results as
-// JSON, every round's figures included.
+// scenario at its sizes, against the plain-SQL ceiling, River, DBOS
+// Transact Go and (in scenario h) go-workflows, measured in the same run on
+// the same PostgreSQL, the subjects interleaved in rounds (--reps, default
+// 5). It prints a table per scenario, each ratio as the median of its
+// per-round ratios with their range and the CPU per task beside it, and the
+// peak memory, and writes the results as JSON, every round's figures
+// included.
 // With --soak it runs the soak instead (issue 14): a Runner under a steady
 // load for minutes while prune runs, the tables sampled every interval, and
 // a verdict on whether they stayed flat (exit status 1 when not).
@@ -14,7 +15,8 @@
 //	make soak                       # --soak: minutes of steady load with prune; exits 1 when not flat
 //
 // Run it from the repository's root, where internal/bench/dbos (the DBOS
-// module) is found, or say where that is with --dbos-dir.
+// module) and internal/bench/goworkflows (go-workflows') are found, or say
+// where they are with --dbos-dir and --goworkflows-dir.
 package main
 
 import (
@@ -55,6 +57,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		batch   = fs.Int("claim-batch", bench.ClaimBatchDefault, "tasks per claim, for arbor's engine loop and the ceiling")
 		out     = fs.String("json", bench.JSONPathDefault, "write the results here as JSON ('' for none)")
 		dbosDir = fs.String("dbos-dir", bench.DBOSDirDefault, "the internal/bench/dbos module ('' leaves DBOS out)")
+		gowfDir = fs.String("goworkflows-dir", bench.GoWorkflowsDirDefault, "the internal/bench/goworkflows module ('' leaves go-workflows out)")
 		verbose = fs.Bool("v", false, "log progress to stderr")
 		cpuProf = fs.String("cpuprofile", "", "write a CPU profile of the harness process (all subjects in it) to this file")
 		timeout = fs.Duration("run-timeout", bench.RunTimeoutDefault, "bound of one subject's run at one size")
@@ -119,7 +122,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	opts := bench.Options{
 		DatabaseURL: *url, Quick: *quick, Conns: *conns, ClaimBatch: *batch, Rounds: rounds,
-		DBOSDir: *dbosDir, Out: stdout, RunTimeout: *timeout,
+		DBOSDir: *dbosDir, GoWorkflowsDir: *gowfDir, Out: stdout, RunTimeout: *timeout,
 		RunnerPollInterval: *poll, WALByRelation: *walRel,
 	}
 	if *leave != "" {

@@ -39,7 +39,7 @@ func TestHelpListsScenarios(t *testing.T) {
 	var out, errOut bytes.Buffer
 	err := run([]string{"--help"}, &out, &errOut)
 	require.True(t, errors.Is(err, flag.ErrHelp))
-	for _, want := range []string{"flat", "fan-out", "abort", "reconcile_on_open", "wake lateness", "-quick", "-sizes", "-leave", "-run-timeout", "child settles", "budget reservation", "-soak", "-soak-duration", "-reps", "-rounds", "median"} {
+	for _, want := range []string{"flat", "fan-out", "abort", "reconcile_on_open", "wake lateness", "-quick", "-sizes", "-leave", "-run-timeout", "child settles", "budget reservation", "-soak", "-soak-duration", "-goworkflows-dir", "-reps", "-rounds", "median"} {
 		require.Contains(t, errOut.String(), want)
 	}
 }

@@ -1,10 +1,11 @@
 // Package bench is arbor's side-by-side benchmark harness (issue 6): it runs
 // each scenario at its sizes (two per throughput scenario by default)
 // against arbor and against baselines measured in the same run on the same
-// PostgreSQL — the plain-SQL ceiling, River, and DBOS Transact Go (a
-// separate module under internal/bench/dbos, run as a subprocess) — and
-// reports arbor's figure, each baseline's, their ratio and the cost per
-// task at each size, as a table and as JSON.
+// PostgreSQL — the plain-SQL ceiling, River, DBOS Transact Go and
+// go-workflows (each a separate module, internal/bench/dbos and
+// internal/bench/goworkflows, run as a subprocess) — and reports arbor's
+// figure, each baseline's, their ratio and the cost per task at each size,
+// as a table and as JSON.
 //
 // A performance claim about arbor counts only as such a ratio: the
 // development machines are too noisy for absolute figures to mean much
@@ -17,8 +18,8 @@
 // Every run of a subject (one implementation at one size) gets a fresh,
 // migrated schema that is dropped afterwards, so no run sees another's rows
 // or bloat. Figures are measured, never computed from assumptions: a
-// subject that cannot run (DBOS not buildable, a feature not merged yet)
-// says so in the table instead of showing a number.
+// subject that cannot run (DBOS or go-workflows not buildable, a feature
+// not merged yet) says so in the table instead of showing a number.
 //
 // Adding a scenario is writing one [RunFunc] per subject and listing it in
 // [Scenarios]; the scenarios that wait for the runner (issue 5) and the sleep

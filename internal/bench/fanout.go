@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -133,5 +134,6 @@ func fanoutDBOS(ctx context.Context, env *Env, size Size) (Measurement, error) {
 		defer cancel()
 		_, _ = env.Pool.Exec(dropCtx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 	}()
-	return env.DBOS.run(ctx, env, schema, size)
+	return env.DBOS.run(ctx, env, size, "", "-schema", schema,
+		"-parents", strconv.Itoa(size.P), "-children", strconv.Itoa(size.C))
 }

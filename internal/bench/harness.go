@@ -18,13 +18,14 @@ import (
 
 // Defaults of Options.
 const (
-	ConnsDefault      = 8
-	ClaimBatchDefault = 100
-	RoundsDefault     = 5
-	JSONPathDefault   = "bench-results.json"
-	DBOSDirDefault    = "internal/bench/dbos"
-	RunTimeoutDefault = 5 * time.Minute
-	WakeSpreadDefault = 2900 * time.Millisecond
+	ConnsDefault          = 8
+	ClaimBatchDefault     = 100
+	RoundsDefault         = 5
+	JSONPathDefault       = "bench-results.json"
+	DBOSDirDefault        = "internal/bench/dbos"
+	GoWorkflowsDirDefault = "internal/bench/goworkflows"
+	RunTimeoutDefault     = 5 * time.Minute
+	WakeSpreadDefault     = 2900 * time.Millisecond
 )
 
 // Options configure a run. The zero value of every field means its default.
@@ -32,8 +33,9 @@ type Options struct {
 	// DatabaseURL is the database every subject runs in. Required.
 	DatabaseURL string
 	// Conns is the number of connections every in-process subject (arbor,
-	// the ceiling, River) and the DBOS subprocess may open, and the number
-	// of workers of the loops that claim work. Default ConnsDefault (8).
+	// the ceiling, River) and each subprocess (DBOS, go-workflows) may
+	// open, and the number of workers of the loops that claim work.
+	// Default ConnsDefault (8).
 	Conns int
 	// ClaimBatch is how many tasks one claim takes, for arbor's engine loop
 	// and the ceiling alike. Default ClaimBatchDefault (100).
@@ -56,6 +58,11 @@ type Options struct {
 	// leaves DBOS out of the run, saying so in the table. Default
 	// DBOSDirDefault when Options come from the command line.
 	DBOSDir string
+	// GoWorkflowsDir is the internal/bench/goworkflows module (go-workflows
+	// in scenario (h)); "" or a missing directory leaves it out of the run,
+	// saying so in the table. Default GoWorkflowsDirDefault when Options
+	// come from the command line.
+	GoWorkflowsDir string
 	// Leave lists subjects to leave out of the run, as "scenario/subject"
 	// (such as "e/river-only"); the table says they were left out.
 	Leave []string
@@ -231,6 +238,10 @@ type Subject struct {
 	// instead: for one whose untimed set-up (scenario (l)'s history) takes
 	// minutes.
 	Timeout time.Duration
+	// Subprocess, when not "", names the module it runs in as a
+	// subprocess ("dbos", "goworkflows"); when that module could not be
+	// built, the table gives the reason instead of a figure.
+	Subprocess string
 	// Run measures it; nil when it cannot run (see Unavailable).
 	Run RunFunc
 	// Unavailable, when not empty, says why it cannot run; the table shows
@@ -294,8 +305,9 @@ type Env struct {
 	// RunnerPollInterval is Options.RunnerPollInterval.
 	RunnerPollInterval time.Duration
 	Logger             *slog.Logger
-	// DBOS runs the DBOS subprocess; nil when it is not available.
-	DBOS *DBOS
+	// DBOS and GoWorkflows run the DBOS and the go-workflows
+	// subprocesses; nil when not available.
+	DBOS, GoWorkflows *Subprocess
 
 	counter *counter
 	// walinspect is the schema of the pg_walinspect extension, which

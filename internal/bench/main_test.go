@@ -14,8 +14,9 @@ import (
 
 // TestMain fails the package if goroutines outlive its tests, if a run
 // kept the schema it was lent, or if a schema of the harness's own (a
-// DBOS run's, pg_walinspect's) was left behind once every test ended: the
-// tests run side by side, so only then is nothing expected to hold one.
+// DBOS or go-workflows run's, pg_walinspect's) was left behind once every
+// test ended: the tests run side by side, so only then is nothing expected
+// to hold one.
 // Each run of a test's measurements takes a schema testdb recycles,
 // emptied (see testdb.Schema), rather than migrating one.
 func TestMain(m *testing.M) {
@@ -51,6 +52,6 @@ func schemasLeft(url string) (int, error) {
 	}
 	defer pool.Close()
 	var left int
-	err = pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'arbor\_bench\_%' OR nspname LIKE 'dbos\_bench\_%'`).Scan(&left)
+	err = pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'arbor\_bench\_%' OR nspname LIKE 'dbos\_bench\_%' OR nspname LIKE 'gowf\_bench\_%'`).Scan(&left)
 	return left, err
 }

@@ -24,6 +24,8 @@ type Report struct {
 	// DBOSPeakRSSBytes is the largest peak resident memory of a DBOS
 	// subprocess run; 0 when DBOS did not run.
 	DBOSPeakRSSBytes int64 `json:"dbos_peak_rss_bytes"`
+	// GoWorkflowsPeakRSSBytes is the same for the go-workflows subprocess.
+	GoWorkflowsPeakRSSBytes int64 `json:"goworkflows_peak_rss_bytes"`
 }
 
 // ReportOptions are the options that shape the figures.
@@ -348,6 +350,9 @@ func printFooter(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "peak memory: harness process (arbor, ceiling, River) max RSS %s", bytesText(r.PeakRSSBytes))
 	if r.DBOSPeakRSSBytes > 0 {
 		fmt.Fprintf(w, "; DBOS subprocess max RSS %s", bytesText(r.DBOSPeakRSSBytes))
+	}
+	if r.GoWorkflowsPeakRSSBytes > 0 {
+		fmt.Fprintf(w, "; go-workflows subprocess max RSS %s", bytesText(r.GoWorkflowsPeakRSSBytes))
 	}
 	fmt.Fprintf(w, " (PostgreSQL's own memory not included)\n")
 	fmt.Fprintf(w, "total time: %s\n", r.Elapsed.Round(100*time.Millisecond))

@@ -61,11 +61,22 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if env.walinspect == "" {
 		fmt.Fprintf(o.Out, "note: pg_walinspect is not available, so commits are not counted (shown as ?)\n\n")
 	}
-	var dbosWhy string
-	if wantsDBOS(o) {
-		env.DBOS, dbosWhy = prepareDBOS(ctx, o.DBOSDir, o.Logger)
-		if env.DBOS != nil {
-			defer env.DBOS.Close()
+	// why says, for each subprocess module a wanted subject runs in, why
+	// it could not be built ("" when it was).
+	why := map[string]string{}
+	prepare := func(m module, dir string) *Subprocess {
+		if !wantsSubprocess(o, m.key) {
+			return nil
+		}
+		p, reason := buildSubprocess(ctx, m, dir, o.Logger)
+		why[m.key] = reason
+		return p
+	}
+	env.DBOS = prepare(dbosModule, o.DBOSDir)
+	env.GoWorkflows = prepare(goWorkflowsModule, o.GoWorkflowsDir)
+	for _, p := range []*Subprocess{env.DBOS, env.GoWorkflows} {
+		if p != nil {
+			defer p.Close()
 		}
 	}
 
@@ -75,7 +86,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		res := ScenarioResult{Key: s.Key, Title: s.Title, About: s.About, Goal: s.Goal, Pending: s.Pending}
 		for _, size := range sizes[s.Key] {
-			res.Sizes = append(res.Sizes, runSize(ctx, o, env, s, size, dbosWhy))
+			res.Sizes = append(res.Sizes, runSize(ctx, o, env, s, size, why))
 		}
 		rep.Scenarios = append(rep.Scenarios, res)
 		printScenario(o.Out, s, res)
@@ -84,6 +95,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.PeakRSSBytes = peakRSS()
 	if env.DBOS != nil {
 		rep.DBOSPeakRSSBytes = env.DBOS.peakRSS
+	}
+	if env.GoWorkflows != nil {
+		rep.GoWorkflowsPeakRSSBytes = env.GoWorkflows.peakRSS
 	}
 	printFooter(o.Out, rep)
 	return rep, nil
@@ -125,16 +139,17 @@ func (o *Options) wants(key string) bool {
 // subject runs once, in the order roundOrder gives that round, so that a
 // slow spell of the machine falls on the subjects of a round alike; each
 // ratio is computed per round and reported as the median of those, with
-// their range (see Spread).
-func runSize(ctx context.Context, o *Options, env *Env, s Scenario, size Size, dbosWhy string) SizeResult {
+// their range (see Spread). why gives, by module, the reason a subprocess
+// subject cannot run.
+func runSize(ctx context.Context, o *Options, env *Env, s Scenario, size Size, why map[string]string) SizeResult {
 	out := SizeResult{Size: size, Rounds: o.Rounds}
 	if s.MaxRounds > 0 {
 		out.Rounds = min(out.Rounds, s.MaxRounds)
 	}
 	for _, sub := range s.Subjects {
 		r := SubjectResult{Key: sub.Key, Label: sub.Label, Unavailable: sub.Unavailable}
-		if sub.Key == "dbos" && env.DBOS == nil && r.Unavailable == "" {
-			r.Unavailable = dbosWhy
+		if sub.Subprocess != "" && why[sub.Subprocess] != "" && r.Unavailable == "" {
+			r.Unavailable = why[sub.Subprocess]
 		}
 		if slices.Contains(o.Leave, s.Key+"/"+sub.Key) && r.Unavailable == "" {
 			r.Unavailable = "left out of this run (Options.Leave)"
@@ -236,16 +251,17 @@ func randomName(prefix string) string {
 // errUnfinished is returned by a run whose work did not all finish in time.
 var errUnfinished = errors.New("the work did not finish")
 
-// wantsDBOS says whether a scenario the run wants has DBOS as a subject
-// ((b) and (h)): the subprocess is built only then. It was built for (b)
-// alone, so that `-only h` ran without DBOS.
-func wantsDBOS(o *Options) bool {
+// wantsSubprocess says whether a scenario the run wants has a subject that
+// runs in the subprocess module key (DBOS in (b) and (h), go-workflows in
+// (h)): the module is built only then. (DBOS was once built for (b) alone,
+// so that `-only h` ran without it.)
+func wantsSubprocess(o *Options, key string) bool {
 	for _, s := range Scenarios() {
 		if !o.wants(s.Key) {
 			continue
 		}
 		for _, sub := range s.Subjects {
-			if sub.Key == "dbos" {
+			if sub.Subprocess == key {
 				return true
 			}
 		}

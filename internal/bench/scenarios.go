@@ -18,6 +18,8 @@ var (
 	labelCeiling           = "the Postgres ceiling: plain SQL, batched statements, minimal table"
 	labelRiver             = "River " + riverVersion + ", InsertMany + client with River's benchmark settings"
 	labelDBOS              = "DBOS Transact Go, parent workflows starting child workflows (internal/bench/dbos subprocess)"
+	labelGoWorkflowsAct    = "go-workflows, Postgres backend woken in process (monoprocess, as its own benchmark runs it): turn workflows running their tool calls as activities (internal/bench/goworkflows subprocess)"
+	labelGoWorkflowsSub    = "go-workflows, the same, the tool calls as sub-workflows"
 )
 
 // Scenarios returns every scenario of issue 6, in the order they run. A
@@ -71,7 +73,7 @@ func Scenarios() []Scenario {
 			Subjects: []Subject{
 				{Key: "runner", Arbor: true, Label: labelArborRunnerTree, Run: fanoutRunner},
 				{Key: "arbor", Arbor: true, Label: labelArborEngine, Run: fanoutArborEngine, MaxRounds: 1, Versus: []string{}},
-				{Key: "dbos", Label: labelDBOS, Run: fanoutDBOS},
+				{Key: "dbos", Label: labelDBOS, Run: fanoutDBOS, Subprocess: "dbos"},
 			},
 		},
 		{
@@ -139,16 +141,21 @@ func Scenarios() []Scenario {
 			About: "The shape of an agent backend: P turns, each a conversation of its own (a message each, one Engine.Create), whose " +
 				"handler makes C parallel tool calls (Run.SpawnMany), waits on them (all_settled) and, run again, completes the turn. " +
 				"runner: machine.Runner with RunnerConfig{}; DBOS: P parent workflows starting C child workflows each, in the internal/bench/dbos " +
-				"subprocess. Tasks = P × (C + 1).",
+				"subprocess. goworkflows: go-workflows' Postgres backend in a schema of its own, wrapped in its monoprocess backend (the worker " +
+				"woken in process, not polling, as go-workflows' own benchmark runs it), worker.DefaultOptions, in the internal/bench/goworkflows " +
+				"subprocess: P turn workflows, each running C activities at once and waiting for all of them; goworkflows-sub: the same with " +
+				"the C tool calls as sub-workflows. Every subject on the same number of connections. Tasks = P × (C + 1).",
 			Metric:     Throughput,
-			Goal:       "runner ≥ 5× DBOS's tasks/s (below 3× is not done)",
+			Goal:       "runner ≥ 5× DBOS's tasks/s (below 3× is not done), ≥ 6× go-workflows' (issue 42)",
 			Sizes:      []string{"300x5", "1000x5"},
 			QuickSizes: []string{"5x5", "20x5"},
 			SizeForm:   "PxC, turns x tool calls per turn",
 			ParseSize:  parsePC,
 			Subjects: []Subject{
 				{Key: "runner", Arbor: true, Label: labelArborRunnerTree, Run: fanoutRunner},
-				{Key: "dbos", Label: labelDBOS, Run: fanoutDBOS},
+				{Key: "dbos", Label: labelDBOS, Run: fanoutDBOS, Subprocess: "dbos"},
+				{Key: "goworkflows", Label: labelGoWorkflowsAct, Run: agentGoWorkflows("activities"), Subprocess: "goworkflows"},
+				{Key: "goworkflows-sub", Label: labelGoWorkflowsSub, Run: agentGoWorkflows("subworkflows"), Subprocess: "goworkflows"},
 			},
 		},
 		{

@@ -1,13 +1,15 @@
 // Package cputime says where a benchmark's cost goes on a small machine:
-// into the client (arbor's, River's or DBOS's Go code, pgx) or into the
-// server (PostgreSQL's backends, its WAL writer and checkpointer). It reads
-// getrusage for the client and /proc for a server on the same machine.
+// into the client (arbor's, River's, DBOS's or go-workflows' Go code, pgx)
+// or into the server (PostgreSQL's backends, its WAL writer and
+// checkpointer). It reads getrusage for the client and /proc for a server on
+// the same machine.
 //
-// It is the one copy both benchmark harnesses use: internal/bench, and
-// internal/bench/dbos, the DBOS subject, a Go module of its own (so that arbor
-// never depends on DBOS) that requires arbor's module through a replace of the
-// checkout and imports this package — an internal package of arbor's module
-// path, which Go lets a module under that path import.
+// It is the one copy every benchmark harness uses: internal/bench, and the
+// subprocess subjects internal/bench/dbos (DBOS) and
+// internal/bench/goworkflows (go-workflows), each a Go module of its own (so
+// that arbor never depends on them) that requires arbor's module through a
+// replace of the checkout and imports this package — an internal package of
+// arbor's module path, which Go lets a module under that path import.
 package cputime
 
 import (
