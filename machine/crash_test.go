@@ -146,7 +146,11 @@ func (b *bundle) liveTasks(t *testing.T) int {
 }
 
 // TestCrashRecovery kills a runner process with SIGKILL in the middle of
-// its trees; a new runner takes over once the leases expire. Every task
+// its trees; a new runner of the same host takes over at once, proving the
+// death by the killed process's life lock (its lease, ten seconds, so
+// that a starved CPU does not lapse it before the kill: a lapse would
+// requeue its own runs, and the figures below count runs of one life
+// only; without the proof the lease is waited for). Every task
 // settles, attempts grew where runs were cut, abandon_on_restart tasks were
 // cancelled and never re-run, restart limits held, and the invariant
 // checker finds nothing.
@@ -162,7 +166,7 @@ func TestCrashRecovery(t *testing.T) {
 		_, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "root", Input: in})
 		require.NoError(t, err)
 	}
-	a := startChild(t, b, "node-a")
+	a := startChild(t, b, "node-a", "ARBOR_CHILD_LEASE=10s")
 	// Kill it once every once and slow task and some steps are running.
 	waitUntil(t, "work to be under way in the child", func() bool {
 		return b.count(t, `SELECT count(*) FROM `+b.schema+`.run_log WHERE kind IN ('once', 'slow')`) == 6 &&
@@ -175,17 +179,17 @@ func TestCrashRecovery(t *testing.T) {
 
 	var reports []string
 	pool := b.pool
-	// node-b's own lease is longer than node-a's: it takes over once
-	// node-a's lapsed, and a starved CPU does not let its own lapse too.
+	// node-b's lease is as long, so that a starved CPU does not lapse it
+	// either.
 	cfgB := childRunnerConfig("node-b")
-	cfgB.ConversationLease = 3 * time.Second
+	cfgB.ConversationLease = 10 * time.Second
 	r, err := machine.NewRunner(b.engine.Engine, workHandlers(pool, b.schema, "node-b"), cfgB)
 	require.NoError(t, err)
 	_ = reports
 	require.NoError(t, r.Start(b.ctx))
 	t.Cleanup(func() { _ = r.Stop(context.Background()) })
 	waitUntil(t, "every task to settle", func() bool { return b.liveTasks(t) == 0 })
-	t.Logf("recovered and finished %s after the kill (lease 1 s)", time.Since(killedAt).Round(time.Millisecond))
+	t.Logf("recovered and finished %s after the kill (lease 10 s)", time.Since(killedAt).Round(time.Millisecond))
 
 	for _, conv := range convs {
 		all, err := b.engine.ConversationTasks(b.ctx, conv)
