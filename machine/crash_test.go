@@ -162,7 +162,10 @@ func TestCrashRecovery(t *testing.T) {
 	for i := range 3 {
 		conv := fmt.Sprintf("%s-%d", b.conv, i)
 		convs = append(convs, conv)
-		in, _ := json.Marshal(workInput{Steps: 4, StepMS: 1500, Once: true, Slow: true})
+		// Steps outlast the once and slow tasks (two seconds), so that
+		// some still run when the last of those has started, however
+		// starved the child is.
+		in, _ := json.Marshal(workInput{Steps: 4, StepMS: 4000, Once: true, Slow: true})
 		_, _, err := b.engine.Create(b.ctx, arbortype.CreateParams{ConversationID: conv, Kind: "root", Input: in})
 		require.NoError(t, err)
 	}

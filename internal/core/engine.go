@@ -109,12 +109,19 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	var version int
-	if err := pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
-		return nil, fmt.Errorf("read the server's version: %w", classify(ctx, err))
+	e := &Engine{Pool: pool, Store: st, Cfg: cfg, Logger: cfg.Logger, wakeJobs: wakeJobs, announcer: &announcer{}, appPool: pool}
+	// A read, run again after a transient fault as every read is (a
+	// session the server ended while it sat idle in the pool, say).
+	version, err := Read(ctx, e, func(db store.DB) (int, error) {
+		var v int
+		err := db.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&v)
+		return v, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the server's version: %w", err)
 	}
-	return &Engine{Pool: pool, Store: st, Cfg: cfg, Logger: cfg.Logger, wakeJobs: wakeJobs,
-		txOptions: pgx.TxOptions{BeginQuery: beginQuery(cfg.IdleInTransaction, version)}, announcer: &announcer{}, appPool: pool}, nil
+	e.txOptions = pgx.TxOptions{BeginQuery: beginQuery(cfg.IdleInTransaction, version)}
+	return e, nil
 }
 
 // beginQuery is the statement that begins each transaction of the
