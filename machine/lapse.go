@@ -95,20 +95,29 @@ func (r *Runner) leaseConfirmed(newLife bool) {
 // re-validated like the others). A lease of an earlier life of this node is
 // forgotten: that life's row expired, so the conversation is free.
 func (r *Runner) hold(l core.Lease, now time.Time) {
+	if r.holdStarted(l, now) {
+		r.prod.mu.Lock()
+		r.prod.dirty[l.ConversationID] = true
+		r.prod.mu.Unlock()
+	}
+}
+
+// holdStarted is hold of a conversation a create took for the run it
+// started: the conversation is new, so there is nothing else to claim in
+// it. It says whether the lease was added (under r.mu).
+func (r *Runner) holdStarted(l core.Lease, now time.Time) bool {
 	if id, _ := r.lease.holder(); l.HolderID != id {
-		return
+		return false
 	}
 	if r.lease.fired.Load() {
 		r.lapsed[l.ConversationID] = l
-		return
+		return false
 	}
 	if h := r.held[l.ConversationID]; h != nil && h.lease.Epoch == l.Epoch {
-		return
+		return false
 	}
 	r.held[l.ConversationID] = &heldConv{lease: l, idleSince: now}
-	r.prod.mu.Lock()
-	r.prod.dirty[l.ConversationID] = true
-	r.prod.mu.Unlock()
+	return true
 }
 
 // reopenBatch bounds the conversations one reopen transaction takes.

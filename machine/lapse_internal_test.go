@@ -95,8 +95,11 @@ func TestAClaimTheFenceBeatRollsBack(t *testing.T) {
 		}
 	}
 	r.mu.Unlock()
-	turn, _, err := ir.eng.Create(ctx, arbortype.CreateParams{ConversationID: ir.conv, Kind: "turn"})
+	// CreateMany: a one-statement Create would start the turn in its create
+	// (docs/design.md §3.18), with no claim for the fence to beat.
+	made, _, err := ir.eng.CreateMany(ctx, []arbortype.CreateParams{{ConversationID: ir.conv, Kind: "turn"}})
 	require.NoError(t, err)
+	turn := made[0]
 	waitFor(t, "the turn to complete", func() bool { return ir.task(t, turn.ID).Status == arbortype.StatusCompleted })
 	require.True(t, fired.Load(), "the fence fired inside a claim")
 

@@ -223,6 +223,8 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.loops.Go(r.watch.checkLoop)
 	r.loops.Go(r.entries.loop)
 	r.loops.Go(func() { newMaintainer(r).run(r.runCtx) })
+	// A root Create of this process may now start its task here (start.go).
+	r.app.AddStarter(starter{r})
 	r.loops.Go(r.lifeLoop)
 	r.prod.poke()
 	return nil
@@ -336,6 +338,7 @@ func (r *Runner) stop(ctx context.Context) error {
 	// write lock is had, no claim is in flight and none starts after, so
 	// none commits after the release. What the last ones claimed was not
 	// started (dispatch, stopping): the release requeues it, uncounted.
+	r.app.RemoveStarter(starter{r})
 	r.stopAtBarrier.Store(true)
 	r.claimMu.Lock()
 	//lint:ignore SA2001 the lock is a barrier: it waits for the claims in flight

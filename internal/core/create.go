@@ -126,13 +126,30 @@ func CreateRoot(ctx context.Context, e *Engine, p CreateParams) (t Task, ok bool
 		ok bool
 	}
 	r, err := Write(ctx, e, func(db store.DB) (res, error) {
-		t, ok, err := e.Store.CreateRoot(ctx, db, params)
+		// A runner of this process with a worker free may have the
+		// statement start the task (start.go). Asked once the connection is
+		// in hand, so that its grant (its claim lock read-held) lasts the
+		// statement alone; each try asks again.
+		g := e.grant(p)
+		var holder int64
+		if g != nil {
+			holder = g.Holder()
+		}
+		t, ok, err := e.Store.CreateRoot(ctx, db, params, holder, e.startLease())
+		if g != nil {
+			if err != nil && !commitAnswered(err) && (transient(err) || contextError(err)) {
+				// What Write will answer: the statement may have landed.
+				g.Done(Task{}, fmt.Errorf("%w: %w", arbortype.ErrAmbiguous, err))
+			} else {
+				g.Done(t, err)
+			}
+		}
 		return res{t, ok}, err
 	})
 	if err != nil {
 		return Task{}, false, fmt.Errorf("create task: %w", err)
 	}
-	if r.ok {
+	if r.ok && r.t.Status != arbortype.StatusRunning {
 		e.announce(p.ConversationID)
 	}
 	return r.t, r.ok, nil

@@ -95,6 +95,9 @@ type Engine struct {
 	announcer *announcer
 	// appPool is the pool New was given, which WithPool keeps.
 	appPool *pgxpool.Pool
+	// starters are the runners of this process that may start a root task
+	// in its create (start.go).
+	starters *starters
 }
 
 // New returns an engine on pool with cfg (defaults filled, validated). It
@@ -109,7 +112,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{Pool: pool, Store: st, Cfg: cfg, Logger: cfg.Logger, wakeJobs: wakeJobs, announcer: &announcer{}, appPool: pool}
+	e := &Engine{Pool: pool, Store: st, Cfg: cfg, Logger: cfg.Logger, wakeJobs: wakeJobs, announcer: &announcer{}, appPool: pool, starters: &starters{}}
 	// A read, run again after a transient fault as every read is (a
 	// session the server ended while it sat idle in the pool, say).
 	version, err := Read(ctx, e, func(db store.DB) (int, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -430,3 +431,117 @@ func toSQL(v any) string {
 	}
 	return fmt.Sprint(v)
 }
+
+// TestGuardRefusesForgedStarts (issue 42; docs/design.md §3.18): a task
+// inserted running is a root started by its create — the first task of a
+// conversation a live holder took at the run's epoch, with a token, a live
+// task lease, started now, and no concurrency limit that could count it —
+// and a conversation is inserted free at epoch 0 or taken by a live holder
+// under its own name at epoch 1. Every other form is refused, and the real
+// create's start is accepted and passes the checker.
+func TestGuardRefusesForgedStarts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	type life struct {
+		id   int64
+		name string
+	}
+	newLife := func(name string, ttl time.Duration) life {
+		id, err := core.Read(b.ctx, b.engine.C, func(db store.DB) (int64, error) {
+			id, _, err := b.engine.C.NewHolder(b.ctx, db, name, ttl)
+			return id, err
+		})
+		require.NoError(t, err)
+		return life{id, name}
+	}
+	live := newLife("live-"+b.conv, time.Hour)
+	expired := newLife("expired-"+b.conv, time.Millisecond)
+	require.Eventually(t, func() bool { // its millisecond over, by the database's clock
+		var ok bool
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT expires_at < now() FROM `+b.schema+`.holders WHERE id = $1`, expired.id).Scan(&ok))
+		return ok
+	}, time.Minute, 5*time.Millisecond)
+	require.NoError(t, b.engine.SetConcurrencyLimit(b.ctx, "kind:limited-"+b.conv, 5))
+
+	s := b.schema
+	n := 0
+	conv := func() string { n++; return fmt.Sprintf("%s-f%d", b.conv, n) }
+	// held inserts a conversation taken by holder h (named name) at epoch,
+	// and then the task given (its columns after the conversation's id).
+	held := func(h life, name string, epoch int, task string) string {
+		c := conv()
+		sql := `WITH c AS (INSERT INTO ` + s + `.conversations (id, holder_id, holder, epoch) VALUES ('` + c + `', ` + itoa(h.id) + `, '` + name + `', ` + itoa(int64(epoch)) + `) RETURNING id)`
+		if task == "" {
+			return sql + ` SELECT 1 FROM c`
+		}
+		return sql + ` INSERT INTO ` + s + `.tasks (conversation_id, owner_task_id, kind, tenant, queue_at, concurrency_key, status, token, run_epoch, started_at, lease_expires_at)
+			SELECT c.id, ` + task + ` FROM c`
+	}
+	running := `NULL, 'turn', '', now(), NULL, 'running', 1, 1, now(), now() + interval '1 minute'`
+	free := conv()
+	_, err := b.pool.Exec(b.ctx, `INSERT INTO `+s+`.conversations (id) VALUES ($1)`, free)
+	require.NoError(t, err)
+	withTask := conv()
+	_, err = b.pool.Exec(b.ctx, `WITH c AS (INSERT INTO `+s+`.conversations (id, holder_id, holder, epoch) VALUES ($1, $2, $3, 1) RETURNING id)
+		INSERT INTO `+s+`.tasks (conversation_id, kind, tenant, queue_at) SELECT c.id, 'turn', '', now() FROM c`, withTask, live.id, live.name)
+	require.NoError(t, err, "a conversation taken by a live holder, with a pending task")
+
+	b.requireRefused(t, []forgery{
+		{"a conversation inserted at epoch 1 with no holder", `INSERT INTO ` + s + `.conversations (id, epoch) VALUES ('` + conv() + `', 1)`, nil, guardrules.SQLStateConversation},
+		{"a conversation inserted held at epoch 0", held(live, live.name, 0, ""), nil, guardrules.SQLStateConversation},
+		{"a conversation inserted held at epoch 2", held(live, live.name, 2, ""), nil, guardrules.SQLStateConversation},
+		{"a conversation inserted held by an expired holder", held(expired, expired.name, 1, ""), nil, guardrules.SQLStateConversation},
+		{"a conversation inserted held under another name", held(live, "someone", 1, ""), nil, guardrules.SQLStateConversation},
+		{"a task inserted running in a free conversation", `INSERT INTO ` + s + `.tasks (conversation_id, owner_task_id, kind, tenant, queue_at, concurrency_key, status, token, run_epoch, started_at, lease_expires_at)
+			VALUES ('` + free + `', ` + running + `)`, nil, guardrules.SQLStateInvalidInsert},
+		{"a task inserted running beside another task", `INSERT INTO ` + s + `.tasks (conversation_id, owner_task_id, kind, tenant, queue_at, concurrency_key, status, token, run_epoch, started_at, lease_expires_at)
+			VALUES ('` + withTask + `', ` + running + `)`, nil, guardrules.SQLStateInvalidInsert},
+		{"a task inserted running at another epoch", held(live, live.name, 1, `NULL, 'turn', '', now(), NULL, 'running', 1, 2, now(), now() + interval '1 minute'`), nil, guardrules.SQLStateInvalidInsert},
+		{"a task inserted running with no token", held(live, live.name, 1, `NULL, 'turn', '', now(), NULL, 'running', NULL, 1, now(), now() + interval '1 minute'`), nil, guardrules.SQLStateInvalidInsert},
+		{"a task inserted running with a lease over", held(live, live.name, 1, `NULL, 'turn', '', now(), NULL, 'running', 1, 1, now(), now() - interval '1 second'`), nil, guardrules.SQLStateInvalidInsert},
+		{"a task inserted running, started before", held(live, live.name, 1, `NULL, 'turn', '', now(), NULL, 'running', 1, 1, now() - interval '1 second', now() + interval '1 minute'`), nil, guardrules.SQLStateInvalidInsert},
+		{"a task inserted running with a concurrency key", held(live, live.name, 1, `NULL, 'turn', '', now(), 'k', 'running', 1, 1, now(), now() + interval '1 minute'`), nil, guardrules.SQLStateInvalidInsert},
+		{"a task inserted running under a limit of its kind", held(live, live.name, 1, `NULL, 'limited-`+b.conv+`', '', now(), NULL, 'running', 1, 1, now(), now() + interval '1 minute'`), nil, guardrules.SQLStateInvalidInsert},
+		{"a task inserted pending with a token", held(live, live.name, 1, `NULL, 'turn', '', now(), NULL, 'pending', 1, NULL, NULL, NULL`), nil, guardrules.SQLStateInvalidInsert},
+		{"a task inserted waiting", held(live, live.name, 1, `NULL, 'turn', '', now(), NULL, 'waiting', NULL, NULL, NULL, NULL`), nil, guardrules.SQLStateInvalidInsert},
+	}, free, withTask)
+
+	// The create's own start, under the live holder: accepted, and the
+	// log's one status entry of the task is its start.
+	started := conv()
+	p := core.CreateParams{CreateParams: arbortype.CreateParams{ConversationID: started, Kind: "turn"}}
+	task, ok, err := core.CreateRoot(b.ctx, b.engine.C, p)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, arbortype.StatusPending, task.Status, "no starter registered: pending")
+	g := &testGrant{holder: live.id}
+	b.engine.C.AddStarter(testStarter{g})
+	defer b.engine.C.RemoveStarter(testStarter{g})
+	p.ConversationID = started + "-2"
+	task, ok, err = core.CreateRoot(b.ctx, b.engine.C, p)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, arbortype.StatusRunning, task.Status)
+	require.EqualValues(t, 1, task.Epoch)
+	require.NotZero(t, task.Token)
+	require.Equal(t, task, g.done, "the grant was told of the run")
+	entries, err := b.engine.ReadLog(b.ctx, p.ConversationID, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	require.Equal(t, arbortype.StatusRunning, entries[0].Status)
+	c := *b
+	c.conv = p.ConversationID
+	c.requireInvariants(t)
+}
+
+type testStarter struct{ g *testGrant }
+
+func (s testStarter) Grant(string) core.StartGrant { return s.g }
+
+type testGrant struct {
+	holder int64
+	done   arbortype.Task
+}
+
+func (g *testGrant) Holder() int64                  { return g.holder }
+func (g *testGrant) Done(t arbortype.Task, _ error) { g.done = t }

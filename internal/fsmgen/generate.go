@@ -61,11 +61,12 @@ func Mermaid() string {
 	for _, r := range guardrules.RowRules() {
 		fmt.Fprintf(&b, "- %s: `%s`\n", r.Why, r.Value)
 	}
-	b.WriteString("\nA task is inserted only as a fresh pending task, or by a fork as a faithful copy of a settled task\n")
+	b.WriteString("\nA task is inserted only as a fresh pending task, as a root started by its create (the first task of a conversation a live\n")
+	b.WriteString("holder took at the run's epoch, with no concurrency limit that could count it), or by a fork as a faithful copy of a settled task\n")
 	b.WriteString("of another conversation (`forked_from`; `guardrules.ForkRules`). It is deleted only by the prune, and only\n")
 	b.WriteString("when it is settled, nothing above it is live, and it is not the newest settled turn of a conversation\n")
 	b.WriteString("still in use (`guardrules.DeleteRules`); the table is never truncated. A conversation is inserted free, at\n")
-	b.WriteString("epoch 0, stamped now by the database; its epoch moves only by one, with a new holder, and its holder\n")
+	b.WriteString("epoch 0, or taken by a live holder at epoch 1, stamped now by the database; its epoch moves only by one, with a new holder, and its holder\n")
 	b.WriteString("changes only so (or to none); a release leaves none of its tasks running, and a new holder takes it\n")
 	b.WriteString("only from none or from a holder whose lease expired; a conversation is deleted only by the prune, with no task left and no\n")
 	b.WriteString("live holder.\n")
@@ -183,7 +184,7 @@ BEGIN
 	fmt.Fprintf(&b, "        IF NOT (%s) THEN\n", strings.Join(guardrules.InsertRules(), "\n            AND "))
 	for _, r := range guardrules.InsertRules() {
 		fmt.Fprintf(&b, `            IF NOT (%s) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: %s does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: %s does not hold'
                     USING ERRCODE = '%s';
             END IF;
 `, r, strings.ReplaceAll(strings.ReplaceAll(r, "'", "''"), "%", "%%"), guardrules.SQLStateInvalidInsert)
@@ -192,7 +193,7 @@ BEGIN
 	for _, c := range guardrules.InsertChecks() {
 		fmt.Fprintf(&b, `        IF %s THEN
             IF NOT (%s) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: %s does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: %s does not hold'
                     USING ERRCODE = '%s';
             END IF;
         END IF;
@@ -308,7 +309,8 @@ CREATE TRIGGER task_guard_truncate
     BEFORE TRUNCATE ON {schema}.tasks
     FOR EACH STATEMENT EXECUTE FUNCTION {schema}.task_guard_truncate();
 
--- A conversation is inserted free, at epoch 0, stamped now. Its id and
+-- A conversation is inserted free, at epoch 0, or taken by a live holder
+-- at epoch 1 (a create that starts its first task), stamped now. Its id and
 -- birth never change, and its epoch only grows: by one, with
 -- a new holder, when the lease is taken. Its holder changes only so (or to
 -- none, a release). Its rows are deleted only by the prune, with no task
@@ -332,8 +334,10 @@ BEGIN
         RETURN OLD;
     END IF;
     IF TG_OP = 'INSERT' THEN
-        IF NEW.epoch <> 0 OR NEW.holder IS NOT NULL OR NEW.holder_id IS NOT NULL THEN
-            RAISE EXCEPTION 'arbor: a conversation is inserted free, at epoch 0'
+        IF NOT ((NEW.epoch = 0 AND NEW.holder IS NULL AND NEW.holder_id IS NULL)
+            OR (NEW.epoch = 1 AND EXISTS (SELECT 1 FROM {schema}.holders h WHERE h.id = NEW.holder_id
+                AND h.name = NEW.holder AND h.expires_at > now() AND h.ended_by IS NULL))) THEN
+            RAISE EXCEPTION 'arbor: a conversation is inserted free, at epoch 0, or taken by a live holder, at epoch 1'
                 USING ERRCODE = '%[2]s';
         END IF;
         IF NEW.created_at <> now() THEN

@@ -204,12 +204,19 @@ func RowRules() []ColumnRule {
 }
 
 // InsertRules are the columns a new row must have as the engine creates it:
-// pending, never run, no history.
+// never run, no history; pending, or running — started by its create
+// (docs/design.md §3.18), with a token, its conversation's epoch, a live
+// task lease and started now (InsertChecks says under whom).
 func InsertRules() []string {
 	return []string{
-		"NEW.status = 'pending'",
-		"NEW.token IS NULL", "NEW.run_epoch IS NULL", "NEW.lease_expires_at IS NULL",
-		"NEW.started_at IS NULL", "NEW.settled_at IS NULL", "NEW.settle_seq IS NULL",
+		"NEW.status IN ('pending', 'running')",
+		"(NEW.status = 'running') = (NEW.token IS NOT NULL)",
+		"(NEW.status = 'running') = (NEW.run_epoch IS NOT NULL)",
+		"(NEW.status = 'running') = coalesce(NEW.lease_expires_at > now(), false)",
+		"(NEW.status = 'pending') = (NEW.lease_expires_at IS NULL)",
+		"(NEW.status = 'running') = coalesce(NEW.started_at = now(), false)",
+		"(NEW.status = 'pending') = (NEW.started_at IS NULL)",
+		"NEW.settled_at IS NULL", "NEW.settle_seq IS NULL",
 		"NEW.attempt = 0", "NEW.retries = 0", "NEW.sleep_seq = 0",
 		"NOT NEW.abort_requested",
 		// A rerun carries its source's checkpoint (InsertChecks).
@@ -239,6 +246,14 @@ func InsertChecks() []InsertCheck {
 		// §3.1): not settled, completing or being aborted.
 		{When: "NEW.owner_task_id IS NOT NULL", Check: "EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id" +
 			" AND o.status IN ('pending', 'running', 'waiting', 'sleeping') AND NOT o.abort_requested)"},
+		// A task started by its create (docs/design.md §3.18): a root, the
+		// first task of its conversation, which a live holder took at the
+		// run's epoch, with no concurrency limit that could count it.
+		{When: "NEW.status = 'running'", Check: "NEW.owner_task_id IS NULL AND NEW.concurrency_key IS NULL AND NEW.rerun_of IS NULL" +
+			" AND EXISTS (SELECT 1 FROM {schema}.conversations c JOIN {schema}.holders h ON h.id = c.holder_id" +
+			" WHERE c.id = NEW.conversation_id AND c.epoch = NEW.run_epoch AND h.expires_at > now() AND h.ended_by IS NULL)" +
+			" AND NOT EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.conversation_id = NEW.conversation_id)" +
+			" AND NOT EXISTS (SELECT 1 FROM {schema}.concurrency_limits l WHERE l.key IN ('tenant:' || NEW.tenant, 'kind:' || NEW.kind))"},
 		// A rerun (docs/design.md §3.17) runs again a failed, aborted or
 		// cancelled task of its conversation, under the same owner, of the
 		// same kind and input, from its checkpoint; made after it.

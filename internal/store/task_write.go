@@ -67,11 +67,17 @@ func (s *Store) InsertTask(ctx context.Context, db DB, p InsertParams) (arbortyp
 // CreateRoot creates a root task, and its conversation on first use, in
 // one statement (see qCreateRoot); ok is false, with nothing written, when
 // the caller must take the transaction path.
-func (s *Store) CreateRoot(ctx context.Context, db DB, p InsertParams) (t arbortype.Task, ok bool, err error) {
+//
+// holder, when not 0, is a runner's holder row that may start the task in
+// the statement (docs/design.md §3.18): then, if its row is live, the
+// conversation is new and no concurrency limit could count the task, the
+// conversation is inserted taken by it at epoch 1 and the task inserted
+// running, with a task lease of lease.
+func (s *Store) CreateRoot(ctx context.Context, db DB, p InsertParams, holder int64, lease time.Duration) (t arbortype.Task, ok bool, err error) {
 	t, err = scanTask(db.QueryRow(ctx, s.sql[qCreateRoot], p.ConversationID, p.OwnerID, p.Kind, p.Background,
 		nullJSON(p.Input), p.RestartLimit, p.AbandonOnRestart, p.MaxRetries, p.IdempotencyKey,
 		micros(p.RetryBackoffBase), micros(p.RetryBackoffCap), p.Deadline, nullJSON(p.Trace),
-		p.Priority, micros(p.QueueTTL), p.ConcurrencyKey, p.Tenant))
+		p.Priority, micros(p.QueueTTL), p.ConcurrencyKey, p.Tenant, holder, micros(lease)))
 	if IsNoRows(err) {
 		return arbortype.Task{}, false, nil
 	}

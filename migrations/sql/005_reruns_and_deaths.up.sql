@@ -258,11 +258,13 @@ BEGIN
         RETURN NEW;
     END IF;
     IF TG_OP = 'INSERT' THEN
-        IF NOT (NEW.status = 'pending'
-            AND NEW.token IS NULL
-            AND NEW.run_epoch IS NULL
-            AND NEW.lease_expires_at IS NULL
-            AND NEW.started_at IS NULL
+        IF NOT (NEW.status IN ('pending', 'running')
+            AND (NEW.status = 'running') = (NEW.token IS NOT NULL)
+            AND (NEW.status = 'running') = (NEW.run_epoch IS NOT NULL)
+            AND (NEW.status = 'running') = coalesce(NEW.lease_expires_at > now(), false)
+            AND (NEW.status = 'pending') = (NEW.lease_expires_at IS NULL)
+            AND (NEW.status = 'running') = coalesce(NEW.started_at = now(), false)
+            AND (NEW.status = 'pending') = (NEW.started_at IS NULL)
             AND NEW.settled_at IS NULL
             AND NEW.settle_seq IS NULL
             AND NEW.attempt = 0
@@ -283,116 +285,130 @@ BEGIN
             AND NEW.slots IS NULL
             AND NEW.created_at = now()
             AND NEW.queue_at = NEW.created_at - NEW.priority * interval '1 second') THEN
-            IF NOT (NEW.status = 'pending') THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.status = ''pending'' does not hold'
+            IF NOT (NEW.status IN ('pending', 'running')) THEN
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.status IN (''pending'', ''running'') does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
-            IF NOT (NEW.token IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.token IS NULL does not hold'
+            IF NOT ((NEW.status = 'running') = (NEW.token IS NOT NULL)) THEN
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: (NEW.status = ''running'') = (NEW.token IS NOT NULL) does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
-            IF NOT (NEW.run_epoch IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.run_epoch IS NULL does not hold'
+            IF NOT ((NEW.status = 'running') = (NEW.run_epoch IS NOT NULL)) THEN
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: (NEW.status = ''running'') = (NEW.run_epoch IS NOT NULL) does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
-            IF NOT (NEW.lease_expires_at IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.lease_expires_at IS NULL does not hold'
+            IF NOT ((NEW.status = 'running') = coalesce(NEW.lease_expires_at > now(), false)) THEN
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: (NEW.status = ''running'') = coalesce(NEW.lease_expires_at > now(), false) does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
-            IF NOT (NEW.started_at IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.started_at IS NULL does not hold'
+            IF NOT ((NEW.status = 'pending') = (NEW.lease_expires_at IS NULL)) THEN
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: (NEW.status = ''pending'') = (NEW.lease_expires_at IS NULL) does not hold'
+                    USING ERRCODE = 'AB004';
+            END IF;
+            IF NOT ((NEW.status = 'running') = coalesce(NEW.started_at = now(), false)) THEN
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: (NEW.status = ''running'') = coalesce(NEW.started_at = now(), false) does not hold'
+                    USING ERRCODE = 'AB004';
+            END IF;
+            IF NOT ((NEW.status = 'pending') = (NEW.started_at IS NULL)) THEN
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: (NEW.status = ''pending'') = (NEW.started_at IS NULL) does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.settled_at IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.settled_at IS NULL does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.settled_at IS NULL does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.settle_seq IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.settle_seq IS NULL does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.settle_seq IS NULL does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.attempt = 0) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.attempt = 0 does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.attempt = 0 does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.retries = 0) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.retries = 0 does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.retries = 0 does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.sleep_seq = 0) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.sleep_seq = 0 does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.sleep_seq = 0 does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NOT NEW.abort_requested) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NOT NEW.abort_requested does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NOT NEW.abort_requested does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT ((NEW.rerun_of IS NOT NULL OR (NEW.phase = '' AND NEW.state IS NULL))) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: (NEW.rerun_of IS NOT NULL OR (NEW.phase = '''' AND NEW.state IS NULL)) does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: (NEW.rerun_of IS NOT NULL OR (NEW.phase = '''' AND NEW.state IS NULL)) does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.result IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.result IS NULL does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.result IS NULL does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.error IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.error IS NULL does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.error IS NULL does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.error_history = '[]'::jsonb) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.error_history = ''[]''::jsonb does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.error_history = ''[]''::jsonb does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.wait_policy IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.wait_policy IS NULL does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.wait_policy IS NULL does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.wait_ids IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.wait_ids IS NULL does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.wait_ids IS NULL does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.wake_at IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.wake_at IS NULL does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.wake_at IS NULL does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.wake_job_id IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.wake_job_id IS NULL does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.wake_job_id IS NULL does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.await_name IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.await_name IS NULL does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.await_name IS NULL does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.await_token IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.await_token IS NULL does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.await_token IS NULL does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.delivered IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.delivered IS NULL does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.delivered IS NULL does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.slots IS NULL) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.slots IS NULL does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.slots IS NULL does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.created_at = now()) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.created_at = now() does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.created_at = now() does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
             IF NOT (NEW.queue_at = NEW.created_at - NEW.priority * interval '1 second') THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: NEW.queue_at = NEW.created_at - NEW.priority * interval ''1 second'' does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.queue_at = NEW.created_at - NEW.priority * interval ''1 second'' does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
         END IF;
         IF NEW.owner_task_id IS NOT NULL THEN
             IF NOT (EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id AND o.status IN ('pending', 'running', 'waiting', 'sleeping') AND NOT o.abort_requested)) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id AND o.status IN (''pending'', ''running'', ''waiting'', ''sleeping'') AND NOT o.abort_requested) does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.id = NEW.owner_task_id AND o.status IN (''pending'', ''running'', ''waiting'', ''sleeping'') AND NOT o.abort_requested) does not hold'
+                    USING ERRCODE = 'AB004';
+            END IF;
+        END IF;
+        IF NEW.status = 'running' THEN
+            IF NOT (NEW.owner_task_id IS NULL AND NEW.concurrency_key IS NULL AND NEW.rerun_of IS NULL AND EXISTS (SELECT 1 FROM {schema}.conversations c JOIN {schema}.holders h ON h.id = c.holder_id WHERE c.id = NEW.conversation_id AND c.epoch = NEW.run_epoch AND h.expires_at > now() AND h.ended_by IS NULL) AND NOT EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.conversation_id = NEW.conversation_id) AND NOT EXISTS (SELECT 1 FROM {schema}.concurrency_limits l WHERE l.key IN ('tenant:' || NEW.tenant, 'kind:' || NEW.kind))) THEN
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: NEW.owner_task_id IS NULL AND NEW.concurrency_key IS NULL AND NEW.rerun_of IS NULL AND EXISTS (SELECT 1 FROM {schema}.conversations c JOIN {schema}.holders h ON h.id = c.holder_id WHERE c.id = NEW.conversation_id AND c.epoch = NEW.run_epoch AND h.expires_at > now() AND h.ended_by IS NULL) AND NOT EXISTS (SELECT 1 FROM {schema}.tasks o WHERE o.conversation_id = NEW.conversation_id) AND NOT EXISTS (SELECT 1 FROM {schema}.concurrency_limits l WHERE l.key IN (''tenant:'' || NEW.tenant, ''kind:'' || NEW.kind)) does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
         END IF;
         IF NEW.rerun_of IS NOT NULL THEN
             IF NOT (EXISTS (SELECT 1 FROM {schema}.tasks rs WHERE rs.id = NEW.rerun_of AND rs.id < NEW.id AND rs.conversation_id = NEW.conversation_id AND rs.owner_task_id IS NOT DISTINCT FROM NEW.owner_task_id AND rs.kind = NEW.kind AND rs.status IN ('failed', 'aborted', 'cancelled') AND rs.input IS NOT DISTINCT FROM NEW.input AND rs.phase = NEW.phase AND rs.state IS NOT DISTINCT FROM NEW.state)) THEN
-                RAISE EXCEPTION 'arbor: a task is inserted as a fresh pending task: EXISTS (SELECT 1 FROM {schema}.tasks rs WHERE rs.id = NEW.rerun_of AND rs.id < NEW.id AND rs.conversation_id = NEW.conversation_id AND rs.owner_task_id IS NOT DISTINCT FROM NEW.owner_task_id AND rs.kind = NEW.kind AND rs.status IN (''failed'', ''aborted'', ''cancelled'') AND rs.input IS NOT DISTINCT FROM NEW.input AND rs.phase = NEW.phase AND rs.state IS NOT DISTINCT FROM NEW.state) does not hold'
+                RAISE EXCEPTION 'arbor: a task is inserted fresh, pending or started by its create: EXISTS (SELECT 1 FROM {schema}.tasks rs WHERE rs.id = NEW.rerun_of AND rs.id < NEW.id AND rs.conversation_id = NEW.conversation_id AND rs.owner_task_id IS NOT DISTINCT FROM NEW.owner_task_id AND rs.kind = NEW.kind AND rs.status IN (''failed'', ''aborted'', ''cancelled'') AND rs.input IS NOT DISTINCT FROM NEW.input AND rs.phase = NEW.phase AND rs.state IS NOT DISTINCT FROM NEW.state) does not hold'
                     USING ERRCODE = 'AB004';
             END IF;
         END IF;
@@ -715,7 +731,8 @@ CREATE TRIGGER task_guard_truncate
     BEFORE TRUNCATE ON {schema}.tasks
     FOR EACH STATEMENT EXECUTE FUNCTION {schema}.task_guard_truncate();
 
--- A conversation is inserted free, at epoch 0, stamped now. Its id and
+-- A conversation is inserted free, at epoch 0, or taken by a live holder
+-- at epoch 1 (a create that starts its first task), stamped now. Its id and
 -- birth never change, and its epoch only grows: by one, with
 -- a new holder, when the lease is taken. Its holder changes only so (or to
 -- none, a release). Its rows are deleted only by the prune, with no task
@@ -739,8 +756,10 @@ BEGIN
         RETURN OLD;
     END IF;
     IF TG_OP = 'INSERT' THEN
-        IF NEW.epoch <> 0 OR NEW.holder IS NOT NULL OR NEW.holder_id IS NOT NULL THEN
-            RAISE EXCEPTION 'arbor: a conversation is inserted free, at epoch 0'
+        IF NOT ((NEW.epoch = 0 AND NEW.holder IS NULL AND NEW.holder_id IS NULL)
+            OR (NEW.epoch = 1 AND EXISTS (SELECT 1 FROM {schema}.holders h WHERE h.id = NEW.holder_id
+                AND h.name = NEW.holder AND h.expires_at > now() AND h.ended_by IS NULL))) THEN
+            RAISE EXCEPTION 'arbor: a conversation is inserted free, at epoch 0, or taken by a live holder, at epoch 1'
                 USING ERRCODE = 'AB007';
         END IF;
         IF NEW.created_at <> now() THEN

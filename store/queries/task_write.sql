@@ -62,28 +62,49 @@ SELECT {task_columns} FROM w;
 -- than the one named ($17): the caller then takes the transaction path,
 -- which handles all three.
 --
--- CreateRoot creates a root task, and its conversation on first use, in one
--- statement (see CreateRoot); ok is false, with nothing written, when the
+-- Started by its create (docs/design.md §3.18): when $18 names a holder
+-- (a runner of this process that has a worker free for the kind), the
+-- holder's row is live, no concurrency limit could count the task (no key
+-- of its own, no limit of its kind or tenant) and the conversation is new,
+-- the conversation is inserted taken by that holder at epoch 1 and the task
+-- inserted running at that epoch, with a token and a task lease of $19
+-- microseconds: no notification, open or claim before its handler. Any
+-- other case inserts it pending, as ever.
+--
+-- CreateRoot creates a root task (see CreateRoot), and its conversation on
+-- first use, in one statement; ok is false, with nothing written, when the
 -- caller must take the transaction path.
 --
 -- Locks: FOR NO KEY UPDATE on the rows it selects; row locks on what it
 -- writes (inserts into conversation_log, conversations, tasks), held until
 -- the transaction ends.
 -- name: CreateRoot
-WITH conv AS (
-    INSERT INTO {schema}.conversations (id, tenant) VALUES ($1, $17) ON CONFLICT DO NOTHING RETURNING id, tenant),
+WITH h AS (
+    SELECT h.id, h.name FROM {schema}.holders h
+    WHERE h.id = $18 AND h.expires_at > now() AND h.ended_by IS NULL AND $16 = ''
+      AND NOT EXISTS (SELECT 1 FROM {schema}.concurrency_limits l WHERE l.key IN ('tenant:' || $17, 'kind:' || $3))),
+conv AS (
+    INSERT INTO {schema}.conversations (id, tenant, holder_id, holder, epoch)
+    SELECT $1, $17, h.id, h.name, CASE WHEN h.id IS NULL THEN 0 ELSE 1 END FROM (SELECT) x LEFT JOIN h ON true
+    ON CONFLICT DO NOTHING RETURNING id, tenant, holder_id),
 locked AS (
     SELECT id, tenant FROM {schema}.conversations WHERE id = $1 AND ($17 = '' OR tenant = $17) AND NOT EXISTS (SELECT 1 FROM conv) FOR NO KEY UPDATE),
-ready AS (SELECT id, tenant FROM conv UNION ALL SELECT id, tenant FROM locked),
+ready AS (SELECT id, tenant, holder_id IS NOT NULL AS started FROM conv UNION ALL SELECT id, tenant, false FROM locked),
 w AS (
     INSERT INTO {schema}.tasks AS t
     (conversation_id, owner_task_id, kind, background, input, restart_limit, abandon_on_restart,
      max_retries, idempotency_key, retry_backoff_base, retry_backoff_cap, deadline, trace,
-     tenant, priority, queue_at, queue_expires_at, concurrency_key)
+     tenant, priority, queue_at, queue_expires_at, concurrency_key,
+     status, token, run_epoch, started_at, lease_expires_at)
     SELECT ready.id, nullif($2::bigint, 0), $3, $4, $5, $6, $7, $8, nullif($9::text, ''),
            $10 * interval '1 microsecond', $11 * interval '1 microsecond', $12::timestamptz, $13::jsonb,
            ready.tenant, $14::int, now() - $14::int * interval '1 second',
-           CASE WHEN $15::bigint > 0 THEN now() + $15::bigint * interval '1 microsecond' END, nullif($16::text, '')
+           CASE WHEN $15::bigint > 0 THEN now() + $15::bigint * interval '1 microsecond' END, nullif($16::text, ''),
+           CASE WHEN ready.started THEN 'running' ELSE 'pending' END,
+           CASE WHEN ready.started THEN nextval('{schema}.task_token_seq'::regclass) END,
+           CASE WHEN ready.started THEN 1 END,
+           CASE WHEN ready.started THEN now() END,
+           CASE WHEN ready.started THEN now() + $19::bigint * interval '1 microsecond' END
     FROM ready
     ON CONFLICT (conversation_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING t.*),
