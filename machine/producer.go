@@ -216,7 +216,7 @@ func (p *producer) once() {
 // every slot (there may be more work); noSlot that there was no slot to
 // claim with.
 func (r *Runner) claimHeld(convs []string) (full, noSlot bool) {
-	k := r.reserve(r.cfg.Workers)
+	k := r.reserveForClaim()
 	if k == 0 {
 		return false, true
 	}
@@ -342,7 +342,7 @@ const openBatch = 100
 // tasks, all in one transaction. When the node is full, the longest idle
 // conversations are released first to make room.
 func (r *Runner) open(named []string) (full, noSlot bool) {
-	k := r.reserve(r.cfg.Workers)
+	k := r.reserveForClaim()
 	if k == 0 {
 		return false, true
 	}

@@ -58,6 +58,23 @@ func (r *Runner) reserve(n int) int {
 	return k
 }
 
+// startHeadroom is how many free workers a claim of the producer leaves to
+// the creates of this process, which start their tasks themselves
+// (start.go): at most this many, and at most half of those free, so that a
+// claim in flight, which reserves its workers before it knows what it
+// finds, does not make every create meanwhile queue its task instead.
+const startHeadroom = 16
+
+// reserveForClaim reserves workers for a claim or an open of the
+// producer: every free worker but the creates' headroom, at least one
+// when one is free.
+func (r *Runner) reserveForClaim() int {
+	r.mu.Lock()
+	free := r.cfg.Workers - r.busy
+	r.mu.Unlock()
+	return r.reserve(max(1, free-min(startHeadroom, free/2)))
+}
+
 // isStopping reports whether Stop has begun.
 func (r *Runner) isStopping() bool {
 	r.mu.Lock()

@@ -19,9 +19,11 @@ type starter struct{ r *Runner }
 // Grant reserves a worker for a root task of kind and read-holds the claim
 // lock until the create's outcome is known (Done), as a claim's
 // transaction does: Stop's barrier waits for it, and an adopt never takes
-// its run for an orphan. It gives none while the lease is not usable, the
-// runner is stopping or full (workers, held conversations), or the
-// producer knows of work waiting (a create does not start ahead of it).
+// its run for an orphan. It gives none while the lease is not usable, or
+// the runner is stopping or full: no worker free (a claim of the producer
+// leaves a few to the creates, reserveForClaim) or no room to hold one
+// more conversation. While workers are scarce, queued work is claimed in
+// its fair order and creates queue behind it.
 func (s starter) Grant(kind string) core.StartGrant {
 	r := s.r
 	if _, ok := slices.BinarySearch(r.kinds, kind); !ok || !r.lease.usable(time.Now()) {
@@ -30,11 +32,6 @@ func (s starter) Grant(kind string) core.StartGrant {
 	r.claimMu.RLock()
 	r.mu.Lock()
 	ok := r.started && !r.stopping && r.busy < r.cfg.Workers && len(r.held) < r.cfg.Capacity
-	if ok {
-		r.prod.mu.Lock()
-		ok = len(r.prod.dirty) == 0 && len(r.prod.news) == 0
-		r.prod.mu.Unlock()
-	}
 	if ok {
 		r.busy++
 	}

@@ -170,7 +170,7 @@ func TestCreateRootLostAnswerIsAmbiguous(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return &statementCutter{Conn: conn, marker: []byte("WITH conv AS"), armed: &armed}, nil
+			return &statementCutter{Conn: conn, marker: []byte("WITH h AS ("), armed: &armed}, nil
 		}
 	})
 	conv := testdb.Conversation(t)
