@@ -20,7 +20,7 @@ func coreParams(p arbortype.CreateParams, trace map[string]string) core.CreatePa
 	return core.CreateParams{CreateParams: p, Trace: trace}
 }
 
-// Create creates a pending task in a transaction of its own, and the
+// Create creates a task (pending, or started: below), and its
 // conversation on first use. created is false when IdempotencyKey matched
 // an existing task, which is returned instead (a key reused for another kind
 // or owner is arbortype.ErrIdempotencyConflict). Bad input is refused before anything
@@ -29,7 +29,10 @@ func coreParams(p arbortype.CreateParams, trace map[string]string) core.CreatePa
 // arbortype.ErrForeignOwner, an owner that cannot take a child arbortype.ErrOwnerNotLive.
 //
 // The machine holding the conversation hears of the new task at commit
-// (NOTIFY) and runs it.
+// (NOTIFY) and runs it. The first task of a new conversation, created in a
+// process whose machine.Runner runs its kind and has a worker free, is
+// started by the create itself and returned running: that runner enters
+// its handler once the statement has committed (docs/design.md §3.18).
 //
 // A root task (no owner) takes one round trip: one statement, committed on
 // its own. A task with an owner, and a root whose conversation is being
