@@ -64,6 +64,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		poll    = fs.Duration("runner-poll", 0, "PollInterval of the machine.Runners of (a) and (f), for diagnosis (default: the runner's own, 1s)")
 		leave   = fs.String("leave", "", "leave these subjects out, as scenario/subject, e.g. 'e/river-only,a/arbor-batch'")
 		walRel  = fs.Bool("wal-by-relation", false, "also list each run's WAL per task by relation and record type (pg_walinspect; slow for large runs)")
+		byStmt  = fs.Bool("by-statement", false, "also list each run's statements per task: calls, time, WAL (pg_stat_statements, which the server must preload; with pg_stat_statements.track = all, also the statements triggers run)")
+		whatIf  = fs.String("whatif-sql", "", "a file of SQL run in each run's fresh schema after its migrations ({schema}: its quoted name), to measure a what-if schema; never for published figures")
 
 		soak           = fs.Bool("soak", false, "run the soak instead of the scenarios: a Runner for minutes under a steady load while prune runs; exits non-zero when it is not flat (see docs/performance.md)")
 		soakDuration   = fs.Duration("soak-duration", bench.SoakDurationDefault, "soak: how long the producer runs")
@@ -123,7 +125,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	opts := bench.Options{
 		DatabaseURL: *url, Quick: *quick, Conns: *conns, ClaimBatch: *batch, Rounds: rounds,
 		DBOSDir: *dbosDir, GoWorkflowsDir: *gowfDir, Out: stdout, RunTimeout: *timeout,
-		RunnerPollInterval: *poll, WALByRelation: *walRel,
+		RunnerPollInterval: *poll, WALByRelation: *walRel, ByStatement: *byStmt,
+	}
+	if *whatIf != "" {
+		b, err := os.ReadFile(*whatIf)
+		if err != nil {
+			return fmt.Errorf("--whatif-sql: %w", err)
+		}
+		opts.WhatIfSQL = string(b)
 	}
 	if *leave != "" {
 		opts.Leave = strings.Split(*leave, ",")

@@ -237,3 +237,67 @@ func TestWALByRelation(t *testing.T) {
 		}
 	}
 }
+
+// TestByStatementAndWhatIf: with Options.ByStatement a run lists its
+// statements from pg_stat_statements, the tasks' insert among them with
+// its calls and WAL, when the server has the extension, and says it cannot
+// when it has not; Options.WhatIfSQL runs in each run's schema ({schema}
+// filled in) before the run, and a what-if that fails voids the run,
+// saying why.
+func TestByStatementAndWhatIf(t *testing.T) {
+	t.Parallel()
+	run := func(whatIf string) (*bench.Report, string) {
+		var out bytes.Buffer
+		rep, err := bench.Run(context.Background(), bench.Options{
+			DatabaseURL:        testdb.URL(t),
+			Conns:              4,
+			Rounds:             1,
+			Only:               []string{"a"},
+			Sizes:              map[string][]string{"a": {"20"}},
+			Leave:              []string{"a/arbor", "a/runner-create", "a/ceiling", "a/ceiling-row", "a/river"},
+			RunnerPollInterval: 20 * time.Millisecond,
+			ByStatement:        true,
+			// The package's runs share recycled schemas (main_test.go):
+			// a what-if here must change nothing.
+			WhatIfSQL: whatIf,
+			Out:       &out,
+			Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		})
+		require.NoError(t, err)
+		return rep, out.String()
+	}
+	runner := func(rep *bench.Report) bench.SubjectResult {
+		for _, r := range rep.Scenarios[0].Sizes[0].Subjects {
+			if r.Key == "runner" {
+				return r
+			}
+		}
+		t.Fatal("no runner subject")
+		return bench.SubjectResult{}
+	}
+
+	rep, out := run(`SELECT count(*) FROM {schema}.tasks; SELECT count(*) FROM {schema}.conversations`)
+	r := runner(rep)
+	require.Empty(t, r.Error)
+	require.NotNil(t, r.Measurement)
+	if strings.Contains(out, "pg_stat_statements is not available") {
+		require.Empty(t, r.Measurement.ByStatement)
+		t.Log("the server does not load pg_stat_statements: its listing is not checked")
+	} else {
+		require.Contains(t, out, "statements, runner at 20")
+		found := false
+		for _, st := range r.Measurement.ByStatement {
+			if st.TopLevel && strings.Contains(st.Query, "INSERT INTO tasks") {
+				found = true
+				require.Positive(t, st.Calls, st.Query)
+				require.Positive(t, st.WALBytes, st.Query)
+			}
+		}
+		require.True(t, found, "the tasks' insert is among the run's statements: %+v", r.Measurement.ByStatement)
+	}
+
+	rep, _ = run(`SELECT * FROM {schema}.no_such_table`)
+	r = runner(rep)
+	require.Contains(t, r.Error, "what-if SQL")
+	require.Nil(t, r.Measurement)
+}

@@ -124,6 +124,8 @@ type Window struct {
 	serverCPU0 time.Duration
 	serverOK   bool
 	started    time.Time
+	// stmts is pg_stat_statements at the start (Options.ByStatement).
+	stmts stmtSample
 }
 
 // StartWindow starts the clock and the counters.
@@ -133,6 +135,9 @@ func (e *Env) StartWindow(ctx context.Context) (*Window, error) {
 		return nil, err
 	}
 	w := &Window{env: e, before: before, stmts0: e.counter.statements.Load(), clientCPU0: cputime.Client()}
+	if e.byStatement {
+		w.stmts = e.readStatements(ctx)
+	}
 	w.serverCPU0, w.serverOK = cputime.Server(e.postmaster)
 	w.started = time.Now()
 	return w, nil
@@ -165,6 +170,11 @@ func (w *Window) End(ctx context.Context) (Measurement, error) {
 	}
 	if w.env.walByRelation {
 		m.WAL = w.env.walBetween(ctx, w.before.lsn, after.lsn)
+	}
+	if w.env.byStatement && w.stmts != nil {
+		if a := w.env.readStatements(ctx); a != nil {
+			m.ByStatement = statementsBetween(w.stmts, a)
+		}
 	}
 	return m, nil
 }

@@ -82,6 +82,19 @@ type Options struct {
 	// printed after the scenario's tables and kept in the JSON. It reads
 	// every record of the window: seconds for a large run.
 	WALByRelation bool
+	// ByStatement: each measured run also reads pg_stat_statements before
+	// and after and reports, per task, the calls, time and WAL of each of
+	// its statements (those naming the run's schema; with
+	// pg_stat_statements.track = all, also those its triggers and
+	// functions run), printed after the scenario's tables and kept in the
+	// JSON. The server must load pg_stat_statements
+	// (shared_preload_libraries) and the database have the extension.
+	ByStatement bool
+	// WhatIfSQL, when not empty, is run in each run's fresh schema after
+	// its migrations ({schema} is the schema's quoted name): a what-if
+	// schema (an index dropped, a fillfactor set) measured without a
+	// migration. Never for published figures.
+	WhatIfSQL string
 	// RunTimeout bounds one subject's run at one size. Default 5 minutes.
 	RunTimeout time.Duration
 	// Out receives the tables. Default io.Discard.
@@ -197,6 +210,9 @@ type Measurement struct {
 	// WAL is the WAL of the window by relation and record type, largest
 	// first (Options.WALByRelation).
 	WAL []WALShare `json:"wal_by_relation,omitempty"`
+	// ByStatement is the window's statements by pg_stat_statements,
+	// largest time first (Options.ByStatement).
+	ByStatement []StatementShare `json:"by_statement,omitempty"`
 }
 
 // WALShare is the WAL that records of one type, naming one relation (or
@@ -315,6 +331,10 @@ type Env struct {
 	walinspect string
 	// walByRelation is Options.WALByRelation.
 	walByRelation bool
+	// byStatement is Options.ByStatement; pgss is the schema of
+	// pg_stat_statements ("" when the database does not have it).
+	byStatement bool
+	pgss        string
 	// postmaster is the server's pid when it runs on this machine, for
 	// its CPU time; 0 otherwise.
 	postmaster int

@@ -337,6 +337,7 @@ func printScenario(w io.Writer, s Scenario, res ScenarioResult) {
 		}
 	}
 	printWAL(w, s, res, unit)
+	printStatements(w, s, res, unit)
 	for i, n := range notes {
 		fmt.Fprintf(w, "  [%d] %s\n", i+1, n)
 	}

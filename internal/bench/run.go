@@ -46,6 +46,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	defer closeEnv()
 	env.ClaimBatch, env.WakeSpread, env.RunnerPollInterval = o.ClaimBatch, o.WakeSpread, o.RunnerPollInterval
 	env.walByRelation = o.WALByRelation
+	if o.ByStatement {
+		env.byStatement = true
+		if env.pgss = setupStatements(ctx, env.Pool); env.pgss == "" {
+			fmt.Fprintf(o.Out, "note: pg_stat_statements is not available (shared_preload_libraries, CREATE EXTENSION), so statements are not listed\n\n")
+		}
+	}
 
 	machine, err := readMachine(ctx, env.Pool)
 	if err != nil {
@@ -217,6 +223,11 @@ func runOnce(ctx context.Context, o *Options, env *Env, sub Subject, size Size) 
 	defer drop()
 	runEnv := *env
 	runEnv.Schema = schema
+	if o.WhatIfSQL != "" {
+		if _, err := env.Pool.Exec(ctx, runEnv.sql(o.WhatIfSQL)); err != nil {
+			return Measurement{}, fmt.Errorf("what-if SQL: %w", err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, max(o.RunTimeout, sub.Timeout))
 	defer cancel()
 
@@ -235,6 +246,7 @@ func runOnce(ctx context.Context, o *Options, env *Env, sub Subject, size Size) 
 		}
 		m.Statements, m.Commits, m.XIDs, m.WALBytes = whole.Statements, whole.Commits, whole.XIDs, whole.WALBytes
 		m.ClientCPU, m.ServerCPU = whole.ClientCPU, whole.ServerCPU
+		m.WAL, m.ByStatement = whole.WAL, whole.ByStatement
 	}
 	if m.Tasks == 0 {
 		m.Tasks = size.Tasks
