@@ -120,7 +120,11 @@ func ExampleRun_Progress() {
 		case arbortype.LogKindProgress:
 			fmt.Println("token", string(en.Payload))
 		case arbortype.LogKindStatus:
-			fmt.Println(en.Name, en.Status)
+			// A turn its create started is never pending; one a runner
+			// claimed was first (docs/design.md §3.18).
+			if en.Status != arbortype.StatusPending {
+				fmt.Println(en.Name, en.Status)
+			}
 		}
 		if en.TaskID == turn.ID && en.Terminal() {
 			return errSeen
@@ -129,7 +133,6 @@ func ExampleRun_Progress() {
 	})
 	fmt.Println(errors.Is(err, errSeen))
 	// Output:
-	// answer pending
 	// answer running
 	// token "Hello"
 	// token ", "

@@ -29,7 +29,11 @@ func (s starter) Grant(kind string) core.StartGrant {
 	if _, ok := slices.BinarySearch(r.kinds, kind); !ok || !r.lease.usable(time.Now()) {
 		return nil
 	}
-	r.claimMu.RLock()
+	// Never waits: while an adopt or Stop's barrier holds (or waits for)
+	// the claim lock, the create queues its task instead.
+	if !r.claimMu.TryRLock() {
+		return nil
+	}
 	r.mu.Lock()
 	ok := r.started && !r.stopping && r.busy < r.cfg.Workers && len(r.held) < r.cfg.Capacity
 	if ok {

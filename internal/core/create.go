@@ -4,12 +4,15 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/guardrules"
 	"github.com/arborhq/arbor/internal/store"
 )
 
@@ -136,13 +139,22 @@ func CreateRoot(ctx context.Context, e *Engine, p CreateParams) (t Task, ok bool
 			holder = g.Holder()
 		}
 		t, ok, err := e.Store.CreateRoot(ctx, db, params, holder, e.startLease())
-		if g != nil {
-			if err != nil && !commitAnswered(err) && (transient(err) || contextError(err)) {
-				// What Write will answer: the statement may have landed.
-				g.Done(Task{}, fmt.Errorf("%w: %w", arbortype.ErrAmbiguous, err))
-			} else {
-				g.Done(t, err)
-			}
+		if g == nil {
+			return res{t, ok}, err
+		}
+		var pgErr *pgconn.PgError
+		switch {
+		case err != nil && !commitAnswered(err) && (transient(err) || contextError(err)):
+			// What Write will answer: the statement may have landed.
+			g.Done(Task{}, fmt.Errorf("%w: %w", arbortype.ErrAmbiguous, err))
+		case errors.As(err, &pgErr) && pgErr.Code == guardrules.SQLStateInvalidInsert:
+			// The guard refused the start (nothing was written): a limit
+			// of the task's kind or tenant committed between the
+			// statement's snapshot and the guard's. The task is queued.
+			g.Done(Task{}, err)
+			t, ok, err = e.Store.CreateRoot(ctx, db, params, 0, 0)
+		default:
+			g.Done(t, err)
 		}
 		return res{t, ok}, err
 	})
