@@ -16,72 +16,92 @@ import (
 // §3.18; docs/architecture.md, "A first run folded into its create").
 type starter struct{ r *Runner }
 
-// Grant reserves a worker for a root task of kind and read-holds the claim
-// lock until the create's outcome is known (Done), as a claim's
-// transaction does: Stop's barrier waits for it, and an adopt never takes
-// its run for an orphan. It gives none while the lease is not usable, or
-// the runner is stopping or full: no worker free (a claim of the producer
-// leaves a few to the creates, reserveForClaim) or no room to hold one
-// more conversation. While workers are scarce, queued work is claimed in
-// its fair order and creates queue behind it.
-func (s starter) Grant(kind string) core.StartGrant {
+// Runs says whether the runner has a handler for kind.
+func (s starter) Runs(kind string) bool {
+	_, ok := slices.BinarySearch(s.r.kinds, kind)
+	return ok
+}
+
+// Grant reserves up to n workers for the tasks a create may start, and
+// read-holds the claim lock until the create's outcome is known (Done), as
+// a claim's transaction does: Stop's barrier waits for it, and an adopt
+// never takes its runs for orphans. It gives none while the lease is not
+// usable, or the runner is stopping or full: no worker free (a claim of the
+// producer leaves a few to the creates, reserveForClaim) or no room to hold
+// one more conversation. While workers are scarce, queued work is claimed
+// in its fair order and creates queue behind it.
+func (s starter) Grant(n int) core.StartGrant {
 	r := s.r
-	if _, ok := slices.BinarySearch(r.kinds, kind); !ok || !r.lease.usable(time.Now()) {
+	if n <= 0 || !r.lease.usable(time.Now()) {
 		return nil
 	}
 	// Never waits: while an adopt or Stop's barrier holds (or waits for)
-	// the claim lock, the create queues its task instead.
+	// the claim lock, the create queues its tasks instead.
 	if !r.claimMu.TryRLock() {
 		return nil
 	}
 	r.mu.Lock()
-	ok := r.started && !r.stopping && r.busy < r.cfg.Workers && len(r.held) < r.cfg.Capacity
-	if ok {
-		r.busy++
+	k := 0
+	if r.started && !r.stopping {
+		k = max(0, min(n, r.cfg.Workers-r.busy, r.cfg.Capacity-len(r.held)))
 	}
+	r.busy += k
 	r.mu.Unlock()
-	if !ok {
+	if k == 0 {
 		r.claimMu.RUnlock()
 		return nil
 	}
 	holder, _ := r.lease.holder()
-	return &grant{r: r, holder: holder}
+	return &grant{r: r, holder: holder, n: k}
 }
 
-// grant is one worker a starter reserved.
+// grant is the workers a starter reserved for one create.
 type grant struct {
 	r      *Runner
 	holder int64
+	n      int
 }
 
 func (g *grant) Holder() int64 { return g.holder }
+func (g *grant) N() int         { return g.n }
 
-// Done takes the run the create started, as a claim's: the conversation
-// held at the run's epoch, the run noted as not entered yet, then
+// Done takes the runs the create started, as a claim's: each conversation
+// held at its run's epoch, the runs noted as not entered yet, then
 // dispatched (not started if the fence fired or Stop began meanwhile: the
 // task stays running under the lease and is requeued, uncounted, by the
-// reopen or the release). A create that did not start the task gives the
-// worker back; one whose outcome is unknown has the runner adopt what it
-// holds until the database answers (its run, if it landed, is not lost: it
-// is adopted, or recovered by the next holder).
-func (g *grant) Done(t core.Task, err error) {
+// reopen or the release). The workers the create did not use go back. A
+// create whose outcome is unknown has the runner adopt what it holds until
+// the database answers (its runs, if it landed, are not lost: they are
+// adopted, or recovered by the next holder).
+func (g *grant) Done(started []core.Task, err error) {
 	r := g.r
 	defer r.claimMu.RUnlock()
-	if err != nil || t.Status != arbortype.StatusRunning {
-		r.unreserve(1)
+	if err != nil {
+		started = nil
 		if errors.Is(err, arbortype.ErrAmbiguous) {
 			r.unresolved.Store(true)
 		}
+	}
+	r.unreserve(g.n - len(started))
+	if len(started) == 0 {
 		return
 	}
-	r.claimedRuns([]arbortype.Task{t})
+	r.claimedRuns(started)
+	now := time.Now()
+	var took []string
 	r.mu.Lock()
-	took := r.holdStarted(core.Lease{ConversationID: t.ConversationID, Holder: r.cfg.NodeID, HolderID: g.holder, Epoch: t.Epoch}, time.Now())
-	r.mu.Unlock()
-	if took && r.cfg.OnReconcile != nil {
-		// A conversation the runner takes: new, so nothing to recover.
-		r.cfg.OnReconcile(reconcile.Report{ConversationID: t.ConversationID})
+	for _, t := range started {
+		if r.holdStarted(core.Lease{ConversationID: t.ConversationID, Holder: r.cfg.NodeID, HolderID: g.holder, Epoch: t.Epoch}, now) {
+			took = append(took, t.ConversationID)
+		}
 	}
-	r.dispatch([]arbortype.Task{t})
-	r.announceRuns([]arbortype.Task{t})
+	r.mu.Unlock()
+	if r.cfg.OnReconcile != nil {
+		for _, c := range took {
+			// A conversation the runner takes: new, so nothing to recover.
+			r.cfg.OnReconcile(reconcile.Report{ConversationID: c})
+		}
+	}
+	r.dispatch(started)
+	r.announceRuns(started)
 }

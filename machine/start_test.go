@@ -234,3 +234,69 @@ func (c *answerCutter) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// TestCreateManyStartsTheFirstTasksOfNewConversations: CreateMany in a
+// process whose runner has workers free starts the first task of each new
+// conversation of the batch (docs/design.md §3.18); a conversation's next
+// task, a task of a conversation that exists and one with a concurrency
+// key are created pending; all run, each once.
+func TestCreateManyStartsTheFirstTasksOfNewConversations(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var entered atomic.Int32
+	fastRunner(t, b, map[string]machine.Handler{"turn": func(ctx context.Context, run *machine.Run) error {
+		entered.Add(1)
+		return run.Complete(ctx, nil)
+	}}, nil)
+	existing := b.conv + "-existing"
+	_, _, err := b.engine.CreateMany(b.ctx, []arbortype.CreateParams{{ConversationID: existing, Kind: "turn"}})
+	require.NoError(t, err)
+	var all []int64
+	started := false
+	// A batch made while the runner's claim held its workers is queued
+	// whole: the next batch is tried.
+	for i := 0; i < 20 && !started; i++ {
+		conv := func(s string) string { return fmt.Sprintf("%s-%d-%s", b.conv, i, s) }
+		ps := []arbortype.CreateParams{
+			{ConversationID: conv("a"), Kind: "turn"}, {ConversationID: conv("a"), Kind: "turn"},
+			{ConversationID: conv("b"), Kind: "turn"},
+			{ConversationID: existing, Kind: "turn"},
+			{ConversationID: conv("key"), Kind: "turn", ConcurrencyKey: "k-" + b.conv},
+			{ConversationID: conv("b"), Kind: "turn"},
+		}
+		made, _, err := b.engine.CreateMany(b.ctx, ps)
+		require.NoError(t, err)
+		var statuses []arbortype.Status
+		for _, m := range made {
+			statuses = append(statuses, m.Status)
+			all = append(all, m.ID)
+		}
+		if made[0].Status == arbortype.StatusPending {
+			require.Equal(t, []arbortype.Status{"pending", "pending", "pending", "pending", "pending", "pending"}, statuses)
+			continue
+		}
+		started = true
+		require.Equal(t, []arbortype.Status{"running", "pending", "running", "pending", "pending", "pending"}, statuses)
+		for _, m := range []arbortype.Task{made[0], made[2]} {
+			require.EqualValues(t, 1, m.Epoch)
+			require.NotZero(t, m.Token)
+			require.NotNil(t, m.StartedAt)
+			require.NotNil(t, m.LeaseExpiresAt)
+			got := b.get(t, m.ID)
+			require.Equal(t, m.Token, got.Token, "the token it returned is the run's")
+		}
+	}
+	require.True(t, started, "a batch started its tasks")
+	waitUntil(t, "every task to complete", func() bool {
+		for _, id := range all {
+			if b.get(t, id).Status != arbortype.StatusCompleted {
+				return false
+			}
+		}
+		return true
+	})
+	require.EqualValues(t, len(all)+1, entered.Load(), "each entered once")
+	for _, id := range all {
+		require.Zero(t, b.get(t, id).Attempt)
+	}
+}

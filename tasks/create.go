@@ -184,14 +184,34 @@ func (e *Engine) busy(ctx context.Context, tx pgx.Tx, p arbortype.CreateParams, 
 // is written. At most 10,000 tasks; they come back in the order given.
 func (e *Engine) CreateMany(ctx context.Context, ps []arbortype.CreateParams) (tasks []arbortype.Task, created []bool, err error) {
 	trace := e.core.Trace(ctx)
-	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (manyResult, error) { return e.createMany(ctx, tx, ps, trace) })
+	cps := make([]core.CreateParams, len(ps))
+	for i, p := range ps {
+		cps[i] = coreParams(p, trace)
+	}
+	// A runner of this process with workers free may have the transaction
+	// start the first task of new conversations (docs/design.md §3.18).
+	g, runs := e.core.Grant(cps)
+	st := core.StartOf(g, runs)
+	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (manyResult, error) { return e.createMany(ctx, tx, ps, trace, st) })
+	if g == nil {
+		return r.tasks, r.created, err
+	}
+	if core.IsGuardRefusal(err) {
+		// The guard refused a start (nothing was written): a limit of a
+		// task's kind or tenant committed between the statement's
+		// snapshot and the guard's. The tasks are queued.
+		g.Done(nil, err)
+		r, err = core.Tx(ctx, e.core, func(tx pgx.Tx) (manyResult, error) { return e.createMany(ctx, tx, ps, trace, core.Start{}) })
+		return r.tasks, r.created, err
+	}
+	g.Done(core.Started(r.tasks), err)
 	return r.tasks, r.created, err
 }
 
 // CreateManyTx is CreateMany inside the caller's transaction.
 func (e *Engine) CreateManyTx(ctx context.Context, tx pgx.Tx, ps []arbortype.CreateParams) (tasks []arbortype.Task, created []bool, err error) {
 	trace := e.core.Trace(ctx)
-	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (manyResult, error) { return e.createMany(ctx, tx, ps, trace) })
+	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (manyResult, error) { return e.createMany(ctx, tx, ps, trace, core.Start{}) })
 	return r.tasks, r.created, err
 }
 
@@ -200,7 +220,7 @@ type manyResult struct {
 	created []bool
 }
 
-func (e *Engine) createMany(ctx context.Context, tx pgx.Tx, ps []arbortype.CreateParams, trace map[string]string) (manyResult, error) {
+func (e *Engine) createMany(ctx context.Context, tx pgx.Tx, ps []arbortype.CreateParams, trace map[string]string, st core.Start) (manyResult, error) {
 	cps := make([]core.CreateParams, len(ps))
 	for i, p := range ps {
 		if strings.HasPrefix(p.IdempotencyKey, "arbor:") {
@@ -208,7 +228,7 @@ func (e *Engine) createMany(ctx context.Context, tx pgx.Tx, ps []arbortype.Creat
 		}
 		cps[i] = coreParams(p, trace)
 	}
-	ts, created, err := e.core.CreateMany(ctx, tx, cps)
+	ts, created, err := e.core.CreateManyStarting(ctx, tx, cps, st)
 	if err == nil {
 		err = e.core.ApplyCreateBudgets(ctx, tx, cps, ts, created)
 	}

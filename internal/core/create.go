@@ -4,15 +4,12 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/internal/guardrules"
 	"github.com/arborhq/arbor/internal/store"
 )
 
@@ -133,7 +130,7 @@ func CreateRoot(ctx context.Context, e *Engine, p CreateParams) (t Task, ok bool
 		// statement start the task (start.go). Asked once the connection is
 		// in hand, so that its grant (its claim lock read-held) lasts the
 		// statement alone; each try asks again.
-		g := e.grant(p)
+		g, _ := e.Grant([]CreateParams{p})
 		var holder int64
 		if g != nil {
 			holder = g.Holder()
@@ -142,19 +139,18 @@ func CreateRoot(ctx context.Context, e *Engine, p CreateParams) (t Task, ok bool
 		if g == nil {
 			return res{t, ok}, err
 		}
-		var pgErr *pgconn.PgError
 		switch {
 		case err != nil && !commitAnswered(err) && (transient(err) || contextError(err)):
 			// What Write will answer: the statement may have landed.
-			g.Done(Task{}, fmt.Errorf("%w: %w", arbortype.ErrAmbiguous, err))
-		case errors.As(err, &pgErr) && pgErr.Code == guardrules.SQLStateInvalidInsert:
+			g.Done(nil, fmt.Errorf("%w: %w", arbortype.ErrAmbiguous, err))
+		case IsGuardRefusal(err):
 			// The guard refused the start (nothing was written): a limit
 			// of the task's kind or tenant committed between the
 			// statement's snapshot and the guard's. The task is queued.
-			g.Done(Task{}, err)
+			g.Done(nil, err)
 			t, ok, err = e.Store.CreateRoot(ctx, db, params, 0, 0)
 		default:
-			g.Done(t, err)
+			g.Done(Started([]Task{t}), err)
 		}
 		return res{t, ok}, err
 	})

@@ -30,6 +30,16 @@ const maxBatch = 10_000
 //
 // Tasks come back in the order of ps.
 func (e *Engine) CreateMany(ctx context.Context, tx pgx.Tx, ps []CreateParams) ([]Task, []bool, error) {
+	return e.CreateManyStarting(ctx, tx, ps, Start{})
+}
+
+// CreateManyStarting is CreateMany that starts, as their create, up to
+// st.N of the tasks (docs/design.md §3.18): the first task of each of the
+// first st.N new conversations whose first task a create may start (a
+// root of a kind st.Runs, startable), in the order given, each
+// conversation taken by st.Holder at epoch 1. Started tasks come back
+// running.
+func (e *Engine) CreateManyStarting(ctx context.Context, tx pgx.Tx, ps []CreateParams, st Start) ([]Task, []bool, error) {
 	if len(ps) == 0 {
 		return nil, nil, nil
 	}
@@ -79,7 +89,28 @@ func (e *Engine) CreateMany(ctx context.Context, tx pgx.Tx, ps []CreateParams) (
 	for i, c := range convs {
 		tenants[i] = convTenant[c]
 	}
-	has, err := e.Store.EnsureLockConversations(ctx, tx, convs, tenants)
+	// The conversations a create may take: those whose first task in the
+	// batch it may start, the first st.N of them.
+	var take []bool
+	var takeKinds []string
+	first := map[string]int{} // a conversation's first task in ps
+	if st.N > 0 {
+		for i, p := range ps {
+			if _, seen := first[p.ConversationID]; !seen {
+				first[p.ConversationID] = i
+			}
+		}
+		take, takeKinds = make([]bool, len(convs)), make([]string, len(convs))
+		n := 0
+		for j, c := range convs {
+			p := ps[first[c]]
+			if n < st.N && startable(p) && st.Runs(p.Kind) {
+				take[j], takeKinds[j] = true, p.Kind
+				n++
+			}
+		}
+	}
+	has, taken, err := e.Store.EnsureTakeConversations(ctx, tx, convs, tenants, st.Holder, take, takeKinds)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create tasks: %w", mapDBError(err))
 	}
@@ -174,7 +205,14 @@ func (e *Engine) CreateMany(ctx context.Context, tx pgx.Tx, ps []CreateParams) (
 		at = append(at, i)
 	}
 	if len(toInsert) > 0 {
-		ins, err := e.Store.InsertTasks(ctx, tx, toInsert)
+		var started []bool
+		if len(taken) > 0 {
+			started = make([]bool, len(toInsert))
+			for j, i := range at {
+				started[j] = taken[ps[i].ConversationID] && first[ps[i].ConversationID] == i
+			}
+		}
+		ins, err := e.Store.InsertTasks(ctx, tx, toInsert, started, e.startLease())
 		if err != nil {
 			return nil, nil, fmt.Errorf("create tasks: %w", mapDBError(err))
 		}
@@ -248,6 +286,11 @@ func freshTask(p store.InsertParams, in store.Inserted) Task {
 	if p.QueueTTL > 0 {
 		at := in.CreatedAt.Add(p.QueueTTL.Truncate(time.Microsecond))
 		t.QueueExpiresAt = &at
+	}
+	if in.Token != 0 {
+		// Started by its create (docs/design.md §3.18).
+		started := in.CreatedAt
+		t.Status, t.Token, t.Epoch, t.StartedAt, t.LeaseExpiresAt = arbortype.StatusRunning, in.Token, in.Epoch, &started, in.LeaseExpiresAt
 	}
 	if len(p.Trace) > 0 {
 		// traceJSON encoded it from a map of strings: it decodes.

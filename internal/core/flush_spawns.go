@@ -128,7 +128,7 @@ func (e *Engine) flushSpawns(ctx context.Context, tx pgx.Tx, outs []Outcome, idx
 	if len(keep) == 0 {
 		return nil
 	}
-	ins, err := e.Store.InsertTasks(ctx, tx, keep)
+	ins, err := e.Store.InsertTasks(ctx, tx, keep, nil, 0)
 	if err != nil {
 		return fmt.Errorf("flush: spawn: %w", mapDBError(err))
 	}

@@ -524,7 +524,7 @@ func TestGuardRefusesForgedStarts(t *testing.T) {
 	require.Equal(t, arbortype.StatusRunning, task.Status)
 	require.EqualValues(t, 1, task.Epoch)
 	require.NotZero(t, task.Token)
-	require.Equal(t, task, g.done, "the grant was told of the run")
+	require.Equal(t, []arbortype.Task{task}, g.done, "the grant was told of the run")
 	entries, err := b.engine.ReadLog(b.ctx, p.ConversationID, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
@@ -536,12 +536,14 @@ func TestGuardRefusesForgedStarts(t *testing.T) {
 
 type testStarter struct{ g *testGrant }
 
-func (s testStarter) Grant(string) core.StartGrant { return s.g }
+func (s testStarter) Runs(string) bool          { return true }
+func (s testStarter) Grant(int) core.StartGrant { return s.g }
 
 type testGrant struct {
 	holder int64
-	done   arbortype.Task
+	done   []arbortype.Task
 }
 
-func (g *testGrant) Holder() int64                  { return g.holder }
-func (g *testGrant) Done(t arbortype.Task, _ error) { g.done = t }
+func (g *testGrant) Holder() int64                     { return g.holder }
+func (g *testGrant) N() int                            { return 1 }
+func (g *testGrant) Done(ts []arbortype.Task, _ error) { g.done = ts }

@@ -1,8 +1,14 @@
 package core
 
 import (
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/arborhq/arbor/arbortype"
+	"github.com/arborhq/arbor/internal/guardrules"
 )
 
 // A first run folded into its create (docs/design.md §3.18,
@@ -21,19 +27,24 @@ import (
 // Starter is a runner that may start, in their create, root tasks of the
 // kinds it runs.
 type Starter interface {
-	// Grant reserves a worker for a root task of kind, or returns nil.
-	Grant(kind string) StartGrant
+	// Runs says whether the runner runs tasks of kind.
+	Runs(kind string) bool
+	// Grant reserves up to n workers for tasks the create may start, or
+	// returns nil.
+	Grant(n int) StartGrant
 }
 
-// StartGrant is a worker a Starter reserved for one create.
+// StartGrant is the workers a Starter reserved for one create.
 type StartGrant interface {
 	// Holder is the runner's holder row, which the create's statement
-	// takes the conversation for.
+	// takes the conversations for.
 	Holder() int64
-	// Done is told what the create did, once: t, started by the
-	// statement (t.Status running) or not, or the create's error (an
-	// ErrAmbiguous one may have started it).
-	Done(t Task, err error)
+	// N is how many workers it reserved (at least 1).
+	N() int
+	// Done is told what the create did, once: the tasks it started
+	// (running), or the create's error (an ErrAmbiguous one may have
+	// started some).
+	Done(started []Task, err error)
 }
 
 // starters are the runners registered with an engine (shared by its
@@ -62,25 +73,72 @@ func (e *Engine) RemoveStarter(s Starter) {
 	}
 }
 
-// grant asks the registered starters for a worker for p, a root task's
-// create; nil when none gives one, or p is not one a create may start:
-// one with a concurrency key (its slots are taken at a start, by the
-// claim), or one abandoned on a restart (a run never entered but recovered
-// after a crash would be abandoned).
-func (e *Engine) grant(p CreateParams) StartGrant {
-	if p.OwnerID != 0 || p.ConcurrencyKey != "" || p.AbandonOnRestart || p.HasBudgets() {
-		return nil
-	}
+// startable says whether a create may start p: a root with no concurrency
+// key (its slots are taken at a start, by the claim), no budgets of its
+// own, not abandoned on a restart (a run never entered but recovered after
+// a crash would be abandoned).
+func startable(p CreateParams) bool {
+	return p.OwnerID == 0 && p.ConcurrencyKey == "" && !p.AbandonOnRestart && !p.HasBudgets()
+}
+
+// Grant asks the registered starters for workers for the tasks among ps a
+// create may start, and returns the first grant given, with the starter's
+// kinds; nil when none gives one.
+func (e *Engine) Grant(ps []CreateParams) (StartGrant, func(kind string) bool) {
 	e.starters.mu.Lock()
 	list := e.starters.list
 	e.starters.mu.Unlock()
 	for _, s := range list {
-		if g := s.Grant(p.Kind); g != nil {
-			return g
+		n := 0
+		for _, p := range ps {
+			if startable(p) && s.Runs(p.Kind) {
+				n++
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		if g := s.Grant(n); g != nil {
+			return g, s.Runs
 		}
 	}
-	return nil
+	return nil, nil
+}
+
+// Start is what a create may start: up to N tasks under Holder, of the
+// kinds Runs says (the zero Start starts none).
+type Start struct {
+	Holder int64
+	N      int
+	Runs   func(kind string) bool
+}
+
+// StartOf is the Start of grant g (the zero Start for none).
+func StartOf(g StartGrant, runs func(kind string) bool) Start {
+	if g == nil {
+		return Start{}
+	}
+	return Start{Holder: g.Holder(), N: g.N(), Runs: runs}
+}
+
+// Started are the tasks among ts a create started.
+func Started(ts []Task) []Task {
+	var out []Task
+	for _, t := range ts {
+		if t.Status == arbortype.StatusRunning {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // startLease is the task lease of a run a create starts: the engine's.
 func (e *Engine) startLease() time.Duration { return e.Cfg.TaskLease }
+
+// IsGuardRefusal says whether err is the guard's refusal of an inserted
+// task (nothing was written): for a create that started tasks, a limit
+// that committed between its statement's snapshot and the guard's check.
+func IsGuardRefusal(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == guardrules.SQLStateInvalidInsert
+}

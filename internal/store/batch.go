@@ -29,9 +29,36 @@ var (
 // returns the tenant of each conversation it created or locked, all of ids
 // unless a conversation is missing.
 func (s *Store) EnsureLockConversations(ctx context.Context, db DB, ids, tenants []string) (map[string]string, error) {
-	got, err := collectTenants(db.Query(ctx, s.sql[qEnsureLockConversations], ids, s.ChangeChannel(), tenants))
-	if err != nil || len(got) == len(ids) {
-		return got, err
+	got, _, err := s.EnsureTakeConversations(ctx, db, ids, tenants, 0, nil, nil)
+	return got, err
+}
+
+// EnsureTakeConversations is EnsureLockConversations that also takes, for
+// holder, the new conversations marked in take whose first task (of the
+// kind at the same index) a create may start (docs/design.md §3.18): it
+// returns the tenants, and the conversations it took.
+func (s *Store) EnsureTakeConversations(ctx context.Context, db DB, ids, tenants []string, holder int64, take []bool, kinds []string) (map[string]string, map[string]bool, error) {
+	if take == nil {
+		take, kinds = make([]bool, len(ids)), make([]string, len(ids))
+	}
+	rows, err := db.Query(ctx, s.sql[qEnsureLockConversations], ids, s.ChangeChannel(), tenants, holder, take, kinds)
+	if err != nil {
+		return nil, nil, err
+	}
+	got, taken := map[string]string{}, map[string]bool{}
+	var (
+		id, tenant string
+		notified   any
+		took       bool
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &tenant, &notified, &took}, func() error {
+		got[id] = tenant
+		if took {
+			taken[id] = true
+		}
+		return nil
+	}); err != nil || len(got) == len(ids) {
+		return got, taken, err
 	}
 	// Created by a transaction that committed after the statement's
 	// snapshot: a new statement sees them.
@@ -45,7 +72,7 @@ func (s *Store) EnsureLockConversations(ctx context.Context, db DB, ids, tenants
 	for id, t := range more {
 		got[id] = t
 	}
-	return got, err
+	return got, taken, err
 }
 
 // LockConversations locks the conversations among ids in id order and
@@ -109,11 +136,19 @@ func (s *Store) LockOwners(ctx context.Context, db DB, ids []int64) ([]OwnerStat
 type Inserted struct {
 	ID        int64
 	CreatedAt time.Time
+	// Token, Epoch and LeaseExpiresAt are a started task's run (0 and nil
+	// for a pending one).
+	Token, Epoch   int64
+	LeaseExpiresAt *time.Time
 }
 
 // InsertTasks creates pending tasks in one statement, in the order given,
 // and returns their ids and creation times in that order (ids grow in it).
-func (s *Store) InsertTasks(ctx context.Context, db DB, ps []InsertParams) ([]Inserted, error) {
+//
+// started, when not nil, marks the tasks to insert running, started by their
+// create (docs/design.md §3.18), with a task lease of lease: each the first
+// task of a conversation the same transaction took.
+func (s *Store) InsertTasks(ctx context.Context, db DB, ps []InsertParams, started []bool, lease time.Duration) ([]Inserted, error) {
 	n := len(ps)
 	var (
 		convs  = make([]string, n)
@@ -148,13 +183,17 @@ func (s *Store) InsertTasks(ctx context.Context, db DB, ps []InsertParams) ([]In
 			traces[i] = &tr
 		}
 	}
-	rows, err := db.Query(ctx, s.sql[qInsertTasks], convs, owners, kinds, bgs, inputs, rls, abs, mrs, keys, bases, caps, dls, traces, prios, ttls, ckeys, tenant)
+	if started == nil {
+		started = make([]bool, n)
+	}
+	rows, err := db.Query(ctx, s.sql[qInsertTasks], convs, owners, kinds, bgs, inputs, rls, abs, mrs, keys, bases, caps, dls, traces, prios, ttls, ckeys, tenant,
+		started, micros(lease))
 	if err != nil {
 		return nil, err
 	}
 	out, err := pgx.AppendRows(make([]Inserted, 0, n), rows, func(row pgx.CollectableRow) (Inserted, error) {
 		var in Inserted
-		err := row.Scan(&in.ID, &in.CreatedAt)
+		err := row.Scan(&in.ID, &in.CreatedAt, &in.Token, &in.Epoch, &in.LeaseExpiresAt)
 		return in, err
 	})
 	if err != nil {
