@@ -63,7 +63,7 @@ type grant struct {
 }
 
 func (g *grant) Holder() int64 { return g.holder }
-func (g *grant) N() int         { return g.n }
+func (g *grant) N() int        { return g.n }
 
 // Done takes the runs the create started, as a claim's: each conversation
 // held at its run's epoch, the runs noted as not entered yet, then
