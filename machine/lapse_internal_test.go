@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
@@ -95,11 +96,14 @@ func TestAClaimTheFenceBeatRollsBack(t *testing.T) {
 		}
 	}
 	r.mu.Unlock()
-	// CreateMany: a one-statement Create would start the turn in its create
-	// (docs/design.md §3.18), with no claim for the fence to beat.
-	made, _, err := ir.eng.CreateMany(ctx, []arbortype.CreateParams{{ConversationID: ir.conv, Kind: "turn"}})
-	require.NoError(t, err)
-	turn := made[0]
+	// CreateTx: Create would start the turn in its create (docs/design.md
+	// §3.18), with no claim for the fence to beat.
+	var turn arbortype.Task
+	require.NoError(t, pgx.BeginFunc(ctx, ir.pool, func(tx pgx.Tx) error {
+		var err error
+		turn, _, err = ir.eng.CreateTx(ctx, tx, arbortype.CreateParams{ConversationID: ir.conv, Kind: "turn"})
+		return err
+	}))
 	waitFor(t, "the turn to complete", func() bool { return ir.task(t, turn.ID).Status == arbortype.StatusCompleted })
 	require.True(t, fired.Load(), "the fence fired inside a claim")
 

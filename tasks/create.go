@@ -52,7 +52,9 @@ func (e *Engine) Create(ctx context.Context, p arbortype.CreateParams) (task arb
 
 // CreateTx is Create inside the caller's transaction: the task exists only
 // if that transaction commits, so it can commit together with the caller's
-// own rows (the user's message and the turn that answers it, say).
+// own rows (the user's message and the turn that answers it, say). It
+// starts no task itself (the runner could not know when the transaction
+// commits): the runner hears of it at the commit.
 func (e *Engine) CreateTx(ctx context.Context, tx pgx.Tx, p arbortype.CreateParams) (task arbortype.Task, created bool, err error) {
 	trace := e.core.Trace(ctx)
 	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (createResult, error) { return e.create(ctx, tx, p, trace) })
@@ -181,7 +183,10 @@ func (e *Engine) busy(ctx context.Context, tx pgx.Tx, p arbortype.CreateParams, 
 // idempotency key already used returns that task with created false; a key
 // repeated within the batch is created once); an owner must exist before the
 // batch. One refused task refuses the batch, naming its index, and nothing
-// is written. At most 10,000 tasks; they come back in the order given.
+// is written. At most 10,000 tasks; they come back in the order given. As
+// Create does, it starts the first task of each new conversation when a
+// machine.Runner of this process runs its kind and has a worker free for
+// it; those come back running (docs/design.md §3.18).
 func (e *Engine) CreateMany(ctx context.Context, ps []arbortype.CreateParams) (tasks []arbortype.Task, created []bool, err error) {
 	trace := e.core.Trace(ctx)
 	cps := make([]core.CreateParams, len(ps))
@@ -208,7 +213,8 @@ func (e *Engine) CreateMany(ctx context.Context, ps []arbortype.CreateParams) (t
 	return r.tasks, r.created, err
 }
 
-// CreateManyTx is CreateMany inside the caller's transaction.
+// CreateManyTx is CreateMany inside the caller's transaction; it starts none of
+// its tasks (the runner could not know when the transaction commits).
 func (e *Engine) CreateManyTx(ctx context.Context, tx pgx.Tx, ps []arbortype.CreateParams) (tasks []arbortype.Task, created []bool, err error) {
 	trace := e.core.Trace(ctx)
 	r, err := core.Savepoint(ctx, tx, func(tx pgx.Tx) (manyResult, error) { return e.createMany(ctx, tx, ps, trace, core.Start{}) })
