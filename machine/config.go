@@ -153,8 +153,10 @@ type RunnerConfig struct {
 	// conversations it holds). Default: WakerConfig's defaults.
 	Waker *WakerConfig
 	// OnReconcile, if not nil, receives the report of every conversation the
-	// runner takes (empty when there was nothing to recover). It is called
-	// from the runner's loop: it must not block.
+	// runner takes (empty when there was nothing to recover), one call at a
+	// time: from the runner's loop, or from a Create of this process that
+	// took a new conversation for it (docs/design.md §3.18). It must not
+	// block.
 	OnReconcile func(reconcile.Report)
 	// Middleware wraps every run this runner starts, the first outermost
 	// (see Middleware; otelarbor.Middleware makes a span of each run).

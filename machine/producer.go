@@ -440,9 +440,7 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 			took.add(rep)
 			r.logger.Debug("arbor: conversation recovered", slog.Any("report", rep), slog.Int64("epoch", o.leases[i].Epoch))
 		}
-		if r.cfg.OnReconcile != nil {
-			r.cfg.OnReconcile(rep)
-		}
+		r.reconciled(rep)
 		if r.cfg.Observer != nil && !rep.Empty() {
 			r.cfg.Observer.Observe(Observation{Kind: ObservedTakeOver, Report: rep})
 		}

@@ -35,6 +35,10 @@ type Runner struct {
 	// execute itself without any.
 	runWith func(ctx context.Context, run *Run)
 
+	// reconcileMu makes the calls of cfg.OnReconcile one at a time: the
+	// producer's opens and the creates that take conversations (start.go)
+	// both report.
+	reconcileMu sync.Mutex
 	// claimMu is read-held by every transaction that claims runs or takes
 	// leases, until their bookkeeping here is done; adopt write-holds it,
 	// so that what it finds in the database and not here is an orphan.

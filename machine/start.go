@@ -96,12 +96,21 @@ func (g *grant) Done(started []core.Task, err error) {
 		}
 	}
 	r.mu.Unlock()
-	if r.cfg.OnReconcile != nil {
-		for _, c := range took {
-			// A conversation the runner takes: new, so nothing to recover.
-			r.cfg.OnReconcile(reconcile.Report{ConversationID: c})
-		}
+	for _, c := range took {
+		// A conversation the runner takes: new, so nothing to recover.
+		r.reconciled(reconcile.Report{ConversationID: c})
 	}
 	r.dispatch(started)
 	r.announceRuns(started)
+}
+
+// reconciled gives cfg.OnReconcile the report of a conversation the runner
+// took, one call at a time.
+func (r *Runner) reconciled(rep reconcile.Report) {
+	if r.cfg.OnReconcile == nil {
+		return
+	}
+	r.reconcileMu.Lock()
+	defer r.reconcileMu.Unlock()
+	r.cfg.OnReconcile(rep)
 }
