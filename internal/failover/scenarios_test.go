@@ -97,7 +97,7 @@ func TestKilledDuringFlush(t *testing.T) {
 		deadline := time.Now().Add(faultharness.WaitWithin)
 		for !inFlush && time.Now().Before(deadline) && !s.Done() {
 			inFlush = s.Count(`SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE '`+appPrefix+`%'
-				AND xact_start IS NOT NULL AND state <> 'idle' AND query ILIKE '%INSERT INTO %.tasks AS t%unnest%'`) > 0
+				AND xact_start IS NOT NULL AND state <> 'idle' AND query ILIKE '%INSERT INTO %.tasks AS t%SELECT v.conv, nullif(v.owner, 0)%'`) > 0
 			if !inFlush {
 				time.Sleep(2 * time.Millisecond) // a poll of pg_stat_activity
 			}
