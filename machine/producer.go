@@ -220,6 +220,7 @@ func (r *Runner) claimHeld(convs []string) (full, noSlot bool) {
 	if k == 0 {
 		return false, true
 	}
+	defer r.claimed(k)
 	p := r.claimParams(k)
 	var (
 		xact         int64
@@ -346,6 +347,7 @@ func (r *Runner) open(named []string) (full, noSlot bool) {
 	if k == 0 {
 		return false, true
 	}
+	defer r.claimed(k)
 	r.mu.Lock()
 	room := r.cfg.Capacity - len(r.held)
 	r.mu.Unlock()

@@ -73,6 +73,9 @@ type Runner struct {
 	// conversation is released only when it has none.
 	liveIn map[string]int
 	busy   int // worker slots taken (running handlers, waiting runs, claims in flight)
+	// claiming is the part of busy the producer's claims and opens in
+	// flight reserved (reserveForClaim), before they know what they find.
+	claiming int
 	// flushingIn counts this node's flushes in flight per conversation;
 	// afterFlush are held conversations a claim skipped while one of them
 	// held it, to be claimed in once those flushes are over.

@@ -67,12 +67,26 @@ const startHeadroom = 16
 
 // reserveForClaim reserves workers for a claim or an open of the
 // producer: every free worker but the creates' headroom, at least one
-// when one is free.
+// when one is free. claimed says the claim is over (its workers given back
+// or taken by its runs).
 func (r *Runner) reserveForClaim() int {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopping {
+		return 0
+	}
 	free := r.cfg.Workers - r.busy
+	k := max(0, min(free, max(1, free-min(startHeadroom, free/2))))
+	r.busy += k
+	r.claiming += k
+	return k
+}
+
+// claimed ends a claim's reservation of k workers (see reserveForClaim).
+func (r *Runner) claimed(k int) {
+	r.mu.Lock()
+	r.claiming -= k
 	r.mu.Unlock()
-	return r.reserve(max(1, free-min(startHeadroom, free/2)))
 }
 
 // isStopping reports whether Stop has begun.

@@ -28,8 +28,10 @@ func (s starter) Runs(kind string) bool {
 // never takes its runs for orphans. It gives none while the lease is not
 // usable, or the runner is stopping or full: no worker free (a claim of the
 // producer leaves a few to the creates, reserveForClaim) or no room to hold
-// one more conversation. While workers are scarce, queued work is claimed
-// in its fair order and creates queue behind it.
+// one more conversation. While workers are scarce — no more than
+// startHeadroom free but for the claims in flight — it gives none while the
+// producer knows of work waiting: queued work is claimed in its fair order
+// and creates queue behind it.
 func (s starter) Grant(n int) core.StartGrant {
 	r := s.r
 	if n <= 0 || !r.lease.usable(time.Now()) {
@@ -44,6 +46,16 @@ func (s starter) Grant(n int) core.StartGrant {
 	k := 0
 	if r.started && !r.stopping {
 		k = max(0, min(n, r.cfg.Workers-r.busy, r.cfg.Capacity-len(r.held)))
+	}
+	if k > 0 && r.cfg.Workers-(r.busy-r.claiming) <= startHeadroom {
+		// Workers are scarce (few are free but for the claims in flight):
+		// a create starts nothing while the producer knows of work waiting,
+		// which its claims serve in their fair order (docs/design.md §3.15).
+		r.prod.mu.Lock()
+		if len(r.prod.dirty) > 0 || len(r.prod.news) > 0 || r.prod.wantOpen {
+			k = 0
+		}
+		r.prod.mu.Unlock()
 	}
 	r.busy += k
 	r.mu.Unlock()
