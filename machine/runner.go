@@ -74,8 +74,10 @@ type Runner struct {
 	liveIn map[string]int
 	busy   int // worker slots taken (running handlers, waiting runs, claims in flight)
 	// claiming is the part of busy the producer's claims and opens in
-	// flight reserved (reserveForClaim), before they know what they find.
+	// flight reserved (reserveForClaim), before they know what they find;
+	// claimEnd is closed (and replaced) when one of them ends.
 	claiming int
+	claimEnd chan struct{}
 	// flushingIn counts this node's flushes in flight per conversation;
 	// afterFlush are held conversations a claim skipped while one of them
 	// held it, to be claimed in once those flushes are over.
@@ -158,6 +160,7 @@ func NewRunner(engine *tasks.Engine, handlers map[string]Handler, cfg *RunnerCon
 		unstarted:     map[int64]unstartedRun{},
 		queuedLate:    map[int64]int{},
 		liveIn:        map[string]int{},
+		claimEnd:      make(chan struct{}),
 		flushingIn:    map[string]int{},
 		afterFlush:    map[string]bool{},
 		outcomesAfter: map[string][]*queued{},

@@ -86,6 +86,8 @@ func (r *Runner) reserveForClaim() int {
 func (r *Runner) claimed(k int) {
 	r.mu.Lock()
 	r.claiming -= k
+	close(r.claimEnd)
+	r.claimEnd = make(chan struct{})
 	r.mu.Unlock()
 }
 

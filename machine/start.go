@@ -43,6 +43,26 @@ func (s starter) Grant(n int) core.StartGrant {
 		return nil
 	}
 	r.mu.Lock()
+	// A claim in flight reserved the workers it might need before it
+	// knew what it would find; most go back when it ends, within
+	// milliseconds: a create that wants more than are free waits for that,
+	// a little (claimWait), rather than queue its tasks behind the claim.
+	deadline := time.Now().Add(claimWait)
+	for r.claiming > 0 && r.cfg.Workers-r.busy < n {
+		left := time.Until(deadline)
+		if left <= 0 {
+			break
+		}
+		end := r.claimEnd
+		r.mu.Unlock()
+		t := time.NewTimer(left)
+		select {
+		case <-end:
+		case <-t.C:
+		}
+		t.Stop()
+		r.mu.Lock()
+	}
 	k := 0
 	if r.started && !r.stopping {
 		k = max(0, min(n, r.cfg.Workers-r.busy, r.cfg.Capacity-len(r.held)))
@@ -66,6 +86,10 @@ func (s starter) Grant(n int) core.StartGrant {
 	holder, _ := r.lease.holder()
 	return &grant{r: r, holder: holder, n: k}
 }
+
+// claimWait bounds how long a grant waits for the producer's claims in
+// flight to give back the workers they reserved and did not use.
+const claimWait = 20 * time.Millisecond
 
 // grant is the workers a starter reserved for one create.
 type grant struct {
