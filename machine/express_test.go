@@ -106,23 +106,18 @@ func TestLoneEndingDoesNotWaitBehindABatch(t *testing.T) {
 
 	// The lone outcome's conversation: a parent waiting on its child, the
 	// child's handler running.
-	// The tasks are created pending and claimed, as before a create could
-	// start its task (docs/design.md §3.18): with the held tasks and the
-	// spawner started by their creates, this test failed twice in a full
-	// CI run under load (the spawn flushed while both batch lanes were
-	// held), and never alone or under a CPU hog; the cause is not found.
 	create := func(p arbortype.CreateParams) arbortype.Task {
 		t.Helper()
-		var task arbortype.Task
-		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-			var err error
-			task, _, err = b.engine.CreateTx(b.ctx, tx, p)
-			return err
-		}))
+		task, _, err := b.engine.Create(b.ctx, p)
+		require.NoError(t, err)
 		return task
 	}
 	parent := create(arbortype.CreateParams{ConversationID: lone, Kind: "parent"})
 	recv("the child to run", childUp)
+	// The parent's wait is an outcome of its own: landed before the held
+	// tasks complete, so that it holds no batch lane then (a held
+	// complete would go in the express lane, and the spawn find a lane).
+	waitUntil(t, "the parent to wait", func() bool { return b.get(t, parent.ID).Status == arbortype.StatusWaiting })
 
 	// The tasks whose completes make the batches, and the spawner.
 	var heldIDs []int64
