@@ -410,3 +410,55 @@ func TestOpenKeepsItsPlanAcrossManyTenants(t *testing.T) {
 		seen[o.Tenant] = true
 	}
 }
+
+// TestClaimInAFewOfManyHeldKeepsItsPlan: a flush's claim names the few
+// conversations its batch woke work in, while the node holds many more
+// (a node of an agent backend holds every conversation it served lately).
+// The claim must lock its candidates by primary key, not join them to
+// every conversation the holder holds: over tables not yet analyzed (a
+// new schema, bench (f)) the lock was a scan of the holder's
+// conversations, each probed for its tasks (446 loops for 105 candidates
+// in (f)), because the holder's test had only the default estimate of
+// 0.5 %. No node of the plan loops more often than there are candidates,
+// custom plan or generic (pgx's statement cache).
+func TestClaimInAFewOfManyHeldKeepsItsPlan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, schema := testdb.Fresh(t)
+	s, err := New(schema)
+	require.NoError(t, err)
+	for _, table := range []string{"tasks", "conversations", "holders"} {
+		_, err := pool.Exec(ctx, `ALTER TABLE `+s.Schema()+`.`+table+` SET (autovacuum_enabled = false)`)
+		require.NoError(t, err)
+	}
+	var holder int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at) VALUES ('node', now() + interval '1 hour') RETURNING id`).Scan(&holder))
+	// held conversations, each with a turn waiting on a settled child; a
+	// few of them have their turn pending again (woken by the flush). The
+	// tables are not analyzed: a new schema's first minutes.
+	const held, woken = 600, 5
+	withTriggersOff(t, pool,
+		sqlArgs(`INSERT INTO `+schema+`.conversations (id, holder, holder_id, epoch)
+			SELECT 'held-' || g, 'node', $2, 1 FROM generate_series(1, $1) g`, held, holder),
+		sqlArgs(`INSERT INTO `+schema+`.tasks (conversation_id, kind, status, started_at)
+			SELECT 'held-' || g, 'turn', CASE WHEN g <= $2 THEN 'pending' ELSE 'waiting' END, now() FROM generate_series(1, $1) g`, held, woken),
+		sqlArgs(`INSERT INTO `+schema+`.tasks (conversation_id, owner_task_id, kind, status, started_at, settled_at)
+			SELECT t.conversation_id, t.id, 'tool', 'completed', now(), now() FROM `+schema+`.tasks t`))
+	convs := make([]string, woken)
+	for i := range convs {
+		convs[i] = fmt.Sprintf("held-%d", i+1)
+	}
+	for _, generic := range []bool{false, true} {
+		explain := explainRolledBack
+		if generic {
+			explain = explainGeneric
+		}
+		plan := explain(t, pool, s.sql[qClaimIn], holder, convs, nil, nil, 1000, string(arbortype.StatusRunning), micros(60e9), nil, nil)
+		loops := planMaxLoops(t, plan)
+		t.Logf("the claim in %d of %d held conversations (generic plan: %v): at most %.0f loops of a node", woken, held, generic, loops)
+		require.LessOrEqual(t, loops, float64(woken), "the claim's plan (generic: %v) loops over the conversations it claims in, not over those held:\n%s", generic, plan)
+	}
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.tasks WHERE status = 'pending'`).Scan(&n))
+	require.Equal(t, woken, n, "the explained claim was rolled back")
+}

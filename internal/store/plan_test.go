@@ -42,6 +42,29 @@ func planWork(t *testing.T, plan []byte) float64 {
 	return walk(top[0].Plan)
 }
 
+// planMaxLoops is the most loops of any node of a plan from EXPLAIN
+// (ANALYZE, FORMAT JSON): a node run once per row of something the
+// statement did not ask for (every conversation a holder holds) shows
+// here, however few rows each loop finds.
+func planMaxLoops(t *testing.T, plan []byte) float64 {
+	t.Helper()
+	var top []struct {
+		Plan map[string]any `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal(plan, &top))
+	require.Len(t, top, 1)
+	var walk func(n map[string]any) float64
+	walk = func(n map[string]any) float64 {
+		m, _ := n["Actual Loops"].(float64)
+		children, _ := n["Plans"].([]any)
+		for _, c := range children {
+			m = max(m, walk(c.(map[string]any)))
+		}
+		return m
+	}
+	return walk(top[0].Plan)
+}
+
 // jitAboveCost is PostgreSQL's default jit_above_cost: a plan estimated
 // to cost more is compiled by its JIT (when the server has one), which
 // takes hundreds of milliseconds, for a statement whose work is a few.
@@ -64,10 +87,26 @@ func planCost(t *testing.T, plan []byte) float64 {
 // transaction it rolls back, and returns the plan.
 func explainRolledBack(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) []byte {
 	t.Helper()
+	return explainIn(t, pool, "auto", sql, args...)
+}
+
+// explainGeneric is explainRolledBack of the generic plan: the one a
+// prepared statement (pgx's statement cache) settles on after five runs
+// when it costs no more than the custom ones, planned without the
+// parameters' values.
+func explainGeneric(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) []byte {
+	t.Helper()
+	return explainIn(t, pool, "force_generic_plan", sql, args...)
+}
+
+func explainIn(t *testing.T, pool *pgxpool.Pool, mode, sql string, args ...any) []byte {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode)
+	require.NoError(t, err)
 	var plan []byte
 	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+sql, args...).Scan(&plan), sql)
 	return plan
