@@ -22,25 +22,56 @@ func (s starter) Runs(kind string) bool {
 	return ok
 }
 
-// Grant reserves up to n workers for the tasks a create may start, and
-// read-holds the claim lock until the create's outcome is known (Done), as
-// a claim's transaction does: Stop's barrier waits for it, and an adopt
-// never takes its runs for orphans. It gives none while the lease is not
-// usable, or the runner is stopping or full: no worker free (a claim of the
-// producer leaves a few to the creates, reserveForClaim) or no room to hold
-// one more conversation. While workers are scarce — no more than
-// startHeadroom free but for the claims in flight — it gives none while the
-// producer knows of work waiting: queued work is claimed in its fair order
-// and creates queue behind it.
+// Grant reserves up to n workers for the tasks a create may start (see
+// reserveStart).
 func (s starter) Grant(n int) core.StartGrant {
 	r := s.r
-	if n <= 0 || !r.lease.usable(time.Now()) {
+	k := r.reserveStart(n, "")
+	if k == 0 {
 		return nil
+	}
+	holder, _ := r.lease.holder()
+	return &grant{r: r, holder: holder, n: k}
+}
+
+// emitClaim bounds the workers an emit's claim reserves: it woke one task,
+// and its conversation may have a few more waiting.
+const emitClaim = 4
+
+// GrantIn reserves workers for the claim an emit makes, in its own
+// transaction, in conv (docs/design.md §3.18, "A wake by an event"): only
+// when the runner holds conv (not lapsed, not being released), on the
+// conditions of Grant.
+func (s starter) GrantIn(conv string) core.ClaimGrant {
+	r := s.r
+	k := r.reserveStart(emitClaim, conv)
+	if k == 0 {
+		return nil
+	}
+	p := r.claimParams(k)
+	p.Conversations = []string{conv}
+	return &claimGrant{r: r, p: p}
+}
+
+// reserveStart reserves up to n workers for a create's start (conv "") or
+// an emit's claim in conv, and read-holds the claim lock until the grant's
+// Done, as a claim's transaction does: Stop's barrier waits for it, and an
+// adopt never takes its runs for orphans. It reserves none while the lease
+// is not usable, or the runner is stopping or full: no worker free (a
+// claim of the producer leaves a few to the creates, reserveForClaim), no
+// room to hold one more conversation (a create's), conv not held (an
+// emit's). While workers are scarce — no more than startHeadroom free but
+// for the claims in flight — it reserves none while the producer knows of
+// work waiting: queued work is claimed in its fair order, and creates
+// queue behind it.
+func (r *Runner) reserveStart(n int, conv string) int {
+	if n <= 0 || !r.lease.usable(time.Now()) {
+		return 0
 	}
 	// Never waits: while an adopt or Stop's barrier holds (or waits for)
 	// the claim lock, the create queues its tasks instead.
 	if !r.claimMu.TryRLock() {
-		return nil
+		return 0
 	}
 	r.mu.Lock()
 	// A claim in flight reserved the workers it might need before it
@@ -48,7 +79,7 @@ func (s starter) Grant(n int) core.StartGrant {
 	// milliseconds: a create that wants more than are free waits for that,
 	// a little (claimWait), rather than queue its tasks behind the claim.
 	deadline := time.Now().Add(claimWait)
-	for r.claiming > 0 && r.cfg.Workers-r.busy < n {
+	for conv == "" && r.claiming > 0 && r.cfg.Workers-r.busy < n {
 		left := time.Until(deadline)
 		if left <= 0 {
 			break
@@ -65,7 +96,12 @@ func (s starter) Grant(n int) core.StartGrant {
 	}
 	k := 0
 	if r.started && !r.stopping {
-		k = max(0, min(n, r.cfg.Workers-r.busy, r.cfg.Capacity-len(r.held)))
+		k = max(0, min(n, r.cfg.Workers-r.busy))
+		if conv == "" {
+			k = min(k, max(0, r.cfg.Capacity-len(r.held)))
+		} else if h := r.held[conv]; h == nil || h.releasing {
+			k = 0
+		}
 	}
 	if k > 0 && r.cfg.Workers-(r.busy-r.claiming) <= startHeadroom {
 		// Workers are scarce (few are free but for the claims in flight):
@@ -81,10 +117,8 @@ func (s starter) Grant(n int) core.StartGrant {
 	r.mu.Unlock()
 	if k == 0 {
 		r.claimMu.RUnlock()
-		return nil
 	}
-	holder, _ := r.lease.holder()
-	return &grant{r: r, holder: holder, n: k}
+	return k
 }
 
 // claimWait bounds how long a grant waits for the producer's claims in
@@ -138,6 +172,34 @@ func (g *grant) Done(started []core.Task, err error) {
 	}
 	r.dispatch(started)
 	r.announceRuns(started)
+}
+
+// claimGrant is the workers a starter reserved for an emit's claim.
+type claimGrant struct {
+	r *Runner
+	p core.ClaimParamsFor
+}
+
+func (g *claimGrant) Params() core.ClaimParamsFor { return g.p }
+
+// Done takes the runs the emit's claim took (noted as not entered by the
+// claim itself, p.Claimed) and dispatches them, as the producer's claim
+// does; the workers not used go back. An emit whose commit is unknown is
+// resolved, and what it claimed adopted if it landed.
+func (g *claimGrant) Done(claimed []core.Task, xact int64, err error) {
+	r := g.r
+	if err != nil {
+		r.claimMu.RUnlock()
+		r.unreserve(g.p.Limit)
+		if errors.Is(err, arbortype.ErrAmbiguous) && xact != 0 {
+			go r.claimFailed(err, xact, "claiming in an emit")
+		}
+		return
+	}
+	r.unreserve(g.p.Limit - len(claimed))
+	r.dispatch(claimed)
+	r.claimMu.RUnlock()
+	r.announceRuns(claimed)
 }
 
 // reconciled gives cfg.OnReconcile the report of a conversation the runner

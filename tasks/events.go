@@ -45,9 +45,57 @@ type EmitParams struct {
 // conversation or task is arbortype.ErrNotFound, a task of another conversation
 // arbortype.ErrForeignTask, a settled one arbortype.ErrSettled; a payload over 64 KiB
 // arbortype.ErrPayloadTooLarge.
+//
+// When a machine.Runner of this process holds the conversation and has a
+// worker free, the emit's transaction also starts the task it woke, and
+// the runner enters its handler once the emit has committed
+// (docs/design.md §3.18).
 func (e *Engine) Emit(ctx context.Context, p EmitParams) (ev arbortype.Event, created bool, err error) {
-	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (core.Emitted, error) { return e.emit(ctx, tx, p) })
+	r, err := e.emitting(ctx, func(tx pgx.Tx) (core.Emitted, error) { return e.emit(ctx, tx, p) })
 	return r.Event.Arbor(), r.Created, err
+}
+
+// emitting runs an emit's transaction, fn, in which a delivery that woke a
+// task is followed by the claim of a runner of this process that holds
+// the conversation, when one grants it (docs/design.md §3.18, "A wake by
+// an event"); the runner dispatches what it claimed after the commit. A
+// claim the database refuses is dropped and the emit made again without
+// it: an event is never refused for its claim.
+func (e *Engine) emitting(ctx context.Context, fn func(tx pgx.Tx) (core.Emitted, error)) (core.Emitted, error) {
+	var (
+		g        core.ClaimGrant
+		asked    bool
+		claimed  []core.Task
+		xact     int64
+		claimErr error
+	)
+	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (core.Emitted, error) {
+		claimed, xact, claimErr = nil, 0, nil
+		out, err := fn(tx)
+		if err != nil || out.Delivered == 0 {
+			return out, err
+		}
+		if !asked {
+			// Asked once, after the first delivery: the grant (its workers,
+			// the claim lock read-held) lasts to the Done below.
+			asked = true
+			g = e.core.GrantIn(out.Event.ConversationID)
+		}
+		if g == nil {
+			return out, nil
+		}
+		claimed, xact, claimErr = e.core.ClaimFor(ctx, tx, g.Params())
+		return out, claimErr
+	})
+	if g == nil {
+		return r, err
+	}
+	if claimErr != nil {
+		g.Done(nil, 0, claimErr)
+		return core.Tx(ctx, e.core, fn)
+	}
+	g.Done(claimed, xact, err)
+	return r, err
 }
 
 // EmitTx is Emit inside the caller's transaction (the user's message row
@@ -85,8 +133,11 @@ func (e *Engine) emit(ctx context.Context, tx pgx.Tx, p EmitParams) (core.Emitte
 // KiB arbortype.ErrPayloadTooLarge. The token of a budget's park (an await of
 // arbortype.BudgetEvent, listed by PendingEvents) is ErrInvalidArgument:
 // only a raise of the budget (SetBudget) ends that await.
+//
+// As Emit does, it starts the task it woke when a runner of this process
+// holds the conversation.
 func (e *Engine) EmitToken(ctx context.Context, token string, payload json.RawMessage) (ev arbortype.Event, created bool, err error) {
-	r, err := core.Tx(ctx, e.core, func(tx pgx.Tx) (core.Emitted, error) { return e.core.EmitToken(ctx, tx, token, payload) })
+	r, err := e.emitting(ctx, func(tx pgx.Tx) (core.Emitted, error) { return e.core.EmitToken(ctx, tx, token, payload) })
 	return r.Event.Arbor(), r.Created, err
 }
 

@@ -536,8 +536,9 @@ func TestGuardRefusesForgedStarts(t *testing.T) {
 
 type testStarter struct{ g *testGrant }
 
-func (s testStarter) Runs(string) bool          { return true }
-func (s testStarter) Grant(int) core.StartGrant { return s.g }
+func (s testStarter) Runs(string) bool               { return true }
+func (s testStarter) Grant(int) core.StartGrant      { return s.g }
+func (s testStarter) GrantIn(string) core.ClaimGrant { return nil }
 
 type testGrant struct {
 	holder int64

@@ -32,6 +32,21 @@ type Starter interface {
 	// Grant reserves up to n workers for tasks the create may start, or
 	// returns nil.
 	Grant(n int) StartGrant
+	// GrantIn reserves workers for a claim, in an emit's transaction, in
+	// conv, which the runner holds, or returns nil.
+	GrantIn(conv string) ClaimGrant
+}
+
+// ClaimGrant is the workers a Starter reserved for the claim an emit makes
+// in its own transaction (docs/design.md §3.18, "A wake by an event").
+type ClaimGrant interface {
+	// Params is the claim to make: the runner's, in the one conversation,
+	// for the workers reserved.
+	Params() ClaimParamsFor
+	// Done is told, once, what the emit's transaction came to: the runs
+	// its claim took and the transaction's id (for a commit whose answer
+	// was lost), or its error.
+	Done(claimed []Task, xact int64, err error)
 }
 
 // StartGrant is the workers a Starter reserved for one create.
@@ -103,6 +118,20 @@ func (e *Engine) Grant(ps []CreateParams) (StartGrant, func(kind string) bool) {
 		}
 	}
 	return nil, nil
+}
+
+// GrantIn asks the registered starters for workers for a claim in conv,
+// held by one of them, in an emit's transaction; nil when none gives one.
+func (e *Engine) GrantIn(conv string) ClaimGrant {
+	e.starters.mu.Lock()
+	list := e.starters.list
+	e.starters.mu.Unlock()
+	for _, s := range list {
+		if g := s.GrantIn(conv); g != nil {
+			return g
+		}
+	}
+	return nil
 }
 
 // Start is what a create may start: up to N tasks under Holder, of the
