@@ -46,7 +46,13 @@ const (
 // handler completes and counts its task (done is closed at the n-th) and
 // whose "turn" handler notes its entry and completes.
 type fairRunner struct {
-	eng       *tasks.Engine
+	eng *tasks.Engine
+	// other is an engine of its own, on a pool of its own, with no runner:
+	// the turns the ticker creates come from it, as from a web tier in
+	// another process, so that the runner's claims and opens start them
+	// (a create in the runner's own process may start its task itself,
+	// docs/design.md §3.18, and would not wait on them).
+	other     *tasks.Engine
 	completed atomic.Int64
 	done      chan struct{}
 	stop      func()
@@ -60,7 +66,12 @@ func startFairRunner(ctx context.Context, env *Env, n int) (*fairRunner, error) 
 	if err != nil {
 		return nil, err
 	}
-	fr := &fairRunner{eng: eng, done: make(chan struct{}), entered: map[int64]time.Time{}}
+	otherPool, other, err := machinePool(ctx, env)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	fr := &fairRunner{eng: eng, other: other, done: make(chan struct{}), entered: map[int64]time.Time{}}
 	if n == 0 {
 		close(fr.done)
 	}
@@ -90,11 +101,13 @@ func startFairRunner(ctx context.Context, env *Env, n int) (*fairRunner, error) 
 	}
 	if err != nil {
 		pool.Close()
+		otherPool.Close()
 		return nil, err
 	}
 	fr.stop = func() {
 		stopRunner(ctx, env, r)
 		pool.Close()
+		otherPool.Close()
 	}
 	return fr, nil
 }
@@ -118,7 +131,7 @@ func (fr *fairRunner) ticker(ctx context.Context, tenant string, p, limit int, s
 			case <-tick.C:
 			}
 		}
-		turn, _, err := fr.eng.Create(ctx, arbortype.CreateParams{ConversationID: fmt.Sprintf("%s-turn-%d", tenant, i),
+		turn, _, err := fr.other.Create(ctx, arbortype.CreateParams{ConversationID: fmt.Sprintf("%s-turn-%d", tenant, i),
 			Kind: "turn", Tenant: tenant, Priority: p})
 		if err != nil {
 			return nil, nil, err
@@ -126,7 +139,7 @@ func (fr *fairRunner) ticker(ctx context.Context, tenant string, p, limit int, s
 		created[turn.ID] = time.Now()
 	}
 	for id, at := range created {
-		got, err := fr.eng.AwaitSettled(ctx, id)
+		got, err := fr.other.AwaitSettled(ctx, id)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -274,7 +274,8 @@ func Scenarios() []Scenario {
 			Key:   "m",
 			Title: "fairness: tenant B's start latency beside tenant A's flood of N turns (p50/p99/max)",
 			About: "One machine.Runner with RunnerConfig{}. flood: tenant A creates N one-task turns (one conversation each, Engine.CreateMany " +
-				"in batches, a no-op handler) while tenant B creates one turn every 100 ms (Engine.Create, a conversation each) until A's " +
+				"in batches, a no-op handler) while tenant B creates one turn every 100 ms (Engine.Create, a conversation each, through an engine of its own with no runner, " +
+				"as a web tier in another process does: the runner's open and claim start B's turns, not their creates) until A's " +
 				"last completes; latency = B's handler entered − its Create's return. alone: B's turns the same way with no flood (30, " +
 				"or N if fewer). The ratio is flood's p99 ÷ alone's, per round (design.md §3.15: B's next turn waits for one run to " +
 				"end, not behind the flood). The note gives the flood's own tasks/s in that run.",
@@ -312,7 +313,7 @@ func Scenarios() []Scenario {
 			Title: "priorities: an interactive turn's start latency behind a background backlog of N (p50/p99/max)",
 			About: "One tenant, one machine.Runner with RunnerConfig{}. backlog: N background turns of priority 0 (one conversation " +
 				"each, Engine.CreateMany, a no-op handler) are created before the runner starts; from its start, an interactive turn " +
-				"of priority 60 (CreateParams.Priority) is created every 100 ms until the backlog drained; latency = its handler entered " +
+				"of priority 60 (CreateParams.Priority) is created every 100 ms (through an engine of its own with no runner, as in (m)) until the backlog drained; latency = its handler entered " +
 				"− its Create's return. empty: the same turns with no backlog (30, or N if fewer). The ratio is backlog's p99 ÷ empty's, " +
 				"per round.",
 			Metric:     Latency,
