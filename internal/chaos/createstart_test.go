@@ -17,7 +17,7 @@ import (
 // themselves, so that their creates start the turns (docs/design.md §3.18:
 // the conversation inserted taken by the process's runner, the turn
 // inserted running, the handler entered after the commit), and the kills
-// land on those creates. Two runner processes at a time, each creating 16
+// land on those creates. Two runner processes at a time, each creating 20
 // conversations of one turn while it runs (one by one with Create, or two
 // or three at a time with CreateMany, 40 to 120 ms apart: createTurns),
 // recording each create before it is sent and what it returned in
@@ -26,7 +26,9 @@ import (
 // calls behind it (15 to 59 more in all), then for the victim's next
 // "creating" line, and lands 0 to 3 ms after it: before the statement is
 // sent, while it is in flight, between its commit and the handler's entry,
-// or in the handler. Once the last two processes have made their creates,
+// or in the handler. Before each kill, the other process's next create is
+// cut if the test finds its statement running (cutCreate: its connection
+// terminated, the create ErrAmbiguous to its caller). Once the last two processes have made their creates,
 // the test issues every create recorded again, with its key, from its own
 // engine (no runner: a conversation whose create never landed is created
 // pending, and claimed by the survivors): a create that returned a task
@@ -42,14 +44,18 @@ import (
 // conversation beyond them.
 func TestKilledWhileCreating(t *testing.T) {
 	const (
-		perChild = 16
+		perChild = 20
 		kills    = 6
 	)
 	s := setupWith(t, 0, faultharness.Config{}, func(s *scenario) { s.Exec(createLogDDL) })
 	live := []*child{s.startCreatingChild("s00", leaseDefault, perChild), s.startCreatingChild("s01", leaseDefault, perChild)}
 	var landed []string
+	cuts := 0
 	for i := range kills {
 		s.WaitProgress(s.Runs(), 15+s.rng.IntN(45))
+		if s.cutCreate(live[(i+1)%2]) {
+			cuts++
+		}
 		c := live[i%2]
 		where := "after its creates"
 		select {
@@ -82,7 +88,7 @@ func TestKilledWhileCreating(t *testing.T) {
 		s.stop(c)
 	}
 	f := s.Verify()
-	t.Logf("(s) %d kills: %s", kills, strings.Join(landed, "; "))
+	t.Logf("(s) %d kills: %s; %d of %d tries cut a create's statement on its way (pg_terminate_backend)", kills, strings.Join(landed, "; "), cuts, kills)
 	t.Logf("(s) creates: %s", acc)
 	for _, row := range acc.unfinished {
 		t.Logf("(s) a create whose caller died or was not answered: %s", row)
@@ -124,6 +130,32 @@ func TestKilledWhileCreating(t *testing.T) {
 	require.Equal(t, len(s.Turns), s.Count(`SELECT count(*) FROM {s}.create_log`))
 	require.Zero(t, f.Overlaps["overlap"], "no two calls of a task at once")
 	require.Positive(t, f.Restarts, "some tasks were recovered")
+}
+
+// cutCreate waits for c's next create and terminates (pg_terminate_backend)
+// the connection of its one-statement create (CreateRoot) if the test
+// finds it running within 50 tries: the create then fails with its answer
+// lost, ErrAmbiguous, and its runner adopts what may have landed. It
+// reports whether it cut one. The cut is no fault of the proof's: it must
+// explain no restart (chaos_faults has no row of it).
+func (s *scenario) cutCreate(c *child) bool {
+	select {
+	case <-c.out.creating:
+	case <-c.out.createsDone:
+		return false
+	case <-c.done:
+		return false
+	}
+	for range 50 {
+		var n int
+		err := s.Pool.QueryRow(s.Ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'
+			AND query LIKE 'WITH h AS (%INSERT INTO % (id, tenant, holder_id, holder, epoch)%' AND pg_terminate_backend(pid)`,
+			appPrefix+c.node).Scan(&n)
+		if err == nil && n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // creates is what the creates of the runner processes came to.
