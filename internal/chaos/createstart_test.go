@@ -148,8 +148,11 @@ func (s *scenario) cutCreate(c *child) bool {
 	}
 	for range 50 {
 		var n int
-		err := s.Pool.QueryRow(s.Ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'
-			AND query LIKE 'WITH h AS (%INSERT INTO % (id, tenant, holder_id, holder, epoch)%' AND pg_terminate_backend(pid)`,
+		// The terminate in the select list, not the WHERE: it runs only for
+		// the rows the WHERE kept.
+		err := s.Pool.QueryRow(s.Ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) AS done FROM pg_stat_activity
+			WHERE application_name = $1 AND state = 'active' AND pid <> pg_backend_pid()
+			  AND query LIKE 'WITH h AS (%INSERT INTO % (id, tenant, holder_id, holder, epoch)%') x WHERE done`,
 			appPrefix+c.node).Scan(&n)
 		if err == nil && n > 0 {
 			return true
