@@ -94,8 +94,9 @@ func TestKilledWhileCreating(t *testing.T) {
 		t.Logf("(s) a create whose caller died or was not answered: %s", row)
 	}
 
-	// Started by their creates: inserted running (the audit), and no
-	// pending entry in the log (design.md §3.14) — the same turns.
+	// Started by their creates: inserted running (the audit), the same
+	// turns as those whose first log entry is running, not pending
+	// (design.md §3.14), and as those whose create returned them running.
 	byAudit := s.Count(`SELECT count(*) FROM {s}.chaos_audit a JOIN {s}.tasks t ON t.id = a.task_id
 		WHERE a.op = 'insert' AND a.new_status = 'running' AND t.kind = 'turn'`)
 	require.Empty(t, s.Rows(`SELECT * FROM (SELECT t.id, t.conversation_id,
@@ -105,6 +106,10 @@ func TestKilledWhileCreating(t *testing.T) {
 		WHERE inserted_running IS DISTINCT FROM (first_entry = 'running')
 		ORDER BY id LIMIT 20`),
 		"a turn inserted running is exactly one whose first log entry is running, not pending")
+	require.Empty(t, s.Rows(`SELECT c.conversation_id, c.node, c.via, c.status AS returned, a.new_status AS inserted
+		FROM {s}.create_log c JOIN {s}.chaos_audit a ON a.task_id = c.task_id AND a.op = 'insert'
+		WHERE c.status IS NOT NULL AND c.created AND c.status IS DISTINCT FROM a.new_status ORDER BY 1 LIMIT 20`),
+		"a create returned its turn running exactly when it inserted it running")
 	firstRunning := s.Count(`SELECT count(*) FROM {s}.tasks t WHERE t.kind = 'turn' AND (SELECT l.status FROM {s}.conversation_log l
 		WHERE l.task_id = t.id AND l.kind = 'status' ORDER BY l.seq LIMIT 1) = 'running'`)
 	notEntered := s.Rows(`SELECT a.task_id, a.new_token AS token, substr(a.app, length('{app}') + 1) AS node,
@@ -113,8 +118,8 @@ func TestKilledWhileCreating(t *testing.T) {
 		WHERE a.op = 'insert' AND a.new_status = 'running' AND t.kind = 'turn'
 		  AND NOT EXISTS (SELECT 1 FROM {s}.run_log r WHERE r.task_id = a.task_id AND r.token = a.new_token)
 		ORDER BY a.task_id`)
-	t.Logf("(s) turns started by their creates: %d of %d (%d creates returned a task running; %d turns whose first log entry is running, not pending); %d of them never entered by that run: %s",
-		byAudit, len(s.Turns), acc.returnedRunning, firstRunning, len(notEntered), strings.Join(notEntered, "; "))
+	t.Logf("(s) turns started by their creates: %d of %d, %.0f%% (%d creates returned a task running; %d turns whose first log entry is running, not pending); %d of them never entered by that run: %s",
+		byAudit, len(s.Turns), 100*float64(byAudit)/float64(len(s.Turns)), acc.returnedRunning, firstRunning, len(notEntered), strings.Join(notEntered, "; "))
 	require.Positive(t, byAudit, "some turns were started by their creates")
 	require.Positive(t, acc.returnedRunning, "some creates returned their turn running")
 	require.Positive(t, acc.diedInCreate, "some kills landed on a create whose caller never learnt its outcome")

@@ -41,7 +41,9 @@ import (
 //   - no restart that no fault explains: every recovery (attempt + 1,
 //     abandoned_on_restart, restart_limit_exceeded) is of a run that a kill
 //     or freeze of its node, a cut of its node's route, or a lock of its
-//     conversation's row overlapped (recoveriesSQL); in a scenario of
+//     conversation's row overlapped (recoveriesSQL; a kill, any run of its
+//     node recovered after it, even one a create started in a statement
+//     the server ran after its client died); in a scenario of
 //     backend terminations or server restarts there is none; in a scenario
 //     of database faults alone (Config.DatabaseFaultsOnly) none is
 //     explained, and an abandoned_on_restart is counted apart;
