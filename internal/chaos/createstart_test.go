@@ -88,7 +88,7 @@ func TestKilledWhileCreating(t *testing.T) {
 		s.stop(c)
 	}
 	f := s.Verify()
-	t.Logf("(s) %d kills: %s; %d of %d tries cut a create's statement on its way (pg_terminate_backend)", kills, strings.Join(landed, "; "), cuts, kills)
+	t.Logf("(s) %d kills: %s; %d of %d tries terminated the connection of a create found running (pg_terminate_backend; it may have answered first)", kills, strings.Join(landed, "; "), cuts, kills)
 	t.Logf("(s) creates: %s", acc)
 	for _, row := range acc.unfinished {
 		t.Logf("(s) a create whose caller died or was not answered: %s", row)
@@ -140,8 +140,9 @@ func TestKilledWhileCreating(t *testing.T) {
 // cutCreate waits for c's next create and terminates (pg_terminate_backend)
 // the connection of its one-statement create (CreateRoot) if the test
 // finds it running within 50 tries: the create then fails with its answer
-// lost, ErrAmbiguous, and its runner adopts what may have landed. It
-// reports whether it cut one. The cut is no fault of the proof's: it must
+// lost, ErrAmbiguous, and its runner adopts what may have landed — unless
+// it answered between the test's read and the terminate. It reports
+// whether it terminated one. The cut is no fault of the proof's: it must
 // explain no restart (chaos_faults has no row of it).
 func (s *scenario) cutCreate(c *child) bool {
 	select {
