@@ -52,7 +52,7 @@ examples:
 
 # The fault tests (internal/chaos): runner processes killed (beside a CPU
 # hog, during large flushes, under the concurrency limits of three
-# tenants) and frozen, every backend terminated (also
+# tenants, at the creates that start their own turns) and frozen, every backend terminated (also
 # beside a CPU hog, with hundreds of abandon_on_restart tasks), the
 # database server restarted, a conversation row locked, a node's route
 # blackholed, all against a real PostgreSQL. They restart that server, so

@@ -3,14 +3,17 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/arborhq/arbor/arbortype"
 	"github.com/arborhq/arbor/internal/faultharness"
 	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/machine"
@@ -38,6 +42,10 @@ const (
 	// envHog makes the test binary a CPU hog: that many goroutines busy
 	// looping, on as many threads, until its stdin closes.
 	envHog = "ARBOR_CHAOS_HOG"
+	// envCreate, when set, is how many conversations the runner process
+	// creates itself while its runner runs (createTurns): turns its
+	// creates may start (docs/design.md §3.18).
+	envCreate = "ARBOR_CHAOS_CREATE"
 )
 
 // appPrefix starts the application_name of every runner process's arbor
@@ -134,6 +142,14 @@ func runChild() int {
 		return 1
 	}
 	fmt.Println("runner started", node)
+	if v := os.Getenv(envCreate); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, envCreate, err)
+			return 1
+		}
+		go createTurns(ctx, engine, logs, schema, node, n)
+	}
 	<-ctx.Done()
 	stopCtx, stopCancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer stopCancel()
@@ -142,6 +158,94 @@ func runChild() int {
 		return 1
 	}
 	return 0
+}
+
+// createLogDDL is the record of the creates of runner processes that
+// create their own turns (createTurns), on their run log's pool: a row per
+// conversation, written before its create is sent (intended_at), and
+// completed with what the create returned (returned_at: the task's status
+// and id and whether this call created it, or the error: "ambiguous" for
+// arbortype.ErrAmbiguous). A row with no returned_at is a create whose
+// caller died before it knew the outcome (or before it recorded it).
+const createLogDDL = `CREATE TABLE {s}.create_log (
+	conversation_id text PRIMARY KEY,
+	i               integer NOT NULL,
+	node            text NOT NULL,
+	via             text NOT NULL,
+	intended_at     timestamptz NOT NULL,
+	returned_at     timestamptz,
+	status          text,
+	task_id         bigint,
+	created         boolean,
+	error           text)`
+
+// createTurns is a runner process's own work: n conversations of one
+// turn (faultharness.TurnCreate), named after the node, created on the
+// runner's engine — so that the runner may start them in their creates —
+// one by one with Create, or two or three at a time with CreateMany (about
+// a third of the calls), 40 to 120 ms apart. Before each call it records
+// its conversations in create_log and prints "creating" (what the test
+// times its kills by); after it, what it returned. It prints "creates
+// done" at the end. It makes no second try: the test issues every create
+// again, with its key, once the faults are over.
+func createTurns(ctx context.Context, engine *tasks.Engine, logs *pgxpool.Pool, schema, node string, n int) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))
+	for j := 0; j < n && ctx.Err() == nil; {
+		k, via := 1, "create"
+		if rng.IntN(3) == 0 {
+			k, via = min(2+rng.IntN(2), n-j), "create_many"
+		}
+		ps := make([]arbortype.CreateParams, k)
+		for x := range k {
+			ps[x] = faultharness.TurnCreate(fmt.Sprintf("%s-%03d", node, j+x), j+x)
+			if _, err := logs.Exec(ctx, fmt.Sprintf(`INSERT INTO %s.create_log (conversation_id, i, node, via, intended_at)
+				VALUES ($1, $2, $3, $4, $5)`, schema), ps[x].ConversationID, j+x, node, via, time.Now()); err != nil {
+				fmt.Fprintln(os.Stderr, "create_log:", err)
+				return
+			}
+		}
+		j += k
+		fmt.Println("creating", ps[0].ConversationID)
+		var ts []arbortype.Task
+		var created []bool
+		var err error
+		if via == "create" {
+			var t arbortype.Task
+			var c bool
+			t, c, err = engine.Create(ctx, ps[0])
+			ts, created = []arbortype.Task{t}, []bool{c}
+		} else {
+			ts, created, err = engine.CreateMany(ctx, ps)
+		}
+		returned := time.Now()
+		for x, p := range ps {
+			var status, msg *string
+			var id *int64
+			var c *bool
+			switch {
+			case errors.Is(err, arbortype.ErrAmbiguous):
+				m := "ambiguous"
+				msg = &m
+			case err != nil:
+				m := err.Error()
+				msg = &m
+			case x < len(ts):
+				st := string(ts[x].Status)
+				status, id, c = &st, &ts[x].ID, &created[x]
+			}
+			if _, err := logs.Exec(context.Background(), fmt.Sprintf(`UPDATE %s.create_log
+				SET returned_at = $2, status = $3, task_id = $4, created = $5, error = $6 WHERE conversation_id = $1`, schema),
+				p.ConversationID, returned, status, id, c, msg); err != nil {
+				fmt.Fprintln(os.Stderr, "create_log:", err)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(40+rng.IntN(81)) * time.Millisecond):
+		}
+	}
+	fmt.Println("creates done")
 }
 
 // childPool opens a pool of a runner process, its connections named app.
@@ -201,6 +305,7 @@ func (s *scenario) startHog(n int) (stopHog func()) {
 // child is a runner process: this test binary re-executed.
 type child struct {
 	node  string
+	out   *startedWriter // its stdout
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	log   string // its stderr
@@ -208,12 +313,18 @@ type child struct {
 	err   error // Wait's, once done is closed
 }
 
-// startedWriter watches a child's stdout for its "runner started" line.
+// startedWriter watches a child's stdout for its "runner started" line,
+// and, in a child that creates its own turns (createTurns), for its
+// "creating" lines — each sent on creating to a receiver waiting at that
+// moment, none kept for later — and its "creates done".
 type startedWriter struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	started chan struct{}
-	once    sync.Once
+	mu          sync.Mutex
+	buf         bytes.Buffer
+	started     chan struct{}
+	once        sync.Once
+	creating    chan struct{}
+	createsDone chan struct{}
+	doneOnce    sync.Once
 }
 
 func (w *startedWriter) Write(p []byte) (int, error) {
@@ -222,6 +333,15 @@ func (w *startedWriter) Write(p []byte) (int, error) {
 	w.buf.Write(p)
 	if strings.Contains(w.buf.String(), "runner started") {
 		w.once.Do(func() { close(w.started) })
+	}
+	if bytes.Contains(p, []byte("creating ")) {
+		select {
+		case w.creating <- struct{}{}:
+		default:
+		}
+	}
+	if bytes.Contains(p, []byte("creates done")) {
+		w.doneOnce.Do(func() { close(w.createsDone) })
 	}
 	return len(p), nil
 }
@@ -237,6 +357,20 @@ func (s *scenario) startChild(node string, lease time.Duration) *child {
 // startChildVia is startChild with arbor's pool on url (a route through
 // the fault proxy), "" for the database itself.
 func (s *scenario) startChildVia(node string, lease time.Duration, url string) *child {
+	s.T.Helper()
+	return s.launch(node, lease, url, 0)
+}
+
+// startCreatingChild is startChild for a runner process that also creates
+// n conversations of its own (createTurns; create_log must exist).
+func (s *scenario) startCreatingChild(node string, lease time.Duration, n int) *child {
+	s.T.Helper()
+	return s.launch(node, lease, "", n)
+}
+
+// launch starts a runner process (startChildVia), creating n
+// conversations of its own when n > 0 (createTurns).
+func (s *scenario) launch(node string, lease time.Duration, url string, n int) *child {
 	t := s.T
 	t.Helper()
 	c := &child{node: node, log: filepath.Join(s.LogDir, node+".log"), done: make(chan struct{})}
@@ -248,8 +382,12 @@ func (s *scenario) startChildVia(node string, lease time.Duration, url string) *
 	if url != "" {
 		c.cmd.Env = append(c.cmd.Env, envArborURL+"="+url)
 	}
+	if n > 0 {
+		c.cmd.Env = append(c.cmd.Env, fmt.Sprintf("%s=%d", envCreate, n))
+	}
 	c.cmd.Stderr = logFile
-	out := &startedWriter{started: make(chan struct{})}
+	out := &startedWriter{started: make(chan struct{}), creating: make(chan struct{}), createsDone: make(chan struct{})}
+	c.out = out
 	c.cmd.Stdout = out
 	c.stdin, err = c.cmd.StdinPipe()
 	require.NoError(t, err)

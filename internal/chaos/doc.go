@@ -11,7 +11,10 @@
 // aborted beside the workload and a CPU hog (bigabort_test.go), and runners
 // killed while concurrency limits hold the work of three tenants back
 // (tenants_test.go: no limit exceeded, sampled and proved from the run
-// log, no slot leaked). Each
+// log, no slot leaked), and runners killed at their own creates, which
+// start the turns they create (createstart_test.go: every create whose
+// caller died issued again by its key, each turn there once, and some
+// turns proved started by their creates). Each
 // scenario runs internal/faultharness's workload of trees —
 // parallel children under all_settled, a fail_fast group whose failing
 // child aborts its siblings, a sleep, a retried failure, an

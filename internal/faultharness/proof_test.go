@@ -59,6 +59,24 @@ func TestProofCatchesViolations(t *testing.T) {
 	s.Fault("lock", "", s.Convs[0], recs[0].started.Add(-time.Second), recs[0].recovered)
 	require.Equal(t, "lock", s.recoveries()[0].explainedBy, "the lock explains it")
 
+	// A kill of the run's node explains it even when the start landed
+	// after the kill (a create's statement the server ran after its client
+	// died); a kill of another node before the start does not.
+	// The start is made node k's, by hand.
+	s.Exec(`DELETE FROM {s}.chaos_faults`)
+	app := s.Column(`SELECT app FROM {s}.chaos_audit WHERE new_token = $1 AND new_status = 'running'`, first.Token)
+	require.Len(t, app, 1)
+	s.Exec(`UPDATE {s}.chaos_audit SET app = 'arbor-proof-k' WHERE new_token = $1 AND new_status = 'running'`, first.Token)
+	require.Equal(t, "k", s.recoveries()[0].node)
+	before := recs[0].started.Add(-time.Second)
+	s.Fault("kill", "j", "", before, before)
+	require.Empty(t, s.recoveries()[0].explainedBy, "another node's kill does not explain it")
+	s.Fault("kill", "k", "", before, before)
+	require.Equal(t, "kill", s.recoveries()[0].explainedBy, "a kill of its node explains it, though it came before the start")
+	s.Exec(`DELETE FROM {s}.chaos_faults`)
+	s.Exec(`UPDATE {s}.chaos_audit SET app = $2 WHERE new_token = $1 AND new_status = 'running'`, first.Token, app[0])
+	s.Fault("lock", "", s.Convs[0], recs[0].started.Add(-time.Second), recs[0].recovered)
+
 	// Calls of task -1 (the clock: at + the offsets): 1 and 2 intersect, 3
 	// enters as 2 returns; 4, on node "k", entered before 3 and never
 	// returned — until "k" is recorded killed at 3's entry.

@@ -86,8 +86,8 @@ type Scenario struct {
 	// LogDir holds the runners' logs (Config.KeepLogsEnv).
 	LogDir string
 	Began  time.Time
-	// Convs and Turns are the conversations AddTurns created and the id
-	// of each one's turn.
+	// Convs and Turns are the conversations AddTurns created (or
+	// AdoptTurn added) and the id of each one's turn.
 	Convs []string
 	Turns []int64
 	// OnceLeaves makes the leaves of the turns AddTurns creates from then
@@ -255,6 +255,29 @@ func (s *Scenario) AddTurns(n int, fan func(i int) int) {
 			require.NoError(s.T, s.approve(conv))
 		}
 	}
+}
+
+// TurnCreate is the create of a conversation's turn as AddTurns makes it
+// (no fan-out, no awaits, no tenant, no tool key), i its index: for a
+// scenario whose runner processes create their own turns, each then given
+// to the scenario with AdoptTurn. Its idempotency key ("turn") makes a
+// create issued again after ErrAmbiguous, or after its caller died, the
+// same create.
+func TurnCreate(conv string, i int) arbortype.CreateParams {
+	in, _ := json.Marshal(map[string]any{"value": turnInput{Name: "turn", I: i}})
+	return arbortype.CreateParams{ConversationID: conv, Kind: turnKind, Input: in, IdempotencyKey: "turn"}
+}
+
+// AdoptTurn adds to the scenario a conversation whose turn (created with
+// TurnCreate, by a process of the scenario's own) is turn: Verify proves it
+// as one of AddTurns'. Not with Config.Awaits, tenants or a tool key.
+func (s *Scenario) AdoptTurn(conv string, turn int64) {
+	s.T.Helper()
+	require.False(s.T, s.cfg.Awaits || len(s.cfg.Tenants) > 0 || s.cfg.ToolKey != "",
+		"an adopted turn has no awaits, tenant or tool key")
+	s.Convs = append(s.Convs, conv)
+	s.Turns = append(s.Turns, turn)
+	s.fans = append(s.fans, 0)
 }
 
 // approve emits the approval a conversation's agent awaits, once (a

@@ -41,7 +41,9 @@ import (
 //   - no restart that no fault explains: every recovery (attempt + 1,
 //     abandoned_on_restart, restart_limit_exceeded) is of a run that a kill
 //     or freeze of its node, a cut of its node's route, or a lock of its
-//     conversation's row overlapped (recoveriesSQL); in a scenario of
+//     conversation's row overlapped (recoveriesSQL; a kill, any run of its
+//     node recovered after it, even one a create started in a statement
+//     the server ran after its client died); in a scenario of
 //     backend terminations or server restarts there is none; in a scenario
 //     of database faults alone (Config.DatabaseFaultsOnly) none is
 //     explained, and an abandoned_on_restart is counted apart;
@@ -463,6 +465,13 @@ const landedAfterSQL = `SELECT count(DISTINCT e.id) FROM {s}.side_effects e JOIN
 //
 // It counts runs, not calls: a run claimed and cut by a kill before its
 // handler logged its entry is cut all the same.
+//
+// A kill explains the recovery of any run its node started, even one whose
+// start landed after the kill: a one-statement create that starts its task
+// (docs/design.md §3.18) commits without its client, so a create sent
+// before the process died can be run by the server after it — and a dead
+// process sends nothing, so the start was sent before the kill (a node's
+// name is never given to a second process).
 const recoveriesSQL = `WITH rec AS (
 	SELECT a.id, a.task_id, t.conversation_id, t.kind, a.old_token, a.at, a.new_status, coalesce(a.error_code, '') AS code,
 		st.node AS run_node, st.at AS run_started
@@ -477,7 +486,7 @@ SELECT r.task_id, r.conversation_id, r.kind, r.old_token, r.run_started, r.at, r
 	coalesce((SELECT string_agg(DISTINCT f.kind, ',') FROM {s}.chaos_faults f
 		WHERE (f.node = r.run_node OR f.conversation_id = r.conversation_id
 			OR (f.kind = 'restart' AND r.code = 'abandoned_on_restart'))
-		  AND r.run_started <= f.to_at AND r.at >= f.from_at), '')
+		  AND (r.run_started <= f.to_at OR (f.kind = 'kill' AND f.node = r.run_node)) AND r.at >= f.from_at), '')
 FROM rec r ORDER BY r.at`
 
 // recovery is a row of recoveriesSQL.
