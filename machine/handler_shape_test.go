@@ -114,9 +114,11 @@ func TestReadmeHandlerCannotLoseTheResult(t *testing.T) {
 // a pool made with pgxpool's defaults (4 connections on a 2-core machine),
 // a Runner on the engine and an AwaitSettled holding its listener, beside
 // an application making its own calls — Create, Get, AbortConversation —
-// each bounded by a few seconds: every call of the application succeeds
-// (the runner's connections are its own, RunnerConfig.Pool), and every turn
-// completes.
+// each bounded: every call of the application succeeds (the runner's
+// connections are its own, RunnerConfig.Pool), and every turn completes.
+// The bound is 30 s: a pool the runner took would keep the application
+// waiting for as long as the runner runs, while a call on a starved machine
+// (this suite beside a second one on two cores) took over 5 s.
 func TestReadmePoolLeavesTheApplicationRoom(t *testing.T) {
 	t.Parallel()
 	_, schema := testdb.Fresh(t)
@@ -156,7 +158,7 @@ func TestReadmePoolLeavesTheApplicationRoom(t *testing.T) {
 		go func() { // the application's own calls
 			defer wg.Done()
 			for j := range 10 {
-				callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				callCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				c := fmt.Sprintf("%s-app-%d-%d", conv, i, j)
 				turn, _, err := engine.Create(callCtx, arbortype.CreateParams{ConversationID: c, Kind: "other"})
 				require.NoError(t, err, "the application's Create")
