@@ -3,18 +3,13 @@ package machine_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/arborhq/arbor/arbortype"
-	"github.com/arborhq/arbor/internal/testdb"
 	"github.com/arborhq/arbor/machine"
 	"github.com/arborhq/arbor/tasks"
 )
@@ -151,35 +146,10 @@ func TestAnEmitStartsTheTaskItWoke(t *testing.T) {
 func TestAnEmitWhoseAnswerIsLostRunsOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var armed atomic.Bool
-	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
-	require.NoError(t, err)
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // the statement's text goes with it
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		// Cut at the first idle ReadyForQuery after the event's insert:
-		// the answer to the emit's COMMIT.
-		return &answerCutter{Conn: conn, marker: []byte(".events (conversation_id, task_id, name, payload"), armed: &armed}, nil
-	}
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	engine, err := tasks.New(b.ctx, pool, &tasks.Config{Schema: b.schema})
-	require.NoError(t, err)
 	turns := newAwaitingTurns()
-	r, err := machine.NewRunner(engine, map[string]machine.Handler{"turn": turns.handler},
-		&machine.RunnerConfig{ConversationLease: 5 * time.Second, PollInterval: 50 * time.Millisecond, IdleRelease: time.Hour,
-			ShutdownGrace: 2 * time.Second, Waker: &machine.WakerConfig{RiverTestOnly: true}})
-	require.NoError(t, err)
-	require.NoError(t, r.Start(b.ctx))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		require.NoError(t, r.Stop(ctx))
-	})
+	// Cut at the first idle ReadyForQuery after the event's insert: the
+	// answer to the emit's COMMIT.
+	engine, armed := cutRunner(t, b, ".events (conversation_id, task_id, name, payload", map[string]machine.Handler{"turn": turns.handler})
 
 	folded := false
 	for i := 0; i < 10 && !folded; i++ {

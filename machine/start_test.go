@@ -134,37 +134,14 @@ func TestACreateStartsItsTask(t *testing.T) {
 func TestACreateWhoseAnswerIsLostRunsOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var armed atomic.Bool
-	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
-	require.NoError(t, err)
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // the statement's text goes with it
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &answerCutter{Conn: conn, marker: []byte("WITH h AS ("), armed: &armed}, nil
-	}
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	engine, err := tasks.New(b.ctx, pool, &tasks.Config{Schema: b.schema})
-	require.NoError(t, err)
 	var entered atomic.Int32
-	r, err := machine.NewRunner(engine, map[string]machine.Handler{
+	engine, armed := cutRunner(t, b, "WITH h AS (", map[string]machine.Handler{
 		"pay": func(ctx context.Context, run *machine.Run) error {
 			entered.Add(1)
 			return run.Complete(ctx, nil)
 		},
-	}, &machine.RunnerConfig{ConversationLease: 5 * time.Second, PollInterval: 50 * time.Millisecond, IdleRelease: time.Minute,
-		ShutdownGrace: 2 * time.Second, Waker: &machine.WakerConfig{RiverTestOnly: true}})
-	require.NoError(t, err)
-	require.NoError(t, r.Start(b.ctx))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		require.NoError(t, r.Stop(ctx))
 	})
+	var err error
 
 	// A create is started by its statement only while the runner has a
 	// worker it has not reserved for a claim of its own (its first pass
@@ -204,6 +181,41 @@ func TestACreateWhoseAnswerIsLostRunsOnce(t *testing.T) {
 	}
 	require.True(t, folded, "a create started its task")
 	b.requireClean(t)
+}
+
+// cutRunner starts a runner with handlers on an engine of its own whose
+// connections answerCutter watches for marker (armed: cut the next
+// answer), its statements sent as text; the runner stops at the test's
+// end.
+func cutRunner(t *testing.T, b *bundle, marker string, handlers map[string]machine.Handler) (*tasks.Engine, *atomic.Bool) {
+	t.Helper()
+	armed := &atomic.Bool{}
+	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // the statement's text goes with it
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &answerCutter{Conn: conn, marker: []byte(marker), armed: armed}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	engine, err := tasks.New(b.ctx, pool, &tasks.Config{Schema: b.schema})
+	require.NoError(t, err)
+	r, err := machine.NewRunner(engine, handlers, &machine.RunnerConfig{ConversationLease: 5 * time.Second,
+		PollInterval: 50 * time.Millisecond, IdleRelease: time.Hour, ShutdownGrace: 2 * time.Second,
+		Waker: &machine.WakerConfig{RiverTestOnly: true}})
+	require.NoError(t, err)
+	require.NoError(t, r.Start(b.ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(ctx))
+	})
+	return engine, armed
 }
 
 // answerCutter drops its connection once the server has answered a

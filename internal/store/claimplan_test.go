@@ -22,13 +22,8 @@ import (
 func TestClaimKeepsItsPlanAfterASettledHistory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema := testdb.Fresh(t)
-	s, err := New(schema)
-	require.NoError(t, err)
-	for _, table := range []string{"tasks", "conversations", "holders"} {
-		_, err := pool.Exec(ctx, `ALTER TABLE `+s.Schema()+`.`+table+` SET (autovacuum_enabled = false)`)
-		require.NoError(t, err)
-	}
+	pool, schema, s := blindSchema(t)
+	var err error
 	// The history, written with the guard off (rows a runner would have
 	// taken minutes to make), then analyzed.
 	const history, live = 5000, 300
@@ -75,13 +70,8 @@ func TestClaimKeepsItsPlanAfterASettledHistory(t *testing.T) {
 func TestFlushKeepsItsPlansAfterASettledHistory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema := testdb.Fresh(t)
-	s, err := New(schema)
-	require.NoError(t, err)
-	for _, table := range []string{"tasks", "conversations", "holders"} {
-		_, err := pool.Exec(ctx, `ALTER TABLE `+s.Schema()+`.`+table+` SET (autovacuum_enabled = false)`)
-		require.NoError(t, err)
-	}
+	pool, schema, s := blindSchema(t)
+	var err error
 	const history, live = 5000, 300
 	withTriggersOff(t, pool,
 		sqlArgs(`INSERT INTO `+schema+`.conversations (id) SELECT 'hist-' || g FROM generate_series(1, $1) g`, history),
@@ -194,8 +184,7 @@ func TestOpenKeepsItsPlanWithABacklog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, schema, s := blindSchema(t)
-	_, err := pool.Exec(ctx, `ALTER TABLE `+s.Schema()+`.holders SET (autovacuum_enabled = false)`)
-	require.NoError(t, err)
+	var err error
 	const backlog, limit, scan = 20_000, 100, 400
 	var old int64
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at) VALUES ('old', now() + interval '1 hour') RETURNING id`).Scan(&old))
@@ -294,8 +283,7 @@ func TestOpenTakesADeadHoldersRunsWhateverItsStatistics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, schema, s := blindSchema(t)
-	_, err := pool.Exec(ctx, `ALTER TABLE `+s.Schema()+`.holders SET (autovacuum_enabled = false)`)
-	require.NoError(t, err)
+	var err error
 	const history, held, running, live, limit, scan = 20_000, 200, 20, 20, 100, 400
 	withTriggersOff(t, pool,
 		sqlArgs(`INSERT INTO `+schema+`.conversations (id) SELECT 'c-' || g FROM generate_series(1, $1) g`, history),
@@ -424,13 +412,7 @@ func TestOpenKeepsItsPlanAcrossManyTenants(t *testing.T) {
 func TestClaimInAFewOfManyHeldKeepsItsPlan(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, schema := testdb.Fresh(t)
-	s, err := New(schema)
-	require.NoError(t, err)
-	for _, table := range []string{"tasks", "conversations", "holders"} {
-		_, err := pool.Exec(ctx, `ALTER TABLE `+s.Schema()+`.`+table+` SET (autovacuum_enabled = false)`)
-		require.NoError(t, err)
-	}
+	pool, schema, s := blindSchema(t)
 	var holder int64
 	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO `+schema+`.holders (name, expires_at) VALUES ('node', now() + interval '1 hour') RETURNING id`).Scan(&holder))
 	// held conversations, each with a turn waiting on a settled child; a

@@ -24,22 +24,11 @@ import (
 // machine's speed.
 func planWork(t *testing.T, plan []byte) float64 {
 	t.Helper()
-	var top []struct {
-		Plan map[string]any `json:"Plan"`
-	}
-	require.NoError(t, json.Unmarshal(plan, &top))
-	require.Len(t, top, 1)
-	var walk func(n map[string]any) float64
-	walk = func(n map[string]any) float64 {
-		num := func(k string) float64 { v, _ := n[k].(float64); return v }
-		w := (num("Actual Rows") + num("Rows Removed by Filter") + num("Rows Removed by Join Filter")) * num("Actual Loops")
-		children, _ := n["Plans"].([]any)
-		for _, c := range children {
-			w += walk(c.(map[string]any))
-		}
-		return w
-	}
-	return walk(top[0].Plan)
+	w := 0.0
+	planNodes(t, plan, func(num func(string) float64) {
+		w += (num("Actual Rows") + num("Rows Removed by Filter") + num("Rows Removed by Join Filter")) * num("Actual Loops")
+	})
+	return w
 }
 
 // planMaxLoops is the most loops of any node of a plan from EXPLAIN
@@ -48,21 +37,29 @@ func planWork(t *testing.T, plan []byte) float64 {
 // here, however few rows each loop finds.
 func planMaxLoops(t *testing.T, plan []byte) float64 {
 	t.Helper()
+	m := 0.0
+	planNodes(t, plan, func(num func(string) float64) { m = max(m, num("Actual Loops")) })
+	return m
+}
+
+// planNodes calls node with each node of a plan from EXPLAIN (FORMAT
+// JSON), given as a reader of its numeric fields.
+func planNodes(t *testing.T, plan []byte, node func(num func(string) float64)) {
+	t.Helper()
 	var top []struct {
 		Plan map[string]any `json:"Plan"`
 	}
 	require.NoError(t, json.Unmarshal(plan, &top))
 	require.Len(t, top, 1)
-	var walk func(n map[string]any) float64
-	walk = func(n map[string]any) float64 {
-		m, _ := n["Actual Loops"].(float64)
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		node(func(k string) float64 { v, _ := n[k].(float64); return v })
 		children, _ := n["Plans"].([]any)
 		for _, c := range children {
-			m = max(m, walk(c.(map[string]any)))
+			walk(c.(map[string]any))
 		}
-		return m
 	}
-	return walk(top[0].Plan)
+	walk(top[0].Plan)
 }
 
 // jitAboveCost is PostgreSQL's default jit_above_cost: a plan estimated
@@ -146,7 +143,7 @@ func blindSchema(t *testing.T) (*pgxpool.Pool, string, *Store) {
 	pool, schema := testdb.Fresh(t)
 	s, err := New(schema)
 	require.NoError(t, err)
-	for _, table := range []string{"tasks", "conversations", "conversation_log", "events"} {
+	for _, table := range []string{"tasks", "conversations", "conversation_log", "events", "holders"} {
 		_, err := pool.Exec(context.Background(), `ALTER TABLE `+s.Schema()+`.`+table+` SET (autovacuum_enabled = false)`)
 		require.NoError(t, err)
 	}
