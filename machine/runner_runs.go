@@ -323,19 +323,28 @@ func (r *Runner) wakeAndClaim(ctx context.Context, taskID, sleepSeq int64, conv 
 		claimed, xact, err = r.core.ClaimFor(ctx, tx, p)
 		return woken, err
 	})
+	r.claimDone(k, claimed, xact, err, "waking a sleep")
+	return woken, err
+}
+
+// claimDone ends a claim made in a transaction of another write (a sleep's
+// wake, an emit) under k reserved workers and the claim lock read-held:
+// its runs dispatched and the workers they did not take given back, or,
+// for err, every worker given back and a commit whose answer was lost
+// resolved (what it claimed adopted if it landed).
+func (r *Runner) claimDone(k int, claimed []arbortype.Task, xact int64, err error, what string) {
 	if err != nil {
 		r.claimMu.RUnlock()
 		r.unreserve(k)
 		if errors.Is(err, arbortype.ErrAmbiguous) && xact != 0 {
-			go r.claimFailed(err, xact, "waking a sleep")
+			go r.claimFailed(err, xact, what) // adopt waits for claimMu
 		}
-		return woken, err
+		return
 	}
 	r.unreserve(k - len(claimed))
 	r.dispatch(claimed)
 	r.claimMu.RUnlock()
 	r.announceRuns(claimed)
-	return woken, nil
 }
 
 // stopRuns cancels, with cause, the runs here of the tasks among ids

@@ -187,19 +187,7 @@ func (g *claimGrant) Params() core.ClaimParamsFor { return g.p }
 // does; the workers not used go back. An emit whose commit is unknown is
 // resolved, and what it claimed adopted if it landed.
 func (g *claimGrant) Done(claimed []core.Task, xact int64, err error) {
-	r := g.r
-	if err != nil {
-		r.claimMu.RUnlock()
-		r.unreserve(g.p.Limit)
-		if errors.Is(err, arbortype.ErrAmbiguous) && xact != 0 {
-			go r.claimFailed(err, xact, "claiming in an emit")
-		}
-		return
-	}
-	r.unreserve(g.p.Limit - len(claimed))
-	r.dispatch(claimed)
-	r.claimMu.RUnlock()
-	r.announceRuns(claimed)
+	g.r.claimDone(g.p.Limit, claimed, xact, err, "claiming in an emit")
 }
 
 // reconciled gives cfg.OnReconcile the report of a conversation the runner
